@@ -1,0 +1,43 @@
+// The only place that reads the real clocks (see env.h).
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/env.h"
+
+namespace meridian {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  MonotonicTime Now() const override {
+    auto d = std::chrono::steady_clock::now().time_since_epoch();
+    return {std::chrono::duration_cast<std::chrono::microseconds>(d).count()};
+  }
+  WallTime WallNow() const override {
+    auto d = std::chrono::system_clock::now().time_since_epoch();
+    return {std::chrono::duration_cast<std::chrono::microseconds>(d).count()};
+  }
+};
+
+class RealEnv final : public Env {
+ public:
+  const Clock& clock() const override { return clock_; }
+
+ private:
+  RealClock clock_;
+};
+
+}  // namespace
+
+Env& Env::Default() {
+  static RealEnv* env = new RealEnv();
+  return *env;
+}
+
+uint64_t SeedFromEntropy() {
+  uint64_t t = static_cast<uint64_t>(Env::Default().clock().WallNow().us);
+  return t ^ (static_cast<uint64_t>(getpid()) << 32);
+}
+
+}  // namespace meridian

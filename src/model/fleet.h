@@ -1,0 +1,102 @@
+// The fleet: sites, the links between them, and the nodes with their devices.
+// Plain value types; a Fleet is built (and validated) by src/spec/ or by a
+// coordinator's registry and is then read-only.
+//
+// Thread-safety: value types; a const Fleet may be shared between threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ids.h"
+
+namespace meridian::model {
+
+enum class SiteKind { kCloud, kDc, kEdge };
+std::string_view SiteKindName(SiteKind kind);
+
+struct Site {
+  SiteId id;
+  std::string name;      // unique in the fleet: "us-east"
+  SiteKind kind = SiteKind::kCloud;
+  std::string provider;  // "aws", "gcp", "onprem", ...
+  std::string region;    // "us-east-1"; allowed-region rules match this or the name
+  // What data leaving this site costs when no link says otherwise.
+  int64_t egress_micro_usd_per_gb = 0;
+};
+
+// A link between two sites, symmetric in latency and bandwidth. Egress is charged by
+// the sending side: a->b costs egress_a_to_b, b->a costs egress_b_to_a.
+struct Link {
+  SiteId a;
+  SiteId b;
+  int64_t rtt_us = 0;
+  int64_t bandwidth_bps = 0;
+  int64_t egress_a_to_b_micro_usd_per_gb = 0;
+  int64_t egress_b_to_a_micro_usd_per_gb = 0;
+};
+
+// One accelerator. A node's accelerators are all of one type.
+struct Device {
+  std::string type;       // canonical accelerator type, "A100"
+  int32_t index = 0;      // on its node
+  int64_t memory_bytes = 0;
+  bool emulated = false;  // declared in config and executed on the CPU
+  // For emulated devices: how much faster than the CPU the emulation pretends to be.
+  double speed_factor = 1.0;
+};
+
+enum class NodeHealth { kHealthy, kDraining, kUnhealthy };
+std::string_view NodeHealthName(NodeHealth health);
+
+struct Node {
+  NodeId id;
+  std::string name;       // unique in the fleet: "us-east-a100-0"
+  SiteId site;
+  std::string group;      // the node group of the fleet file it came from
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int64_t disk_bytes = 0;
+  std::vector<Device> devices;
+  std::map<std::string, std::string> labels;
+  int64_t price_micro_usd_per_hour = 0;
+  bool spot = false;
+  NodeHealth health = NodeHealth::kHealthy;
+
+  // The type of the node's accelerators, or "CPU" when it has none.
+  std::string_view accelerator_type() const;
+};
+
+// A tenant's limits and its weight in fair sharing. Zero limits mean unlimited.
+struct Tenant {
+  TenantId id;
+  std::string name;
+  int64_t weight = 1;
+  int64_t max_gpu_milli = 0;
+  int64_t max_cpu_milli = 0;
+  int64_t max_memory_bytes = 0;
+};
+
+class Fleet {
+ public:
+  std::vector<Site> sites;
+  std::vector<Link> links;
+  std::vector<Node> nodes;
+  std::vector<Tenant> tenants;
+
+  std::optional<SiteId> FindSite(std::string_view name) const;
+  std::optional<TenantId> FindTenant(std::string_view name) const;
+  const Site& site(SiteId id) const { return sites.at(id.value()); }
+  const Node& node(NodeId id) const { return nodes.at(id.value()); }
+  // The link between two different sites, if one is declared.
+  const Link* FindLink(SiteId a, SiteId b) const;
+  // Egress price from `from` to `to` (the link's, else the sending site's).
+  int64_t EgressMicroUsdPerGB(SiteId from, SiteId to) const;
+};
+
+}  // namespace meridian::model

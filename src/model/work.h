@@ -1,0 +1,94 @@
+// Work: jobs, their tasks, what each task asks for, and the data it reads.
+// Plain value types built and validated by src/spec/.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "model/fleet.h"
+
+namespace meridian::model {
+
+enum class Objective { kFastest, kCheapest, kBalanced };
+std::string_view ObjectiveName(Objective objective);
+std::optional<Objective> ParseObjective(std::string_view name);
+
+// What one task needs from one node.
+struct ResourceRequest {
+  // Acceptable accelerator types (canonical names). Empty with device_count > 0
+  // means any accelerator type.
+  std::vector<std::string> accelerator_any_of;
+  // Devices wanted on one node; 0 runs on CPU cores only.
+  int32_t device_count = 0;
+  // Share of each device, in milli-devices: 1000 is a whole device, 250 a quarter.
+  int32_t device_share_milli = 1000;
+  // Capability: each device must have at least this much memory.
+  int64_t min_device_memory_bytes = 0;
+  int64_t cpu_milli = 1000;
+  int64_t memory_bytes = 0;
+};
+
+// A reference to an immutable object and where its replicas are.
+struct ObjectRef {
+  std::string name;
+  int64_t size_bytes = 0;
+  std::vector<SiteId> locations;
+  // Where this data may be processed: site names, regions or region prefixes
+  // ("eu" matches "eu-west-1"). Empty: anywhere.
+  std::vector<std::string> residency;
+};
+
+// A dataset is a list of shards, each an object.
+struct Dataset {
+  std::string name;
+  std::vector<ObjectRef> shards;
+};
+
+// How much work a task is, in the unit of its kind in the throughput table.
+struct WorkAmount {
+  std::string kind;   // "resnet-50-b64", "gemm-fp16"
+  double amount = 0;  // 500 (steps), 2e3 (TFLOP)
+};
+
+struct Task {
+  TaskId id;                         // index in Job::tasks
+  std::string name;                  // unique in its job
+  std::string kernel;                // a built-in kernel, or
+  std::vector<std::string> command;  // argv of a command
+  std::optional<WorkAmount> work;    // time = amount / throughput(type, kind)
+  int64_t duration_us = 0;           // else a device-independent estimate
+  ResourceRequest resources;
+  std::vector<ObjectRef> inputs;
+  std::vector<TaskId> after;         // dependencies; their outputs are inputs too
+  int64_t output_bytes = 0;          // estimated size of what it writes
+  int32_t retries = 0;
+  int64_t timeout_us = 0;            // 0: none
+  std::string gang;                  // tasks of one gang are placed all-or-nothing
+};
+
+struct Job {
+  JobId id;
+  std::string name;
+  std::string tenant = "default";
+  int32_t priority = 0;              // higher runs first under the priority order
+  Objective objective = Objective::kFastest;
+  std::optional<int64_t> deadline_us;       // relative to submission
+  std::optional<int64_t> budget_micro_usd;  // for the whole job
+  std::vector<std::string> allowed_regions; // site names, regions or prefixes; empty: any
+  std::vector<Dataset> datasets;
+  std::vector<Task> tasks;
+
+  const Task* FindTask(std::string_view name) const;
+};
+
+// Whether `site` satisfies a region rule: its name, its region, or a prefix of its
+// region up to a '-' ("eu" matches "eu-west-1").
+bool SiteMatchesRegionRule(const Site& site, std::string_view rule);
+
+}  // namespace meridian::model
