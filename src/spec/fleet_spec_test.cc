@@ -1,0 +1,172 @@
+#include "spec/fleet_spec.h"
+
+#include <cstdlib>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/units.h"
+
+namespace meridian::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kFleet = R"(sites:
+  - {name: us-east, kind: cloud, provider: aws, region: us-east-1, egress: $0.09/GB}
+  - {name: eu-west, kind: cloud, region: europe-west4}
+links:
+  - {between: [us-east, eu-west], rtt: 80ms, bandwidth: 1Gbps, egress: {us-east: $0.02/GB}}
+nodes:
+  - name: a100
+    site: us-east
+    count: 3
+    cpu: 96
+    memory: 680GiB
+    devices: {type: a100, count: 8}
+    price: $19.42/h
+  - name: cpu
+    site: eu-west
+    cpu: 500m
+    memory: 2GiB
+tenants:
+  - {name: team, quota: {gpus: 4.5}}
+throughput:
+  kinds:
+    - {kind: gemm, unit: TFLOP, per_second: {A100: 250, CPU: 1}}
+)";
+
+std::string SourceDir() {
+  const char* d = std::getenv("MERIDIAN_SOURCE_DIR");
+  return d ? d : ".";
+}
+
+TEST(FleetSpecTest, LoadsSitesLinksNodesTenantsAndThroughput) {
+  StatusOr<FleetSpec> spec = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const model::Fleet& f = spec->fleet;
+  ASSERT_EQ(f.sites.size(), 2u);
+  EXPECT_EQ(f.sites[1].region, "europe-west4");
+  EXPECT_EQ(f.sites[0].egress_micro_usd_per_gb, 90'000);
+  ASSERT_EQ(f.links.size(), 1u);
+  EXPECT_EQ(f.links[0].rtt_us, 80'000);
+  EXPECT_EQ(f.links[0].bandwidth_bps, kGbps);
+  EXPECT_EQ(f.EgressMicroUsdPerGB(SiteId(0), SiteId(1)), 20'000);
+  EXPECT_EQ(f.EgressMicroUsdPerGB(SiteId(1), SiteId(0)), 0);  // eu-west's own default
+  ASSERT_EQ(f.nodes.size(), 4u);
+  EXPECT_EQ(f.nodes[0].name, "a100-0");
+  EXPECT_EQ(f.nodes[2].name, "a100-2");
+  EXPECT_EQ(f.nodes[3].name, "cpu");
+  EXPECT_EQ(f.nodes[0].devices.size(), 8u);
+  EXPECT_EQ(f.nodes[0].devices[7].type, "A100");
+  EXPECT_EQ(f.nodes[0].devices[7].memory_bytes, 40 * kGiB);  // default for the type
+  EXPECT_EQ(f.nodes[0].price_micro_usd_per_hour, 19'420'000);
+  EXPECT_EQ(f.nodes[3].cpu_milli, 500);
+  EXPECT_EQ(f.nodes[3].accelerator_type(), "CPU");
+  ASSERT_EQ(f.tenants.size(), 1u);
+  EXPECT_EQ(f.tenants[0].max_gpu_milli, 4500);
+  EXPECT_EQ(spec->throughput.Lookup("A100", "gemm"), 250.0);
+  EXPECT_EQ(spec->throughput.Unit("gemm"), "TFLOP");
+}
+
+struct BadFleet {
+  const char* name;
+  std::string from;  // replaced in kFleet
+  std::string to;
+  const char* want;  // substring of the error
+};
+
+class BadFleetTest : public ::testing::TestWithParam<BadFleet> {};
+
+TEST_P(BadFleetTest, RejectsWithLocatedMessageAndLoadsNothing) {
+  const BadFleet& c = GetParam();
+  std::string text = kFleet;
+  size_t at = text.find(c.from);
+  ASSERT_NE(at, std::string::npos) << c.from;
+  text.replace(at, c.from.size(), c.to);
+  StatusOr<FleetSpec> spec = ParseFleet(text, "fleet.yaml", "");
+  ASSERT_FALSE(spec.ok()) << c.name;
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr(c.want)) << c.name;
+  EXPECT_THAT(spec.status().message(), HasSubstr("fleet.yaml:")) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadFleetTest,
+    ::testing::Values(
+        BadFleet{"syntax", "  - name: cpu\n", "  - name: [cpu\n", "fleet.yaml:15:9: invalid YAML"},
+        BadFleet{"unknown field", "    price: $19.42/h", "    prce: $19.42/h",
+                 "fleet.yaml:13:5: nodes[0]: unknown field 'prce' (expected one of: name, site"},
+        BadFleet{"wrong unit", "rtt: 80ms", "rtt: 80 parsecs",
+                 "fleet.yaml:5:40: links[0].rtt: unknown unit 'parsecs'"},
+        BadFleet{"bandwidth unit", "bandwidth: 1Gbps", "bandwidth: 1GiB", "links[0].bandwidth"},
+        BadFleet{"negative count", "count: 3", "count: -3",
+                 "fleet.yaml:9:12: nodes[0].count: expected an integer from 1 to 1000000, got -3"},
+        BadFleet{"negative price", "$19.42/h", "$-19.42/h", "must not be negative"},
+        BadFleet{"unknown site in link", "between: [us-east, eu-west]", "between: [us-east, mars]",
+                 "links[0].between: unknown site 'mars'"},
+        BadFleet{"unknown site of nodes", "site: eu-west", "site: eu-north",
+                 "nodes[1].site: unknown site 'eu-north'"},
+        BadFleet{"duplicate site", "{name: eu-west,", "{name: us-east,", "duplicate site name 'us-east'"},
+        BadFleet{"duplicate node group", "  - name: cpu\n", "  - name: a100\n",
+                 "duplicate node group 'a100'"},
+        BadFleet{"unknown accelerator", "type: a100", "type: A10O", "unknown accelerator type 'A10O'"},
+        BadFleet{"bad site kind", "kind: cloud, provider", "kind: moon, provider",
+                 "expected cloud, dc or edge, got 'moon'"},
+        BadFleet{"missing cpu", "    cpu: 500m\n", "", "nodes[1]: missing required field 'cpu'"},
+        BadFleet{"self link", "[us-east, eu-west]", "[us-east, us-east]", "two different sites"},
+        BadFleet{"egress for a site not on the link", "egress: {us-east: $0.02/GB}",
+                 "egress: {mars: $0.02/GB}", "unknown field 'mars'"},
+        BadFleet{"throughput of unknown type", "A100: 250", "Z9: 250", "unknown accelerator type 'Z9'"},
+        BadFleet{"zero throughput", "A100: 250", "A100: 0", "must be positive"},
+        BadFleet{"list where a value goes", "memory: 2GiB", "memory: [2GiB]",
+                 "nodes[1].memory: expected a single value"}),
+    [](const ::testing::TestParamInfo<BadFleet>& info) {
+      std::string n = info.param.name;
+      for (char& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+TEST(FleetSpecTest, MissingFileIsNotFound) {
+  StatusOr<FleetSpec> spec = LoadFleet("/nonexistent/fleet.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(spec.status().message(), HasSubstr("/nonexistent/fleet.yaml"));
+}
+
+TEST(FleetSpecTest, LoadsTheThreeSiteExampleWithGavel) {
+  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/examples/fleets/three-sites.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->fleet.sites.size(), 3u);
+  EXPECT_EQ(spec->fleet.nodes.size(), 16u);
+  EXPECT_TRUE(spec->fleet.nodes.back().devices[0].emulated);
+  // Gavel's measurements came in alongside the inline kinds.
+  EXPECT_TRUE(spec->throughput.Lookup("V100", "resnet-50-b64").has_value());
+  EXPECT_TRUE(spec->throughput.Lookup("L4", "video-transcode").has_value());
+}
+
+TEST(FleetSpecTest, LoadsTheAlibabaNodeList) {
+  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/examples/fleets/alibaba-gpu-2023.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const model::Fleet& f = spec->fleet;
+  ASSERT_EQ(f.nodes.size(), 1213u);
+  EXPECT_EQ(f.nodes[0].name, "openb-node-0000");
+  EXPECT_EQ(f.nodes[0].cpu_milli, 64000);
+  EXPECT_EQ(f.nodes[0].memory_bytes, 262144 * kMiB);
+  ASSERT_EQ(f.nodes[0].devices.size(), 2u);
+  EXPECT_EQ(f.nodes[0].devices[0].type, "P100");
+  EXPECT_EQ(f.nodes[1].site, SiteId(1));  // round-robin over the sites
+  // 2 x P100 at $1.46 + 64 cores at $0.04.
+  EXPECT_EQ(f.nodes[0].price_micro_usd_per_hour, 2 * 1'460'000 + 64 * 40'000);
+}
+
+TEST(FleetSpecTest, NodeListErrorsNameTheLine) {
+  std::string text = std::string(kFleet) +
+                     "node_lists:\n  - {format: alibaba-gpu-2023, path: /nonexistent.csv, sites: [us-east]}\n";
+  StatusOr<FleetSpec> spec = ParseFleet(text, "fleet.yaml", "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("node_lists[0].path: /nonexistent.csv: no such file"));
+}
+
+}  // namespace
+}  // namespace meridian::spec

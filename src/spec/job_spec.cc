@@ -1,0 +1,403 @@
+#include "spec/job_spec.h"
+
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "model/accelerators.h"
+#include "spec/yaml_reader.h"
+
+namespace meridian::spec {
+namespace {
+
+using model::Job;
+using model::Task;
+
+constexpr int64_t kMaxTasks = 1'000'000;
+constexpr std::string_view kDatasetScheme = "dataset://";
+
+// A task as written, before map/replica expansion.
+struct TaskTemplate {
+  YAML::Node node;
+  std::string path;
+  Task task;
+  std::vector<std::string> after;
+  std::vector<std::string> dataset_inputs;
+  std::string map_over;
+  std::string reduce_of;
+  int64_t replicas = 1;
+  std::vector<TaskId> expanded;  // ids after expansion
+};
+
+class JobParser {
+ public:
+  JobParser(const Reader& r, const model::Fleet& fleet, const model::ThroughputTable& throughput)
+      : r_(r), fleet_(fleet), throughput_(throughput) {}
+
+  StatusOr<Job> Parse(const YAML::Node& root);
+
+ private:
+  Status ParseHeader(const YAML::Node& root);
+  Status ParseRegionRules(const YAML::Node& at, const std::string& path,
+                          const std::vector<std::string>& rules) const;
+  Status ParseObject(const YAML::Node& o, const std::string& path, model::ObjectRef* obj) const;
+  Status ParseDatasets(const YAML::Node& root);
+  Status ParseResources(const YAML::Node& t, const std::string& path, model::ResourceRequest* req) const;
+  Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
+  Status ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
+  Status ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
+  Status Expand();
+  Status Link();
+  Status CheckAcyclic() const;
+
+  const Reader& r_;
+  const model::Fleet& fleet_;
+  const model::ThroughputTable& throughput_;
+  Job job_;
+  std::map<std::string, size_t> dataset_index_;
+  std::vector<TaskTemplate> templates_;
+  std::map<std::string, size_t> template_index_;
+};
+
+Status JobParser::ParseRegionRules(const YAML::Node& at, const std::string& path,
+                                   const std::vector<std::string>& rules) const {
+  for (const std::string& rule : rules) {
+    bool any = false;
+    for (const model::Site& s : fleet_.sites) any |= model::SiteMatchesRegionRule(s, rule);
+    if (!any) {
+      return r_.Error(at, path, fmt::format("'{}' matches no site, region or region prefix of the fleet", rule));
+    }
+  }
+  return OkStatus();
+}
+
+Status JobParser::ParseHeader(const YAML::Node& root) {
+  MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "name", "", &job_.name));
+  MERIDIAN_RETURN_IF_ERROR(r_.String(root, "tenant", "", &job_.tenant));
+  if (!fleet_.tenants.empty() && job_.tenant != "default" && !fleet_.FindTenant(job_.tenant)) {
+    return r_.Error(root["tenant"], "tenant", fmt::format("unknown tenant '{}'", job_.tenant));
+  }
+  int64_t priority = 0;
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "priority", "", -1000, 1000, &priority));
+  job_.priority = static_cast<int32_t>(priority);
+  std::string objective = "fastest";
+  MERIDIAN_RETURN_IF_ERROR(r_.String(root, "objective", "", &objective));
+  auto parsed = model::ParseObjective(objective);
+  if (!parsed) {
+    return r_.Error(root["objective"], "objective",
+                    fmt::format("expected fastest, cheapest or balanced, got '{}'", objective));
+  }
+  job_.objective = *parsed;
+  if (root["deadline"]) {
+    int64_t d = 0;
+    MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "deadline", "", ParseDurationUs, &d));
+    if (d <= 0) return r_.Error(root["deadline"], "deadline", "must be positive");
+    job_.deadline_us = d;
+  }
+  if (root["budget"]) {
+    int64_t b = 0;
+    MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "budget", "", ParseMicroUsd, &b));
+    job_.budget_micro_usd = b;
+  }
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(root, "regions", "", &job_.allowed_regions));
+  return ParseRegionRules(root["regions"], "regions", job_.allowed_regions);
+}
+
+Status JobParser::ParseObject(const YAML::Node& o, const std::string& path,
+                              model::ObjectRef* obj) const {
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(o, path, {"name", "size", "at", "residency"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.String(o, "name", path, &obj->name));
+  if (!o["size"]) return r_.Error(o, path, "missing required field 'size'");
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(o, "size", path, ParseBytes, &obj->size_bytes));
+  std::vector<std::string> at;
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(o, "at", path, &at));
+  if (at.empty()) return r_.Error(o, path, "missing required field 'at' (the sites holding a replica)");
+  for (const std::string& s : at) {
+    auto id = fleet_.FindSite(s);
+    if (!id) return r_.Error(o["at"], Field(path, "at"), fmt::format("unknown site '{}'", s));
+    obj->locations.push_back(*id);
+  }
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(o, "residency", path, &obj->residency));
+  return ParseRegionRules(o["residency"], Field(path, "residency"), obj->residency);
+}
+
+Status JobParser::ParseDatasets(const YAML::Node& root) {
+  YAML::Node ds = root["datasets"];
+  if (!ds) return OkStatus();
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(ds, "datasets"));
+  for (size_t i = 0; i < ds.size(); ++i) {
+    std::string path = Index("datasets", i);
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(ds[i], path, {"name", "shards"}));
+    model::Dataset dataset;
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(ds[i], "name", path, &dataset.name));
+    if (dataset_index_.count(dataset.name)) {
+      return r_.Error(ds[i]["name"], Field(path, "name"), fmt::format("duplicate dataset '{}'", dataset.name));
+    }
+    YAML::Node shards = ds[i]["shards"];
+    std::string spath = Field(path, "shards");
+    if (!shards) return r_.Error(ds[i], path, "missing required field 'shards'");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(shards, spath));
+    if (shards.size() == 0) return r_.Error(shards, spath, "a dataset needs at least one shard");
+    for (size_t k = 0; k < shards.size(); ++k) {
+      model::ObjectRef shard;
+      MERIDIAN_RETURN_IF_ERROR(ParseObject(shards[k], Index(spath, k), &shard));
+      if (shard.name.empty()) shard.name = fmt::format("{}/{}", dataset.name, k);
+      dataset.shards.push_back(std::move(shard));
+    }
+    dataset_index_[dataset.name] = job_.datasets.size();
+    job_.datasets.push_back(std::move(dataset));
+  }
+  return OkStatus();
+}
+
+Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
+                                 model::ResourceRequest* req) const {
+  YAML::Node res = t["resources"];
+  if (!res) return OkStatus();
+  std::string rpath = Field(path, "resources");
+  MERIDIAN_RETURN_IF_ERROR(
+      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "cpu", "memory"}));
+  if (YAML::Node acc = res["accelerator"]) {
+    std::string apath = Field(rpath, "accelerator");
+    std::vector<std::string> types;
+    if (acc.IsScalar()) {
+      types.push_back(acc.Scalar());
+    } else {
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(acc, apath, {"any_of"}));
+      MERIDIAN_RETURN_IF_ERROR(r_.StringList(acc, "any_of", apath, &types));
+      if (types.empty()) return r_.Error(acc, apath, "missing required field 'any_of'");
+    }
+    for (const std::string& name : types) {
+      auto known = model::FindAcceleratorType(name);
+      if (!known || known->klass == model::AcceleratorClass::kCpu) {
+        return r_.Error(acc, apath, fmt::format("unknown accelerator type '{}' (known: {})", name,
+                                                model::KnownAcceleratorTypeNames()));
+      }
+      req->accelerator_any_of.emplace_back(known->name);
+    }
+    req->device_count = 1;
+  }
+  int64_t count = req->device_count;
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(res, "count", rpath, 0, 64, &count));
+  req->device_count = static_cast<int32_t>(count);
+  int64_t share = req->device_share_milli;
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "share", rpath, ParseMilli, &share));
+  if (share <= 0 || share > kMilliPerUnit) {
+    return r_.Error(res["share"], Field(rpath, "share"), "expected a share of each device in (0, 1], such as 0.5 or 250m");
+  }
+  req->device_share_milli = static_cast<int32_t>(share);
+  if (req->device_count == 0 && (res["share"] || res["min_memory"] || res["accelerator"])) {
+    return r_.Error(res, rpath, "'accelerator', 'share' and 'min_memory' need 'count' of at least 1");
+  }
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "min_memory", rpath, ParseBytes, &req->min_device_memory_bytes));
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "cpu", rpath, ParseMilli, &req->cpu_milli));
+  return r_.Unit(res, "memory", rpath, ParseBytes, &req->memory_bytes);
+}
+
+Status JobParser::ParseWork(const YAML::Node& t, const std::string& path, Task* task) const {
+  if (t["duration"]) {
+    MERIDIAN_RETURN_IF_ERROR(r_.Unit(t, "duration", path, ParseDurationUs, &task->duration_us));
+  }
+  YAML::Node w = t["work"];
+  if (!w) return OkStatus();
+  if (t["duration"]) return r_.Error(w, Field(path, "work"), "give either 'work' or 'duration', not both");
+  std::string wpath = Field(path, "work");
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(w, wpath, {"kind", "amount"}));
+  model::WorkAmount work;
+  MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(w, "kind", wpath, &work.kind));
+  if (!throughput_.HasKind(work.kind)) {
+    std::string known;
+    for (const std::string& k : throughput_.Kinds()) known += (known.empty() ? "" : ", ") + k;
+    return r_.Error(w["kind"], Field(wpath, "kind"),
+                    fmt::format("work kind '{}' is not in the fleet's throughput table (known: {})",
+                                work.kind, known.empty() ? "none" : known));
+  }
+  if (!w["amount"]) return r_.Error(w, wpath, "missing required field 'amount'");
+  MERIDIAN_RETURN_IF_ERROR(r_.Double(w, "amount", wpath, 0.0, &work.amount));
+  if (work.amount <= 0) return r_.Error(w["amount"], Field(wpath, "amount"), "must be positive");
+  task->work = std::move(work);
+  return OkStatus();
+}
+
+Status JobParser::ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
+  YAML::Node in = t["inputs"];
+  if (!in) return OkStatus();
+  std::string ipath = Field(path, "inputs");
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(in, ipath));
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].IsScalar()) {
+      std::string ref = in[i].Scalar();
+      if (ref.rfind(kDatasetScheme, 0) != 0) {
+        return r_.Error(in[i], Index(ipath, i), fmt::format("expected dataset://NAME or an object map, got '{}'", ref));
+      }
+      std::string name = ref.substr(kDatasetScheme.size());
+      if (!dataset_index_.count(name)) return r_.Error(in[i], Index(ipath, i), fmt::format("unknown dataset '{}'", name));
+      tmpl->dataset_inputs.push_back(name);
+      continue;
+    }
+    model::ObjectRef obj;
+    MERIDIAN_RETURN_IF_ERROR(ParseObject(in[i], Index(ipath, i), &obj));
+    if (obj.name.empty()) obj.name = fmt::format("{}.input{}", tmpl->task.name, i);
+    tmpl->task.inputs.push_back(std::move(obj));
+  }
+  return OkStatus();
+}
+
+Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "gang", "retries", "timeout"}));
+  Task& task = tmpl->task;
+  MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(t, "name", path, &task.name));
+  if (task.name.find('/') != std::string::npos) return r_.Error(t["name"], Field(path, "name"), "must not contain '/'");
+  MERIDIAN_RETURN_IF_ERROR(r_.String(t, "kernel", path, &task.kernel));
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(t, "command", path, &task.command));
+  if (task.kernel.empty() == task.command.empty()) {
+    return r_.Error(t, path, "give exactly one of 'kernel' or 'command'");
+  }
+  MERIDIAN_RETURN_IF_ERROR(ParseWork(t, path, &task));
+  MERIDIAN_RETURN_IF_ERROR(ParseResources(t, path, &task.resources));
+  MERIDIAN_RETURN_IF_ERROR(ParseInputs(t, path, tmpl));
+  if (YAML::Node m = t["map"]) {
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(m, Field(path, "map"), {"over"}));
+    std::string over;
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(m, "over", Field(path, "map"), &over));
+    if (over.rfind(kDatasetScheme, 0) != 0 || !dataset_index_.count(over.substr(kDatasetScheme.size()))) {
+      return r_.Error(m["over"], Field(path, "map.over"), fmt::format("expected dataset://NAME of a declared dataset, got '{}'", over));
+    }
+    tmpl->map_over = over.substr(kDatasetScheme.size());
+  }
+  MERIDIAN_RETURN_IF_ERROR(r_.String(t, "reduce", path, &tmpl->reduce_of));
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(t, "after", path, &tmpl->after));
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(t, "output_size", path, ParseBytes, &task.output_bytes));
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "replicas", path, 1, 4096, &tmpl->replicas));
+  if (tmpl->replicas > 1 && !tmpl->map_over.empty()) {
+    return r_.Error(t["replicas"], Field(path, "replicas"), "a map task cannot also have replicas");
+  }
+  MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
+  int64_t retries = 0;
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));
+  task.retries = static_cast<int32_t>(retries);
+  return r_.Unit(t, "timeout", path, ParseDurationUs, &task.timeout_us);
+}
+
+Status JobParser::Expand() {
+  for (TaskTemplate& tmpl : templates_) {
+    std::vector<const model::ObjectRef*> shards;
+    if (!tmpl.map_over.empty()) {
+      for (const model::ObjectRef& s : job_.datasets[dataset_index_[tmpl.map_over]].shards) shards.push_back(&s);
+    }
+    size_t n = shards.empty() ? static_cast<size_t>(tmpl.replicas) : shards.size();
+    if (job_.tasks.size() + n > static_cast<size_t>(kMaxTasks)) {
+      return r_.Error(tmpl.node, tmpl.path, fmt::format("a job holds at most {} tasks after expansion", kMaxTasks));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      Task task = tmpl.task;
+      task.id = TaskId(static_cast<uint32_t>(job_.tasks.size()));
+      if (n > 1 || !shards.empty()) task.name = fmt::format("{}/{}", tmpl.task.name, k);
+      if (!shards.empty()) task.inputs.push_back(*shards[k]);
+      for (const std::string& ds : tmpl.dataset_inputs) {
+        for (const model::ObjectRef& s : job_.datasets[dataset_index_[ds]].shards) task.inputs.push_back(s);
+      }
+      if (tmpl.replicas > 1 && task.gang.empty()) task.gang = tmpl.task.name;
+      tmpl.expanded.push_back(task.id);
+      job_.tasks.push_back(std::move(task));
+    }
+  }
+  return OkStatus();
+}
+
+Status JobParser::Link() {
+  for (TaskTemplate& tmpl : templates_) {
+    std::vector<std::string> deps = tmpl.after;
+    if (!tmpl.reduce_of.empty()) deps.push_back(tmpl.reduce_of);
+    for (const std::string& dep : deps) {
+      auto it = template_index_.find(dep);
+      if (it == template_index_.end()) {
+        YAML::Node at = tmpl.node[dep == tmpl.reduce_of ? "reduce" : "after"];
+        return r_.Error(at, Field(tmpl.path, dep == tmpl.reduce_of ? "reduce" : "after"),
+                        fmt::format("unknown task '{}'", dep));
+      }
+      if (it->second == static_cast<size_t>(&tmpl - templates_.data())) {
+        return r_.Error(tmpl.node, tmpl.path, "a task cannot depend on itself");
+      }
+      for (TaskId id : tmpl.expanded) {
+        for (TaskId d : templates_[it->second].expanded) job_.tasks[id.value()].after.push_back(d);
+      }
+    }
+  }
+  return CheckAcyclic();
+}
+
+Status JobParser::CheckAcyclic() const {
+  // Kahn's algorithm over templates; whatever is left is on a cycle.
+  std::vector<int> indegree(templates_.size(), 0);
+  std::vector<std::vector<size_t>> users(templates_.size());
+  for (size_t i = 0; i < templates_.size(); ++i) {
+    std::vector<std::string> deps = templates_[i].after;
+    if (!templates_[i].reduce_of.empty()) deps.push_back(templates_[i].reduce_of);
+    for (const std::string& d : deps) {
+      users[template_index_.at(d)].push_back(i);
+      ++indegree[i];
+    }
+  }
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < templates_.size(); ++i) if (indegree[i] == 0) ready.push_back(i);
+  size_t done = 0;
+  while (!ready.empty()) {
+    size_t i = ready.back();
+    ready.pop_back();
+    ++done;
+    for (size_t u : users[i]) if (--indegree[u] == 0) ready.push_back(u);
+  }
+  if (done == templates_.size()) return OkStatus();
+  for (size_t i = 0; i < templates_.size(); ++i) {
+    if (indegree[i] > 0) {
+      return r_.Error(templates_[i].node, templates_[i].path,
+                      fmt::format("task '{}' is on a dependency cycle", templates_[i].task.name));
+    }
+  }
+  return InternalError("cycle detection inconsistent");
+}
+
+StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"name", "tenant", "priority", "objective", "deadline", "budget", "regions", "datasets", "tasks"}));
+  MERIDIAN_RETURN_IF_ERROR(ParseHeader(root));
+  MERIDIAN_RETURN_IF_ERROR(ParseDatasets(root));
+  YAML::Node tasks = root["tasks"];
+  if (!tasks) return r_.Error(root, "", "missing required field 'tasks'");
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(tasks, "tasks"));
+  if (tasks.size() == 0) return r_.Error(tasks, "tasks", "a job needs at least one task");
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    TaskTemplate tmpl;
+    tmpl.node = tasks[i];
+    tmpl.path = Index("tasks", i);
+    MERIDIAN_RETURN_IF_ERROR(ParseTask(tasks[i], tmpl.path, &tmpl));
+    if (template_index_.count(tmpl.task.name)) {
+      return r_.Error(tasks[i]["name"], Field(tmpl.path, "name"), fmt::format("duplicate task name '{}'", tmpl.task.name));
+    }
+    template_index_[tmpl.task.name] = templates_.size();
+    templates_.push_back(std::move(tmpl));
+  }
+  MERIDIAN_RETURN_IF_ERROR(Expand());
+  MERIDIAN_RETURN_IF_ERROR(Link());
+  return std::move(job_);
+}
+
+}  // namespace
+
+StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model::Fleet& fleet,
+                       const model::ThroughputTable& throughput) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  Reader r{std::string(file)};
+  JobParser parser(r, fleet, throughput);
+  return parser.Parse(root);
+}
+
+StatusOr<Job> LoadJob(const std::string& path, const model::Fleet& fleet,
+                      const model::ThroughputTable& throughput) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseJob(text, path, fleet, throughput);
+}
+
+}  // namespace meridian::spec

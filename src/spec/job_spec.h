@@ -1,0 +1,25 @@
+// Job files (YAML) -> model::Job, validated against the fleet it will run on (site
+// names, regions, accelerator types, throughput kinds). Map tasks are expanded into
+// one task per shard ("hist/0", "hist/1", ...); `replicas: N` expands into N tasks in
+// one gang. The format is documented in docs/job-spec.md. Any error names the file,
+// line, column and field; on error nothing is returned.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "model/fleet.h"
+#include "model/throughput.h"
+#include "model/work.h"
+
+namespace meridian::spec {
+
+StatusOr<model::Job> ParseJob(std::string_view text, std::string_view file,
+                              const model::Fleet& fleet, const model::ThroughputTable& throughput);
+StatusOr<model::Job> LoadJob(const std::string& path, const model::Fleet& fleet,
+                             const model::ThroughputTable& throughput);
+
+}  // namespace meridian::spec

@@ -1,0 +1,160 @@
+#include "spec/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/units.h"
+#include "spec/fleet_spec.h"
+
+namespace meridian::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kFleet = R"(sites:
+  - {name: us-east, region: us-east-1}
+  - {name: eu-west, region: eu-west-1}
+links:
+  - {between: [us-east, eu-west], rtt: 80ms, bandwidth: 1Gbps}
+nodes:
+  - {name: a100, site: us-east, cpu: 96, memory: 680GiB, devices: {type: A100, count: 8}}
+  - {name: t4, site: eu-west, cpu: 8, memory: 32GiB, devices: {type: T4}}
+throughput:
+  kinds:
+    - {kind: gemm, unit: TFLOP, per_second: {A100: 250, T4: 50}}
+)";
+
+constexpr const char* kJob = R"(name: etl
+tenant: default
+priority: 5
+objective: cheapest
+deadline: 2h
+budget: $12.50
+regions: [eu, us-east]
+datasets:
+  - name: logs
+    shards:
+      - {size: 10GiB, at: eu-west}
+      - {size: 2GiB, at: [us-east, eu-west], residency: [eu]}
+tasks:
+  - name: prep
+    kernel: sum
+    duration: 30s
+  - name: count
+    kernel: word_count
+    map: {over: dataset://logs}
+    after: [prep]
+    work: {kind: gemm, amount: 100}
+    resources: {accelerator: {any_of: [a100, T4]}, share: 0.5, min_memory: 16GiB, cpu: 2, memory: 4GiB}
+    output_size: 1MiB
+  - name: merge
+    command: [./merge, --out, result]
+    reduce: count
+    inputs: [{name: dict, size: 1GiB, at: us-east}]
+  - name: train
+    kernel: matmul
+    replicas: 3
+    resources: {accelerator: A100, count: 2}
+    retries: 2
+    timeout: 1h
+)";
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<FleetSpec> f = ParseFleet(kFleet, "fleet.yaml", "");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    fleet_ = std::move(*f);
+  }
+  StatusOr<model::Job> Parse(const std::string& text) {
+    return ParseJob(text, "job.yaml", fleet_.fleet, fleet_.throughput);
+  }
+  FleetSpec fleet_;
+};
+
+TEST_F(JobSpecTest, LoadsAndExpandsMapsReducesAndReplicas) {
+  StatusOr<model::Job> job = Parse(kJob);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->name, "etl");
+  EXPECT_EQ(job->priority, 5);
+  EXPECT_EQ(job->objective, model::Objective::kCheapest);
+  EXPECT_EQ(job->deadline_us, 2 * kHourUs);
+  EXPECT_EQ(job->budget_micro_usd, 12'500'000);
+  ASSERT_EQ(job->tasks.size(), 7u);  // prep, count/0, count/1, merge, train/0..2
+  const model::Task* c1 = job->FindTask("count/1");
+  ASSERT_NE(c1, nullptr);
+  EXPECT_EQ(c1->inputs.size(), 1u);
+  EXPECT_EQ(c1->inputs[0].size_bytes, 2 * kGiB);
+  EXPECT_EQ(c1->inputs[0].locations.size(), 2u);
+  EXPECT_EQ(c1->inputs[0].residency, std::vector<std::string>{"eu"});
+  EXPECT_EQ(c1->after, std::vector<TaskId>{TaskId(0)});
+  EXPECT_EQ(c1->resources.accelerator_any_of, (std::vector<std::string>{"A100", "T4"}));
+  EXPECT_EQ(c1->resources.device_count, 1);
+  EXPECT_EQ(c1->resources.device_share_milli, 500);
+  EXPECT_EQ(c1->resources.min_device_memory_bytes, 16 * kGiB);
+  EXPECT_EQ(c1->resources.cpu_milli, 2000);
+  EXPECT_EQ(c1->work->amount, 100.0);
+  const model::Task* merge = job->FindTask("merge");
+  ASSERT_NE(merge, nullptr);
+  EXPECT_EQ(merge->after, (std::vector<TaskId>{TaskId(1), TaskId(2)}));
+  EXPECT_EQ(merge->command.size(), 3u);
+  EXPECT_EQ(merge->resources.device_count, 0);
+  const model::Task* t2 = job->FindTask("train/2");
+  ASSERT_NE(t2, nullptr);
+  EXPECT_EQ(t2->gang, "train");
+  EXPECT_EQ(t2->resources.device_count, 2);
+  EXPECT_EQ(t2->timeout_us, kHourUs);
+  EXPECT_EQ(job->FindTask("prep")->duration_us, 30 * kSecondUs);
+}
+
+struct BadJob {
+  const char* name;
+  std::string from;
+  std::string to;
+  const char* want;
+};
+
+class BadJobTest : public JobSpecTest, public ::testing::WithParamInterface<BadJob> {};
+
+TEST_P(BadJobTest, RejectsWithLocatedMessageAndLoadsNothing) {
+  const BadJob& c = GetParam();
+  std::string text = kJob;
+  size_t at = text.find(c.from);
+  ASSERT_NE(at, std::string::npos) << c.from;
+  text.replace(at, c.from.size(), c.to);
+  StatusOr<model::Job> job = Parse(text);
+  ASSERT_FALSE(job.ok()) << c.name;
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr(c.want)) << c.name;
+  EXPECT_THAT(job.status().message(), HasSubstr("job.yaml:")) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadJobTest,
+    ::testing::Values(
+        BadJob{"syntax", "regions: [eu, us-east]", "regions: [eu, us-east", "invalid YAML"},
+        BadJob{"unknown field", "    retries: 2", "    retry: 2",
+               "job.yaml:32:5: tasks[3]: unknown field 'retry'"},
+        BadJob{"wrong unit", "deadline: 2h", "deadline: 2 fortnights", "deadline: unknown unit 'fortnights'"},
+        BadJob{"negative count", "count: 2", "count: -2", "tasks[3].resources.count: expected an integer from 0 to 64, got -2"},
+        BadJob{"unknown site", "{size: 10GiB, at: eu-west}", "{size: 10GiB, at: ap-south}",
+               "datasets[0].shards[0].at: unknown site 'ap-south'"},
+        BadJob{"duplicate task", "  - name: merge", "  - name: prep", "duplicate task name 'prep'"},
+        BadJob{"unknown dependency", "after: [prep]", "after: [prepare]", "tasks[1].after: unknown task 'prepare'"},
+        BadJob{"unknown dataset", "dataset://logs}", "dataset://logz}", "map.over: expected dataset://NAME"},
+        BadJob{"unknown objective", "objective: cheapest", "objective: cheap", "expected fastest, cheapest or balanced"},
+        BadJob{"unknown work kind", "kind: gemm", "kind: fft", "work kind 'fft' is not in the fleet's throughput table (known: gemm)"},
+        BadJob{"kernel and command", "    command: [./merge", "    kernel: x\n    command: [./merge", "exactly one of 'kernel' or 'command'"},
+        BadJob{"share out of range", "share: 0.5", "share: 1.5", "share of each device in (0, 1]"},
+        BadJob{"region matching nothing", "regions: [eu, us-east]", "regions: [ap]", "'ap' matches no site"},
+        BadJob{"unknown accelerator", "accelerator: A100", "accelerator: B200", "unknown accelerator type 'B200'"},
+        BadJob{"cycle", "  - name: prep\n    kernel: sum", "  - name: prep\n    after: [merge]\n    kernel: sum", "is on a dependency cycle"},
+        BadJob{"negative budget", "budget: $12.50", "budget: $-12.50", "budget: an amount in USD must not be negative"}),
+    [](const ::testing::TestParamInfo<BadJob>& info) {
+      std::string n = info.param.name;
+      for (char& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+}  // namespace
+}  // namespace meridian::spec
