@@ -1,0 +1,57 @@
+// The cost model behind the Score plugins: how long a task takes on a pool's
+// nodes and what it costs there.
+//
+//   finish = start + wait + transfer + compute
+//   transfer = for each source site, RTT + bytes pulled from it / link bandwidth;
+//              sources are pulled in parallel, so the slowest one counts. Each
+//              input comes from its best replica (least time, then least egress).
+//   compute  = amount / throughput(device type, work kind, device count)
+//              x (1000 / device share); CPU-only tasks: per-core rate x cores.
+//              Tasks without a work kind use their device-independent duration.
+//   cost     = node price x the node's share the task takes (its dominant share of
+//              devices, CPU and memory) x (transfer + compute) + egress of inputs.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/fleet.h"
+#include "model/throughput.h"
+#include "model/work.h"
+#include "sched/plan.h"
+#include "sched/pool.h"
+
+namespace meridian::sched {
+
+// What moving a task's inputs to one site takes.
+struct SiteInputs {
+  bool reachable = true;       // every input has a replica with a path here
+  std::string unreachable;     // the first input that has none
+  int64_t transfer_us = 0;
+  int64_t egress_micro_usd = 0;
+  int64_t bytes_moved = 0;
+};
+
+// For every site of the fleet, indexed by SiteId.
+std::vector<SiteInputs> EstimateInputsPerSite(const model::Fleet& fleet,
+                                              const std::vector<model::ObjectRef>& inputs);
+// The transfers behind EstimateInputsPerSite for one destination.
+std::vector<Transfer> PlanTransfers(const model::Fleet& fleet,
+                                    const std::vector<model::ObjectRef>& inputs, SiteId to);
+
+// Compute time on `pool`'s devices, or nullopt when the throughput table has no
+// entry for the pool's device type and the task's work kind.
+std::optional<int64_t> EstimateComputeUs(const model::ThroughputTable& throughput,
+                                         const model::Task& task, const Pool& pool);
+
+// The node's share the task takes, in parts per million (dominant resource).
+int64_t NodeShareppm(const model::ResourceRequest& req, const Pool& pool);
+
+// price x share x duration, in micro-USD, rounded up.
+int64_t RunCostMicroUsd(int64_t price_micro_usd_per_hour, int64_t share_ppm, int64_t duration_us);
+
+}  // namespace meridian::sched

@@ -1,0 +1,239 @@
+#include "sched/filters.h"
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace meridian::sched {
+namespace {
+
+std::string TypeList(const std::vector<std::string>& types) {
+  if (types.empty()) return "accelerator";
+  std::string out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (i > 0) out += i + 1 == types.size() ? " or " : ", ";
+    out += types[i];
+  }
+  return out;
+}
+
+class HealthFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "node_health"; }
+  UnplacedKind kind() const override { return UnplacedKind::kWaiting; }
+  bool Check(const TaskView&, const Pool& p) const override {
+    return p.health == model::NodeHealth::kHealthy;
+  }
+  std::string Explain(const TaskView&, const Pool& p) const override {
+    return fmt::format("are {}", model::NodeHealthName(p.health));
+  }
+};
+
+class DeviceTypeFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "device_type"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    const model::ResourceRequest& r = t.task.resources;
+    if (r.device_count == 0) return true;
+    if (p.device_count == 0) return false;
+    if (r.accelerator_any_of.empty()) return true;
+    for (const std::string& type : r.accelerator_any_of) {
+      if (type == p.device_type) return true;
+    }
+    return false;
+  }
+  std::string Explain(const TaskView& t, const Pool&) const override {
+    return fmt::format("have no {}", TypeList(t.task.resources.accelerator_any_of));
+  }
+};
+
+class DeviceMemoryFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "device_memory"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    const model::ResourceRequest& r = t.task.resources;
+    return r.device_count == 0 || p.device_memory_bytes >= r.min_device_memory_bytes;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("have {} devices with {} each, under the {} asked for", p.device_type,
+                       FormatBytes(p.device_memory_bytes),
+                       FormatBytes(t.task.resources.min_device_memory_bytes));
+  }
+};
+
+class DeviceCountFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "device_count"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    return t.task.resources.device_count <= p.device_count;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("have {} {} devices, fewer than the {} asked for on one node", p.device_count,
+                       p.device_type, t.task.resources.device_count);
+  }
+};
+
+class CpuFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    return t.task.resources.cpu_milli <= p.cpu_milli;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("have {} CPU cores, fewer than the {} asked for", FormatMilli(p.cpu_milli),
+                       FormatMilli(t.task.resources.cpu_milli));
+  }
+};
+
+class MemoryFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "memory"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    return t.task.resources.memory_bytes <= p.memory_bytes;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("have {} of memory, less than the {} asked for", FormatBytes(p.memory_bytes),
+                       FormatBytes(t.task.resources.memory_bytes));
+  }
+};
+
+class RegionFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "allowed_regions"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    if (t.job.allowed_regions.empty()) return true;
+    const model::Site& site = t.fleet.site(p.site);
+    for (const std::string& rule : t.job.allowed_regions) {
+      if (model::SiteMatchesRegionRule(site, rule)) return true;
+    }
+    return false;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("are at {}, outside the job's allowed regions", t.fleet.site(p.site).name);
+  }
+};
+
+class ResidencyFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "data_residency"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override { return Violated(t, p) == nullptr; }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("are at {}, where input '{}' may not be processed (residency)",
+                       t.fleet.site(p.site).name, Violated(t, p)->name);
+  }
+
+ private:
+  static const model::ObjectRef* Violated(const TaskView& t, const Pool& p) {
+    const model::Site& site = t.fleet.site(p.site);
+    for (const model::ObjectRef& obj : t.pending.inputs) {
+      if (obj.residency.empty()) continue;
+      bool ok = false;
+      for (const std::string& rule : obj.residency) ok |= model::SiteMatchesRegionRule(site, rule);
+      if (!ok) return &obj;
+    }
+    return nullptr;
+  }
+};
+
+class ThroughputKnownFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "throughput_known"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    return EstimateComputeUs(t.throughput, t.task, p).has_value();
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    std::string_view type = t.task.resources.device_count == 0 ? "CPU" : p.device_type;
+    return fmt::format("have {}, for which the throughput table has no '{}' figure", type,
+                       t.task.work->kind);
+  }
+};
+
+class DataReachableFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "data_reachable"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    return t.inputs_per_site.empty() || t.inputs_per_site[p.site.value()].reachable;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    return fmt::format("are at {}, which no link joins to a replica of input '{}'",
+                       t.fleet.site(p.site).name, t.inputs_per_site[p.site.value()].unreachable);
+  }
+};
+
+std::vector<std::unique_ptr<Filter>> MakeDefaultFilters() {
+  std::vector<std::unique_ptr<Filter>> f;
+  f.push_back(std::make_unique<DeviceTypeFilter>());
+  f.push_back(std::make_unique<DeviceCountFilter>());
+  f.push_back(std::make_unique<DeviceMemoryFilter>());
+  f.push_back(std::make_unique<CpuFilter>());
+  f.push_back(std::make_unique<MemoryFilter>());
+  f.push_back(std::make_unique<RegionFilter>());
+  f.push_back(std::make_unique<ResidencyFilter>());
+  f.push_back(std::make_unique<ThroughputKnownFilter>());
+  f.push_back(std::make_unique<DataReachableFilter>());
+  f.push_back(std::make_unique<HealthFilter>());
+  return f;
+}
+
+}  // namespace
+
+const std::vector<std::unique_ptr<Filter>>& DefaultFilters() {
+  static const auto* filters = new std::vector<std::unique_ptr<Filter>>(MakeDefaultFilters());
+  return *filters;
+}
+
+const Filter* FindFilter(std::string_view name) {
+  for (const auto& f : DefaultFilters()) {
+    if (f->name() == name) return f.get();
+  }
+  return nullptr;
+}
+
+bool FitsNow(const model::ResourceRequest& req, const NodeFree& free, std::vector<int32_t>* devices) {
+  if (free.cpu_milli < req.cpu_milli || free.memory_bytes < req.memory_bytes) return false;
+  devices->clear();
+  if (req.device_count == 0) return true;
+  const int32_t share = req.device_share_milli;
+  if (share >= kMilliPerUnit) {
+    for (size_t d = 0; d < free.device_free_milli.size(); ++d) {
+      if (free.device_free_milli[d] >= kMilliPerUnit) {
+        devices->push_back(static_cast<int32_t>(d));
+        if (static_cast<int32_t>(devices->size()) == req.device_count) return true;
+      }
+    }
+    return false;
+  }
+  // Fractional: best fit, the fullest devices that still have room, so that whole
+  // devices stay whole for tasks that need them.
+  for (int32_t k = 0; k < req.device_count; ++k) {
+    int32_t best = -1;
+    for (size_t d = 0; d < free.device_free_milli.size(); ++d) {
+      int32_t f = free.device_free_milli[d];
+      if (f < share) continue;
+      bool taken = false;
+      for (int32_t c : *devices) taken |= (c == static_cast<int32_t>(d));
+      if (taken) continue;
+      if (best < 0 || f < free.device_free_milli[static_cast<size_t>(best)]) best = static_cast<int32_t>(d);
+    }
+    if (best < 0) return false;
+    devices->push_back(best);
+  }
+  return true;
+}
+
+std::string_view ShortResource(const model::ResourceRequest& req, const NodeFree& free) {
+  if (free.cpu_milli < req.cpu_milli) return "free CPU";
+  if (free.memory_bytes < req.memory_bytes) return "free memory";
+  return "free devices";
+}
+
+}  // namespace meridian::sched

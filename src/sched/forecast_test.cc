@@ -1,0 +1,87 @@
+#include "sched/forecast.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sched/sched_test_util.h"
+
+namespace meridian::sched {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ForecastTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::FleetBuilder b;
+    a_ = b.Site("a");
+    c_ = b.Site("c");
+    b.Link(a_, c_, 10'000, 8 * kGbps, 50'000);
+    b.Nodes(a_, "T4", 1, 1, 3'600'000);    // $3.60/h
+    b.Nodes(c_, "A100", 1, 1, 3'600'000);
+    fleet_ = b.Build();
+  }
+  SiteId a_, c_;
+  model::Fleet fleet_;
+  model::ThroughputTable tt_;
+};
+
+TEST_F(ForecastTest, DependantsStartWhenTheirInputsFinishAndPullTheirOutputs) {
+  model::Task first = testing::GpuTask("first", {"T4"});
+  first.duration_us = 10 * kSecondUs;
+  first.output_bytes = kGB;
+  model::Task second = testing::GpuTask("second", {"A100"});
+  second.duration_us = 20 * kSecondUs;
+  second.after = {TaskId(0)};
+  model::Job job = testing::MakeJob("j", {first, second});
+  Forecast f = ForecastJob(fleet_, tt_, job, Policy{}, 1);
+  ASSERT_TRUE(f.complete());
+  const Placement& p1 = *f.tasks[0].placement;
+  const Placement& p2 = *f.tasks[1].placement;
+  EXPECT_EQ(p1.finish_us, 10 * kSecondUs);
+  EXPECT_EQ(p2.start_us, 10 * kSecondUs);
+  // 1 GB over 8 Gbps (1 s) + 10 ms RTT, then 20 s of compute.
+  EXPECT_EQ(p2.transfer_us, kSecondUs + 10'000);
+  EXPECT_EQ(p2.finish_us, 10 * kSecondUs + kSecondUs + 10'000 + 20 * kSecondUs);
+  EXPECT_EQ(f.makespan_us, p2.finish_us);
+  ASSERT_EQ(f.links.size(), 1u);
+  EXPECT_EQ((f.links.at({a_, c_}).bytes), kGB);
+  EXPECT_EQ(f.egress_cost_micro_usd, 50'000);
+  // $3.60/h for 10 s and for 21.01 s.
+  EXPECT_EQ(f.compute_cost_micro_usd, 10'000 + 21'010);
+}
+
+TEST_F(ForecastTest, TasksQueueForBusyDevicesAndInfeasibleOnesBlockTheirDependants) {
+  std::vector<model::Task> tasks(3, testing::GpuTask("", {"T4"}));
+  model::Task impossible = testing::GpuTask("impossible", {"H100"});
+  model::Task after = testing::GpuTask("after", {"T4"});
+  after.after = {TaskId(3)};
+  tasks.push_back(impossible);
+  tasks.push_back(after);
+  model::Job job = testing::MakeJob("j", tasks);
+  Forecast f = ForecastJob(fleet_, tt_, job, Policy{}, 1);
+  EXPECT_FALSE(f.complete());
+  EXPECT_EQ(f.placed, 3u);
+  EXPECT_EQ(f.tasks[0].placement->start_us, 0);
+  EXPECT_EQ(f.tasks[1].placement->start_us, kMinuteUs);
+  EXPECT_EQ(f.tasks[2].placement->start_us, 2 * kMinuteUs);
+  EXPECT_EQ(f.makespan_us, 3 * kMinuteUs);
+  EXPECT_EQ(f.tasks[3].outcome, Outcome::kInfeasible);
+  EXPECT_THAT(f.tasks[3].reason, HasSubstr("have no H100"));
+  EXPECT_EQ(f.tasks[4].outcome, Outcome::kBlocked);
+  EXPECT_THAT(f.tasks[4].reason, HasSubstr("depends on 'impossible'"));
+}
+
+TEST_F(ForecastTest, SameSeedSameForecast) {
+  std::vector<model::Task> tasks(6, testing::GpuTask("", {"T4", "A100"}));
+  model::Job job = testing::MakeJob("j", tasks);
+  Forecast x = ForecastJob(fleet_, tt_, job, Policy{}, 42);
+  Forecast y = ForecastJob(fleet_, tt_, job, Policy{}, 42);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    EXPECT_EQ(x.tasks[i].placement->allocation.node, y.tasks[i].placement->allocation.node);
+    EXPECT_EQ(x.tasks[i].placement->start_us, y.tasks[i].placement->start_us);
+  }
+}
+
+}  // namespace
+}  // namespace meridian::sched

@@ -1,0 +1,64 @@
+// The scheduler's output: where each task goes, what it is expected to cost and
+// when it is expected to finish, or why it was not placed.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "sched/snapshot.h"
+
+namespace meridian::sched {
+
+// One input pulled over a link.
+struct Transfer {
+  std::string object;
+  SiteId from;
+  SiteId to;
+  int64_t bytes = 0;
+  int64_t time_us = 0;
+  int64_t cost_micro_usd = 0;
+};
+
+struct Placement {
+  size_t queue_index = 0;       // into Snapshot::queue
+  uint32_t job = 0;
+  TaskId task;
+  Allocation allocation;
+  SiteId site;
+  std::string device_type;      // "CPU" for CPU-only tasks
+  int64_t start_us = 0;
+  int64_t transfer_us = 0;      // staging the inputs
+  int64_t compute_us = 0;
+  int64_t finish_us = 0;
+  int64_t compute_cost_micro_usd = 0;
+  int64_t egress_cost_micro_usd = 0;
+  std::vector<Transfer> transfers;
+
+  int64_t cost_micro_usd() const { return compute_cost_micro_usd + egress_cost_micro_usd; }
+};
+
+// Why a task was not placed. kInfeasible: no node of the fleet could ever run it as
+// asked (wrong types everywhere, too big, over budget, past the deadline).
+// kWaiting: it could run, but not now (resources busy, quota in use, nodes unhealthy).
+enum class UnplacedKind { kWaiting, kInfeasible };
+std::string_view UnplacedKindName(UnplacedKind kind);
+
+struct Unplaced {
+  size_t queue_index = 0;
+  uint32_t job = 0;
+  TaskId task;
+  UnplacedKind kind = UnplacedKind::kWaiting;
+  std::string reason;
+};
+
+struct Plan {
+  std::vector<Placement> placements;
+  std::vector<Unplaced> unplaced;
+};
+
+}  // namespace meridian::sched

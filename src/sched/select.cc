@@ -1,0 +1,136 @@
+#include "sched/select.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "sched/estimate.h"
+
+namespace meridian::sched {
+namespace {
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+
+int64_t SatAdd(int64_t a, int64_t b) { return a > kInf - b ? kInf : a + b; }
+
+}  // namespace
+
+int64_t ScoreFinishTimeUs(const TaskView& t, const Pool& pool, int64_t now_us, Candidate* c) {
+  c->compute_us = EstimateComputeUs(t.throughput, t.task, pool).value_or(kInf);
+  c->transfer_us = t.inputs_per_site.empty() ? 0 : t.inputs_per_site[pool.site.value()].transfer_us;
+  c->start_us = now_us;
+  c->finish_us = SatAdd(SatAdd(now_us, c->transfer_us), c->compute_us);
+  return c->finish_us;
+}
+
+int64_t ScoreCostMicroUsd(const TaskView& t, const Pool& pool, Candidate* c) {
+  int64_t busy_us = SatAdd(c->transfer_us, c->compute_us);
+  c->run_cost_micro_usd =
+      RunCostMicroUsd(pool.price_micro_usd_per_hour, NodeShareppm(t.task.resources, pool), busy_us);
+  c->egress_micro_usd = t.inputs_per_site.empty() ? 0 : t.inputs_per_site[pool.site.value()].egress_micro_usd;
+  c->cost_micro_usd = SatAdd(c->run_cost_micro_usd, c->egress_micro_usd);
+  return c->cost_micro_usd;
+}
+
+bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint32_t tiebreak,
+               Candidate* c, std::vector<Rejection>* rejections) {
+  c->pool = pool.index;
+  c->tiebreak = tiebreak;
+  ScoreFinishTimeUs(t, pool, ctx.now_us, c);
+  ScoreCostMicroUsd(t, pool, c);
+  if (ctx.deadline_at_us && c->finish_us > *ctx.deadline_at_us) {
+    rejections->push_back(Rejection{RejectionKind::kDeadline, 0, pool.index, c->finish_us, *ctx.deadline_at_us});
+    return false;
+  }
+  if (ctx.budget_left_micro_usd && c->cost_micro_usd > *ctx.budget_left_micro_usd) {
+    rejections->push_back(Rejection{RejectionKind::kBudget, 0, pool.index, c->cost_micro_usd, *ctx.budget_left_micro_usd});
+    return false;
+  }
+  return true;
+}
+
+void SortCandidates(model::Objective objective, std::vector<Candidate>* candidates) {
+  std::vector<Candidate>& cs = *candidates;
+  switch (objective) {
+    case model::Objective::kFastest:
+      std::sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) {
+        return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
+               std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
+      });
+      return;
+    case model::Objective::kCheapest:
+      std::sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) {
+        return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
+               std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);
+      });
+      return;
+    case model::Objective::kBalanced: {
+      if (cs.empty()) return;
+      auto [fmin, fmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.finish_us < b.finish_us; });
+      auto [cmin, cmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.cost_micro_usd < b.cost_micro_usd; });
+      double f0 = static_cast<double>(fmin->finish_us), fr = static_cast<double>(fmax->finish_us) - f0;
+      double c0 = static_cast<double>(cmin->cost_micro_usd), cr = static_cast<double>(cmax->cost_micro_usd) - c0;
+      auto score = [&](const Candidate& c) {
+        double s = 0;
+        if (fr > 0) s += (static_cast<double>(c.finish_us) - f0) / fr;
+        if (cr > 0) s += (static_cast<double>(c.cost_micro_usd) - c0) / cr;
+        return s;
+      };
+      std::sort(cs.begin(), cs.end(), [&](const Candidate& a, const Candidate& b) {
+        double sa = score(a), sb = score(b);
+        if (sa != sb) return sa < sb;
+        return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
+               std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
+      });
+      return;
+    }
+  }
+}
+
+void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,
+                     const std::vector<Rejection>& rejections, size_t total_nodes,
+                     int64_t now_us, UnplacedKind* kind, std::string* reason) {
+  const auto& filters = DefaultFilters();
+  std::map<std::string, size_t> nodes_by_phrase;
+  bool waiting = false;
+  for (const Rejection& r : rejections) {
+    const Pool& pool = pools[r.pool];
+    std::string phrase;
+    switch (r.kind) {
+      case RejectionKind::kFilter:
+        phrase = filters[r.filter]->Explain(t, pool);
+        waiting |= filters[r.filter]->kind() == UnplacedKind::kWaiting;
+        break;
+      case RejectionKind::kDeadline:
+        phrase = fmt::format("would finish it {} from now, after the deadline ({} from now)",
+                             FormatDurationUs(r.value - now_us), FormatDurationUs(r.limit - now_us));
+        break;
+      case RejectionKind::kBudget:
+        phrase = fmt::format("would charge {} for it, more than the {} left of the job's budget",
+                             FormatMicroUsd(r.value), FormatMicroUsd(r.limit));
+        break;
+      case RejectionKind::kBusy:
+        phrase = fmt::format("at {} are busy (not enough {} now)", t.fleet.site(pool.site).name,
+                             ShortResource(t.task.resources, free.free(pool.nodes.front())));
+        waiting = true;
+        break;
+    }
+    nodes_by_phrase[phrase] += pool.nodes.size();
+  }
+  *kind = waiting ? UnplacedKind::kWaiting : UnplacedKind::kInfeasible;
+  std::vector<std::pair<size_t, std::string>> parts;
+  for (auto& [phrase, n] : nodes_by_phrase) parts.emplace_back(n, phrase);
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out = fmt::format("0 of {} nodes can run it{}", total_nodes, waiting ? " now" : "");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += i == 0 ? ": " : "; ";
+    out += fmt::format("{} node{} {}", parts[i].first, parts[i].first == 1 ? "" : "s", parts[i].second);
+  }
+  *reason = std::move(out);
+}
+
+}  // namespace meridian::sched

@@ -1,0 +1,70 @@
+// Score and Select: the two Score plugins (finish time, cost) turn a pool that
+// passed the filters into a Candidate; the job's deadline and budget are hard
+// constraints on it; Select orders candidates by the job's objective:
+//   fastest   earliest finish, then lower cost;
+//   cheapest  lowest cost (the deadline already holds), then earlier finish;
+//   balanced  least sum of finish and cost, each scaled to [0, 1] over the
+//             candidates (equal weight).
+// Exact ties go to a per-call random rank of the pools (seeded), so equal sites
+// share load in a reproducible way.
+//
+// Also here: turning the rejections collected for a task into one reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/work.h"
+#include "sched/filters.h"
+#include "sched/plan.h"
+#include "sched/pool.h"
+#include "sched/snapshot.h"
+
+namespace meridian::sched {
+
+struct CostContext {
+  int64_t now_us = 0;
+  std::optional<int64_t> deadline_at_us;
+  std::optional<int64_t> budget_left_micro_usd;
+};
+
+struct Candidate {
+  uint32_t pool = 0;
+  uint32_t tiebreak = 0;
+  int64_t start_us = 0;
+  int64_t transfer_us = 0;
+  int64_t compute_us = 0;
+  int64_t finish_us = 0;
+  int64_t run_cost_micro_usd = 0;
+  int64_t egress_micro_usd = 0;
+  int64_t cost_micro_usd = 0;
+};
+
+enum class RejectionKind : uint8_t { kFilter, kDeadline, kBudget, kBusy };
+
+struct Rejection {
+  RejectionKind kind;
+  uint16_t filter;  // index into DefaultFilters() for kFilter
+  uint32_t pool;
+  int64_t value;    // finish time (kDeadline) or cost (kBudget)
+  int64_t limit;    // the deadline or the budget left
+};
+
+// Score plugins.
+int64_t ScoreFinishTimeUs(const TaskView& t, const Pool& pool, int64_t now_us, Candidate* c);
+int64_t ScoreCostMicroUsd(const TaskView& t, const Pool& pool, Candidate* c);
+
+// Fills *c, or records why the pool breaks the deadline or the budget.
+bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint32_t tiebreak,
+               Candidate* c, std::vector<Rejection>* rejections);
+
+void SortCandidates(model::Objective objective, std::vector<Candidate>* candidates);
+
+// One reason from all rejections; kind is kWaiting if anything could change.
+void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,
+                     const std::vector<Rejection>& rejections, size_t total_nodes,
+                     int64_t now_us, UnplacedKind* kind, std::string* reason);
+
+}  // namespace meridian::sched

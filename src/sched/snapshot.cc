@@ -1,0 +1,40 @@
+#include "sched/snapshot.h"
+
+#include "common/status.h"
+
+namespace meridian::sched {
+
+ResourceLedger::ResourceLedger(const model::Fleet& fleet) {
+  free_.resize(fleet.nodes.size());
+  for (const model::Node& n : fleet.nodes) {
+    NodeFree& f = free_[n.id.value()];
+    f.cpu_milli = n.cpu_milli;
+    f.memory_bytes = n.memory_bytes;
+    f.device_free_milli.assign(n.devices.size(), 1000);
+  }
+}
+
+void ResourceLedger::Take(const Allocation& a) {
+  NodeFree& f = free_.at(a.node.value());
+  MERIDIAN_CHECK(f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes);
+  f.cpu_milli -= a.cpu_milli;
+  f.memory_bytes -= a.memory_bytes;
+  for (int32_t d : a.devices) {
+    int32_t& free = f.device_free_milli.at(static_cast<size_t>(d));
+    MERIDIAN_CHECK(free >= a.device_share_milli);
+    free -= a.device_share_milli;
+  }
+}
+
+void ResourceLedger::Give(const Allocation& a) {
+  NodeFree& f = free_.at(a.node.value());
+  f.cpu_milli += a.cpu_milli;
+  f.memory_bytes += a.memory_bytes;
+  for (int32_t d : a.devices) {
+    int32_t& free = f.device_free_milli.at(static_cast<size_t>(d));
+    free += a.device_share_milli;
+    MERIDIAN_CHECK(free <= 1000);
+  }
+}
+
+}  // namespace meridian::sched

@@ -1,0 +1,93 @@
+// The scheduler's input: an immutable picture of the fleet's free resources, the
+// jobs and their tasks waiting to run, and the tenants' usage. The coordinator and
+// the simulator build one, call sched::Schedule, and commit the plan themselves.
+//
+// Lifetimes: a Snapshot points into the Fleet, ThroughputTable and Jobs it was built
+// from; they must outlive it. Thread-safety: immutable once built.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "model/fleet.h"
+#include "model/throughput.h"
+#include "model/work.h"
+
+namespace meridian::sched {
+
+// Free resources of one node.
+struct NodeFree {
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  std::vector<int32_t> device_free_milli;  // per device; 1000 = wholly free
+};
+
+// What one placement takes from one node.
+struct Allocation {
+  NodeId node;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  std::vector<int32_t> devices;  // device indices on the node
+  int32_t device_share_milli = 0;
+};
+
+// The free resources of every node, indexed by NodeId; Take and Give keep it exact.
+class ResourceLedger {
+ public:
+  ResourceLedger() = default;
+  // Everything free.
+  explicit ResourceLedger(const model::Fleet& fleet);
+
+  const NodeFree& free(NodeId node) const { return free_[node.value()]; }
+  size_t size() const { return free_.size(); }
+  // Stops the process if the allocation does not fit: the caller checked.
+  void Take(const Allocation& a);
+  void Give(const Allocation& a);
+
+ private:
+  std::vector<NodeFree> free_;
+};
+
+// Per-tenant resources in use, for quotas and fair sharing.
+struct TenantUsage {
+  int64_t gpu_milli = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+};
+
+// A job as the scheduler sees it.
+struct JobState {
+  const model::Job* job = nullptr;
+  int64_t submit_us = 0;                 // queue order
+  std::optional<int64_t> deadline_at_us; // absolute, on the snapshot's clock
+  std::optional<int64_t> budget_left_micro_usd;
+  std::optional<int64_t> budget_total_micro_usd;
+};
+
+// One task ready to run (its dependencies are done).
+struct PendingTask {
+  uint32_t job = 0;                // index in Snapshot::jobs
+  TaskId task;                     // in that job
+  // Every input with its replicas: declared inputs and dependencies' outputs.
+  std::vector<model::ObjectRef> inputs;
+  int64_t seq = 0;                 // FIFO tie-breaker, unique
+};
+
+struct Snapshot {
+  int64_t now_us = 0;
+  const model::Fleet* fleet = nullptr;
+  const model::ThroughputTable* throughput = nullptr;
+  ResourceLedger free;
+  std::vector<TenantUsage> tenant_usage;  // by TenantId; empty means no usage
+  std::vector<JobState> jobs;
+  std::vector<PendingTask> queue;
+
+  const model::Task& task(const PendingTask& p) const {
+    return jobs[p.job].job->tasks[p.task.value()];
+  }
+};
+
+}  // namespace meridian::sched
