@@ -1,6 +1,7 @@
 #include "sched/estimate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 
@@ -116,18 +117,20 @@ int64_t NodeShareppm(const model::ResourceRequest& req, const Pool& pool) {
   }
   if (pool.cpu_milli > 0) share = std::max(share, req.cpu_milli * kPpm / pool.cpu_milli);
   if (pool.memory_bytes > 0) {
-    share = std::max(share, static_cast<int64_t>(static_cast<__int128>(req.memory_bytes) * kPpm /
-                                                 pool.memory_bytes));
+    share = std::max(share, static_cast<int64_t>(static_cast<double>(req.memory_bytes) * kPpm /
+                                                 static_cast<double>(pool.memory_bytes)));
   }
   return std::min(share, kPpm);
 }
 
 int64_t RunCostMicroUsd(int64_t price_micro_usd_per_hour, int64_t share_ppm, int64_t duration_us) {
   if (duration_us == kInf) return kInf;
-  __int128 num = static_cast<__int128>(price_micro_usd_per_hour) * share_ppm * duration_us;
-  __int128 den = static_cast<__int128>(kHourUs) * 1'000'000;
-  __int128 c = (num + den - 1) / den;
-  return c > kInf ? kInf : static_cast<int64_t>(c);
+  // An estimate, not a ledger entry: double keeps the hot path free of 128-bit
+  // division and is exact to well under a micro-dollar at these magnitudes.
+  double c = static_cast<double>(price_micro_usd_per_hour) * static_cast<double>(share_ppm) *
+             static_cast<double>(duration_us) / (static_cast<double>(kHourUs) * 1e6);
+  if (c >= 9.2e18) return kInf;
+  return static_cast<int64_t>(std::ceil(c - 1e-9));
 }
 
 }  // namespace meridian::sched

@@ -62,6 +62,7 @@ class DryRun {
   std::vector<TaskId> ready_;
   using Event = std::pair<int64_t, uint32_t>;  // finish, task
   std::priority_queue<Event, std::vector<Event>, std::greater<>> running_;
+  std::map<uint32_t, Release> releases_;  // running tasks, by task
 };
 
 PendingTask DryRun::Pending(TaskId id, int64_t seq) const {
@@ -108,6 +109,7 @@ void DryRun::Apply(const Plan& plan) {
       ++use.transfers;
     }
     running_.push({p.finish_us, p.task.value()});
+    releases_[p.task.value()] = Release{p.finish_us, p.allocation};
   }
   for (const Unplaced& u : plan.unplaced) {
     TaskForecast& f = out_.tasks[u.task.value()];
@@ -126,6 +128,7 @@ void DryRun::Apply(const Plan& plan) {
 void DryRun::Finish(TaskId id) {
   const Placement& p = *out_.tasks[id.value()].placement;
   snapshot_.free.Give(p.allocation);
+  releases_.erase(id.value());
   out_.makespan_us = std::max(out_.makespan_us, p.finish_us);
   for (TaskId u : dependants_[id.value()]) {
     if (--deps_left_[u.value()] == 0 && out_.tasks[u.value()].outcome != Outcome::kBlocked) {
@@ -142,6 +145,8 @@ Forecast DryRun::Run() {
       std::sort(ready_.begin(), ready_.end());
       snapshot_.queue.clear();
       for (TaskId id : ready_) snapshot_.queue.push_back(Pending(id, seq++));
+      snapshot_.releases.clear();
+      for (const auto& [task, release] : releases_) snapshot_.releases.push_back(release);
       Apply(Schedule(snapshot_, policy_, rng_));
     }
     if (running_.empty()) break;

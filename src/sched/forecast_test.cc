@@ -72,6 +72,37 @@ TEST_F(ForecastTest, TasksQueueForBusyDevicesAndInfeasibleOnesBlockTheirDependan
   EXPECT_THAT(f.tasks[4].reason, HasSubstr("depends on 'impossible'"));
 }
 
+TEST_F(ForecastTest, HoldsOutForTheLocalDeviceWhenMovingTheDataTakesLonger) {
+  // Two tasks read 4 GB (or 40 GB) each at site a, whose one T4 takes 10 s per task.
+  // The A100 at c takes 1 s, plus 4 s (or 40 s) to move the input over 8 Gbps.
+  // 4 GB: the first task goes to the A100 (5 s), the second to the idle T4 (10 s).
+  // 40 GB: both stay with their data; the second holds out for the busy T4 (done
+  // at 20 s) rather than move 40 GB to the free A100 (41 s).
+  model::ThroughputTable tt;
+  tt.Set("T4", "k", 1);
+  tt.Set("A100", "k", 10);
+  for (int64_t gb : {4, 40}) {
+    std::vector<model::Task> tasks(2, testing::GpuTask("", {"T4", "A100"}));
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      tasks[i].work = model::WorkAmount{"k", 10};
+      tasks[i].inputs = {model::ObjectRef{"in" + std::to_string(i), gb * kGB, {a_}, {}}};
+    }
+    model::Job job = testing::MakeJob("j", tasks);
+    Forecast f = ForecastJob(fleet_, tt, job, Policy{}, 1);
+    ASSERT_TRUE(f.complete());
+    if (gb == 4) {
+      EXPECT_EQ(f.tasks[0].placement->site, c_);
+      EXPECT_EQ(f.tasks[1].placement->site, a_);
+      EXPECT_EQ(f.tasks[1].placement->start_us, 0);
+    } else {
+      EXPECT_EQ(f.tasks[0].placement->site, a_);
+      EXPECT_EQ(f.tasks[1].placement->site, a_);
+      EXPECT_EQ(f.tasks[1].placement->start_us, 10 * kSecondUs);
+      EXPECT_TRUE(f.links.empty());
+    }
+  }
+}
+
 TEST_F(ForecastTest, SameSeedSameForecast) {
   std::vector<model::Task> tasks(6, testing::GpuTask("", {"T4", "A100"}));
   model::Job job = testing::MakeJob("j", tasks);

@@ -48,6 +48,7 @@ struct Taken {
   size_t tenant;
   TenantUsage usage;
   int64_t cost;
+  int64_t finish_us;
 };
 
 TenantUsage UsageOf(const model::ResourceRequest& r) {
@@ -58,13 +59,19 @@ TenantUsage UsageOf(const model::ResourceRequest& r) {
 class Scheduler {
  public:
   Scheduler(const Snapshot& s, const Policy& policy, Random& rng)
-      : s_(s), order_(s, policy.order), pools_(BuildPools(*s.fleet)), free_(s.free) {
+      : s_(s), policy_(policy), order_(s, policy.order), pools_(BuildPools(*s.fleet)), free_(s.free) {
     pool_state_.resize(pools_.size());
     tiebreak_.resize(pools_.size());
     std::iota(tiebreak_.begin(), tiebreak_.end(), uint32_t{0});
     for (size_t i = tiebreak_.size(); i > 1; --i) std::swap(tiebreak_[i - 1], tiebreak_[rng.Uniform(i)]);
     budget_left_.resize(s.jobs.size());
     for (size_t j = 0; j < s.jobs.size(); ++j) budget_left_[j] = s.jobs[j].budget_left_micro_usd;
+    pool_of_node_.resize(s.fleet->nodes.size());
+    for (const Pool& p : pools_) {
+      for (NodeId n : p.nodes) pool_of_node_[n.value()] = p.index;
+    }
+    pool_releases_.resize(pools_.size());
+    for (const Release& r : s.releases) AddRelease(r);
     usage_.assign(s.fleet->tenants.size() + 1, TenantUsage{});
     for (size_t t = 0; t < s.tenant_usage.size() && t < usage_.size(); ++t) usage_[t] = s.tenant_usage[t];
   }
@@ -76,6 +83,10 @@ class Scheduler {
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
+  void AddRelease(const Release& r);
+  void RemoveRelease(const Allocation& a, int64_t at_us);
+  // How long until a node of the busy pool has room, from the known releases.
+  std::optional<int64_t> EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const;
   Placement MakePlacement(size_t qi, const Candidate& c, NodeId node, std::vector<int32_t> devices,
                           const std::vector<model::ObjectRef>& inputs) const;
   void Commit(size_t qi, const Placement& p, std::vector<Taken>* log);
@@ -83,6 +94,7 @@ class Scheduler {
   void PlaceGang(const std::vector<size_t>& members);
 
   const Snapshot& s_;
+  const Policy& policy_;
   TaskOrder order_;
   std::vector<Pool> pools_;
   std::vector<PoolState> pool_state_;
@@ -90,6 +102,10 @@ class Scheduler {
   ResourceLedger free_;
   std::vector<std::optional<int64_t>> budget_left_;
   std::vector<TenantUsage> usage_;
+  std::vector<uint32_t> pool_of_node_;
+  // Known releases by pool, ordered by time: the snapshot's, and this call's own
+  // placements (they free at their estimated finish).
+  std::vector<std::multimap<int64_t, Allocation>> pool_releases_;
   Plan plan_;
   // Reused per task to avoid allocation in the hot path.
   std::vector<Candidate> candidates_;
@@ -152,6 +168,37 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
   return std::nullopt;
 }
 
+std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const {
+  const std::multimap<int64_t, Allocation>& releases = pool_releases_[pool.index];
+  if (releases.empty()) return std::nullopt;
+  std::map<uint32_t, NodeFree> future;  // nodes touched so far, with what came back
+  std::vector<int32_t> devices;
+  for (const auto& [at_us, a] : releases) {
+    auto [it, inserted] = future.try_emplace(a.node.value(), free_.free(a.node));
+    NodeFree& f = it->second;
+    f.cpu_milli += a.cpu_milli;
+    f.memory_bytes += a.memory_bytes;
+    for (int32_t d : a.devices) f.device_free_milli[static_cast<size_t>(d)] += a.device_share_milli;
+    if (FitsNow(r, f, &devices)) return std::max<int64_t>(0, at_us - s_.now_us);
+  }
+  return std::nullopt;
+}
+
+void Scheduler::AddRelease(const Release& r) {
+  pool_releases_[pool_of_node_[r.allocation.node.value()]].emplace(r.at_us, r.allocation);
+}
+
+void Scheduler::RemoveRelease(const Allocation& a, int64_t at_us) {
+  auto& releases = pool_releases_[pool_of_node_[a.node.value()]];
+  auto [first, last] = releases.equal_range(at_us);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.node == a.node && it->second.devices == a.devices) {
+      releases.erase(it);
+      return;
+    }
+  }
+}
+
 Placement Scheduler::MakePlacement(size_t qi, const Candidate& c, NodeId node,
                                    std::vector<int32_t> devices,
                                    const std::vector<model::ObjectRef>& inputs) const {
@@ -206,10 +253,22 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
     Candidate c;
     if (ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) candidates_.push_back(c);
   }
-  SortCandidates(js.job->objective, &candidates_);
+  CandidateOrder rank(js.job->objective, candidates_);
 
+  // Walk the candidates best first. A busy pool whose node frees soon enough may
+  // still be the best choice once its wait is added: then the task holds out for it
+  // rather than take a worse node now.
   std::vector<int32_t> devices;
-  for (const Candidate& c : candidates_) {
+  std::optional<Candidate> hold;
+  // Best first by selection, not a full sort: the first candidate usually has room.
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    size_t best = i;
+    for (size_t k = i + 1; k < candidates_.size(); ++k) {
+      if (rank.Better(candidates_[k], candidates_[best])) best = k;
+    }
+    std::swap(candidates_[i], candidates_[best]);
+    const Candidate& c = candidates_[i];
+    if (hold && !rank.Better(c, *hold)) break;
     const Pool& pool = pools_[c.pool];
     if (std::optional<NodeId> node = FindNode(pool, r, &devices)) {
       out.placed = true;
@@ -217,6 +276,17 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
       return out;
     }
     rejections_.push_back(Rejection{RejectionKind::kBusy, 0, pool.index, 0, 0});
+    std::optional<int64_t> wait = EarliestWaitUs(pool, r);
+    if (!wait) continue;
+    Candidate later = c;
+    later.wait_us = *wait;
+    later.start_us += *wait;
+    later.finish_us += *wait;
+    if (js.deadline_at_us && later.finish_us > *js.deadline_at_us) continue;
+    if (!hold || rank.Better(later, *hold)) hold = later;
+  }
+  if (hold) {
+    rejections_.push_back(Rejection{RejectionKind::kHoldOut, 0, hold->pool, hold->finish_us, hold->wait_us});
   }
   ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, &out.kind,
                   &out.reason);
@@ -232,12 +302,14 @@ void Scheduler::Commit(size_t qi, const Placement& p, std::vector<Taken>* log) {
   usage_[t].gpu_milli += u.gpu_milli;
   usage_[t].cpu_milli += u.cpu_milli;
   usage_[t].memory_bytes += u.memory_bytes;
-  if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd()});
+  AddRelease(Release{p.finish_us, p.allocation});
+  if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd(), p.finish_us});
 }
 
 void Scheduler::Rollback(std::vector<Taken>* log) {
   for (const Taken& t : *log) {
     free_.Give(t.allocation);
+    RemoveRelease(t.allocation, t.finish_us);
     if (budget_left_[t.job]) *budget_left_[t.job] += t.cost;
     usage_[t.tenant].gpu_milli -= t.usage.gpu_milli;
     usage_[t.tenant].cpu_milli -= t.usage.cpu_milli;
@@ -255,6 +327,9 @@ void Scheduler::PlaceGang(const std::vector<size_t>& members) {
   {
     Attempt first = TryPlace(members[0], std::nullopt);
     if (first.placed) {
+      CandidateOrder rank(s_.jobs[s_.queue[members[0]].job].job->objective, candidates_);
+      std::sort(candidates_.begin(), candidates_.end(),
+                [&](const Candidate& a, const Candidate& b) { return rank.Better(a, b); });
       tries.push_back(first.placement.site);
       for (const Candidate& c : candidates_) {
         SiteId site = pools_[c.pool].site;
@@ -313,6 +388,7 @@ Plan Scheduler::Run() {
       const std::vector<size_t>& members = gangs[{p.job, task.gang}];
       for (size_t m : members) done[m] = true;
       PlaceGang(members);
+      if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
       continue;
     }
     done[*qi] = true;
@@ -324,6 +400,7 @@ Plan Scheduler::Run() {
     } else {
       plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, a.kind, std::move(a.reason)});
     }
+    if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
   }
   return std::move(plan_);
 }

@@ -16,6 +16,8 @@
 // snapshots may run in parallel.
 #pragma once
 
+#include <functional>
+
 #include "common/env.h"
 #include "sched/plan.h"
 #include "sched/queue.h"
@@ -25,6 +27,9 @@ namespace meridian::sched {
 
 struct Policy {
   QueueOrder order = QueueOrder::kFifo;
+  // Called after each decision (a task or a whole gang) with the number of tasks
+  // decided so far. The scheduler reads no clock; a benchmark timestamps here.
+  std::function<void(size_t decided)> on_decision;
 };
 
 Plan Schedule(const Snapshot& snapshot, const Policy& policy, Random& rng);

@@ -17,7 +17,7 @@ Plan RunSched(const model::Fleet& f, const std::vector<const model::Job*>& jobs,
   static const model::ThroughputTable kEmpty;
   Snapshot s = testing::MakeSnapshot(f, kEmpty, jobs);
   Random rng(seed);
-  return Schedule(s, Policy{order}, rng);
+  return Schedule(s, Policy{order, {}}, rng);
 }
 
 TEST(ScheduleTest, AccountsResourcesAcrossManyTasksInOneCall) {
@@ -197,6 +197,41 @@ TEST(ScheduleTest, PriorityOrderGivesScarceGpusToTheHigherPriorityJob) {
   Plan plan = RunSched(f, {&low, &high}, 1, QueueOrder::kPriority);
   ASSERT_EQ(plan.placements.size(), 2u);
   for (const Placement& p : plan.placements) EXPECT_EQ(p.job, 1u);
+}
+
+}  // namespace
+}  // namespace meridian::sched
+
+namespace meridian::sched {
+namespace {
+
+TEST(ScheduleWaitTest, ABusyNodeThatFreesSoonBeatsAFreeNodeFarFromTheData) {
+  testing::FleetBuilder b;
+  SiteId edge = b.Site("edge"), cloud = b.Site("cloud");
+  b.Link(edge, cloud, 50'000, 100'000'000);  // 100 Mbps uplink
+  b.Nodes(edge, "T4", 1, 1, 0);
+  b.Nodes(cloud, "A100", 1, 1, 0);
+  model::Fleet f = b.Build();
+  model::ThroughputTable tt;
+  model::Task t = testing::GpuTask("t", {"T4", "A100"});
+  t.duration_us = kSecondUs;
+  t.inputs = {model::ObjectRef{"frames", kGiB, {edge}, {}}};
+  model::Job job = testing::MakeJob("j", {t});
+  Snapshot s = testing::MakeSnapshot(f, tt, {&job});
+  // The T4 is busy with a task expected to end in 2 s.
+  Allocation running{NodeId(0), 1000, kGiB, {0}, 1000};
+  s.free.Take(running);
+  s.releases.push_back(Release{2 * kSecondUs, running});
+  Random rng(1);
+  Plan plan = Schedule(s, Policy{}, rng);
+  ASSERT_EQ(plan.unplaced.size(), 1u);
+  EXPECT_EQ(plan.unplaced[0].kind, UnplacedKind::kWaiting);
+  EXPECT_THAT(plan.unplaced[0].reason, ::testing::HasSubstr("1 node at edge are busy, but one frees in 2 s"));
+  // Without a known release the T4 might stay busy: move the data and go.
+  s.releases.clear();
+  plan = Schedule(s, Policy{}, rng);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].site, cloud);
 }
 
 }  // namespace

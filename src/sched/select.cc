@@ -53,42 +53,39 @@ bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint
   return true;
 }
 
-void SortCandidates(model::Objective objective, std::vector<Candidate>* candidates) {
-  std::vector<Candidate>& cs = *candidates;
-  switch (objective) {
+CandidateOrder::CandidateOrder(model::Objective objective, const std::vector<Candidate>& cs)
+    : objective_(objective) {
+  if (objective != model::Objective::kBalanced || cs.empty()) return;
+  auto [fmin, fmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.finish_us < b.finish_us; });
+  auto [cmin, cmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.cost_micro_usd < b.cost_micro_usd; });
+  f0_ = static_cast<double>(fmin->finish_us);
+  fr_ = static_cast<double>(fmax->finish_us) - f0_;
+  c0_ = static_cast<double>(cmin->cost_micro_usd);
+  cr_ = static_cast<double>(cmax->cost_micro_usd) - c0_;
+}
+
+double CandidateOrder::Score(const Candidate& c) const {
+  double s = 0;
+  if (fr_ > 0) s += (static_cast<double>(c.finish_us) - f0_) / fr_;
+  if (cr_ > 0) s += (static_cast<double>(c.cost_micro_usd) - c0_) / cr_;
+  return s;
+}
+
+bool CandidateOrder::Better(const Candidate& a, const Candidate& b) const {
+  switch (objective_) {
     case model::Objective::kFastest:
-      std::sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) {
-        return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
-               std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
-      });
-      return;
+      break;
     case model::Objective::kCheapest:
-      std::sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) {
-        return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
-               std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);
-      });
-      return;
+      return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
+             std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);
     case model::Objective::kBalanced: {
-      if (cs.empty()) return;
-      auto [fmin, fmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.finish_us < b.finish_us; });
-      auto [cmin, cmax] = std::minmax_element(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.cost_micro_usd < b.cost_micro_usd; });
-      double f0 = static_cast<double>(fmin->finish_us), fr = static_cast<double>(fmax->finish_us) - f0;
-      double c0 = static_cast<double>(cmin->cost_micro_usd), cr = static_cast<double>(cmax->cost_micro_usd) - c0;
-      auto score = [&](const Candidate& c) {
-        double s = 0;
-        if (fr > 0) s += (static_cast<double>(c.finish_us) - f0) / fr;
-        if (cr > 0) s += (static_cast<double>(c.cost_micro_usd) - c0) / cr;
-        return s;
-      };
-      std::sort(cs.begin(), cs.end(), [&](const Candidate& a, const Candidate& b) {
-        double sa = score(a), sb = score(b);
-        if (sa != sb) return sa < sb;
-        return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
-               std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
-      });
-      return;
+      double sa = Score(a), sb = Score(b);
+      if (sa != sb) return sa < sb;
+      break;
     }
   }
+  return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
+         std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
 }
 
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,
@@ -116,6 +113,12 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Re
       case RejectionKind::kBusy:
         phrase = fmt::format("at {} are busy (not enough {} now)", t.fleet.site(pool.site).name,
                              ShortResource(t.task.resources, free.free(pool.nodes.front())));
+        waiting = true;
+        break;
+      case RejectionKind::kHoldOut:
+        phrase = fmt::format("at {} are busy, but one frees in {} and would still finish it first ({} from now)",
+                             t.fleet.site(pool.site).name, FormatDurationUs(r.limit),
+                             FormatDurationUs(r.value - now_us));
         waiting = true;
         break;
     }

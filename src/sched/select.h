@@ -40,16 +40,17 @@ struct Candidate {
   int64_t run_cost_micro_usd = 0;
   int64_t egress_micro_usd = 0;
   int64_t cost_micro_usd = 0;
+  int64_t wait_us = 0;  // until a node of the pool has room (0: now)
 };
 
-enum class RejectionKind : uint8_t { kFilter, kDeadline, kBudget, kBusy };
+enum class RejectionKind : uint8_t { kFilter, kDeadline, kBudget, kBusy, kHoldOut };
 
 struct Rejection {
   RejectionKind kind;
   uint16_t filter;  // index into DefaultFilters() for kFilter
   uint32_t pool;
-  int64_t value;    // finish time (kDeadline) or cost (kBudget)
-  int64_t limit;    // the deadline or the budget left
+  int64_t value;    // finish time (kDeadline, kHoldOut) or cost (kBudget)
+  int64_t limit;    // the deadline, the budget left, or the wait (kHoldOut)
 };
 
 // Score plugins.
@@ -60,7 +61,18 @@ int64_t ScoreCostMicroUsd(const TaskView& t, const Pool& pool, Candidate* c);
 bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint32_t tiebreak,
                Candidate* c, std::vector<Rejection>* rejections);
 
-void SortCandidates(model::Objective objective, std::vector<Candidate>* candidates);
+// Orders candidates best first; returns the comparison it used, so that a
+// candidate whose finish moved later by waiting can be compared with the rest.
+class CandidateOrder {
+ public:
+  CandidateOrder(model::Objective objective, const std::vector<Candidate>& candidates);
+  bool Better(const Candidate& a, const Candidate& b) const;
+
+ private:
+  double Score(const Candidate& c) const;
+  model::Objective objective_;
+  double f0_ = 0, fr_ = 0, c0_ = 0, cr_ = 0;  // balanced: scales
+};
 
 // One reason from all rejections; kind is kWaiting if anything could change.
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,

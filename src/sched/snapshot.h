@@ -76,6 +76,12 @@ struct PendingTask {
   int64_t seq = 0;                 // FIFO tie-breaker, unique
 };
 
+// A running task's resources, expected back at `at_us` (its estimated finish).
+struct Release {
+  int64_t at_us = 0;
+  Allocation allocation;
+};
+
 struct Snapshot {
   int64_t now_us = 0;
   const model::Fleet* fleet = nullptr;
@@ -84,6 +90,9 @@ struct Snapshot {
   std::vector<TenantUsage> tenant_usage;  // by TenantId; empty means no usage
   std::vector<JobState> jobs;
   std::vector<PendingTask> queue;
+  // Estimated releases of running tasks, for the wait term of the finish time. A
+  // busy node without one is taken to stay busy.
+  std::vector<Release> releases;
 
   const model::Task& task(const PendingTask& p) const {
     return jobs[p.job].job->tasks[p.task.value()];

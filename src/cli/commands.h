@@ -1,0 +1,33 @@
+// The `meridian` subcommands. Each returns a Status; main prints a non-OK one as
+// one line on stderr and exits non-zero.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace meridian::cli {
+
+struct PlanOptions {
+  std::string fleet;
+  std::string job;
+  std::string order = "fifo";
+  uint64_t seed = 1;
+  bool json = false;
+};
+// `meridian plan --fleet FLEET.yaml JOB.yaml`: the dry run.
+Status RunPlan(const PlanOptions& options, std::ostream& out);
+
+struct BenchSchedOptions {
+  std::vector<int64_t> nodes;
+  int64_t tasks = 0;
+  uint64_t seed = 1;
+  bool json = false;
+};
+// `meridian bench sched`.
+Status RunBenchSched(const BenchSchedOptions& options, std::ostream& out);
+
+}  // namespace meridian::cli

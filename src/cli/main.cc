@@ -1,0 +1,54 @@
+// meridian: one binary, many subcommands (docs/cli.md).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  using namespace meridian;
+  CLI::App app{"Meridian: one pool of accelerators over data centres, clouds and edge sites"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+
+  cli::PlanOptions plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "Dry run: where each task of a job would run, when, and at what cost");
+  plan_cmd->add_option("--fleet", plan.fleet, "Fleet file (YAML)")->required();
+  plan_cmd->add_option("job", plan.job, "Job file (YAML)")->required();
+  plan_cmd->add_option("--order", plan.order, "Queue order: fifo, priority or fair");
+  plan_cmd->add_option("--seed", plan.seed, "Seed for tie-breaking between equally good placements");
+  plan_cmd->add_flag("--json", plan.json, "Print JSON for scripts");
+
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks that print figures");
+  bench_cmd->require_subcommand(1);
+  cli::BenchSchedOptions bench;
+  CLI::App* bench_sched = bench_cmd->add_subcommand("sched", "Scheduler placements/s and decision latency");
+  bench_sched->add_option("--nodes", bench.nodes, "Fleet sizes (default 1000 10000 100000)")->delimiter(',');
+  bench_sched->add_option("--tasks", bench.tasks, "Tasks per run (default: one per GPU, at most 100000)");
+  bench_sched->add_option("--seed", bench.seed, "Seed");
+  bench_sched->add_flag("--json", bench.json, "Print JSON for scripts");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (Status s = InitLogging(log_level); !s.ok()) {
+    std::cerr << "meridian: " << s.message() << '\n';
+    return 2;
+  }
+  Status status;
+  if (plan_cmd->parsed()) {
+    status = cli::RunPlan(plan, std::cout);
+  } else if (bench_sched->parsed()) {
+    status = cli::RunBenchSched(bench, std::cout);
+  }
+  if (!status.ok()) {
+    std::cout.flush();
+    std::cerr << "meridian: " << status.message() << '\n';
+    return 1;
+  }
+  return 0;
+}

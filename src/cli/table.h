@@ -1,0 +1,20 @@
+// A plain text table with aligned columns, for the CLI's human output.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace meridian::cli {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out, const std::string& indent = "") const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace meridian::cli
