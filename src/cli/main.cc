@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "meridian: " << e.what() << " (see meridian --help)\n";
+    return 2;
   }
   if (Status s = InitLogging(log_level); !s.ok()) {
     std::cerr << "meridian: " << s.message() << '\n';
