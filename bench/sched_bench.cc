@@ -85,9 +85,7 @@ sched::Snapshot MakeSnapshot(const model::Fleet& fleet, const model::ThroughputT
   s.fleet = &fleet;
   s.throughput = &tt;
   s.free = sched::ResourceLedger(fleet);
-  sched::JobState js;
-  js.job = &job;
-  s.jobs.push_back(js);
+  s.jobs.push_back(sched::JobState::Submitted(job, 0));
   for (int64_t i = 0; i < tasks; ++i) {
     const model::Task& t = job.tasks[static_cast<size_t>(i)];
     s.queue.push_back(sched::PendingTask{0, t.id, t.inputs, i});

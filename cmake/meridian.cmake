@@ -16,5 +16,6 @@ function(meridian_test name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    NO_PRETTY_VALUES
     PROPERTIES ENVIRONMENT "MERIDIAN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -108,6 +108,16 @@ std::optional<int64_t> EstimateComputeUs(const model::ThroughputTable& throughpu
   return static_cast<int64_t>(us + 0.5);
 }
 
+void EstimateComputePerType(const model::ThroughputTable& throughput, const model::Task& task,
+                            const std::vector<Pool>& pools, std::vector<std::optional<int64_t>>* out) {
+  out->clear();
+  for (const Pool& pool : pools) {
+    if (pool.type_index < out->size()) continue;
+    out->resize(pool.type_index + 1);
+    (*out)[pool.type_index] = EstimateComputeUs(throughput, task, pool);
+  }
+}
+
 int64_t NodeShareppm(const model::ResourceRequest& req, const Pool& pool) {
   constexpr int64_t kPpm = 1'000'000;
   int64_t share = 0;

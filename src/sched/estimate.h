@@ -48,6 +48,11 @@ std::vector<Transfer> PlanTransfers(const model::Fleet& fleet,
 std::optional<int64_t> EstimateComputeUs(const model::ThroughputTable& throughput,
                                          const model::Task& task, const Pool& pool);
 
+// EstimateComputeUs once per device type, indexed by Pool::type_index: pools of one
+// type give the same answer, so the filters and scores read it from here.
+void EstimateComputePerType(const model::ThroughputTable& throughput, const model::Task& task,
+                            const std::vector<Pool>& pools, std::vector<std::optional<int64_t>>* out);
+
 // The node's share the task takes, in parts per million (dominant resource).
 int64_t NodeShareppm(const model::ResourceRequest& req, const Pool& pool);
 

@@ -57,6 +57,28 @@ TEST(EstimateTest, ComputeTimeFollowsTheThroughputTableAndShare) {
   EXPECT_EQ(EstimateComputeUs(tt, cpu, pool), kMinuteUs);  // the declared duration
 }
 
+TEST(EstimateTest, ComputePerTypeIsIndexedByThePoolsTypeIndex) {
+  testing::FleetBuilder b;
+  SiteId s = b.Site("s");
+  b.Nodes(s, "A100", 2, 8, 1'000'000);
+  b.Nodes(s, "T4", 1, 1, 0);
+  b.Nodes(s, "A100", 1, 8, 2'000'000);  // another A100 pool (price), same type index
+  model::Fleet f = b.Build();
+  std::vector<Pool> pools = BuildPools(f);
+  ASSERT_EQ(pools.size(), 3u);
+  EXPECT_EQ(pools[0].type_index, pools[2].type_index);
+  EXPECT_NE(pools[0].type_index, pools[1].type_index);
+  model::ThroughputTable tt;
+  tt.Set("A100", "gemm", 250);
+  model::Task t = testing::GpuTask("t", {});
+  t.work = model::WorkAmount{"gemm", 500};
+  std::vector<std::optional<int64_t>> by_type;
+  EstimateComputePerType(tt, t, pools, &by_type);
+  ASSERT_EQ(by_type.size(), 2u);
+  EXPECT_EQ(by_type[pools[0].type_index], 2 * kSecondUs);
+  EXPECT_EQ(by_type[pools[1].type_index], std::nullopt);  // no T4 figure
+}
+
 TEST(EstimateTest, CostIsTheDominantShareOfTheNodePrice) {
   Pool pool;
   pool.device_count = 8;

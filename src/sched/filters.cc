@@ -2,19 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "common/units.h"
 
 namespace meridian::sched {
 namespace {
 
 std::string TypeList(const std::vector<std::string>& types) {
-  if (types.empty()) return "accelerator";
-  std::string out;
-  for (size_t i = 0; i < types.size(); ++i) {
-    if (i > 0) out += i + 1 == types.size() ? " or " : ", ";
-    out += types[i];
-  }
-  return out;
+  return types.empty() ? std::string("accelerator") : JoinWithOr(types);
 }
 
 class HealthFilter final : public Filter {
@@ -147,7 +142,7 @@ class ThroughputKnownFilter final : public Filter {
   std::string_view name() const override { return "throughput_known"; }
   UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
   bool Check(const TaskView& t, const Pool& p) const override {
-    return EstimateComputeUs(t.throughput, t.task, p).has_value();
+    return t.compute_us_by_type[p.type_index].has_value();
   }
   std::string Explain(const TaskView& t, const Pool& p) const override {
     std::string_view type = t.task.resources.device_count == 0 ? "CPU" : p.device_type;

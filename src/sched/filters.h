@@ -31,7 +31,8 @@ struct TaskView {
   const model::Job& job;
   const model::Task& task;
   const PendingTask& pending;
-  const std::vector<SiteInputs>& inputs_per_site;  // by SiteId
+  const std::vector<SiteInputs>& inputs_per_site;  // by SiteId; empty without inputs
+  const std::vector<std::optional<int64_t>>& compute_us_by_type;  // by Pool::type_index
 };
 
 class Filter {

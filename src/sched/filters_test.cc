@@ -47,7 +47,8 @@ TEST_P(FilterTableTest, Verdict) {
   PendingTask pending{0, TaskId(0), task.inputs, 0};
   std::vector<SiteInputs> per_site = EstimateInputsPerSite(fleet, task.inputs);
   if (task.inputs.empty()) per_site.clear();
-  TaskView view{fleet, tt, job, task, pending, per_site};
+  std::vector<std::optional<int64_t>> compute = {EstimateComputeUs(tt, task, pool)};
+  TaskView view{fleet, tt, job, task, pending, per_site, compute};
   const Filter* f = FindFilter(c.filter);
   ASSERT_NE(f, nullptr) << c.filter;
   EXPECT_EQ(f->Check(view, pool), c.pass) << c.name;

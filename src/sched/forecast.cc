@@ -27,12 +27,7 @@ class DryRun {
     snapshot_.fleet = &fleet;
     snapshot_.throughput = &throughput;
     snapshot_.free = ResourceLedger(fleet);
-    JobState js;
-    js.job = &job;
-    if (job.deadline_us) js.deadline_at_us = *job.deadline_us;
-    js.budget_left_micro_usd = job.budget_micro_usd;
-    js.budget_total_micro_usd = job.budget_micro_usd;
-    snapshot_.jobs.push_back(js);
+    snapshot_.jobs.push_back(JobState::Submitted(job, 0));
     out_.tasks.resize(job.tasks.size());
     deps_left_.resize(job.tasks.size());
     dependants_.resize(job.tasks.size());

@@ -9,6 +9,7 @@ std::vector<Pool> BuildPools(const model::Fleet& fleet) {
   using Key = std::tuple<uint32_t, std::string_view, int32_t, int64_t, int64_t, int64_t, int64_t,
                          int, bool, bool>;
   std::map<Key, uint32_t> index;
+  std::map<std::string_view, uint32_t> type_index;
   std::vector<Pool> pools;
   for (const model::Node& n : fleet.nodes) {
     int64_t dev_mem = n.devices.empty() ? 0 : n.devices.front().memory_bytes;
@@ -22,6 +23,7 @@ std::vector<Pool> BuildPools(const model::Fleet& fleet) {
       p.index = it->second;
       p.site = n.site;
       p.device_type = n.accelerator_type();
+      p.type_index = type_index.try_emplace(p.device_type, static_cast<uint32_t>(type_index.size())).first->second;
       p.device_count = static_cast<int32_t>(n.devices.size());
       p.device_memory_bytes = dev_mem;
       p.cpu_milli = n.cpu_milli;

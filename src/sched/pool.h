@@ -20,6 +20,7 @@ struct Pool {
   uint32_t index = 0;
   SiteId site;
   std::string_view device_type;  // "CPU" when the nodes have no accelerator
+  uint32_t type_index = 0;       // dense over the distinct device types of the pools
   int32_t device_count = 0;
   int64_t device_memory_bytes = 0;
   int64_t cpu_milli = 0;         // capacity of each node

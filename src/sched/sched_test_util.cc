@@ -79,12 +79,9 @@ Snapshot MakeSnapshot(const model::Fleet& fleet, const model::ThroughputTable& t
   s.free = ResourceLedger(fleet);
   int64_t seq = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    JobState js;
-    js.job = jobs[j];
+    // Submitted in order at time 0; the sequence numbers keep FIFO order.
+    JobState js = JobState::Submitted(*jobs[j], 0);
     js.submit_us = static_cast<int64_t>(j);
-    if (jobs[j]->deadline_us) js.deadline_at_us = *jobs[j]->deadline_us;
-    js.budget_left_micro_usd = jobs[j]->budget_micro_usd;
-    js.budget_total_micro_usd = jobs[j]->budget_micro_usd;
     s.jobs.push_back(js);
     for (const model::Task& t : jobs[j]->tasks) {
       s.queue.push_back(PendingTask{static_cast<uint32_t>(j), t.id, t.inputs, seq++});

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,22 @@ struct Shape {
   bool Covers(const model::ResourceRequest& r) const {
     return r.cpu_milli >= cpu_milli && r.memory_bytes >= memory_bytes &&
            r.device_count >= device_count && r.device_share_milli >= share_milli;
+  }
+};
+
+// A future release, compact: devices as a bit mask (a node has at most 64), so
+// recording one per placement allocates nothing but the map node.
+struct CompactRelease {
+  NodeId node;
+  int64_t cpu_milli;
+  int64_t memory_bytes;
+  uint64_t devices;
+  int32_t share_milli;
+
+  static CompactRelease Of(const Allocation& a) {
+    uint64_t mask = 0;
+    for (int32_t d : a.devices) mask |= uint64_t{1} << d;
+    return CompactRelease{a.node, a.cpu_milli, a.memory_bytes, mask, a.device_share_milli};
   }
 };
 
@@ -71,7 +88,7 @@ class Scheduler {
       for (NodeId n : p.nodes) pool_of_node_[n.value()] = p.index;
     }
     pool_releases_.resize(pools_.size());
-    for (const Release& r : s.releases) AddRelease(r);
+    for (const Release& r : s.releases) AddRelease(r.at_us, r.allocation);
     usage_.assign(s.fleet->tenants.size() + 1, TenantUsage{});
     for (size_t t = 0; t < s.tenant_usage.size() && t < usage_.size(); ++t) usage_[t] = s.tenant_usage[t];
   }
@@ -83,7 +100,7 @@ class Scheduler {
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
-  void AddRelease(const Release& r);
+  void AddRelease(int64_t at_us, const Allocation& a);
   void RemoveRelease(const Allocation& a, int64_t at_us);
   // How long until a node of the busy pool has room, from the known releases.
   std::optional<int64_t> EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const;
@@ -92,6 +109,10 @@ class Scheduler {
   void Commit(size_t qi, const Placement& p, std::vector<Taken>* log);
   void Rollback(std::vector<Taken>* log);
   void PlaceGang(const std::vector<size_t>& members);
+  // Per pool, the index of the first filter that rejects the task, or kPassed.
+  // Tasks of one class (same job, request and work kind, no inputs) share them.
+  const std::vector<uint8_t>& Verdicts(size_t qi, const TaskView& view);
+  static constexpr uint8_t kPassed = 0xFF;
 
   const Snapshot& s_;
   const Policy& policy_;
@@ -105,11 +126,16 @@ class Scheduler {
   std::vector<uint32_t> pool_of_node_;
   // Known releases by pool, ordered by time: the snapshot's, and this call's own
   // placements (they free at their estimated finish).
-  std::vector<std::multimap<int64_t, Allocation>> pool_releases_;
+  std::vector<std::multimap<int64_t, CompactRelease>> pool_releases_;
   Plan plan_;
   // Reused per task to avoid allocation in the hot path.
   std::vector<Candidate> candidates_;
   std::vector<Rejection> rejections_;
+  std::vector<std::optional<int64_t>> compute_by_type_;
+  using TaskClass = std::tuple<uint32_t, std::vector<std::string>, int32_t, int32_t, int64_t,
+                               int64_t, int64_t, std::string>;
+  std::map<TaskClass, std::vector<uint8_t>> verdicts_by_class_;
+  std::vector<uint8_t> verdicts_;  // for tasks with inputs, not cached
 };
 
 bool Scheduler::CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const {
@@ -169,7 +195,7 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
 }
 
 std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const {
-  const std::multimap<int64_t, Allocation>& releases = pool_releases_[pool.index];
+  const std::multimap<int64_t, CompactRelease>& releases = pool_releases_[pool.index];
   if (releases.empty()) return std::nullopt;
   std::map<uint32_t, NodeFree> future;  // nodes touched so far, with what came back
   std::vector<int32_t> devices;
@@ -178,25 +204,54 @@ std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::
     NodeFree& f = it->second;
     f.cpu_milli += a.cpu_milli;
     f.memory_bytes += a.memory_bytes;
-    for (int32_t d : a.devices) f.device_free_milli[static_cast<size_t>(d)] += a.device_share_milli;
+    for (size_t d = 0; d < f.device_free_milli.size(); ++d) {
+      if (a.devices >> d & 1) f.device_free_milli[d] += a.share_milli;
+    }
     if (FitsNow(r, f, &devices)) return std::max<int64_t>(0, at_us - s_.now_us);
   }
   return std::nullopt;
 }
 
-void Scheduler::AddRelease(const Release& r) {
-  pool_releases_[pool_of_node_[r.allocation.node.value()]].emplace(r.at_us, r.allocation);
+void Scheduler::AddRelease(int64_t at_us, const Allocation& a) {
+  pool_releases_[pool_of_node_[a.node.value()]].emplace(at_us, CompactRelease::Of(a));
 }
 
 void Scheduler::RemoveRelease(const Allocation& a, int64_t at_us) {
   auto& releases = pool_releases_[pool_of_node_[a.node.value()]];
+  const uint64_t devices = CompactRelease::Of(a).devices;
   auto [first, last] = releases.equal_range(at_us);
   for (auto it = first; it != last; ++it) {
-    if (it->second.node == a.node && it->second.devices == a.devices) {
+    if (it->second.node == a.node && it->second.devices == devices) {
       releases.erase(it);
       return;
     }
   }
+}
+
+const std::vector<uint8_t>& Scheduler::Verdicts(size_t qi, const TaskView& view) {
+  auto compute = [&](std::vector<uint8_t>* out) {
+    const auto& filters = DefaultFilters();
+    out->assign(pools_.size(), kPassed);
+    for (const Pool& pool : pools_) {
+      for (size_t f = 0; f < filters.size(); ++f) {
+        if (!filters[f]->Check(view, pool)) {
+          (*out)[pool.index] = static_cast<uint8_t>(f);
+          break;
+        }
+      }
+    }
+  };
+  if (!view.pending.inputs.empty()) {  // residency and reachability depend on them
+    compute(&verdicts_);
+    return verdicts_;
+  }
+  const model::ResourceRequest& r = view.task.resources;
+  TaskClass key{s_.queue[qi].job, r.accelerator_any_of, r.device_count, r.device_share_milli,
+                r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
+                view.task.work ? view.task.work->kind : std::string()};
+  auto [it, inserted] = verdicts_by_class_.try_emplace(std::move(key));
+  if (inserted) compute(&it->second);
+  return it->second;
 }
 
 Placement Scheduler::MakePlacement(size_t qi, const Candidate& c, NodeId node,
@@ -233,23 +288,16 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
 
   static const std::vector<SiteInputs> kNoInputs;
   std::vector<SiteInputs> per_site = p.inputs.empty() ? kNoInputs : EstimateInputsPerSite(*s_.fleet, p.inputs);
-  TaskView view{*s_.fleet, *s_.throughput, *js.job, task, p, per_site};
+  EstimateComputePerType(*s_.throughput, task, pools_, &compute_by_type_);
+  TaskView view{*s_.fleet, *s_.throughput, *js.job, task, p, per_site, compute_by_type_};
   CostContext cost_ctx{s_.now_us, js.deadline_at_us, budget_left_[p.job]};
 
   candidates_.clear();
   rejections_.clear();
-  const auto& filters = DefaultFilters();
+  const std::vector<uint8_t>& verdicts = Verdicts(qi, view);
   for (const Pool& pool : pools_) {
     if (only_site && pool.site != *only_site) continue;
-    bool passed = true;
-    for (size_t f = 0; f < filters.size(); ++f) {
-      if (!filters[f]->Check(view, pool)) {
-        rejections_.push_back(Rejection{RejectionKind::kFilter, static_cast<uint16_t>(f), pool.index, 0, 0});
-        passed = false;
-        break;
-      }
-    }
-    if (!passed) continue;
+    if (verdicts[pool.index] != kPassed) continue;
     Candidate c;
     if (ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) candidates_.push_back(c);
   }
@@ -288,6 +336,12 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
   if (hold) {
     rejections_.push_back(Rejection{RejectionKind::kHoldOut, 0, hold->pool, hold->finish_us, hold->wait_us});
   }
+  // The slow path: only now say which filter turned each pool away.
+  for (const Pool& pool : pools_) {
+    if (only_site && pool.site != *only_site) continue;
+    if (verdicts[pool.index] == kPassed) continue;
+    rejections_.push_back(Rejection{RejectionKind::kFilter, verdicts[pool.index], pool.index, 0, 0});
+  }
   ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, &out.kind,
                   &out.reason);
   return out;
@@ -302,7 +356,7 @@ void Scheduler::Commit(size_t qi, const Placement& p, std::vector<Taken>* log) {
   usage_[t].gpu_milli += u.gpu_milli;
   usage_[t].cpu_milli += u.cpu_milli;
   usage_[t].memory_bytes += u.memory_bytes;
-  AddRelease(Release{p.finish_us, p.allocation});
+  AddRelease(p.finish_us, p.allocation);
   if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd(), p.finish_us});
 }
 

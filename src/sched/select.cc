@@ -20,7 +20,7 @@ int64_t SatAdd(int64_t a, int64_t b) { return a > kInf - b ? kInf : a + b; }
 }  // namespace
 
 int64_t ScoreFinishTimeUs(const TaskView& t, const Pool& pool, int64_t now_us, Candidate* c) {
-  c->compute_us = EstimateComputeUs(t.throughput, t.task, pool).value_or(kInf);
+  c->compute_us = t.compute_us_by_type[pool.type_index].value_or(kInf);
   c->transfer_us = t.inputs_per_site.empty() ? 0 : t.inputs_per_site[pool.site.value()].transfer_us;
   c->start_us = now_us;
   c->finish_us = SatAdd(SatAdd(now_us, c->transfer_us), c->compute_us);
@@ -69,23 +69,6 @@ double CandidateOrder::Score(const Candidate& c) const {
   if (fr_ > 0) s += (static_cast<double>(c.finish_us) - f0_) / fr_;
   if (cr_ > 0) s += (static_cast<double>(c.cost_micro_usd) - c0_) / cr_;
   return s;
-}
-
-bool CandidateOrder::Better(const Candidate& a, const Candidate& b) const {
-  switch (objective_) {
-    case model::Objective::kFastest:
-      break;
-    case model::Objective::kCheapest:
-      return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
-             std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);
-    case model::Objective::kBalanced: {
-      double sa = Score(a), sb = Score(b);
-      if (sa != sb) return sa < sb;
-      break;
-    }
-  }
-  return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
-         std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
 }
 
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/work.h"
@@ -66,7 +67,19 @@ bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint
 class CandidateOrder {
  public:
   CandidateOrder(model::Objective objective, const std::vector<Candidate>& candidates);
-  bool Better(const Candidate& a, const Candidate& b) const;
+  // Called for every pair the selection compares: kept inline.
+  bool Better(const Candidate& a, const Candidate& b) const {
+    if (objective_ == model::Objective::kCheapest) {
+      return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
+             std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);
+    }
+    if (objective_ == model::Objective::kBalanced) {
+      double sa = Score(a), sb = Score(b);
+      if (sa != sb) return sa < sb;
+    }
+    return std::tie(a.finish_us, a.cost_micro_usd, a.tiebreak) <
+           std::tie(b.finish_us, b.cost_micro_usd, b.tiebreak);
+  }
 
  private:
   double Score(const Candidate& c) const;

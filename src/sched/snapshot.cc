@@ -14,6 +14,15 @@ ResourceLedger::ResourceLedger(const model::Fleet& fleet) {
   }
 }
 
+JobState JobState::Submitted(const model::Job& job, int64_t submit_us) {
+  JobState js;
+  js.job = &job;
+  js.submit_us = submit_us;
+  if (job.deadline_us) js.deadline_at_us = submit_us + *job.deadline_us;
+  js.budget_left_micro_usd = job.budget_micro_usd;
+  return js;
+}
+
 void ResourceLedger::Take(const Allocation& a) {
   NodeFree& f = free_.at(a.node.value());
   MERIDIAN_CHECK(f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes);

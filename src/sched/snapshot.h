@@ -64,7 +64,9 @@ struct JobState {
   int64_t submit_us = 0;                 // queue order
   std::optional<int64_t> deadline_at_us; // absolute, on the snapshot's clock
   std::optional<int64_t> budget_left_micro_usd;
-  std::optional<int64_t> budget_total_micro_usd;
+
+  // A job submitted at `submit_us` that has spent nothing yet.
+  static JobState Submitted(const model::Job& job, int64_t submit_us);
 };
 
 // One task ready to run (its dependencies are done).

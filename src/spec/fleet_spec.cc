@@ -39,18 +39,11 @@ Status ParseSites(const Reader& r, const YAML::Node& root, Fleet* fleet) {
     if (fleet->FindSite(site.name)) {
       return r.Error(s["name"], Field(path, "name"), fmt::format("duplicate site name '{}'", site.name));
     }
-    std::string kind = "cloud";
-    MERIDIAN_RETURN_IF_ERROR(r.String(s, "kind", path, &kind));
-    if (kind == "cloud") {
-      site.kind = model::SiteKind::kCloud;
-    } else if (kind == "dc") {
-      site.kind = model::SiteKind::kDc;
-    } else if (kind == "edge") {
-      site.kind = model::SiteKind::kEdge;
-    } else {
-      return r.Error(s["kind"], Field(path, "kind"),
-                     fmt::format("expected cloud, dc or edge, got '{}'", kind));
-    }
+    MERIDIAN_RETURN_IF_ERROR(r.Enum(s, "kind", path,
+                                    {{"cloud", model::SiteKind::kCloud},
+                                     {"dc", model::SiteKind::kDc},
+                                     {"edge", model::SiteKind::kEdge}},
+                                    &site.kind));
     MERIDIAN_RETURN_IF_ERROR(r.String(s, "provider", path, &site.provider));
     site.region = site.name;
     MERIDIAN_RETURN_IF_ERROR(r.String(s, "region", path, &site.region));
@@ -229,18 +222,11 @@ Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& p
       r.Unit(g, "price", path, ParsePriceMicroUsdPerHour, &proto.price_micro_usd_per_hour));
   MERIDIAN_RETURN_IF_ERROR(r.Bool(g, "spot", path, &proto.spot));
   MERIDIAN_RETURN_IF_ERROR(ParseLabels(r, g, path, &proto.labels));
-  std::string health = "healthy";
-  MERIDIAN_RETURN_IF_ERROR(r.String(g, "health", path, &health));
-  if (health == "healthy") {
-    proto.health = model::NodeHealth::kHealthy;
-  } else if (health == "draining") {
-    proto.health = model::NodeHealth::kDraining;
-  } else if (health == "unhealthy") {
-    proto.health = model::NodeHealth::kUnhealthy;
-  } else {
-    return r.Error(g["health"], Field(path, "health"),
-                   fmt::format("expected healthy, draining or unhealthy, got '{}'", health));
-  }
+  MERIDIAN_RETURN_IF_ERROR(r.Enum(g, "health", path,
+                                  {{"healthy", model::NodeHealth::kHealthy},
+                                   {"draining", model::NodeHealth::kDraining},
+                                   {"unhealthy", model::NodeHealth::kUnhealthy}},
+                                  &proto.health));
   for (int64_t k = 0; k < count; ++k) {
     model::Node node = proto;
     node.name = count == 1 ? proto.group : fmt::format("{}-{}", proto.group, k);

@@ -82,14 +82,11 @@ Status JobParser::ParseHeader(const YAML::Node& root) {
   int64_t priority = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "priority", "", -1000, 1000, &priority));
   job_.priority = static_cast<int32_t>(priority);
-  std::string objective = "fastest";
-  MERIDIAN_RETURN_IF_ERROR(r_.String(root, "objective", "", &objective));
-  auto parsed = model::ParseObjective(objective);
-  if (!parsed) {
-    return r_.Error(root["objective"], "objective",
-                    fmt::format("expected fastest, cheapest or balanced, got '{}'", objective));
-  }
-  job_.objective = *parsed;
+  MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "objective", "",
+                                   {{"fastest", model::Objective::kFastest},
+                                    {"cheapest", model::Objective::kCheapest},
+                                    {"balanced", model::Objective::kBalanced}},
+                                   &job_.objective));
   if (root["deadline"]) {
     int64_t d = 0;
     MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "deadline", "", ParseDurationUs, &d));

@@ -17,15 +17,6 @@ std::string Location(std::string_view file, const YAML::Mark& mark) {
   return fmt::format("{}:{}:{}", file, mark.line + 1, mark.column + 1);
 }
 
-std::string JoinAllowed(std::initializer_list<std::string_view> allowed) {
-  std::string out;
-  for (std::string_view a : allowed) {
-    if (!out.empty()) out += ", ";
-    out += a;
-  }
-  return out;
-}
-
 }  // namespace
 
 StatusOr<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
@@ -66,7 +57,7 @@ Status Reader::Error(const YAML::Node& at, std::string_view path, std::string_vi
 Status Reader::CheckMap(const YAML::Node& node, std::string_view path,
                         std::initializer_list<std::string_view> allowed) const {
   if (!node.IsMap()) {
-    return Error(node, path, fmt::format("expected a map with fields {}", JoinAllowed(allowed)));
+    return Error(node, path, fmt::format("expected a map with fields {}", fmt::join(allowed, ", ")));
   }
   std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
@@ -76,7 +67,7 @@ Status Reader::CheckMap(const YAML::Node& node, std::string_view path,
     for (std::string_view a : allowed) known |= (a == key);
     if (!known) {
       return Error(it->first, path,
-                   fmt::format("unknown field '{}' (expected one of: {})", key, JoinAllowed(allowed)));
+                   fmt::format("unknown field '{}' (expected one of: {})", key, fmt::join(allowed, ", ")));
     }
     if (!seen.insert(key).second) {
       return Error(it->first, path, fmt::format("field '{}' appears twice", key));

@@ -13,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/status.h"
+#include "common/strings.h"
 
 namespace meridian::spec {
 
@@ -20,6 +21,10 @@ namespace meridian::spec {
 StatusOr<YAML::Node> ParseYaml(std::string_view text, std::string_view file);
 // Reads a whole file; NotFound/InvalidArgument name the path.
 StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// "a.b" / "a[3]" helpers for field paths.
+std::string Field(std::string_view path, std::string_view key);
+std::string Index(std::string_view path, size_t i);
 
 class Reader {
  public:
@@ -58,6 +63,25 @@ class Reader {
   Status Unit(const YAML::Node& map, std::string_view key, std::string_view path,
               UnitParser parse, int64_t* out) const;
 
+  // map[key] must be one of the names of `choices`; *out gets its value.
+  template <typename E>
+  Status Enum(const YAML::Node& map, std::string_view key, std::string_view path,
+              std::initializer_list<std::pair<std::string_view, E>> choices, E* out) const {
+    std::string name;
+    MERIDIAN_RETURN_IF_ERROR(String(map, key, path, &name));
+    if (name.empty()) return OkStatus();
+    std::vector<std::string_view> names;
+    for (const auto& [n, value] : choices) {
+      if (n == name) {
+        *out = value;
+        return OkStatus();
+      }
+      names.push_back(n);
+    }
+    return Error(map[std::string(key)], Field(path, key),
+                 "expected " + JoinWithOr(names) + ", got '" + name + "'");
+  }
+
   // The scalar text of map[key], or an error when it is not a scalar.
   Status Scalar(const YAML::Node& value, std::string_view path, std::string* out) const;
 
@@ -65,8 +89,5 @@ class Reader {
   std::string file_;
 };
 
-// "a.b" / "a[3]" helpers for field paths.
-std::string Field(std::string_view path, std::string_view key);
-std::string Index(std::string_view path, size_t i);
 
 }  // namespace meridian::spec
