@@ -193,6 +193,24 @@ const Filter* FindFilter(std::string_view name) {
   return nullptr;
 }
 
+int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree& free) {
+  int64_t total = 0;
+  for (int32_t f : free.device_free_milli) total += f;
+  if (total == 0) return 0;
+  if (free.cpu_milli < shape.cpu_milli || free.memory_bytes < shape.memory_bytes) return total;
+  const int32_t need = std::min<int32_t>(shape.device_share_milli, kMilliPerUnit);
+  int32_t usable = 0;
+  int64_t unusable = 0;
+  for (int32_t f : free.device_free_milli) {
+    if (f >= need) {
+      ++usable;
+    } else {
+      unusable += f;
+    }
+  }
+  return usable < shape.device_count ? total : unusable;
+}
+
 bool FitsNow(const model::ResourceRequest& req, const NodeFree& free, std::vector<int32_t>* devices) {
   if (free.cpu_milli < req.cpu_milli || free.memory_bytes < req.memory_bytes) return false;
   devices->clear();

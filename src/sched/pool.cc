@@ -39,4 +39,14 @@ std::vector<Pool> BuildPools(const model::Fleet& fleet) {
   return pools;
 }
 
+PoolIndex PoolIndex::Build(const model::Fleet& fleet) {
+  PoolIndex out;
+  out.pools = BuildPools(fleet);
+  out.pool_of_node.resize(fleet.nodes.size());
+  for (const Pool& p : out.pools) {
+    for (NodeId n : p.nodes) out.pool_of_node[n.value()] = p.index;
+  }
+  return out;
+}
+
 }  // namespace meridian::sched

@@ -4,7 +4,7 @@
 // rather than once per node; that is what keeps a decision in microseconds at
 // 100,000 nodes.
 //
-// Thread-safety: a pool list is owned by one Schedule call.
+// Thread-safety: a PoolIndex is immutable once built and may be shared by calls.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +34,16 @@ struct Pool {
 
 // Deterministic: pools are ordered by their first node.
 std::vector<Pool> BuildPools(const model::Fleet& fleet);
+
+// The pools of one fleet and the pool of each node. Building it is O(nodes); a
+// caller that schedules the same fleet many times (the simulator, the
+// coordinator's loop) builds it once per fleet change and hands it to every
+// Snapshot, so that a call costs what its queue costs, not what the fleet does.
+struct PoolIndex {
+  std::vector<Pool> pools;
+  std::vector<uint32_t> pool_of_node;  // by NodeId
+
+  static PoolIndex Build(const model::Fleet& fleet);
+};
 
 }  // namespace meridian::sched

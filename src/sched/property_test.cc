@@ -98,7 +98,7 @@ TEST(SchedulePropertyTest, NeverOvercommitsGangsAreWholeInfeasibleIsNeverWaiting
     Snapshot s = testing::MakeSnapshot(w.fleet, w.tt, {&w.job});
     QueueOrder order = static_cast<QueueOrder>(rng.Uniform(3));
     Random sched_rng(seed);
-    Plan plan = Schedule(s, Policy{order, {}}, sched_rng);
+    Plan plan = Schedule(s, Policy::WithOrder(order), sched_rng);
 
     // Every task is answered exactly once.
     std::set<uint32_t> seen;

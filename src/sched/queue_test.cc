@@ -48,8 +48,8 @@ TEST(QueueOrderTest, FairShareSplitsByWeightedDominantShare) {
   Snapshot s = testing::MakeSnapshot(f, tt, {&ja, &jb});  // a submitted first
 
   Random rng(1);
-  Plan fifo = Schedule(s, Policy{QueueOrder::kFifo, {}}, rng);
-  Plan fair = Schedule(s, Policy{QueueOrder::kFairShare, {}}, rng);
+  Plan fifo = Schedule(s, Policy::WithOrder(QueueOrder::kFifo), rng);
+  Plan fair = Schedule(s, Policy::WithOrder(QueueOrder::kFairShare), rng);
   auto count = [](const Plan& p, uint32_t job) {
     int n = 0;
     for (const Placement& x : p.placements) n += x.job == job;

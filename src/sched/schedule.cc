@@ -68,6 +68,54 @@ struct Taken {
   int64_t finish_us;
 };
 
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// The agnostic baseline's belief: every type that can run the work runs it at the
+// mean of their speeds.
+void TreatTypesAlike(std::vector<std::optional<int64_t>>* compute_by_type) {
+  double sum = 0;
+  int n = 0;
+  for (const std::optional<int64_t>& c : *compute_by_type) {
+    if (c && *c < kNever) {
+      sum += static_cast<double>(*c);
+      ++n;
+    }
+  }
+  if (n == 0) return;
+  const int64_t mean = static_cast<int64_t>(sum / n + 0.5);
+  for (std::optional<int64_t>& c : *compute_by_type) {
+    if (c && *c < kNever) c = mean;
+  }
+}
+
+// The expected GPU request shapes, heaviest first, at most kMaxShapes.
+constexpr size_t kMaxShapes = 16;
+std::vector<WorkloadShape> WorkloadOf(const Snapshot& s, const Policy& policy) {
+  std::vector<WorkloadShape> out;
+  if (!policy.workload.empty()) {
+    for (const WorkloadShape& w : policy.workload) {
+      if (w.request.device_count > 0 && w.weight > 0) out.push_back(w);
+    }
+  } else {
+    std::map<std::tuple<int32_t, int32_t, int64_t, int64_t>, size_t> seen;
+    for (const PendingTask& p : s.queue) {
+      const model::ResourceRequest& r = s.task(p).resources;
+      if (r.device_count == 0) continue;
+      auto [it, inserted] = seen.try_emplace({r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes},
+                                             out.size());
+      if (inserted) out.push_back(WorkloadShape{r, 0});
+      out[it->second].weight += 1;
+    }
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const WorkloadShape& a, const WorkloadShape& b) { return a.weight > b.weight; });
+  if (out.size() > kMaxShapes) out.resize(kMaxShapes);
+  double total = 0;
+  for (const WorkloadShape& w : out) total += w.weight;
+  for (WorkloadShape& w : out) w.weight /= total;
+  return out;
+}
+
 TenantUsage UsageOf(const model::ResourceRequest& r) {
   return TenantUsage{static_cast<int64_t>(r.device_count) * r.device_share_milli, r.cpu_milli,
                      r.memory_bytes};
@@ -76,19 +124,25 @@ TenantUsage UsageOf(const model::ResourceRequest& r) {
 class Scheduler {
  public:
   Scheduler(const Snapshot& s, const Policy& policy, Random& rng)
-      : s_(s), policy_(policy), order_(s, policy.order), pools_(BuildPools(*s.fleet)), free_(s.free) {
+      : s_(s),
+        policy_(policy),
+        rng_(rng),
+        order_(s, policy.order),
+        index_(s.pools ? s.pools : std::make_shared<const PoolIndex>(PoolIndex::Build(*s.fleet))),
+        pools_(index_->pools),
+        free_(s.free) {
+    MERIDIAN_CHECK_MSG(index_->pool_of_node.size() == s.fleet->nodes.size(),
+                       "the snapshot's pool index was built for another fleet");
     pool_state_.resize(pools_.size());
     tiebreak_.resize(pools_.size());
     std::iota(tiebreak_.begin(), tiebreak_.end(), uint32_t{0});
     for (size_t i = tiebreak_.size(); i > 1; --i) std::swap(tiebreak_[i - 1], tiebreak_[rng.Uniform(i)]);
     budget_left_.resize(s.jobs.size());
     for (size_t j = 0; j < s.jobs.size(); ++j) budget_left_[j] = s.jobs[j].budget_left_micro_usd;
-    pool_of_node_.resize(s.fleet->nodes.size());
-    for (const Pool& p : pools_) {
-      for (NodeId n : p.nodes) pool_of_node_[n.value()] = p.index;
-    }
     pool_releases_.resize(pools_.size());
-    for (const Release& r : s.releases) AddRelease(r.at_us, r.allocation);
+    releases_built_.assign(pools_.size(), false);
+    own_releases_.resize(pools_.size());
+    if (policy.nodes == NodeChoice::kLeastFragmentation) workload_ = WorkloadOf(s, policy);
     usage_.assign(s.fleet->tenants.size() + 1, TenantUsage{});
     for (size_t t = 0; t < s.tenant_usage.size() && t < usage_.size(); ++t) usage_[t] = s.tenant_usage[t];
   }
@@ -97,13 +151,22 @@ class Scheduler {
 
  private:
   Attempt TryPlace(size_t qi, std::optional<SiteId> only_site);
+  // kAnyPool and kCheapestPrice over candidates_, which passed every hard limit.
+  std::optional<Placement> PlaceUnscored(size_t qi, const model::ResourceRequest& r);
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
+  // The node choices that compare nodes; over several pools for kAnyPool.
+  std::optional<NodeId> ChooseNode(const std::vector<uint32_t>& pools, const model::ResourceRequest& r,
+                                   std::vector<int32_t>* devices, uint32_t* pool_out);
+  // Lower is better; compares nodes for kBestFit and kLeastFragmentation.
+  double NodeCost(const model::ResourceRequest& r, const NodeFree& f, const std::vector<int32_t>& devices) const;
   void AddRelease(int64_t at_us, const Allocation& a);
   void RemoveRelease(const Allocation& a, int64_t at_us);
+  // The releases of one pool, built on first use: most calls never need them.
+  const std::multimap<int64_t, CompactRelease>& PoolReleases(uint32_t pool);
   // How long until a node of the busy pool has room, from the known releases.
-  std::optional<int64_t> EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const;
+  std::optional<int64_t> EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r);
   Placement MakePlacement(size_t qi, const Candidate& c, NodeId node, std::vector<int32_t> devices,
                           const std::vector<model::ObjectRef>& inputs) const;
   void Commit(size_t qi, const Placement& p, std::vector<Taken>* log);
@@ -116,17 +179,25 @@ class Scheduler {
 
   const Snapshot& s_;
   const Policy& policy_;
+  Random& rng_;
   TaskOrder order_;
-  std::vector<Pool> pools_;
+  std::shared_ptr<const PoolIndex> index_;
+  const std::vector<Pool>& pools_;
   std::vector<PoolState> pool_state_;
   std::vector<uint32_t> tiebreak_;
-  ResourceLedger free_;
+  LedgerOverlay free_;
   std::vector<std::optional<int64_t>> budget_left_;
   std::vector<TenantUsage> usage_;
-  std::vector<uint32_t> pool_of_node_;
+  std::vector<WorkloadShape> workload_;
   // Known releases by pool, ordered by time: the snapshot's, and this call's own
-  // placements (they free at their estimated finish).
+  // placements (they free at their estimated finish). Built per pool on first use;
+  // until then this call's own releases wait in own_releases_.
   std::vector<std::multimap<int64_t, CompactRelease>> pool_releases_;
+  std::vector<bool> releases_built_;
+  std::vector<std::vector<std::pair<int64_t, CompactRelease>>> own_releases_;
+  std::vector<std::vector<uint32_t>> snapshot_releases_by_pool_;  // indices, filled once
+  bool snapshot_releases_bucketed_ = false;
+  std::vector<uint32_t> any_pools_;  // reused by kAnyPool
   Plan plan_;
   // Reused per task to avoid allocation in the hot path.
   std::vector<Candidate> candidates_;
@@ -180,6 +251,15 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
   for (const Shape& f : st.full_for) {
     if (f.Covers(r)) return std::nullopt;
   }
+  if (policy_.nodes != NodeChoice::kNextFit) {
+    std::vector<uint32_t> one{pool.index};
+    uint32_t unused;
+    std::optional<NodeId> node = ChooseNode(one, r, devices, &unused);
+    if (!node && st.full_for.size() < 8) {
+      st.full_for.push_back(Shape{r.cpu_milli, r.memory_bytes, r.device_count, r.device_share_milli});
+    }
+    return node;
+  }
   const size_t n = pool.nodes.size();
   size_t idx = st.cursor;
   for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
@@ -194,8 +274,8 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
   return std::nullopt;
 }
 
-std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) const {
-  const std::multimap<int64_t, CompactRelease>& releases = pool_releases_[pool.index];
+std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) {
+  const std::multimap<int64_t, CompactRelease>& releases = PoolReleases(pool.index);
   if (releases.empty()) return std::nullopt;
   std::map<uint32_t, NodeFree> future;  // nodes touched so far, with what came back
   std::vector<int32_t> devices;
@@ -212,13 +292,149 @@ std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::
   return std::nullopt;
 }
 
+double Scheduler::NodeCost(const model::ResourceRequest& r, const NodeFree& f,
+                           const std::vector<int32_t>& devices) const {
+  NodeFree after = f;
+  after.cpu_milli -= r.cpu_milli;
+  after.memory_bytes -= r.memory_bytes;
+  for (int32_t d : devices) after.device_free_milli[static_cast<size_t>(d)] -= r.device_share_milli;
+  int64_t free_devices = 0;
+  for (int32_t v : after.device_free_milli) free_devices += v;
+  // Best fit: the least device capacity left, then the least CPU, as a tie-break
+  // below one milli-device.
+  const double best_fit = static_cast<double>(free_devices) + static_cast<double>(after.cpu_milli) * 1e-9;
+  if (policy_.nodes != NodeChoice::kLeastFragmentation || r.device_count == 0 || workload_.empty()) {
+    return best_fit;
+  }
+  double growth = 0;
+  for (const WorkloadShape& w : workload_) {
+    growth += w.weight * static_cast<double>(UnusableDeviceMilli(w.request, after) -
+                                             UnusableDeviceMilli(w.request, f));
+  }
+  // Fragmentation first; among equal growth, best fit (scaled well below one milli).
+  return growth + best_fit * 1e-6;
+}
+
+std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, const model::ResourceRequest& r,
+                                            std::vector<int32_t>* devices, uint32_t* pool_out) {
+  std::optional<NodeId> best;
+  double best_cost = 0;
+  size_t seen = 0;  // nodes with room
+  std::vector<int32_t> trial;
+  const bool sample = policy_.node_sample > 0 &&
+                      (policy_.nodes == NodeChoice::kBestFit || policy_.nodes == NodeChoice::kLeastFragmentation);
+  for (uint32_t pi : pools) {
+    const Pool& pool = pools_[pi];
+    const size_t n = pool.nodes.size();
+    // First fit starts at the pool's first node; the comparing choices start at
+    // the cursor, so that a bounded sample moves on as nodes fill.
+    size_t idx = policy_.nodes == NodeChoice::kFirstFit ? 0 : pool_state_[pi].cursor;
+    for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
+      const NodeFree& f = free_.free(pool.nodes[idx]);
+      if (!FitsNow(r, f, &trial)) continue;
+      ++seen;
+      bool take = false;
+      switch (policy_.nodes) {
+        case NodeChoice::kNextFit:
+        case NodeChoice::kFirstFit:
+          take = true;
+          break;
+        case NodeChoice::kRandom:  // reservoir sampling: each node with room alike
+          take = rng_.Uniform(seen) == 0;
+          break;
+        case NodeChoice::kBestFit:
+        case NodeChoice::kLeastFragmentation: {
+          double cost = NodeCost(r, f, trial);
+          take = !best || cost < best_cost;
+          if (take) best_cost = cost;
+          break;
+        }
+      }
+      if (take) {
+        best = pool.nodes[idx];
+        *devices = trial;
+        *pool_out = pi;
+        if (sample) pool_state_[pi].cursor = idx;
+      }
+      if (policy_.nodes == NodeChoice::kNextFit || policy_.nodes == NodeChoice::kFirstFit) return best;
+      if (sample && seen >= policy_.node_sample) return best;
+    }
+  }
+  return best;
+}
+
+std::optional<Placement> Scheduler::PlaceUnscored(size_t qi, const model::ResourceRequest& r) {
+  std::vector<int32_t> devices;
+  uint32_t pool = 0;
+  std::optional<NodeId> node;
+  if (policy_.pools == PoolChoice::kCheapestPrice) {
+    auto price = [&](const Candidate& c) {
+      const Pool& p = pools_[c.pool];
+      return std::make_tuple(p.price_micro_usd_per_hour / std::max<int32_t>(1, p.device_count), c.pool);
+    };
+    std::sort(candidates_.begin(), candidates_.end(),
+              [&](const Candidate& a, const Candidate& b) { return price(a) < price(b); });
+    for (const Candidate& c : candidates_) {
+      node = FindNode(pools_[c.pool], r, &devices);
+      if (node) {
+        pool = c.pool;
+        break;
+      }
+    }
+  } else {
+    any_pools_.clear();
+    for (const Candidate& c : candidates_) any_pools_.push_back(c.pool);
+    std::sort(any_pools_.begin(), any_pools_.end());  // fleet order
+    node = ChooseNode(any_pools_, r, &devices, &pool);
+  }
+  if (!node) return std::nullopt;
+  auto c = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& x) { return x.pool == pool; });
+  return MakePlacement(qi, *c, *node, std::move(devices), s_.queue[qi].inputs);
+}
+
 void Scheduler::AddRelease(int64_t at_us, const Allocation& a) {
-  pool_releases_[pool_of_node_[a.node.value()]].emplace(at_us, CompactRelease::Of(a));
+  uint32_t pool = index_->pool_of_node[a.node.value()];
+  if (releases_built_[pool]) {
+    pool_releases_[pool].emplace(at_us, CompactRelease::Of(a));
+  } else {
+    own_releases_[pool].emplace_back(at_us, CompactRelease::Of(a));
+  }
+}
+
+const std::multimap<int64_t, CompactRelease>& Scheduler::PoolReleases(uint32_t pool) {
+  if (releases_built_[pool]) return pool_releases_[pool];
+  if (!snapshot_releases_bucketed_) {
+    snapshot_releases_bucketed_ = true;
+    snapshot_releases_by_pool_.resize(pools_.size());
+    for (size_t i = 0; i < s_.releases.size(); ++i) {
+      snapshot_releases_by_pool_[index_->pool_of_node[s_.releases[i].allocation.node.value()]].push_back(
+          static_cast<uint32_t>(i));
+    }
+  }
+  auto& out = pool_releases_[pool];
+  for (uint32_t i : snapshot_releases_by_pool_[pool]) {
+    out.emplace(s_.releases[i].at_us, CompactRelease::Of(s_.releases[i].allocation));
+  }
+  for (const auto& [at_us, r] : own_releases_[pool]) out.emplace(at_us, r);
+  own_releases_[pool].clear();
+  releases_built_[pool] = true;
+  return out;
 }
 
 void Scheduler::RemoveRelease(const Allocation& a, int64_t at_us) {
-  auto& releases = pool_releases_[pool_of_node_[a.node.value()]];
+  const uint32_t pool = index_->pool_of_node[a.node.value()];
   const uint64_t devices = CompactRelease::Of(a).devices;
+  if (!releases_built_[pool]) {
+    auto& own = own_releases_[pool];
+    for (auto it = own.begin(); it != own.end(); ++it) {
+      if (it->first == at_us && it->second.node == a.node && it->second.devices == devices) {
+        own.erase(it);
+        return;
+      }
+    }
+    return;
+  }
+  auto& releases = pool_releases_[pool];
   auto [first, last] = releases.equal_range(at_us);
   for (auto it = first; it != last; ++it) {
     if (it->second.node == a.node && it->second.devices == devices) {
@@ -289,6 +505,7 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
   static const std::vector<SiteInputs> kNoInputs;
   std::vector<SiteInputs> per_site = p.inputs.empty() ? kNoInputs : EstimateInputsPerSite(*s_.fleet, p.inputs);
   EstimateComputePerType(*s_.throughput, task, pools_, &compute_by_type_);
+  if (!policy_.heterogeneity_aware) TreatTypesAlike(&compute_by_type_);
   TaskView view{*s_.fleet, *s_.throughput, *js.job, task, p, per_site, compute_by_type_};
   CostContext cost_ctx{s_.now_us, js.deadline_at_us, budget_left_[p.job]};
 
@@ -300,6 +517,13 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
     if (verdicts[pool.index] != kPassed) continue;
     Candidate c;
     if (ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) candidates_.push_back(c);
+  }
+  if (policy_.pools != PoolChoice::kScored && !candidates_.empty()) {
+    if (std::optional<Placement> p = PlaceUnscored(qi, r)) {
+      out.placed = true;
+      out.placement = std::move(*p);
+      return out;
+    }
   }
   CandidateOrder rank(js.job->objective, candidates_);
 
@@ -316,6 +540,10 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
     }
     std::swap(candidates_[i], candidates_[best]);
     const Candidate& c = candidates_[i];
+    if (policy_.pools != PoolChoice::kScored) {  // no room anywhere: explain only
+      rejections_.push_back(Rejection{RejectionKind::kBusy, 0, c.pool, 0, 0});
+      continue;
+    }
     if (hold && !rank.Better(c, *hold)) break;
     const Pool& pool = pools_[c.pool];
     if (std::optional<NodeId> node = FindNode(pool, r, &devices)) {
@@ -460,6 +688,26 @@ Plan Scheduler::Run() {
 }
 
 }  // namespace
+
+std::string_view PoolChoiceName(PoolChoice c) {
+  switch (c) {
+    case PoolChoice::kScored: return "scored";
+    case PoolChoice::kAnyPool: return "any-pool";
+    case PoolChoice::kCheapestPrice: return "cheapest-price";
+  }
+  return "?";
+}
+
+std::string_view NodeChoiceName(NodeChoice c) {
+  switch (c) {
+    case NodeChoice::kNextFit: return "next-fit";
+    case NodeChoice::kFirstFit: return "first-fit";
+    case NodeChoice::kBestFit: return "best-fit";
+    case NodeChoice::kRandom: return "random";
+    case NodeChoice::kLeastFragmentation: return "least-fragmentation";
+  }
+  return "?";
+}
 
 std::string_view UnplacedKindName(UnplacedKind kind) {
   return kind == UnplacedKind::kInfeasible ? "infeasible" : "waiting";

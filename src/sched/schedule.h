@@ -17,6 +17,8 @@
 #pragma once
 
 #include <functional>
+#include <string_view>
+#include <vector>
 
 #include "common/env.h"
 #include "sched/plan.h"
@@ -25,11 +27,61 @@
 
 namespace meridian::sched {
 
+// How a task's pool is chosen among those that pass the filters and the hard
+// constraints (deadline, budget, quota).
+//   kScored         Meridian's: best by the job's objective (finish time from the
+//                   throughput table, transfers and waits; cost), holding out for
+//                   a busy pool that frees soon when that still wins;
+//   kAnyPool        every passing pool alike: the node choice alone decides, over
+//                   the nodes of all of them (classic first-fit, best-fit, random);
+//   kCheapestPrice  the lowest hourly price per device first, whatever the speed
+//                   ("always the cheapest region").
+enum class PoolChoice { kScored, kAnyPool, kCheapestPrice };
+
+// How a node is chosen among the nodes with room:
+//   kNextFit             fill the node last used, then move on (fast: a placement
+//                        usually probes one node);
+//   kFirstFit            the first node in fleet order;
+//   kBestFit             the node left with the least free device capacity, then CPU;
+//   kRandom              uniformly at random (seeded);
+//   kLeastFragmentation  the node whose free devices stay most usable by the
+//                        expected workload (Weng et al., "Beware of Fragmentation",
+//                        ATC 2023): the least growth of device capacity that the
+//                        workload's request shapes could not use.
+enum class NodeChoice { kNextFit, kFirstFit, kBestFit, kRandom, kLeastFragmentation };
+
+std::string_view PoolChoiceName(PoolChoice c);
+std::string_view NodeChoiceName(NodeChoice c);
+
+// A request shape of the expected workload, with its share of tasks.
+struct WorkloadShape {
+  model::ResourceRequest request;
+  double weight = 1;
+};
+
 struct Policy {
   QueueOrder order = QueueOrder::kFifo;
+  PoolChoice pools = PoolChoice::kScored;
+  NodeChoice nodes = NodeChoice::kNextFit;
+  // false: every device type counts as equally fast for every kind of work (a
+  // heterogeneity-agnostic baseline); the table still says which types can run it.
+  bool heterogeneity_aware = true;
+  // kLeastFragmentation: the expected request shapes (GPU ones are used; at most 16,
+  // heaviest first). Empty: the GPU request shapes of the snapshot's queue.
+  std::vector<WorkloadShape> workload;
+  // kLeastFragmentation and kBestFit: how many nodes with room are compared per
+  // placement, from the pool's cursor (0: all). Bounds a decision at large scale,
+  // as Kubernetes' percentageOfNodesToScore does.
+  size_t node_sample = 0;
   // Called after each decision (a task or a whole gang) with the number of tasks
   // decided so far. The scheduler reads no clock; a benchmark timestamps here.
   std::function<void(size_t decided)> on_decision;
+
+  static Policy WithOrder(QueueOrder order) {
+    Policy p;
+    p.order = order;
+    return p;
+  }
 };
 
 Plan Schedule(const Snapshot& snapshot, const Policy& policy, Random& rng);

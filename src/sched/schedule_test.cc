@@ -17,7 +17,7 @@ Plan RunSched(const model::Fleet& f, const std::vector<const model::Job*>& jobs,
   static const model::ThroughputTable kEmpty;
   Snapshot s = testing::MakeSnapshot(f, kEmpty, jobs);
   Random rng(seed);
-  return Schedule(s, Policy{order, {}}, rng);
+  return Schedule(s, Policy::WithOrder(order), rng);
 }
 
 TEST(ScheduleTest, AccountsResourcesAcrossManyTasksInOneCall) {

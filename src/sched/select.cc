@@ -71,7 +71,7 @@ double CandidateOrder::Score(const Candidate& c) const {
   return s;
 }
 
-void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,
+void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,
                      int64_t now_us, UnplacedKind* kind, std::string* reason) {
   const auto& filters = DefaultFilters();

@@ -88,7 +88,7 @@ class CandidateOrder {
 };
 
 // One reason from all rejections; kind is kWaiting if anything could change.
-void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const ResourceLedger& free,
+void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,
                      int64_t now_us, UnplacedKind* kind, std::string* reason);
 

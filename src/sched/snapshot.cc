@@ -5,13 +5,8 @@
 namespace meridian::sched {
 
 ResourceLedger::ResourceLedger(const model::Fleet& fleet) {
-  free_.resize(fleet.nodes.size());
-  for (const model::Node& n : fleet.nodes) {
-    NodeFree& f = free_[n.id.value()];
-    f.cpu_milli = n.cpu_milli;
-    f.memory_bytes = n.memory_bytes;
-    f.device_free_milli.assign(n.devices.size(), 1000);
-  }
+  free_.reserve(fleet.nodes.size());
+  for (const model::Node& n : fleet.nodes) Add(n);
 }
 
 JobState JobState::Submitted(const model::Job& job, int64_t submit_us) {
@@ -23,8 +18,18 @@ JobState JobState::Submitted(const model::Job& job, int64_t submit_us) {
   return js;
 }
 
-void ResourceLedger::Take(const Allocation& a) {
-  NodeFree& f = free_.at(a.node.value());
+void ResourceLedger::Take(const Allocation& a) { TakeFrom(free_.at(a.node.value()), a); }
+void ResourceLedger::Give(const Allocation& a) { GiveTo(free_.at(a.node.value()), a); }
+
+void ResourceLedger::Add(const model::Node& n) {
+  MERIDIAN_CHECK(n.id.value() == free_.size());
+  NodeFree& f = free_.emplace_back();
+  f.cpu_milli = n.cpu_milli;
+  f.memory_bytes = n.memory_bytes;
+  f.device_free_milli.assign(n.devices.size(), 1000);
+}
+
+void ResourceLedger::TakeFrom(NodeFree& f, const Allocation& a) {
   MERIDIAN_CHECK(f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes);
   f.cpu_milli -= a.cpu_milli;
   f.memory_bytes -= a.memory_bytes;
@@ -35,8 +40,7 @@ void ResourceLedger::Take(const Allocation& a) {
   }
 }
 
-void ResourceLedger::Give(const Allocation& a) {
-  NodeFree& f = free_.at(a.node.value());
+void ResourceLedger::GiveTo(NodeFree& f, const Allocation& a) {
   f.cpu_milli += a.cpu_milli;
   f.memory_bytes += a.memory_bytes;
   for (int32_t d : a.devices) {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "model/fleet.h"
 #include "model/throughput.h"
 #include "model/work.h"
+#include "sched/pool.h"
 
 namespace meridian::sched {
 
@@ -46,9 +49,40 @@ class ResourceLedger {
   // Stops the process if the allocation does not fit: the caller checked.
   void Take(const Allocation& a);
   void Give(const Allocation& a);
+  // A node added to the fleet after the ledger was built, wholly free.
+  void Add(const model::Node& node);
+
+  static void TakeFrom(NodeFree& f, const Allocation& a);
+  static void GiveTo(NodeFree& f, const Allocation& a);
 
  private:
   std::vector<NodeFree> free_;
+};
+
+// A copy-on-write view of a ledger: reads fall through to the base until a node is
+// changed. One Schedule call uses one, so a call copies only the nodes it places on.
+// Lifetime: the base must outlive the overlay.
+class LedgerOverlay {
+ public:
+  explicit LedgerOverlay(const ResourceLedger& base) : base_(base) {}
+  const NodeFree& free(NodeId node) const {
+    if (!changed_.empty()) {
+      auto it = changed_.find(node.value());
+      if (it != changed_.end()) return it->second;
+    }
+    return base_.free(node);
+  }
+  void Take(const Allocation& a) { ResourceLedger::TakeFrom(Mutable(a.node), a); }
+  void Give(const Allocation& a) { ResourceLedger::GiveTo(Mutable(a.node), a); }
+
+ private:
+  NodeFree& Mutable(NodeId node) {
+    auto [it, inserted] = changed_.try_emplace(node.value());
+    if (inserted) it->second = base_.free(node);
+    return it->second;
+  }
+  const ResourceLedger& base_;
+  std::unordered_map<uint32_t, NodeFree> changed_;
 };
 
 // Per-tenant resources in use, for quotas and fair sharing.
@@ -88,6 +122,9 @@ struct Snapshot {
   int64_t now_us = 0;
   const model::Fleet* fleet = nullptr;
   const model::ThroughputTable* throughput = nullptr;
+  // The fleet's pools, built once per fleet change by a caller that schedules
+  // often; null: Schedule builds them.
+  std::shared_ptr<const PoolIndex> pools;
   ResourceLedger free;
   std::vector<TenantUsage> tenant_usage;  // by TenantId; empty means no usage
   std::vector<JobState> jobs;
