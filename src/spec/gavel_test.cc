@@ -61,7 +61,7 @@ TEST(NodeListTest, ParsesAndRejectsWithLineNumbers) {
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("n.csv:3: cpu_milli"));
   EXPECT_FALSE(ParseAlibabaNodeList("name,x\n", "n.csv").ok());
   EXPECT_THAT(ParseAlibabaNodeList("sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,1,Z80\n", "n.csv").status().message(),
-              ::testing::HasSubstr("unknown GPU model 'Z80'"));
+              ::testing::HasSubstr("unknown GPU model, got 'Z80'"));
 }
 
 }  // namespace
