@@ -30,4 +30,23 @@ struct BenchSchedOptions {
 // `meridian bench sched`.
 Status RunBenchSched(const BenchSchedOptions& options, std::ostream& out);
 
+struct SimOptions {
+  std::string fleet;
+  std::string trace;
+  std::string trace_format = "auto";
+  std::string policy = "meridian";
+  std::vector<std::string> compare;
+  std::string order = "fifo";
+  uint64_t seed = 1;
+  int scale_nodes = 1;
+  int scale_jobs = 1;
+  std::string node_mtbf, spot_mtbp, repair;
+  std::vector<std::string> changes;
+  size_t max_offered = 0;
+  std::string out;
+  bool json = false;
+};
+// `meridian sim`: replay a trace on a fleet under one or several policies.
+Status RunSim(const SimOptions& options, std::ostream& out);
+
 }  // namespace meridian::cli

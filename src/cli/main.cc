@@ -21,6 +21,27 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--seed", plan.seed, "Seed for tie-breaking between equally good placements");
   plan_cmd->add_flag("--json", plan.json, "Print JSON for scripts");
 
+  cli::SimOptions sim;
+  CLI::App* sim_cmd = app.add_subcommand("sim", "Replay a workload trace on a fleet with the real scheduler, on a virtual clock");
+  sim_cmd->add_option("--fleet", sim.fleet, "Fleet file (YAML)")->required();
+  sim_cmd->add_option("--trace", sim.trace, "Trace: Alibaba GPU 2023 pod list, Sia/Philly workload or Meridian CSV")->required();
+  sim_cmd->add_option("--trace-format", sim.trace_format, "auto (from the header), alibaba, sia or csv");
+  sim_cmd->add_option("--policy", sim.policy,
+                      "meridian, first-fit, best-fit, random, agnostic or cheapest-region (default meridian)");
+  sim_cmd->add_option("--compare", sim.compare, "Several policies on the same input, comma-separated")->delimiter(',');
+  sim_cmd->add_option("--order", sim.order, "Queue order: fifo, priority or fair");
+  sim_cmd->add_option("--seed", sim.seed, "Seed; the same seed gives the same metrics (default 1)");
+  sim_cmd->add_option("--scale-nodes", sim.scale_nodes, "Every node N times (size experiments)");
+  sim_cmd->add_option("--scale-jobs", sim.scale_jobs, "Every job N times, arriving together");
+  sim_cmd->add_option("--node-mtbf", sim.node_mtbf, "Mean time between failures of each node, e.g. 30d");
+  sim_cmd->add_option("--spot-mtbp", sim.spot_mtbp, "Mean time between preemptions of each spot node");
+  sim_cmd->add_option("--repair", sim.repair, "Time a failed or preempted node stays away (default 10m)");
+  sim_cmd->add_option("--change", sim.changes, "Fleet change TIME:+N or TIME:-N after the first arrival, e.g. 2h:+100");
+  sim_cmd->add_option("--max-offered", sim.max_offered, "At most N waiting tasks per scheduler call, oldest first");
+  sim_cmd->add_option("--out", sim.out, "Directory for metrics.json, report.html and per-job CSVs");
+  sim_cmd->add_flag("--json", sim.json, "Print JSON for scripts");
+  sim_cmd->get_option("--compare")->excludes(sim_cmd->get_option("--policy"));
+
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks that print figures");
   bench_cmd->require_subcommand(1);
   cli::BenchSchedOptions bench;
@@ -44,6 +65,8 @@ int main(int argc, char** argv) {
   Status status;
   if (plan_cmd->parsed()) {
     status = cli::RunPlan(plan, std::cout);
+  } else if (sim_cmd->parsed()) {
+    status = cli::RunSim(sim, std::cout);
   } else if (bench_sched->parsed()) {
     status = cli::RunBenchSched(bench, std::cout);
   }

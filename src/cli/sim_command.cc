@@ -1,0 +1,152 @@
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/units.h"
+#include "sim/engine.h"
+#include "sim/fleet_builder.h"
+#include "sim/report.h"
+#include "spec/csv.h"
+#include "spec/fleet_spec.h"
+
+namespace meridian::cli {
+namespace {
+
+StatusOr<sim::TraceFormat> ParseTraceFormat(std::string_view name) {
+  if (name == "auto") return sim::TraceFormat::kAuto;
+  if (name == "alibaba") return sim::TraceFormat::kAlibaba;
+  if (name == "sia") return sim::TraceFormat::kSiaPhilly;
+  if (name == "csv") return sim::TraceFormat::kGeneric;
+  return InvalidArgumentError(fmt::format("--trace-format: unknown format '{}' (known: auto, alibaba, sia, csv)", name));
+}
+
+// "2h:+100" adds 100 nodes two hours after the first arrival; "5h:-50" removes 50.
+StatusOr<sim::FleetChange> ParseChange(std::string_view text, int64_t origin_us) {
+  size_t colon = text.find(':');
+  auto bad = [&] {
+    return InvalidArgumentError(
+        fmt::format("--change '{}': expected TIME:+COUNT or TIME:-COUNT, such as 2h:+100", text));
+  };
+  if (colon == std::string_view::npos || colon + 2 > text.size()) return bad();
+  StatusOr<int64_t> at = ParseDurationUs(text.substr(0, colon));
+  if (!at.ok()) return bad();
+  char sign = text[colon + 1];
+  int64_t count = 0;
+  std::string_view digits = text.substr(colon + 2);
+  if ((sign != '+' && sign != '-') || digits.empty() || digits.size() > 7 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return bad();
+  }
+  for (char c : digits) count = count * 10 + (c - '0');
+  sim::FleetChange c;
+  c.at_us = origin_us + *at;
+  (sign == '+' ? c.add : c.remove) = static_cast<int32_t>(count);
+  return c;
+}
+
+void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& trace, std::ostream& out) {
+  const sim::SimResult& first = results.front();
+  out << fmt::format("trace {} ({}): {} jobs, {} tasks; fleet: {} nodes, {} GPUs; seed {}\n\n", trace.name,
+                     trace.format, first.jobs, first.tasks, first.nodes, first.gpus, first.seed);
+  Table t({"POLICY", "FINISHED", "INFEASIBLE", "MEAN JCT", "P50 JCT", "P99 JCT", "MEAN QUEUEING", "MAKESPAN",
+           "GPU UTIL", "UNUSABLE GPUS", "COST", "WAN", "SCHED TIME", "WALL"});
+  for (const sim::SimResult& r : results) {
+    int64_t wan = 0;
+    for (const auto& [link, bytes] : r.wan_bytes) wan += bytes;
+    auto d = [](double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); };
+    t.Add({r.policy, fmt::format("{}/{}", r.finished_jobs, r.jobs), std::to_string(r.infeasible_jobs), d(r.jct.mean),
+           d(r.jct.p50), d(r.jct.p99), d(r.queueing.mean), d(r.makespan_s),
+           fmt::format("{:.1f}%", 100 * r.gpu_utilisation), fmt::format("{:.1f}", r.unusable_gpus_while_waiting),
+           FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd), FormatBytes(wan),
+           fmt::format("{:.3f} s", r.sched_total_s), fmt::format("{:.3f} s", r.wall_s)});
+  }
+  t.Print(out);
+  for (const sim::SimResult& r : results) {
+    if (r.node_failures || r.preemptions) {
+      out << fmt::format("\n{}: {} node failures, {} preemptions, {} task runs restarted", r.policy, r.node_failures,
+                         r.preemptions, r.task_restarts);
+    }
+    if (r.unfinished_jobs) {
+      out << fmt::format("\n{}: {} jobs still waiting when no event was left (no node can ever free for them)",
+                         r.policy, r.unfinished_jobs);
+    }
+    for (size_t i = 0; i < r.infeasible_reasons.size() && i < 3; ++i) {
+      out << fmt::format("\n{}: infeasible: {}", r.policy, r.infeasible_reasons[i]);
+    }
+  }
+  out << "\n\nUNUSABLE GPUS: free GPU capacity no waiting GPU task could use, averaged over the time GPU tasks "
+         "waited.\nSCHED TIME and WALL are wall-clock; everything else depends only on the inputs and the seed.\n";
+}
+
+}  // namespace
+
+StatusOr<sim::Trace> LoadSimInputs(const SimOptions& options, model::Fleet* fleet, model::ThroughputTable* throughput) {
+  if (options.scale_nodes < 1 || options.scale_nodes > 1000) {
+    return InvalidArgumentError(fmt::format("--scale-nodes: expected 1 to 1000, got {}", options.scale_nodes));
+  }
+  if (options.scale_jobs < 1 || options.scale_jobs > 1000) {
+    return InvalidArgumentError(fmt::format("--scale-jobs: expected 1 to 1000, got {}", options.scale_jobs));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
+  *fleet = options.scale_nodes > 1 ? sim::ScaleFleet(fs.fleet, options.scale_nodes) : std::move(fs.fleet);
+  *throughput = std::move(fs.throughput);
+  MERIDIAN_ASSIGN_OR_RETURN(sim::TraceFormat format, ParseTraceFormat(options.trace_format));
+  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace trace, sim::LoadTrace(options.trace, format, *fleet, *throughput));
+  if (options.scale_jobs > 1) trace = sim::ScaleJobs(trace, options.scale_jobs);
+  return trace;
+}
+
+Status RunSim(const SimOptions& options, std::ostream& out) {
+  std::vector<std::string> policies = options.compare;
+  if (policies.empty()) policies.push_back(options.policy);
+  model::Fleet fleet;
+  model::ThroughputTable throughput;
+  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace trace, LoadSimInputs(options, &fleet, &throughput));
+  std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(options.order);
+  if (!order) return InvalidArgumentError(fmt::format("--order: unknown order '{}' (known: fifo, priority, fair)", options.order));
+  sim::SimOptions so;
+  so.seed = options.seed;
+  so.max_offered = options.max_offered;
+  for (const auto& [flag, text, dest] : {std::tuple{"--node-mtbf", options.node_mtbf, &so.node_mtbf_us},
+                                         std::tuple{"--spot-mtbp", options.spot_mtbp, &so.spot_mtbp_us},
+                                         std::tuple{"--repair", options.repair, &so.repair_us}}) {
+    if (text.empty()) continue;
+    StatusOr<int64_t> v = ParseDurationUs(text);
+    if (!v.ok() || *v <= 0) return InvalidArgumentError(fmt::format("{}: expected a positive duration such as 12h, got '{}'", flag, text));
+    *dest = *v;
+  }
+  const int64_t origin = trace.jobs.empty() ? 0 : trace.jobs.front().arrival_us;
+  for (const std::string& c : options.changes) {
+    MERIDIAN_ASSIGN_OR_RETURN(sim::FleetChange change, ParseChange(c, origin));
+    so.changes.push_back(change);
+  }
+  // Every policy is checked before the first run starts.
+  std::vector<sched::Policy> named;
+  for (const std::string& p : policies) {
+    MERIDIAN_ASSIGN_OR_RETURN(sched::Policy policy, sim::NamedPolicy(p, trace));
+    policy.order = *order;
+    named.push_back(std::move(policy));
+  }
+  std::vector<sim::SimResult> results;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    so.policy_name = policies[i];
+    so.policy = named[i];
+    MERIDIAN_ASSIGN_OR_RETURN(sim::SimResult r, sim::Simulate(fleet, throughput, trace, so, Env::Default()));
+    results.push_back(std::move(r));
+  }
+  const std::string title = fmt::format("Meridian simulation: {} on {}", trace.name, options.fleet);
+  if (!options.out.empty()) MERIDIAN_RETURN_IF_ERROR(sim::WriteReport(results, title, options.out));
+  if (options.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const sim::SimResult& r : results) all.push_back(sim::ResultToJson(r));
+    out << nlohmann::json{{"trace", trace.name}, {"format", trace.format}, {"seed", options.seed}, {"results", all}}.dump(2)
+        << '\n';
+  } else {
+    PrintHuman(results, trace, out);
+    if (!options.out.empty()) out << fmt::format("Wrote {0}/report.html, {0}/metrics.json and per-job CSVs.\n", options.out);
+  }
+  return OkStatus();
+}
+
+}  // namespace meridian::cli

@@ -1,0 +1,748 @@
+#include "sim/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "sched/estimate.h"
+#include "sched/filters.h"
+#include "sim/fleet_builder.h"
+
+namespace meridian::sim {
+namespace {
+
+enum class EventKind : uint8_t { kArrival, kStaged, kFinish, kNodeFail, kNodeRepair, kPreempt, kChange };
+
+struct Event {
+  int64_t at_us;
+  uint64_t seq;
+  EventKind kind;
+  uint32_t a;  // job, run, node or change index
+  uint32_t b;  // run epoch for kStaged/kFinish
+};
+
+struct Later {
+  bool operator()(const Event& x, const Event& y) const {
+    return std::tie(x.at_us, x.seq) > std::tie(y.at_us, y.seq);
+  }
+};
+
+enum class TaskState : uint8_t { kBlocked, kQueued, kRunning, kDone, kDropped };
+
+struct JobRun {
+  const model::Job* job = nullptr;
+  sched::JobState state;
+  std::vector<TaskState> tasks;
+  std::vector<int32_t> deps_left;
+  std::vector<SiteId> output_site;
+  std::vector<uint32_t> run_of;  // running task -> run slot
+  std::vector<std::vector<uint32_t>> dependants;
+  size_t left = 0;
+  size_t tenant = 0;
+  JobOutcome outcome;
+};
+
+struct TaskRun {
+  uint32_t job = 0;
+  uint32_t task = 0;
+  sched::Allocation allocation;
+  int64_t start_us = 0;
+  int64_t finish_us = 0;
+  uint32_t epoch = 0;
+  bool live = false;
+  size_t release = 0;  // index in the snapshot's releases
+  std::vector<sched::Transfer> transfers;
+};
+
+struct Waiting {
+  uint32_t job;
+  uint32_t task;
+  int64_t seq;
+  std::vector<model::ObjectRef> inputs;
+};
+
+sched::TenantUsage UsageOf(const model::ResourceRequest& r) {
+  return sched::TenantUsage{static_cast<int64_t>(r.device_count) * r.device_share_milli, r.cpu_milli,
+                            r.memory_bytes};
+}
+
+Percentiles Summarise(std::vector<double>* v) {
+  Percentiles p;
+  if (v->empty()) return p;
+  std::sort(v->begin(), v->end());
+  double sum = 0;
+  for (double x : *v) sum += x;
+  p.mean = sum / static_cast<double>(v->size());
+  auto at = [&](double q) { return (*v)[static_cast<size_t>(q * static_cast<double>(v->size() - 1) + 0.5)]; };
+  p.p50 = at(0.50);
+  p.p99 = at(0.99);
+  p.max = v->back();
+  return p;
+}
+
+class Simulation {
+ public:
+  Simulation(const model::Fleet& fleet, const model::ThroughputTable& throughput, const Trace& trace,
+             const SimOptions& options, Env& env)
+      : fleet_(fleet), throughput_(throughput), trace_(trace), options_(options), env_(env),
+        rng_(options.seed), fault_rng_(rng_.Fork()) {}
+
+  SimResult Run();
+
+ private:
+  void Push(int64_t at_us, EventKind kind, uint32_t a, uint32_t b = 0) {
+    events_.push(Event{at_us, next_seq_++, kind, a, b});
+  }
+  void Advance(int64_t now_us);
+  void Arrive(uint32_t j);
+  void Enqueue(uint32_t j, uint32_t t);
+  void ScheduleRound();
+  void Start(const Waiting& w, const sched::Placement& p, int64_t compute_us, int64_t finish_us);
+  void Finish(uint32_t run);
+  // Ends a run: resources back, its release withdrawn.
+  void Release(uint32_t run);
+  // Ends a run that did not finish; the task is queued again.
+  void Kill(uint32_t run);
+  void KillNode(NodeId node);
+  void SetHealth(NodeId node, model::NodeHealth health);
+  void RebuildPools();
+  void Drop(uint32_t j, const std::string& reason);
+  void MeasureFragmentation();
+  int64_t Exponential(int64_t mean_us) {
+    return static_cast<int64_t>(-std::log(1.0 - fault_rng_.UniformDouble()) * static_cast<double>(mean_us)) + 1;
+  }
+  // Whether anything may still happen but faults: a task running, a job or a fleet
+  // change to come.
+  bool Active() const { return arrivals_left_ > 0 || changes_left_ > 0 || !snap_.releases.empty(); }
+  int64_t GpuMilli(const model::Node& n) const { return static_cast<int64_t>(n.devices.size()) * 1000; }
+  void Fill(SimResult* r);
+
+  model::Fleet fleet_;
+  const model::ThroughputTable& throughput_;
+  const Trace& trace_;
+  const SimOptions& options_;
+  Env& env_;
+  Random rng_;
+  Random fault_rng_;
+
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  uint64_t next_seq_ = 0;
+  int64_t now_us_ = 0;
+  int64_t last_us_ = 0;
+  bool changed_ = false;
+  size_t arrivals_left_ = 0;
+  size_t changes_left_ = 0;
+
+  std::shared_ptr<const sched::PoolIndex> index_;
+  sched::Snapshot snap_;
+  std::vector<JobRun> jobs_;
+  std::vector<int32_t> slot_of_job_;  // -1 except while a round builds its snapshot
+  std::vector<Waiting> waiting_;
+  int64_t next_task_seq_ = 0;
+  std::vector<TaskRun> runs_;
+  std::vector<uint32_t> free_runs_;
+  std::vector<uint32_t> run_of_release_;  // snapshot release index -> run
+  std::vector<bool> removed_;             // nodes taken out of the fleet for good
+
+  // Metrics.
+  int64_t allocated_gpu_milli_ = 0;
+  int64_t healthy_gpu_milli_ = 0;
+  double util_integral_ = 0;
+  std::vector<SeriesPoint> util_steps_;
+  bool gpu_waiting_ = false;
+  int64_t unusable_milli_ = 0;
+  int64_t free_milli_ = 0;
+  double unusable_integral_ = 0, free_integral_ = 0, waiting_s_ = 0;
+  int64_t first_arrival_us_ = -1;
+  int64_t last_finish_us_ = 0;
+  SimResult result_;
+  std::vector<double> call_us_;
+};
+
+void Simulation::Advance(int64_t now_us) {
+  const double dt = static_cast<double>(now_us - last_us_) / kSecondUs;
+  if (dt > 0 && first_arrival_us_ >= 0) {
+    if (healthy_gpu_milli_ > 0) {
+      util_integral_ += dt * static_cast<double>(allocated_gpu_milli_) / static_cast<double>(healthy_gpu_milli_);
+    }
+    if (gpu_waiting_) {
+      unusable_integral_ += dt * static_cast<double>(unusable_milli_) / 1000.0;
+      free_integral_ += dt * static_cast<double>(free_milli_) / 1000.0;
+      waiting_s_ += dt;
+    }
+  }
+  last_us_ = now_us;
+  now_us_ = now_us;
+}
+
+void Simulation::RebuildPools() {
+  index_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  snap_.pools = index_;
+}
+
+void Simulation::Enqueue(uint32_t j, uint32_t t) {
+  JobRun& jr = jobs_[j];
+  const model::Task& task = jr.job->tasks[t];
+  Waiting w{j, t, next_task_seq_++, task.inputs};
+  for (TaskId dep : task.after) {
+    const model::Task& d = jr.job->tasks[dep.value()];
+    w.inputs.push_back(model::ObjectRef{fmt::format("{}/{}.out", jr.job->name, d.name), d.output_bytes,
+                                        {jr.output_site[dep.value()]}, {}});
+  }
+  jr.tasks[t] = TaskState::kQueued;
+  waiting_.push_back(std::move(w));
+  changed_ = true;
+}
+
+void Simulation::Arrive(uint32_t j) {
+  JobRun& jr = jobs_[j];
+  const model::Job& job = *jr.job;
+  if (first_arrival_us_ < 0) first_arrival_us_ = now_us_;
+  jr.state = sched::JobState::Submitted(job, now_us_);
+  jr.tasks.assign(job.tasks.size(), TaskState::kBlocked);
+  jr.deps_left.assign(job.tasks.size(), 0);
+  jr.output_site.assign(job.tasks.size(), SiteId(0));
+  jr.run_of.assign(job.tasks.size(), 0);
+  jr.dependants.assign(job.tasks.size(), {});
+  jr.left = job.tasks.size();
+  std::optional<TenantId> tenant = fleet_.FindTenant(job.tenant);
+  jr.tenant = tenant ? tenant->value() : fleet_.tenants.size();
+  for (const model::Task& t : job.tasks) {
+    jr.deps_left[t.id.value()] = static_cast<int32_t>(t.after.size());
+    for (TaskId d : t.after) jr.dependants[d.value()].push_back(t.id.value());
+  }
+  if (job.tasks.empty()) {
+    jr.outcome.start_us = jr.outcome.finish_us = now_us_;
+    return;
+  }
+  for (const model::Task& t : job.tasks) {
+    if (t.after.empty()) Enqueue(j, t.id.value());
+  }
+}
+
+void Simulation::Drop(uint32_t j, const std::string& reason) {
+  JobRun& jr = jobs_[j];
+  if (jr.outcome.infeasible) return;
+  jr.outcome.infeasible = true;
+  jr.outcome.reason = reason;
+  for (TaskState& s : jr.tasks) {
+    if (s == TaskState::kBlocked || s == TaskState::kQueued) s = TaskState::kDropped;
+  }
+}
+
+void Simulation::ScheduleRound() {
+  // Offer the waiting tasks, oldest first, up to the cap.
+  snap_.now_us = now_us_;
+  snap_.jobs.clear();
+  snap_.queue.clear();
+  std::vector<uint32_t> offered;  // snapshot queue index -> waiting_ index
+  std::vector<uint32_t> offered_jobs;
+  for (uint32_t i = 0; i < waiting_.size(); ++i) {
+    if (options_.max_offered && offered.size() >= options_.max_offered) break;
+    const Waiting& w = waiting_[i];
+    int32_t& slot = slot_of_job_[w.job];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(snap_.jobs.size());
+      snap_.jobs.push_back(jobs_[w.job].state);
+      offered_jobs.push_back(w.job);
+    }
+    snap_.queue.push_back(sched::PendingTask{static_cast<uint32_t>(slot), TaskId(w.task), w.inputs, w.seq});
+    offered.push_back(i);
+  }
+  for (uint32_t j : offered_jobs) slot_of_job_[j] = -1;
+
+  MonotonicTime t0 = env_.clock().Now();
+  sched::Plan plan = sched::Schedule(snap_, options_.policy, rng_);
+  MonotonicTime t1 = env_.clock().Now();
+  call_us_.push_back(static_cast<double>(t1.us - t0.us));
+  ++result_.sched_calls;
+  result_.sched_decisions += static_cast<int64_t>(plan.placements.size() + plan.unplaced.size());
+
+  std::vector<bool> remove(waiting_.size(), false);
+  // Actual run times: the trace's duration or the work at the real speed of the
+  // device got; a gang finishes with its slowest member.
+  std::vector<int64_t> compute(plan.placements.size());
+  std::map<std::pair<uint32_t, std::string_view>, int64_t> gang_finish;
+  for (size_t k = 0; k < plan.placements.size(); ++k) {
+    const sched::Placement& p = plan.placements[k];
+    const Waiting& w = waiting_[offered[p.queue_index]];
+    const model::Task& task = jobs_[w.job].job->tasks[w.task];
+    const sched::Pool& pool = index_->pools[index_->pool_of_node[p.allocation.node.value()]];
+    std::optional<int64_t> c = sched::EstimateComputeUs(throughput_, task, pool);
+    compute[k] = c ? *c : p.compute_us;
+    int64_t finish = now_us_ + p.transfer_us + compute[k];
+    if (!task.gang.empty()) {
+      int64_t& f = gang_finish[{w.job, task.gang}];
+      f = std::max(f, finish);
+    }
+  }
+  for (size_t k = 0; k < plan.placements.size(); ++k) {
+    const sched::Placement& p = plan.placements[k];
+    const Waiting& w = waiting_[offered[p.queue_index]];
+    const model::Task& task = jobs_[w.job].job->tasks[w.task];
+    int64_t finish = now_us_ + p.transfer_us + compute[k];
+    if (!task.gang.empty()) finish = gang_finish[{w.job, task.gang}];
+    Start(w, p, compute[k], finish);
+    remove[offered[p.queue_index]] = true;
+  }
+  for (const sched::Unplaced& u : plan.unplaced) {
+    if (u.kind != sched::UnplacedKind::kInfeasible) continue;
+    const Waiting& w = waiting_[offered[u.queue_index]];
+    Drop(w.job, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (remove[i] || jobs_[waiting_[i].job].tasks[waiting_[i].task] == TaskState::kDropped) continue;
+    if (out != i) waiting_[out] = std::move(waiting_[i]);
+    ++out;
+  }
+  waiting_.resize(out);
+}
+
+void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t compute_us, int64_t finish_us) {
+  JobRun& jr = jobs_[w.job];
+  const model::Task& task = jr.job->tasks[w.task];
+  uint32_t id;
+  if (!free_runs_.empty()) {
+    id = free_runs_.back();
+    free_runs_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(runs_.size());
+    runs_.emplace_back();
+  }
+  TaskRun& run = runs_[id];
+  run.job = w.job;
+  run.task = w.task;
+  run.allocation = p.allocation;
+  run.start_us = now_us_;
+  run.finish_us = finish_us;
+  run.live = true;
+  run.transfers = p.transfers;
+  snap_.free.Take(p.allocation);
+  run.release = snap_.releases.size();
+  // The scheduler learns the estimated finish, as a coordinator would.
+  snap_.releases.push_back(sched::Release{std::max(p.finish_us, now_us_), p.allocation});
+  run_of_release_.push_back(id);
+  sched::TenantUsage u = UsageOf(task.resources);
+  sched::TenantUsage& used = snap_.tenant_usage[jr.tenant];
+  used.gpu_milli += u.gpu_milli;
+  used.cpu_milli += u.cpu_milli;
+  used.memory_bytes += u.memory_bytes;
+  allocated_gpu_milli_ += u.gpu_milli;
+  changed_ = true;
+
+  jr.tasks[w.task] = TaskState::kRunning;
+  jr.run_of[w.task] = id;
+  if (jr.outcome.start_us < 0) jr.outcome.start_us = now_us_;
+  // The node is held while inputs arrive and while computing.
+  const sched::Pool& pool = index_->pools[index_->pool_of_node[p.allocation.node.value()]];
+  const int64_t held_us = finish_us - now_us_;
+  const int64_t cost = sched::RunCostMicroUsd(pool.price_micro_usd_per_hour, sched::NodeShareppm(task.resources, pool),
+                                              held_us);
+  (void)compute_us;
+  jr.outcome.cost_micro_usd += cost + p.egress_cost_micro_usd;
+  result_.compute_cost_micro_usd += cost;
+  result_.egress_cost_micro_usd += p.egress_cost_micro_usd;
+  if (jr.state.budget_left_micro_usd) *jr.state.budget_left_micro_usd -= cost + p.egress_cost_micro_usd;
+  if (!p.transfers.empty()) Push(now_us_ + p.transfer_us, EventKind::kStaged, id, run.epoch);
+  Push(finish_us, EventKind::kFinish, id, run.epoch);
+}
+
+void Simulation::Finish(uint32_t id) {
+  TaskRun& run = runs_[id];
+  JobRun& jr = jobs_[run.job];
+  const model::Task& task = jr.job->tasks[run.task];
+  Release(id);
+  jr.tasks[run.task] = TaskState::kDone;
+  jr.output_site[run.task] = fleet_.node(run.allocation.node).site;
+  last_finish_us_ = std::max(last_finish_us_, now_us_);
+  MERIDIAN_CHECK_MSG(jr.left > 0, "a task finished twice");
+  if (--jr.left == 0) {
+    jr.outcome.finish_us = now_us_;
+    return;
+  }
+  if (jr.outcome.infeasible) return;
+  for (uint32_t d : jr.dependants[task.id.value()]) {
+    if (--jr.deps_left[d] == 0 && jr.tasks[d] == TaskState::kBlocked) Enqueue(run.job, d);
+  }
+}
+
+void Simulation::Kill(uint32_t id) {
+  Release(id);
+  const TaskRun& run = runs_[id];
+  JobRun& jr = jobs_[run.job];
+  ++result_.task_restarts;
+  ++jr.outcome.restarts;
+  if (jr.outcome.infeasible) {
+    jr.tasks[run.task] = TaskState::kDropped;
+  } else {
+    Enqueue(run.job, run.task);
+  }
+}
+
+void Simulation::Release(uint32_t id) {
+  TaskRun& run = runs_[id];
+  MERIDIAN_CHECK(run.live);
+  JobRun& jr = jobs_[run.job];
+  const model::Task& task = jr.job->tasks[run.task];
+  snap_.free.Give(run.allocation);
+  // Swap-remove the release.
+  const size_t last = snap_.releases.size() - 1;
+  if (run.release != last) {
+    snap_.releases[run.release] = std::move(snap_.releases[last]);
+    run_of_release_[run.release] = run_of_release_[last];
+    runs_[run_of_release_[run.release]].release = run.release;
+  }
+  snap_.releases.pop_back();
+  run_of_release_.pop_back();
+  sched::TenantUsage u = UsageOf(task.resources);
+  sched::TenantUsage& used = snap_.tenant_usage[jr.tenant];
+  used.gpu_milli -= u.gpu_milli;
+  used.cpu_milli -= u.cpu_milli;
+  used.memory_bytes -= u.memory_bytes;
+  allocated_gpu_milli_ -= u.gpu_milli;
+  run.live = false;
+  ++run.epoch;
+  free_runs_.push_back(id);
+  changed_ = true;
+}
+
+void Simulation::KillNode(NodeId node) {
+  std::vector<uint32_t> victims;
+  for (uint32_t i = 0; i < runs_.size(); ++i) {
+    if (runs_[i].live && runs_[i].allocation.node == node) victims.push_back(i);
+  }
+  for (uint32_t id : victims) {
+    if (!runs_[id].live) continue;  // went with its gang
+    const uint32_t job = runs_[id].job;
+    const std::string& gang = jobs_[job].job->tasks[runs_[id].task].gang;
+    Kill(id);
+    if (gang.empty()) continue;
+    // A gang cannot go on without a member: its other members stop too.
+    JobRun& jr = jobs_[job];
+    for (const model::Task& t : jr.job->tasks) {
+      if (t.gang == gang && jr.tasks[t.id.value()] == TaskState::kRunning) Kill(jr.run_of[t.id.value()]);
+    }
+  }
+}
+
+void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
+  model::Node& n = fleet_.nodes[node.value()];
+  if (n.health == health) return;
+  if (health == model::NodeHealth::kHealthy) {
+    healthy_gpu_milli_ += GpuMilli(n);
+  } else if (n.health == model::NodeHealth::kHealthy) {
+    healthy_gpu_milli_ -= GpuMilli(n);
+  }
+  n.health = health;
+  RebuildPools();
+  changed_ = true;
+}
+
+void Simulation::MeasureFragmentation() {
+  // The distinct GPU shapes waiting, most common first, at most 16.
+  std::vector<std::pair<model::ResourceRequest, size_t>> shapes;
+  for (const Waiting& w : waiting_) {
+    const model::ResourceRequest& r = jobs_[w.job].job->tasks[w.task].resources;
+    if (r.device_count == 0) continue;
+    auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) {
+      return s.first.device_count == r.device_count && s.first.device_share_milli == r.device_share_milli &&
+             s.first.cpu_milli == r.cpu_milli && s.first.memory_bytes == r.memory_bytes &&
+             s.first.accelerator_any_of == r.accelerator_any_of;
+    });
+    if (it == shapes.end()) {
+      shapes.emplace_back(r, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  gpu_waiting_ = !shapes.empty();
+  unusable_milli_ = free_milli_ = 0;
+  if (!gpu_waiting_) return;
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (shapes.size() > 16) shapes.resize(16);
+  for (const model::Node& n : fleet_.nodes) {
+    if (n.devices.empty() || n.health != model::NodeHealth::kHealthy) continue;
+    const sched::NodeFree& f = snap_.free.free(n.id);
+    int64_t free = 0;
+    for (int32_t d : f.device_free_milli) free += d;
+    if (free == 0) continue;
+    free_milli_ += free;
+    // What the best-matching waiting shape still cannot use; all of it when no
+    // waiting task may run on this type.
+    int64_t unusable = free;
+    for (const auto& [shape, count] : shapes) {
+      const auto& any = shape.accelerator_any_of;
+      if (!any.empty() && std::find(any.begin(), any.end(), n.accelerator_type()) == any.end()) continue;
+      unusable = std::min(unusable, sched::UnusableDeviceMilli(shape, f));
+    }
+    unusable_milli_ += unusable;
+  }
+}
+
+SimResult Simulation::Run() {
+  MonotonicTime wall0 = env_.clock().Now();
+  snap_.fleet = &fleet_;
+  snap_.throughput = &throughput_;
+  snap_.free = sched::ResourceLedger(fleet_);
+  snap_.tenant_usage.assign(fleet_.tenants.size() + 1, sched::TenantUsage{});
+  RebuildPools();
+  removed_.assign(fleet_.nodes.size(), false);
+  for (const model::Node& n : fleet_.nodes) {
+    if (n.health == model::NodeHealth::kHealthy) healthy_gpu_milli_ += GpuMilli(n);
+  }
+  result_.gpus = healthy_gpu_milli_ / 1000;
+  jobs_.resize(trace_.jobs.size());
+  slot_of_job_.assign(trace_.jobs.size(), -1);
+  for (uint32_t j = 0; j < trace_.jobs.size(); ++j) {
+    jobs_[j].job = trace_.jobs[j].job.get();
+    jobs_[j].outcome.name = trace_.jobs[j].job->name;
+    jobs_[j].outcome.arrival_us = trace_.jobs[j].arrival_us;
+    Push(trace_.jobs[j].arrival_us, EventKind::kArrival, j);
+  }
+  auto schedule_failures = [&](NodeId node) {
+    if (!Active()) return;
+    const model::Node& n = fleet_.node(node);
+    if (options_.node_mtbf_us > 0) Push(now_us_ + Exponential(options_.node_mtbf_us), EventKind::kNodeFail, node.value());
+    if (options_.spot_mtbp_us > 0 && n.spot) {
+      Push(now_us_ + Exponential(options_.spot_mtbp_us), EventKind::kPreempt, node.value());
+    }
+  };
+  if (!trace_.jobs.empty()) now_us_ = last_us_ = trace_.jobs.front().arrival_us;
+  for (const model::Node& n : fleet_.nodes) schedule_failures(n.id);
+  for (uint32_t c = 0; c < options_.changes.size(); ++c) Push(options_.changes[c].at_us, EventKind::kChange, c);
+  const size_t original_nodes = fleet_.nodes.size();
+  size_t next_like = 0;
+
+  // Bounded: every event is consumed; new ones come from arrivals (finite), starts
+  // (one per placement) and faults, which strike only while something may still
+  // happen: tasks running, or jobs or fleet changes still to come.
+  arrivals_left_ = trace_.jobs.size();
+  changes_left_ = options_.changes.size();
+  while (!events_.empty()) {
+    const int64_t now = events_.top().at_us;
+    Advance(now);
+    while (!events_.empty() && events_.top().at_us == now) {
+      Event e = events_.top();
+      events_.pop();
+      switch (e.kind) {
+        case EventKind::kArrival:
+          --arrivals_left_;
+          Arrive(e.a);
+          break;
+        case EventKind::kStaged: {
+          TaskRun& run = runs_[e.a];
+          if (!run.live || run.epoch != e.b) break;
+          for (const sched::Transfer& t : run.transfers) {
+            result_.wan_bytes[fmt::format("{}->{}", fleet_.site(t.from).name, fleet_.site(t.to).name)] += t.bytes;
+          }
+          break;
+        }
+        case EventKind::kFinish:
+          if (runs_[e.a].live && runs_[e.a].epoch == e.b) Finish(e.a);
+          break;
+        case EventKind::kNodeFail:
+        case EventKind::kPreempt: {
+          NodeId node(e.a);
+          if (removed_[e.a] || fleet_.node(node).health != model::NodeHealth::kHealthy) break;
+          if (!Active()) break;  // nothing left to disturb: let the run end
+          if (e.kind == EventKind::kNodeFail) {
+            ++result_.node_failures;
+          } else {
+            ++result_.preemptions;
+          }
+          SetHealth(node, model::NodeHealth::kUnhealthy);
+          KillNode(node);
+          Push(now + options_.repair_us, EventKind::kNodeRepair, e.a);
+          break;
+        }
+        case EventKind::kNodeRepair:
+          if (removed_[e.a]) break;
+          SetHealth(NodeId(e.a), model::NodeHealth::kHealthy);
+          schedule_failures(NodeId(e.a));
+          break;
+        case EventKind::kChange: {
+          const FleetChange& c = options_.changes[e.a];
+          --changes_left_;
+          for (int32_t k = 0; k < c.add; ++k) {
+            NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like++ % original_nodes)));
+            snap_.free.Add(fleet_.node(id));
+            removed_.push_back(false);
+            healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
+            schedule_failures(id);
+          }
+          int32_t to_remove = c.remove;
+          for (size_t i = fleet_.nodes.size(); i-- > 0 && to_remove > 0;) {
+            if (removed_[i] || fleet_.nodes[i].health != model::NodeHealth::kHealthy) continue;
+            removed_[i] = true;
+            SetHealth(NodeId(static_cast<uint32_t>(i)), model::NodeHealth::kUnhealthy);
+            KillNode(NodeId(static_cast<uint32_t>(i)));
+            --to_remove;
+          }
+          RebuildPools();
+          changed_ = true;
+          break;
+        }
+      }
+    }
+    if (changed_ && !waiting_.empty()) ScheduleRound();
+    changed_ = false;
+    MeasureFragmentation();
+    if (util_steps_.empty() || util_steps_.back().value != static_cast<double>(allocated_gpu_milli_)) {
+      util_steps_.push_back(SeriesPoint{static_cast<double>(now_us_) / kSecondUs,
+                                        healthy_gpu_milli_ > 0 ? static_cast<double>(allocated_gpu_milli_) /
+                                                                     static_cast<double>(healthy_gpu_milli_)
+                                                               : 0.0});
+    }
+  }
+  result_.wall_s = static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs;
+  Fill(&result_);
+  return std::move(result_);
+}
+
+void Simulation::Fill(SimResult* r) {
+  r->policy = options_.policy_name;
+  r->trace = trace_.name;
+  r->seed = options_.seed;
+  r->nodes = fleet_.nodes.size();
+  r->jobs = trace_.jobs.size();
+  r->tasks = trace_.TaskCount();
+  std::vector<double> jct, queueing;
+  std::vector<std::string> reasons;
+  for (JobRun& jr : jobs_) {
+    JobOutcome& o = jr.outcome;
+    if (o.start_us >= 0) queueing.push_back(static_cast<double>(o.start_us - o.arrival_us) / kSecondUs);
+    if (o.infeasible) {
+      ++r->infeasible_jobs;
+      if (reasons.size() < 20 && std::find(reasons.begin(), reasons.end(), o.reason) == reasons.end()) {
+        reasons.push_back(o.reason);
+      }
+    } else if (o.finish_us >= 0) {
+      ++r->finished_jobs;
+      jct.push_back(static_cast<double>(o.finish_us - o.arrival_us) / kSecondUs);
+    } else {
+      ++r->unfinished_jobs;
+    }
+    r->outcomes.push_back(std::move(o));
+  }
+  r->infeasible_reasons = std::move(reasons);
+  r->jct = Summarise(&jct);
+  r->queueing = Summarise(&queueing);
+  if (!jct.empty()) {
+    for (int q = 0; q <= 100; ++q) {
+      r->jct_quantiles_s.push_back(jct[static_cast<size_t>(q / 100.0 * static_cast<double>(jct.size() - 1) + 0.5)]);
+    }
+  }
+  const double start_s = first_arrival_us_ < 0 ? 0 : static_cast<double>(first_arrival_us_) / kSecondUs;
+  const double end_s = static_cast<double>(std::max(last_finish_us_, first_arrival_us_)) / kSecondUs;
+  r->makespan_s = end_s - start_s;
+  // Utilisation over [first arrival, last finish]; the integral ran to the last
+  // event, which is the last finish unless fault events trailed (they stop once idle).
+  r->gpu_utilisation = r->makespan_s > 0 ? util_integral_ / r->makespan_s : 0;
+  r->gpu_waiting_s = waiting_s_;
+  r->unusable_gpus_while_waiting = waiting_s_ > 0 ? unusable_integral_ / waiting_s_ : 0;
+  r->free_gpus_while_waiting = waiting_s_ > 0 ? free_integral_ / waiting_s_ : 0;
+  // Downsample the step series into equal buckets, time-weighted.
+  if (r->makespan_s > 0 && !util_steps_.empty()) {
+    const size_t n = std::max<size_t>(options_.series_points, 2);
+    const double width = r->makespan_s / static_cast<double>(n);
+    std::vector<double> acc(n, 0);
+    for (size_t i = 0; i < util_steps_.size(); ++i) {
+      double from = util_steps_[i].t_s;
+      double to = i + 1 < util_steps_.size() ? util_steps_[i + 1].t_s : end_s;
+      from = std::max(from, start_s);
+      to = std::min(to, end_s);
+      while (from < to) {
+        size_t b = std::min(n - 1, static_cast<size_t>((from - start_s) / width));
+        double bucket_end = start_s + static_cast<double>(b + 1) * width;
+        double seg = std::min(to, bucket_end) - from;
+        if (seg <= 0) break;
+        acc[b] += seg * util_steps_[i].value;
+        from += seg;
+      }
+    }
+    for (size_t b = 0; b < n; ++b) {
+      r->utilisation.push_back(SeriesPoint{start_s + (static_cast<double>(b) + 0.5) * width, acc[b] / width});
+    }
+  }
+  std::vector<double> calls = call_us_;
+  if (!calls.empty()) {
+    double total = 0;
+    for (double c : calls) total += c;
+    r->sched_total_s = total / kSecondUs;
+    std::sort(calls.begin(), calls.end());
+    r->sched_call_p50_us = calls[calls.size() / 2];
+    r->sched_call_p99_us = calls[std::min(calls.size() - 1, calls.size() * 99 / 100)];
+  }
+}
+
+}  // namespace
+
+StatusOr<SimResult> Simulate(const model::Fleet& fleet, const model::ThroughputTable& throughput,
+                             const Trace& trace, const SimOptions& options, Env& env) {
+  if (fleet.nodes.empty()) return InvalidArgumentError("the fleet has no nodes");
+  for (const model::Node& n : fleet.nodes) {
+    if (n.devices.size() > 64) {
+      return InvalidArgumentError(fmt::format("node '{}' has {} devices; at most 64", n.name, n.devices.size()));
+    }
+  }
+  for (const FleetChange& c : options.changes) {
+    if (c.add < 0 || c.remove < 0) return InvalidArgumentError("a fleet change adds or removes a count >= 0");
+  }
+  Simulation sim(fleet, throughput, trace, options, env);
+  return sim.Run();
+}
+
+std::vector<std::string> PolicyNames() {
+  return {"meridian", "first-fit", "best-fit", "random", "agnostic", "cheapest-region"};
+}
+
+StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
+  sched::Policy p;
+  if (name == "meridian") {
+    p.nodes = sched::NodeChoice::kLeastFragmentation;
+    p.node_sample = 32;
+    // The expected workload: the trace's GPU request shapes, as FGD assumes known.
+    std::vector<sched::WorkloadShape> shapes;
+    for (const TraceJob& j : trace.jobs) {
+      for (const model::Task& t : j.job->tasks) {
+        const model::ResourceRequest& r = t.resources;
+        if (r.device_count == 0) continue;
+        auto it = std::find_if(shapes.begin(), shapes.end(), [&](const sched::WorkloadShape& s) {
+          return s.request.device_count == r.device_count && s.request.device_share_milli == r.device_share_milli &&
+                 s.request.cpu_milli == r.cpu_milli && s.request.memory_bytes == r.memory_bytes;
+        });
+        if (it == shapes.end()) {
+          model::ResourceRequest shape = r;
+          shape.accelerator_any_of.clear();
+          shapes.push_back(sched::WorkloadShape{std::move(shape), 1});
+        } else {
+          it->weight += 1;
+        }
+      }
+    }
+    p.workload = std::move(shapes);
+  } else if (name == "first-fit") {
+    p.pools = sched::PoolChoice::kAnyPool;
+    p.nodes = sched::NodeChoice::kFirstFit;
+  } else if (name == "best-fit") {
+    p.pools = sched::PoolChoice::kAnyPool;
+    p.nodes = sched::NodeChoice::kBestFit;
+  } else if (name == "random") {
+    p.pools = sched::PoolChoice::kAnyPool;
+    p.nodes = sched::NodeChoice::kRandom;
+  } else if (name == "agnostic") {
+    p.heterogeneity_aware = false;
+  } else if (name == "cheapest-region") {
+    p.pools = sched::PoolChoice::kCheapestPrice;
+  } else {
+    return InvalidArgumentError(fmt::format("unknown policy '{}' (known: {})", name, fmt::join(PolicyNames(), ", ")));
+  }
+  return p;
+}
+
+}  // namespace meridian::sim

@@ -1,0 +1,253 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace meridian::sim {
+namespace {
+
+nlohmann::json PercentilesJson(const Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.p50}, {"p99", p.p99}, {"max", p.max}};
+}
+
+const char* Colour(size_t i) {
+  static const char* kColours[] = {"#1b6ac9", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c"};
+  return kColours[i % (sizeof(kColours) / sizeof(kColours[0]))];
+}
+
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string Seconds(double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); }
+
+constexpr double kW = 720, kH = 300, kLeft = 60, kRight = 20, kTop = 20, kBottom = 40;
+
+std::string Legend(const std::vector<SimResult>& results) {
+  std::string out;
+  for (size_t i = 0; i < results.size(); ++i) {
+    out += fmt::format("<text x='{}' y='{}' fill='{}' font-size='12'>&#9632; {}</text>", kLeft + 10 + 140 * (i % 4),
+                       kTop + 14 + 16 * (i / 4), Colour(i), Escape(results[i].policy));
+  }
+  return out;
+}
+
+// JCT distribution: x = JCT on a log scale, y = fraction of finished jobs.
+std::string JctChart(const std::vector<SimResult>& results) {
+  double lo = 1e300, hi = 0;
+  for (const SimResult& r : results) {
+    for (double v : r.jct_quantiles_s) {
+      lo = std::min(lo, std::max(v, 1.0));
+      hi = std::max(hi, v);
+    }
+  }
+  if (hi <= 0) return "<p>No job finished.</p>";
+  lo = std::pow(10, std::floor(std::log10(lo)));
+  hi = std::pow(10, std::ceil(std::log10(std::max(hi, lo * 10))));
+  auto x = [&](double v) {
+    return kLeft + (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) *
+                       (kW - kLeft - kRight);
+  };
+  auto y = [&](double f) { return kTop + (1 - f) * (kH - kTop - kBottom); };
+  std::string svg = fmt::format("<svg viewBox='0 0 {} {}' width='{}' height='{}' role='img'>", kW, kH, kW, kH);
+  for (double d = lo; d <= hi * 1.001; d *= 10) {
+    svg += fmt::format("<line x1='{0}' x2='{0}' y1='{1}' y2='{2}' stroke='#ddd'/><text x='{0}' y='{3}' "
+                       "font-size='11' text-anchor='middle'>{4}</text>",
+                       x(d), kTop, kH - kBottom, kH - kBottom + 16, Escape(Seconds(d)));
+  }
+  for (int f = 0; f <= 4; ++f) {
+    svg += fmt::format("<line x1='{0}' x2='{1}' y1='{2}' y2='{2}' stroke='#ddd'/><text x='{3}' y='{4}' "
+                       "font-size='11' text-anchor='end'>{5}%</text>",
+                       kLeft, kW - kRight, y(f / 4.0), kLeft - 6, y(f / 4.0) + 4, f * 25);
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& q = results[i].jct_quantiles_s;
+    if (q.empty()) continue;
+    std::string points;
+    for (size_t k = 0; k < q.size(); ++k) points += fmt::format("{:.1f},{:.1f} ", x(q[k]), y(k / 100.0));
+    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='2' points='{}'/>", Colour(i), points);
+  }
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>job completion time (log scale)</text>",
+                     (kW + kLeft) / 2, kH - 4);
+  svg += Legend(results) + "</svg>";
+  return svg;
+}
+
+std::string UtilisationChart(const std::vector<SimResult>& results) {
+  double t0 = 1e300, t1 = 0;
+  for (const SimResult& r : results) {
+    for (const SeriesPoint& p : r.utilisation) {
+      t0 = std::min(t0, p.t_s);
+      t1 = std::max(t1, p.t_s);
+    }
+  }
+  if (t1 <= t0) return "<p>No utilisation recorded.</p>";
+  auto x = [&](double t) { return kLeft + (t - t0) / (t1 - t0) * (kW - kLeft - kRight); };
+  auto y = [&](double f) { return kTop + (1 - std::clamp(f, 0.0, 1.0)) * (kH - kTop - kBottom); };
+  std::string svg = fmt::format("<svg viewBox='0 0 {} {}' width='{}' height='{}' role='img'>", kW, kH, kW, kH);
+  for (int f = 0; f <= 4; ++f) {
+    svg += fmt::format("<line x1='{0}' x2='{1}' y1='{2}' y2='{2}' stroke='#ddd'/><text x='{3}' y='{4}' "
+                       "font-size='11' text-anchor='end'>{5}%</text>",
+                       kLeft, kW - kRight, y(f / 4.0), kLeft - 6, y(f / 4.0) + 4, f * 25);
+  }
+  for (int k = 0; k <= 4; ++k) {
+    double t = t0 + (t1 - t0) * k / 4;
+    svg += fmt::format("<text x='{}' y='{}' font-size='11' text-anchor='middle'>{}</text>", x(t), kH - kBottom + 16,
+                       Escape(Seconds(t - t0)));
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::string points;
+    for (const SeriesPoint& p : results[i].utilisation) points += fmt::format("{:.1f},{:.1f} ", x(p.t_s), y(p.value));
+    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>", Colour(i), points);
+  }
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>time since the first arrival</text>",
+                     (kW + kLeft) / 2, kH - 4);
+  svg += Legend(results) + "</svg>";
+  return svg;
+}
+
+}  // namespace
+
+nlohmann::json ResultToJson(const SimResult& r, bool timing) {
+  nlohmann::json links = nlohmann::json::object();
+  for (const auto& [k, v] : r.wan_bytes) links[k] = v;
+  nlohmann::json j = {
+      {"policy", r.policy},
+      {"trace", r.trace},
+      {"seed", r.seed},
+      {"nodes", r.nodes},
+      {"gpus", r.gpus},
+      {"jobs", r.jobs},
+      {"tasks", r.tasks},
+      {"finished_jobs", r.finished_jobs},
+      {"infeasible_jobs", r.infeasible_jobs},
+      {"unfinished_jobs", r.unfinished_jobs},
+      {"jct_s", PercentilesJson(r.jct)},
+      {"queueing_s", PercentilesJson(r.queueing)},
+      {"makespan_s", r.makespan_s},
+      {"gpu_utilisation", r.gpu_utilisation},
+      {"unusable_gpus_while_waiting", r.unusable_gpus_while_waiting},
+      {"free_gpus_while_waiting", r.free_gpus_while_waiting},
+      {"gpu_waiting_s", r.gpu_waiting_s},
+      {"compute_cost_usd", static_cast<double>(r.compute_cost_micro_usd) / 1e6},
+      {"egress_cost_usd", static_cast<double>(r.egress_cost_micro_usd) / 1e6},
+      {"wan_bytes", links},
+      {"node_failures", r.node_failures},
+      {"preemptions", r.preemptions},
+      {"task_restarts", r.task_restarts},
+      {"infeasible_reasons", r.infeasible_reasons},
+  };
+  if (timing) {
+    j["timing"] = {{"wall_s", r.wall_s},
+                   {"sched_calls", r.sched_calls},
+                   {"sched_decisions", r.sched_decisions},
+                   {"sched_total_s", r.sched_total_s},
+                   {"sched_call_p50_us", r.sched_call_p50_us},
+                   {"sched_call_p99_us", r.sched_call_p99_us}};
+  }
+  return j;
+}
+
+std::string OutcomesCsv(const SimResult& r) {
+  std::string out = "job,arrival_s,start_s,finish_s,jct_s,outcome,restarts,cost_usd,reason\n";
+  for (const JobOutcome& o : r.outcomes) {
+    auto t = [](int64_t us) { return us < 0 ? std::string() : fmt::format("{:.3f}", static_cast<double>(us) / kSecondUs); };
+    std::string outcome = o.infeasible ? "infeasible" : o.finish_us >= 0 ? "finished" : "unfinished";
+    std::string reason = o.reason;
+    std::replace(reason.begin(), reason.end(), ',', ';');
+    std::replace(reason.begin(), reason.end(), '\n', ' ');
+    out += fmt::format("{},{},{},{},{},{},{},{:.6f},{}\n", o.name, t(o.arrival_us), t(o.start_us), t(o.finish_us),
+                       o.finish_us >= 0 ? t(o.finish_us - o.arrival_us) : std::string(), outcome, o.restarts,
+                       static_cast<double>(o.cost_micro_usd) / 1e6, reason);
+  }
+  return out;
+}
+
+std::string HtmlReport(const std::vector<SimResult>& results, const std::string& title) {
+  std::string rows;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const SimResult& r = results[i];
+    rows += fmt::format(
+        "<tr><td style='color:{}'>&#9632; {}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{:.1f}%</td><td>{:.1f}</td><td>{}</td><td>{:.3f} s</td></tr>\n",
+        Colour(i), Escape(r.policy), r.finished_jobs, r.jobs, r.infeasible_jobs, Escape(Seconds(r.jct.mean)),
+        Escape(Seconds(r.jct.p50)), Escape(Seconds(r.jct.p99)), Escape(Seconds(r.queueing.mean)),
+        Escape(Seconds(r.makespan_s)), 100 * r.gpu_utilisation, r.unusable_gpus_while_waiting,
+        Escape(FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd)), r.sched_total_s);
+  }
+  std::string meta;
+  if (!results.empty()) {
+    meta = fmt::format("trace <b>{}</b>: {} jobs, {} tasks; fleet: {} nodes, {} GPUs; seed {}",
+                       Escape(results[0].trace), results[0].jobs, results[0].tasks, results[0].nodes, results[0].gpus,
+                       results[0].seed);
+  }
+  return fmt::format(R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{0}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
+table {{ border-collapse: collapse; font-size: 14px; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+</style></head><body>
+<h1>{0}</h1>
+<p>{1}</p>
+<table>
+<tr><th>policy</th><th>finished</th><th>infeasible</th><th>mean JCT</th><th>p50 JCT</th><th>p99 JCT</th>
+<th>mean queueing</th><th>makespan</th><th>GPU util.</th><th>GPUs unusable while work waits</th><th>cost</th>
+<th>scheduler time</th></tr>
+{2}</table>
+<h2>Job completion time</h2>
+<p>Fraction of finished jobs done within a given time.</p>
+{3}
+<h2>GPU utilisation over time</h2>
+{4}
+<p style="font-size:12px;color:#666">Made by <code>meridian sim</code>. GPUs unusable: free GPU capacity that none of
+the waiting GPU tasks could use, averaged over the time GPU tasks waited.</p>
+</body></html>
+)",
+                     Escape(title), meta, rows, JctChart(results), UtilisationChart(results));
+}
+
+Status WriteReport(const std::vector<SimResult>& results, const std::string& title, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InvalidArgumentError(fmt::format("--out {}: cannot create the directory: {}", dir, ec.message()));
+  auto write = [&](const std::string& name, const std::string& text) -> Status {
+    std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) return UnavailableError(fmt::format("{}: cannot write", path));
+    return OkStatus();
+  };
+  nlohmann::json all = nlohmann::json::array();
+  for (const SimResult& r : results) {
+    all.push_back(ResultToJson(r));
+    nlohmann::json& last = all.back();
+    last["utilisation"] = nlohmann::json::array();
+    for (const SeriesPoint& p : r.utilisation) last["utilisation"].push_back({p.t_s, p.value});
+    last["jct_quantiles_s"] = r.jct_quantiles_s;
+    MERIDIAN_RETURN_IF_ERROR(write(fmt::format("jobs-{}.csv", r.policy), OutcomesCsv(r)));
+  }
+  MERIDIAN_RETURN_IF_ERROR(write("metrics.json", all.dump(2) + "\n"));
+  MERIDIAN_RETURN_IF_ERROR(write("report.html", HtmlReport(results, title)));
+  return OkStatus();
+}
+
+}  // namespace meridian::sim

@@ -1,0 +1,355 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "model/accelerators.h"
+#include "spec/csv.h"
+#include "spec/yaml_reader.h"
+
+namespace meridian::sim {
+namespace {
+
+std::string Stem(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  size_t dot = base.rfind('.');
+  return dot == std::string::npos ? base : base.substr(0, dot);
+}
+
+void SortByArrival(Trace* t) {
+  std::stable_sort(t->jobs.begin(), t->jobs.end(),
+                   [](const TraceJob& a, const TraceJob& b) { return a.arrival_us < b.arrival_us; });
+}
+
+StatusOr<std::vector<std::string>> AcceleratorList(const spec::CsvTable& t, size_t r, size_t column) {
+  std::vector<std::string> out;
+  for (const std::string& name : spec::SplitList(t.field(r, column), '|')) {
+    std::optional<model::AcceleratorType> type = model::FindAcceleratorType(name);
+    if (!type || type->name == model::kCpuType) {
+      return t.Error(r, column, fmt::format("unknown accelerator '{}' (known: {})", name,
+                                            model::KnownAcceleratorTypeNames()));
+    }
+    out.emplace_back(type->name);
+  }
+  return out;
+}
+
+// What a Sia/Philly application trains, as Gavel measured it: the closest model
+// of Gavel's table, its batch sizes, and the samples one job processes (the
+// dataset times a number of epochs). docs/simulator.md gives the reasoning.
+struct Application {
+  const char* name;
+  const char* gavel_model;       // normalised: "resnet-18"
+  std::vector<int> gavel_batches;
+  double samples;
+};
+
+const std::vector<Application>& Applications() {
+  static const std::vector<Application> kApps = {
+      {"cifar10", "resnet-18", {16, 32, 64, 128, 256}, 50'000.0 * 50},   // CIFAR-10, 50 epochs
+      {"imagenet", "resnet-50", {16, 32, 64, 128}, 1'281'167.0 * 5},     // ImageNet, 5 epochs
+      {"bert", "transformer", {16, 32, 64, 128, 256}, 88'000.0 * 2},     // SQuAD fine-tuning, 2 epochs
+      {"deepspeech2", "lm", {5, 10, 20, 40, 80}, 28'539.0 * 20},         // LibriSpeech-100h, 20 epochs
+      {"yolov3", "cyclegan", {}, 16'551.0 * 5},                          // PASCAL VOC, 5 epochs
+  };
+  return kApps;
+}
+
+// The Gavel batch closest (in ratio) to the per-replica batch.
+int NearestBatch(const std::vector<int>& batches, double per_replica) {
+  int best = batches.front();
+  for (int b : batches) {
+    if (std::abs(std::log(b / per_replica)) < std::abs(std::log(best / per_replica))) best = b;
+  }
+  return best;
+}
+
+}  // namespace
+
+size_t Trace::TaskCount() const {
+  size_t n = 0;
+  for (const TraceJob& j : jobs) n += j.job->tasks.size();
+  return n;
+}
+
+StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
+  MERIDIAN_ASSIGN_OR_RETURN(spec::CsvTable t, spec::CsvTable::Parse(std::move(text), file));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_name, t.RequireColumn("name"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_cpu, t.RequireColumn("cpu_milli"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_mem, t.RequireColumn("memory_mib"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_gpus, t.RequireColumn("num_gpu"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_milli, t.RequireColumn("gpu_milli"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_spec, t.RequireColumn("gpu_spec"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_created, t.RequireColumn("creation_time"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_deleted, t.RequireColumn("deletion_time"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_scheduled, t.RequireColumn("scheduled_time"));
+  Trace trace;
+  trace.name = Stem(file);
+  trace.format = "alibaba-gpu-2023";
+  for (size_t r = 0; r < t.rows(); ++r) {
+    model::Task task;
+    task.id = TaskId(0);
+    task.name = "pod";
+    MERIDIAN_ASSIGN_OR_RETURN(task.resources.cpu_milli, t.Int(r, c_cpu));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t mem_mib, t.Int(r, c_mem));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t gpus, t.Int(r, c_gpus));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t milli, t.Int(r, c_milli));
+    if (task.resources.cpu_milli < 0) return t.Error(r, c_cpu, "expected a count of milli-cores >= 0");
+    if (mem_mib < 0) return t.Error(r, c_mem, "expected MiB >= 0");
+    if (gpus < 0 || gpus > 64) return t.Error(r, c_gpus, "expected 0 to 64 GPUs");
+    if (milli < 0 || milli > 1000 || (gpus > 0 && milli == 0)) {
+      return t.Error(r, c_milli, "expected 1 to 1000 milli-GPUs per GPU");
+    }
+    task.resources.memory_bytes = mem_mib * kMiB;
+    task.resources.device_count = static_cast<int32_t>(gpus);
+    task.resources.device_share_milli = gpus > 0 ? static_cast<int32_t>(milli) : 1000;
+    MERIDIAN_ASSIGN_OR_RETURN(task.resources.accelerator_any_of, AcceleratorList(t, r, c_spec));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t created, t.Int(r, c_created));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t deleted, t.IntOr(r, c_deleted, -1));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t scheduled, t.IntOr(r, c_scheduled, -1));
+    if (deleted < 0) return t.Error(r, c_deleted, "expected the time the pod ended");
+    int64_t began = scheduled >= 0 ? scheduled : created;
+    if (deleted < began) return t.Error(r, c_deleted, "ends before it began");
+    task.duration_us = (deleted - began) * kSecondUs;
+    auto job = std::make_shared<model::Job>();
+    job->id = JobId(static_cast<uint32_t>(r));
+    job->name = std::string(t.field(r, c_name));
+    job->tasks.push_back(std::move(task));
+    trace.jobs.push_back(TraceJob{created * kSecondUs, std::move(job)});
+  }
+  SortByArrival(&trace);
+  return trace;
+}
+
+StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const model::ThroughputTable& throughput) {
+  MERIDIAN_ASSIGN_OR_RETURN(spec::CsvTable t, spec::CsvTable::Parse(std::move(text), file));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_name, t.RequireColumn("name"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_time, t.RequireColumn("time"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_app, t.RequireColumn("application"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_replicas, t.RequireColumn("num_replicas"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_batch, t.RequireColumn("batch_size"));
+  Trace trace;
+  trace.name = Stem(file);
+  trace.format = "sia-philly";
+  for (size_t r = 0; r < t.rows(); ++r) {
+    std::string_view app_name = t.field(r, c_app);
+    auto app = std::find_if(Applications().begin(), Applications().end(),
+                            [&](const Application& a) { return a.name == app_name; });
+    if (app == Applications().end()) {
+      return t.Error(r, c_app, "unknown application (known: cifar10, imagenet, bert, deepspeech2, yolov3)");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t arrival_s, t.Int(r, c_time));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t replicas, t.Int(r, c_replicas));
+    MERIDIAN_ASSIGN_OR_RETURN(int64_t batch, t.Int(r, c_batch));
+    if (arrival_s < 0) return t.Error(r, c_time, "expected seconds >= 0");
+    if (replicas < 1 || replicas > 1024) return t.Error(r, c_replicas, "expected 1 to 1024 replicas");
+    if (batch < 1) return t.Error(r, c_batch, "expected a batch size >= 1");
+    const double per_replica = static_cast<double>(batch) / static_cast<double>(replicas);
+    const int gavel_batch = app->gavel_batches.empty() ? 1 : NearestBatch(app->gavel_batches, per_replica);
+    std::string kind = app->gavel_batches.empty() ? app->gavel_model
+                                                  : fmt::format("{}-b{}", app->gavel_model, gavel_batch);
+    if (!throughput.HasKind(kind)) {
+      return t.Error(r, c_app, fmt::format("the throughput table has no kind '{}' (load Gavel's table in the fleet)", kind));
+    }
+    // Each replica processes its share of the samples in steps of Gavel's batch.
+    const double steps_per_replica = app->samples / (static_cast<double>(replicas) * gavel_batch);
+    auto job = std::make_shared<model::Job>();
+    job->id = JobId(static_cast<uint32_t>(r));
+    job->name = std::string(t.field(r, c_name));
+    for (int64_t i = 0; i < replicas; ++i) {
+      model::Task task;
+      task.id = TaskId(static_cast<uint32_t>(i));
+      task.name = fmt::format("replica-{}", i);
+      task.work = model::WorkAmount{kind, steps_per_replica};
+      task.resources.device_count = 1;
+      task.resources.accelerator_any_of = throughput.DeviceTypes(kind);
+      task.resources.cpu_milli = 1000;
+      if (replicas > 1) task.gang = "replicas";
+      job->tasks.push_back(std::move(task));
+    }
+    trace.jobs.push_back(TraceJob{arrival_s * kSecondUs, std::move(job)});
+  }
+  SortByArrival(&trace);
+  return trace;
+}
+
+StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, const model::Fleet& fleet) {
+  MERIDIAN_ASSIGN_OR_RETURN(spec::CsvTable t, spec::CsvTable::Parse(std::move(text), file));
+  static const std::vector<std::string_view> kKnown = {
+      "job", "task", "arrival_s", "duration_s", "kind", "work", "gpus", "gpu_milli", "accelerators",
+      "cpu_milli", "memory_mib", "gang", "after", "tenant", "priority", "input_bytes", "input_site",
+      "output_bytes"};
+  for (std::string_view h : t.header()) {
+    if (std::find(kKnown.begin(), kKnown.end(), h) == kKnown.end()) {
+      return InvalidArgumentError(fmt::format("{}:1: unknown column '{}' (known: job, task, arrival_s, duration_s, "
+                                              "kind, work, gpus, gpu_milli, accelerators, cpu_milli, memory_mib, "
+                                              "gang, after, tenant, priority, input_bytes, input_site, output_bytes)",
+                                              file, h));
+    }
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_job, t.RequireColumn("job"));
+  MERIDIAN_ASSIGN_OR_RETURN(size_t c_arrival, t.RequireColumn("arrival_s"));
+  auto col = [&](std::string_view n) { return t.Column(n); };
+  const auto c_task = col("task"), c_duration = col("duration_s"), c_kind = col("kind"), c_work = col("work"),
+             c_gpus = col("gpus"), c_milli = col("gpu_milli"), c_accel = col("accelerators"),
+             c_cpu = col("cpu_milli"), c_mem = col("memory_mib"), c_gang = col("gang"), c_after = col("after"),
+             c_tenant = col("tenant"), c_priority = col("priority"), c_in_bytes = col("input_bytes"),
+             c_in_site = col("input_site"), c_out_bytes = col("output_bytes");
+  if (!c_duration && !(c_kind && c_work)) {
+    return InvalidArgumentError(fmt::format("{}:1: the header needs duration_s, or kind and work", file));
+  }
+  Trace trace;
+  trace.name = Stem(file);
+  trace.format = "meridian-csv";
+  std::map<std::string, size_t, std::less<>> job_index;
+  std::vector<std::shared_ptr<model::Job>> jobs;
+  std::vector<std::vector<std::vector<std::string>>> afters;  // per job, per task
+  std::vector<std::vector<size_t>> rows_of;                   // per job, per task: its row
+  for (size_t r = 0; r < t.rows(); ++r) {
+    std::string_view job_name = t.field(r, c_job);
+    if (job_name.empty()) return t.Error(r, c_job, "expected a job name");
+    MERIDIAN_ASSIGN_OR_RETURN(double arrival_s, t.Double(r, c_arrival));
+    if (arrival_s < 0) return t.Error(r, c_arrival, "expected seconds >= 0");
+    auto [it, inserted] = job_index.try_emplace(std::string(job_name), jobs.size());
+    if (inserted) {
+      auto job = std::make_shared<model::Job>();
+      job->id = JobId(static_cast<uint32_t>(jobs.size()));
+      job->name = std::string(job_name);
+      if (c_tenant && !t.field(r, *c_tenant).empty()) job->tenant = std::string(t.field(r, *c_tenant));
+      if (c_priority) {
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t p, t.IntOr(r, *c_priority, 0));
+        job->priority = static_cast<int32_t>(p);
+      }
+      jobs.push_back(job);
+      afters.emplace_back();
+      rows_of.emplace_back();
+      trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)), nullptr});
+    } else if (trace.jobs[it->second].arrival_us != static_cast<int64_t>(std::llround(arrival_s * kSecondUs))) {
+      return t.Error(r, c_arrival, "differs from the arrival of the job's first task");
+    }
+    model::Job& job = *jobs[it->second];
+    model::Task task;
+    task.id = TaskId(static_cast<uint32_t>(job.tasks.size()));
+    task.name = c_task && !t.field(r, *c_task).empty() ? std::string(t.field(r, *c_task))
+                                                       : fmt::format("t{}", job.tasks.size());
+    if (job.FindTask(task.name)) {
+      return t.Error(r, c_task ? *c_task : c_job, fmt::format("task '{}' appears twice in job", task.name));
+    }
+    bool has_kind = c_kind && !t.field(r, *c_kind).empty();
+    if (has_kind) {
+      if (!c_work) return t.Error(r, *c_kind, "a kind needs a work column");
+      MERIDIAN_ASSIGN_OR_RETURN(double work, t.Double(r, *c_work));
+      if (work < 0) return t.Error(r, *c_work, "expected work >= 0");
+      task.work = model::WorkAmount{std::string(t.field(r, *c_kind)), work};
+    } else {
+      if (!c_duration || t.field(r, *c_duration).empty()) {
+        return t.Error(r, c_job, "expected duration_s, or kind and work");
+      }
+      MERIDIAN_ASSIGN_OR_RETURN(double d, t.Double(r, *c_duration));
+      if (d < 0) return t.Error(r, *c_duration, "expected seconds >= 0");
+      task.duration_us = static_cast<int64_t>(std::llround(d * kSecondUs));
+    }
+    model::ResourceRequest& req = task.resources;
+    if (c_gpus) {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t g, t.IntOr(r, *c_gpus, 0));
+      if (g < 0 || g > 64) return t.Error(r, *c_gpus, "expected 0 to 64 GPUs");
+      req.device_count = static_cast<int32_t>(g);
+    }
+    if (c_milli) {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t m, t.IntOr(r, *c_milli, 1000));
+      if (m < 1 || m > 1000) return t.Error(r, *c_milli, "expected 1 to 1000 milli-GPUs per GPU");
+      req.device_share_milli = static_cast<int32_t>(m);
+    }
+    if (c_accel) {
+      MERIDIAN_ASSIGN_OR_RETURN(req.accelerator_any_of, AcceleratorList(t, r, *c_accel));
+    }
+    if (c_cpu) {
+      MERIDIAN_ASSIGN_OR_RETURN(req.cpu_milli, t.IntOr(r, *c_cpu, 1000));
+      if (req.cpu_milli < 0) return t.Error(r, *c_cpu, "expected milli-cores >= 0");
+    }
+    if (c_mem) {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t mib, t.IntOr(r, *c_mem, 0));
+      if (mib < 0) return t.Error(r, *c_mem, "expected MiB >= 0");
+      req.memory_bytes = mib * kMiB;
+    }
+    if (c_gang) task.gang = std::string(t.field(r, *c_gang));
+    if (c_out_bytes) {
+      MERIDIAN_ASSIGN_OR_RETURN(task.output_bytes, t.IntOr(r, *c_out_bytes, 0));
+      if (task.output_bytes < 0) return t.Error(r, *c_out_bytes, "expected bytes >= 0");
+    }
+    if (c_in_bytes && !t.field(r, *c_in_bytes).empty()) {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t bytes, t.Int(r, *c_in_bytes));
+      if (bytes < 0) return t.Error(r, *c_in_bytes, "expected bytes >= 0");
+      if (!c_in_site || t.field(r, *c_in_site).empty()) {
+        return t.Error(r, *c_in_bytes, "an input needs input_site, the site that holds it");
+      }
+      std::optional<SiteId> site = fleet.FindSite(t.field(r, *c_in_site));
+      if (!site) return t.Error(r, *c_in_site, "no such site in the fleet");
+      task.inputs.push_back(model::ObjectRef{fmt::format("{}/{}.in", job.name, task.name), bytes, {*site}, {}});
+    }
+    afters[it->second].push_back(c_after ? spec::SplitList(t.field(r, *c_after), '|') : std::vector<std::string>{});
+    rows_of[it->second].push_back(r);
+    job.tasks.push_back(std::move(task));
+  }
+  // Dependencies name tasks of the same job; a task may only follow ones listed
+  // before it, which also rules out cycles.
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t k = 0; k < jobs[j]->tasks.size(); ++k) {
+      for (const std::string& dep : afters[j][k]) {
+        const model::Task* d = jobs[j]->FindTask(dep);
+        if (!d || d->id.value() >= k) {
+          return t.Error(rows_of[j][k], *c_after,
+                         fmt::format("'{}' is not a task listed earlier in job '{}'", dep, jobs[j]->name));
+        }
+        jobs[j]->tasks[k].after.push_back(d->id);
+      }
+    }
+    trace.jobs[j].job = std::move(jobs[j]);
+  }
+  if (trace.jobs.empty()) return InvalidArgumentError(fmt::format("{}: no tasks", file));
+  SortByArrival(&trace);
+  return trace;
+}
+
+StatusOr<Trace> LoadTrace(const std::string& path, TraceFormat format, const model::Fleet& fleet,
+                          const model::ThroughputTable& throughput) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, spec::ReadFileToString(path));
+  if (format == TraceFormat::kAuto) {
+    std::string_view head = std::string_view(text).substr(0, text.find('\n'));
+    if (head.find("gpu_milli") != std::string_view::npos && head.find("creation_time") != std::string_view::npos) {
+      format = TraceFormat::kAlibaba;
+    } else if (head.find("num_replicas") != std::string_view::npos) {
+      format = TraceFormat::kSiaPhilly;
+    } else if (head.find("arrival_s") != std::string_view::npos) {
+      format = TraceFormat::kGeneric;
+    } else {
+      return InvalidArgumentError(fmt::format(
+          "{}:1: cannot tell the trace format from the header; expected an Alibaba GPU 2023 pod list, a "
+          "Sia/Philly workload or a Meridian CSV trace (docs/simulator.md)",
+          path));
+    }
+  }
+  switch (format) {
+    case TraceFormat::kAlibaba: return ParseAlibabaPods(std::move(text), path);
+    case TraceFormat::kSiaPhilly: return ParseSiaPhilly(std::move(text), path, throughput);
+    default: return ParseGenericTrace(std::move(text), path, fleet);
+  }
+}
+
+Trace ScaleJobs(const Trace& trace, int factor) {
+  Trace out;
+  out.name = factor == 1 ? trace.name : fmt::format("{}x{}", trace.name, factor);
+  out.format = trace.format;
+  out.jobs.reserve(trace.jobs.size() * static_cast<size_t>(std::max(factor, 1)));
+  for (const TraceJob& j : trace.jobs) {
+    for (int k = 0; k < factor; ++k) out.jobs.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace meridian::sim
