@@ -698,15 +698,13 @@ StatusOr<SimResult> Simulate(const model::Fleet& fleet, const model::ThroughputT
 }
 
 std::vector<std::string> PolicyNames() {
-  return {"meridian", "first-fit", "best-fit", "random", "agnostic", "cheapest-region"};
+  return {"meridian", "frag-aware", "first-fit", "best-fit", "random", "agnostic", "cheapest-region"};
 }
 
-StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
-  sched::Policy p;
-  if (name == "meridian") {
-    p.nodes = sched::NodeChoice::kLeastFragmentation;
-    p.node_sample = 32;
-    // The expected workload: the trace's GPU request shapes, as FGD assumes known.
+namespace {
+
+// The expected workload: the trace's GPU request shapes, as FGD assumes known.
+std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
     std::vector<sched::WorkloadShape> shapes;
     for (const TraceJob& j : trace.jobs) {
       for (const model::Task& t : j.job->tasks) {
@@ -725,7 +723,21 @@ StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
         }
       }
     }
-    p.workload = std::move(shapes);
+    return shapes;
+}
+
+}  // namespace
+
+StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
+  sched::Policy p;
+  if (name == "meridian") {
+    p.nodes = sched::NodeChoice::kLeastFragmentation;
+    p.node_sample = 32;
+    p.workload = TraceWorkload(trace);
+  } else if (name == "frag-aware") {
+    p.pools = sched::PoolChoice::kAnyPool;
+    p.nodes = sched::NodeChoice::kLeastFragmentation;
+    p.workload = TraceWorkload(trace);
   } else if (name == "first-fit") {
     p.pools = sched::PoolChoice::kAnyPool;
     p.nodes = sched::NodeChoice::kFirstFit;
