@@ -43,6 +43,7 @@ struct SimOptions {
   std::string node_mtbf, spot_mtbp, repair;
   std::vector<std::string> changes;
   size_t max_offered = 0;
+  double fill = 0;  // > 0: the fill experiment up to this multiple of GPU capacity
   std::string out;
   bool json = false;
 };

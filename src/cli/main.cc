@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--repair", sim.repair, "Time a failed or preempted node stays away (default 10m)");
   sim_cmd->add_option("--change", sim.changes, "Fleet change TIME:+N or TIME:-N after the first arrival, e.g. 2h:+100");
   sim_cmd->add_option("--max-offered", sim.max_offered, "At most N waiting tasks per scheduler call, oldest first");
+  sim_cmd->add_option("--fill", sim.fill,
+                      "Fill experiment (Weng et al., ATC 2023): tasks never end and are turned away when there is no "
+                      "room, until GPU demand reaches this multiple of capacity, e.g. 1.3");
   sim_cmd->add_option("--out", sim.out, "Directory for metrics.json, report.html and per-job CSVs");
   sim_cmd->add_flag("--json", sim.json, "Print JSON for scripts");
   sim_cmd->get_option("--compare")->excludes(sim_cmd->get_option("--policy"));

@@ -45,10 +45,25 @@ StatusOr<sim::FleetChange> ParseChange(std::string_view text, int64_t origin_us)
   return c;
 }
 
-void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& trace, std::ostream& out) {
+void PrintFill(const std::vector<sim::SimResult>& results, std::ostream& out) {
+  Table t({"POLICY", "PLACED", "TURNED AWAY", "UNALLOCATED GPUS AT 100% ARRIVED", "UNALLOCATED GPUS AT END",
+           "SCHED TIME", "WALL"});
+  for (const sim::SimResult& r : results) {
+    t.Add({r.policy, std::to_string(r.jobs - r.rejected_jobs - r.infeasible_jobs), std::to_string(r.rejected_jobs),
+           fmt::format("{:.1f}", r.unallocated_gpus_at_full), fmt::format("{:.1f}", r.unallocated_gpus_end),
+           fmt::format("{:.3f} s", r.sched_total_s), fmt::format("{:.3f} s", r.wall_s)});
+  }
+  t.Print(out);
+  out << "\nFill experiment: tasks arrive in trace order and never end; one that finds no room is turned away.\n"
+         "UNALLOCATED GPUS: GPU capacity left unallocated, in GPUs, when the demand that arrived first reaches\n"
+         "the fleet's capacity, and at the end.\n";
+}
+
+void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& trace, bool fill, std::ostream& out) {
   const sim::SimResult& first = results.front();
   out << fmt::format("trace {} ({}): {} jobs, {} tasks; fleet: {} nodes, {} GPUs; seed {}\n\n", trace.name,
                      trace.format, first.jobs, first.tasks, first.nodes, first.gpus, first.seed);
+  if (fill) return PrintFill(results, out);
   Table t({"POLICY", "FINISHED", "INFEASIBLE", "MEAN JCT", "P50 JCT", "P99 JCT", "MEAN QUEUEING", "MAKESPAN",
            "GPU UTIL", "UNUSABLE GPUS", "COST", "WAN", "SCHED TIME", "WALL"});
   for (const sim::SimResult& r : results) {
@@ -94,6 +109,15 @@ StatusOr<sim::Trace> LoadSimInputs(const SimOptions& options, model::Fleet* flee
   MERIDIAN_ASSIGN_OR_RETURN(sim::TraceFormat format, ParseTraceFormat(options.trace_format));
   MERIDIAN_ASSIGN_OR_RETURN(sim::Trace trace, sim::LoadTrace(options.trace, format, *fleet, *throughput));
   if (options.scale_jobs > 1) trace = sim::ScaleJobs(trace, options.scale_jobs);
+  if (options.fill != 0) {
+    if (options.fill < 0.1 || options.fill > 10) {
+      return InvalidArgumentError(fmt::format("--fill: expected a multiple of capacity from 0.1 to 10, got {}", options.fill));
+    }
+    int64_t capacity = 0;
+    for (const model::Node& n : fleet->nodes) capacity += static_cast<int64_t>(n.devices.size()) * 1000;
+    trace = sim::FillTrace(trace, capacity, options.fill);
+    if (trace.jobs.empty()) return InvalidArgumentError("--fill: the fleet has no GPUs or the trace no GPU tasks");
+  }
   return trace;
 }
 
@@ -108,6 +132,7 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
   sim::SimOptions so;
   so.seed = options.seed;
   so.max_offered = options.max_offered;
+  so.fill = options.fill != 0;
   for (const auto& [flag, text, dest] : {std::tuple{"--node-mtbf", options.node_mtbf, &so.node_mtbf_us},
                                          std::tuple{"--spot-mtbp", options.spot_mtbp, &so.spot_mtbp_us},
                                          std::tuple{"--repair", options.repair, &so.repair_us}}) {
@@ -143,7 +168,7 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
     out << nlohmann::json{{"trace", trace.name}, {"format", trace.format}, {"seed", options.seed}, {"results", all}}.dump(2)
         << '\n';
   } else {
-    PrintHuman(results, trace, out);
+    PrintHuman(results, trace, so.fill, out);
     if (!options.out.empty()) out << fmt::format("Wrote {0}/report.html, {0}/metrics.json and per-job CSVs.\n", options.out);
   }
   return OkStatus();

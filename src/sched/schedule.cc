@@ -153,6 +153,11 @@ class Scheduler {
   Attempt TryPlace(size_t qi, std::optional<SiteId> only_site);
   // kAnyPool and kCheapestPrice over candidates_, which passed every hard limit.
   std::optional<Placement> PlaceUnscored(size_t qi, const model::ResourceRequest& r);
+  // kScored with a comparing node choice: the pools whose finish and cost are
+  // within Policy::near_best of the best candidate's count as one, and the node
+  // choice picks among all their nodes.
+  std::optional<Placement> PlaceAmongNearBest(size_t qi, const model::ResourceRequest& r,
+                                              const CandidateOrder& rank);
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
@@ -329,10 +334,12 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
     // First fit starts at the pool's first node; the comparing choices start at
     // the cursor, so that a bounded sample moves on as nodes fill.
     size_t idx = policy_.nodes == NodeChoice::kFirstFit ? 0 : pool_state_[pi].cursor;
+    size_t seen_here = 0;
     for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
       const NodeFree& f = free_.free(pool.nodes[idx]);
       if (!FitsNow(r, f, &trial)) continue;
       ++seen;
+      ++seen_here;
       bool take = false;
       switch (policy_.nodes) {
         case NodeChoice::kNextFit:
@@ -357,7 +364,7 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
         if (sample) pool_state_[pi].cursor = idx;
       }
       if (policy_.nodes == NodeChoice::kNextFit || policy_.nodes == NodeChoice::kFirstFit) return best;
-      if (sample && seen >= policy_.node_sample) return best;
+      if (sample && seen_here >= policy_.node_sample) break;  // on to the next pool
     }
   }
   return best;
@@ -388,6 +395,36 @@ std::optional<Placement> Scheduler::PlaceUnscored(size_t qi, const model::Resour
     node = ChooseNode(any_pools_, r, &devices, &pool);
   }
   if (!node) return std::nullopt;
+  auto c = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& x) { return x.pool == pool; });
+  return MakePlacement(qi, *c, *node, std::move(devices), s_.queue[qi].inputs);
+}
+
+std::optional<Placement> Scheduler::PlaceAmongNearBest(size_t qi, const model::ResourceRequest& r,
+                                                       const CandidateOrder& rank) {
+  if (policy_.near_best <= 0 || candidates_.size() < 2 ||
+      (policy_.nodes != NodeChoice::kBestFit && policy_.nodes != NodeChoice::kLeastFragmentation)) {
+    return std::nullopt;
+  }
+  const Candidate* best = &candidates_[0];
+  for (const Candidate& c : candidates_) {
+    if (rank.Better(c, *best)) best = &c;
+  }
+  const double tol = policy_.near_best;
+  const double finish_slack = tol * static_cast<double>(std::max<int64_t>(best->finish_us - s_.now_us, 1));
+  const double cost_slack = tol * static_cast<double>(best->cost_micro_usd) + 1;
+  any_pools_.clear();
+  for (const Candidate& c : candidates_) {
+    if (static_cast<double>(c.finish_us - best->finish_us) <= finish_slack &&
+        static_cast<double>(c.cost_micro_usd - best->cost_micro_usd) <= cost_slack) {
+      any_pools_.push_back(c.pool);
+    }
+  }
+  if (any_pools_.size() < 2) return std::nullopt;
+  std::sort(any_pools_.begin(), any_pools_.end());
+  std::vector<int32_t> devices;
+  uint32_t pool = 0;
+  std::optional<NodeId> node = ChooseNode(any_pools_, r, &devices, &pool);
+  if (!node) return std::nullopt;  // all near-best pools full: the walk decides
   auto c = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& x) { return x.pool == pool; });
   return MakePlacement(qi, *c, *node, std::move(devices), s_.queue[qi].inputs);
 }
@@ -516,7 +553,12 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
     if (only_site && pool.site != *only_site) continue;
     if (verdicts[pool.index] != kPassed) continue;
     Candidate c;
-    if (ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) candidates_.push_back(c);
+    if (!ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) continue;
+    // The agnostic baseline knows no difference between devices, in speed or in
+    // price: equal candidates, split by the seeded tie-break. (Budgets were
+    // checked with the real cost.)
+    if (!policy_.heterogeneity_aware) c.cost_micro_usd = 0;
+    candidates_.push_back(c);
   }
   if (policy_.pools != PoolChoice::kScored && !candidates_.empty()) {
     if (std::optional<Placement> p = PlaceUnscored(qi, r)) {
@@ -526,6 +568,11 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
     }
   }
   CandidateOrder rank(js.job->objective, candidates_);
+  if (std::optional<Placement> p = PlaceAmongNearBest(qi, r, rank)) {
+    out.placed = true;
+    out.placement = std::move(*p);
+    return out;
+  }
 
   // Walk the candidates best first. A busy pool whose node frees soon enough may
   // still be the best choice once its wait is added: then the task holds out for it

@@ -63,16 +63,22 @@ struct Policy {
   QueueOrder order = QueueOrder::kFifo;
   PoolChoice pools = PoolChoice::kScored;
   NodeChoice nodes = NodeChoice::kNextFit;
-  // false: every device type counts as equally fast for every kind of work (a
-  // heterogeneity-agnostic baseline); the table still says which types can run it.
+  // false: every device type counts as equally fast for every kind of work and
+  // equally priced (a heterogeneity-agnostic baseline, as in Gavel's evaluation):
+  // equal candidates go by the seeded tie-break. The table still says which types
+  // can run a kind, and budgets still hold.
   bool heterogeneity_aware = true;
   // kLeastFragmentation: the expected request shapes (GPU ones are used; at most 16,
   // heaviest first). Empty: the GPU request shapes of the snapshot's queue.
   std::vector<WorkloadShape> workload;
   // kLeastFragmentation and kBestFit: how many nodes with room are compared per
-  // placement, from the pool's cursor (0: all). Bounds a decision at large scale,
-  // as Kubernetes' percentageOfNodesToScore does.
+  // pool and placement, from the pool's cursor (0: all). Bounds a decision at
+  // large scale, as Kubernetes' percentageOfNodesToScore does.
   size_t node_sample = 0;
+  // kScored with kBestFit or kLeastFragmentation: pools whose finish and cost are
+  // both within this fraction of the best candidate's count as equally good, and
+  // the node choice compares the nodes of all of them (0: the best pool only).
+  double near_best = 0;
   // Called after each decision (a task or a whole gang) with the number of tasks
   // decided so far. The scheduler reads no clock; a benchmark timestamps here.
   std::function<void(size_t decided)> on_decision;

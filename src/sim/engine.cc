@@ -1,7 +1,9 @@
+
 #include "sim/engine.h"
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <queue>
 #include <tuple>
 
@@ -150,6 +152,8 @@ class Simulation {
 
   // Metrics.
   int64_t allocated_gpu_milli_ = 0;
+  int64_t arrived_gpu_milli_ = 0;
+  bool reached_full_ = false;
   int64_t healthy_gpu_milli_ = 0;
   double util_integral_ = 0;
   std::vector<SeriesPoint> util_steps_;
@@ -209,6 +213,9 @@ void Simulation::Arrive(uint32_t j) {
   jr.run_of.assign(job.tasks.size(), 0);
   jr.dependants.assign(job.tasks.size(), {});
   jr.left = job.tasks.size();
+  for (const model::Task& t : job.tasks) {
+    arrived_gpu_milli_ += static_cast<int64_t>(t.resources.device_count) * t.resources.device_share_milli;
+  }
   std::optional<TenantId> tenant = fleet_.FindTenant(job.tenant);
   jr.tenant = tenant ? tenant->value() : fleet_.tenants.size();
   for (const model::Task& t : job.tasks) {
@@ -290,9 +297,26 @@ void Simulation::ScheduleRound() {
     remove[offered[p.queue_index]] = true;
   }
   for (const sched::Unplaced& u : plan.unplaced) {
-    if (u.kind != sched::UnplacedKind::kInfeasible) continue;
     const Waiting& w = waiting_[offered[u.queue_index]];
-    Drop(w.job, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
+    if (u.kind == sched::UnplacedKind::kInfeasible) {
+      Drop(w.job, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
+    } else if (options_.fill && !jobs_[w.job].outcome.rejected) {
+      jobs_[w.job].outcome.rejected = true;
+      for (TaskState& st : jobs_[w.job].tasks) {
+        if (st == TaskState::kBlocked || st == TaskState::kQueued) st = TaskState::kDropped;
+      }
+    }
+  }
+  if (options_.fill) {
+    const double cap = static_cast<double>(std::max<int64_t>(healthy_gpu_milli_, 1));
+    const double arrived = static_cast<double>(arrived_gpu_milli_) / cap;
+    const double unallocated = static_cast<double>(healthy_gpu_milli_ - allocated_gpu_milli_) / 1000.0;
+    result_.fill_curve.push_back(SeriesPoint{arrived, static_cast<double>(allocated_gpu_milli_) / cap});
+    if (arrived >= 1.0 && result_.fill_curve.size() > 0 && !reached_full_) {
+      reached_full_ = true;
+      result_.unallocated_gpus_at_full = unallocated;
+    }
+    result_.unallocated_gpus_end = unallocated;
   }
   size_t out = 0;
   for (size_t i = 0; i < waiting_.size(); ++i) {
@@ -323,10 +347,12 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t comp
   run.live = true;
   run.transfers = p.transfers;
   snap_.free.Take(p.allocation);
-  run.release = snap_.releases.size();
-  // The scheduler learns the estimated finish, as a coordinator would.
-  snap_.releases.push_back(sched::Release{std::max(p.finish_us, now_us_), p.allocation});
-  run_of_release_.push_back(id);
+  if (!options_.fill) {
+    run.release = snap_.releases.size();
+    // The scheduler learns the estimated finish, as a coordinator would.
+    snap_.releases.push_back(sched::Release{std::max(p.finish_us, now_us_), p.allocation});
+    run_of_release_.push_back(id);
+  }
   sched::TenantUsage u = UsageOf(task.resources);
   sched::TenantUsage& used = snap_.tenant_usage[jr.tenant];
   used.gpu_milli += u.gpu_milli;
@@ -349,7 +375,7 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t comp
   result_.egress_cost_micro_usd += p.egress_cost_micro_usd;
   if (jr.state.budget_left_micro_usd) *jr.state.budget_left_micro_usd -= cost + p.egress_cost_micro_usd;
   if (!p.transfers.empty()) Push(now_us_ + p.transfer_us, EventKind::kStaged, id, run.epoch);
-  Push(finish_us, EventKind::kFinish, id, run.epoch);
+  if (!options_.fill) Push(finish_us, EventKind::kFinish, id, run.epoch);
 }
 
 void Simulation::Finish(uint32_t id) {
@@ -391,6 +417,14 @@ void Simulation::Release(uint32_t id) {
   const model::Task& task = jr.job->tasks[run.task];
   snap_.free.Give(run.allocation);
   // Swap-remove the release.
+  if (options_.fill) {  // runs in the fill experiment have no release
+    allocated_gpu_milli_ -= UsageOf(task.resources).gpu_milli;
+    run.live = false;
+    ++run.epoch;
+    free_runs_.push_back(id);
+    changed_ = true;
+    return;
+  }
   const size_t last = snap_.releases.size() - 1;
   if (run.release != last) {
     snap_.releases[run.release] = std::move(snap_.releases[last]);
@@ -616,7 +650,9 @@ void Simulation::Fill(SimResult* r) {
   for (JobRun& jr : jobs_) {
     JobOutcome& o = jr.outcome;
     if (o.start_us >= 0) queueing.push_back(static_cast<double>(o.start_us - o.arrival_us) / kSecondUs);
-    if (o.infeasible) {
+    if (o.rejected) {
+      ++r->rejected_jobs;
+    } else if (o.infeasible) {
       ++r->infeasible_jobs;
       if (reasons.size() < 20 && std::find(reasons.begin(), reasons.end(), o.reason) == reasons.end()) {
         reasons.push_back(o.reason);
@@ -624,7 +660,7 @@ void Simulation::Fill(SimResult* r) {
     } else if (o.finish_us >= 0) {
       ++r->finished_jobs;
       jct.push_back(static_cast<double>(o.finish_us - o.arrival_us) / kSecondUs);
-    } else {
+    } else if (!options_.fill) {
       ++r->unfinished_jobs;
     }
     r->outcomes.push_back(std::move(o));
@@ -690,6 +726,9 @@ StatusOr<SimResult> Simulate(const model::Fleet& fleet, const model::ThroughputT
       return InvalidArgumentError(fmt::format("node '{}' has {} devices; at most 64", n.name, n.devices.size()));
     }
   }
+  if (options.fill && (options.node_mtbf_us || options.spot_mtbp_us || !options.changes.empty())) {
+    return InvalidArgumentError("the fill experiment takes no failures, preemptions or fleet changes");
+  }
   for (const FleetChange& c : options.changes) {
     if (c.add < 0 || c.remove < 0) return InvalidArgumentError("a fleet change adds or removes a count >= 0");
   }
@@ -705,25 +744,36 @@ namespace {
 
 // The expected workload: the trace's GPU request shapes, as FGD assumes known.
 std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
-    std::vector<sched::WorkloadShape> shapes;
-    for (const TraceJob& j : trace.jobs) {
-      for (const model::Task& t : j.job->tasks) {
-        const model::ResourceRequest& r = t.resources;
-        if (r.device_count == 0) continue;
-        auto it = std::find_if(shapes.begin(), shapes.end(), [&](const sched::WorkloadShape& s) {
-          return s.request.device_count == r.device_count && s.request.device_share_milli == r.device_share_milli &&
-                 s.request.cpu_milli == r.cpu_milli && s.request.memory_bytes == r.memory_bytes;
-        });
-        if (it == shapes.end()) {
-          model::ResourceRequest shape = r;
-          shape.accelerator_any_of.clear();
-          shapes.push_back(sched::WorkloadShape{std::move(shape), 1});
-        } else {
-          it->weight += 1;
-        }
+  // Grouped by GPU count and share; within a group, the CPU and memory asked most
+  // often stand for it (the measure then also sees nodes short of CPU).
+  std::map<std::pair<int32_t, int32_t>, std::map<std::pair<int64_t, int64_t>, double>> groups;
+  for (const TraceJob& j : trace.jobs) {
+    for (const model::Task& t : j.job->tasks) {
+      const model::ResourceRequest& r = t.resources;
+      if (r.device_count == 0) continue;
+      groups[{r.device_count, r.device_share_milli}][{r.cpu_milli, r.memory_bytes}] += r.device_count * r.device_share_milli / 1000.0;
+    }
+  }
+  std::vector<sched::WorkloadShape> shapes;
+  for (const auto& [gpu, hosts] : groups) {
+    double total = 0;
+    std::pair<int64_t, int64_t> common{0, 0};
+    double most = -1;
+    for (const auto& [host, n] : hosts) {
+      total += n;
+      if (n > most) {
+        most = n;
+        common = host;
       }
     }
-    return shapes;
+    model::ResourceRequest shape;
+    shape.device_count = gpu.first;
+    shape.device_share_milli = gpu.second;
+    shape.cpu_milli = common.first;
+    shape.memory_bytes = common.second;
+    shapes.push_back(sched::WorkloadShape{shape, total});
+  }
+  return shapes;
 }
 
 }  // namespace
@@ -732,7 +782,8 @@ StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
   sched::Policy p;
   if (name == "meridian") {
     p.nodes = sched::NodeChoice::kLeastFragmentation;
-    p.node_sample = 32;
+    p.node_sample = 4;
+    p.near_best = 1.0;
     p.workload = TraceWorkload(trace);
   } else if (name == "frag-aware") {
     p.pools = sched::PoolChoice::kAnyPool;

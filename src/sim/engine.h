@@ -54,6 +54,10 @@ struct SimOptions {
   size_t max_offered = 0;
   // Points of the utilisation series kept for the report.
   size_t series_points = 240;
+  // The fill experiment of Weng et al. (ATC 2023): tasks never finish, and one
+  // that finds no room when it arrives is turned away rather than queued. Use with
+  // FillTrace; the result's fill_curve shows GPU allocation as demand arrives.
+  bool fill = false;
 };
 
 struct Percentiles {
@@ -66,6 +70,7 @@ struct JobOutcome {
   int64_t start_us = -1;   // its first task's start
   int64_t finish_us = -1;  // the last task's finish; -1 if it did not finish
   bool infeasible = false;
+  bool rejected = false;   // fill experiment: no room when it arrived
   std::string reason;      // why it was infeasible
   int32_t restarts = 0;    // task runs killed by failures or preemptions
   int64_t cost_micro_usd = 0;
@@ -103,6 +108,11 @@ struct SimResult {
   int64_t preemptions = 0;
   int64_t task_restarts = 0;
   std::vector<SeriesPoint> utilisation;  // fraction over virtual time
+  // Fill experiment: x = GPU demand arrived / capacity, value = allocated / capacity.
+  std::vector<SeriesPoint> fill_curve;
+  size_t rejected_jobs = 0;             // turned away for lack of room (fill)
+  double unallocated_gpus_at_full = 0;  // when the demand arrived reaches capacity
+  double unallocated_gpus_end = 0;
   std::vector<double> jct_quantiles_s;   // 101 points: 0th..100th percentile
   std::vector<JobOutcome> outcomes;      // by trace order
   std::vector<std::string> infeasible_reasons;  // distinct, at most 20

@@ -153,6 +153,11 @@ nlohmann::json ResultToJson(const SimResult& r, bool timing) {
       {"task_restarts", r.task_restarts},
       {"infeasible_reasons", r.infeasible_reasons},
   };
+  if (!r.fill_curve.empty()) {
+    j["fill"] = {{"rejected_jobs", r.rejected_jobs},
+                 {"unallocated_gpus_at_full", r.unallocated_gpus_at_full},
+                 {"unallocated_gpus_end", r.unallocated_gpus_end}};
+  }
   if (timing) {
     j["timing"] = {{"wall_s", r.wall_s},
                    {"sched_calls", r.sched_calls},

@@ -352,4 +352,25 @@ Trace ScaleJobs(const Trace& trace, int factor) {
   return out;
 }
 
+Trace FillTrace(const Trace& trace, int64_t capacity_gpu_milli, double target) {
+  Trace out;
+  out.name = fmt::format("{}-fill", trace.name);
+  out.format = trace.format;
+  const double goal = target * static_cast<double>(capacity_gpu_milli);
+  double demand = 0;
+  bool any_gpu = false;
+  for (const TraceJob& j : trace.jobs) {
+    for (const model::Task& t : j.job->tasks) any_gpu |= t.resources.device_count > 0;
+  }
+  if (!any_gpu || trace.jobs.empty()) return out;
+  for (size_t k = 0; demand < goal; ++k) {
+    const TraceJob& j = trace.jobs[k % trace.jobs.size()];
+    for (const model::Task& t : j.job->tasks) {
+      demand += static_cast<double>(t.resources.device_count) * t.resources.device_share_milli;
+    }
+    out.jobs.push_back(TraceJob{static_cast<int64_t>(k) * kSecondUs, j.job});
+  }
+  return out;
+}
+
 }  // namespace meridian::sim

@@ -54,4 +54,8 @@ StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, con
 // `factor` copies of every job, arriving with the original (sharing its Job).
 Trace ScaleJobs(const Trace& trace, int factor);
 
+// For the fill experiment: the trace's jobs over and over in their order, one a
+// second, until their GPU demand reaches `target` times `capacity_gpu_milli`.
+Trace FillTrace(const Trace& trace, int64_t capacity_gpu_milli, double target);
+
 }  // namespace meridian::sim
