@@ -12,11 +12,13 @@ declare -A allowed=(
   [model]="model common"
   [spec]="spec model common"
   [sched]="sched model common"
-  [cli]="cli spec sched model common bench"
+  [sim]="sim sched spec model common"
+  [cli]="cli spec sched sim model common bench"
 )
 # Headers no part may use unless listed here.
 declare -A forbidden=(
   [sched]="grpc sqlite3 cuda yaml-cpp nlohmann chrono thread"
+  [sim]="grpc sqlite3 cuda yaml-cpp chrono thread"
   [model]="grpc sqlite3 cuda yaml-cpp nlohmann chrono thread"
   [common]="grpc sqlite3 cuda yaml-cpp nlohmann"
 )
