@@ -79,15 +79,15 @@ void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& tr
   t.Print(out);
   for (const sim::SimResult& r : results) {
     if (r.node_failures || r.preemptions) {
-      out << fmt::format("\n{}: {} node failures, {} preemptions, {} task runs restarted", r.policy, r.node_failures,
-                         r.preemptions, r.task_restarts);
+      out << fmt::format("\n{}: {} node failures, {} preemptions, {} task runs restarted, {} jobs failed", r.policy,
+                         r.node_failures, r.preemptions, r.task_restarts, r.failed_jobs);
     }
     if (r.unfinished_jobs) {
       out << fmt::format("\n{}: {} jobs still waiting when no event was left (no node can ever free for them)",
                          r.policy, r.unfinished_jobs);
     }
     for (size_t i = 0; i < r.infeasible_reasons.size() && i < 3; ++i) {
-      out << fmt::format("\n{}: infeasible: {}", r.policy, r.infeasible_reasons[i]);
+      out << fmt::format("\n{}: {}", r.policy, r.infeasible_reasons[i]);
     }
   }
   out << "\n\nUNUSABLE GPUS: free GPU capacity no waiting GPU task could use, averaged over the time GPU tasks "

@@ -170,6 +170,21 @@ TEST_F(PoolChoiceTest, AgnosticBelievesEveryTypeIsEquallyFast) {
   EXPECT_EQ(plan.placements[0].compute_us, mean_us);
 }
 
+TEST_F(PoolChoiceTest, AGangDoesNotHoldOutForItsOwnMembersRelease) {
+  // The second replica would rather wait for the V100 the first one takes (it
+  // frees in 6 min, and 12 min beats 1 h on the K80), but that release is the
+  // gang's own: holding out would roll the gang back every round, forever.
+  model::Task t = testing::GpuTask("r", {"K80", "V100"});
+  t.work = model::WorkAmount{"train", 3600};
+  t.gang = "g";
+  job_ = testing::MakeJob("j", {t, t});
+  Snapshot snap = testing::MakeSnapshot(fleet_, tt_, {&job_});
+  Random rng(1);
+  Plan plan = Schedule(snap, Policy{}, rng);
+  EXPECT_EQ(plan.placements.size(), 2u);
+  EXPECT_TRUE(plan.unplaced.empty());
+}
+
 TEST_F(PoolChoiceTest, NoRoomAnywhereIsWaitingWithTheBusyPoolsNamed) {
   Policy first = With(NodeChoice::kFirstFit, PoolChoice::kAnyPool);
   model::Task t = testing::GpuTask("t", {"K80", "V100"}, 2);

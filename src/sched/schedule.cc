@@ -208,9 +208,21 @@ class Scheduler {
   std::vector<Candidate> candidates_;
   std::vector<Rejection> rejections_;
   std::vector<std::optional<int64_t>> compute_by_type_;
-  using TaskClass = std::tuple<uint32_t, std::vector<std::string>, int32_t, int32_t, int64_t,
+  // Tasks that filters, scores and limits cannot tell apart: same request and work
+  // kind, no inputs, and either the same job or jobs alike in what the scheduler
+  // reads of them (tenant, objective, regions; no deadline or budget).
+  using TaskClass = std::tuple<uint32_t, std::string_view, int, std::vector<std::string>,
+                               std::vector<std::string>, int32_t, int32_t, int64_t,
                                int64_t, int64_t, std::string>;
   std::map<TaskClass, std::vector<uint8_t>> verdicts_by_class_;
+  // Classes that found no place in this call, with the answer: resources only
+  // shrink during a call (a rollback clears this), so the next task of the class
+  // would get the same one.
+  // Keyed also by the amount of work, which the finish time (and so holding out)
+  // depends on.
+  using AmountClass = std::tuple<TaskClass, int64_t, double>;
+  std::map<AmountClass, Attempt> unplaced_by_class_;
+  std::optional<TaskClass> ClassOf(size_t qi) const;
   std::vector<uint8_t> verdicts_;  // for tasks with inputs, not cached
 };
 
@@ -498,13 +510,24 @@ const std::vector<uint8_t>& Scheduler::Verdicts(size_t qi, const TaskView& view)
     compute(&verdicts_);
     return verdicts_;
   }
-  const model::ResourceRequest& r = view.task.resources;
-  TaskClass key{s_.queue[qi].job, r.accelerator_any_of, r.device_count, r.device_share_milli,
-                r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
-                view.task.work ? view.task.work->kind : std::string()};
-  auto [it, inserted] = verdicts_by_class_.try_emplace(std::move(key));
+  auto [it, inserted] = verdicts_by_class_.try_emplace(*ClassOf(qi));
   if (inserted) compute(&it->second);
   return it->second;
+}
+
+std::optional<Scheduler::TaskClass> Scheduler::ClassOf(size_t qi) const {
+  const PendingTask& p = s_.queue[qi];
+  if (!p.inputs.empty()) return std::nullopt;
+  const JobState& js = s_.jobs[p.job];
+  const model::Job& job = *js.job;
+  const model::Task& task = s_.task(p);
+  const model::ResourceRequest& r = task.resources;
+  const bool own = js.deadline_at_us || js.budget_left_micro_usd;
+  return TaskClass{own ? p.job : UINT32_MAX, own ? std::string_view() : std::string_view(job.tenant),
+                   own ? 0 : static_cast<int>(job.objective) + 1,
+                   own ? std::vector<std::string>() : job.allowed_regions, r.accelerator_any_of,
+                   r.device_count, r.device_share_milli, r.min_device_memory_bytes, r.cpu_milli,
+                   r.memory_bytes, task.work ? task.work->kind : std::string()};
 }
 
 Placement Scheduler::MakePlacement(size_t qi, const Candidate& c, NodeId node,
@@ -599,6 +622,9 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
       return out;
     }
     rejections_.push_back(Rejection{RejectionKind::kBusy, 0, pool.index, 0, 0});
+    // A gang is placed now or not at all: a member that held out could wait on
+    // its own gang's placements, which are rolled back when it does.
+    if (!task.gang.empty()) continue;
     std::optional<int64_t> wait = EarliestWaitUs(pool, r);
     if (!wait) continue;
     Candidate later = c;
@@ -647,6 +673,7 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
   log->clear();
   // Resources came back: what was full may have room again.
   for (PoolState& st : pool_state_) st.full_for.clear();
+  unplaced_by_class_.clear();
 }
 
 void Scheduler::PlaceGang(const std::vector<size_t>& members) {
@@ -721,7 +748,18 @@ Plan Scheduler::Run() {
       continue;
     }
     done[*qi] = true;
+    std::optional<AmountClass> amount_class;
+    if (std::optional<TaskClass> c = ClassOf(*qi)) {
+      amount_class.emplace(std::move(*c), task.duration_us, task.work ? task.work->amount : 0.0);
+      auto seen = unplaced_by_class_.find(*amount_class);
+      if (seen != unplaced_by_class_.end()) {
+        plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, seen->second.kind, seen->second.reason});
+        if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
+        continue;
+      }
+    }
     Attempt a = TryPlace(*qi, std::nullopt);
+    if (!a.placed && amount_class) unplaced_by_class_.emplace(*amount_class, a);
     if (a.placed) {
       Commit(*qi, a.placement, nullptr);
       order_.Placed(*qi, UsageOf(task.resources));

@@ -42,6 +42,7 @@ struct JobRun {
   std::vector<int32_t> deps_left;
   std::vector<SiteId> output_site;
   std::vector<uint32_t> run_of;  // running task -> run slot
+  std::vector<int32_t> task_restarts;
   std::vector<std::vector<uint32_t>> dependants;
   size_t left = 0;
   size_t tenant = 0;
@@ -211,6 +212,7 @@ void Simulation::Arrive(uint32_t j) {
   jr.deps_left.assign(job.tasks.size(), 0);
   jr.output_site.assign(job.tasks.size(), SiteId(0));
   jr.run_of.assign(job.tasks.size(), 0);
+  jr.task_restarts.assign(job.tasks.size(), 0);
   jr.dependants.assign(job.tasks.size(), {});
   jr.left = job.tasks.size();
   for (const model::Task& t : job.tasks) {
@@ -403,6 +405,11 @@ void Simulation::Kill(uint32_t id) {
   JobRun& jr = jobs_[run.job];
   ++result_.task_restarts;
   ++jr.outcome.restarts;
+  if (++jr.task_restarts[run.task] > options_.max_restarts && !jr.outcome.infeasible) {
+    jr.outcome.failed = true;
+    Drop(run.job, fmt::format("task '{}' lost its node {} times", jr.job->tasks[run.task].name,
+                              jr.task_restarts[run.task]));
+  }
   if (jr.outcome.infeasible) {
     jr.tasks[run.task] = TaskState::kDropped;
   } else {
@@ -538,6 +545,8 @@ SimResult Simulation::Run() {
     jobs_[j].outcome.arrival_us = trace_.jobs[j].arrival_us;
     Push(trace_.jobs[j].arrival_us, EventKind::kArrival, j);
   }
+  arrivals_left_ = trace_.jobs.size();
+  changes_left_ = options_.changes.size();
   auto schedule_failures = [&](NodeId node) {
     if (!Active()) return;
     const model::Node& n = fleet_.node(node);
@@ -555,8 +564,6 @@ SimResult Simulation::Run() {
   // Bounded: every event is consumed; new ones come from arrivals (finite), starts
   // (one per placement) and faults, which strike only while something may still
   // happen: tasks running, or jobs or fleet changes still to come.
-  arrivals_left_ = trace_.jobs.size();
-  changes_left_ = options_.changes.size();
   while (!events_.empty()) {
     const int64_t now = events_.top().at_us;
     Advance(now);
@@ -652,6 +659,12 @@ void Simulation::Fill(SimResult* r) {
     if (o.start_us >= 0) queueing.push_back(static_cast<double>(o.start_us - o.arrival_us) / kSecondUs);
     if (o.rejected) {
       ++r->rejected_jobs;
+    } else if (o.failed) {
+      ++r->failed_jobs;
+      o.infeasible = false;
+      if (reasons.size() < 20 && std::find(reasons.begin(), reasons.end(), o.reason) == reasons.end()) {
+        reasons.push_back(o.reason);
+      }
     } else if (o.infeasible) {
       ++r->infeasible_jobs;
       if (reasons.size() < 20 && std::find(reasons.begin(), reasons.end(), o.reason) == reasons.end()) {
@@ -726,9 +739,15 @@ StatusOr<SimResult> Simulate(const model::Fleet& fleet, const model::ThroughputT
       return InvalidArgumentError(fmt::format("node '{}' has {} devices; at most 64", n.name, n.devices.size()));
     }
   }
+  if (trace.timeless && !options.fill) {
+    return InvalidArgumentError(fmt::format(
+        "trace '{}' has no arrival or run times (a pod list for the fill experiment): replay it with --fill",
+        trace.name));
+  }
   if (options.fill && (options.node_mtbf_us || options.spot_mtbp_us || !options.changes.empty())) {
     return InvalidArgumentError("the fill experiment takes no failures, preemptions or fleet changes");
   }
+  if (options.max_restarts < 0) return InvalidArgumentError("max_restarts must be >= 0");
   for (const FleetChange& c : options.changes) {
     if (c.add < 0 || c.remove < 0) return InvalidArgumentError("a fleet change adds or removes a count >= 0");
   }

@@ -48,6 +48,10 @@ struct SimOptions {
   int64_t node_mtbf_us = 0;
   int64_t spot_mtbp_us = 0;
   int64_t repair_us = 10 * 60 * 1'000'000LL;
+  // A task whose node fails or is preempted is queued again at most this many
+  // times; then its job fails with the reason. (Without checkpoints, a task longer
+  // than the mean time between failures may never finish.)
+  int32_t max_restarts = 10;
   std::vector<FleetChange> changes;
   // Queue order of the policy is the policy's; at most this many waiting tasks are
   // offered to one scheduler call, oldest first (0: all).
@@ -71,7 +75,8 @@ struct JobOutcome {
   int64_t finish_us = -1;  // the last task's finish; -1 if it did not finish
   bool infeasible = false;
   bool rejected = false;   // fill experiment: no room when it arrived
-  std::string reason;      // why it was infeasible
+  bool failed = false;     // a task lost its node more than max_restarts times
+  std::string reason;      // why it was infeasible or failed
   int32_t restarts = 0;    // task runs killed by failures or preemptions
   int64_t cost_micro_usd = 0;
 };
@@ -91,7 +96,8 @@ struct SimResult {
   size_t tasks = 0;
   size_t finished_jobs = 0;
   size_t infeasible_jobs = 0;
-  size_t unfinished_jobs = 0;  // neither: waiting when events ran out
+  size_t failed_jobs = 0;      // a task restarted more than max_restarts times
+  size_t unfinished_jobs = 0;  // none of these: waiting when events ran out
   Percentiles jct;             // arrival to finish, finished jobs
   Percentiles queueing;        // arrival to first start, started jobs
   double makespan_s = 0;       // first arrival to last finish

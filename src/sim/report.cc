@@ -137,6 +137,7 @@ nlohmann::json ResultToJson(const SimResult& r, bool timing) {
       {"tasks", r.tasks},
       {"finished_jobs", r.finished_jobs},
       {"infeasible_jobs", r.infeasible_jobs},
+      {"failed_jobs", r.failed_jobs},
       {"unfinished_jobs", r.unfinished_jobs},
       {"jct_s", PercentilesJson(r.jct)},
       {"queueing_s", PercentilesJson(r.queueing)},
@@ -151,7 +152,7 @@ nlohmann::json ResultToJson(const SimResult& r, bool timing) {
       {"node_failures", r.node_failures},
       {"preemptions", r.preemptions},
       {"task_restarts", r.task_restarts},
-      {"infeasible_reasons", r.infeasible_reasons},
+      {"reasons", r.infeasible_reasons},
   };
   if (!r.fill_curve.empty()) {
     j["fill"] = {{"rejected_jobs", r.rejected_jobs},
@@ -173,7 +174,11 @@ std::string OutcomesCsv(const SimResult& r) {
   std::string out = "job,arrival_s,start_s,finish_s,jct_s,outcome,restarts,cost_usd,reason\n";
   for (const JobOutcome& o : r.outcomes) {
     auto t = [](int64_t us) { return us < 0 ? std::string() : fmt::format("{:.3f}", static_cast<double>(us) / kSecondUs); };
-    std::string outcome = o.infeasible ? "infeasible" : o.finish_us >= 0 ? "finished" : "unfinished";
+    std::string outcome = o.infeasible ? "infeasible"
+                          : o.failed   ? "failed"
+                          : o.rejected ? "turned-away"
+                          : o.finish_us >= 0 ? "finished"
+                                             : "unfinished";
     std::string reason = o.reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
     std::replace(reason.begin(), reason.end(), '\n', ' ');

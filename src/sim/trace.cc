@@ -84,13 +84,17 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
   MERIDIAN_ASSIGN_OR_RETURN(size_t c_mem, t.RequireColumn("memory_mib"));
   MERIDIAN_ASSIGN_OR_RETURN(size_t c_gpus, t.RequireColumn("num_gpu"));
   MERIDIAN_ASSIGN_OR_RETURN(size_t c_milli, t.RequireColumn("gpu_milli"));
-  MERIDIAN_ASSIGN_OR_RETURN(size_t c_spec, t.RequireColumn("gpu_spec"));
-  MERIDIAN_ASSIGN_OR_RETURN(size_t c_created, t.RequireColumn("creation_time"));
-  MERIDIAN_ASSIGN_OR_RETURN(size_t c_deleted, t.RequireColumn("deletion_time"));
-  MERIDIAN_ASSIGN_OR_RETURN(size_t c_scheduled, t.RequireColumn("scheduled_time"));
+  const std::optional<size_t> c_spec = t.Column("gpu_spec");
   Trace trace;
   trace.name = Stem(file);
   trace.format = "alibaba-gpu-2023";
+  trace.timeless = !t.Column("creation_time");
+  size_t c_created = 0, c_deleted = 0, c_scheduled = 0;
+  if (!trace.timeless) {
+    MERIDIAN_ASSIGN_OR_RETURN(c_created, t.RequireColumn("creation_time"));
+    MERIDIAN_ASSIGN_OR_RETURN(c_deleted, t.RequireColumn("deletion_time"));
+    MERIDIAN_ASSIGN_OR_RETURN(c_scheduled, t.RequireColumn("scheduled_time"));
+  }
   for (size_t r = 0; r < t.rows(); ++r) {
     model::Task task;
     task.id = TaskId(0);
@@ -108,7 +112,17 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
     task.resources.memory_bytes = mem_mib * kMiB;
     task.resources.device_count = static_cast<int32_t>(gpus);
     task.resources.device_share_milli = gpus > 0 ? static_cast<int32_t>(milli) : 1000;
-    MERIDIAN_ASSIGN_OR_RETURN(task.resources.accelerator_any_of, AcceleratorList(t, r, c_spec));
+    if (c_spec) {
+      MERIDIAN_ASSIGN_OR_RETURN(task.resources.accelerator_any_of, AcceleratorList(t, r, *c_spec));
+    }
+    auto job = std::make_shared<model::Job>();
+    job->id = JobId(static_cast<uint32_t>(r));
+    job->name = std::string(t.field(r, c_name));
+    if (trace.timeless) {
+      job->tasks.push_back(std::move(task));
+      trace.jobs.push_back(TraceJob{static_cast<int64_t>(r) * kSecondUs, std::move(job)});
+      continue;
+    }
     MERIDIAN_ASSIGN_OR_RETURN(int64_t created, t.Int(r, c_created));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t deleted, t.IntOr(r, c_deleted, -1));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t scheduled, t.IntOr(r, c_scheduled, -1));
@@ -116,9 +130,6 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
     int64_t began = scheduled >= 0 ? scheduled : created;
     if (deleted < began) return t.Error(r, c_deleted, "ends before it began");
     task.duration_us = (deleted - began) * kSecondUs;
-    auto job = std::make_shared<model::Job>();
-    job->id = JobId(static_cast<uint32_t>(r));
-    job->name = std::string(t.field(r, c_name));
     job->tasks.push_back(std::move(task));
     trace.jobs.push_back(TraceJob{created * kSecondUs, std::move(job)});
   }
@@ -321,7 +332,7 @@ StatusOr<Trace> LoadTrace(const std::string& path, TraceFormat format, const mod
   MERIDIAN_ASSIGN_OR_RETURN(std::string text, spec::ReadFileToString(path));
   if (format == TraceFormat::kAuto) {
     std::string_view head = std::string_view(text).substr(0, text.find('\n'));
-    if (head.find("gpu_milli") != std::string_view::npos && head.find("creation_time") != std::string_view::npos) {
+    if (head.find("gpu_milli") != std::string_view::npos && head.find("num_gpu") != std::string_view::npos) {
       format = TraceFormat::kAlibaba;
     } else if (head.find("num_replicas") != std::string_view::npos) {
       format = TraceFormat::kSiaPhilly;
@@ -345,6 +356,7 @@ Trace ScaleJobs(const Trace& trace, int factor) {
   Trace out;
   out.name = factor == 1 ? trace.name : fmt::format("{}x{}", trace.name, factor);
   out.format = trace.format;
+  out.timeless = trace.timeless;
   out.jobs.reserve(trace.jobs.size() * static_cast<size_t>(std::max(factor, 1)));
   for (const TraceJob& j : trace.jobs) {
     for (int k = 0; k < factor; ++k) out.jobs.push_back(j);

@@ -35,6 +35,9 @@ struct Trace {
   std::string name;    // the file's stem
   std::string format;  // "alibaba-gpu-2023", "sia-philly", "meridian-csv"
   std::vector<TraceJob> jobs;  // by arrival; ties keep file order
+  // A pod list without times (openb_pod_list_multigpu20.csv): jobs arrive one a
+  // second in file order and have no run time; only the fill experiment uses it.
+  bool timeless = false;
 
   size_t TaskCount() const;
 };
