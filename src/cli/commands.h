@@ -30,6 +30,17 @@ struct BenchSchedOptions {
 // `meridian bench sched`.
 Status RunBenchSched(const BenchSchedOptions& options, std::ostream& out);
 
+struct BenchSimOptions {
+  std::string fleet;
+  std::string trace;
+  std::string policy = "meridian";
+  std::vector<int> scales;
+  uint64_t seed = 1;
+  bool json = false;
+};
+// `meridian bench sim`.
+Status RunBenchSim(const BenchSimOptions& options, std::ostream& out);
+
 struct SimOptions {
   std::string fleet;
   std::string trace;

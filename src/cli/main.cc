@@ -54,6 +54,15 @@ int main(int argc, char** argv) {
   bench_sched->add_option("--seed", bench.seed, "Seed");
   bench_sched->add_flag("--json", bench.json, "Print JSON for scripts");
 
+  cli::BenchSimOptions bench_sim_opts;
+  CLI::App* bench_sim = bench_cmd->add_subcommand("sim", "Simulator replay speed on a real trace, scaled");
+  bench_sim->add_option("--fleet", bench_sim_opts.fleet, "Fleet file (default examples/fleets/alibaba-gpu-2023.yaml)");
+  bench_sim->add_option("--trace", bench_sim_opts.trace, "Trace (default the Alibaba GPU 2023 default pod list)");
+  bench_sim->add_option("--policy", bench_sim_opts.policy, "Policy (default meridian)");
+  bench_sim->add_option("--scale", bench_sim_opts.scales, "Scales, comma-separated (default 1,100)")->delimiter(',');
+  bench_sim->add_option("--seed", bench_sim_opts.seed, "Seed");
+  bench_sim->add_flag("--json", bench_sim_opts.json, "Print JSON for scripts");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -70,6 +79,8 @@ int main(int argc, char** argv) {
     status = cli::RunPlan(plan, std::cout);
   } else if (sim_cmd->parsed()) {
     status = cli::RunSim(sim, std::cout);
+  } else if (bench_sim->parsed()) {
+    status = cli::RunBenchSim(bench_sim_opts, std::cout);
   } else if (bench_sched->parsed()) {
     status = cli::RunBenchSched(bench, std::cout);
   }

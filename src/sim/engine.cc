@@ -186,7 +186,7 @@ void Simulation::Advance(int64_t now_us) {
 
 void Simulation::RebuildPools() {
   index_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
-  snap_.pools = index_;
+  if (options_.share_pool_index) snap_.pools = index_;
 }
 
 void Simulation::Enqueue(uint32_t j, uint32_t t) {

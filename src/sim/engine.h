@@ -62,6 +62,9 @@ struct SimOptions {
   // that finds no room when it arrives is turned away rather than queued. Use with
   // FillTrace; the result's fill_curve shows GPU allocation as demand arrives.
   bool fill = false;
+  // false: every scheduler call builds the fleet's pools itself, as a caller
+  // without a long-lived PoolIndex would (the benchmark's baseline).
+  bool share_pool_index = true;
 };
 
 struct Percentiles {
