@@ -57,6 +57,7 @@ struct SimOptions {
   double fill = 0;  // > 0: the fill experiment up to this multiple of GPU capacity
   std::string out;
   bool json = false;
+  bool markdown = false;
 };
 // `meridian sim`: replay a trace on a fleet under one or several policies.
 Status RunSim(const SimOptions& options, std::ostream& out);

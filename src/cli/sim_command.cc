@@ -45,7 +45,15 @@ StatusOr<sim::FleetChange> ParseChange(std::string_view text, int64_t origin_us)
   return c;
 }
 
-void PrintFill(const std::vector<sim::SimResult>& results, std::ostream& out) {
+void PrintTable(const Table& t, bool markdown, std::ostream& out) {
+  if (markdown) {
+    t.PrintMarkdown(out);
+  } else {
+    t.Print(out);
+  }
+}
+
+void PrintFill(const std::vector<sim::SimResult>& results, bool markdown, std::ostream& out) {
   Table t({"POLICY", "PLACED", "TURNED AWAY", "UNALLOCATED GPUS AT 100% ARRIVED", "UNALLOCATED GPUS AT END",
            "SCHED TIME", "WALL"});
   for (const sim::SimResult& r : results) {
@@ -53,17 +61,20 @@ void PrintFill(const std::vector<sim::SimResult>& results, std::ostream& out) {
            fmt::format("{:.1f}", r.unallocated_gpus_at_full), fmt::format("{:.1f}", r.unallocated_gpus_end),
            fmt::format("{:.3f} s", r.sched_total_s), fmt::format("{:.3f} s", r.wall_s)});
   }
-  t.Print(out);
+  PrintTable(t, markdown, out);
+  if (markdown) return;
   out << "\nFill experiment: tasks arrive in trace order and never end; one that finds no room is turned away.\n"
          "UNALLOCATED GPUS: GPU capacity left unallocated, in GPUs, when the demand that arrived first reaches\n"
          "the fleet's capacity, and at the end.\n";
 }
 
-void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& trace, bool fill, std::ostream& out) {
+void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& trace, bool fill, bool markdown,
+                std::ostream& out) {
   const sim::SimResult& first = results.front();
+  if (fill && markdown) return PrintFill(results, true, out);
   out << fmt::format("trace {} ({}): {} jobs, {} tasks; fleet: {} nodes, {} GPUs; seed {}\n\n", trace.name,
                      trace.format, first.jobs, first.tasks, first.nodes, first.gpus, first.seed);
-  if (fill) return PrintFill(results, out);
+  if (fill) return PrintFill(results, false, out);
   Table t({"POLICY", "FINISHED", "INFEASIBLE", "MEAN JCT", "P50 JCT", "P99 JCT", "MEAN QUEUEING", "MAKESPAN",
            "GPU UTIL", "UNUSABLE GPUS", "COST", "WAN", "SCHED TIME", "WALL"});
   for (const sim::SimResult& r : results) {
@@ -76,7 +87,8 @@ void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& tr
            FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd), FormatBytes(wan),
            fmt::format("{:.3f} s", r.sched_total_s), fmt::format("{:.3f} s", r.wall_s)});
   }
-  t.Print(out);
+  PrintTable(t, markdown, out);
+  if (markdown) return;
   for (const sim::SimResult& r : results) {
     if (r.node_failures || r.preemptions) {
       out << fmt::format("\n{}: {} node failures, {} preemptions, {} task runs restarted, {} jobs failed", r.policy,
@@ -168,8 +180,8 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
     out << nlohmann::json{{"trace", trace.name}, {"format", trace.format}, {"seed", options.seed}, {"results", all}}.dump(2)
         << '\n';
   } else {
-    PrintHuman(results, trace, so.fill, out);
-    if (!options.out.empty()) out << fmt::format("Wrote {0}/report.html, {0}/metrics.json and per-job CSVs.\n", options.out);
+    PrintHuman(results, trace, so.fill, options.markdown, out);
+    if (!options.out.empty() && !options.markdown) out << fmt::format("Wrote {0}/report.html, {0}/metrics.json and per-job CSVs.\n", options.out);
   }
   return OkStatus();
 }

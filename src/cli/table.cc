@@ -21,4 +21,17 @@ void Table::Print(std::ostream& out, const std::string& indent) const {
   }
 }
 
+void Table::PrintMarkdown(std::ostream& out) const {
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    out << '|';
+    for (const std::string& cell : rows_[r]) out << ' ' << cell << " |";
+    out << '\n';
+    if (r == 0) {
+      out << '|';
+      for (size_t i = 0; i < rows_[0].size(); ++i) out << (i == 0 ? " --- |" : " ---: |");
+      out << '\n';
+    }
+  }
+}
+
 }  // namespace meridian::cli

@@ -185,6 +185,30 @@ TEST_F(PoolChoiceTest, AGangDoesNotHoldOutForItsOwnMembersRelease) {
   EXPECT_TRUE(plan.unplaced.empty());
 }
 
+TEST(GangTest, AGangStaysOnOneDeviceTypeWhenOneHasRoom) {
+  // One V100 and two K80s free: the first replica would take the V100, but the
+  // second could then only run on a K80, and a synchronous gang runs at its
+  // slowest member's pace; both go to the K80s and the V100 stays free.
+  testing::FleetBuilder b;
+  SiteId s = b.Site("dc");
+  b.Nodes(s, "V100", 1, 1, 3'000'000);
+  b.Nodes(s, "K80", 1, 2, 1'000'000);
+  model::Fleet fleet = b.Build();
+  model::ThroughputTable tt;
+  tt.Set("K80", "train", 1);
+  tt.Set("V100", "train", 10);
+  model::Task t = testing::GpuTask("r", {"K80", "V100"});
+  t.work = model::WorkAmount{"train", 60};
+  t.gang = "g";
+  model::Job job = testing::MakeJob("j", {t, t});
+  Snapshot snap = testing::MakeSnapshot(fleet, tt, {&job});
+  Random rng(1);
+  Plan plan = Schedule(snap, Policy{}, rng);
+  ASSERT_EQ(plan.placements.size(), 2u);
+  EXPECT_EQ(plan.placements[0].device_type, "K80");
+  EXPECT_EQ(plan.placements[1].device_type, "K80");
+}
+
 TEST_F(PoolChoiceTest, NoRoomAnywhereIsWaitingWithTheBusyPoolsNamed) {
   Policy first = With(NodeChoice::kFirstFit, PoolChoice::kAnyPool);
   model::Task t = testing::GpuTask("t", {"K80", "V100"}, 2);

@@ -150,7 +150,17 @@ class Scheduler {
   Plan Run();
 
  private:
-  Attempt TryPlace(size_t qi, std::optional<SiteId> only_site);
+  // A gang's members try to share one site, and one device type (a synchronous
+  // gang runs at the pace of its slowest member).
+  struct Where {
+    std::optional<SiteId> site;
+    std::optional<uint32_t> type;  // Pool::type_index
+    bool operator==(const Where&) const = default;
+    bool Admits(const Pool& p) const {
+      return (!site || p.site == *site) && (!type || p.type_index == *type);
+    }
+  };
+  Attempt TryPlace(size_t qi, Where where);
   // kAnyPool and kCheapestPrice over candidates_, which passed every hard limit.
   std::optional<Placement> PlaceUnscored(size_t qi, const model::ResourceRequest& r);
   // kScored with a comparing node choice: the pools whose finish and cost are
@@ -167,7 +177,6 @@ class Scheduler {
   // Lower is better; compares nodes for kBestFit and kLeastFragmentation.
   double NodeCost(const model::ResourceRequest& r, const NodeFree& f, const std::vector<int32_t>& devices) const;
   void AddRelease(int64_t at_us, const Allocation& a);
-  void RemoveRelease(const Allocation& a, int64_t at_us);
   // The releases of one pool, built on first use: most calls never need them.
   const std::multimap<int64_t, CompactRelease>& PoolReleases(uint32_t pool);
   // How long until a node of the busy pool has room, from the known releases.
@@ -421,9 +430,13 @@ std::optional<Placement> Scheduler::PlaceAmongNearBest(size_t qi, const model::R
   for (const Candidate& c : candidates_) {
     if (rank.Better(c, *best)) best = &c;
   }
-  const double tol = policy_.near_best;
-  const double finish_slack = tol * static_cast<double>(std::max<int64_t>(best->finish_us - s_.now_us, 1));
-  const double cost_slack = tol * static_cast<double>(best->cost_micro_usd) + 1;
+  // The objective's own measure within near_best, the other within
+  // near_best_secondary.
+  const model::Objective objective = s_.jobs[s_.queue[qi].job].job->objective;
+  const double finish_tol = objective == model::Objective::kCheapest ? policy_.near_best_secondary : policy_.near_best;
+  const double cost_tol = objective == model::Objective::kFastest ? policy_.near_best_secondary : policy_.near_best;
+  const double finish_slack = finish_tol * static_cast<double>(std::max<int64_t>(best->finish_us - s_.now_us, 1));
+  const double cost_slack = cost_tol * static_cast<double>(best->cost_micro_usd) + 1;
   any_pools_.clear();
   for (const Candidate& c : candidates_) {
     if (static_cast<double>(c.finish_us - best->finish_us) <= finish_slack &&
@@ -468,29 +481,6 @@ const std::multimap<int64_t, CompactRelease>& Scheduler::PoolReleases(uint32_t p
   own_releases_[pool].clear();
   releases_built_[pool] = true;
   return out;
-}
-
-void Scheduler::RemoveRelease(const Allocation& a, int64_t at_us) {
-  const uint32_t pool = index_->pool_of_node[a.node.value()];
-  const uint64_t devices = CompactRelease::Of(a).devices;
-  if (!releases_built_[pool]) {
-    auto& own = own_releases_[pool];
-    for (auto it = own.begin(); it != own.end(); ++it) {
-      if (it->first == at_us && it->second.node == a.node && it->second.devices == devices) {
-        own.erase(it);
-        return;
-      }
-    }
-    return;
-  }
-  auto& releases = pool_releases_[pool];
-  auto [first, last] = releases.equal_range(at_us);
-  for (auto it = first; it != last; ++it) {
-    if (it->second.node == a.node && it->second.devices == devices) {
-      releases.erase(it);
-      return;
-    }
-  }
 }
 
 const std::vector<uint8_t>& Scheduler::Verdicts(size_t qi, const TaskView& view) {
@@ -554,7 +544,7 @@ Placement Scheduler::MakePlacement(size_t qi, const Candidate& c, NodeId node,
   return out;
 }
 
-Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
+Attempt Scheduler::TryPlace(size_t qi, Where where) {
   const PendingTask& p = s_.queue[qi];
   const JobState& js = s_.jobs[p.job];
   const model::Task& task = s_.task(p);
@@ -573,7 +563,7 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
   rejections_.clear();
   const std::vector<uint8_t>& verdicts = Verdicts(qi, view);
   for (const Pool& pool : pools_) {
-    if (only_site && pool.site != *only_site) continue;
+    if (!where.Admits(pool)) continue;
     if (verdicts[pool.index] != kPassed) continue;
     Candidate c;
     if (!ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) continue;
@@ -622,9 +612,6 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
       return out;
     }
     rejections_.push_back(Rejection{RejectionKind::kBusy, 0, pool.index, 0, 0});
-    // A gang is placed now or not at all: a member that held out could wait on
-    // its own gang's placements, which are rolled back when it does.
-    if (!task.gang.empty()) continue;
     std::optional<int64_t> wait = EarliestWaitUs(pool, r);
     if (!wait) continue;
     Candidate later = c;
@@ -639,7 +626,7 @@ Attempt Scheduler::TryPlace(size_t qi, std::optional<SiteId> only_site) {
   }
   // The slow path: only now say which filter turned each pool away.
   for (const Pool& pool : pools_) {
-    if (only_site && pool.site != *only_site) continue;
+    if (!where.Admits(pool)) continue;
     if (verdicts[pool.index] == kPassed) continue;
     rejections_.push_back(Rejection{RejectionKind::kFilter, verdicts[pool.index], pool.index, 0, 0});
   }
@@ -657,14 +644,16 @@ void Scheduler::Commit(size_t qi, const Placement& p, std::vector<Taken>* log) {
   usage_[t].gpu_milli += u.gpu_milli;
   usage_[t].cpu_milli += u.cpu_milli;
   usage_[t].memory_bytes += u.memory_bytes;
-  AddRelease(p.finish_us, p.allocation);
+  // A gang's members are released only once the whole gang is placed: a member
+  // must not hold out for a node its own gang took (the gang would be rolled back
+  // every round and never start).
+  if (!log) AddRelease(p.finish_us, p.allocation);
   if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd(), p.finish_us});
 }
 
 void Scheduler::Rollback(std::vector<Taken>* log) {
   for (const Taken& t : *log) {
     free_.Give(t.allocation);
-    RemoveRelease(t.allocation, t.finish_us);
     if (budget_left_[t.job]) *budget_left_[t.job] += t.cost;
     usage_[t.tenant].gpu_milli -= t.usage.gpu_milli;
     usage_[t.tenant].cpu_milli -= t.usage.cpu_milli;
@@ -677,31 +666,36 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
 }
 
 void Scheduler::PlaceGang(const std::vector<size_t>& members) {
-  // Prefer one site for the whole gang (collectives over a WAN are slow): try the
-  // sites in the order the first member ranks them, then any mix of sites.
-  std::vector<std::optional<SiteId>> tries;
+  // Prefer one site and one device type for the whole gang (collectives over a WAN
+  // are slow, and a synchronous gang runs at its slowest member's pace): try the
+  // (site, type) pairs in the order the first member ranks them, then the sites,
+  // then any mix.
+  std::vector<Where> tries;
   {
-    Attempt first = TryPlace(members[0], std::nullopt);
+    Attempt first = TryPlace(members[0], Where{});
     if (first.placed) {
       CandidateOrder rank(s_.jobs[s_.queue[members[0]].job].job->objective, candidates_);
       std::sort(candidates_.begin(), candidates_.end(),
                 [&](const Candidate& a, const Candidate& b) { return rank.Better(a, b); });
-      tries.push_back(first.placement.site);
-      for (const Candidate& c : candidates_) {
-        SiteId site = pools_[c.pool].site;
-        if (std::find(tries.begin(), tries.end(), std::optional<SiteId>(site)) == tries.end()) tries.push_back(site);
-      }
+      auto add = [&](Where w) {
+        if (std::find(tries.begin(), tries.end(), w) == tries.end()) tries.push_back(w);
+      };
+      const Pool& chosen = pools_[index_->pool_of_node[first.placement.allocation.node.value()]];
+      add(Where{chosen.site, chosen.type_index});
+      for (const Candidate& c : candidates_) add(Where{pools_[c.pool].site, pools_[c.pool].type_index});
+      add(Where{chosen.site, std::nullopt});
+      for (const Candidate& c : candidates_) add(Where{pools_[c.pool].site, std::nullopt});
     }
-    tries.push_back(std::nullopt);
+    tries.push_back(Where{});
   }
   Attempt failure;
-  for (const std::optional<SiteId>& site : tries) {
+  for (const Where& where : tries) {
     std::vector<Taken> log;
     std::vector<Placement> placed;
     failure = Attempt{};
     size_t failed_member = 0;
     for (size_t m = 0; m < members.size(); ++m) {
-      Attempt a = TryPlace(members[m], site);
+      Attempt a = TryPlace(members[m], where);
       if (!a.placed) {
         failure = std::move(a);
         failed_member = m;
@@ -712,11 +706,14 @@ void Scheduler::PlaceGang(const std::vector<size_t>& members) {
     }
     if (placed.size() == members.size()) {
       for (size_t m = 0; m < members.size(); ++m) order_.Placed(members[m], UsageOf(s_.task(s_.queue[members[m]]).resources));
-      for (Placement& p : placed) plan_.placements.push_back(std::move(p));
+      for (Placement& p : placed) {
+        AddRelease(p.finish_us, p.allocation);
+        plan_.placements.push_back(std::move(p));
+      }
       return;
     }
     Rollback(&log);
-    if (!site) {
+    if (!where.site && !where.type) {
       const PendingTask& bad = s_.queue[members[failed_member]];
       failure.reason = fmt::format("gang '{}' is placed all-or-nothing and task '{}' cannot be placed: {}",
                                    s_.task(bad).gang, s_.task(bad).name, failure.reason);
@@ -758,7 +755,7 @@ Plan Scheduler::Run() {
         continue;
       }
     }
-    Attempt a = TryPlace(*qi, std::nullopt);
+    Attempt a = TryPlace(*qi, Where{});
     if (!a.placed && amount_class) unplaced_by_class_.emplace(*amount_class, a);
     if (a.placed) {
       Commit(*qi, a.placement, nullptr);

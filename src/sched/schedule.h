@@ -75,10 +75,14 @@ struct Policy {
   // pool and placement, from the pool's cursor (0: all). Bounds a decision at
   // large scale, as Kubernetes' percentageOfNodesToScore does.
   size_t node_sample = 0;
-  // kScored with kBestFit or kLeastFragmentation: pools whose finish and cost are
-  // both within this fraction of the best candidate's count as equally good, and
-  // the node choice compares the nodes of all of them (0: the best pool only).
+  // kScored with kBestFit or kLeastFragmentation: pools close enough to the best
+  // candidate count as equally good, and the node choice compares the nodes of all
+  // of them. Close enough: the job objective's own measure (finish time for
+  // fastest, cost for cheapest, both for balanced) within near_best of the best's,
+  // and the other measure within near_best_secondary. near_best 0: the best pool
+  // only.
   double near_best = 0;
+  double near_best_secondary = 0;
   // Called after each decision (a task or a whole gang) with the number of tasks
   // decided so far. The scheduler reads no clock; a benchmark timestamps here.
   std::function<void(size_t decided)> on_decision;

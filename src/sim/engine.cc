@@ -802,7 +802,8 @@ StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
   if (name == "meridian") {
     p.nodes = sched::NodeChoice::kLeastFragmentation;
     p.node_sample = 4;
-    p.near_best = 1.0;
+    p.near_best = 0.05;
+    p.near_best_secondary = 1.0;
     p.workload = TraceWorkload(trace);
   } else if (name == "frag-aware") {
     p.pools = sched::PoolChoice::kAnyPool;
