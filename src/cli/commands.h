@@ -58,6 +58,7 @@ struct SimOptions {
   std::string out;
   bool json = false;
   bool markdown = false;
+  std::string relative_to;  // a compared policy the others are measured against
 };
 // `meridian sim`: replay a trace on a fleet under one or several policies.
 Status RunSim(const SimOptions& options, std::ostream& out);

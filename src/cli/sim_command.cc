@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -43,6 +46,46 @@ StatusOr<sim::FleetChange> ParseChange(std::string_view text, int64_t origin_us)
   c.at_us = origin_us + *at;
   (sign == '+' ? c.add : c.remove) = static_cast<int32_t>(count);
   return c;
+}
+
+// "2.9x lower" / "12% higher": how `value` compares with `base`, lower being better.
+std::string Versus(double value, double base) {
+  if (base <= 0 && value <= 0) return "equal";
+  if (value <= 0) return "none against " + fmt::format("{:.4g}", base);
+  if (std::abs(value - base) <= 0.005 * std::max(value, base)) return "about equal";
+  if (base >= value) {
+    double r = base / value;
+    return r >= 1.5 ? fmt::format("{:.1f}x lower", r) : fmt::format("{:.0f}% lower", 100 * (1 - value / base));
+  }
+  return fmt::format("{:.0f}% higher", 100 * (value / base - 1));
+}
+
+// One line per policy against the reference one.
+void PrintRelative(const std::vector<sim::SimResult>& results, const std::string& reference, bool fill,
+                   std::ostream& out) {
+  auto ref = std::find_if(results.begin(), results.end(), [&](const sim::SimResult& r) { return r.policy == reference; });
+  if (ref == results.end()) return;
+  auto d = [](double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); };
+  out << '\n';
+  for (const sim::SimResult& r : results) {
+    if (&r == &*ref) continue;
+    if (fill) {
+      out << fmt::format("- {} against {}: unallocated GPUs at 100% arrived {} ({:.1f} vs {:.1f}); at the end {} "
+                         "({:.1f} vs {:.1f})\n",
+                         r.policy, reference, Versus(r.unallocated_gpus_at_full, ref->unallocated_gpus_at_full),
+                         r.unallocated_gpus_at_full, ref->unallocated_gpus_at_full,
+                         Versus(r.unallocated_gpus_end, ref->unallocated_gpus_end), r.unallocated_gpus_end,
+                         ref->unallocated_gpus_end);
+      continue;
+    }
+    const int64_t cost = r.compute_cost_micro_usd + r.egress_cost_micro_usd;
+    const int64_t ref_cost = ref->compute_cost_micro_usd + ref->egress_cost_micro_usd;
+    out << fmt::format("- {} against {}: mean JCT {} ({} vs {}), p99 JCT {}, mean queueing {}, cost {} ({} vs {})\n",
+                       r.policy, reference, Versus(r.jct.mean, ref->jct.mean), d(r.jct.mean), d(ref->jct.mean),
+                       Versus(r.jct.p99, ref->jct.p99), Versus(r.queueing.mean, ref->queueing.mean),
+                       Versus(static_cast<double>(cost), static_cast<double>(ref_cost)), FormatMicroUsd(cost),
+                       FormatMicroUsd(ref_cost));
+  }
 }
 
 void PrintTable(const Table& t, bool markdown, std::ostream& out) {
@@ -158,6 +201,11 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(sim::FleetChange change, ParseChange(c, origin));
     so.changes.push_back(change);
   }
+  if (!options.relative_to.empty() &&
+      std::find(policies.begin(), policies.end(), options.relative_to) == policies.end()) {
+    return InvalidArgumentError(
+        fmt::format("--relative-to: '{}' is not one of the policies compared", options.relative_to));
+  }
   // Every policy is checked before the first run starts.
   std::vector<sched::Policy> named;
   for (const std::string& p : policies) {
@@ -181,6 +229,7 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
         << '\n';
   } else {
     PrintHuman(results, trace, so.fill, options.markdown, out);
+    if (!options.relative_to.empty()) PrintRelative(results, options.relative_to, so.fill, out);
     if (!options.out.empty() && !options.markdown) out << fmt::format("Wrote {0}/report.html, {0}/metrics.json and per-job CSVs.\n", options.out);
   }
   return OkStatus();
