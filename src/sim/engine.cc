@@ -104,7 +104,9 @@ class Simulation {
   void Arrive(uint32_t j);
   void Enqueue(uint32_t j, uint32_t t);
   void ScheduleRound();
-  void Start(const Waiting& w, const sched::Placement& p, int64_t compute_us, int64_t finish_us);
+  void Start(const Waiting& w, const sched::Placement& p, int64_t finish_us);
+  // Fill experiment: a point of the allocated-against-arrived curve.
+  void RecordFill();
   void Finish(uint32_t run);
   // Ends a run: resources back, its release withdrawn.
   void Release(uint32_t run);
@@ -295,7 +297,7 @@ void Simulation::ScheduleRound() {
     const model::Task& task = jobs_[w.job].job->tasks[w.task];
     int64_t finish = now_us_ + p.transfer_us + compute[k];
     if (!task.gang.empty()) finish = gang_finish[{w.job, task.gang}];
-    Start(w, p, compute[k], finish);
+    Start(w, p, finish);
     remove[offered[p.queue_index]] = true;
   }
   for (const sched::Unplaced& u : plan.unplaced) {
@@ -309,17 +311,7 @@ void Simulation::ScheduleRound() {
       }
     }
   }
-  if (options_.fill) {
-    const double cap = static_cast<double>(std::max<int64_t>(healthy_gpu_milli_, 1));
-    const double arrived = static_cast<double>(arrived_gpu_milli_) / cap;
-    const double unallocated = static_cast<double>(healthy_gpu_milli_ - allocated_gpu_milli_) / 1000.0;
-    result_.fill_curve.push_back(SeriesPoint{arrived, static_cast<double>(allocated_gpu_milli_) / cap});
-    if (arrived >= 1.0 && result_.fill_curve.size() > 0 && !reached_full_) {
-      reached_full_ = true;
-      result_.unallocated_gpus_at_full = unallocated;
-    }
-    result_.unallocated_gpus_end = unallocated;
-  }
+  if (options_.fill) RecordFill();
   size_t out = 0;
   for (size_t i = 0; i < waiting_.size(); ++i) {
     if (remove[i] || jobs_[waiting_[i].job].tasks[waiting_[i].task] == TaskState::kDropped) continue;
@@ -329,7 +321,19 @@ void Simulation::ScheduleRound() {
   waiting_.resize(out);
 }
 
-void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t compute_us, int64_t finish_us) {
+void Simulation::RecordFill() {
+  const double cap = static_cast<double>(std::max<int64_t>(healthy_gpu_milli_, 1));
+  const double arrived = static_cast<double>(arrived_gpu_milli_) / cap;
+  const double unallocated = static_cast<double>(healthy_gpu_milli_ - allocated_gpu_milli_) / 1000.0;
+  result_.fill_curve.push_back(SeriesPoint{arrived, static_cast<double>(allocated_gpu_milli_) / cap});
+  if (arrived >= 1.0 && !reached_full_) {
+    reached_full_ = true;
+    result_.unallocated_gpus_at_full = unallocated;
+  }
+  result_.unallocated_gpus_end = unallocated;
+}
+
+void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t finish_us) {
   JobRun& jr = jobs_[w.job];
   const model::Task& task = jr.job->tasks[w.task];
   uint32_t id;
@@ -371,7 +375,6 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t comp
   const int64_t held_us = finish_us - now_us_;
   const int64_t cost = sched::RunCostMicroUsd(pool.price_micro_usd_per_hour, sched::NodeShareppm(task.resources, pool),
                                               held_us);
-  (void)compute_us;
   jr.outcome.cost_micro_usd += cost + p.egress_cost_micro_usd;
   result_.compute_cost_micro_usd += cost;
   result_.egress_cost_micro_usd += p.egress_cost_micro_usd;

@@ -264,6 +264,7 @@ nodes: [{name: n, site: dc, cpu: 8, memory: 64GiB, devices: {type: T4, count: 2}
   EXPECT_DOUBLE_EQ(r.unallocated_gpus_at_full, 0);
   ASSERT_FALSE(r.fill_curve.empty());
   EXPECT_DOUBLE_EQ(r.fill_curve.back().value, 1.0);
+  EXPECT_THAT(HtmlReport({r}, "fill"), HasSubstr("GPU allocation as demand arrives"));
 }
 
 TEST(SimTest, HtmlReportIsSelfContained) {

@@ -89,15 +89,17 @@ std::string JctChart(const std::vector<SimResult>& results) {
   return svg;
 }
 
-std::string UtilisationChart(const std::vector<SimResult>& results) {
+// A line per policy of a [0, 1] series over x.
+template <typename Series, typename XLabel>
+std::string LineChart(const std::vector<SimResult>& results, Series series, XLabel x_label, const char* title) {
   double t0 = 1e300, t1 = 0;
   for (const SimResult& r : results) {
-    for (const SeriesPoint& p : r.utilisation) {
+    for (const SeriesPoint& p : series(r)) {
       t0 = std::min(t0, p.t_s);
       t1 = std::max(t1, p.t_s);
     }
   }
-  if (t1 <= t0) return "<p>No utilisation recorded.</p>";
+  if (t1 <= t0) return "<p>Nothing recorded.</p>";
   auto x = [&](double t) { return kLeft + (t - t0) / (t1 - t0) * (kW - kLeft - kRight); };
   auto y = [&](double f) { return kTop + (1 - std::clamp(f, 0.0, 1.0)) * (kH - kTop - kBottom); };
   std::string svg = fmt::format("<svg viewBox='0 0 {} {}' width='{}' height='{}' role='img'>", kW, kH, kW, kH);
@@ -109,17 +111,45 @@ std::string UtilisationChart(const std::vector<SimResult>& results) {
   for (int k = 0; k <= 4; ++k) {
     double t = t0 + (t1 - t0) * k / 4;
     svg += fmt::format("<text x='{}' y='{}' font-size='11' text-anchor='middle'>{}</text>", x(t), kH - kBottom + 16,
-                       Escape(Seconds(t - t0)));
+                       Escape(x_label(t, t0)));
   }
   for (size_t i = 0; i < results.size(); ++i) {
     std::string points;
-    for (const SeriesPoint& p : results[i].utilisation) points += fmt::format("{:.1f},{:.1f} ", x(p.t_s), y(p.value));
+    for (const SeriesPoint& p : series(results[i])) points += fmt::format("{:.1f},{:.1f} ", x(p.t_s), y(p.value));
     svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>", Colour(i), points);
   }
-  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>time since the first arrival</text>",
-                     (kW + kLeft) / 2, kH - 4);
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>{}</text>", (kW + kLeft) / 2, kH - 4,
+                     title);
   svg += Legend(results) + "</svg>";
   return svg;
+}
+
+std::string UtilisationChart(const std::vector<SimResult>& results) {
+  return LineChart(
+      results, [](const SimResult& r) -> const std::vector<SeriesPoint>& { return r.utilisation; },
+      [](double t, double t0) { return Seconds(t - t0); }, "time since the first arrival");
+}
+
+std::string FillChart(const std::vector<SimResult>& results) {
+  return LineChart(
+      results, [](const SimResult& r) -> const std::vector<SeriesPoint>& { return r.fill_curve; },
+      [](double x, double) { return fmt::format("{:.0f}%", 100 * x); }, "GPU demand arrived, share of capacity");
+}
+
+// The page around a body: self-contained, no scripts.
+std::string Page(const std::string& title, const std::string& body) {
+  return fmt::format(R"(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{0}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
+table {{ border-collapse: collapse; font-size: 14px; }}
+th, td {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+</style></head><body>
+<h1>{0}</h1>
+{1}</body></html>
+)",
+                     Escape(title), body);
 }
 
 }  // namespace
@@ -190,6 +220,27 @@ std::string OutcomesCsv(const SimResult& r) {
 }
 
 std::string HtmlReport(const std::vector<SimResult>& results, const std::string& title) {
+  const bool fill = !results.empty() && !results[0].fill_curve.empty();
+  if (fill) {
+    std::string rows;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const SimResult& r = results[i];
+      rows += fmt::format("<tr><td style='color:{}'>&#9632; {}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td>"
+                          "<td>{:.3f} s</td></tr>\n",
+                          Colour(i), Escape(r.policy), r.jobs - r.rejected_jobs - r.infeasible_jobs, r.rejected_jobs,
+                          r.unallocated_gpus_at_full, r.unallocated_gpus_end, r.sched_total_s);
+    }
+    return Page(title, fmt::format(R"(<p>Fill experiment (Weng et al., ATC 2023): tasks arrive in trace order and never end; one that finds no room
+is turned away. Fleet: {0} nodes, {1} GPUs; seed {2}.</p>
+<table>
+<tr><th>policy</th><th>placed</th><th>turned away</th><th>GPUs unallocated at 100% arrived</th>
+<th>at the end</th><th>scheduler time</th></tr>
+{3}</table>
+<h2>GPU allocation as demand arrives</h2>
+{4}
+)",
+                                   results[0].nodes, results[0].gpus, results[0].seed, rows, FillChart(results)));
+  }
   std::string rows;
   for (size_t i = 0; i < results.size(); ++i) {
     const SimResult& r = results[i];
@@ -207,31 +258,21 @@ std::string HtmlReport(const std::vector<SimResult>& results, const std::string&
                        Escape(results[0].trace), results[0].jobs, results[0].tasks, results[0].nodes, results[0].gpus,
                        results[0].seed);
   }
-  return fmt::format(R"(<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{0}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
-table {{ border-collapse: collapse; font-size: 14px; }}
-th, td {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
-th:first-child, td:first-child {{ text-align: left; }}
-</style></head><body>
-<h1>{0}</h1>
-<p>{1}</p>
+  return Page(title, fmt::format(R"(<p>{0}</p>
 <table>
 <tr><th>policy</th><th>finished</th><th>infeasible</th><th>mean JCT</th><th>p50 JCT</th><th>p99 JCT</th>
 <th>mean queueing</th><th>makespan</th><th>GPU util.</th><th>GPUs unusable while work waits</th><th>cost</th>
 <th>scheduler time</th></tr>
-{2}</table>
+{1}</table>
 <h2>Job completion time</h2>
 <p>Fraction of finished jobs done within a given time.</p>
-{3}
+{2}
 <h2>GPU utilisation over time</h2>
-{4}
+{3}
 <p style="font-size:12px;color:#666">Made by <code>meridian sim</code>. GPUs unusable: free GPU capacity that none of
 the waiting GPU tasks could use, averaged over the time GPU tasks waited.</p>
-</body></html>
 )",
-                     Escape(title), meta, rows, JctChart(results), UtilisationChart(results));
+                                 meta, rows, JctChart(results), UtilisationChart(results)));
 }
 
 Status WriteReport(const std::vector<SimResult>& results, const std::string& title, const std::string& dir) {
