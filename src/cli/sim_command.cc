@@ -57,7 +57,8 @@ std::string Versus(double value, double base) {
     double r = base / value;
     return r >= 1.5 ? fmt::format("{:.1f}x lower", r) : fmt::format("{:.0f}% lower", 100 * (1 - value / base));
   }
-  return fmt::format("{:.0f}% higher", 100 * (value / base - 1));
+  const double r = value / base;
+  return r >= 1.5 ? fmt::format("{:.1f}x higher", r) : fmt::format("{:.0f}% higher", 100 * (r - 1));
 }
 
 // One line per policy against the reference one.
