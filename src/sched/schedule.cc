@@ -232,6 +232,8 @@ class Scheduler {
   using AmountClass = std::tuple<TaskClass, int64_t, double>;
   std::map<AmountClass, Attempt> unplaced_by_class_;
   std::optional<TaskClass> ClassOf(size_t qi) const;
+  // The class of the single task Run is placing (null for gang members).
+  const TaskClass* current_class_ = nullptr;
   std::vector<uint8_t> verdicts_;  // for tasks with inputs, not cached
 };
 
@@ -500,8 +502,12 @@ const std::vector<uint8_t>& Scheduler::Verdicts(size_t qi, const TaskView& view)
     compute(&verdicts_);
     return verdicts_;
   }
-  auto [it, inserted] = verdicts_by_class_.try_emplace(*ClassOf(qi));
-  if (inserted) compute(&it->second);
+  // Run computed this task's class already; gang members compute theirs here.
+  auto it = current_class_ ? verdicts_by_class_.find(*current_class_) : verdicts_by_class_.end();
+  if (it == verdicts_by_class_.end()) {
+    it = verdicts_by_class_.try_emplace(current_class_ ? *current_class_ : *ClassOf(qi)).first;
+    compute(&it->second);
+  }
   return it->second;
 }
 
@@ -748,14 +754,16 @@ Plan Scheduler::Run() {
     std::optional<AmountClass> amount_class;
     if (std::optional<TaskClass> c = ClassOf(*qi)) {
       amount_class.emplace(std::move(*c), task.duration_us, task.work ? task.work->amount : 0.0);
-      auto seen = unplaced_by_class_.find(*amount_class);
+      auto seen = unplaced_by_class_.empty() ? unplaced_by_class_.end() : unplaced_by_class_.find(*amount_class);
       if (seen != unplaced_by_class_.end()) {
         plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, seen->second.kind, seen->second.reason});
         if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
         continue;
       }
     }
+    current_class_ = amount_class ? &std::get<0>(*amount_class) : nullptr;
     Attempt a = TryPlace(*qi, Where{});
+    current_class_ = nullptr;
     if (!a.placed && amount_class) unplaced_by_class_.emplace(*amount_class, a);
     if (a.placed) {
       Commit(*qi, a.placement, nullptr);
