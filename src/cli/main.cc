@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--trace", sim.trace, "Trace: Alibaba GPU 2023 pod list, Sia/Philly workload or Meridian CSV")->required();
   sim_cmd->add_option("--trace-format", sim.trace_format, "auto (from the header), alibaba, sia or csv");
   sim_cmd->add_option("--policy", sim.policy,
-                      "meridian, first-fit, best-fit, random, agnostic or cheapest-region (default meridian)");
+                      "meridian, frag-aware, first-fit, best-fit, random, agnostic or cheapest-region (default meridian)");
   sim_cmd->add_option("--compare", sim.compare, "Several policies on the same input, comma-separated")->delimiter(',');
   sim_cmd->add_option("--order", sim.order, "Queue order: fifo, priority or fair");
   sim_cmd->add_option("--seed", sim.seed, "Seed; the same seed gives the same metrics (default 1)");
