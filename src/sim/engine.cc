@@ -101,6 +101,9 @@ class Simulation {
     events_.push(Event{at_us, next_seq_++, kind, a, b});
   }
   void Advance(int64_t now_us);
+  void Handle(const Event& e);
+  void ScheduleFailures(NodeId node);
+  void ChangeFleet(const FleetChange& c);
   void Arrive(uint32_t j);
   void Enqueue(uint32_t j, uint32_t t);
   void ScheduleRound();
@@ -152,6 +155,8 @@ class Simulation {
   std::vector<uint32_t> free_runs_;
   std::vector<uint32_t> run_of_release_;  // snapshot release index -> run
   std::vector<bool> removed_;             // nodes taken out of the fleet for good
+  size_t original_nodes_ = 0;             // added nodes copy these, round-robin
+  size_t next_like_ = 0;
 
   // Metrics.
   int64_t allocated_gpu_milli_ = 0;
@@ -528,6 +533,74 @@ void Simulation::MeasureFragmentation() {
   }
 }
 
+void Simulation::ScheduleFailures(NodeId node) {
+  if (!Active()) return;
+  if (options_.node_mtbf_us > 0) Push(now_us_ + Exponential(options_.node_mtbf_us), EventKind::kNodeFail, node.value());
+  if (options_.spot_mtbp_us > 0 && fleet_.node(node).spot) {
+    Push(now_us_ + Exponential(options_.spot_mtbp_us), EventKind::kPreempt, node.value());
+  }
+}
+
+void Simulation::ChangeFleet(const FleetChange& c) {
+  for (int32_t k = 0; k < c.add; ++k) {
+    NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like_++ % original_nodes_)));
+    snap_.free.Add(fleet_.node(id));
+    removed_.push_back(false);
+    healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
+    ScheduleFailures(id);
+  }
+  int32_t to_remove = c.remove;
+  for (size_t i = fleet_.nodes.size(); i-- > 0 && to_remove > 0;) {
+    if (removed_[i] || fleet_.nodes[i].health != model::NodeHealth::kHealthy) continue;
+    removed_[i] = true;
+    SetHealth(NodeId(static_cast<uint32_t>(i)), model::NodeHealth::kUnhealthy);
+    KillNode(NodeId(static_cast<uint32_t>(i)));
+    --to_remove;
+  }
+  RebuildPools();
+  changed_ = true;
+}
+
+void Simulation::Handle(const Event& e) {
+  switch (e.kind) {
+    case EventKind::kArrival:
+      --arrivals_left_;
+      Arrive(e.a);
+      break;
+    case EventKind::kStaged: {
+      const TaskRun& run = runs_[e.a];
+      if (!run.live || run.epoch != e.b) break;
+      for (const sched::Transfer& t : run.transfers) {
+        result_.wan_bytes[fmt::format("{}->{}", fleet_.site(t.from).name, fleet_.site(t.to).name)] += t.bytes;
+      }
+      break;
+    }
+    case EventKind::kFinish:
+      if (runs_[e.a].live && runs_[e.a].epoch == e.b) Finish(e.a);
+      break;
+    case EventKind::kNodeFail:
+    case EventKind::kPreempt: {
+      NodeId node(e.a);
+      if (removed_[e.a] || fleet_.node(node).health != model::NodeHealth::kHealthy) break;
+      if (!Active()) break;  // nothing left to disturb: let the run end
+      ++(e.kind == EventKind::kNodeFail ? result_.node_failures : result_.preemptions);
+      SetHealth(node, model::NodeHealth::kUnhealthy);
+      KillNode(node);
+      Push(e.at_us + options_.repair_us, EventKind::kNodeRepair, e.a);
+      break;
+    }
+    case EventKind::kNodeRepair:
+      if (removed_[e.a]) break;
+      SetHealth(NodeId(e.a), model::NodeHealth::kHealthy);
+      ScheduleFailures(NodeId(e.a));
+      break;
+    case EventKind::kChange:
+      --changes_left_;
+      ChangeFleet(options_.changes[e.a]);
+      break;
+  }
+}
+
 SimResult Simulation::Run() {
   MonotonicTime wall0 = env_.clock().Now();
   snap_.fleet = &fleet_;
@@ -536,6 +609,7 @@ SimResult Simulation::Run() {
   snap_.tenant_usage.assign(fleet_.tenants.size() + 1, sched::TenantUsage{});
   RebuildPools();
   removed_.assign(fleet_.nodes.size(), false);
+  original_nodes_ = fleet_.nodes.size();
   for (const model::Node& n : fleet_.nodes) {
     if (n.health == model::NodeHealth::kHealthy) healthy_gpu_milli_ += GpuMilli(n);
   }
@@ -550,19 +624,9 @@ SimResult Simulation::Run() {
   }
   arrivals_left_ = trace_.jobs.size();
   changes_left_ = options_.changes.size();
-  auto schedule_failures = [&](NodeId node) {
-    if (!Active()) return;
-    const model::Node& n = fleet_.node(node);
-    if (options_.node_mtbf_us > 0) Push(now_us_ + Exponential(options_.node_mtbf_us), EventKind::kNodeFail, node.value());
-    if (options_.spot_mtbp_us > 0 && n.spot) {
-      Push(now_us_ + Exponential(options_.spot_mtbp_us), EventKind::kPreempt, node.value());
-    }
-  };
   if (!trace_.jobs.empty()) now_us_ = last_us_ = trace_.jobs.front().arrival_us;
-  for (const model::Node& n : fleet_.nodes) schedule_failures(n.id);
+  for (const model::Node& n : fleet_.nodes) ScheduleFailures(n.id);
   for (uint32_t c = 0; c < options_.changes.size(); ++c) Push(options_.changes[c].at_us, EventKind::kChange, c);
-  const size_t original_nodes = fleet_.nodes.size();
-  size_t next_like = 0;
 
   // Bounded: every event is consumed; new ones come from arrivals (finite), starts
   // (one per placement) and faults, which strike only while something may still
@@ -573,74 +637,16 @@ SimResult Simulation::Run() {
     while (!events_.empty() && events_.top().at_us == now) {
       Event e = events_.top();
       events_.pop();
-      switch (e.kind) {
-        case EventKind::kArrival:
-          --arrivals_left_;
-          Arrive(e.a);
-          break;
-        case EventKind::kStaged: {
-          TaskRun& run = runs_[e.a];
-          if (!run.live || run.epoch != e.b) break;
-          for (const sched::Transfer& t : run.transfers) {
-            result_.wan_bytes[fmt::format("{}->{}", fleet_.site(t.from).name, fleet_.site(t.to).name)] += t.bytes;
-          }
-          break;
-        }
-        case EventKind::kFinish:
-          if (runs_[e.a].live && runs_[e.a].epoch == e.b) Finish(e.a);
-          break;
-        case EventKind::kNodeFail:
-        case EventKind::kPreempt: {
-          NodeId node(e.a);
-          if (removed_[e.a] || fleet_.node(node).health != model::NodeHealth::kHealthy) break;
-          if (!Active()) break;  // nothing left to disturb: let the run end
-          if (e.kind == EventKind::kNodeFail) {
-            ++result_.node_failures;
-          } else {
-            ++result_.preemptions;
-          }
-          SetHealth(node, model::NodeHealth::kUnhealthy);
-          KillNode(node);
-          Push(now + options_.repair_us, EventKind::kNodeRepair, e.a);
-          break;
-        }
-        case EventKind::kNodeRepair:
-          if (removed_[e.a]) break;
-          SetHealth(NodeId(e.a), model::NodeHealth::kHealthy);
-          schedule_failures(NodeId(e.a));
-          break;
-        case EventKind::kChange: {
-          const FleetChange& c = options_.changes[e.a];
-          --changes_left_;
-          for (int32_t k = 0; k < c.add; ++k) {
-            NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like++ % original_nodes)));
-            snap_.free.Add(fleet_.node(id));
-            removed_.push_back(false);
-            healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
-            schedule_failures(id);
-          }
-          int32_t to_remove = c.remove;
-          for (size_t i = fleet_.nodes.size(); i-- > 0 && to_remove > 0;) {
-            if (removed_[i] || fleet_.nodes[i].health != model::NodeHealth::kHealthy) continue;
-            removed_[i] = true;
-            SetHealth(NodeId(static_cast<uint32_t>(i)), model::NodeHealth::kUnhealthy);
-            KillNode(NodeId(static_cast<uint32_t>(i)));
-            --to_remove;
-          }
-          RebuildPools();
-          changed_ = true;
-          break;
-        }
-      }
+      Handle(e);
     }
     if (changed_ && !waiting_.empty()) ScheduleRound();
     changed_ = false;
     MeasureFragmentation();
-    if (util_steps_.empty() || util_steps_.back().value != static_cast<double>(allocated_gpu_milli_)) {
-      util_steps_.push_back(SeriesPoint{static_cast<double>(now_us_) / kSecondUs,
-                                        healthy_gpu_milli_ > 0 ? static_cast<double>(allocated_gpu_milli_) /
-                                                                     static_cast<double>(healthy_gpu_milli_)
-                                                               : 0.0});
+    const double util = healthy_gpu_milli_ > 0
+                            ? static_cast<double>(allocated_gpu_milli_) / static_cast<double>(healthy_gpu_milli_)
+                            : 0.0;
+    if (util_steps_.empty() || util_steps_.back().value != util) {
+      util_steps_.push_back(SeriesPoint{static_cast<double>(now_us_) / kSecondUs, util});
     }
   }
   result_.wall_s = static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs;
