@@ -156,7 +156,7 @@ StatusOr<std::vector<SchedBenchResult>> RunSchedBench(const SchedBenchOptions& o
 
     SchedBenchResult r;
     r.nodes = n;
-    r.pools = static_cast<int64_t>(sched::BuildPools(fleet).size());
+    r.pools = static_cast<int64_t>(sched::PoolIndex::Build(fleet).pools.size());
     r.tasks = tasks;
     std::vector<int64_t> lat;
     lat.reserve(static_cast<size_t>(tasks));

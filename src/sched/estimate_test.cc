@@ -64,7 +64,8 @@ TEST(EstimateTest, ComputePerTypeIsIndexedByThePoolsTypeIndex) {
   b.Nodes(s, "T4", 1, 1, 0);
   b.Nodes(s, "A100", 1, 8, 2'000'000);  // another A100 pool (price), same type index
   model::Fleet f = b.Build();
-  std::vector<Pool> pools = BuildPools(f);
+  PoolIndex index = PoolIndex::Build(f);
+  const std::vector<Pool>& pools = index.pools;
   ASSERT_EQ(pools.size(), 3u);
   EXPECT_EQ(pools[0].type_index, pools[2].type_index);
   EXPECT_NE(pools[0].type_index, pools[1].type_index);

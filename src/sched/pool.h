@@ -7,7 +7,11 @@
 // Thread-safety: a PoolIndex is immutable once built and may be shared by calls.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
 #include <string_view>
 #include <vector>
 
@@ -32,18 +36,39 @@ struct Pool {
   std::vector<NodeId> nodes;     // in fleet order
 };
 
-// Deterministic: pools are ordered by their first node.
-std::vector<Pool> BuildPools(const model::Fleet& fleet);
-
 // The pools of one fleet and the pool of each node. Building it is O(nodes); a
 // caller that schedules the same fleet many times (the simulator, the
-// coordinator's loop) builds it once per fleet change and hands it to every
-// Snapshot, so that a call costs what its queue costs, not what the fleet does.
-struct PoolIndex {
+// coordinator's loop) builds it once and hands it to every Snapshot, so that a
+// call costs what its queue costs, not what the fleet does; when a node changes
+// (its health) or joins, Move and Add keep the index exact without a rebuild.
+// Pools of an index are ordered by creation: by first node for Build, appended
+// for pools that later changes create. Pool::device_type views strings the index
+// owns: the index must outlive its pools' views, and it is not copyable.
+class PoolIndex {
+ public:
+  PoolIndex() = default;
+  PoolIndex(PoolIndex&&) = default;
+  PoolIndex& operator=(PoolIndex&&) = default;
+  PoolIndex(const PoolIndex&) = delete;
+  PoolIndex& operator=(const PoolIndex&) = delete;
+
   std::vector<Pool> pools;
   std::vector<uint32_t> pool_of_node;  // by NodeId
 
   static PoolIndex Build(const model::Fleet& fleet);
+  // The node `node`, just appended to `fleet`.
+  void Add(const model::Fleet& fleet, NodeId node);
+  // The node changed in something pools are keyed by (its health, say): it moves
+  // to the pool that matches it now, made if needed. O(size of the two pools).
+  void Move(const model::Fleet& fleet, NodeId node);
+
+ private:
+  using Key = std::tuple<uint32_t, std::string, int32_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+  static Key KeyOf(const model::Node& n);
+  uint32_t PoolFor(const model::Node& n);
+
+  std::map<Key, uint32_t> by_key_;
+  std::map<std::string, uint32_t, std::less<>> type_index_;
 };
 
 }  // namespace meridian::sched

@@ -569,7 +569,7 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   rejections_.clear();
   const std::vector<uint8_t>& verdicts = Verdicts(qi, view);
   for (const Pool& pool : pools_) {
-    if (!where.Admits(pool)) continue;
+    if (!where.Admits(pool) || pool.nodes.empty()) continue;
     if (verdicts[pool.index] != kPassed) continue;
     Candidate c;
     if (!ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) continue;

@@ -79,6 +79,7 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
   bool waiting = false;
   for (const Rejection& r : rejections) {
     const Pool& pool = pools[r.pool];
+    if (pool.nodes.empty()) continue;  // emptied by PoolIndex::Move
     std::string phrase;
     switch (r.kind) {
       case RejectionKind::kFilter:

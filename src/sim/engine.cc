@@ -145,7 +145,8 @@ class Simulation {
   size_t arrivals_left_ = 0;
   size_t changes_left_ = 0;
 
-  std::shared_ptr<const sched::PoolIndex> index_;
+  // Mutated between scheduler calls only (Move/Add), never during one.
+  std::shared_ptr<sched::PoolIndex> index_;
   sched::Snapshot snap_;
   std::vector<JobRun> jobs_;
   std::vector<int32_t> slot_of_job_;  // -1 except while a round builds its snapshot
@@ -192,7 +193,7 @@ void Simulation::Advance(int64_t now_us) {
 }
 
 void Simulation::RebuildPools() {
-  index_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  index_ = std::make_shared<sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
   if (options_.share_pool_index) snap_.pools = index_;
 }
 
@@ -488,7 +489,7 @@ void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
     healthy_gpu_milli_ -= GpuMilli(n);
   }
   n.health = health;
-  RebuildPools();
+  index_->Move(fleet_, node);
   changed_ = true;
 }
 
@@ -545,6 +546,7 @@ void Simulation::ChangeFleet(const FleetChange& c) {
   for (int32_t k = 0; k < c.add; ++k) {
     NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like_++ % original_nodes_)));
     snap_.free.Add(fleet_.node(id));
+    index_->Add(fleet_, id);
     removed_.push_back(false);
     healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
     ScheduleFailures(id);
@@ -557,7 +559,6 @@ void Simulation::ChangeFleet(const FleetChange& c) {
     KillNode(NodeId(static_cast<uint32_t>(i)));
     --to_remove;
   }
-  RebuildPools();
   changed_ = true;
 }
 
