@@ -48,6 +48,8 @@ StatusOr<sim::FleetChange> ParseChange(std::string_view text, int64_t origin_us)
   return c;
 }
 
+std::string Duration(double seconds) { return FormatDurationUs(static_cast<int64_t>(seconds * kSecondUs)); }
+
 // "2.9x lower" / "12% higher": how `value` compares with `base`, lower being better.
 std::string Versus(double value, double base) {
   if (base <= 0 && value <= 0) return "equal";
@@ -66,7 +68,6 @@ void PrintRelative(const std::vector<sim::SimResult>& results, const std::string
                    std::ostream& out) {
   auto ref = std::find_if(results.begin(), results.end(), [&](const sim::SimResult& r) { return r.policy == reference; });
   if (ref == results.end()) return;
-  auto d = [](double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); };
   out << '\n';
   for (const sim::SimResult& r : results) {
     if (&r == &*ref) continue;
@@ -82,7 +83,7 @@ void PrintRelative(const std::vector<sim::SimResult>& results, const std::string
     const int64_t cost = r.compute_cost_micro_usd + r.egress_cost_micro_usd;
     const int64_t ref_cost = ref->compute_cost_micro_usd + ref->egress_cost_micro_usd;
     out << fmt::format("- {} against {}: mean JCT {} ({} vs {}), p99 JCT {}, mean queueing {}, cost {} ({} vs {})\n",
-                       r.policy, reference, Versus(r.jct.mean, ref->jct.mean), d(r.jct.mean), d(ref->jct.mean),
+                       r.policy, reference, Versus(r.jct.mean, ref->jct.mean), Duration(r.jct.mean), Duration(ref->jct.mean),
                        Versus(r.jct.p99, ref->jct.p99), Versus(r.queueing.mean, ref->queueing.mean),
                        Versus(static_cast<double>(cost), static_cast<double>(ref_cost)), FormatMicroUsd(cost),
                        FormatMicroUsd(ref_cost));
@@ -124,9 +125,8 @@ void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& tr
   for (const sim::SimResult& r : results) {
     int64_t wan = 0;
     for (const auto& [link, bytes] : r.wan_bytes) wan += bytes;
-    auto d = [](double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); };
-    t.Add({r.policy, fmt::format("{}/{}", r.finished_jobs, r.jobs), std::to_string(r.infeasible_jobs), d(r.jct.mean),
-           d(r.jct.p50), d(r.jct.p99), d(r.queueing.mean), d(r.makespan_s),
+    t.Add({r.policy, fmt::format("{}/{}", r.finished_jobs, r.jobs), std::to_string(r.infeasible_jobs), Duration(r.jct.mean),
+           Duration(r.jct.p50), Duration(r.jct.p99), Duration(r.queueing.mean), Duration(r.makespan_s),
            fmt::format("{:.1f}%", 100 * r.gpu_utilisation), fmt::format("{:.1f}", r.unusable_gpus_while_waiting),
            FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd), FormatBytes(wan),
            fmt::format("{:.3f} s", r.sched_total_s), fmt::format("{:.3f} s", r.wall_s)});
@@ -149,8 +149,6 @@ void PrintHuman(const std::vector<sim::SimResult>& results, const sim::Trace& tr
   out << "\n\nUNUSABLE GPUS: free GPU capacity no waiting GPU task could use, averaged over the time GPU tasks "
          "waited.\nSCHED TIME and WALL are wall-clock; everything else depends only on the inputs and the seed.\n";
 }
-
-}  // namespace
 
 StatusOr<sim::Trace> LoadSimInputs(const SimOptions& options, model::Fleet* fleet, model::ThroughputTable* throughput) {
   if (options.scale_nodes < 1 || options.scale_nodes > 1000) {
@@ -176,6 +174,8 @@ StatusOr<sim::Trace> LoadSimInputs(const SimOptions& options, model::Fleet* flee
   }
   return trace;
 }
+
+}  // namespace
 
 Status RunSim(const SimOptions& options, std::ostream& out) {
   std::vector<std::string> policies = options.compare;

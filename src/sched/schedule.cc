@@ -97,15 +97,9 @@ std::vector<WorkloadShape> WorkloadOf(const Snapshot& s, const Policy& policy) {
       if (w.request.device_count > 0 && w.weight > 0) out.push_back(w);
     }
   } else {
-    std::map<std::tuple<int32_t, int32_t, int64_t, int64_t>, size_t> seen;
-    for (const PendingTask& p : s.queue) {
-      const model::ResourceRequest& r = s.task(p).resources;
-      if (r.device_count == 0) continue;
-      auto [it, inserted] = seen.try_emplace({r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes},
-                                             out.size());
-      if (inserted) out.push_back(WorkloadShape{r, 0});
-      out[it->second].weight += 1;
-    }
+    std::vector<const model::ResourceRequest*> requests;
+    for (const PendingTask& p : s.queue) requests.push_back(&s.task(p).resources);
+    out = WorkloadFromRequests(requests);
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const WorkloadShape& a, const WorkloadShape& b) { return a.weight > b.weight; });
@@ -168,6 +162,8 @@ class Scheduler {
   // choice picks among all their nodes.
   std::optional<Placement> PlaceAmongNearBest(size_t qi, const model::ResourceRequest& r,
                                               const CandidateOrder& rank);
+  // The placement on a node of candidate pool `pool` (one of candidates_).
+  Placement PlaceOnPool(size_t qi, uint32_t pool, NodeId node, std::vector<int32_t> devices) const;
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
@@ -418,8 +414,7 @@ std::optional<Placement> Scheduler::PlaceUnscored(size_t qi, const model::Resour
     node = ChooseNode(any_pools_, r, &devices, &pool);
   }
   if (!node) return std::nullopt;
-  auto c = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& x) { return x.pool == pool; });
-  return MakePlacement(qi, *c, *node, std::move(devices), s_.queue[qi].inputs);
+  return PlaceOnPool(qi, pool, *node, std::move(devices));
 }
 
 std::optional<Placement> Scheduler::PlaceAmongNearBest(size_t qi, const model::ResourceRequest& r,
@@ -452,8 +447,13 @@ std::optional<Placement> Scheduler::PlaceAmongNearBest(size_t qi, const model::R
   uint32_t pool = 0;
   std::optional<NodeId> node = ChooseNode(any_pools_, r, &devices, &pool);
   if (!node) return std::nullopt;  // all near-best pools full: the walk decides
+  return PlaceOnPool(qi, pool, *node, std::move(devices));
+}
+
+Placement Scheduler::PlaceOnPool(size_t qi, uint32_t pool, NodeId node, std::vector<int32_t> devices) const {
   auto c = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& x) { return x.pool == pool; });
-  return MakePlacement(qi, *c, *node, std::move(devices), s_.queue[qi].inputs);
+  MERIDIAN_CHECK(c != candidates_.end());
+  return MakePlacement(qi, *c, node, std::move(devices), s_.queue[qi].inputs);
 }
 
 void Scheduler::AddRelease(int64_t at_us, const Allocation& a) {
@@ -778,6 +778,35 @@ Plan Scheduler::Run() {
 }
 
 }  // namespace
+
+std::vector<WorkloadShape> WorkloadFromRequests(const std::vector<const model::ResourceRequest*>& requests) {
+  using Host = std::pair<int64_t, int64_t>;  // cpu, memory
+  std::map<std::pair<int32_t, int32_t>, std::map<Host, double>> groups;
+  for (const model::ResourceRequest* r : requests) {
+    if (r->device_count == 0) continue;
+    groups[{r->device_count, r->device_share_milli}][{r->cpu_milli, r->memory_bytes}] +=
+        r->device_count * r->device_share_milli / 1000.0;
+  }
+  std::vector<WorkloadShape> shapes;
+  for (const auto& [gpu, hosts] : groups) {
+    double total = 0, most = -1;
+    Host common{0, 0};
+    for (const auto& [host, demand] : hosts) {
+      total += demand;
+      if (demand > most) {
+        most = demand;
+        common = host;
+      }
+    }
+    model::ResourceRequest shape;
+    shape.device_count = gpu.first;
+    shape.device_share_milli = gpu.second;
+    shape.cpu_milli = common.first;
+    shape.memory_bytes = common.second;
+    shapes.push_back(WorkloadShape{shape, total});
+  }
+  return shapes;
+}
 
 std::string_view PoolChoiceName(PoolChoice c) {
   switch (c) {

@@ -59,6 +59,11 @@ struct WorkloadShape {
   double weight = 1;
 };
 
+// The expected workload of a set of requests: the GPU ones grouped by device count
+// and share, the CPU and memory asked most within a group standing for it (so the
+// measure also sees nodes short of CPU), each group weighted by its GPU demand.
+std::vector<WorkloadShape> WorkloadFromRequests(const std::vector<const model::ResourceRequest*>& requests);
+
 struct Policy {
   QueueOrder order = QueueOrder::kFifo;
   PoolChoice pools = PoolChoice::kScored;

@@ -46,6 +46,7 @@ struct JobRun {
   std::vector<std::vector<uint32_t>> dependants;
   size_t left = 0;
   size_t tenant = 0;
+  bool ended = false;  // infeasible, failed or turned away: nothing more starts
   JobOutcome outcome;
 };
 
@@ -117,8 +118,9 @@ class Simulation {
   void Kill(uint32_t run);
   void KillNode(NodeId node);
   void SetHealth(NodeId node, model::NodeHealth health);
-  void RebuildPools();
-  void Drop(uint32_t j, const std::string& reason);
+  // The job gets no more tasks started; those queued or blocked are dropped.
+  enum class Ending { kInfeasible, kFailed, kRejected };
+  void End(uint32_t j, Ending why, std::string reason);
   void MeasureFragmentation();
   int64_t Exponential(int64_t mean_us) {
     return static_cast<int64_t>(-std::log(1.0 - fault_rng_.UniformDouble()) * static_cast<double>(mean_us)) + 1;
@@ -192,10 +194,6 @@ void Simulation::Advance(int64_t now_us) {
   now_us_ = now_us;
 }
 
-void Simulation::RebuildPools() {
-  index_ = std::make_shared<sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
-  if (options_.share_pool_index) snap_.pools = index_;
-}
 
 void Simulation::Enqueue(uint32_t j, uint32_t t) {
   JobRun& jr = jobs_[j];
@@ -241,11 +239,14 @@ void Simulation::Arrive(uint32_t j) {
   }
 }
 
-void Simulation::Drop(uint32_t j, const std::string& reason) {
+void Simulation::End(uint32_t j, Ending why, std::string reason) {
   JobRun& jr = jobs_[j];
-  if (jr.outcome.infeasible) return;
-  jr.outcome.infeasible = true;
-  jr.outcome.reason = reason;
+  if (jr.ended) return;
+  jr.ended = true;
+  (why == Ending::kInfeasible ? jr.outcome.infeasible
+   : why == Ending::kFailed   ? jr.outcome.failed
+                              : jr.outcome.rejected) = true;
+  jr.outcome.reason = std::move(reason);
   for (TaskState& s : jr.tasks) {
     if (s == TaskState::kBlocked || s == TaskState::kQueued) s = TaskState::kDropped;
   }
@@ -309,12 +310,9 @@ void Simulation::ScheduleRound() {
   for (const sched::Unplaced& u : plan.unplaced) {
     const Waiting& w = waiting_[offered[u.queue_index]];
     if (u.kind == sched::UnplacedKind::kInfeasible) {
-      Drop(w.job, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
-    } else if (options_.fill && !jobs_[w.job].outcome.rejected) {
-      jobs_[w.job].outcome.rejected = true;
-      for (TaskState& st : jobs_[w.job].tasks) {
-        if (st == TaskState::kBlocked || st == TaskState::kQueued) st = TaskState::kDropped;
-      }
+      End(w.job, Ending::kInfeasible, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
+    } else if (options_.fill) {
+      End(w.job, Ending::kRejected, "");
     }
   }
   if (options_.fill) RecordFill();
@@ -402,7 +400,7 @@ void Simulation::Finish(uint32_t id) {
     jr.outcome.finish_us = now_us_;
     return;
   }
-  if (jr.outcome.infeasible) return;
+  if (jr.ended) return;
   for (uint32_t d : jr.dependants[task.id.value()]) {
     if (--jr.deps_left[d] == 0 && jr.tasks[d] == TaskState::kBlocked) Enqueue(run.job, d);
   }
@@ -414,12 +412,11 @@ void Simulation::Kill(uint32_t id) {
   JobRun& jr = jobs_[run.job];
   ++result_.task_restarts;
   ++jr.outcome.restarts;
-  if (++jr.task_restarts[run.task] > options_.max_restarts && !jr.outcome.infeasible) {
-    jr.outcome.failed = true;
-    Drop(run.job, fmt::format("task '{}' lost its node {} times", jr.job->tasks[run.task].name,
-                              jr.task_restarts[run.task]));
+  if (++jr.task_restarts[run.task] > options_.max_restarts) {
+    End(run.job, Ending::kFailed,
+        fmt::format("task '{}' lost its node {} times", jr.job->tasks[run.task].name, jr.task_restarts[run.task]));
   }
-  if (jr.outcome.infeasible) {
+  if (jr.ended) {
     jr.tasks[run.task] = TaskState::kDropped;
   } else {
     Enqueue(run.job, run.task);
@@ -608,7 +605,9 @@ SimResult Simulation::Run() {
   snap_.throughput = &throughput_;
   snap_.free = sched::ResourceLedger(fleet_);
   snap_.tenant_usage.assign(fleet_.tenants.size() + 1, sched::TenantUsage{});
-  RebuildPools();
+  // Built once; Move and Add keep it exact as nodes fail, recover or join.
+  index_ = std::make_shared<sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  if (options_.share_pool_index) snap_.pools = index_;
   removed_.assign(fleet_.nodes.size(), false);
   original_nodes_ = fleet_.nodes.size();
   for (const model::Node& n : fleet_.nodes) {
@@ -640,7 +639,8 @@ SimResult Simulation::Run() {
       events_.pop();
       Handle(e);
     }
-    if (changed_ && !waiting_.empty()) ScheduleRound();
+    if (!changed_) continue;  // a stage-in or a fault on a node already down
+    if (!waiting_.empty()) ScheduleRound();
     changed_ = false;
     MeasureFragmentation();
     const double util = healthy_gpu_milli_ > 0
@@ -671,7 +671,6 @@ void Simulation::Fill(SimResult* r) {
       ++r->rejected_jobs;
     } else if (o.failed) {
       ++r->failed_jobs;
-      o.infeasible = false;
       if (reasons.size() < 20 && std::find(reasons.begin(), reasons.end(), o.reason) == reasons.end()) {
         reasons.push_back(o.reason);
       }
@@ -773,36 +772,11 @@ namespace {
 
 // The expected workload: the trace's GPU request shapes, as FGD assumes known.
 std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
-  // Grouped by GPU count and share; within a group, the CPU and memory asked most
-  // often stand for it (the measure then also sees nodes short of CPU).
-  std::map<std::pair<int32_t, int32_t>, std::map<std::pair<int64_t, int64_t>, double>> groups;
+  std::vector<const model::ResourceRequest*> requests;
   for (const TraceJob& j : trace.jobs) {
-    for (const model::Task& t : j.job->tasks) {
-      const model::ResourceRequest& r = t.resources;
-      if (r.device_count == 0) continue;
-      groups[{r.device_count, r.device_share_milli}][{r.cpu_milli, r.memory_bytes}] += r.device_count * r.device_share_milli / 1000.0;
-    }
+    for (const model::Task& t : j.job->tasks) requests.push_back(&t.resources);
   }
-  std::vector<sched::WorkloadShape> shapes;
-  for (const auto& [gpu, hosts] : groups) {
-    double total = 0;
-    std::pair<int64_t, int64_t> common{0, 0};
-    double most = -1;
-    for (const auto& [host, n] : hosts) {
-      total += n;
-      if (n > most) {
-        most = n;
-        common = host;
-      }
-    }
-    model::ResourceRequest shape;
-    shape.device_count = gpu.first;
-    shape.device_share_milli = gpu.second;
-    shape.cpu_milli = common.first;
-    shape.memory_bytes = common.second;
-    shapes.push_back(sched::WorkloadShape{shape, total});
-  }
-  return shapes;
+  return sched::WorkloadFromRequests(requests);
 }
 
 }  // namespace
