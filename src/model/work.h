@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +71,9 @@ struct Task {
   int32_t retries = 0;
   int64_t timeout_us = 0;            // 0: none
   std::string gang;                  // tasks of one gang are placed all-or-nothing
+  // Parameters for the kernel (or MERIDIAN_ARG_* for a command), as written.
+  std::map<std::string, std::string> args;
+  uint32_t index = 0;                // copy number within its template (map, count, replicas)
 };
 
 struct Job {

@@ -196,6 +196,8 @@ Status ParseLabels(const Reader& r, const YAML::Node& g, const std::string& path
   return OkStatus();
 }
 
+Status ParseNodeFields(const Reader& r, const YAML::Node& g, const std::string& path, model::Node* node);
+
 Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& path,
                       std::set<std::string>* names, std::set<std::string>* groups, Fleet* fleet) {
   MERIDIAN_RETURN_IF_ERROR(r.CheckMap(g, path, {"name", "site", "count", "cpu", "memory", "disk",
@@ -208,20 +210,7 @@ Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& p
   MERIDIAN_RETURN_IF_ERROR(ParseSiteRef(r, g, path, *fleet, &proto.site));
   int64_t count = 1;
   MERIDIAN_RETURN_IF_ERROR(r.Int(g, "count", path, 1, kMaxNodes, &count));
-  if (!g["cpu"]) return r.Error(g, path, "missing required field 'cpu'");
-  if (!g["memory"]) return r.Error(g, path, "missing required field 'memory'");
-  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "cpu", path, ParseMilli, &proto.cpu_milli));
-  if (proto.cpu_milli <= 0) return r.Error(g["cpu"], Field(path, "cpu"), "must be positive");
-  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "memory", path, ParseBytes, &proto.memory_bytes));
-  if (proto.memory_bytes <= 0) return r.Error(g["memory"], Field(path, "memory"), "must be positive");
-  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "disk", path, ParseBytes, &proto.disk_bytes));
-  DeviceShape shape;
-  MERIDIAN_RETURN_IF_ERROR(ParseDevices(r, g, path, &shape));
-  proto.devices = MakeDevices(shape);
-  MERIDIAN_RETURN_IF_ERROR(
-      r.Unit(g, "price", path, ParsePriceMicroUsdPerHour, &proto.price_micro_usd_per_hour));
-  MERIDIAN_RETURN_IF_ERROR(r.Bool(g, "spot", path, &proto.spot));
-  MERIDIAN_RETURN_IF_ERROR(ParseLabels(r, g, path, &proto.labels));
+  MERIDIAN_RETURN_IF_ERROR(ParseNodeFields(r, g, path, &proto));
   MERIDIAN_RETURN_IF_ERROR(r.Enum(g, "health", path,
                                   {{"healthy", model::NodeHealth::kHealthy},
                                    {"draining", model::NodeHealth::kDraining},
@@ -233,6 +222,23 @@ Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& p
     MERIDIAN_RETURN_IF_ERROR(AddNode(r, g, path, std::move(node), names, fleet));
   }
   return OkStatus();
+}
+
+Status ParseNodeFields(const Reader& r, const YAML::Node& g, const std::string& path, model::Node* node) {
+  if (!g["cpu"]) return r.Error(g, path, "missing required field 'cpu'");
+  if (!g["memory"]) return r.Error(g, path, "missing required field 'memory'");
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "cpu", path, ParseMilli, &node->cpu_milli));
+  if (node->cpu_milli <= 0) return r.Error(g["cpu"], Field(path, "cpu"), "must be positive");
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "memory", path, ParseBytes, &node->memory_bytes));
+  if (node->memory_bytes <= 0) return r.Error(g["memory"], Field(path, "memory"), "must be positive");
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(g, "disk", path, ParseBytes, &node->disk_bytes));
+  DeviceShape shape;
+  MERIDIAN_RETURN_IF_ERROR(ParseDevices(r, g, path, &shape));
+  node->devices = MakeDevices(shape);
+  MERIDIAN_RETURN_IF_ERROR(
+      r.Unit(g, "price", path, ParsePriceMicroUsdPerHour, &node->price_micro_usd_per_hour));
+  MERIDIAN_RETURN_IF_ERROR(r.Bool(g, "spot", path, &node->spot));
+  return ParseLabels(r, g, path, &node->labels);
 }
 
 Status ParseNodeList(const Reader& r, const YAML::Node& l, const std::string& path,
@@ -414,6 +420,49 @@ StatusOr<FleetSpec> LoadFleet(const std::string& path) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   std::string dir = std::filesystem::path(path).parent_path().string();
   return ParseFleet(text, path, dir);
+}
+
+}  // namespace meridian::spec
+
+namespace meridian::spec {
+
+StatusOr<NodeConfig> ParseNodeConfig(std::string_view text, std::string_view file) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  Reader r{std::string(file)};
+  MERIDIAN_RETURN_IF_ERROR(r.CheckMap(root, "", {"name", "site", "group", "cpu", "memory", "disk", "devices",
+                                                 "price", "spot", "labels"}));
+  NodeConfig config;
+  MERIDIAN_RETURN_IF_ERROR(r.RequiredString(root, "name", "", &config.node.name));
+  MERIDIAN_RETURN_IF_ERROR(r.RequiredString(root, "site", "", &config.site));
+  config.node.group = config.node.name;
+  MERIDIAN_RETURN_IF_ERROR(r.String(root, "group", "", &config.node.group));
+  MERIDIAN_RETURN_IF_ERROR(ParseNodeFields(r, root, "", &config.node));
+  return config;
+}
+
+StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseNodeConfig(text, path);
+}
+
+std::string NodeConfigYaml(const model::Node& node, std::string_view site) {
+  // Exact units (bytes, milli-cores, micro-dollars) so the file reads back unchanged.
+  std::string out = fmt::format("name: {}\nsite: {}\ngroup: {}\ncpu: {}m\nmemory: {}B\n", node.name, site,
+                                node.group, node.cpu_milli, node.memory_bytes);
+  if (node.disk_bytes > 0) out += fmt::format("disk: {}B\n", node.disk_bytes);
+  if (!node.devices.empty()) {
+    const model::Device& d = node.devices.front();
+    out += fmt::format("devices: {{type: {}, count: {}, memory: {}B, emulated: {}, speed: {}}}\n", d.type,
+                       node.devices.size(), d.memory_bytes, d.emulated ? "true" : "false", d.speed_factor);
+  }
+  out += fmt::format("price: ${}.{:06d}/h\n", node.price_micro_usd_per_hour / 1'000'000,
+                     node.price_micro_usd_per_hour % 1'000'000);
+  if (node.spot) out += "spot: true\n";
+  if (!node.labels.empty()) {
+    out += "labels:\n";
+    for (const auto& [k, v] : node.labels) out += fmt::format("  \"{}\": \"{}\"\n", k, v);
+  }
+  return out;
 }
 
 }  // namespace meridian::spec

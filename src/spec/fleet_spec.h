@@ -25,4 +25,16 @@ StatusOr<FleetSpec> ParseFleet(std::string_view text, std::string_view file,
                                const std::string& base_dir);
 StatusOr<FleetSpec> LoadFleet(const std::string& path);
 
+// One node as an agent describes itself (`meridian agent --config NODE.yaml`): the
+// fields of a fleet file's node group without `count`, and `site` by name. Devices
+// found on the machine are added by the agent, not here.
+struct NodeConfig {
+  model::Node node;
+  std::string site;
+};
+StatusOr<NodeConfig> ParseNodeConfig(std::string_view text, std::string_view file);
+StatusOr<NodeConfig> LoadNodeConfig(const std::string& path);
+// The YAML ParseNodeConfig reads back as `node` at `site`.
+std::string NodeConfigYaml(const model::Node& node, std::string_view site);
+
 }  // namespace meridian::spec

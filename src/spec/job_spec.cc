@@ -1,5 +1,6 @@
 #include "spec/job_spec.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -28,6 +29,7 @@ struct TaskTemplate {
   std::string map_over;
   std::string reduce_of;
   int64_t replicas = 1;
+  int64_t count = 1;
   std::vector<TaskId> expanded;  // ids after expansion
 };
 
@@ -47,6 +49,7 @@ class JobParser {
   Status ParseResources(const YAML::Node& t, const std::string& path, model::ResourceRequest* req) const;
   Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
   Status ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
+  Status ParseArgs(const YAML::Node& t, const std::string& path, std::map<std::string, std::string>* args) const;
   Status ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
   Status Expand();
   Status Link();
@@ -242,8 +245,23 @@ Status JobParser::ParseInputs(const YAML::Node& t, const std::string& path, Task
   return OkStatus();
 }
 
+Status JobParser::ParseArgs(const YAML::Node& t, const std::string& path,
+                            std::map<std::string, std::string>* args) const {
+  YAML::Node a = t["args"];
+  if (!a) return OkStatus();
+  std::string apath = Field(path, "args");
+  if (!a.IsMap()) return r_.Error(a, apath, "expected a map of name: value");
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    std::string k, v;
+    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->first, apath, &k));
+    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->second, Field(apath, k), &v));
+    if (!args->emplace(k, v).second) return r_.Error(it->first, Field(apath, k), "repeated argument");
+  }
+  return OkStatus();
+}
+
 Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
-  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "gang", "retries", "timeout"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args"}));
   Task& task = tmpl->task;
   MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(t, "name", path, &task.name));
   if (task.name.find('/') != std::string::npos) return r_.Error(t["name"], Field(path, "name"), "must not contain '/'");
@@ -271,6 +289,11 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
   if (tmpl->replicas > 1 && !tmpl->map_over.empty()) {
     return r_.Error(t["replicas"], Field(path, "replicas"), "a map task cannot also have replicas");
   }
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "count", path, 1, kMaxTasks, &tmpl->count));
+  if (t["count"] && (t["replicas"] || t["map"])) {
+    return r_.Error(t["count"], Field(path, "count"), "give at most one of 'count', 'replicas' or 'map'");
+  }
+  MERIDIAN_RETURN_IF_ERROR(ParseArgs(t, path, &task.args));
   MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
   int64_t retries = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));
@@ -284,13 +307,14 @@ Status JobParser::Expand() {
     if (!tmpl.map_over.empty()) {
       for (const model::ObjectRef& s : job_.datasets[dataset_index_[tmpl.map_over]].shards) shards.push_back(&s);
     }
-    size_t n = shards.empty() ? static_cast<size_t>(tmpl.replicas) : shards.size();
+    size_t n = !shards.empty() ? shards.size() : static_cast<size_t>(std::max(tmpl.replicas, tmpl.count));
     if (job_.tasks.size() + n > static_cast<size_t>(kMaxTasks)) {
       return r_.Error(tmpl.node, tmpl.path, fmt::format("a job holds at most {} tasks after expansion", kMaxTasks));
     }
     for (size_t k = 0; k < n; ++k) {
       Task task = tmpl.task;
       task.id = TaskId(static_cast<uint32_t>(job_.tasks.size()));
+      task.index = static_cast<uint32_t>(k);
       if (n > 1 || !shards.empty()) task.name = fmt::format("{}/{}", tmpl.task.name, k);
       if (!shards.empty()) task.inputs.push_back(*shards[k]);
       for (const std::string& ds : tmpl.dataset_inputs) {

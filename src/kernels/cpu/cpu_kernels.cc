@@ -1,0 +1,311 @@
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <numbers>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "common/env.h"
+
+namespace meridian::kernels::cpu {
+namespace {
+
+constexpr std::string_view kHistogramHeader = "histogram ";
+constexpr std::string_view kWordCountHeader = "wordcount\n";
+constexpr int64_t kMaxGenerated = 100'000'000;
+
+Status CheckArgs(const KernelContext& ctx, std::string_view kernel, std::initializer_list<std::string_view> known) {
+  for (const auto& [name, value] : ctx.args) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      return InvalidArgumentError(fmt::format("kernel {} has no argument '{}' (it takes: {})", kernel, name,
+                                              list.empty() ? "none" : list));
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<int64_t> ParseInt(std::string_view text, std::string_view what) {
+  std::string s(text);
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE) {
+    return InvalidArgumentError(fmt::format("{}: expected an integer, got '{}'", what, text));
+  }
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<double> ParseDouble(std::string_view text, std::string_view what) {
+  std::string s(text);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    return InvalidArgumentError(fmt::format("{}: expected a number, got '{}'", what, text));
+  }
+  return v;
+}
+
+StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_t def, int64_t min, int64_t max) {
+  auto it = ctx.args.find(std::string(name));
+  if (it == ctx.args.end()) return def;
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t v, ParseInt(it->second, fmt::format("argument '{}'", name)));
+  if (v < min || v > max) {
+    return InvalidArgumentError(fmt::format("argument '{}': {} is outside [{}, {}]", name, v, min, max));
+  }
+  return v;
+}
+
+StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def) {
+  auto it = ctx.args.find(std::string(name));
+  if (it == ctx.args.end()) return def;
+  return ParseDouble(it->second, fmt::format("argument '{}'", name));
+}
+
+// Calls fn(token) for each whitespace-separated token of `text`.
+template <typename Fn>
+Status ForEachToken(std::string_view text, Fn&& fn) {
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    size_t start = i;
+    while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i > start) MERIDIAN_RETURN_IF_ERROR(fn(text.substr(start, i - start)));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<int64_t>> InputInts(const KernelContext& ctx) {
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    MERIDIAN_RETURN_IF_ERROR(ForEachToken(ctx.inputs[k], [&](std::string_view tok) -> Status {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t v, ParseInt(tok, fmt::format("input {}", k)));
+      out.push_back(v);
+      return OkStatus();
+    }));
+  }
+  return out;
+}
+
+std::string Int128String(__int128 v) {
+  if (v == 0) return "0";
+  bool negative = v < 0;
+  std::string digits;
+  while (v != 0) {
+    int d = static_cast<int>(v % 10);
+    digits.push_back(static_cast<char>('0' + (d < 0 ? -d : d)));
+    v /= 10;
+  }
+  if (negative) digits.push_back('-');
+  return std::string(digits.rbegin(), digits.rend());
+}
+
+Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
+
+}  // namespace
+
+StatusOr<std::string> Noop(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "noop", {}));
+  return std::string();
+}
+
+StatusOr<std::string> Sum(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "sum", {"from", "to", "range"}));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<int64_t> values, InputInts(ctx));
+  __int128 total = 0;
+  for (int64_t v : values) total += v;
+  constexpr int64_t kBound = int64_t{1} << 40;
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t range, ArgInt(ctx, "range", 0, 0, kBound));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t from, ArgInt(ctx, "from", 0, -kBound, kBound));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t to, ArgInt(ctx, "to", from, -kBound, kBound));
+  if (range > 0) {
+    if (ctx.args.count("from") || ctx.args.count("to")) {
+      return InvalidArgumentError("give either 'range' or 'from'/'to', not both");
+    }
+    from = static_cast<int64_t>(ctx.index) * range;
+    to = from + range;
+  }
+  if (to < from) return InvalidArgumentError(fmt::format("argument 'to' ({}) is below 'from' ({})", to, from));
+  // The integers in [from, to): (from + to - 1) * (to - from) / 2.
+  total += (static_cast<__int128>(from) + to - 1) * (to - from) / 2;
+  if (total > INT64_MAX || total < INT64_MIN) return OutOfRangeError("the sum does not fit in 64 bits");
+  return std::to_string(static_cast<int64_t>(total));
+}
+
+StatusOr<std::string> Sort(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "sort", {"generate", "seed", "min", "max", "output"}));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<int64_t> values, InputInts(ctx));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "generate", 0, 0, kMaxGenerated));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t lo, ArgInt(ctx, "min", 0, INT64_MIN / 2, INT64_MAX / 2));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t hi, ArgInt(ctx, "max", 1'000'000'000, INT64_MIN / 2, INT64_MAX / 2));
+  if (n > 0 && hi <= lo) return InvalidArgumentError("argument 'max' must be above 'min'");
+  Random rng(static_cast<uint64_t>(seed));
+  values.reserve(values.size() + n);
+  for (int64_t i = 0; i < n; ++i) values.push_back(rng.UniformRange(lo, hi - 1));
+  if (ctx.stop.load()) return Stopped();
+  std::sort(values.begin(), values.end());
+  auto it = ctx.args.find("output");
+  std::string mode = it == ctx.args.end() ? "values" : it->second;
+  if (mode == "summary") {
+    __int128 sum = 0;
+    for (int64_t v : values) sum += v;
+    return fmt::format("count={} min={} max={} sum={}", values.size(), values.empty() ? 0 : values.front(),
+                       values.empty() ? 0 : values.back(), Int128String(sum));
+  }
+  if (mode != "values") return InvalidArgumentError(fmt::format("argument 'output': expected values or summary, got '{}'", mode));
+  std::string out;
+  out.reserve(values.size() * 8);
+  for (int64_t v : values) fmt::format_to(std::back_inserter(out), "{}\n", v);
+  return out;
+}
+
+StatusOr<std::string> Histogram(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "histogram", {"bins", "min", "max", "generate", "seed"}));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t bins, ArgInt(ctx, "bins", 10, 1, 4096));
+  MERIDIAN_ASSIGN_OR_RETURN(double lo, ArgDouble(ctx, "min", 0.0));
+  MERIDIAN_ASSIGN_OR_RETURN(double hi, ArgDouble(ctx, "max", 1.0));
+  if (!(hi > lo)) return InvalidArgumentError("argument 'max' must be above 'min'");
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "generate", 0, 0, kMaxGenerated));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
+  std::vector<int64_t> counts(bins, 0);
+  int64_t outside = 0;
+  const double width = (hi - lo) / static_cast<double>(bins);
+  auto add = [&](double v) {
+    if (v < lo || v >= hi) {
+      ++outside;
+      return;
+    }
+    int64_t b = std::min<int64_t>(bins - 1, static_cast<int64_t>((v - lo) / width));
+    ++counts[b];
+  };
+  const std::string header = fmt::format("histogram bins={} min={} max={}", bins, lo, hi);
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    std::string_view in = ctx.inputs[k];
+    if (in.substr(0, kHistogramHeader.size()) == kHistogramHeader) {
+      // A partial histogram: same binning required; add counts bin by bin.
+      size_t eol = in.find('\n');
+      std::string_view first = in.substr(0, eol);
+      if (first.substr(0, header.size()) != header) {
+        return InvalidArgumentError(fmt::format("input {}: '{}' was binned differently from '{}'", k, first, header));
+      }
+      size_t pos = first.find(" outside=");
+      if (pos != std::string_view::npos) {
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t o, ParseInt(first.substr(pos + 9), fmt::format("input {} outside", k)));
+        outside += o;
+      }
+      std::vector<std::string_view> fields;
+      MERIDIAN_RETURN_IF_ERROR(ForEachToken(eol == std::string_view::npos ? "" : in.substr(eol + 1),
+                                            [&](std::string_view tok) -> Status {
+                                              fields.push_back(tok);
+                                              return OkStatus();
+                                            }));
+      if (fields.size() != static_cast<size_t>(bins) * 3) {
+        return InvalidArgumentError(fmt::format("input {}: expected {} bins", k, bins));
+      }
+      for (int64_t b = 0; b < bins; ++b) {
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseInt(fields[b * 3 + 2], fmt::format("input {} bin {}", k, b)));
+        counts[b] += c;
+      }
+      continue;
+    }
+    MERIDIAN_RETURN_IF_ERROR(ForEachToken(in, [&](std::string_view tok) -> Status {
+      MERIDIAN_ASSIGN_OR_RETURN(double v, ParseDouble(tok, fmt::format("input {}", k)));
+      add(v);
+      return OkStatus();
+    }));
+  }
+  if (n == 0 && ctx.inputs.empty()) return InvalidArgumentError("histogram needs inputs or 'generate: N'");
+  // Normal samples centred in the range, six standard deviations wide (Box-Muller).
+  Random rng(static_cast<uint64_t>(seed));
+  const double mean = (lo + hi) / 2, sd = (hi - lo) / 6;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((i & 0xFFFF) == 0 && ctx.stop.load()) return Stopped();
+    double u1 = 1.0 - rng.UniformDouble(), u2 = rng.UniformDouble();
+    add(mean + sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2));
+  }
+  int64_t total = outside;
+  for (int64_t c : counts) total += c;
+  std::string out = fmt::format("{} count={} outside={}\n", header, total, outside);
+  for (int64_t b = 0; b < bins; ++b) {
+    fmt::format_to(std::back_inserter(out), "{} {} {}\n", lo + width * b, lo + width * (b + 1), counts[b]);
+  }
+  return out;
+}
+
+StatusOr<std::string> WordCount(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "wordcount", {"text"}));
+  std::unordered_map<std::string, int64_t> counts;
+  auto count_text = [&](std::string_view text) {
+    std::string word;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      unsigned char c = i < text.size() ? static_cast<unsigned char>(text[i]) : ' ';
+      if (std::isalnum(c) || c == '_' || c >= 0x80) {
+        word.push_back(static_cast<char>(std::tolower(c)));
+      } else if (!word.empty()) {
+        ++counts[word];
+        word.clear();
+      }
+    }
+  };
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    std::string_view in = ctx.inputs[k];
+    if (in.substr(0, kWordCountHeader.size()) != kWordCountHeader) {
+      count_text(in);
+      continue;
+    }
+    std::vector<std::string_view> fields;
+    MERIDIAN_RETURN_IF_ERROR(ForEachToken(in.substr(kWordCountHeader.size()), [&](std::string_view tok) -> Status {
+      fields.push_back(tok);
+      return OkStatus();
+    }));
+    if (fields.size() % 2 != 0) return InvalidArgumentError(fmt::format("input {}: a word count must pair words with counts", k));
+    for (size_t f = 0; f < fields.size(); f += 2) {
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseInt(fields[f + 1], fmt::format("input {} count of '{}'", k, fields[f])));
+      counts[std::string(fields[f])] += c;
+    }
+  }
+  if (auto it = ctx.args.find("text"); it != ctx.args.end()) count_text(it->second);
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::string out(kWordCountHeader);
+  for (const auto& [w, c] : sorted) fmt::format_to(std::back_inserter(out), "{} {}\n", w, c);
+  return out;
+}
+
+StatusOr<std::string> MatMul(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "matmul", {"n", "seed"}));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "n", 256, 1, 4096));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
+  Random rng(static_cast<uint64_t>(seed));
+  const size_t sz = static_cast<size_t>(n) * n;
+  std::vector<double> a(sz), b(sz), c(sz, 0.0);
+  for (double& x : a) x = rng.UniformDouble() * 2 - 1;
+  for (double& x : b) x = rng.UniformDouble() * 2 - 1;
+  // i-k-j order: the inner loop streams rows of B and C.
+  for (int64_t i = 0; i < n; ++i) {
+    if (ctx.stop.load()) return Stopped();
+    double* ci = &c[i * n];
+    for (int64_t k = 0; k < n; ++k) {
+      const double aik = a[i * n + k];
+      const double* bk = &b[k * n];
+      for (int64_t j = 0; j < n; ++j) ci[j] += aik * bk[j];
+    }
+  }
+  double sum = 0, sq = 0;
+  for (double x : c) {
+    sum += x;
+    sq += x * x;
+  }
+  return fmt::format("matmul n={} sum={:.9e} frobenius={:.9e}", n, sum, std::sqrt(sq));
+}
+
+}  // namespace meridian::kernels::cpu

@@ -1,0 +1,45 @@
+// Built-in kernels: work an agent runs in-process, without starting a program. Each
+// takes its parameters (the task's `args`), the outputs of the tasks it depends on
+// (`inputs`, in order) and its copy index, and returns its output as text. The
+// formats are documented in docs/runtime.md; outputs of one kernel feed another
+// (histograms merge, word counts merge, sums add up).
+//
+// CPU implementations live in cpu/; CUDA ones (later) in cuda/, each checked against
+// the CPU reference.
+//
+// Thread-safety: kernels are pure functions of their context; run any number at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace meridian::kernels {
+
+struct KernelContext {
+  const std::map<std::string, std::string>& args;
+  const std::vector<std::string>& inputs;
+  uint32_t index = 0;
+  // Set when the task is cancelled or times out; long kernels check it and stop.
+  const std::atomic<bool>& stop;
+};
+
+using KernelFn = StatusOr<std::string> (*)(const KernelContext&);
+
+struct KernelInfo {
+  std::string_view name;
+  std::string_view summary;
+  KernelFn run;
+};
+
+// nullptr when there is no such kernel.
+const KernelInfo* FindKernel(std::string_view name);
+const std::vector<KernelInfo>& AllKernels();
+std::vector<std::string> KernelNames();
+
+}  // namespace meridian::kernels

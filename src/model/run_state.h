@@ -1,0 +1,198 @@
+// The runtime's view of work in flight: the states jobs and tasks move through, and
+// the records the coordinator keeps, stores and reports. Plain value types shared by
+// the state store, the coordinator, the RPC translation and the client.
+//
+// Thread-safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/fleet.h"
+
+namespace meridian::model {
+
+// queued -> running -> succeeded | failed | cancelled
+enum class JobStatus { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
+// blocked (dependencies not done) -> queued -> assigned -> running -> succeeded;
+// failed and cancelled end it; a lost or retried attempt goes back to queued.
+enum class TaskStatus { kBlocked, kQueued, kAssigned, kRunning, kSucceeded, kFailed, kCancelled };
+
+std::string_view JobStatusName(JobStatus s);
+std::string_view TaskStatusName(TaskStatus s);
+std::optional<JobStatus> ParseJobStatus(std::string_view name);
+std::optional<TaskStatus> ParseTaskStatus(std::string_view name);
+inline bool IsTerminal(JobStatus s) { return s == JobStatus::kSucceeded || s == JobStatus::kFailed || s == JobStatus::kCancelled; }
+inline bool IsTerminal(TaskStatus s) { return s == TaskStatus::kSucceeded || s == TaskStatus::kFailed || s == TaskStatus::kCancelled; }
+inline bool IsPlaced(TaskStatus s) { return s == TaskStatus::kAssigned || s == TaskStatus::kRunning; }
+
+struct JobRecord {
+  uint64_t id = 0;
+  std::string name;
+  std::string tenant;
+  std::string spec_yaml;   // as submitted; re-parsed when the coordinator restarts
+  std::string spec_name;
+  JobStatus status = JobStatus::kQueued;
+  std::string reason;      // why it failed or was cancelled
+  int64_t submitted_us = 0;  // wall time
+  int64_t finished_us = 0;
+};
+
+// What a placed attempt holds on its node.
+struct TaskAllocation {
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  std::vector<int32_t> devices;
+  int32_t device_share_milli = 0;
+};
+
+struct TaskRecord {
+  uint64_t job = 0;
+  uint32_t task = 0;        // index in the job
+  TaskStatus status = TaskStatus::kBlocked;
+  int32_t attempt = 0;      // of the latest attempt; 0 before the first
+  int32_t failures = 0;     // attempts that failed on their own (count against retries)
+  int32_t losses = 0;       // attempts lost with their node or the coordinator
+  std::string node;         // of the latest attempt
+  std::string site;
+  std::string device_type;
+  bool emulated = false;
+  TaskAllocation allocation;
+  std::string reason;
+  std::string output;       // a finished task's result, bounded
+  int64_t started_us = 0;
+  int64_t finished_us = 0;
+};
+
+// How one attempt went; kept for every attempt so retries are visible.
+struct AttemptRecord {
+  uint64_t job = 0;
+  uint32_t task = 0;
+  int32_t attempt = 0;
+  std::string node;
+  std::string site;
+  std::string outcome;      // "running", "succeeded", "failed", "lost", "cancelled"
+  std::string reason;
+  int32_t exit_code = 0;
+  int64_t started_us = 0;
+  int64_t ended_us = 0;
+};
+
+struct TaskLogRecord {
+  uint64_t job = 0;
+  uint32_t task = 0;
+  int32_t attempt = 0;
+  std::string node;
+  std::string stdout_tail;
+  std::string stderr_tail;
+};
+
+// A job as reported to users.
+struct JobSummary {
+  JobRecord job;
+  int32_t tasks_total = 0;
+  int32_t waiting = 0;
+  int32_t running = 0;
+  int32_t succeeded = 0;
+  int32_t failed = 0;
+  int32_t cancelled = 0;
+  int32_t retries = 0;
+  uint64_t version = 0;
+  std::map<std::string, int32_t> running_by_site;
+};
+
+struct TaskView {
+  std::string name;
+  TaskRecord record;
+  std::vector<AttemptRecord> history;
+};
+
+struct JobView {
+  JobSummary summary;
+  std::vector<TaskView> tasks;  // empty unless asked for
+};
+
+// A node as the coordinator's registry sees it.
+struct NodeView {
+  Node node;
+  std::string site;
+  bool alive = false;
+  int64_t heartbeat_age_us = 0;
+  int32_t running = 0;
+  int64_t cpu_allocated_milli = 0;
+  int64_t memory_allocated_bytes = 0;
+  int32_t devices_allocated_milli = 0;
+  double load_average = 0;
+  int64_t registered_us = 0;
+};
+
+// ---- between the coordinator and its agents
+
+// One attempt at one task.
+struct TaskKey {
+  uint64_t job = 0;
+  uint32_t task = 0;
+  int32_t attempt = 0;
+  friend auto operator<=>(const TaskKey&, const TaskKey&) = default;
+};
+
+struct TaskAssignment {
+  TaskKey key;
+  std::string job_name;
+  std::string task_name;
+  uint32_t index = 0;
+  std::string kernel;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> args;
+  std::vector<std::string> inputs;  // outputs of its dependencies, in order
+  std::string device_type;
+  TaskAllocation allocation;
+  int64_t timeout_us = 0;
+};
+
+struct AssignmentBatch {
+  std::vector<TaskAssignment> assignments;
+  std::vector<TaskKey> cancel;
+};
+
+enum class UpdateKind { kRunning, kSucceeded, kFailed, kCancelled };
+
+struct TaskUpdate {
+  TaskKey key;
+  UpdateKind kind = UpdateKind::kRunning;
+  int32_t exit_code = 0;
+  std::string reason;
+  std::string output;
+  std::string stdout_tail;
+  std::string stderr_tail;
+};
+
+struct AgentRegistration {
+  Node node;
+  std::string site;
+  std::vector<std::string> kernels;
+  std::vector<TaskKey> running;
+  std::vector<TaskUpdate> unacked;
+};
+
+struct RegistrationReply {
+  uint32_t node_id = 0;
+  uint64_t session = 0;
+  int64_t heartbeat_interval_us = 0;
+  std::vector<TaskKey> cancel;
+};
+
+struct AgentHeartbeat {
+  uint32_t node_id = 0;
+  uint64_t session = 0;
+  std::vector<TaskUpdate> updates;
+  int32_t running = 0;
+  int64_t cpu_used_milli = 0;
+  double load_average = 0;
+};
+
+}  // namespace meridian::model

@@ -1,0 +1,60 @@
+// The plain C++ interfaces behind meridian.v1's services. The coordinator implements
+// them; src/rpc/server.cc hosts them over gRPC, translating at the edge, so the
+// coordinator never sees protobuf and its logic can be tested without a network.
+//
+// Thread-safety: implementations must accept calls from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/run_state.h"
+
+namespace meridian::rpc {
+
+struct SubmitResult {
+  uint64_t job_id = 0;
+  std::string name;
+  int32_t tasks = 0;
+};
+
+struct TaskLog {
+  std::string task;
+  model::TaskLogRecord record;
+};
+
+class JobApi {
+ public:
+  virtual ~JobApi() = default;
+  // Returns once the job is durable. InvalidArgument names what is wrong with the spec.
+  virtual StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) = 0;
+  virtual StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks) = 0;
+  virtual std::vector<model::JobSummary> ListJobs(int32_t limit) = 0;
+  virtual StatusOr<model::JobSummary> CancelJob(uint64_t id) = 0;
+  virtual StatusOr<std::vector<TaskLog>> Logs(uint64_t id, const std::string& task) = 0;
+  // Waits until the job's version passes `after_version` or `timeout_us` elapses,
+  // and returns its summary then.
+  virtual StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) = 0;
+};
+
+class NodeApi {
+ public:
+  virtual ~NodeApi() = default;
+  virtual StatusOr<model::RegistrationReply> Register(const model::AgentRegistration& registration) = 0;
+  // Waits up to `timeout_us` for work for the node; an empty batch on timeout.
+  // FailedPrecondition when the session is no longer the node's current one.
+  virtual StatusOr<model::AssignmentBatch> NextAssignments(uint32_t node_id, uint64_t session,
+                                                           int64_t timeout_us) = 0;
+  // Applies the updates durably; returns true when the agent must register again.
+  virtual StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) = 0;
+};
+
+class AdminApi {
+ public:
+  virtual ~AdminApi() = default;
+  virtual std::vector<model::NodeView> ListNodes() = 0;
+};
+
+}  // namespace meridian::rpc

@@ -1,0 +1,369 @@
+#include "rpc/convert.h"
+
+#include <chrono>
+
+namespace meridian::rpc {
+
+grpc::Status ToGrpc(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+}
+
+Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return OkStatus();
+  return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
+  // Fail fast on a dead peer instead of waiting for TCP to notice.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void SetDeadline(grpc::ClientContext& context, int64_t timeout_us) {
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::microseconds(timeout_us));
+}
+
+void ToProto(const model::Node& node, const std::string& site, v1::NodeSpec* out) {
+  out->set_name(node.name);
+  out->set_site(site);
+  out->set_cpu_milli(node.cpu_milli);
+  out->set_memory_bytes(node.memory_bytes);
+  out->set_disk_bytes(node.disk_bytes);
+  for (const model::Device& d : node.devices) {
+    v1::Device* p = out->add_devices();
+    p->set_type(d.type);
+    p->set_index(d.index);
+    p->set_memory_bytes(d.memory_bytes);
+    p->set_emulated(d.emulated);
+    p->set_speed_factor(d.speed_factor);
+  }
+  for (const auto& [k, v] : node.labels) (*out->mutable_labels())[k] = v;
+  out->set_price_micro_usd_per_hour(node.price_micro_usd_per_hour);
+  out->set_spot(node.spot);
+}
+
+model::Node FromProto(const v1::NodeSpec& in) {
+  model::Node node;
+  node.name = in.name();
+  node.group = in.name();
+  node.cpu_milli = in.cpu_milli();
+  node.memory_bytes = in.memory_bytes();
+  node.disk_bytes = in.disk_bytes();
+  for (const v1::Device& d : in.devices()) {
+    node.devices.push_back(model::Device{d.type(), d.index(), d.memory_bytes(), d.emulated(), d.speed_factor()});
+  }
+  for (const auto& [k, v] : in.labels()) node.labels[k] = v;
+  node.price_micro_usd_per_hour = in.price_micro_usd_per_hour();
+  node.spot = in.spot();
+  return node;
+}
+
+void ToProto(const model::TaskKey& key, v1::TaskKey* out) {
+  out->set_job_id(key.job);
+  out->set_task(key.task);
+  out->set_attempt(key.attempt);
+}
+
+model::TaskKey FromProto(const v1::TaskKey& in) { return {in.job_id(), in.task(), in.attempt()}; }
+
+namespace {
+
+v1::TaskUpdate::State ToProto(model::UpdateKind kind) {
+  switch (kind) {
+    case model::UpdateKind::kRunning: return v1::TaskUpdate::RUNNING;
+    case model::UpdateKind::kSucceeded: return v1::TaskUpdate::SUCCEEDED;
+    case model::UpdateKind::kFailed: return v1::TaskUpdate::FAILED;
+    case model::UpdateKind::kCancelled: return v1::TaskUpdate::CANCELLED;
+  }
+  return v1::TaskUpdate::STATE_UNSPECIFIED;
+}
+
+model::UpdateKind FromProto(v1::TaskUpdate::State state) {
+  switch (state) {
+    case v1::TaskUpdate::SUCCEEDED: return model::UpdateKind::kSucceeded;
+    case v1::TaskUpdate::FAILED: return model::UpdateKind::kFailed;
+    case v1::TaskUpdate::CANCELLED: return model::UpdateKind::kCancelled;
+    default: return model::UpdateKind::kRunning;
+  }
+}
+
+void AllocationToProto(const model::TaskAllocation& a, v1::Assignment* out) {
+  out->set_cpu_milli(a.cpu_milli);
+  out->set_memory_bytes(a.memory_bytes);
+  for (int32_t d : a.devices) out->add_devices(d);
+  out->set_device_share_milli(a.device_share_milli);
+}
+
+}  // namespace
+
+void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
+  ToProto(update.key, out->mutable_key());
+  out->set_state(ToProto(update.kind));
+  out->set_exit_code(update.exit_code);
+  out->set_reason(update.reason);
+  out->set_output(update.output);
+  out->set_stdout_tail(update.stdout_tail);
+  out->set_stderr_tail(update.stderr_tail);
+}
+
+model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
+  model::TaskUpdate u;
+  u.key = FromProto(in.key());
+  u.kind = FromProto(in.state());
+  u.exit_code = in.exit_code();
+  u.reason = in.reason();
+  u.output = in.output();
+  u.stdout_tail = in.stdout_tail();
+  u.stderr_tail = in.stderr_tail();
+  return u;
+}
+
+void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
+  ToProto(a.key, out->mutable_key());
+  out->set_job_name(a.job_name);
+  out->set_task_name(a.task_name);
+  out->set_index(a.index);
+  out->set_kernel(a.kernel);
+  for (const std::string& c : a.command) out->add_command(c);
+  for (const auto& [k, v] : a.args) (*out->mutable_args())[k] = v;
+  for (const std::string& i : a.inputs) out->add_inputs(i);
+  out->set_device_type(a.device_type);
+  AllocationToProto(a.allocation, out);
+  out->set_timeout_us(a.timeout_us);
+}
+
+model::TaskAssignment FromProto(const v1::Assignment& in) {
+  model::TaskAssignment a;
+  a.key = FromProto(in.key());
+  a.job_name = in.job_name();
+  a.task_name = in.task_name();
+  a.index = in.index();
+  a.kernel = in.kernel();
+  a.command.assign(in.command().begin(), in.command().end());
+  for (const auto& [k, v] : in.args()) a.args[k] = v;
+  a.inputs.assign(in.inputs().begin(), in.inputs().end());
+  a.device_type = in.device_type();
+  a.allocation.cpu_milli = in.cpu_milli();
+  a.allocation.memory_bytes = in.memory_bytes();
+  a.allocation.devices.assign(in.devices().begin(), in.devices().end());
+  a.allocation.device_share_milli = in.device_share_milli();
+  a.timeout_us = in.timeout_us();
+  return a;
+}
+
+void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out) {
+  ToProto(r.node, r.site, out->mutable_node());
+  for (const std::string& k : r.kernels) out->add_kernels(k);
+  for (const model::TaskKey& k : r.running) ToProto(k, out->add_running());
+  for (const model::TaskUpdate& u : r.unacked) ToProto(u, out->add_unacked());
+}
+
+model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
+  model::AgentRegistration r;
+  r.node = FromProto(in.node());
+  r.site = in.node().site();
+  r.kernels.assign(in.kernels().begin(), in.kernels().end());
+  for (const v1::TaskKey& k : in.running()) r.running.push_back(FromProto(k));
+  for (const v1::TaskUpdate& u : in.unacked()) r.unacked.push_back(FromProto(u));
+  return r;
+}
+
+void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out) {
+  out->set_node_id(r.node_id);
+  out->set_session(r.session);
+  out->set_heartbeat_interval_us(r.heartbeat_interval_us);
+  for (const model::TaskKey& k : r.cancel) ToProto(k, out->add_cancel());
+}
+
+model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
+  model::RegistrationReply r;
+  r.node_id = in.node_id();
+  r.session = in.session();
+  r.heartbeat_interval_us = in.heartbeat_interval_us();
+  for (const v1::TaskKey& k : in.cancel()) r.cancel.push_back(FromProto(k));
+  return r;
+}
+
+void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out) {
+  out->set_node_id(h.node_id);
+  out->set_session(h.session);
+  for (const model::TaskUpdate& u : h.updates) ToProto(u, out->add_updates());
+  out->set_running(h.running);
+  out->set_cpu_used_milli(h.cpu_used_milli);
+  out->set_load_average(h.load_average);
+}
+
+model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
+  model::AgentHeartbeat h;
+  h.node_id = in.node_id();
+  h.session = in.session();
+  h.updates.reserve(in.updates_size());
+  for (const v1::TaskUpdate& u : in.updates()) h.updates.push_back(FromProto(u));
+  h.running = in.running();
+  h.cpu_used_milli = in.cpu_used_milli();
+  h.load_average = in.load_average();
+  return h;
+}
+
+void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out) {
+  for (const model::TaskAssignment& a : b.assignments) ToProto(a, out->add_assignments());
+  for (const model::TaskKey& k : b.cancel) ToProto(k, out->add_cancel());
+}
+
+model::AssignmentBatch FromProto(const v1::AssignmentBatch& in) {
+  model::AssignmentBatch b;
+  b.assignments.reserve(in.assignments_size());
+  for (const v1::Assignment& a : in.assignments()) b.assignments.push_back(FromProto(a));
+  for (const v1::TaskKey& k : in.cancel()) b.cancel.push_back(FromProto(k));
+  return b;
+}
+
+void ToProto(const model::JobSummary& s, v1::JobInfo* out) {
+  out->set_id(s.job.id);
+  out->set_name(s.job.name);
+  out->set_tenant(s.job.tenant);
+  out->set_state(std::string(model::JobStatusName(s.job.status)));
+  out->set_reason(s.job.reason);
+  out->set_submitted_us(s.job.submitted_us);
+  out->set_finished_us(s.job.finished_us);
+  out->set_tasks_total(s.tasks_total);
+  out->set_tasks_waiting(s.waiting);
+  out->set_tasks_running(s.running);
+  out->set_tasks_succeeded(s.succeeded);
+  out->set_tasks_failed(s.failed);
+  out->set_tasks_cancelled(s.cancelled);
+  out->set_retries(s.retries);
+  out->set_version(s.version);
+  for (const auto& [site, n] : s.running_by_site) (*out->mutable_running_by_site())[site] = n;
+}
+
+void ToProto(const model::JobView& v, v1::JobInfo* out) {
+  ToProto(v.summary, out);
+  for (const model::TaskView& t : v.tasks) {
+    v1::TaskInfo* p = out->add_tasks();
+    const model::TaskRecord& r = t.record;
+    p->set_index(r.task);
+    p->set_name(t.name);
+    p->set_state(std::string(model::TaskStatusName(r.status)));
+    p->set_attempts(r.attempt);
+    p->set_node(r.node);
+    p->set_site(r.site);
+    p->set_device_type(r.device_type);
+    p->set_emulated(r.emulated);
+    p->set_reason(r.reason);
+    p->set_output(r.output);
+    p->set_started_us(r.started_us);
+    p->set_finished_us(r.finished_us);
+    for (const model::AttemptRecord& a : t.history) {
+      v1::TaskAttempt* h = p->add_history();
+      h->set_attempt(a.attempt);
+      h->set_node(a.node);
+      h->set_site(a.site);
+      h->set_state(a.outcome);
+      h->set_reason(a.reason);
+      h->set_exit_code(a.exit_code);
+      h->set_started_us(a.started_us);
+      h->set_ended_us(a.ended_us);
+    }
+  }
+}
+
+model::JobView FromProto(const v1::JobInfo& in) {
+  model::JobView v;
+  model::JobSummary& s = v.summary;
+  s.job.id = in.id();
+  s.job.name = in.name();
+  s.job.tenant = in.tenant();
+  s.job.status = model::ParseJobStatus(in.state()).value_or(model::JobStatus::kQueued);
+  s.job.reason = in.reason();
+  s.job.submitted_us = in.submitted_us();
+  s.job.finished_us = in.finished_us();
+  s.tasks_total = in.tasks_total();
+  s.waiting = in.tasks_waiting();
+  s.running = in.tasks_running();
+  s.succeeded = in.tasks_succeeded();
+  s.failed = in.tasks_failed();
+  s.cancelled = in.tasks_cancelled();
+  s.retries = in.retries();
+  s.version = in.version();
+  for (const auto& [site, n] : in.running_by_site()) s.running_by_site[site] = n;
+  for (const v1::TaskInfo& p : in.tasks()) {
+    model::TaskView t;
+    t.name = p.name();
+    model::TaskRecord& r = t.record;
+    r.job = in.id();
+    r.task = p.index();
+    r.status = model::ParseTaskStatus(p.state()).value_or(model::TaskStatus::kQueued);
+    r.attempt = p.attempts();
+    r.node = p.node();
+    r.site = p.site();
+    r.device_type = p.device_type();
+    r.emulated = p.emulated();
+    r.reason = p.reason();
+    r.output = p.output();
+    r.started_us = p.started_us();
+    r.finished_us = p.finished_us();
+    for (const v1::TaskAttempt& h : p.history()) {
+      t.history.push_back(model::AttemptRecord{in.id(), p.index(), h.attempt(), h.node(), h.site(), h.state(),
+                                               h.reason(), h.exit_code(), h.started_us(), h.ended_us()});
+    }
+    v.tasks.push_back(std::move(t));
+  }
+  return v;
+}
+
+void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
+  ToProto(n.node, n.site, out->mutable_spec());
+  out->set_node_id(n.node.id.value());
+  out->set_state(n.alive ? "alive" : "dead");
+  out->set_heartbeat_age_us(n.heartbeat_age_us);
+  out->set_running(n.running);
+  out->set_cpu_allocated_milli(n.cpu_allocated_milli);
+  out->set_memory_allocated_bytes(n.memory_allocated_bytes);
+  out->set_devices_allocated_milli(n.devices_allocated_milli);
+  out->set_load_average(n.load_average);
+  out->set_registered_us(n.registered_us);
+}
+
+model::NodeView FromProto(const v1::NodeInfo& in) {
+  model::NodeView n;
+  n.node = FromProto(in.spec());
+  n.node.id = NodeId(in.node_id());
+  n.site = in.spec().site();
+  n.alive = in.state() == "alive";
+  n.heartbeat_age_us = in.heartbeat_age_us();
+  n.running = in.running();
+  n.cpu_allocated_milli = in.cpu_allocated_milli();
+  n.memory_allocated_bytes = in.memory_allocated_bytes();
+  n.devices_allocated_milli = in.devices_allocated_milli();
+  n.load_average = in.load_average();
+  n.registered_us = in.registered_us();
+  return n;
+}
+
+void ToProto(const TaskLog& log, v1::TaskLog* out) {
+  out->set_task(log.task);
+  out->set_attempt(log.record.attempt);
+  out->set_node(log.record.node);
+  out->set_stdout_tail(log.record.stdout_tail);
+  out->set_stderr_tail(log.record.stderr_tail);
+}
+
+TaskLog FromProto(const v1::TaskLog& in) {
+  TaskLog log;
+  log.task = in.task();
+  log.record.attempt = in.attempt();
+  log.record.node = in.node();
+  log.record.stdout_tail = in.stdout_tail();
+  log.record.stderr_tail = in.stderr_tail();
+  return log;
+}
+
+}  // namespace meridian::rpc

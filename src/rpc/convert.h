@@ -1,0 +1,61 @@
+// protobuf <-> model translation for meridian.v1, and the limits every channel and
+// server applies. Nothing outside src/rpc/ includes the generated headers.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "meridian/v1/meridian.pb.h"
+#include "model/run_state.h"
+#include "rpc/api.h"
+
+namespace meridian::rpc {
+
+// Largest message a server accepts (a job spec, a batch of updates) and the largest
+// a client accepts (a job with its tasks and outputs).
+inline constexpr int kMaxRequestBytes = 16 << 20;
+inline constexpr int kMaxResponseBytes = 256 << 20;
+// Bounds on what one task carries back.
+inline constexpr size_t kMaxOutputBytes = 1 << 20;
+inline constexpr size_t kMaxLogTailBytes = 64 << 10;
+
+grpc::Status ToGrpc(const Status& status);
+Status FromGrpc(const grpc::Status& status);
+// A channel to `address` with Meridian's message limits and keepalive settings.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// A client context whose deadline is `timeout_us` from now.
+void SetDeadline(grpc::ClientContext& context, int64_t timeout_us);
+
+void ToProto(const model::Node& node, const std::string& site, v1::NodeSpec* out);
+model::Node FromProto(const v1::NodeSpec& in);
+
+void ToProto(const model::TaskKey& key, v1::TaskKey* out);
+model::TaskKey FromProto(const v1::TaskKey& in);
+void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out);
+model::TaskUpdate FromProto(const v1::TaskUpdate& in);
+void ToProto(const model::TaskAssignment& a, v1::Assignment* out);
+model::TaskAssignment FromProto(const v1::Assignment& in);
+
+void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out);
+model::AgentRegistration FromProto(const v1::RegisterRequest& in);
+void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out);
+model::RegistrationReply FromProto(const v1::RegisterResponse& in);
+void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out);
+model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in);
+void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
+model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
+
+void ToProto(const model::JobSummary& s, v1::JobInfo* out);
+void ToProto(const model::JobView& v, v1::JobInfo* out);
+model::JobView FromProto(const v1::JobInfo& in);
+void ToProto(const model::NodeView& n, v1::NodeInfo* out);
+model::NodeView FromProto(const v1::NodeInfo& in);
+void ToProto(const TaskLog& log, v1::TaskLog* out);
+TaskLog FromProto(const v1::TaskLog& in);
+
+}  // namespace meridian::rpc

@@ -1,0 +1,62 @@
+#include "rpc/convert.h"
+
+#include <gtest/gtest.h>
+
+namespace meridian::rpc {
+namespace {
+
+TEST(ConvertTest, AssignmentRoundTripsEveryField) {
+  model::TaskAssignment a;
+  a.key = {7, 3, 2};
+  a.job_name = "j";
+  a.task_name = "part/3";
+  a.index = 3;
+  a.kernel = "sum";
+  a.command = {"echo", "hi"};
+  a.args = {{"range", "1000"}};
+  a.inputs = {std::string("a\0b", 3), ""};
+  a.device_type = "A100";
+  a.allocation = {1500, 1 << 20, {0, 2}, 500};
+  a.timeout_us = 42;
+  v1::Assignment p;
+  ToProto(a, &p);
+  model::TaskAssignment b = FromProto(p);
+  EXPECT_EQ(b.key, a.key);
+  EXPECT_EQ(b.task_name, a.task_name);
+  EXPECT_EQ(b.index, 3u);
+  EXPECT_EQ(b.command, a.command);
+  EXPECT_EQ(b.args, a.args);
+  EXPECT_EQ(b.inputs, a.inputs);
+  EXPECT_EQ(b.allocation.devices, a.allocation.devices);
+  EXPECT_EQ(b.allocation.device_share_milli, 500);
+  EXPECT_EQ(b.allocation.cpu_milli, 1500);
+  EXPECT_EQ(b.timeout_us, 42);
+}
+
+TEST(ConvertTest, UpdateKindsSurvive) {
+  for (model::UpdateKind k : {model::UpdateKind::kRunning, model::UpdateKind::kSucceeded,
+                              model::UpdateKind::kFailed, model::UpdateKind::kCancelled}) {
+    model::TaskUpdate u;
+    u.key = {1, 2, 3};
+    u.kind = k;
+    u.exit_code = 9;
+    u.output = "out";
+    v1::TaskUpdate p;
+    ToProto(u, &p);
+    model::TaskUpdate back = FromProto(p);
+    EXPECT_EQ(back.kind, k);
+    EXPECT_EQ(back.exit_code, 9);
+    EXPECT_EQ(back.output, "out");
+  }
+}
+
+TEST(ConvertTest, StatusCodesMapBothWays) {
+  Status s = InvalidArgumentError("bad field");
+  grpc::Status g = ToGrpc(s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(FromGrpc(g), s);
+  EXPECT_EQ(FromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE, "x")).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace meridian::rpc

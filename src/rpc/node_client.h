@@ -1,0 +1,45 @@
+// An agent's side of NodeService: registration, heartbeats carrying task updates, and
+// the stream of assignments. Translates to and from model types.
+//
+// Thread-safety: Register and Heartbeat may run on one thread while
+// StreamAssignments runs on another; CancelStream from any thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "model/run_state.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace meridian::rpc {
+
+class NodeClient {
+ public:
+  explicit NodeClient(const std::string& address);
+  ~NodeClient();
+
+  StatusOr<model::RegistrationReply> Register(const model::AgentRegistration& registration, int64_t timeout_us);
+  // true: the coordinator wants the agent to register again.
+  StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat, int64_t timeout_us);
+  // Receives assignment batches until the stream ends (after at most `max_us`), the
+  // coordinator drops the session, or CancelStream; returns how it ended.
+  Status StreamAssignments(uint32_t node_id, uint64_t session, int64_t max_us,
+                           const std::function<void(model::AssignmentBatch)>& on_batch);
+  void CancelStream();
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::mutex mu_;
+  grpc::ClientContext* stream_context_ = nullptr;  // GUARDED_BY(mu_)
+  bool cancelled_ = false;                         // GUARDED_BY(mu_)
+};
+
+}  // namespace meridian::rpc

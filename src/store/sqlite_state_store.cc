@@ -1,0 +1,350 @@
+#include "store/sqlite_state_store.h"
+
+#include <sqlite3.h>
+
+#include <fmt/format.h>
+
+
+namespace meridian::store {
+namespace {
+
+// Each entry moves the schema one version up; never edit one that has shipped.
+constexpr const char* kMigrations[] = {
+    // 1: jobs and tasks.
+    R"sql(
+    CREATE TABLE jobs (
+      id INTEGER PRIMARY KEY, name TEXT NOT NULL, tenant TEXT NOT NULL,
+      spec_yaml TEXT NOT NULL, spec_name TEXT NOT NULL, status TEXT NOT NULL,
+      reason TEXT NOT NULL, submitted_us INTEGER NOT NULL, finished_us INTEGER NOT NULL);
+    CREATE TABLE tasks (
+      job INTEGER NOT NULL, task INTEGER NOT NULL, status TEXT NOT NULL,
+      attempt INTEGER NOT NULL, failures INTEGER NOT NULL, losses INTEGER NOT NULL,
+      node TEXT NOT NULL, site TEXT NOT NULL, device_type TEXT NOT NULL, emulated INTEGER NOT NULL,
+      cpu_milli INTEGER NOT NULL, memory_bytes INTEGER NOT NULL, devices TEXT NOT NULL,
+      device_share_milli INTEGER NOT NULL, reason TEXT NOT NULL, output BLOB NOT NULL,
+      started_us INTEGER NOT NULL, finished_us INTEGER NOT NULL,
+      PRIMARY KEY (job, task)) WITHOUT ROWID;
+    )sql",
+    // 2: the history of attempts and their logs.
+    R"sql(
+    CREATE TABLE attempts (
+      job INTEGER NOT NULL, task INTEGER NOT NULL, attempt INTEGER NOT NULL,
+      node TEXT NOT NULL, site TEXT NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
+      exit_code INTEGER NOT NULL, started_us INTEGER NOT NULL, ended_us INTEGER NOT NULL,
+      PRIMARY KEY (job, task, attempt)) WITHOUT ROWID;
+    CREATE TABLE task_logs (
+      job INTEGER NOT NULL, task INTEGER NOT NULL, attempt INTEGER NOT NULL, node TEXT NOT NULL,
+      stdout BLOB NOT NULL, stderr BLOB NOT NULL,
+      PRIMARY KEY (job, task, attempt)) WITHOUT ROWID;
+    )sql",
+};
+constexpr int kLatest = static_cast<int>(std::size(kMigrations));
+
+std::string JoinInts(const std::vector<int32_t>& v) {
+  std::string out;
+  for (int32_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+std::vector<int32_t> SplitInts(std::string_view s) {
+  std::vector<int32_t> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string_view::npos) comma = s.size();
+    out.push_back(static_cast<int32_t>(std::stol(std::string(s.substr(start, comma - start)))));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string Text(sqlite3_stmt* st, int col) {
+  const unsigned char* p = sqlite3_column_text(st, col);
+  return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st, col)) : std::string();
+}
+
+std::string Blob(sqlite3_stmt* st, int col) {
+  const void* p = sqlite3_column_blob(st, col);
+  return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st, col)) : std::string();
+}
+
+// Binds values to ?1, ?2, ... in order.
+class Binder {
+ public:
+  explicit Binder(sqlite3_stmt* st) : st_(st) { sqlite3_reset(st_); sqlite3_clear_bindings(st_); }
+  Binder& Int(int64_t v) { sqlite3_bind_int64(st_, ++i_, v); return *this; }
+  Binder& Str(const std::string& v) {
+    sqlite3_bind_text(st_, ++i_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Binder& Bytes(const std::string& v) {
+    sqlite3_bind_blob(st_, ++i_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  bool Done() { return sqlite3_step(st_) == SQLITE_DONE; }
+
+ private:
+  sqlite3_stmt* st_;
+  int i_ = 0;
+};
+
+// Statement that finalizes itself.
+struct Stmt {
+  sqlite3_stmt* st = nullptr;
+  ~Stmt() { sqlite3_finalize(st); }
+};
+
+}  // namespace
+
+int SqliteStateStore::LatestSchemaVersion() { return kLatest; }
+
+StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& path, Options options) {
+  std::unique_ptr<SqliteStateStore> s(new SqliteStateStore(path));
+  if (sqlite3_open_v2(path.c_str(), &s->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    return s->Fail("open");
+  }
+  sqlite3_busy_timeout(s->db_, 5000);
+  MERIDIAN_RETURN_IF_ERROR(s->Exec("PRAGMA journal_mode=WAL"));
+  MERIDIAN_RETURN_IF_ERROR(
+      s->Exec(options.sync == Sync::kFull ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  MERIDIAN_RETURN_IF_ERROR(s->Exec("PRAGMA foreign_keys=ON"));
+  MERIDIAN_RETURN_IF_ERROR(s->Migrate(options.max_schema_version > 0 ? options.max_schema_version : kLatest));
+  MERIDIAN_RETURN_IF_ERROR(s->Prepare());
+  return s;
+}
+
+SqliteStateStore::~SqliteStateStore() {
+  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_}) sqlite3_finalize(st);
+  sqlite3_close(db_);
+}
+
+Status SqliteStateStore::Fail(const char* what) const {
+  return UnavailableError(fmt::format("state store {}: {} failed: {}", path_, what,
+                                      db_ ? sqlite3_errmsg(db_) : "out of memory"));
+}
+
+Status SqliteStateStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return UnavailableError(fmt::format("state store {}: {}", path_, msg));
+  }
+  return OkStatus();
+}
+
+Status SqliteStateStore::Migrate(int max_version) {
+  Stmt v;
+  if (sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &v.st, nullptr) != SQLITE_OK) return Fail("read version");
+  if (sqlite3_step(v.st) != SQLITE_ROW) return Fail("read version");
+  schema_version_ = sqlite3_column_int(v.st, 0);
+  if (schema_version_ > kLatest) {
+    return FailedPreconditionError(fmt::format(
+        "state store {} has schema version {}, newer than this build's {}; use the Meridian that wrote it",
+        path_, schema_version_, kLatest));
+  }
+  while (schema_version_ < max_version) {
+    MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status s = Exec(kMigrations[schema_version_]);
+    if (s.ok()) s = Exec(fmt::format("PRAGMA user_version={}", schema_version_ + 1).c_str());
+    if (!s.ok()) {
+      Exec("ROLLBACK").IgnoreError();
+      return s.WithPrefix(fmt::format("migrating to schema version {}", schema_version_ + 1));
+    }
+    MERIDIAN_RETURN_IF_ERROR(Exec("COMMIT"));
+    ++schema_version_;
+  }
+  return OkStatus();
+}
+
+Status SqliteStateStore::Prepare() {
+  if (schema_version_ < kLatest) return OkStatus();  // a partly migrated store in a test: read-only use
+  struct {
+    sqlite3_stmt** st;
+    const char* sql;
+  } statements[] = {
+      {&insert_job_, "INSERT INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"},
+      {&update_job_, "UPDATE jobs SET status=?2, reason=?3, finished_us=?4 WHERE id=?1"},
+      {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"},
+      {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
+      {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
+  };
+  for (auto& s : statements) {
+    if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
+      return Fail("prepare");
+    }
+  }
+  return OkStatus();
+}
+
+Status SqliteStateStore::PutTask(const model::TaskRecord& t) {
+  bool ok = Binder(put_task_)
+                .Int(static_cast<int64_t>(t.job)).Int(t.task)
+                .Str(std::string(model::TaskStatusName(t.status)))
+                .Int(t.attempt).Int(t.failures).Int(t.losses)
+                .Str(t.node).Str(t.site).Str(t.device_type).Int(t.emulated ? 1 : 0)
+                .Int(t.allocation.cpu_milli).Int(t.allocation.memory_bytes)
+                .Str(JoinInts(t.allocation.devices)).Int(t.allocation.device_share_milli)
+                .Str(t.reason).Bytes(t.output).Int(t.started_us).Int(t.finished_us)
+                .Done();
+  return ok ? OkStatus() : Fail("write task");
+}
+
+Status SqliteStateStore::PutJobStatus(const model::JobRecord& j) {
+  bool ok = Binder(update_job_)
+                .Int(static_cast<int64_t>(j.id))
+                .Str(std::string(model::JobStatusName(j.status)))
+                .Str(j.reason).Int(j.finished_us)
+                .Done();
+  return ok ? OkStatus() : Fail("write job");
+}
+
+Status SqliteStateStore::PutAttempt(const model::AttemptRecord& a) {
+  bool ok = Binder(put_attempt_)
+                .Int(static_cast<int64_t>(a.job)).Int(a.task).Int(a.attempt)
+                .Str(a.node).Str(a.site).Str(a.outcome).Str(a.reason)
+                .Int(a.exit_code).Int(a.started_us).Int(a.ended_us)
+                .Done();
+  return ok ? OkStatus() : Fail("write attempt");
+}
+
+Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
+  bool ok = Binder(put_log_)
+                .Int(static_cast<int64_t>(l.job)).Int(l.task).Int(l.attempt)
+                .Str(l.node).Bytes(l.stdout_tail).Bytes(l.stderr_tail)
+                .Done();
+  return ok ? OkStatus() : Fail("write log");
+}
+
+StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = OkStatus();
+  {
+    Stmt next;
+    if (sqlite3_prepare_v2(db_, "SELECT COALESCE(MAX(id), 0) + 1 FROM jobs", -1, &next.st, nullptr) != SQLITE_OK ||
+        sqlite3_step(next.st) != SQLITE_ROW) {
+      s = Fail("allocate job id");
+    } else {
+      job.id = static_cast<uint64_t>(sqlite3_column_int64(next.st, 0));
+    }
+  }
+  if (s.ok() && !Binder(insert_job_)
+                     .Int(static_cast<int64_t>(job.id)).Str(job.name).Str(job.tenant)
+                     .Str(job.spec_yaml).Str(job.spec_name)
+                     .Str(std::string(model::JobStatusName(job.status)))
+                     .Str(job.reason).Int(job.submitted_us).Int(job.finished_us)
+                     .Done()) {
+    s = Fail("write job");
+  }
+  for (size_t i = 0; s.ok() && i < tasks.size(); ++i) {
+    model::TaskRecord t = tasks[i];
+    t.job = job.id;
+    s = PutTask(t);
+  }
+  if (!s.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return s;
+  }
+  MERIDIAN_RETURN_IF_ERROR(Exec("COMMIT"));
+  return job.id;
+}
+
+Status SqliteStateStore::Apply(const StoreBatch& batch) {
+  if (batch.empty()) return OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = OkStatus();
+  for (size_t i = 0; s.ok() && i < batch.tasks.size(); ++i) s = PutTask(batch.tasks[i]);
+  for (size_t i = 0; s.ok() && i < batch.jobs.size(); ++i) s = PutJobStatus(batch.jobs[i]);
+  for (size_t i = 0; s.ok() && i < batch.attempts.size(); ++i) s = PutAttempt(batch.attempts[i]);
+  for (size_t i = 0; s.ok() && i < batch.logs.size(); ++i) s = PutLog(batch.logs[i]);
+  if (!s.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+StatusOr<LoadedState> SqliteStateStore::Load() {
+  std::lock_guard<std::mutex> lock(mu_);
+  LoadedState out;
+  Stmt jobs;
+  if (sqlite3_prepare_v2(db_, "SELECT * FROM jobs ORDER BY id", -1, &jobs.st, nullptr) != SQLITE_OK) {
+    return Fail("read jobs");
+  }
+  while (sqlite3_step(jobs.st) == SQLITE_ROW) {
+    model::JobRecord j;
+    j.id = static_cast<uint64_t>(sqlite3_column_int64(jobs.st, 0));
+    j.name = Text(jobs.st, 1);
+    j.tenant = Text(jobs.st, 2);
+    j.spec_yaml = Text(jobs.st, 3);
+    j.spec_name = Text(jobs.st, 4);
+    j.status = model::ParseJobStatus(Text(jobs.st, 5)).value_or(model::JobStatus::kFailed);
+    j.reason = Text(jobs.st, 6);
+    j.submitted_us = sqlite3_column_int64(jobs.st, 7);
+    j.finished_us = sqlite3_column_int64(jobs.st, 8);
+    out.jobs.push_back(std::move(j));
+  }
+  Stmt tasks;
+  if (sqlite3_prepare_v2(db_, "SELECT * FROM tasks ORDER BY job, task", -1, &tasks.st, nullptr) != SQLITE_OK) {
+    return Fail("read tasks");
+  }
+  while (sqlite3_step(tasks.st) == SQLITE_ROW) {
+    sqlite3_stmt* st = tasks.st;
+    model::TaskRecord t;
+    t.job = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+    t.task = static_cast<uint32_t>(sqlite3_column_int64(st, 1));
+    t.status = model::ParseTaskStatus(Text(st, 2)).value_or(model::TaskStatus::kQueued);
+    t.attempt = sqlite3_column_int(st, 3);
+    t.failures = sqlite3_column_int(st, 4);
+    t.losses = sqlite3_column_int(st, 5);
+    t.node = Text(st, 6);
+    t.site = Text(st, 7);
+    t.device_type = Text(st, 8);
+    t.emulated = sqlite3_column_int(st, 9) != 0;
+    t.allocation.cpu_milli = sqlite3_column_int64(st, 10);
+    t.allocation.memory_bytes = sqlite3_column_int64(st, 11);
+    t.allocation.devices = SplitInts(Text(st, 12));
+    t.allocation.device_share_milli = sqlite3_column_int(st, 13);
+    t.reason = Text(st, 14);
+    t.output = Blob(st, 15);
+    t.started_us = sqlite3_column_int64(st, 16);
+    t.finished_us = sqlite3_column_int64(st, 17);
+    out.tasks.push_back(std::move(t));
+  }
+  Stmt attempts;
+  if (sqlite3_prepare_v2(db_, "SELECT * FROM attempts ORDER BY job, task, attempt", -1, &attempts.st, nullptr) !=
+      SQLITE_OK) {
+    return Fail("read attempts");
+  }
+  while (sqlite3_step(attempts.st) == SQLITE_ROW) {
+    sqlite3_stmt* st = attempts.st;
+    out.attempts.push_back(model::AttemptRecord{
+        static_cast<uint64_t>(sqlite3_column_int64(st, 0)), static_cast<uint32_t>(sqlite3_column_int64(st, 1)),
+        sqlite3_column_int(st, 2), Text(st, 3), Text(st, 4), Text(st, 5), Text(st, 6), sqlite3_column_int(st, 7),
+        sqlite3_column_int64(st, 8), sqlite3_column_int64(st, 9)});
+  }
+  return out;
+}
+
+StatusOr<std::vector<model::TaskLogRecord>> SqliteStateStore::Logs(uint64_t job, std::optional<uint32_t> task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q;
+  const char* sql = task ? "SELECT * FROM task_logs WHERE job=?1 AND task=?2 ORDER BY task, attempt"
+                         : "SELECT * FROM task_logs WHERE job=?1 ORDER BY task, attempt";
+  if (sqlite3_prepare_v2(db_, sql, -1, &q.st, nullptr) != SQLITE_OK) return Fail("read logs");
+  sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
+  if (task) sqlite3_bind_int64(q.st, 2, *task);
+  std::vector<model::TaskLogRecord> out;
+  while (sqlite3_step(q.st) == SQLITE_ROW) {
+    out.push_back(model::TaskLogRecord{static_cast<uint64_t>(sqlite3_column_int64(q.st, 0)),
+                                       static_cast<uint32_t>(sqlite3_column_int64(q.st, 1)),
+                                       sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5)});
+  }
+  return out;
+}
+
+}  // namespace meridian::store
