@@ -64,3 +64,103 @@ struct SimOptions {
 Status RunSim(const SimOptions& options, std::ostream& out);
 
 }  // namespace meridian::cli
+
+namespace meridian::cli {
+
+// How the client commands find their coordinator: --coordinator, else the
+// MERIDIAN_COORDINATOR variable, else the address file of the local cluster in `dir`.
+struct ClusterTarget {
+  std::string coordinator;
+  std::string dir;
+};
+// ${MERIDIAN_HOME}, else ~/.meridian: where `meridian up` keeps a local cluster.
+std::string DefaultClusterDir();
+StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);
+
+struct CoordinatorCommandOptions {
+  std::string state_dir;
+  std::string listen = "127.0.0.1:7070";
+  std::string fleet;
+  std::string addr_file;  // written once listening: "host:port"
+  std::string heartbeat_timeout = "2s";
+  std::string sync = "normal";
+  std::string order = "fifo";
+};
+// `meridian coordinator`: serves until SIGINT or SIGTERM.
+Status RunCoordinator(const CoordinatorCommandOptions& options);
+
+struct AgentCommandOptions {
+  std::string coordinator;
+  std::string config;
+  std::string site;
+  std::string work_dir;
+  bool no_gpu_discovery = false;
+  int kernel_threads = 0;
+};
+// `meridian agent`: serves until SIGINT or SIGTERM.
+Status RunAgent(const AgentCommandOptions& options);
+
+struct UpOptions {
+  std::string fleet;
+  std::string dir;
+  int max_nodes = 64;
+  bool quiet = false;
+};
+// `meridian up`: starts what of the local cluster in `dir` is not running.
+Status RunUp(const UpOptions& options, std::ostream& out);
+struct DownOptions {
+  std::string dir;
+};
+Status RunDown(const DownOptions& options, std::ostream& out);
+
+struct SubmitOptions {
+  ClusterTarget target;
+  std::string job;
+  bool json = false;
+};
+Status RunSubmit(const SubmitOptions& options, std::ostream& out);
+
+struct RunJobOptions {
+  ClusterTarget target;
+  std::string job;
+  bool json = false;
+  bool no_progress = false;
+};
+// `meridian run`: submit, follow with a progress bar on stderr, print the results.
+// A job that does not succeed is an error.
+Status RunRun(const RunJobOptions& options, std::ostream& out, std::ostream& progress);
+
+struct JobsOptions {
+  ClusterTarget target;
+  int limit = 20;
+  bool json = false;
+};
+Status RunJobs(const JobsOptions& options, std::ostream& out);
+
+struct JobOptions {
+  ClusterTarget target;
+  uint64_t id = 0;
+  std::string task;
+  bool json = false;
+};
+Status RunJobGet(const JobOptions& options, std::ostream& out);
+Status RunJobCancel(const JobOptions& options, std::ostream& out);
+Status RunJobLogs(const JobOptions& options, std::ostream& out);
+
+struct NodesOptions {
+  ClusterTarget target;
+  bool json = false;
+};
+Status RunNodes(const NodesOptions& options, std::ostream& out);
+
+struct BenchTasksOptions {
+  int agents = 2;
+  int64_t tasks = 100'000;
+  int latency_samples = 300;
+  bool json = false;
+};
+// `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
+// local cluster it starts and stops itself.
+Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);
+
+}  // namespace meridian::cli

@@ -65,6 +65,85 @@ int main(int argc, char** argv) {
   bench_sim->add_option("--seed", bench_sim_opts.seed, "Seed");
   bench_sim->add_flag("--json", bench_sim_opts.json, "Print JSON for scripts");
 
+  cli::BenchTasksOptions bench_tasks_opts;
+  CLI::App* bench_tasks = bench_cmd->add_subcommand("tasks", "End-to-end task throughput and round trip on a local cluster");
+  bench_tasks->add_option("--agents", bench_tasks_opts.agents, "Agent processes (default 2)");
+  bench_tasks->add_option("--tasks", bench_tasks_opts.tasks, "No-op tasks in the throughput run (default 100000)");
+  bench_tasks->add_option("--samples", bench_tasks_opts.latency_samples, "Round trips to time (default 300)");
+  bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
+
+  // ---- the runtime
+  const std::string target_help = "Coordinator HOST:PORT (default: $MERIDIAN_COORDINATOR, else the local cluster's)";
+  const std::string dir_help = "Local cluster directory (default $MERIDIAN_HOME or ~/.meridian)";
+  auto add_target = [&](CLI::App* cmd, cli::ClusterTarget& t) {
+    cmd->add_option("--coordinator", t.coordinator, target_help);
+    cmd->add_option("--dir", t.dir, dir_help);
+  };
+
+  cli::CoordinatorCommandOptions coord;
+  CLI::App* coord_cmd = app.add_subcommand("coordinator", "Run a coordinator: jobs, nodes, scheduling, state");
+  coord_cmd->add_option("--state-dir", coord.state_dir, "Directory of the state store (SQLite)")->required();
+  coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)");
+  coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
+  coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");
+  coord_cmd->add_option("--heartbeat-timeout", coord.heartbeat_timeout, "A node silent this long is dead (default 2s)");
+  coord_cmd->add_option("--sync", coord.sync, "normal (survives a crash) or full (survives power loss too)");
+  coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
+
+  cli::AgentCommandOptions agent;
+  CLI::App* agent_cmd = app.add_subcommand("agent", "Run an agent for one node");
+  agent_cmd->add_option("--coordinator", agent.coordinator, "Coordinator HOST:PORT")->required();
+  agent_cmd->add_option("--config", agent.config, "Node file (YAML): name, site, cpu, memory, devices, price")->required();
+  agent_cmd->add_option("--site", agent.site, "Site, overriding the node file's");
+  agent_cmd->add_option("--work-dir", agent.work_dir, "Where task directories go");
+  agent_cmd->add_flag("--no-gpu-discovery", agent.no_gpu_discovery, "Do not look for CUDA devices");
+  agent_cmd->add_option("--kernel-threads", agent.kernel_threads, "Threads for built-in kernels (default: one per core)");
+
+  cli::UpOptions up;
+  CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");
+  up_cmd->add_option("--fleet", up.fleet, "Fleet file (default examples/fleets/three-sites.yaml)");
+  up_cmd->add_option("--dir", up.dir, dir_help);
+  cli::DownOptions down;
+  CLI::App* down_cmd = app.add_subcommand("down", "Stop the local cluster's processes (its state is kept)");
+  down_cmd->add_option("--dir", down.dir, dir_help);
+
+  cli::SubmitOptions submit;
+  CLI::App* submit_cmd = app.add_subcommand("submit", "Submit a job and return once it is stored");
+  submit_cmd->add_option("job", submit.job, "Job file (YAML)")->required();
+  add_target(submit_cmd, submit.target);
+  submit_cmd->add_flag("--json", submit.json, "Print JSON for scripts");
+
+  cli::RunJobOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Submit a job, follow it, print its results");
+  run_cmd->add_option("job", run.job, "Job file (YAML)")->required();
+  add_target(run_cmd, run.target);
+  run_cmd->add_flag("--json", run.json, "Print the finished job as JSON");
+  run_cmd->add_flag("--no-progress", run.no_progress, "No progress bar");
+
+  cli::JobsOptions jobs;
+  CLI::App* jobs_cmd = app.add_subcommand("jobs", "List jobs, newest first");
+  add_target(jobs_cmd, jobs.target);
+  jobs_cmd->add_option("--limit", jobs.limit, "At most this many (default 20; 0: all)");
+  jobs_cmd->add_flag("--json", jobs.json, "Print JSON for scripts");
+
+  CLI::App* job_cmd = app.add_subcommand("job", "One job: get, cancel, logs");
+  job_cmd->require_subcommand(1);
+  cli::JobOptions job_get, job_cancel, job_logs;
+  CLI::App* job_get_cmd = job_cmd->add_subcommand("get", "A job, its tasks, where they ran and their attempts");
+  CLI::App* job_cancel_cmd = job_cmd->add_subcommand("cancel", "Cancel a job; running tasks are killed");
+  CLI::App* job_logs_cmd = job_cmd->add_subcommand("logs", "Output of a job's command tasks");
+  for (auto [cmd, o] : {std::pair{job_get_cmd, &job_get}, {job_cancel_cmd, &job_cancel}, {job_logs_cmd, &job_logs}}) {
+    cmd->add_option("id", o->id, "Job id")->required();
+    add_target(cmd, o->target);
+    cmd->add_flag("--json", o->json, "Print JSON for scripts");
+  }
+  job_logs_cmd->add_option("--task", job_logs.task, "Only this task");
+
+  cli::NodesOptions nodes;
+  CLI::App* nodes_cmd = app.add_subcommand("nodes", "Nodes: sites, devices (real or emulated), what they run");
+  add_target(nodes_cmd, nodes.target);
+  nodes_cmd->add_flag("--json", nodes.json, "Print JSON for scripts");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,6 +164,30 @@ int main(int argc, char** argv) {
     status = cli::RunBenchSim(bench_sim_opts, std::cout);
   } else if (bench_sched->parsed()) {
     status = cli::RunBenchSched(bench, std::cout);
+  } else if (bench_tasks->parsed()) {
+    status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
+  } else if (coord_cmd->parsed()) {
+    status = cli::RunCoordinator(coord);
+  } else if (agent_cmd->parsed()) {
+    status = cli::RunAgent(agent);
+  } else if (up_cmd->parsed()) {
+    status = cli::RunUp(up, std::cout);
+  } else if (down_cmd->parsed()) {
+    status = cli::RunDown(down, std::cout);
+  } else if (submit_cmd->parsed()) {
+    status = cli::RunSubmit(submit, std::cout);
+  } else if (run_cmd->parsed()) {
+    status = cli::RunRun(run, std::cout, std::cerr);
+  } else if (jobs_cmd->parsed()) {
+    status = cli::RunJobs(jobs, std::cout);
+  } else if (job_get_cmd->parsed()) {
+    status = cli::RunJobGet(job_get, std::cout);
+  } else if (job_cancel_cmd->parsed()) {
+    status = cli::RunJobCancel(job_cancel, std::cout);
+  } else if (job_logs_cmd->parsed()) {
+    status = cli::RunJobLogs(job_logs, std::cout);
+  } else if (nodes_cmd->parsed()) {
+    status = cli::RunNodes(nodes, std::cout);
   }
   if (!status.ok()) {
     std::cout.flush();

@@ -107,6 +107,7 @@ struct JobSummary {
 
 struct TaskView {
   std::string name;
+  bool result = false;  // no task of its job depends on it
   TaskRecord record;
   std::vector<AttemptRecord> history;
 };
@@ -193,6 +194,9 @@ struct AgentHeartbeat {
   int32_t running = 0;
   int64_t cpu_used_milli = 0;
   double load_average = 0;
+  // Every attempt the agent has, running or finished but unacknowledged; the
+  // coordinator sends again what it placed there long enough ago and is missing.
+  std::vector<TaskKey> holding;
 };
 
 }  // namespace meridian::model

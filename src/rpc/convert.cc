@@ -198,6 +198,7 @@ void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out) {
   out->set_running(h.running);
   out->set_cpu_used_milli(h.cpu_used_milli);
   out->set_load_average(h.load_average);
+  for (const model::TaskKey& k : h.holding) ToProto(k, out->add_holding());
 }
 
 model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
@@ -209,6 +210,7 @@ model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
   h.running = in.running();
   h.cpu_used_milli = in.cpu_used_milli();
   h.load_average = in.load_average();
+  for (const v1::TaskKey& k : in.holding()) h.holding.push_back(FromProto(k));
   return h;
 }
 
@@ -251,6 +253,7 @@ void ToProto(const model::JobView& v, v1::JobInfo* out) {
     const model::TaskRecord& r = t.record;
     p->set_index(r.task);
     p->set_name(t.name);
+    p->set_result(t.result);
     p->set_state(std::string(model::TaskStatusName(r.status)));
     p->set_attempts(r.attempt);
     p->set_node(r.node);
@@ -297,6 +300,7 @@ model::JobView FromProto(const v1::JobInfo& in) {
   for (const v1::TaskInfo& p : in.tasks()) {
     model::TaskView t;
     t.name = p.name();
+    t.result = p.result();
     model::TaskRecord& r = t.record;
     r.job = in.id();
     r.task = p.index();

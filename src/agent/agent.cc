@@ -1,0 +1,240 @@
+#include "agent/agent.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "kernels/devices.h"
+#include "kernels/kernel.h"
+#include "model/accelerators.h"
+
+namespace meridian::agent {
+namespace {
+
+// How long one assignment stream stays open before it is renewed.
+constexpr int64_t kStreamRenewUs = 60'000'000;
+
+// "NVIDIA H200" -> "H200": the first known accelerator type named in the string.
+std::string CanonicalGpuType(const std::string& name) {
+  for (size_t start = 0; start < name.size();) {
+    size_t end = name.find_first_of(" -_", start);
+    if (end == std::string::npos) end = name.size();
+    if (auto t = model::FindAcceleratorType(name.substr(start, end - start))) return std::string(t->name);
+    start = end + 1;
+  }
+  return name;
+}
+
+}  // namespace
+
+model::Node DescribeNode(const AgentOptions& options, std::string* note) {
+  model::Node node = options.node;
+  std::vector<kernels::GpuInfo> gpus;
+  if (options.discover_gpus) gpus = kernels::DiscoverGpus(note);
+  if (gpus.empty()) {
+    // Nothing real: what the config declares runs on the CPU and says so.
+    for (model::Device& d : node.devices) d.emulated = true;
+    return node;
+  }
+  // Real GPUs replace the declared devices.
+  node.devices.clear();
+  for (const kernels::GpuInfo& g : gpus) {
+    node.devices.push_back(model::Device{CanonicalGpuType(g.name), g.index, g.memory_bytes, false, 1.0});
+  }
+  return node;
+}
+
+Agent::Agent(AgentOptions options, Env& env)
+    : options_(std::move(options)), env_(env), client_(options_.coordinator) {
+  std::string note;
+  options_.node = DescribeNode(options_, &note);
+  real_devices_ = !options_.node.devices.empty() && !options_.node.devices.front().emulated;
+  MERIDIAN_LOG_INFO("node {} at {}: {} cores, {} devices ({}); {}", options_.node.name, options_.site,
+                    options_.node.cpu_milli / 1000, options_.node.devices.size(),
+                    real_devices_ ? "real" : "emulated", note);
+  executor_ = std::make_unique<Executor>(
+      ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads},
+      [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
+}
+
+Agent::~Agent() {
+  Stop();
+  executor_.reset();  // reports land in pending_, which dies with us
+  if (stream_thread_.joinable()) stream_thread_.join();
+}
+
+void Agent::Stop() {
+  std::shared_ptr<rpc::NodeClient> stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    stream = stream_client_;
+  }
+  if (stream) stream->CancelStream();
+  cv_.notify_all();
+}
+
+bool Agent::Sleep(std::unique_lock<std::mutex>& lock, int64_t us) {
+  cv_.wait_for(lock, std::chrono::microseconds(us), [this] { return stopping_; });
+  return !stopping_;
+}
+
+void Agent::OnUpdate(model::TaskUpdate update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[update.key] = {++update_seq_, std::move(update)};
+  }
+  cv_.notify_all();
+}
+
+void Agent::OnBatch(const model::AssignmentBatch& batch) {
+  std::vector<model::TaskKey> started;
+  for (const model::TaskAssignment& a : batch.assignments) {
+    {
+      // Already finished here and waiting for acknowledgement: not again.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(a.key);
+      if (it != pending_.end() && it->second.second.kind != model::UpdateKind::kRunning) continue;
+    }
+    if (executor_->Start(a)) started.push_back(a.key);
+  }
+  for (const model::TaskKey& k : batch.cancel) executor_->Cancel(k);
+  (void)started;
+}
+
+void Agent::StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client) {
+  int64_t backoff_us = 50'000;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || session_ != session) return;
+    }
+    Status s = client->StreamAssignments(node_id, session, kStreamRenewUs,
+                                         [this](model::AssignmentBatch b) { OnBatch(b); });
+    if (s.ok()) {
+      backoff_us = 50'000;
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_ || session_ != session) return;
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      need_register_ = true;
+      cv_.notify_all();
+      return;
+    }
+    if (s.code() == StatusCode::kCancelled) return;
+    MERIDIAN_LOG_DEBUG("assignment stream ended: {}; reconnecting", s.ToString());
+    if (!Sleep(lock, backoff_us)) return;
+    backoff_us = std::min<int64_t>(backoff_us * 2, 1'000'000);
+  }
+}
+
+Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
+  model::AgentRegistration reg;
+  reg.node = options_.node;
+  reg.site = options_.site;
+  reg.kernels = kernels::KernelNames();
+  for (const auto& [key, entry] : pending_) {
+    if (entry.second.kind != model::UpdateKind::kRunning) reg.unacked.push_back(entry.second);
+  }
+  lock.unlock();
+  reg.running = executor_->Running();
+  StatusOr<model::RegistrationReply> reply = client_.Register(reg, options_.rpc_timeout_us);
+  lock.lock();
+  if (!reply.ok()) return reply.status();
+  // The registration carried every finished attempt: they are acknowledged.
+  for (const model::TaskUpdate& u : reg.unacked) pending_.erase(u.key);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = it->second.second.kind == model::UpdateKind::kRunning ? pending_.erase(it) : std::next(it);
+  }
+  node_id_ = reply->node_id;
+  session_ = reply->session;
+  heartbeat_interval_us_ = std::max<int64_t>(reply->heartbeat_interval_us, 10'000);
+  need_register_ = false;
+  for (const model::TaskKey& k : reply->cancel) executor_->Cancel(k);
+  // A fresh stream for the new session.
+  if (stream_client_) stream_client_->CancelStream();
+  std::shared_ptr<rpc::NodeClient> old = stream_client_;
+  stream_client_ = std::make_shared<rpc::NodeClient>(options_.coordinator);
+  std::thread previous = std::move(stream_thread_);
+  stream_thread_ = std::thread([this, id = node_id_, s = session_, c = stream_client_] { StreamLoop(id, s, c); });
+  if (previous.joinable()) {
+    lock.unlock();
+    previous.join();
+    lock.lock();
+  }
+  MERIDIAN_LOG_INFO("registered as node {} (session {}) with {}; {} running, {} reported", node_id_, session_,
+                    options_.coordinator, reg.running.size(), reg.unacked.size());
+  return OkStatus();
+}
+
+Status Agent::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t backoff_us = 100'000;
+  bool warned = false;
+  MonotonicTime last_beat{0};
+  while (!stopping_) {
+    if (need_register_) {
+      Status s = RegisterLocked(lock);
+      if (!s.ok()) {
+        if (s.code() == StatusCode::kInvalidArgument) return s;  // our config is wrong: retrying cannot help
+        if (!warned) MERIDIAN_LOG_WARN("{}; retrying", s.message());
+        warned = true;
+        if (!Sleep(lock, backoff_us)) break;
+        backoff_us = std::min<int64_t>(backoff_us * 2, 1'000'000);
+        continue;
+      }
+      warned = false;
+      backoff_us = 100'000;
+    }
+    // Wait for a report to send or the next heartbeat.
+    const int64_t due = last_beat.us + heartbeat_interval_us_;
+    cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
+      return stopping_ || need_register_ ||
+             std::any_of(pending_.begin(), pending_.end(), [](const auto& e) {
+               return e.second.second.kind != model::UpdateKind::kRunning;
+             }) || env_.clock().Now().us >= due;
+    });
+    if (stopping_ || need_register_) continue;
+    model::AgentHeartbeat hb;
+    hb.node_id = node_id_;
+    hb.session = session_;
+    std::vector<std::pair<model::TaskKey, uint64_t>> sent;
+    for (const auto& [key, entry] : pending_) {
+      hb.updates.push_back(entry.second);
+      sent.emplace_back(key, entry.first);
+    }
+    lock.unlock();
+    hb.holding = executor_->Running();
+    hb.running = static_cast<int32_t>(hb.holding.size());
+    hb.cpu_used_milli = executor_->cpu_allocated_milli();
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1) hb.load_average = load[0];
+    StatusOr<bool> reregister = client_.Heartbeat(hb, options_.rpc_timeout_us);
+    lock.lock();
+    last_beat = env_.clock().Now();
+    if (!reregister.ok()) {
+      // Cut off: tasks keep running here and their reports wait for the coordinator.
+      if (!warned) MERIDIAN_LOG_WARN("{}; keeping {} reports until it answers", reregister.status().message(),
+                                     pending_.size());
+      warned = true;
+      if (!Sleep(lock, backoff_us)) break;
+      backoff_us = std::min<int64_t>(backoff_us * 2, 1'000'000);
+      continue;
+    }
+    warned = false;
+    backoff_us = 100'000;
+    if (*reregister) {
+      need_register_ = true;
+      continue;
+    }
+    for (const auto& [key, seq] : sent) {
+      auto it = pending_.find(key);
+      if (it != pending_.end() && it->second.first == seq) pending_.erase(it);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace meridian::agent

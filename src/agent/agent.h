@@ -1,0 +1,78 @@
+// The agent: one per node. Registers the node's devices with the coordinator, runs
+// what it is assigned, and reports. Reports ride on heartbeats, sent at once when a
+// task ends (while one heartbeat is in flight the next batch gathers), and are kept
+// until the coordinator acknowledges them, across coordinator restarts. When the
+// coordinator forgets the session (it declared the node dead, or restarted), the
+// agent registers again, telling it what still runs here and what finished.
+//
+// Thread-safety: Run blocks on the calling thread; Stop may be called from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/executor.h"
+#include "common/env.h"
+#include "common/status.h"
+#include "model/fleet.h"
+#include "model/run_state.h"
+#include "rpc/node_client.h"
+
+namespace meridian::agent {
+
+struct AgentOptions {
+  std::string coordinator;       // host:port
+  model::Node node;              // as configured: devices declared there are emulated unless found
+  std::string site;
+  std::string work_dir;
+  bool discover_gpus = true;     // add NVIDIA GPUs found through the CUDA runtime
+  int kernel_threads = 0;
+  int64_t rpc_timeout_us = 5'000'000;
+};
+
+// The node as the agent will register it: CPU always; declared devices (emulated
+// unless real ones of the same type were found); GPUs found through CUDA.
+model::Node DescribeNode(const AgentOptions& options, std::string* note);
+
+class Agent {
+ public:
+  Agent(AgentOptions options, Env& env);
+  ~Agent();
+
+  // Registers and serves until Stop; returns the reason it stopped.
+  Status Run();
+  void Stop();
+
+ private:
+  Status RegisterLocked(std::unique_lock<std::mutex>& lock);
+  void StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client);
+  void OnBatch(const model::AssignmentBatch& batch);
+  void OnUpdate(model::TaskUpdate update);
+  bool Sleep(std::unique_lock<std::mutex>& lock, int64_t us);
+
+  AgentOptions options_;
+  Env& env_;
+  bool real_devices_ = false;
+  rpc::NodeClient client_;
+  std::unique_ptr<Executor> executor_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool need_register_ = true;
+  uint32_t node_id_ = 0;
+  uint64_t session_ = 0;
+  int64_t heartbeat_interval_us_ = 200'000;
+  // Final and running updates not yet acknowledged, newest per attempt.
+  std::map<model::TaskKey, std::pair<uint64_t, model::TaskUpdate>> pending_;
+  uint64_t update_seq_ = 0;
+  std::shared_ptr<rpc::NodeClient> stream_client_;
+  std::thread stream_thread_;
+};
+
+}  // namespace meridian::agent

@@ -1,0 +1,227 @@
+#include "agent/executor.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "common/subprocess.h"
+#include "common/units.h"
+#include "kernels/kernel.h"
+
+namespace meridian::agent {
+namespace {
+
+constexpr size_t kMaxOutputBytes = 1 << 20;
+constexpr size_t kMaxLogTailBytes = 64 << 10;
+
+std::string EnvName(std::string_view arg) {
+  std::string out = "MERIDIAN_ARG_";
+  for (char c : arg) out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? std::toupper(c) : '_');
+  return out;
+}
+
+std::string Indices(const std::vector<int32_t>& devices) {
+  std::string out;
+  for (int32_t d : devices) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return out;
+}
+
+}  // namespace
+
+Executor::Executor(ExecutorOptions options, UpdateFn on_update)
+    : options_(std::move(options)), on_update_(std::move(on_update)) {
+  int n = options_.kernel_threads > 0 ? options_.kernel_threads
+                                      : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (int i = 0; i < n; ++i) kernel_threads_.emplace_back([this] { KernelWorker(); });
+}
+
+Executor::~Executor() {
+  std::map<model::TaskKey, std::thread> commands;
+  std::vector<std::thread> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [key, task] : running_) task->stop = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : kernel_threads_) t.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands.swap(command_threads_);
+    finished.swap(finished_threads_);
+  }
+  for (auto& [key, t] : commands) t.join();
+  for (std::thread& t : finished) t.join();
+}
+
+bool Executor::Start(const model::TaskAssignment& assignment) {
+  auto task = std::make_shared<Running_>();
+  task->assignment = assignment;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || !running_.emplace(assignment.key, task).second) return false;
+  if (!assignment.kernel.empty()) {
+    kernel_queue_.push_back(task);
+    work_cv_.notify_one();
+    return true;
+  }
+  // Reap threads of commands that have finished.
+  for (std::thread& t : finished_threads_) t.join();
+  finished_threads_.clear();
+  command_threads_.emplace(assignment.key, std::thread([this, task] { RunCommand(*task); }));
+  return true;
+}
+
+void Executor::Cancel(const model::TaskKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = running_.find(key);
+  if (it != running_.end()) it->second->stop = true;
+}
+
+std::vector<model::TaskKey> Executor::Running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::TaskKey> out;
+  for (const auto& [key, task] : running_) out.push_back(key);
+  return out;
+}
+
+int64_t Executor::cpu_allocated_milli() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const auto& [key, task] : running_) total += task->assignment.allocation.cpu_milli;
+  return total;
+}
+
+void Executor::Finish(const model::TaskKey& key, model::TaskUpdate update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(key);
+    auto it = command_threads_.find(key);
+    if (it != command_threads_.end()) {
+      finished_threads_.push_back(std::move(it->second));
+      command_threads_.erase(it);
+    }
+  }
+  on_update_(std::move(update));
+}
+
+void Executor::KernelWorker() {
+  while (true) {
+    std::shared_ptr<Running_> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return stopping_ || !kernel_queue_.empty(); });
+      if (kernel_queue_.empty()) return;  // stopping
+      task = std::move(kernel_queue_.front());
+      kernel_queue_.pop_front();
+    }
+    RunKernel(*task);
+  }
+}
+
+void Executor::RunKernel(Running_& task) {
+  const model::TaskAssignment& a = task.assignment;
+  model::TaskUpdate u;
+  u.key = a.key;
+  const kernels::KernelInfo* kernel = kernels::FindKernel(a.kernel);
+  if (task.stop.load()) {
+    u.kind = model::UpdateKind::kCancelled;
+    u.reason = "cancelled before it started";
+  } else if (kernel == nullptr) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
+  } else {
+    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, a.inputs, a.index, task.stop});
+    if (task.stop.load()) {
+      u.kind = model::UpdateKind::kCancelled;
+      u.reason = "cancelled while running";
+    } else if (!out.ok()) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("kernel {}: {}", a.kernel, out.status().message());
+    } else if (out->size() > kMaxOutputBytes) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("kernel {} wrote {} of output; a task returns at most {}", a.kernel,
+                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(kMaxOutputBytes));
+    } else {
+      u.kind = model::UpdateKind::kSucceeded;
+      u.output = std::move(*out);
+    }
+  }
+  Finish(a.key, std::move(u));
+}
+
+void Executor::RunCommand(Running_& task) {
+  const model::TaskAssignment& a = task.assignment;
+  namespace fs = std::filesystem;
+  model::TaskUpdate u;
+  u.key = a.key;
+  const fs::path dir = fs::path(options_.work_dir) / "tasks" /
+                       fmt::format("{}-{}-{}", a.key.job, a.key.task, a.key.attempt);
+  std::error_code ec;
+  fs::create_directories(dir / "inputs", ec);
+  for (size_t i = 0; i < a.inputs.size() && !ec; ++i) {
+    std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << a.inputs[i];
+  }
+  ProcessOptions p;
+  p.argv = a.command;
+  p.cwd = dir.string();
+  p.timeout_us = a.timeout_us;
+  p.max_stdout_head = kMaxOutputBytes;
+  p.max_tail = kMaxLogTailBytes;
+  p.env = CurrentEnvironment();
+  const std::string devices = Indices(a.allocation.devices);
+  p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));
+  p.env.push_back(fmt::format("MERIDIAN_JOB_NAME={}", a.job_name));
+  p.env.push_back(fmt::format("MERIDIAN_TASK={}", a.task_name));
+  p.env.push_back(fmt::format("MERIDIAN_TASK_INDEX={}", a.index));
+  p.env.push_back(fmt::format("MERIDIAN_ATTEMPT={}", a.key.attempt));
+  p.env.push_back(fmt::format("MERIDIAN_NODE={}", options_.node_name));
+  p.env.push_back(fmt::format("MERIDIAN_SITE={}", options_.site));
+  p.env.push_back(fmt::format("MERIDIAN_CPU_MILLI={}", a.allocation.cpu_milli));
+  p.env.push_back(fmt::format("MERIDIAN_INPUTS={}", (dir / "inputs").string()));
+  p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", a.inputs.size()));
+  p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
+  p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
+  // Emulated devices are not GPUs the program could open: it sees none.
+  p.env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", options_.real_devices ? devices : ""));
+  p.env.push_back(fmt::format("MERIDIAN_EMULATED={}", options_.real_devices || devices.empty() ? 0 : 1));
+  for (const auto& [k, v] : a.args) p.env.push_back(EnvName(k) + "=" + v);
+
+  model::TaskUpdate running;
+  running.key = a.key;
+  running.kind = model::UpdateKind::kRunning;
+  on_update_(std::move(running));
+  StatusOr<ProcessResult> r = ec ? StatusOr<ProcessResult>(UnavailableError(
+                                       fmt::format("cannot create {}: {}", dir.string(), ec.message())))
+                                 : RunProcess(p, task.stop);
+  if (!r.ok()) {
+    u.kind = model::UpdateKind::kFailed;
+    u.exit_code = 127;
+    u.reason = r.status().message();
+  } else {
+    u.stdout_tail = r->stdout_tail;
+    u.stderr_tail = r->stderr_tail;
+    u.exit_code = r->exit_code;
+    if (r->stopped) {
+      u.kind = model::UpdateKind::kCancelled;
+      u.reason = "killed on cancel";
+    } else if (r->timed_out) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("timed out after {}; killed", FormatDurationUs(a.timeout_us));
+    } else if (r->signal != 0) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("killed by signal {} ({})", r->signal, strsignal(r->signal));
+    } else if (r->exit_code != 0) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("exit code {}", r->exit_code);
+    } else {
+      u.kind = model::UpdateKind::kSucceeded;
+      u.output = std::move(r->stdout_head);
+    }
+  }
+  fs::remove_all(dir, ec);
+  Finish(a.key, std::move(u));
+}
+
+}  // namespace meridian::agent

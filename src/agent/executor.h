@@ -1,0 +1,69 @@
+// The executor: runs the tasks assigned to one node, as many at once as they were
+// given resources for. Built-in kernels run on a pool of threads; commands run as
+// child processes, each watched by a thread of its own. Every task ends in exactly
+// one final update (succeeded, failed or cancelled) passed to `on_update`.
+//
+// Thread-safety: all methods may be called from any thread. `on_update` is called
+// from the executor's threads, never with the executor's lock held.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/run_state.h"
+
+namespace meridian::agent {
+
+struct ExecutorOptions {
+  std::string work_dir;              // task directories go under work_dir/tasks/
+  std::string node_name;
+  std::string site;
+  bool real_devices = false;         // the node's devices are real GPUs (else emulated)
+  int kernel_threads = 0;            // 0: one per hardware thread, at least 2
+};
+
+class Executor {
+ public:
+  using UpdateFn = std::function<void(model::TaskUpdate)>;
+  Executor(ExecutorOptions options, UpdateFn on_update);
+  // Stops what runs (reporting it cancelled) and waits for its threads.
+  ~Executor();
+
+  // Starts the attempt unless it is already here; returns false for a duplicate.
+  bool Start(const model::TaskAssignment& assignment);
+  // Stops the attempt; it reports cancelled. Unknown keys are ignored.
+  void Cancel(const model::TaskKey& key);
+  std::vector<model::TaskKey> Running() const;
+  int64_t cpu_allocated_milli() const;
+
+ private:
+  struct Running_ {
+    model::TaskAssignment assignment;
+    std::atomic<bool> stop{false};
+  };
+  void KernelWorker();
+  void RunKernel(Running_& task);
+  void RunCommand(Running_& task);
+  void Finish(const model::TaskKey& key, model::TaskUpdate update);
+
+  const ExecutorOptions options_;
+  const UpdateFn on_update_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  bool stopping_ = false;                                        // GUARDED_BY(mu_)
+  std::map<model::TaskKey, std::shared_ptr<Running_>> running_;  // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<Running_>> kernel_queue_;           // GUARDED_BY(mu_)
+  std::vector<std::thread> kernel_threads_;
+  std::map<model::TaskKey, std::thread> command_threads_;        // GUARDED_BY(mu_)
+  std::vector<std::thread> finished_threads_;                    // GUARDED_BY(mu_); joined later
+};
+
+}  // namespace meridian::agent

@@ -1,0 +1,317 @@
+// meridian coordinator | agent | up | down: the processes of a cluster, and a local
+// cluster on one machine started from a fleet file.
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent/agent.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "client/client.h"
+#include "common/logging.h"
+#include "common/subprocess.h"
+#include "common/units.h"
+#include "coordinator/coordinator.h"
+#include "rpc/server.h"
+#include "spec/fleet_spec.h"
+#include "store/sqlite_state_store.h"
+
+namespace meridian::cli {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kAddrFile = "coordinator.addr";
+
+StatusOr<std::string> ReadSmallFile(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(fmt::format("cannot read {}", path.string()));
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+Status WriteFileAtomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) return UnavailableError(fmt::format("cannot write {}", tmp.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return UnavailableError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+  return OkStatus();
+}
+
+std::string LogTail(const fs::path& log, size_t lines) {
+  std::ifstream in(log);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "\n  " + all[i];
+  return out;
+}
+
+int ReadPid(const fs::path& pid_file) {
+  StatusOr<std::string> s = ReadSmallFile(pid_file);
+  if (!s.ok()) return 0;
+  return std::atoi(s->c_str());
+}
+
+}  // namespace
+
+std::string DefaultClusterDir() {
+  if (const char* home = std::getenv("MERIDIAN_HOME"); home && *home) return home;
+  const char* user_home = std::getenv("HOME");
+  return fmt::format("{}/.meridian", user_home && *user_home ? user_home : ".");
+}
+
+StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target) {
+  if (!target.coordinator.empty()) return target.coordinator;
+  if (const char* env = std::getenv("MERIDIAN_COORDINATOR"); env && *env && target.dir.empty()) return std::string(env);
+  fs::path dir = target.dir.empty() ? DefaultClusterDir() : target.dir;
+  StatusOr<std::string> addr = ReadSmallFile(dir / kAddrFile);
+  if (!addr.ok() || addr->empty()) {
+    return FailedPreconditionError(fmt::format(
+        "no coordinator: no local cluster in {} (start one with 'meridian up') and no --coordinator HOST:PORT",
+        dir.string()));
+  }
+  return *addr;
+}
+
+Status RunCoordinator(const CoordinatorCommandOptions& o) {
+  if (o.state_dir.empty()) return InvalidArgumentError("--state-dir is required");
+  coordinator::CoordinatorOptions options;
+  if (!o.fleet.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(o.fleet));
+    options.fleet = std::move(fleet.fleet);
+    options.fleet.nodes.clear();
+    options.throughput = std::move(fleet.throughput);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(options.heartbeat_timeout_us, ParseDurationUs(o.heartbeat_timeout));
+  options.heartbeat_interval_us = std::max<int64_t>(options.heartbeat_timeout_us / 10, 10'000);
+  options.reconcile_grace_us = 2 * options.heartbeat_timeout_us;
+  std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
+  if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
+  options.order = *order;
+  store::SqliteStateStore::Options store_options;
+  if (o.sync == "full") {
+    store_options.sync = store::SqliteStateStore::Sync::kFull;
+  } else if (o.sync != "normal") {
+    return InvalidArgumentError(fmt::format("--sync: expected normal or full, got '{}'", o.sync));
+  }
+  std::error_code ec;
+  fs::create_directories(o.state_dir, ec);
+  if (ec) return UnavailableError(fmt::format("cannot create {}: {}", o.state_dir, ec.message()));
+  BlockTerminationSignals();  // before any thread starts, so all inherit it
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteStateStore> store,
+                            store::SqliteStateStore::Open((fs::path(o.state_dir) / "state.db").string(), store_options));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::Coordinator> coord,
+                            coordinator::Coordinator::Create(std::move(options), std::move(store), Env::Default()));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Start(o.listen, *coord, *coord, *coord));
+  std::string host = o.listen.substr(0, o.listen.rfind(':'));
+  std::string address = fmt::format("{}:{}", host, server->port());
+  if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
+  MERIDIAN_LOG_INFO("coordinator listening on {} (state in {})", address, o.state_dir);
+  int sig = WaitForTerminationSignal();
+  MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
+  server->Shutdown();
+  return OkStatus();
+}
+
+Status RunAgent(const AgentCommandOptions& o) {
+  if (o.coordinator.empty()) return InvalidArgumentError("--coordinator is required");
+  if (o.config.empty()) return InvalidArgumentError("--config is required");
+  MERIDIAN_ASSIGN_OR_RETURN(spec::NodeConfig config, spec::LoadNodeConfig(o.config));
+  agent::AgentOptions options;
+  options.coordinator = o.coordinator;
+  options.node = std::move(config.node);
+  options.site = o.site.empty() ? config.site : o.site;
+  options.work_dir = o.work_dir.empty() ? (fs::temp_directory_path() / ("meridian-agent-" + options.node.name)).string()
+                                        : o.work_dir;
+  options.discover_gpus = !o.no_gpu_discovery;
+  options.kernel_threads = o.kernel_threads;
+  BlockTerminationSignals();
+  agent::Agent agent(std::move(options), Env::Default());
+  std::thread signals([&agent] {
+    WaitForTerminationSignal();
+    agent.Stop();
+  });
+  Status s = agent.Run();
+  if (!s.ok()) {
+    // Wake the signal thread so the process can exit.
+    kill(getpid(), SIGTERM);
+  }
+  signals.join();
+  return s;
+}
+
+namespace {
+
+struct Component {
+  std::string name;             // "coordinator" or "agent-<node>"
+  std::vector<std::string> argv;
+  fs::path log;
+};
+
+// Starts `c` unless its pid file names a live process of this cluster. Returns the
+// pid, and whether it was started now.
+StatusOr<std::pair<int, bool>> Ensure(const fs::path& dir, const Component& c) {
+  fs::path pid_file = dir / "pids" / (c.name + ".pid");
+  int pid = ReadPid(pid_file);
+  if (ProcessRunning(pid, fs::absolute(dir).string())) return std::make_pair(pid, false);
+  MERIDIAN_ASSIGN_OR_RETURN(int started, SpawnDetached(c.argv, c.log.string()));
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(pid_file, std::to_string(started) + "\n"));
+  return std::make_pair(started, true);
+}
+
+}  // namespace
+
+Status RunUp(const UpOptions& o, std::ostream& out) {
+  std::string fleet_path = o.fleet.empty() ? "examples/fleets/three-sites.yaml" : o.fleet;
+  if (o.fleet.empty() && !fs::exists(fleet_path)) {
+    return InvalidArgumentError("give a fleet file: meridian up --fleet FLEET.yaml");
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(fleet_path));
+  if (fleet.fleet.nodes.empty()) return InvalidArgumentError(fmt::format("{} declares no nodes", fleet_path));
+  if (fleet.fleet.nodes.size() > static_cast<size_t>(o.max_nodes)) {
+    return InvalidArgumentError(fmt::format(
+        "{} has {} nodes; a local cluster runs one agent process per node, at most {} (use 'meridian sim' for "
+        "large fleets)",
+        fleet_path, fleet.fleet.nodes.size(), o.max_nodes));
+  }
+  const fs::path dir = fs::absolute(o.dir.empty() ? DefaultClusterDir() : o.dir);
+  std::error_code ec;
+  for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
+  if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  const std::string self = SelfExecutable();
+  const std::string abs_fleet = fs::absolute(fleet_path).string();
+
+  // The coordinator keeps the address it first got, so agents find a restarted one.
+  StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
+  std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
+  Component coord{"coordinator",
+                  {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
+                   listen, "--fleet", abs_fleet, "--addr-file", (dir / kAddrFile).string()},
+                  dir / "logs" / "coordinator.log"};
+  bool coord_running = ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string());
+  if (!coord_running) fs::remove(dir / kAddrFile, ec);
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord_pid, Ensure(dir, coord));
+  std::string address;
+  for (int i = 0; i < 500; ++i) {
+    StatusOr<std::string> a = ReadSmallFile(dir / kAddrFile);
+    if (a.ok() && !a->empty()) {
+      address = *a;
+      break;
+    }
+    if (ChildExited(coord_pid.first)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (address.empty()) {
+    return UnavailableError(fmt::format("the coordinator did not start; its log ({}) ends:{}", coord.log.string(),
+                                        LogTail(coord.log, 5)));
+  }
+
+  int started = coord_pid.second ? 1 : 0;
+  for (const model::Node& node : fleet.fleet.nodes) {
+    model::Node local = node;
+    // One machine runs every node: their devices are emulated on its CPU.
+    for (model::Device& d : local.devices) d.emulated = true;
+    fs::path config = dir / "nodes" / (node.name + ".yaml");
+    MERIDIAN_RETURN_IF_ERROR(
+        WriteFileAtomically(config, spec::NodeConfigYaml(local, fleet.fleet.site(node.site).name)));
+    Component agent{"agent-" + node.name,
+                    {self, "--log-level", "info", "agent", "--coordinator", address, "--config", config.string(),
+                     "--work-dir", (dir / "work" / node.name).string(), "--no-gpu-discovery"},
+                    dir / "logs" / ("agent-" + node.name + ".log")};
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
+    started += pid.second ? 1 : 0;
+  }
+
+  // Ready when every node of the fleet is registered and alive.
+  client::Client client(address, 2'000'000);
+  std::vector<model::NodeView> nodes;
+  size_t alive = 0;
+  for (int i = 0; i < 300; ++i) {
+    StatusOr<std::vector<model::NodeView>> n = client.Nodes();
+    if (n.ok()) {
+      nodes = std::move(*n);
+      alive = std::count_if(nodes.begin(), nodes.end(), [](const model::NodeView& v) { return v.alive; });
+      if (alive >= fleet.fleet.nodes.size()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (alive < fleet.fleet.nodes.size()) {
+    return UnavailableError(fmt::format("only {} of {} agents registered within 30 s; see the logs in {}", alive,
+                                        fleet.fleet.nodes.size(), (dir / "logs").string()));
+  }
+  if (o.quiet) return OkStatus();
+  out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n\n",
+                     dir.string(), address, nodes.size(), fleet.fleet.sites.size(), started);
+  std::map<std::string, std::pair<int, std::map<std::string, int>>> by_site;
+  for (const model::NodeView& n : nodes) {
+    auto& [count, devices] = by_site[n.site];
+    ++count;
+    std::string type = n.node.devices.empty() ? "CPU" : n.node.devices.front().type;
+    devices[type] += n.node.devices.empty() ? static_cast<int>(n.node.cpu_milli / 1000)
+                                            : static_cast<int>(n.node.devices.size());
+  }
+  Table t({"site", "nodes", "devices"});
+  for (const auto& [site, entry] : by_site) {
+    std::string devices;
+    for (const auto& [type, n] : entry.second) {
+      devices += (devices.empty() ? "" : ", ") + fmt::format("{} x{}{}", type, n, type == "CPU" ? " cores" : " (emulated)");
+    }
+    t.Add({site, std::to_string(entry.first), devices});
+  }
+  t.Print(out);
+  out << "\nnext: meridian run examples/jobs/sensor-histograms.yaml   (meridian down stops it)\n";
+  return OkStatus();
+}
+
+Status RunDown(const DownOptions& o, std::ostream& out) {
+  const fs::path dir = fs::absolute(o.dir.empty() ? DefaultClusterDir() : o.dir);
+  if (!fs::exists(dir / "pids")) return FailedPreconditionError(fmt::format("no local cluster in {}", dir.string()));
+  // Agents first, so none reports to a coordinator that is gone; then the coordinator.
+  std::vector<std::pair<fs::path, int>> targets;
+  for (const auto& entry : fs::directory_iterator(dir / "pids")) {
+    if (entry.path().extension() != ".pid") continue;
+    targets.emplace_back(entry.path(), ReadPid(entry.path()));
+  }
+  std::sort(targets.begin(), targets.end(), [](const auto& a, const auto& b) {
+    bool ac = a.first.filename() == "coordinator.pid", bc = b.first.filename() == "coordinator.pid";
+    return ac != bc ? bc : a.first < b.first;
+  });
+  int stopped = 0;
+  for (auto& [file, pid] : targets) {
+    if (ProcessRunning(pid, dir.string())) {
+      kill(pid, SIGTERM);
+      ++stopped;
+    }
+  }
+  for (int i = 0; i < 100; ++i) {
+    bool any = std::any_of(targets.begin(), targets.end(),
+                           [&](const auto& t) { return ProcessRunning(t.second, dir.string()); });
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& [file, pid] : targets) {
+    if (ProcessRunning(pid, dir.string())) kill(pid, SIGKILL);
+    std::error_code ec;
+    fs::remove(file, ec);
+  }
+  out << fmt::format("stopped {} processes of the local cluster in {} (state kept in {})\n", stopped, dir.string(),
+                     (dir / "state").string());
+  return OkStatus();
+}
+
+}  // namespace meridian::cli

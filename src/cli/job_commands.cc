@@ -1,0 +1,317 @@
+// meridian submit | run | jobs | job get|cancel|logs | nodes: the client commands.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "client/client.h"
+#include "common/env.h"
+#include "common/units.h"
+#include "spec/yaml_reader.h"
+
+namespace meridian::cli {
+namespace {
+
+using nlohmann::json;
+
+StatusOr<std::unique_ptr<client::Client>> Connect(const ClusterTarget& target) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
+  return std::make_unique<client::Client>(address);
+}
+
+std::string Ago(int64_t wall_us) {
+  if (wall_us <= 0) return "-";
+  int64_t now = Env::Default().clock().WallNow().us;
+  return FormatDurationUs(std::max<int64_t>(0, now - wall_us)) + " ago";
+}
+
+std::string Elapsed(const model::JobRecord& j) {
+  if (j.submitted_us <= 0) return "-";
+  int64_t end = j.finished_us > 0 ? j.finished_us : Env::Default().clock().WallNow().us;
+  return FormatDurationUs(std::max<int64_t>(0, end - j.submitted_us));
+}
+
+std::string FirstLine(const std::string& s, size_t max) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > max) line = line.substr(0, max - 3) + "...";
+  return line;
+}
+
+json SummaryJson(const model::JobSummary& s) {
+  return {{"id", s.job.id},
+          {"name", s.job.name},
+          {"tenant", s.job.tenant},
+          {"state", model::JobStatusName(s.job.status)},
+          {"reason", s.job.reason},
+          {"submitted_us", s.job.submitted_us},
+          {"finished_us", s.job.finished_us},
+          {"tasks", {{"total", s.tasks_total},
+                     {"waiting", s.waiting},
+                     {"running", s.running},
+                     {"succeeded", s.succeeded},
+                     {"failed", s.failed},
+                     {"cancelled", s.cancelled}}},
+          {"retries", s.retries},
+          {"running_by_site", s.running_by_site}};
+}
+
+json JobJson(const model::JobView& v) {
+  json j = SummaryJson(v.summary);
+  json tasks = json::array();
+  for (const model::TaskView& t : v.tasks) {
+    json history = json::array();
+    for (const model::AttemptRecord& a : t.history) {
+      history.push_back({{"attempt", a.attempt}, {"node", a.node}, {"site", a.site}, {"outcome", a.outcome},
+                         {"reason", a.reason}, {"exit_code", a.exit_code}, {"started_us", a.started_us},
+                         {"ended_us", a.ended_us}});
+    }
+    tasks.push_back({{"name", t.name}, {"state", model::TaskStatusName(t.record.status)},
+                     {"attempts", t.record.attempt}, {"node", t.record.node}, {"site", t.record.site},
+                     {"device_type", t.record.device_type}, {"emulated", t.record.emulated},
+                     {"reason", t.record.reason}, {"output", t.record.output}, {"result", t.result},
+                     {"started_us", t.record.started_us}, {"finished_us", t.record.finished_us},
+                     {"history", history}});
+  }
+  j["task_list"] = tasks;
+  return j;
+}
+
+std::string Counts(const model::JobSummary& s) {
+  return fmt::format("{}/{} done, {} running, {} waiting{}{}{}", s.succeeded, s.tasks_total, s.running, s.waiting,
+                     s.failed ? fmt::format(", {} failed", s.failed) : "",
+                     s.cancelled ? fmt::format(", {} cancelled", s.cancelled) : "",
+                     s.retries ? fmt::format(", {} retries", s.retries) : "");
+}
+
+std::string Sites(const std::map<std::string, int32_t>& by_site) {
+  std::string out;
+  for (const auto& [site, n] : by_site) out += (out.empty() ? "" : ", ") + fmt::format("{} {}", site, n);
+  return out;
+}
+
+void PrintJob(const model::JobView& v, std::ostream& out, size_t max_tasks) {
+  const model::JobSummary& s = v.summary;
+  out << fmt::format("job {} ({}), tenant {}: {}{}\n", s.job.id, s.job.name, s.job.tenant,
+                     model::JobStatusName(s.job.status), s.job.reason.empty() ? "" : " - " + s.job.reason);
+  out << fmt::format("tasks: {}\nsubmitted {}, {} {}\n", Counts(s), Ago(s.job.submitted_us),
+                     model::IsTerminal(s.job.status) ? "took" : "running for", Elapsed(s.job));
+  if (v.tasks.empty()) return;
+  out << '\n';
+  Table t({"task", "state", "attempts", "node", "site", "device", "output / reason"});
+  for (size_t i = 0; i < v.tasks.size() && i < max_tasks; ++i) {
+    const model::TaskView& task = v.tasks[i];
+    const model::TaskRecord& r = task.record;
+    std::string device = r.device_type.empty() ? "-" : r.device_type + (r.emulated ? " (emulated)" : "");
+    std::string note = r.status == model::TaskStatus::kSucceeded ? FirstLine(r.output, 48) : FirstLine(r.reason, 60);
+    t.Add({task.name, std::string(model::TaskStatusName(r.status)), std::to_string(r.attempt),
+           r.node.empty() ? "-" : r.node, r.site.empty() ? "-" : r.site, device, note});
+  }
+  t.Print(out);
+  if (v.tasks.size() > max_tasks) out << fmt::format("... and {} more tasks (--json for all)\n", v.tasks.size() - max_tasks);
+  // Every attempt that did not succeed, so retries and their reasons are visible.
+  Table retries({"task", "attempt", "node", "outcome", "reason"});
+  size_t n = 0;
+  for (const model::TaskView& task : v.tasks) {
+    for (const model::AttemptRecord& a : task.history) {
+      if (a.outcome == "succeeded" || a.outcome == "running") continue;
+      if (++n <= 50) retries.Add({task.name, std::to_string(a.attempt), a.node, a.outcome, FirstLine(a.reason, 80)});
+    }
+  }
+  if (n > 0) {
+    out << fmt::format("\nattempts that did not succeed ({}):\n", n);
+    retries.Print(out);
+  }
+}
+
+}  // namespace
+
+Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
+  if (o.json) {
+    out << json{{"id", r.job_id}, {"name", r.name}, {"tasks", r.tasks}}.dump(2) << '\n';
+  } else {
+    out << fmt::format("submitted job {} ({}, {} tasks); follow it with: meridian job get {}\n", r.job_id, r.name,
+                       r.tasks, r.job_id);
+  }
+  return OkStatus();
+}
+
+Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const bool show = !o.no_progress && !o.json;
+  if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
+  auto start = std::chrono::steady_clock::now();
+  auto last_line = start - std::chrono::seconds(10);
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary last, c->Watch(r.job_id, [&](const model::JobSummary& s) {
+    if (!show) return true;
+    auto now = std::chrono::steady_clock::now();
+    bool done = model::IsTerminal(s.job.status);
+    if (!tty && !done && now - last_line < std::chrono::seconds(1)) return true;
+    last_line = now;
+    const int width = 30;
+    int filled = s.tasks_total > 0 ? static_cast<int>(int64_t{width} * s.succeeded / s.tasks_total) : 0;
+    double secs = std::chrono::duration<double>(now - start).count();
+    std::string line = fmt::format("[{}{}] {}  {:.1f}s", std::string(filled, '#'), std::string(width - filled, '.'),
+                                   Counts(s), secs);
+    if (!s.running_by_site.empty()) line += "  at: " + Sites(s.running_by_site);
+    progress << (tty ? "\r\033[K" : "") << line << (tty && !done ? "" : "\n") << std::flush;
+    return true;
+  }));
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobView view, c->GetJob(r.job_id, true));
+  if (o.json) {
+    out << JobJson(view).dump(2) << '\n';
+  } else {
+    // Where the work ran, then the job's results (outputs no task consumed).
+    std::map<std::pair<std::string, std::string>, int> placed;
+    for (const model::TaskView& t : view.tasks) {
+      if (t.record.status == model::TaskStatus::kSucceeded) {
+        placed[{t.record.site, t.record.device_type + (t.record.emulated ? " (emulated)" : "")}]++;
+      }
+    }
+    out << fmt::format("\njob {} ({}) {} in {}: {}\n", r.job_id, r.name, model::JobStatusName(last.job.status),
+                       Elapsed(view.summary.job), Counts(view.summary));
+    if (!last.job.reason.empty()) out << "reason: " << last.job.reason << '\n';
+    if (!placed.empty()) {
+      out << '\n';
+      Table t({"site", "device", "tasks"});
+      for (const auto& [key, n] : placed) t.Add({key.first, key.second, std::to_string(n)});
+      t.Print(out);
+    }
+    size_t results = 0;
+    for (const model::TaskView& t : view.tasks) {
+      if (!t.result || t.record.status != model::TaskStatus::kSucceeded) continue;
+      if (++results > 5) continue;
+      std::string output = t.record.output.size() > 4096 ? t.record.output.substr(0, 4096) + "\n..." : t.record.output;
+      out << fmt::format("\nresult of {}:\n{}{}", t.name, output, output.empty() || output.back() != '\n' ? "\n" : "");
+    }
+    if (results > 5) out << fmt::format("\n... {} more results (meridian job get {} --json)\n", results - 5, r.job_id);
+  }
+  if (last.job.status != model::JobStatus::kSucceeded) {
+    return AbortedError(fmt::format("job {} {}{}", r.job_id, model::JobStatusName(last.job.status),
+                                    last.job.reason.empty() ? "" : ": " + last.job.reason));
+  }
+  return OkStatus();
+}
+
+Status RunJobs(const JobsOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::JobSummary> jobs, c->ListJobs(o.limit));
+  if (o.json) {
+    json j = json::array();
+    for (const model::JobSummary& s : jobs) j.push_back(SummaryJson(s));
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  if (jobs.empty()) {
+    out << "no jobs yet (meridian run JOB.yaml)\n";
+    return OkStatus();
+  }
+  Table t({"id", "name", "state", "tasks", "retries", "submitted", "took"});
+  for (const model::JobSummary& s : jobs) {
+    t.Add({std::to_string(s.job.id), s.job.name, std::string(model::JobStatusName(s.job.status)),
+           fmt::format("{}/{}", s.succeeded, s.tasks_total), std::to_string(s.retries), Ago(s.job.submitted_us),
+           Elapsed(s.job)});
+  }
+  t.Print(out);
+  return OkStatus();
+}
+
+Status RunJobGet(const JobOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c->GetJob(o.id, true));
+  if (o.json) {
+    out << JobJson(v).dump(2) << '\n';
+  } else {
+    PrintJob(v, out, 100);
+  }
+  return OkStatus();
+}
+
+Status RunJobCancel(const JobOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary s, c->Cancel(o.id));
+  if (o.json) {
+    out << SummaryJson(s).dump(2) << '\n';
+  } else {
+    out << fmt::format("job {} ({}) cancelled: {}\n", s.job.id, s.job.name, Counts(s));
+  }
+  return OkStatus();
+}
+
+Status RunJobLogs(const JobOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, c->Logs(o.id, o.task));
+  if (o.json) {
+    json j = json::array();
+    for (const rpc::TaskLog& l : logs) {
+      j.push_back({{"task", l.task}, {"attempt", l.record.attempt}, {"node", l.record.node},
+                   {"stdout", l.record.stdout_tail}, {"stderr", l.record.stderr_tail}});
+    }
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  if (logs.empty()) {
+    out << fmt::format("no logs for job {}{} (built-in kernels write none; commands' output appears here once they end)\n",
+                       o.id, o.task.empty() ? "" : " task " + o.task);
+  }
+  for (const rpc::TaskLog& l : logs) {
+    out << fmt::format("==> {} attempt {} on {} <==\n", l.task, l.record.attempt, l.record.node);
+    if (!l.record.stdout_tail.empty()) out << l.record.stdout_tail << (l.record.stdout_tail.back() == '\n' ? "" : "\n");
+    if (!l.record.stderr_tail.empty()) {
+      out << "--- stderr ---\n" << l.record.stderr_tail << (l.record.stderr_tail.back() == '\n' ? "" : "\n");
+    }
+  }
+  return OkStatus();
+}
+
+Status RunNodes(const NodesOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes, c->Nodes());
+  if (o.json) {
+    json j = json::array();
+    for (const model::NodeView& n : nodes) {
+      json devices = json::array();
+      for (const model::Device& d : n.node.devices) {
+        devices.push_back({{"type", d.type}, {"index", d.index}, {"memory_bytes", d.memory_bytes},
+                           {"emulated", d.emulated}});
+      }
+      j.push_back({{"name", n.node.name}, {"site", n.site}, {"state", n.alive ? "alive" : "dead"},
+                   {"cpu_milli", n.node.cpu_milli}, {"memory_bytes", n.node.memory_bytes}, {"devices", devices},
+                   {"running", n.running}, {"cpu_allocated_milli", n.cpu_allocated_milli},
+                   {"devices_allocated_milli", n.devices_allocated_milli}, {"load_average", n.load_average},
+                   {"heartbeat_age_us", n.heartbeat_age_us},
+                   {"price_micro_usd_per_hour", n.node.price_micro_usd_per_hour}});
+    }
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  Table t({"node", "site", "state", "devices", "cpu used", "devices used", "tasks", "load", "heartbeat"});
+  for (const model::NodeView& n : nodes) {
+    std::string devices = "-";
+    if (!n.node.devices.empty()) {
+      devices = fmt::format("{} x{} {}", n.node.devices.front().type, n.node.devices.size(),
+                            n.node.devices.front().emulated ? "emulated" : "real");
+    }
+    t.Add({n.node.name, n.site, n.alive ? "alive" : "dead", devices,
+           fmt::format("{}/{}", FormatMilli(n.cpu_allocated_milli), FormatMilli(n.node.cpu_milli)),
+           n.node.devices.empty() ? "-"
+                                  : fmt::format("{}/{}", FormatMilli(n.devices_allocated_milli),
+                                                n.node.devices.size()),
+           std::to_string(n.running), fmt::format("{:.2f}", n.load_average),
+           FormatDurationUs(n.heartbeat_age_us) + " ago"});
+  }
+  t.Print(out);
+  return OkStatus();
+}
+
+}  // namespace meridian::cli

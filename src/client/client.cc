@@ -1,0 +1,139 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "meridian/v1/meridian.grpc.pb.h"
+#include "rpc/convert.h"
+
+namespace meridian::client {
+
+Client::Client(std::string address, int64_t timeout_us)
+    : address_(std::move(address)), timeout_us_(timeout_us), channel_(rpc::MakeChannel(address_)) {}
+Client::~Client() = default;
+
+Status Client::Explain(const Status& s) const {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+      return UnavailableError(fmt::format(
+          "cannot reach the coordinator at {} ({}); is it running? Start a local cluster with 'meridian up'",
+          address_, s.message()));
+    case StatusCode::kDeadlineExceeded:
+      return DeadlineExceededError(fmt::format("the coordinator at {} did not answer in time", address_));
+    default:
+      return s;
+  }
+}
+
+StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const std::string& spec_name) {
+  // The server would refuse it too; say so before sending it.
+  if (spec_yaml.size() + spec_name.size() + 64 > static_cast<size_t>(rpc::kMaxRequestBytes)) {
+    return ResourceExhaustedError(fmt::format("{} is {}; the coordinator accepts specs of at most {}", spec_name,
+                                              FormatBytes(static_cast<int64_t>(spec_yaml.size())),
+                                              FormatBytes(rpc::kMaxRequestBytes)));
+  }
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(spec_yaml);
+  req.set_spec_name(spec_name);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_ * 3);
+  grpc::Status s = v1::JobService::NewStub(channel_)->Submit(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks()};
+}
+
+StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  req.set_include_tasks(include_tasks);
+  v1::JobInfo resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  grpc::Status s = v1::JobService::NewStub(channel_)->Get(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
+  v1::ListJobsRequest req;
+  req.set_limit(limit);
+  v1::ListJobsResponse resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  grpc::Status s = v1::JobService::NewStub(channel_)->List(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::JobSummary> out;
+  for (const v1::JobInfo& j : resp.jobs()) out.push_back(rpc::FromProto(j).summary);
+  return out;
+}
+
+StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::JobInfo resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  grpc::Status s = v1::JobService::NewStub(channel_)->Cancel(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp).summary;
+}
+
+StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string& task) {
+  v1::GetLogsRequest req;
+  req.set_job_id(id);
+  req.set_task(task);
+  v1::GetLogsResponse resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  grpc::Status s = v1::JobService::NewStub(channel_)->Logs(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<rpc::TaskLog> out;
+  for (const v1::TaskLog& l : resp.logs()) out.push_back(rpc::FromProto(l));
+  return out;
+}
+
+StatusOr<model::JobSummary> Client::Watch(uint64_t id,
+                                          const std::function<bool(const model::JobSummary&)>& on_change) {
+  uint64_t version = 0;
+  std::optional<model::JobSummary> last;
+  // A stream lasts a minute at most; a long job is followed over several.
+  while (true) {
+    grpc::ClientContext ctx;
+    rpc::SetDeadline(ctx, 60'000'000);
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    req.set_after_version(version);
+    auto reader = v1::JobService::NewStub(channel_)->Watch(&ctx, req);
+    v1::JobInfo info;
+    while (reader->Read(&info)) {
+      model::JobSummary s = rpc::FromProto(info).summary;
+      version = s.version;
+      last = s;
+      if (!on_change(s)) {
+        ctx.TryCancel();
+        reader->Finish().IgnoreError();
+        return *last;
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (last && model::IsTerminal(last->job.status)) return *last;
+    if (!st.ok() && st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) return Explain(rpc::FromGrpc(st));
+  }
+}
+
+StatusOr<std::vector<model::NodeView>> Client::Nodes() {
+  v1::ListNodesRequest req;
+  v1::ListNodesResponse resp;
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  grpc::Status s = v1::AdminService::NewStub(channel_)->ListNodes(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::NodeView> out;
+  for (const v1::NodeInfo& n : resp.nodes()) out.push_back(rpc::FromProto(n));
+  return out;
+}
+
+}  // namespace meridian::client

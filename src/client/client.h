@@ -1,0 +1,49 @@
+// The C++ client of a Meridian coordinator: submit and follow jobs, read their
+// results and logs, list nodes. What the `meridian` command uses; other programs may
+// too. Every call has a deadline; errors name the coordinator and say what to do.
+//
+// Thread-safety: a Client may be used from several threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/run_state.h"
+#include "rpc/api.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace meridian::client {
+
+class Client {
+ public:
+  explicit Client(std::string address, int64_t timeout_us = 10'000'000);
+  ~Client();
+
+  const std::string& address() const { return address_; }
+
+  StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name);
+  StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks);
+  StatusOr<std::vector<model::JobSummary>> ListJobs(int32_t limit);
+  StatusOr<model::JobSummary> Cancel(uint64_t id);
+  StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task);
+  // Calls on_change with the job's summary now and after every change until it ends
+  // (or on_change returns false); returns the last summary.
+  StatusOr<model::JobSummary> Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change);
+  StatusOr<std::vector<model::NodeView>> Nodes();
+
+ private:
+  Status Explain(const Status& s) const;
+
+  std::string address_;
+  int64_t timeout_us_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace meridian::client

@@ -1,0 +1,237 @@
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "common/subprocess.h"
+
+extern char** environ;
+
+namespace meridian {
+namespace {
+
+// Appends to a bounded head and a rolling bounded tail.
+struct Capture {
+  size_t max_head = 0;
+  size_t max_tail = 0;
+  std::string head;
+  std::string tail;
+  bool truncated = false;
+
+  void Add(const char* data, size_t n) {
+    if (head.size() < max_head) {
+      size_t take = std::min(n, max_head - head.size());
+      head.append(data, take);
+      truncated = truncated || take < n;
+    } else if (max_head > 0 && n > 0) {
+      truncated = true;
+    }
+    tail.append(data, n);
+    if (tail.size() > 2 * max_tail) tail.erase(0, tail.size() - max_tail);
+  }
+  std::string Tail() const { return tail.size() > max_tail ? tail.substr(tail.size() - max_tail) : tail; }
+};
+
+std::string FindInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t colon = p.find(':', start);
+    if (colon == std::string::npos) colon = p.size();
+    std::string dir = p.substr(start, colon - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = colon + 1;
+  }
+  return "";
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (const std::string& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
+}
+
+std::string SelfExecutable() {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::atomic<bool>& stop) {
+  if (options.argv.empty()) return InvalidArgumentError("an empty command");
+  std::string program = FindInPath(options.argv[0]);
+  if (program.empty()) return NotFoundError(fmt::format("cannot run '{}': not found in PATH", options.argv[0]));
+  int out_pipe[2], err_pipe[2], exec_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 || pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    return UnavailableError(fmt::format("cannot create pipes: {}", std::strerror(errno)));
+  }
+  std::vector<char*> argv = CStrings(options.argv);
+  std::vector<char*> envp = CStrings(options.env);
+  pid_t pid = fork();
+  if (pid < 0) return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(out_pipe[1], 1);
+    dup2(err_pipe[1], 2);
+    int err = 0;
+    if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) {
+      err = errno;
+    } else {
+      execve(program.c_str(), argv.data(), envp.data());
+      err = errno;
+    }
+    ssize_t ignored = write(exec_pipe[1], &err, sizeof(err));
+    (void)ignored;
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
+  close(exec_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
+    waitpid(pid, nullptr, 0);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return FailedPreconditionError(fmt::format("cannot run '{}': {}", options.argv[0], std::strerror(exec_errno)));
+  }
+
+  ProcessResult result;
+  Capture out{options.max_stdout_head, options.max_tail, {}, {}, false};
+  Capture err{0, options.max_tail, {}, {}, false};
+  const int64_t deadline = options.timeout_us > 0 ? NowUs() + options.timeout_us : 0;
+  bool killed = false;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (!killed && (stop.load() || (deadline > 0 && NowUs() >= deadline))) {
+      result.stopped = stop.load();
+      result.timed_out = !result.stopped;
+      kill(-pid, SIGKILL);
+      killed = true;
+    }
+    int n = poll(fds, 2, 50);
+    if (n < 0 && errno != EINTR) break;
+    for (pollfd& f : fds) {
+      if (f.fd < 0 || !(f.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t r = read(f.fd, buf, sizeof(buf));
+      if (r > 0) {
+        (f.fd == out_pipe[0] ? out : err).Add(buf, static_cast<size_t>(r));
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(f.fd);
+        f.fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (pollfd& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!killed) kill(-pid, SIGKILL);  // anything it left behind in its group
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  result.stdout_head = std::move(out.head);
+  result.stdout_truncated = out.truncated;
+  result.stdout_tail = out.Tail();
+  result.stderr_tail = err.Tail();
+  return result;
+}
+
+bool ChildExited(int pid) {
+  int status = 0;
+  return waitpid(pid, &status, WNOHANG) == pid || (kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+bool ProcessRunning(int pid, const std::string& needle) {
+  if (pid <= 0 || kill(pid, 0) != 0) return false;
+  int reaped = waitpid(pid, nullptr, WNOHANG);  // our own child that exited
+  if (reaped == pid) return false;
+  std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+  std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string state;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string ignored;
+  stat >> ignored >> ignored >> state;
+  if (state == "Z") return false;  // exited, not yet reaped by its parent
+  return cmdline.find(needle) != std::string::npos;
+}
+
+void BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForTerminationSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
+  if (argv.empty()) return InvalidArgumentError("an empty command");
+  int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return UnavailableError(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
+  std::vector<char*> args = CStrings(argv);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(log);
+    return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    setsid();
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(log);
+  return static_cast<int>(pid);
+}
+
+}  // namespace meridian

@@ -1,0 +1,64 @@
+// Running a program as a child process: argv, environment, working directory,
+// stdout and stderr captured with bounds, a timeout, and a kill from another thread.
+// The child leads its own process group, so a kill reaches what it started too.
+//
+// Thread-safety: RunProcess may run on several threads at once; `stop` is read
+// while it runs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace meridian {
+
+struct ProcessOptions {
+  std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH
+  std::vector<std::string> env;   // "NAME=value"; the whole environment
+  std::string cwd;                // empty: the caller's
+  int64_t timeout_us = 0;         // 0: none
+  size_t max_stdout_head = 1 << 20;  // kept from the start of stdout
+  size_t max_tail = 64 << 10;        // kept from the end of stdout and of stderr
+};
+
+struct ProcessResult {
+  int exit_code = 0;          // of a normal exit
+  int signal = 0;             // that ended it, if one did
+  bool timed_out = false;
+  bool stopped = false;       // killed because `stop` was set
+  bool stdout_truncated = false;
+  std::string stdout_head;
+  std::string stdout_tail;
+  std::string stderr_tail;
+};
+
+// Starts the program and waits for it. An error only when it cannot be started
+// (not found, not executable): the message names the program and why.
+StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::atomic<bool>& stop);
+
+// The current process's environment as "NAME=value" strings.
+std::vector<std::string> CurrentEnvironment();
+
+// Starts `argv` detached (new session, stdin from /dev/null, stdout and stderr to
+// `log_path`, appended) and returns its pid without waiting.
+StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path);
+
+// The path of the running executable.
+std::string SelfExecutable();
+
+// Whether our child `pid` has exited (reaping it if so).
+bool ChildExited(int pid);
+
+// Whether process `pid` exists and its command line contains `needle`. Racy for a
+// child in the middle of exec; use ChildExited for those.
+bool ProcessRunning(int pid, const std::string& needle);
+
+// Blocks SIGINT and SIGTERM in the calling thread and the threads it starts later;
+// WaitForTerminationSignal then returns the first that arrives.
+void BlockTerminationSignals();
+int WaitForTerminationSignal();
+
+}  // namespace meridian

@@ -1,0 +1,526 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "spec/job_spec.h"
+
+namespace meridian::coordinator {
+
+using model::JobStatus;
+using model::TaskStatus;
+
+namespace {
+
+model::Fleet SitesOnly(const model::Fleet& fleet) {
+  model::Fleet out;
+  out.sites = fleet.sites;
+  out.links = fleet.links;
+  out.tenants = fleet.tenants;
+  return out;
+}
+
+std::string Join(const std::set<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<store::StateStore> store, Env& env)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      env_(env),
+      policy_(sched::Policy::WithOrder(options_.order)),
+      fleet_(SitesOnly(options_.fleet)),
+      ledger_(fleet_),
+      rng_(options_.seed) {}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
+                                                           std::unique_ptr<store::StateStore> store, Env& env) {
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store), env));
+  MERIDIAN_RETURN_IF_ERROR(c->LoadState());
+  c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
+  return c;
+}
+
+Coordinator::~Coordinator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  loop_cv_.notify_all();
+  outbox_cv_.notify_all();
+  job_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+Status Coordinator::LoadState() {
+  MERIDIAN_ASSIGN_OR_RETURN(store::LoadedState state, store_->Load());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (model::JobRecord& rec : state.jobs) {
+    JobRt& job = jobs_[rec.id];
+    job.rec = std::move(rec);
+  }
+  for (model::TaskRecord& t : state.tasks) {
+    auto it = jobs_.find(t.job);
+    if (it == jobs_.end()) continue;
+    std::vector<TaskRt>& tasks = it->second.tasks;
+    if (tasks.size() <= t.task) tasks.resize(t.task + 1);
+    tasks[t.task].rec = std::move(t);
+  }
+  for (model::AttemptRecord& a : state.attempts) {
+    auto it = jobs_.find(a.job);
+    if (it == jobs_.end() || a.task >= it->second.tasks.size()) continue;
+    it->second.tasks[a.task].history.push_back(std::move(a));
+  }
+  const MonotonicTime grace{env_.clock().Now().us + options_.reconcile_grace_us};
+  store::StoreBatch fixes;
+  for (auto& [id, job] : jobs_) {
+    StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput);
+    if (!parsed.ok() || parsed->tasks.size() != job.tasks.size()) {
+      if (!model::IsTerminal(job.rec.status)) {
+        EndJob(job, JobStatus::kFailed,
+               "its spec no longer matches the coordinator's fleet after a restart: " +
+                   (parsed.ok() ? std::string("task count changed") : parsed.status().message()),
+               fixes);
+      }
+      continue;
+    }
+    job.job = std::make_unique<model::Job>(std::move(*parsed));
+    job.counts.tasks_total = static_cast<int32_t>(job.tasks.size());
+    for (size_t i = 0; i < job.tasks.size(); ++i) {
+      for (TaskId d : job.job->tasks[i].after) job.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
+    }
+    for (size_t i = 0; i < job.tasks.size(); ++i) {
+      TaskRt& t = job.tasks[i];
+      job.counts.retries += std::max(0, t.rec.attempt - 1);
+      for (TaskId d : job.job->tasks[i].after) {
+        if (job.tasks[d.value()].rec.status != TaskStatus::kSucceeded) ++t.deps_left;
+      }
+      switch (t.rec.status) {
+        case TaskStatus::kSucceeded: ++job.counts.succeeded; break;
+        case TaskStatus::kFailed: ++job.counts.failed; break;
+        case TaskStatus::kCancelled: ++job.counts.cancelled; break;
+        case TaskStatus::kBlocked: ++job.counts.waiting; break;
+        case TaskStatus::kQueued:
+          ++job.counts.waiting;
+          Enqueue(job, t);
+          break;
+        case TaskStatus::kAssigned:
+        case TaskStatus::kRunning:
+          // Placed before the restart: wait for its agent to say whether it still runs.
+          ++job.counts.running;
+          ++job.running_by_site[t.rec.site];
+          orphans_[{id, static_cast<uint32_t>(i)}] = Orphan{t.rec.node, grace};
+          break;
+      }
+    }
+    job.counts.version = next_version_++;
+  }
+  Commit(fixes);
+  if (!jobs_.empty()) {
+    MERIDIAN_LOG_INFO("loaded {} jobs; {} tasks were placed before the restart and wait for their agents",
+                      jobs_.size(), orphans_.size());
+  }
+  return OkStatus();
+}
+
+void Coordinator::Commit(const store::StoreBatch& batch) {
+  if (batch.empty()) return;
+  Status s = store_->Apply(batch);
+  // Nothing is acknowledged that is not stored; a store that cannot write stops the
+  // coordinator rather than let memory and disk disagree. Restarting reloads the store.
+  MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
+}
+
+void Coordinator::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  MonotonicTime next_check = env_.clock().Now();
+  while (!stopping_) {
+    if (env_.clock().Now() >= next_check) {
+      DetectFailuresLocked();
+      next_check = MonotonicTime{env_.clock().Now().us + options_.heartbeat_interval_us / 2};
+    }
+    if (dirty_) ScheduleLocked();
+    if (stopping_) break;
+    loop_cv_.wait_for(lock, std::chrono::microseconds(options_.heartbeat_interval_us / 2),
+                      [this] { return stopping_ || dirty_; });
+  }
+}
+
+// ------------------------------------------------------------------ jobs
+
+StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, const std::string& spec_name) {
+  model::Fleet sites;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sites = SitesOnly(fleet_);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job).status());
+  }
+  model::JobRecord rec;
+  rec.name = job.name;
+  rec.tenant = job.tenant;
+  rec.spec_yaml = spec_yaml;
+  rec.spec_name = spec_name;
+  rec.status = JobStatus::kQueued;
+  rec.submitted_us = WallUs();
+  std::vector<model::TaskRecord> tasks(job.tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    tasks[i].task = static_cast<uint32_t>(i);
+    tasks[i].status = job.tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
+  }
+  // Durable first; only then does the job exist for anyone.
+  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks));
+  rec.id = id;
+  rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size())};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobRt& rt = jobs_[id];
+    rt.rec = std::move(rec);
+    rt.job = std::make_unique<model::Job>(std::move(job));
+    rt.tasks.resize(tasks.size());
+    rt.counts.tasks_total = static_cast<int32_t>(tasks.size());
+    rt.counts.waiting = rt.counts.tasks_total;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      TaskRt& t = rt.tasks[i];
+      t.rec = tasks[i];
+      t.rec.job = id;
+      t.deps_left = static_cast<int32_t>(rt.job->tasks[i].after.size());
+      for (TaskId d : rt.job->tasks[i].after) rt.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
+    }
+    for (TaskRt& t : rt.tasks) {
+      if (t.rec.status == TaskStatus::kQueued) Enqueue(rt, t);
+    }
+    Changed(rt);
+  }
+  loop_cv_.notify_one();
+  return result;
+}
+
+StatusOr<std::vector<std::string>> Coordinator::CheckFeasible(const model::Job& job) const {
+  if (fleet_.nodes.empty()) {
+    return FailedPreconditionError("the cluster has no nodes yet: start agents (meridian up) and submit again");
+  }
+  std::set<std::string> kernels;
+  for (const NodeRt& n : nodes_) kernels.insert(n.kernels.begin(), n.kernels.end());
+  for (const model::Task& t : job.tasks) {
+    if (!t.kernel.empty() && !kernels.count(t.kernel)) {
+      return InvalidArgumentError(
+          fmt::format("task '{}': unknown kernel '{}' (the agents run: {})", t.name, t.kernel, Join(kernels)));
+    }
+  }
+  // Ask the scheduler about one task of each distinct request on an empty fleet:
+  // what it calls infeasible there can never run.
+  sched::Snapshot snap;
+  snap.fleet = &fleet_;
+  snap.throughput = &options_.throughput;
+  snap.free = sched::ResourceLedger(fleet_);
+  snap.jobs.push_back(sched::JobState::Submitted(job, 0));
+  std::vector<const model::ResourceRequest*> seen;
+  for (const model::Task& t : job.tasks) {
+    const model::ResourceRequest& r = t.resources;
+    bool dup = std::any_of(seen.begin(), seen.end(), [&](const model::ResourceRequest* s) {
+      return s->accelerator_any_of == r.accelerator_any_of && s->device_count == r.device_count &&
+             s->device_share_milli == r.device_share_milli &&
+             s->min_device_memory_bytes == r.min_device_memory_bytes && s->cpu_milli == r.cpu_milli &&
+             s->memory_bytes == r.memory_bytes;
+    });
+    if (dup && t.gang.empty()) continue;
+    seen.push_back(&r);
+    snap.queue.push_back(sched::PendingTask{0, t.id, t.inputs, static_cast<int64_t>(snap.queue.size())});
+  }
+  Random rng(1);
+  sched::Plan plan = sched::Schedule(snap, policy_, rng);
+  for (const sched::Unplaced& u : plan.unplaced) {
+    if (u.kind == sched::UnplacedKind::kInfeasible) {
+      return InvalidArgumentError(
+          fmt::format("task '{}' can never run on this cluster: {}", job.tasks[u.task.value()].name, u.reason));
+    }
+  }
+  return std::vector<std::string>{};
+}
+
+StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, bool include_tasks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+  model::JobView view;
+  view.summary = SummaryOf(it->second);
+  if (include_tasks) {
+    const JobRt& job = it->second;
+    view.tasks.reserve(job.tasks.size());
+    for (size_t i = 0; i < job.tasks.size(); ++i) {
+      view.tasks.push_back(model::TaskView{TaskName(job, static_cast<uint32_t>(i)), job.tasks[i].dependents.empty(),
+                                           job.tasks[i].rec, job.tasks[i].history});
+    }
+  }
+  return view;
+}
+
+std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::JobSummary> out;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if (limit > 0 && out.size() >= static_cast<size_t>(limit)) break;
+    out.push_back(SummaryOf(it->second));
+  }
+  return out;
+}
+
+StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+  JobRt& job = it->second;
+  if (model::IsTerminal(job.rec.status)) {
+    return FailedPreconditionError(
+        fmt::format("job {} has already {}", id, model::JobStatusName(job.rec.status)));
+  }
+  store::StoreBatch batch;
+  EndJob(job, JobStatus::kCancelled, "cancelled by request", batch);
+  Commit(batch);
+  outbox_cv_.notify_all();
+  return SummaryOf(job);
+}
+
+StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
+  std::optional<uint32_t> index;
+  std::map<uint32_t, std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+    for (uint32_t i = 0; i < it->second.tasks.size(); ++i) {
+      std::string name = TaskName(it->second, i);
+      if (name == task) index = i;
+      names[i] = std::move(name);
+    }
+    if (!task.empty() && !index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TaskLogRecord> records, store_->Logs(id, index));
+  std::vector<rpc::TaskLog> out;
+  for (model::TaskLogRecord& r : records) out.push_back(rpc::TaskLog{names[r.task], std::move(r)});
+  return out;
+}
+
+StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+  const JobRt& job = it->second;
+  job_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
+    return stopping_ || job.counts.version > after_version || model::IsTerminal(job.rec.status);
+  });
+  return SummaryOf(job);
+}
+
+model::JobSummary Coordinator::SummaryOf(const JobRt& job) const {
+  model::JobSummary s = job.counts;
+  s.job = job.rec;
+  s.job.spec_yaml.clear();
+  for (const auto& [site, n] : job.running_by_site) {
+    if (n > 0) s.running_by_site[site] = n;
+  }
+  return s;
+}
+
+std::string Coordinator::TaskName(const JobRt& job, uint32_t task) const {
+  return job.job ? job.job->tasks[task].name : fmt::format("#{}", task);
+}
+
+void Coordinator::Changed(JobRt& job) {
+  job.counts.version = next_version_++;
+  job_cv_.notify_all();
+}
+
+// ------------------------------------------------------------------ nodes
+
+StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegistration& reg) {
+  if (reg.node.name.empty()) return InvalidArgumentError("a node must have a name");
+  if (reg.site.empty()) return InvalidArgumentError(fmt::format("node '{}' names no site", reg.node.name));
+  std::unique_lock<std::mutex> lock(mu_);
+  std::optional<SiteId> site = fleet_.FindSite(reg.site);
+  if (!site) {
+    if (!options_.fleet.sites.empty()) {
+      std::set<std::string> known;
+      for (const model::Site& s : fleet_.sites) known.insert(s.name);
+      return InvalidArgumentError(
+          fmt::format("node '{}': unknown site '{}' (the coordinator's fleet has: {})", reg.node.name, reg.site,
+                      Join(known)));
+    }
+    model::Site s;
+    s.id = SiteId(static_cast<uint32_t>(fleet_.sites.size()));
+    s.name = reg.site;
+    s.region = reg.site;
+    fleet_.sites.push_back(s);
+    site = s.id;
+  }
+  model::Node node = reg.node;
+  node.site = *site;
+  node.health = model::NodeHealth::kHealthy;
+  int32_t index;
+  auto found = node_by_name_.find(node.name);
+  if (found == node_by_name_.end()) {
+    index = static_cast<int32_t>(fleet_.nodes.size());
+    node.id = NodeId(static_cast<uint32_t>(index));
+    fleet_.nodes.push_back(node);
+    nodes_.emplace_back();
+    node_by_name_[node.name] = index;
+    ledger_.Add(fleet_.nodes.back());
+  } else {
+    index = found->second;
+    node.id = NodeId(static_cast<uint32_t>(index));
+    fleet_.nodes[index] = node;
+    // The node may come back with other resources: recount its ledger from what it holds.
+    ledger_ = sched::ResourceLedger(fleet_);
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      for (const auto& [job_id, task] : nodes_[n].tasks) {
+        const model::TaskAllocation& a = jobs_.at(job_id).tasks[task].rec.allocation;
+        sched::Allocation alloc{NodeId(static_cast<uint32_t>(n)), a.cpu_milli, a.memory_bytes, a.devices,
+                                a.device_share_milli};
+        sched::NodeFree f = ledger_.free(alloc.node);
+        bool fits = f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes;
+        for (int32_t d : a.devices) fits = fits && d < static_cast<int32_t>(f.device_free_milli.size());
+        if (fits) ledger_.Take(alloc);
+      }
+    }
+  }
+  pools_.reset();
+  NodeRt& rt = nodes_[index];
+  rt.site = reg.site;
+  rt.alive = true;
+  rt.session = next_session_++;
+  rt.last_heartbeat = env_.clock().Now();
+  rt.registered_us = WallUs();
+  rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
+  rt.outbox = {};
+
+  std::set<model::TaskKey> running(reg.running.begin(), reg.running.end());
+  for (const model::TaskUpdate& u : reg.unacked) running.insert(u.key);
+  store::StoreBatch batch;
+  // Tasks placed here before a coordinator restart: adopt those the agent still has.
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    if (it->second.node != node.name) {
+      ++it;
+      continue;
+    }
+    JobRt& job = jobs_.at(it->first.first);
+    TaskRt& task = job.tasks[it->first.second];
+    it = orphans_.erase(it);
+    if (running.count({task.rec.job, task.rec.task, task.rec.attempt})) {
+      Hold(job, task, index);
+    } else {
+      task.node = -1;
+      LoseAttempt(job, task, fmt::format("node {} no longer had it after the coordinator restarted", node.name),
+                  batch);
+    }
+  }
+  for (const model::TaskUpdate& u : reg.unacked) ApplyUpdate(u, index, batch);
+  model::RegistrationReply reply;
+  // What it held before but no longer runs was lost with the agent's restart.
+  std::vector<std::pair<uint64_t, uint32_t>> held(rt.tasks.begin(), rt.tasks.end());
+  for (const auto& [job_id, t] : held) {
+    JobRt& job = jobs_.at(job_id);
+    TaskRt& task = job.tasks[t];
+    if (!running.count({job_id, t, task.rec.attempt})) {
+      LoseAttempt(job, task, fmt::format("node {} restarted without it", node.name), batch);
+    }
+  }
+  for (const model::TaskKey& k : reg.running) {
+    auto j = jobs_.find(k.job);
+    bool wanted = j != jobs_.end() && k.task < j->second.tasks.size() &&
+                  j->second.tasks[k.task].rec.attempt == k.attempt && j->second.tasks[k.task].node == index &&
+                  model::IsPlaced(j->second.tasks[k.task].rec.status);
+    if (!wanted) reply.cancel.push_back(k);
+  }
+  Commit(batch);
+  reply.node_id = static_cast<uint32_t>(index);
+  reply.session = rt.session;
+  reply.heartbeat_interval_us = options_.heartbeat_interval_us;
+  dirty_ = true;
+  MERIDIAN_LOG_INFO("node {} registered at site {} (session {}, {} running)", node.name, reg.site, rt.session,
+                    reg.running.size());
+  lock.unlock();
+  loop_cv_.notify_one();
+  return reply;
+}
+
+StatusOr<model::AssignmentBatch> Coordinator::NextAssignments(uint32_t node_id, uint64_t session,
+                                                              int64_t timeout_us) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto stale = [&] { return node_id >= nodes_.size() || nodes_[node_id].session != session; };
+  if (stale()) return FailedPreconditionError("this session is no longer the node's; register again");
+  outbox_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
+    return stopping_ || stale() || !nodes_[node_id].outbox.assignments.empty() ||
+           !nodes_[node_id].outbox.cancel.empty();
+  });
+  if (stale()) return FailedPreconditionError("this session is no longer the node's; register again");
+  model::AssignmentBatch out;
+  std::swap(out, nodes_[node_id].outbox);
+  return out;
+}
+
+StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (hb.node_id >= nodes_.size() || nodes_[hb.node_id].session != hb.session) return true;
+  const int32_t index = static_cast<int32_t>(hb.node_id);
+  NodeRt& node = nodes_[index];
+  node.last_heartbeat = env_.clock().Now();
+  node.running = hb.running;
+  node.load_average = hb.load_average;
+  store::StoreBatch batch;
+  for (const model::TaskUpdate& u : hb.updates) ApplyUpdate(u, index, batch);
+  Commit(batch);
+  // Placed here a while ago but not on the agent: the assignment was lost on the way.
+  std::set<model::TaskKey> holding(hb.holding.begin(), hb.holding.end());
+  for (const model::TaskUpdate& u : hb.updates) holding.insert(u.key);
+  const int64_t resend_before = WallUs() - 4 * options_.heartbeat_interval_us;
+  bool resent = false;
+  for (const auto& [job_id, t] : node.tasks) {
+    const JobRt& job = jobs_.at(job_id);
+    const TaskRt& task = job.tasks[t];
+    if (task.rec.status == TaskStatus::kAssigned && task.rec.started_us < resend_before &&
+        !holding.count({job_id, t, task.rec.attempt}) && model::IsTerminal(job.rec.status) == false) {
+      node.outbox.assignments.push_back(AssignmentFor(job, task));
+      resent = true;
+    }
+  }
+  lock.unlock();
+  if (resent) outbox_cv_.notify_all();
+  if (!hb.updates.empty()) loop_cv_.notify_one();
+  return false;
+}
+
+std::vector<model::NodeView> Coordinator::ListNodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::NodeView> out;
+  const MonotonicTime now = env_.clock().Now();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const NodeRt& rt = nodes_[i];
+    model::NodeView v;
+    v.node = fleet_.nodes[i];
+    v.site = rt.site;
+    v.alive = rt.alive;
+    v.heartbeat_age_us = now.us - rt.last_heartbeat.us;
+    v.running = static_cast<int32_t>(rt.tasks.size());
+    const sched::NodeFree& f = ledger_.free(NodeId(static_cast<uint32_t>(i)));
+    v.cpu_allocated_milli = v.node.cpu_milli - f.cpu_milli;
+    v.memory_allocated_bytes = v.node.memory_bytes - f.memory_bytes;
+    for (int32_t free : f.device_free_milli) v.devices_allocated_milli += 1000 - free;
+    v.load_average = rt.load_average;
+    v.registered_us = rt.registered_us;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace meridian::coordinator

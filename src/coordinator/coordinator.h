@@ -1,0 +1,172 @@
+// The coordinator: owns jobs and their tasks, the registry of nodes, and the loop
+// that schedules. It implements the RPC interfaces (rpc/api.h) in plain C++; the
+// gRPC server in src/rpc hosts it.
+//
+// State lives in memory and is written through to a StateStore before anything is
+// acknowledged: a job before Submit returns, a placement before it is sent to an
+// agent, a task's result before the agent's heartbeat is answered. On restart it
+// loads the store back and reconciles with what agents report when they register
+// again: tasks still running on live agents keep running, lost ones are queued
+// again, finished ones are never run again.
+//
+// Task state machine: blocked -> queued -> assigned -> running -> succeeded; a
+// failed attempt is retried up to the task's `retries`, then fails the job; an
+// attempt lost with its node (or across a coordinator restart) is queued again, up
+// to `max_losses` times. Each attempt is kept with its outcome and reason.
+//
+// Thread-safety: every public method may be called from any thread; one mutex
+// guards the state. A background thread runs scheduling and failure detection.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/env.h"
+#include "model/fleet.h"
+#include "model/run_state.h"
+#include "model/throughput.h"
+#include "model/work.h"
+#include "rpc/api.h"
+#include "sched/schedule.h"
+#include "store/state_store.h"
+
+namespace meridian::coordinator {
+
+struct CoordinatorOptions {
+  // Sites, links, tenants and the throughput table. Nodes are not taken from here:
+  // they join by registering. Empty: sites are created as agents name them.
+  model::Fleet fleet;
+  model::ThroughputTable throughput;
+  int64_t heartbeat_interval_us = 200'000;
+  // A node silent this long is declared dead and its tasks run elsewhere.
+  int64_t heartbeat_timeout_us = 2'000'000;
+  // After a restart, how long a task placed before it waits for its agent to report.
+  int64_t reconcile_grace_us = 4'000'000;
+  // Times an attempt may be lost with its node before the task fails.
+  int32_t max_losses = 3;
+  // At most this many ready tasks are offered to one scheduling call, oldest first.
+  size_t schedule_window = 1024;
+  sched::QueueOrder order = sched::QueueOrder::kFifo;
+  uint64_t seed = 1;
+};
+
+class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::AdminApi {
+ public:
+  // Loads the store's state and starts the background loop. `env` must outlive it.
+  static StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
+                                                       std::unique_ptr<store::StateStore> store, Env& env);
+  ~Coordinator() override;
+
+  // rpc::JobApi
+  StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) override;
+  StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks) override;
+  std::vector<model::JobSummary> ListJobs(int32_t limit) override;
+  StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
+  StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
+  StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) override;
+
+  // rpc::NodeApi
+  StatusOr<model::RegistrationReply> Register(const model::AgentRegistration& registration) override;
+  StatusOr<model::AssignmentBatch> NextAssignments(uint32_t node_id, uint64_t session,
+                                                   int64_t timeout_us) override;
+  StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) override;
+
+  // rpc::AdminApi
+  std::vector<model::NodeView> ListNodes() override;
+
+ private:
+  struct TaskRt {
+    model::TaskRecord rec;
+    std::vector<model::AttemptRecord> history;
+    std::vector<uint32_t> dependents;
+    int32_t deps_left = 0;
+    int64_t seq = -1;        // key in ready_ while queued
+    int32_t node = -1;       // index in nodes_ while it holds resources there
+  };
+  struct JobRt {
+    model::JobRecord rec;
+    std::unique_ptr<model::Job> job;  // the parsed spec; null if it no longer parses
+    std::vector<TaskRt> tasks;
+    model::JobSummary counts;         // counters only; rec is the source of the rest
+    std::map<std::string, int32_t> running_by_site;
+  };
+  struct NodeRt {
+    std::string site;
+    bool alive = false;
+    uint64_t session = 0;
+    MonotonicTime last_heartbeat;
+    int64_t registered_us = 0;
+    std::set<std::string> kernels;
+    std::set<std::pair<uint64_t, uint32_t>> tasks;  // held here
+    model::AssignmentBatch outbox;
+    int32_t running = 0;
+    double load_average = 0;
+  };
+  // A task placed before a restart whose agent has not registered yet.
+  struct Orphan {
+    std::string node;
+    MonotonicTime deadline;
+  };
+
+  Coordinator(CoordinatorOptions options, std::unique_ptr<store::StateStore> store, Env& env);
+  Status LoadState();
+  void Loop();
+
+  // All below: called with mu_ held.
+  void ScheduleLocked();
+  void DetectFailuresLocked();
+  void Commit(const store::StoreBatch& batch);
+  StatusOr<std::vector<std::string>> CheckFeasible(const model::Job& job) const;
+  model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
+  void Enqueue(JobRt& job, TaskRt& task);
+  void Dequeue(TaskRt& task);
+  void Release(JobRt& job, TaskRt& task);
+  void Hold(JobRt& job, TaskRt& task, int32_t node);
+  // Counters for a task that stops being assigned or running.
+  void LeavePlaced(JobRt& job, TaskRt& task);
+  void ApplyUpdate(const model::TaskUpdate& update, int32_t node, store::StoreBatch& batch);
+  void Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
+  void FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
+  void LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);
+  void Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch);
+  void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
+  void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
+  void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch);
+  void Changed(JobRt& job);
+  model::JobSummary SummaryOf(const JobRt& job) const;
+  std::string TaskName(const JobRt& job, uint32_t task) const;
+  int64_t WallUs() const { return env_.clock().WallNow().us; }
+
+  const CoordinatorOptions options_;
+  const std::unique_ptr<store::StateStore> store_;
+  Env& env_;
+  const sched::Policy policy_;
+
+  std::mutex mu_;
+  std::condition_variable loop_cv_;    // work for the loop
+  std::condition_variable outbox_cv_;  // work for the assignment streams
+  std::condition_variable job_cv_;     // a job changed (watchers)
+  bool stopping_ = false;
+  bool dirty_ = true;                  // something the scheduler should look at changed
+  model::Fleet fleet_;                 // sites from the options, nodes as they register
+  std::shared_ptr<const sched::PoolIndex> pools_;
+  sched::ResourceLedger ledger_;
+  std::vector<NodeRt> nodes_;          // parallel to fleet_.nodes
+  std::map<std::string, int32_t> node_by_name_;
+  std::map<uint64_t, JobRt> jobs_;
+  std::map<int64_t, std::pair<uint64_t, uint32_t>> ready_;  // seq -> task, FIFO
+  int64_t next_seq_ = 0;
+  uint64_t next_session_ = 1;
+  uint64_t next_version_ = 1;
+  std::map<std::pair<uint64_t, uint32_t>, Orphan> orphans_;
+  Random rng_;
+  std::thread loop_;
+};
+
+}  // namespace meridian::coordinator

@@ -1,0 +1,347 @@
+// The coordinator's moving parts: the scheduling step, task updates from agents,
+// retries, losses, failure detection and the ends of jobs. All called with mu_ held.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "common/units.h"
+#include "coordinator/coordinator.h"
+
+namespace meridian::coordinator {
+
+using model::JobStatus;
+using model::TaskStatus;
+
+void Coordinator::Enqueue(JobRt& job, TaskRt& task) {
+  (void)job;
+  task.seq = next_seq_++;
+  ready_[task.seq] = {task.rec.job, task.rec.task};
+  dirty_ = true;
+}
+
+void Coordinator::Dequeue(TaskRt& task) {
+  if (task.seq >= 0) ready_.erase(task.seq);
+  task.seq = -1;
+}
+
+void Coordinator::Hold(JobRt& job, TaskRt& task, int32_t node) {
+  const model::TaskAllocation& a = task.rec.allocation;
+  ledger_.Take(sched::Allocation{NodeId(static_cast<uint32_t>(node)), a.cpu_milli, a.memory_bytes, a.devices,
+                                 a.device_share_milli});
+  task.node = node;
+  nodes_[node].tasks.insert({task.rec.job, task.rec.task});
+  (void)job;
+}
+
+void Coordinator::Release(JobRt& job, TaskRt& task) {
+  if (task.node < 0) return;
+  const model::TaskAllocation& a = task.rec.allocation;
+  ledger_.Give(sched::Allocation{NodeId(static_cast<uint32_t>(task.node)), a.cpu_milli, a.memory_bytes, a.devices,
+                                 a.device_share_milli});
+  nodes_[task.node].tasks.erase({task.rec.job, task.rec.task});
+  task.node = -1;
+  dirty_ = true;
+  (void)job;
+}
+
+void Coordinator::LeavePlaced(JobRt& job, TaskRt& task) {
+  --job.counts.running;
+  --job.running_by_site[task.rec.site];
+}
+
+void Coordinator::ScheduleLocked() {
+  dirty_ = false;
+  if (ready_.empty()) return;
+  if (!pools_) pools_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  sched::Snapshot snap;
+  snap.now_us = env_.clock().Now().us;
+  snap.fleet = &fleet_;
+  snap.throughput = &options_.throughput;
+  snap.pools = pools_;
+  snap.free = ledger_;
+  std::map<uint64_t, uint32_t> job_index;
+  std::vector<std::pair<JobRt*, TaskRt*>> offered;
+  for (auto it = ready_.begin(); it != ready_.end() && offered.size() < options_.schedule_window; ++it) {
+    JobRt& job = jobs_.at(it->second.first);
+    auto [ji, inserted] = job_index.try_emplace(job.rec.id, static_cast<uint32_t>(snap.jobs.size()));
+    if (inserted) snap.jobs.push_back(sched::JobState::Submitted(*job.job, job.rec.submitted_us));
+    TaskRt& task = job.tasks[it->second.second];
+    snap.queue.push_back(sched::PendingTask{ji->second, TaskId(task.rec.task), job.job->tasks[task.rec.task].inputs,
+                                            it->first});
+    offered.emplace_back(&job, &task);
+  }
+  sched::Plan plan = sched::Schedule(snap, policy_, rng_);
+  if (plan.placements.empty() && plan.unplaced.empty()) return;
+
+  store::StoreBatch batch;
+  const int64_t now = WallUs();
+  std::set<int32_t> nodes_with_work;
+  for (const sched::Placement& p : plan.placements) {
+    auto [job, task] = offered[p.queue_index];
+    const int32_t node = static_cast<int32_t>(p.allocation.node.value());
+    Dequeue(*task);
+    model::TaskRecord& r = task->rec;
+    r.status = TaskStatus::kAssigned;
+    ++r.attempt;
+    r.node = fleet_.nodes[node].name;
+    r.site = nodes_[node].site;
+    r.device_type = p.device_type;
+    r.emulated = !p.allocation.devices.empty() && fleet_.nodes[node].devices.front().emulated;
+    r.allocation = {p.allocation.cpu_milli, p.allocation.memory_bytes, p.allocation.devices,
+                    p.allocation.device_share_milli};
+    r.reason.clear();
+    r.started_us = now;
+    Hold(*job, *task, node);
+    ++job->running_by_site[r.site];
+    task->history.push_back(model::AttemptRecord{r.job, r.task, r.attempt, r.node, r.site, "running", "", 0, now, 0});
+    batch.tasks.push_back(r);
+    batch.attempts.push_back(task->history.back());
+    --job->counts.waiting;
+    ++job->counts.running;
+    if (job->rec.status == JobStatus::kQueued) {
+      job->rec.status = JobStatus::kRunning;
+      batch.jobs.push_back(job->rec);
+    }
+    nodes_[node].outbox.assignments.push_back(AssignmentFor(*job, *task));
+    nodes_with_work.insert(node);
+    Changed(*job);
+  }
+  for (const sched::Unplaced& u : plan.unplaced) {
+    if (u.kind != sched::UnplacedKind::kInfeasible) continue;
+    auto [job, task] = offered[u.queue_index];
+    if (model::IsTerminal(job->rec.status)) continue;
+    task->rec.reason = u.reason;
+    EndJob(*job, JobStatus::kFailed,
+           fmt::format("task '{}' can no longer run: {}", TaskName(*job, task->rec.task), u.reason), batch);
+  }
+  // Stored before any agent hears of it: a restart finds every assignment it sent.
+  Commit(batch);
+  if (!nodes_with_work.empty()) outbox_cv_.notify_all();
+  // Placed everything offered: there may be more behind the window.
+  if (!plan.placements.empty() && ready_.size() > 0) dirty_ = true;
+}
+
+model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt& task) const {
+  const model::Task& spec = job.job->tasks[task.rec.task];
+  model::TaskAssignment a;
+  a.key = {task.rec.job, task.rec.task, task.rec.attempt};
+  a.job_name = job.rec.name;
+  a.task_name = spec.name;
+  a.index = spec.index;
+  a.kernel = spec.kernel;
+  a.command = spec.command;
+  a.args = spec.args;
+  for (TaskId d : spec.after) a.inputs.push_back(job.tasks[d.value()].rec.output);
+  a.device_type = task.rec.device_type;
+  a.allocation = task.rec.allocation;
+  a.timeout_us = spec.timeout_us;
+  return a;
+}
+
+void Coordinator::EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason,
+                             int32_t exit_code) {
+  if (task.history.empty() || task.history.back().attempt != task.rec.attempt) return;
+  model::AttemptRecord& a = task.history.back();
+  a.outcome = outcome;
+  a.reason = reason;
+  a.exit_code = exit_code;
+  a.ended_us = WallUs();
+}
+
+void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::StoreBatch& batch) {
+  auto it = jobs_.find(u.key.job);
+  if (it == jobs_.end() || u.key.task >= it->second.tasks.size()) return;
+  JobRt& job = it->second;
+  TaskRt& task = job.tasks[u.key.task];
+  // Only the current attempt, on the node it was placed on, may change the task:
+  // reports of earlier attempts and duplicates of this one are ignored, so a result
+  // is committed once however often the agent resends it.
+  if (task.rec.attempt != u.key.attempt || task.node != node) return;
+  if (u.kind != model::UpdateKind::kRunning) {
+    if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) {
+      batch.logs.push_back({u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail});
+    }
+  }
+  if (!model::IsPlaced(task.rec.status)) {
+    // Cancelled or failed with its job while the agent was finishing it.
+    if (u.kind != model::UpdateKind::kRunning) {
+      Release(job, task);
+      EndAttempt(task, u.kind == model::UpdateKind::kSucceeded ? "succeeded" : "cancelled", u.reason, u.exit_code);
+      batch.attempts.push_back(task.history.back());
+    }
+    return;
+  }
+  switch (u.kind) {
+    case model::UpdateKind::kRunning:
+      if (task.rec.status == TaskStatus::kAssigned) {
+        task.rec.status = TaskStatus::kRunning;
+        batch.tasks.push_back(task.rec);
+        Changed(job);
+      }
+      return;
+    case model::UpdateKind::kSucceeded:
+      Succeed(job, task, u, batch);
+      return;
+    case model::UpdateKind::kFailed:
+      FailAttempt(job, task, u, batch);
+      return;
+    case model::UpdateKind::kCancelled:
+      // The agent stopped it though the job goes on (it was told to, or is stopping).
+      LoseAttempt(job, task, u.reason.empty() ? "stopped by its agent" : u.reason, batch);
+      return;
+  }
+}
+
+void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
+  Release(job, task);
+  task.rec.status = TaskStatus::kSucceeded;
+  task.rec.output = u.output;
+  task.rec.reason.clear();
+  task.rec.finished_us = WallUs();
+  EndAttempt(task, "succeeded", "", u.exit_code);
+  batch.tasks.push_back(task.rec);
+  batch.attempts.push_back(task.history.back());
+  LeavePlaced(job, task);
+  ++job.counts.succeeded;
+  for (uint32_t d : task.dependents) {
+    TaskRt& dep = job.tasks[d];
+    if (--dep.deps_left == 0 && dep.rec.status == TaskStatus::kBlocked) {
+      dep.rec.status = TaskStatus::kQueued;
+      batch.tasks.push_back(dep.rec);
+      Enqueue(job, dep);
+    }
+  }
+  if (job.counts.succeeded == job.counts.tasks_total) EndJob(job, JobStatus::kSucceeded, "", batch);
+  Changed(job);
+}
+
+void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
+  Release(job, task);
+  const std::string reason = u.reason.empty() ? fmt::format("exit code {}", u.exit_code) : u.reason;
+  EndAttempt(task, "failed", reason, u.exit_code);
+  batch.attempts.push_back(task.history.back());
+  LeavePlaced(job, task);
+  ++task.rec.failures;
+  const int32_t retries = job.job->tasks[task.rec.task].retries;
+  if (task.rec.failures <= retries) {
+    task.rec.reason = fmt::format("attempt {} failed: {}; retrying ({} of {})", task.rec.attempt, reason,
+                                  task.rec.failures, retries);
+    Requeue(job, task, batch);
+    return;
+  }
+  task.rec.status = TaskStatus::kFailed;
+  task.rec.reason = reason;
+  task.rec.finished_us = WallUs();
+  batch.tasks.push_back(task.rec);
+  ++job.counts.failed;
+  EndJob(job, JobStatus::kFailed,
+         fmt::format("task '{}' failed after {} attempt{}: {}", TaskName(job, task.rec.task), task.rec.attempt,
+                     task.rec.attempt == 1 ? "" : "s", reason),
+         batch);
+}
+
+void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
+  Release(job, task);
+  EndAttempt(task, "lost", reason, 0);
+  if (!task.history.empty()) batch.attempts.push_back(task.history.back());
+  if (!model::IsPlaced(task.rec.status)) return;
+  LeavePlaced(job, task);
+  ++task.rec.losses;
+  if (task.rec.losses > options_.max_losses) {
+    task.rec.status = TaskStatus::kFailed;
+    task.rec.reason = fmt::format("lost {} times, last: {}", task.rec.losses, reason);
+    task.rec.finished_us = WallUs();
+    batch.tasks.push_back(task.rec);
+    ++job.counts.failed;
+    EndJob(job, JobStatus::kFailed, fmt::format("task '{}' {}", TaskName(job, task.rec.task), task.rec.reason),
+           batch);
+    return;
+  }
+  task.rec.reason = fmt::format("attempt {} lost: {}; running it again", task.rec.attempt, reason);
+  Requeue(job, task, batch);
+}
+
+void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
+  task.rec.status = TaskStatus::kQueued;
+  batch.tasks.push_back(task.rec);
+  ++job.counts.waiting;
+  ++job.counts.retries;
+  Enqueue(job, task);
+  Changed(job);
+}
+
+void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason, store::StoreBatch& batch) {
+  if (model::IsTerminal(job.rec.status)) return;
+  job.rec.status = status;
+  job.rec.reason = reason;
+  job.rec.finished_us = WallUs();
+  batch.jobs.push_back(job.rec);
+  if (status != JobStatus::kSucceeded) {
+    // Everything not finished stops: queued tasks leave the queue, placed ones are
+    // cancelled on their agents (their resources come back when the agent reports).
+    for (TaskRt& t : job.tasks) {
+      if (model::IsTerminal(t.rec.status)) continue;
+      if (model::IsPlaced(t.rec.status)) {
+        LeavePlaced(job, t);
+        if (t.node >= 0) nodes_[t.node].outbox.cancel.push_back({t.rec.job, t.rec.task, t.rec.attempt});
+      } else {
+        --job.counts.waiting;
+        Dequeue(t);
+      }
+      t.rec.status = TaskStatus::kCancelled;
+      if (t.rec.reason.empty()) t.rec.reason = reason;
+      ++job.counts.cancelled;
+      batch.tasks.push_back(t.rec);
+    }
+    outbox_cv_.notify_all();
+  }
+  MERIDIAN_LOG_INFO("job {} ({}) {}{}", job.rec.id, job.rec.name, model::JobStatusName(status),
+                    reason.empty() ? "" : ": " + reason);
+  Changed(job);
+}
+
+void Coordinator::MarkDead(int32_t index, const std::string& reason, store::StoreBatch& batch) {
+  NodeRt& node = nodes_[index];
+  node.alive = false;
+  node.session = next_session_++;  // its streams and heartbeats are now stale
+  node.outbox = {};
+  fleet_.nodes[index].health = model::NodeHealth::kUnhealthy;
+  pools_.reset();
+  MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
+                    node.tasks.size());
+  std::vector<std::pair<uint64_t, uint32_t>> held(node.tasks.begin(), node.tasks.end());
+  for (const auto& [job_id, t] : held) {
+    JobRt& job = jobs_.at(job_id);
+    LoseAttempt(job, job.tasks[t], reason, batch);
+  }
+  outbox_cv_.notify_all();
+  dirty_ = true;
+}
+
+void Coordinator::DetectFailuresLocked() {
+  const MonotonicTime now = env_.clock().Now();
+  store::StoreBatch batch;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].alive && now.us - nodes_[i].last_heartbeat.us > options_.heartbeat_timeout_us) {
+      MarkDead(static_cast<int32_t>(i),
+               fmt::format("node {} sent no heartbeat for {}", fleet_.nodes[i].name,
+                           FormatDurationUs(now.us - nodes_[i].last_heartbeat.us)),
+               batch);
+    }
+  }
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    if (now < it->second.deadline) {
+      ++it;
+      continue;
+    }
+    JobRt& job = jobs_.at(it->first.first);
+    TaskRt& task = job.tasks[it->first.second];
+    std::string node = it->second.node;
+    it = orphans_.erase(it);
+    LoseAttempt(job, task, fmt::format("node {} did not come back after the coordinator restarted", node), batch);
+  }
+  Commit(batch);
+}
+
+}  // namespace meridian::coordinator
