@@ -46,7 +46,7 @@ model::Node DescribeNode(const AgentOptions& options, std::string* note) {
 }
 
 Agent::Agent(AgentOptions options, Env& env)
-    : options_(std::move(options)), env_(env), client_(options_.coordinator) {
+    : options_(std::move(options)), env_(env), client_(std::make_unique<rpc::NodeClient>(options_.coordinator)) {
   std::string note;
   options_.node = DescribeNode(options_, &note);
   real_devices_ = !options_.node.devices.empty() && !options_.node.devices.front().emulated;
@@ -140,9 +140,12 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   }
   lock.unlock();
   reg.running = executor_->Running();
-  StatusOr<model::RegistrationReply> reply = client_.Register(reg, options_.rpc_timeout_us);
+  StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
   lock.lock();
-  if (!reply.ok()) return reply.status();
+  if (!reply.ok()) {
+    client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
+    return reply.status();
+  }
   // The registration carried every finished attempt: they are acknowledged.
   for (const model::TaskUpdate& u : reg.unacked) pending_.erase(u.key);
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -211,10 +214,11 @@ Status Agent::Run() {
     hb.cpu_used_milli = executor_->cpu_allocated_milli();
     double load[1] = {0};
     if (getloadavg(load, 1) == 1) hb.load_average = load[0];
-    StatusOr<bool> reregister = client_.Heartbeat(hb, options_.rpc_timeout_us);
+    StatusOr<bool> reregister = client_->Heartbeat(hb, options_.rpc_timeout_us);
     lock.lock();
     last_beat = env_.clock().Now();
     if (!reregister.ok()) {
+      client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
       // Cut off: tasks keep running here and their reports wait for the coordinator.
       if (!warned) MERIDIAN_LOG_WARN("{}; keeping {} reports until it answers", reregister.status().message(),
                                      pending_.size());

@@ -58,7 +58,9 @@ class Agent {
   AgentOptions options_;
   Env& env_;
   bool real_devices_ = false;
-  rpc::NodeClient client_;
+  // Replaced after a failed call: a fresh channel connects at once, where gRPC's
+  // own reconnect backoff can leave a restarted coordinator unseen for seconds.
+  std::unique_ptr<rpc::NodeClient> client_;
   std::unique_ptr<Executor> executor_;
 
   std::mutex mu_;

@@ -38,11 +38,13 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<store::Stat
       policy_(sched::Policy::WithOrder(options_.order)),
       fleet_(SitesOnly(options_.fleet)),
       ledger_(fleet_),
+      next_session_(static_cast<uint64_t>(env.clock().WallNow().us)),
       rng_(options_.seed) {}
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
                                                            std::unique_ptr<store::StateStore> store, Env& env) {
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store), env));
+  c->last_fleet_change_ = env.clock().Now();
   MERIDIAN_RETURN_IF_ERROR(c->LoadState());
   c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
   return c;
@@ -145,6 +147,10 @@ void Coordinator::Loop() {
     if (env_.clock().Now() >= next_check) {
       DetectFailuresLocked();
       next_check = MonotonicTime{env_.clock().Now().us + options_.heartbeat_interval_us / 2};
+    }
+    if (recheck_at_ && env_.clock().Now() >= *recheck_at_) {
+      recheck_at_.reset();
+      dirty_ = true;
     }
     if (dirty_) ScheduleLocked();
     if (stopping_) break;
@@ -395,6 +401,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
     }
   }
   pools_.reset();
+  last_fleet_change_ = env_.clock().Now();
   NodeRt& rt = nodes_[index];
   rt.site = reg.site;
   rt.alive = true;

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -162,9 +163,12 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::map<uint64_t, JobRt> jobs_;
   std::map<int64_t, std::pair<uint64_t, uint32_t>> ready_;  // seq -> task, FIFO
   int64_t next_seq_ = 0;
+  // Starts from the wall clock, so a session of an earlier incarnation never matches.
   uint64_t next_session_ = 1;
   uint64_t next_version_ = 1;
   std::map<std::pair<uint64_t, uint32_t>, Orphan> orphans_;
+  MonotonicTime last_fleet_change_;    // start, or the last registration
+  std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)
   Random rng_;
   std::thread loop_;
 };

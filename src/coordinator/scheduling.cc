@@ -107,11 +107,18 @@ void Coordinator::ScheduleLocked() {
     nodes_with_work.insert(node);
     Changed(*job);
   }
+  // Infeasible now may only mean that nodes have not registered (again) yet: a task
+  // fails for it only once the fleet has been still for the grace period.
+  const MonotonicTime settled{last_fleet_change_.us + options_.reconcile_grace_us};
   for (const sched::Unplaced& u : plan.unplaced) {
     if (u.kind != sched::UnplacedKind::kInfeasible) continue;
     auto [job, task] = offered[u.queue_index];
     if (model::IsTerminal(job->rec.status)) continue;
     task->rec.reason = u.reason;
+    if (env_.clock().Now() < settled) {
+      recheck_at_ = settled;
+      continue;
+    }
     EndJob(*job, JobStatus::kFailed,
            fmt::format("task '{}' can no longer run: {}", TaskName(*job, task->rec.task), u.reason), batch);
   }

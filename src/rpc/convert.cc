@@ -21,6 +21,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Fail fast on a dead peer instead of waiting for TCP to notice.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  // Reconnect to a restarted coordinator within a heartbeat or two (gRPC waits 20 s by default).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);

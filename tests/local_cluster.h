@@ -1,0 +1,129 @@
+// A local cluster of real processes for process-level tests: `meridian up` on a
+// fleet file in a temporary directory, a client to talk to it, and the means to
+// kill and restart its parts. `meridian down` and the directory go with it.
+#pragma once
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "client/client.h"
+#include "common/subprocess.h"
+
+namespace meridian::testing {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string MeridianBinary() {
+  const char* bin = std::getenv("MERIDIAN_BIN");
+  return bin ? bin : "meridian";
+}
+
+inline std::string SourceDir() {
+  const char* dir = std::getenv("MERIDIAN_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+
+// Runs `meridian args...` and waits for it (at most two minutes).
+inline CommandResult Meridian(const std::vector<std::string>& args) {
+  ProcessOptions p;
+  p.argv = {MeridianBinary()};
+  p.argv.insert(p.argv.end(), args.begin(), args.end());
+  p.env = CurrentEnvironment();
+  p.timeout_us = 120'000'000;
+  p.max_stdout_head = 16 << 20;
+  std::atomic<bool> stop{false};
+  StatusOr<ProcessResult> r = RunProcess(p, stop);
+  if (!r.ok()) return {-1, "", r.status().ToString()};
+  return {r->timed_out ? -2 : r->exit_code, r->stdout_head, r->stderr_tail};
+}
+
+// Polls `done` every 50 ms until it holds or `timeout_s` passes.
+inline bool WaitFor(const std::function<bool()>& done, double timeout_s) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(const std::string& fleet) : fleet_(fleet) {
+    char tmpl[] = "/tmp/meridian-test-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  ~LocalCluster() {
+    Meridian({"down", "--dir", dir_});
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  const std::string& dir() const { return dir_; }
+
+  // Starts whatever is not running; true once every node is registered.
+  bool Up() {
+    CommandResult r = Meridian({"up", "--fleet", fleet_, "--dir", dir_});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (r.exit_code != 0) return false;
+    std::ifstream in(dir_ + "/coordinator.addr");
+    std::getline(in, address_);
+    client_ = std::make_unique<client::Client>(address_);
+    return true;
+  }
+
+  client::Client& client() { return *client_; }
+  const std::string& address() const { return address_; }
+
+  int Pid(const std::string& component) const {
+    std::ifstream in(dir_ + "/pids/" + component + ".pid");
+    int pid = 0;
+    in >> pid;
+    return pid;
+  }
+  void Kill9(const std::string& component) const {
+    int pid = Pid(component);
+    ASSERT_GT(pid, 0) << component;
+    ASSERT_EQ(kill(pid, SIGKILL), 0) << component;
+    WaitFor([&] { return !ProcessRunning(pid, dir_); }, 10);
+  }
+
+  // Writes `text` to a file in the cluster's directory and returns its path.
+  std::string WriteFile(const std::string& name, const std::string& text) const {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Submits the spec and waits for the job to end.
+  StatusOr<model::JobView> RunJob(const std::string& spec, const std::string& name = "job.yaml") {
+    StatusOr<rpc::SubmitResult> r = client_->Submit(spec, name);
+    if (!r.ok()) return r.status();
+    StatusOr<model::JobSummary> s = client_->Watch(r->job_id, [](const model::JobSummary&) { return true; });
+    if (!s.ok()) return s.status();
+    return client_->GetJob(r->job_id, true);
+  }
+
+ private:
+  std::string fleet_;
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<client::Client> client_;
+};
+
+}  // namespace meridian::testing

@@ -1,0 +1,303 @@
+// The runtime end to end: a coordinator and four agents at three sites as real
+// processes talking gRPC over loopback, with state in a real SQLite file. Each test
+// starts its own cluster (tests/local_cluster.h) and kills parts of it with SIGKILL.
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "local_cluster.h"
+
+namespace meridian::testing {
+namespace {
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<LocalCluster>(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+    ASSERT_TRUE(cluster_->Up());
+  }
+
+  const model::TaskView* Task(const model::JobView& v, const std::string& name) {
+    for (const model::TaskView& t : v.tasks) {
+      if (t.name == name) return &t;
+    }
+    ADD_FAILURE() << "no task " << name;
+    return nullptr;
+  }
+
+  size_t JobCount() {
+    auto jobs = cluster_->client().ListJobs(0);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    return jobs.ok() ? jobs->size() : 0;
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(RuntimeTest, ADagOf200TasksGivesTheRightAnswer) {
+  StatusOr<model::JobView> v = cluster_->RunJob(R"(
+name: sum-dag
+tasks:
+  - name: part
+    kernel: sum
+    count: 199
+    args: {range: 1000}
+    resources: {cpu: 250m}
+  - name: total
+    kernel: sum
+    reduce: part
+)");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  ASSERT_EQ(v->tasks.size(), 200u);
+  std::set<std::string> sites;
+  for (int64_t k = 0; k < 199; ++k) {
+    const model::TaskView* t = Task(*v, "part/" + std::to_string(k));
+    ASSERT_NE(t, nullptr);
+    // The integers in [1000k, 1000k + 1000).
+    EXPECT_EQ(t->record.output, std::to_string(1000 * 1000 * k + 499'500)) << t->name;
+    sites.insert(t->record.site);
+  }
+  const model::TaskView* total = Task(*v, "total");
+  ASSERT_NE(total, nullptr);
+  EXPECT_EQ(total->record.output, "19800400500");  // 0 + 1 + ... + 198999
+  EXPECT_TRUE(total->result);
+  EXPECT_GE(sites.size(), 2u) << "the parts should spread over the sites' nodes";
+}
+
+TEST_F(RuntimeTest, AnAgentKilledMidJobHasItsTasksRunElsewhere) {
+  StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(R"(
+name: sleepers
+tasks:
+  - {name: nap, command: [sleep, "1.5"], count: 8, resources: {cpu: 1}}
+)",
+                                                              "sleepers.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::string victim;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto v = cluster_->client().GetJob(r->job_id, true);
+        if (!v.ok()) return false;
+        for (const model::TaskView& t : v->tasks) {
+          if (model::IsPlaced(t.record.status)) victim = t.record.node;
+        }
+        return !victim.empty();
+      },
+      20));
+  cluster_->Kill9("agent-" + victim);
+  auto done = cluster_->client().Watch(r->job_id, [](const model::JobSummary&) { return true; });
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->job.status, model::JobStatus::kSucceeded) << done->job.reason;
+  EXPECT_GE(done->retries, 1);
+  auto v = cluster_->client().GetJob(r->job_id, true);
+  ASSERT_TRUE(v.ok());
+  int lost = 0;
+  for (const model::TaskView& t : v->tasks) {
+    EXPECT_NE(t.record.node, victim) << t.name << " finished on the killed node";
+    for (const model::AttemptRecord& a : t.history) {
+      if (a.outcome != "lost") continue;
+      ++lost;
+      EXPECT_EQ(a.node, victim);
+      EXPECT_NE(a.reason.find(victim), std::string::npos) << a.reason;
+    }
+  }
+  EXPECT_GE(lost, 1);
+  // `job get` shows the retries.
+  CommandResult get = Meridian({"job", "get", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_NE(get.out.find("lost"), std::string::npos) << get.out;
+}
+
+TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) {
+  const std::string ran = cluster_->dir() + "/ran.txt";
+  // Each task notes that it started, then works a while: a task run twice shows up twice.
+  StatusOr<rpc::SubmitResult> first = cluster_->client().Submit(
+      "name: notes\ntasks:\n  - name: note\n    count: 12\n    resources: {cpu: 2}\n"
+      "    command: [sh, -c, 'echo \"$MERIDIAN_TASK\" >> " + ran + "; sleep 1']\n",
+      "notes.yaml");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto s = cluster_->client().GetJob(first->job_id, false);
+        return s.ok() && s->summary.succeeded >= 1 && s->summary.running >= 1;
+      },
+      30));
+  // Acknowledged just before the crash: it must not be lost.
+  StatusOr<rpc::SubmitResult> second = cluster_->client().Submit(
+      "name: after\ntasks:\n  - {name: s, kernel: sum, args: {from: 1, to: 101}}\n", "after.yaml");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  cluster_->Kill9("coordinator");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(cluster_->Up());
+
+  for (uint64_t id : {first->job_id, second->job_id}) {
+    auto done = cluster_->client().Watch(id, [](const model::JobSummary&) { return true; });
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->job.status, model::JobStatus::kSucceeded) << "job " << id << ": " << done->job.reason;
+  }
+  auto sum = cluster_->client().GetJob(second->job_id, true);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(sum->tasks.front().record.output, "5050");
+  std::map<std::string, int> starts;
+  std::ifstream in(ran);
+  for (std::string line; std::getline(in, line);) ++starts[line];
+  EXPECT_EQ(starts.size(), 12u);
+  for (const auto& [task, n] : starts) EXPECT_EQ(n, 1) << task << " ran " << n << " times";
+}
+
+TEST_F(RuntimeTest, AnAgentThatRestartsRegistersAgain) {
+  cluster_->Kill9("agent-us-cpu-0");
+  auto alive = [&](const std::string& name) {
+    auto nodes = cluster_->client().Nodes();
+    if (!nodes.ok()) return -1;
+    for (const model::NodeView& n : *nodes) {
+      if (n.node.name == name) return n.alive ? 1 : 0;
+    }
+    return -1;
+  };
+  ASSERT_TRUE(WaitFor([&] { return alive("us-cpu-0") == 0; }, 10)) << "the dead agent is noticed";
+  ASSERT_TRUE(cluster_->Up());  // starts the missing agent, nothing else
+  ASSERT_TRUE(WaitFor([&] { return alive("us-cpu-0") == 1; }, 10));
+  auto nodes = cluster_->client().Nodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->size(), 4u) << "registered again under its name, not as a fifth node";
+  StatusOr<model::JobView> v = cluster_->RunJob(
+      "name: again\ntasks:\n  - {name: w, kernel: wordcount, count: 8, args: {text: a b a}, resources: {cpu: 4}}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->summary.job.status, model::JobStatus::kSucceeded);
+}
+
+TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
+  ASSERT_TRUE(cluster_->RunJob("name: ok\ntasks:\n  - {name: n, kernel: noop}\n").ok());
+  const size_t before = JobCount();
+  struct Case {
+    std::string name;
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::string big(17 << 20, '#');
+  std::vector<Case> cases = {
+      {"malformed spec", {"submit", cluster_->WriteFile("bad.yaml", "name: x\ntasks: [\n")}, "bad.yaml:"},
+      {"unknown field", {"submit", cluster_->WriteFile("field.yaml", "name: x\ntasks:\n  - {name: a, kernal: sum}\n")},
+       "kernal"},
+      {"unknown kernel",
+       {"submit", cluster_->WriteFile("kernel.yaml", "name: x\ntasks:\n  - {name: a, kernel: nosuch}\n")},
+       "unknown kernel 'nosuch'"},
+      {"never satisfiable",
+       {"submit", cluster_->WriteFile("h100.yaml", "name: x\ntasks:\n  - name: a\n    kernel: noop\n"
+                                                   "    resources: {accelerator: {any_of: [H100]}, count: 1}\n")},
+       "can never run"},
+      {"too many devices",
+       {"submit", cluster_->WriteFile("many.yaml", "name: x\ntasks:\n  - name: a\n    kernel: noop\n"
+                                                   "    resources: {accelerator: {any_of: [A100]}, count: 8}\n")},
+       "can never run"},
+      {"oversized", {"submit", cluster_->WriteFile("big.yaml", "name: x\n#" + big + "\n")}, "at most 16 MiB"},
+      {"unknown job", {"job", "get", "999"}, "no job 999"},
+      {"unknown job cancel", {"job", "cancel", "999"}, "no job 999"},
+  };
+  for (Case& c : cases) {
+    c.args.push_back("--dir");
+    c.args.push_back(cluster_->dir());
+    CommandResult r = Meridian(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.name;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << " should be one line: " << r.err;
+    EXPECT_EQ(JobCount(), before) << c.name << " changed the jobs";
+  }
+  CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1"});
+  EXPECT_NE(dead.exit_code, 0);
+  EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;
+  EXPECT_EQ(std::count(dead.err.begin(), dead.err.end(), '\n'), 1) << dead.err;
+}
+
+TEST_F(RuntimeTest, CommandsGetTheirEnvironmentAndReportExitCodesLogsAndTimeouts) {
+  StatusOr<model::JobView> ok = cluster_->RunJob(R"(
+name: env
+tasks:
+  - name: hello
+    command: [sh, -c, 'echo "$MERIDIAN_ARG_GREETING from $MERIDIAN_TASK at $MERIDIAN_SITE"']
+    args: {greeting: hello}
+  - name: gpu
+    command: [sh, -c, 'echo "$MERIDIAN_DEVICE_TYPE emulated=$MERIDIAN_EMULATED visible=[$CUDA_VISIBLE_DEVICES]"']
+    resources: {accelerator: {any_of: [A100]}, count: 1}
+)");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_EQ(ok->summary.job.status, model::JobStatus::kSucceeded) << ok->summary.job.reason;
+  const model::TaskView* hello = Task(*ok, "hello");
+  EXPECT_EQ(hello->record.output, "hello from hello at " + hello->record.site + "\n");
+  const model::TaskView* gpu = Task(*ok, "gpu");
+  EXPECT_EQ(gpu->record.output, "A100 emulated=1 visible=[]\n");
+  EXPECT_EQ(gpu->record.site, "eu-west");
+  EXPECT_TRUE(gpu->record.emulated);
+
+  StatusOr<model::JobView> bad = cluster_->RunJob(R"(
+name: fails
+tasks:
+  - {name: three, command: [sh, -c, 'echo out-$MERIDIAN_ATTEMPT; echo err >&2; exit 3'], retries: 1}
+)");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->summary.job.status, model::JobStatus::kFailed);
+  EXPECT_NE(bad->summary.job.reason.find("failed after 2 attempts: exit code 3"), std::string::npos)
+      << bad->summary.job.reason;
+  const model::TaskView* three = Task(*bad, "three");
+  ASSERT_EQ(three->history.size(), 2u);
+  for (const model::AttemptRecord& a : three->history) {
+    EXPECT_EQ(a.outcome, "failed");
+    EXPECT_EQ(a.exit_code, 3);
+  }
+  CommandResult logs = Meridian({"job", "logs", std::to_string(bad->summary.job.id), "--dir", cluster_->dir()});
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("out-1"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("out-2"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("err"), std::string::npos) << logs.out;
+
+  StatusOr<model::JobView> slow = cluster_->RunJob(
+      "name: slow\ntasks:\n  - {name: s, command: [sleep, '30'], timeout: 300ms}\n");
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(slow->summary.job.status, model::JobStatus::kFailed);
+  EXPECT_NE(slow->summary.job.reason.find("timed out after"), std::string::npos) << slow->summary.job.reason;
+
+  StatusOr<model::JobView> missing = cluster_->RunJob(
+      "name: missing\ntasks:\n  - {name: m, command: [no-such-program-here]}\n");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_NE(missing->summary.job.reason.find("cannot run 'no-such-program-here'"), std::string::npos)
+      << missing->summary.job.reason;
+}
+
+TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
+  StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
+      "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], count: 4, resources: {cpu: 1}}\n", "long.yaml");
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto s = cluster_->client().GetJob(r->job_id, false);
+        return s.ok() && s->summary.running == 4;
+      },
+      20));
+  CommandResult c = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  auto s = cluster_->client().GetJob(r->job_id, true);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->summary.job.status, model::JobStatus::kCancelled);
+  EXPECT_EQ(s->summary.cancelled, 4);
+  // The agents kill the processes and give the resources back.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto nodes = cluster_->client().Nodes();
+        if (!nodes.ok()) return false;
+        for (const model::NodeView& n : *nodes) {
+          if (n.running > 0 || n.cpu_allocated_milli > 0) return false;
+        }
+        return true;
+      },
+      10));
+  CommandResult again = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("already cancelled"), std::string::npos) << again.err;
+}
+
+}  // namespace
+}  // namespace meridian::testing
