@@ -66,4 +66,15 @@ printf 'job,arrival_s,duration_s,gpus\nj,0,1,1\nj,0,x,1\n' >"$tmp/bad.csv"
 check "sim bad trace field" 1 "bad.csv:3: duration_s: expected a number, got 'x'" "$bin" sim --fleet $gavel --trace "$tmp/bad.csv"
 check "bench sim runs" 0 "" "$bin" bench sim --fleet $gavel --trace $sia --scale 1 --json
 grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench sim output"; cat "$tmp/out"; fail=1; }
+
+# The runtime's commands without a cluster (tests/runtime_test.cc runs real ones).
+export MERIDIAN_HOME="$tmp/no-cluster"
+unset MERIDIAN_COORDINATOR
+check "jobs without a cluster" 1 "no coordinator: no local cluster in $tmp/no-cluster" "$bin" jobs
+check "down without a cluster" 1 "no local cluster in $tmp/no-cluster" "$bin" down
+check "up refuses a large fleet" 1 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet examples/fleets/alibaba-gpu-2023.yaml
+check "up with a bad fleet" 1 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml
+check "agent with a bad node file" 1 "node.yaml:1:1: missing required field 'site'" bash -c "printf 'name: n\ncpu: 2\nmemory: 1GiB\n' >$tmp/node.yaml; $bin agent --coordinator 127.0.0.1:1 --config $tmp/node.yaml"
+check "bench tasks runs" 0 "" "$bin" bench tasks --agents 2 --tasks 2000 --samples 20 --json
+grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench tasks output"; cat "$tmp/out"; fail=1; }
 exit $fail

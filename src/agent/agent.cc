@@ -135,11 +135,15 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   reg.node = options_.node;
   reg.site = options_.site;
   reg.kernels = kernels::KernelNames();
+  // Running first, reports second: an attempt that ends in between is in one of them
+  // (the executor reports before it forgets), so none looks lost.
+  lock.unlock();
+  reg.running = executor_->Running();
+  lock.lock();
   for (const auto& [key, entry] : pending_) {
     if (entry.second.kind != model::UpdateKind::kRunning) reg.unacked.push_back(entry.second);
   }
   lock.unlock();
-  reg.running = executor_->Running();
   StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
   lock.lock();
   if (!reply.ok()) {
@@ -203,13 +207,15 @@ Status Agent::Run() {
     model::AgentHeartbeat hb;
     hb.node_id = node_id_;
     hb.session = session_;
+    lock.unlock();
+    hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
+    lock.lock();
     std::vector<std::pair<model::TaskKey, uint64_t>> sent;
     for (const auto& [key, entry] : pending_) {
       hb.updates.push_back(entry.second);
       sent.emplace_back(key, entry.first);
     }
     lock.unlock();
-    hb.holding = executor_->Running();
     hb.running = static_cast<int32_t>(hb.holding.size());
     hb.cpu_used_milli = executor_->cpu_allocated_milli();
     double load[1] = {0};

@@ -94,6 +94,9 @@ int64_t Executor::cpu_allocated_milli() const {
 }
 
 void Executor::Finish(const model::TaskKey& key, model::TaskUpdate update) {
+  // Reported before it leaves Running(): whoever reads Running() and then the
+  // reports sees every attempt in at least one of them.
+  on_update_(std::move(update));
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.erase(key);
@@ -103,7 +106,6 @@ void Executor::Finish(const model::TaskKey& key, model::TaskUpdate update) {
       command_threads_.erase(it);
     }
   }
-  on_update_(std::move(update));
 }
 
 void Executor::KernelWorker() {

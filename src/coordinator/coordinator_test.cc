@@ -1,0 +1,275 @@
+// The coordinator's state machine through its plain C++ API, without a network:
+// placements, results, retries, losses, bad submissions, and a restart on the same
+// SQLite file.
+#include "coordinator/coordinator.h"
+
+#include <filesystem>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "store/sqlite_state_store.h"
+#include "testing/fake_clock.h"
+#include "testing/in_memory_state_store.h"
+
+namespace meridian::coordinator {
+namespace {
+
+class TestEnv : public Env {
+ public:
+  const Clock& clock() const override { return clock_; }
+  testing::FakeClock& fake() { return clock_; }
+
+ private:
+  testing::FakeClock clock_{1'000'000};
+};
+
+model::AgentRegistration Node(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r;
+  r.node.name = name;
+  r.node.cpu_milli = 4000;
+  r.node.memory_bytes = int64_t{8} << 30;
+  r.site = site;
+  r.kernels = {"sum", "noop"};
+  return r;
+}
+
+model::TaskUpdate Done(const model::TaskKey& key, const std::string& output) {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kSucceeded;
+  u.output = output;
+  return u;
+}
+
+model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kFailed;
+  u.exit_code = 1;
+  u.reason = reason;
+  return u;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>()) {
+    CoordinatorOptions options;
+    options.heartbeat_interval_us = 20'000;
+    options.heartbeat_timeout_us = 1'000'000;
+    options.reconcile_grace_us = 1'000'000;
+    auto c = Coordinator::Create(std::move(options), std::move(store), env_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    coord_ = std::move(*c);
+  }
+
+  model::RegistrationReply Register(const model::AgentRegistration& r) {
+    auto reply = coord_->Register(r);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return *reply;
+  }
+
+  // The next batch of assignments for the node (waits up to 2 s).
+  std::vector<model::TaskAssignment> Next(const model::RegistrationReply& node) {
+    auto b = coord_->NextAssignments(node.node_id, node.session, 2'000'000);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? b->assignments : std::vector<model::TaskAssignment>{};
+  }
+
+  void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates) {
+    model::AgentHeartbeat hb;
+    hb.node_id = node.node_id;
+    hb.session = node.session;
+    hb.updates = std::move(updates);
+    auto r = coord_->Heartbeat(hb);
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(*r);
+  }
+
+  model::JobView Job(uint64_t id) {
+    auto v = coord_->GetJob(id, true);
+    EXPECT_TRUE(v.ok());
+    return *v;
+  }
+
+  TestEnv env_;
+  std::unique_ptr<Coordinator> coord_;
+};
+
+TEST_F(CoordinatorTest, ADagRunsInOrderWithOutputsFlowingToDependents) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit(
+      "name: dag\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n  - {name: b, kernel: sum, after: [a]}\n",
+      "dag.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<model::TaskAssignment> first = Next(n);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].task_name, "a");
+  EXPECT_EQ(first[0].key.attempt, 1);
+  EXPECT_EQ(first[0].args.at("to"), "5");
+  EXPECT_EQ(Job(r->job_id).summary.job.status, model::JobStatus::kRunning);
+  Report(n, {Done(first[0].key, "10")});
+  std::vector<model::TaskAssignment> second = Next(n);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].task_name, "b");
+  EXPECT_EQ(second[0].inputs, std::vector<std::string>{"10"});
+  Report(n, {Done(second[0].key, "10")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(v.summary.succeeded, 2);
+  EXPECT_FALSE(v.tasks[0].result);
+  EXPECT_TRUE(v.tasks[1].result);
+  EXPECT_EQ(v.tasks[1].record.output, "10");
+}
+
+TEST_F(CoordinatorTest, AResultIsCommittedOnceHoweverOftenItIsSent) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: a, kernel: noop}\n", "one.yaml");
+  ASSERT_TRUE(r.ok());
+  std::vector<model::TaskAssignment> a = Next(n);
+  ASSERT_EQ(a.size(), 1u);
+  Report(n, {Done(a[0].key, "first")});
+  Report(n, {Done(a[0].key, "again"), Failed(a[0].key, "late failure")});
+  model::TaskKey stale = a[0].key;
+  stale.attempt = 7;
+  Report(n, {Done(stale, "stale")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(v.tasks[0].record.output, "first");
+  EXPECT_EQ(v.summary.succeeded, 1);
+  EXPECT_EQ(v.tasks[0].history.size(), 1u);
+}
+
+TEST_F(CoordinatorTest, AFailingTaskIsRetriedThenFailsTheJobWithItsReason) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit(
+      "name: f\ntasks:\n  - {name: a, kernel: noop, retries: 1}\n  - {name: b, kernel: noop, after: [a]}\n", "f.yaml");
+  ASSERT_TRUE(r.ok());
+  std::vector<model::TaskAssignment> a1 = Next(n);
+  ASSERT_EQ(a1.size(), 1u);
+  Report(n, {Failed(a1[0].key, "boom 1")});
+  std::vector<model::TaskAssignment> a2 = Next(n);
+  ASSERT_EQ(a2.size(), 1u);
+  EXPECT_EQ(a2[0].key.attempt, 2);
+  Report(n, {Failed(a2[0].key, "boom 2")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kFailed);
+  EXPECT_EQ(v.summary.job.reason, "task 'a' failed after 2 attempts: boom 2");
+  ASSERT_EQ(v.tasks[0].history.size(), 2u);
+  EXPECT_EQ(v.tasks[0].history[0].reason, "boom 1");
+  EXPECT_EQ(v.tasks[1].record.status, model::TaskStatus::kCancelled);
+  EXPECT_EQ(v.summary.retries, 1);
+}
+
+TEST_F(CoordinatorTest, BadSubmissionsAreRejectedAndLeaveNoJob) {
+  Start();
+  EXPECT_EQ(coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop}\n", "x.yaml").status().code(),
+            StatusCode::kFailedPrecondition);  // no nodes yet
+  Register(Node("n1"));
+  auto bad_yaml = coord_->Submit("name: x\ntasks: [\n", "x.yaml");
+  EXPECT_EQ(bad_yaml.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_yaml.status().message().find("x.yaml:"), std::string::npos) << bad_yaml.status().message();
+  auto kernel = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: fft}\n", "x.yaml");
+  EXPECT_NE(kernel.status().message().find("unknown kernel 'fft' (the agents run: noop, sum)"), std::string::npos)
+      << kernel.status().message();
+  auto big = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop, resources: {cpu: 64}}\n", "x.yaml");
+  EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("task 'a' can never run on this cluster"), std::string::npos)
+      << big.status().message();
+  EXPECT_TRUE(coord_->ListJobs(0).empty());
+  EXPECT_EQ(coord_->GetJob(42, false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->Register(Node("")).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
+  Start();
+  model::RegistrationReply a = Register(Node("a"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml");
+  ASSERT_TRUE(r.ok());
+  std::vector<model::TaskAssignment> on_a = Next(a);
+  ASSERT_EQ(on_a.size(), 1u);
+  model::RegistrationReply b = Register(Node("b"));
+  env_.fake().Advance(1'500'000);  // a is now silent past the timeout
+  Report(b, {});                  // b is not
+  std::vector<model::TaskAssignment> on_b = Next(b);
+  ASSERT_EQ(on_b.size(), 1u);
+  EXPECT_EQ(on_b[0].key.attempt, 2);
+  // a's session is over: its late report is not taken, and it is told to register.
+  model::AgentHeartbeat late;
+  late.node_id = a.node_id;
+  late.session = a.session;
+  late.updates = {Done(on_a[0].key, "late")};
+  EXPECT_TRUE(*coord_->Heartbeat(late));
+  Report(b, {Done(on_b[0].key, "ok")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(v.tasks[0].record.output, "ok");
+  ASSERT_EQ(v.tasks[0].history.size(), 2u);
+  EXPECT_EQ(v.tasks[0].history[0].outcome, "lost");
+  EXPECT_NE(v.tasks[0].history[0].reason.find("node a sent no heartbeat"), std::string::npos)
+      << v.tasks[0].history[0].reason;
+  auto nodes = coord_->ListNodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_FALSE(nodes[0].alive);
+  EXPECT_TRUE(nodes[1].alive);
+}
+
+TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingFinished) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("meridian-coord-test-" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "state.db").string();
+  uint64_t job = 0;
+  std::vector<model::TaskAssignment> first;
+  {
+    Start(std::move(*store::SqliteStateStore::Open(db, {})));
+    model::RegistrationReply n = Register(Node("n1"));
+    auto r = coord_->Submit("name: three\ntasks:\n  - {name: t, kernel: noop, count: 3}\n", "three.yaml");
+    ASSERT_TRUE(r.ok());
+    job = r->job_id;
+    first = Next(n);
+    ASSERT_EQ(first.size(), 3u);
+    Report(n, {Done(first[0].key, "zero")});
+    coord_.reset();  // as good as a crash: everything acknowledged is in the file
+  }
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
+  model::AgentRegistration again = Node("n1");
+  again.running = {first[1].key};                 // still running here
+  again.unacked = {Done(first[2].key, "two")};     // finished while the coordinator was down
+  model::RegistrationReply n = Register(again);
+  EXPECT_TRUE(n.cancel.empty());
+  model::JobView v = Job(job);
+  EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kSucceeded);
+  EXPECT_EQ(v.tasks[0].record.output, "zero");
+  EXPECT_EQ(v.tasks[1].record.status, model::TaskStatus::kAssigned);
+  EXPECT_EQ(v.tasks[1].record.attempt, 1);
+  EXPECT_EQ(v.tasks[2].record.output, "two");
+  Report(n, {Done(first[1].key, "one")});
+  v = Job(job);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(v.summary.retries, 0) << "nothing ran twice";
+
+  // A second restart where the agent comes back without a task it was running.
+  auto r = coord_->Submit("name: lost\ntasks:\n  - {name: t, kernel: noop}\n", "lost.yaml");
+  ASSERT_TRUE(r.ok());
+  std::vector<model::TaskAssignment> placed = Next(n);
+  ASSERT_EQ(placed.size(), 1u);
+  coord_.reset();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
+  model::RegistrationReply fresh = Register(Node("n1"));
+  std::vector<model::TaskAssignment> rerun = Next(fresh);
+  ASSERT_EQ(rerun.size(), 1u);
+  EXPECT_EQ(rerun[0].key.attempt, 2);
+  Report(fresh, {Done(rerun[0].key, "")});
+  v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(v.tasks[0].history.front().outcome, "lost");
+  coord_.reset();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meridian::coordinator
