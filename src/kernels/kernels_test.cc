@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/env.h"
+#include "kernels/devices.h"
 #include "kernels/kernel.h"
 
 namespace meridian::kernels {
@@ -112,6 +113,27 @@ TEST(KernelsTest, MatMulMatchesANaiveProduct) {
   EXPECT_EQ(*r("matmul"), out);
   r.stop = true;
   EXPECT_EQ(r("matmul").status().code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace meridian::kernels
+
+namespace meridian::kernels {
+namespace {
+
+TEST(DevicesTest, DiscoveryAnswersEitherWay) {
+  // Without a GPU (or a build without CUDA) the list is empty and the note says why;
+  // with one, every device has a name and memory.
+  std::string note;
+  std::vector<GpuInfo> gpus = DiscoverGpus(&note);
+  EXPECT_FALSE(note.empty());
+  if (!BuiltWithCuda()) {
+    EXPECT_TRUE(gpus.empty());
+  }
+  for (const GpuInfo& g : gpus) {
+    EXPECT_FALSE(g.name.empty());
+    EXPECT_GT(g.memory_bytes, 0);
+  }
 }
 
 }  // namespace
