@@ -89,7 +89,6 @@ void Agent::OnUpdate(model::TaskUpdate update) {
 }
 
 void Agent::OnBatch(const model::AssignmentBatch& batch) {
-  std::vector<model::TaskKey> started;
   for (const model::TaskAssignment& a : batch.assignments) {
     {
       // Already finished here and waiting for acknowledgement: not again.
@@ -97,10 +96,9 @@ void Agent::OnBatch(const model::AssignmentBatch& batch) {
       auto it = pending_.find(a.key);
       if (it != pending_.end() && it->second.second.kind != model::UpdateKind::kRunning) continue;
     }
-    if (executor_->Start(a)) started.push_back(a.key);
+    executor_->Start(a);  // false for one it already runs: a resent assignment
   }
   for (const model::TaskKey& k : batch.cancel) executor_->Cancel(k);
-  (void)started;
 }
 
 void Agent::StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client) {
@@ -146,10 +144,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
   lock.lock();
-  if (!reply.ok()) {
-    client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
-    return reply.status();
-  }
+  if (!reply.ok()) return reply.status();
   // The registration carried every finished attempt: they are acknowledged.
   for (const model::TaskUpdate& u : reg.unacked) pending_.erase(u.key);
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -162,7 +157,6 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   for (const model::TaskKey& k : reply->cancel) executor_->Cancel(k);
   // A fresh stream for the new session.
   if (stream_client_) stream_client_->CancelStream();
-  std::shared_ptr<rpc::NodeClient> old = stream_client_;
   stream_client_ = std::make_shared<rpc::NodeClient>(options_.coordinator);
   std::thread previous = std::move(stream_thread_);
   stream_thread_ = std::thread([this, id = node_id_, s = session_, c = stream_client_] { StreamLoop(id, s, c); });
@@ -176,73 +170,79 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   return OkStatus();
 }
 
-Status Agent::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  int64_t backoff_us = 100'000;
-  bool warned = false;
-  MonotonicTime last_beat{0};
-  while (!stopping_) {
-    if (need_register_) {
-      Status s = RegisterLocked(lock);
-      if (!s.ok()) {
-        if (s.code() == StatusCode::kInvalidArgument) return s;  // our config is wrong: retrying cannot help
-        if (!warned) MERIDIAN_LOG_WARN("{}; retrying", s.message());
-        warned = true;
-        if (!Sleep(lock, backoff_us)) break;
-        backoff_us = std::min<int64_t>(backoff_us * 2, 1'000'000);
-        continue;
-      }
-      warned = false;
-      backoff_us = 100'000;
-    }
-    // Wait for a report to send or the next heartbeat.
-    const int64_t due = last_beat.us + heartbeat_interval_us_;
-    cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
-      return stopping_ || need_register_ ||
-             std::any_of(pending_.begin(), pending_.end(), [](const auto& e) {
-               return e.second.second.kind != model::UpdateKind::kRunning;
-             }) || env_.clock().Now().us >= due;
-    });
-    if (stopping_ || need_register_) continue;
-    model::AgentHeartbeat hb;
-    hb.node_id = node_id_;
-    hb.session = session_;
-    lock.unlock();
-    hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
-    lock.lock();
-    std::vector<std::pair<model::TaskKey, uint64_t>> sent;
-    for (const auto& [key, entry] : pending_) {
-      hb.updates.push_back(entry.second);
-      sent.emplace_back(key, entry.first);
-    }
-    lock.unlock();
-    hb.running = static_cast<int32_t>(hb.holding.size());
-    hb.cpu_used_milli = executor_->cpu_allocated_milli();
-    double load[1] = {0};
-    if (getloadavg(load, 1) == 1) hb.load_average = load[0];
-    StatusOr<bool> reregister = client_->Heartbeat(hb, options_.rpc_timeout_us);
-    lock.lock();
-    last_beat = env_.clock().Now();
-    if (!reregister.ok()) {
-      client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
-      // Cut off: tasks keep running here and their reports wait for the coordinator.
-      if (!warned) MERIDIAN_LOG_WARN("{}; keeping {} reports until it answers", reregister.status().message(),
-                                     pending_.size());
-      warned = true;
-      if (!Sleep(lock, backoff_us)) break;
-      backoff_us = std::min<int64_t>(backoff_us * 2, 1'000'000);
-      continue;
-    }
-    warned = false;
-    backoff_us = 100'000;
-    if (*reregister) {
-      need_register_ = true;
-      continue;
-    }
+bool Agent::Backoff(std::unique_lock<std::mutex>& lock, Retry& retry, const std::string& message) {
+  // A fresh channel connects at once, where gRPC's own reconnect backoff can leave a
+  // restarted coordinator unseen for seconds.
+  client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
+  if (!retry.warned) MERIDIAN_LOG_WARN("{}", message);
+  retry.warned = true;
+  if (!Sleep(lock, retry.delay_us)) return false;
+  retry.delay_us = std::min<int64_t>(retry.delay_us * 2, 1'000'000);
+  return true;
+}
+
+StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
+  model::AgentHeartbeat hb;
+  hb.node_id = node_id_;
+  hb.session = session_;
+  lock.unlock();
+  hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
+  lock.lock();
+  std::vector<std::pair<model::TaskKey, uint64_t>> sent;
+  for (const auto& [key, entry] : pending_) {
+    hb.updates.push_back(entry.second);
+    sent.emplace_back(key, entry.first);
+  }
+  lock.unlock();
+  hb.running = static_cast<int32_t>(hb.holding.size());
+  hb.cpu_used_milli = executor_->cpu_allocated_milli();
+  double load[1] = {0};
+  if (getloadavg(load, 1) == 1) hb.load_average = load[0];
+  StatusOr<bool> reregister = client_->Heartbeat(hb, options_.rpc_timeout_us);
+  lock.lock();
+  if (reregister.ok() && !*reregister) {
+    // Acknowledged: forget what was sent, unless a newer report replaced it meanwhile.
     for (const auto& [key, seq] : sent) {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second.first == seq) pending_.erase(it);
     }
+  }
+  return reregister;
+}
+
+Status Agent::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  Retry retry;
+  MonotonicTime last_beat{0};
+  while (!stopping_) {
+    if (need_register_) {
+      Status s = RegisterLocked(lock);
+      if (s.code() == StatusCode::kInvalidArgument) return s;  // our config is wrong: retrying cannot help
+      if (!s.ok()) {
+        if (!Backoff(lock, retry, s.message() + "; retrying")) break;
+        continue;
+      }
+      retry = Retry{};
+    }
+    // Wait for a finished task to report or the next heartbeat.
+    const int64_t due = last_beat.us + heartbeat_interval_us_;
+    cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
+      return stopping_ || need_register_ || env_.clock().Now().us >= due ||
+             std::any_of(pending_.begin(), pending_.end(),
+                         [](const auto& e) { return e.second.second.kind != model::UpdateKind::kRunning; });
+    });
+    if (stopping_ || need_register_) continue;
+    StatusOr<bool> reregister = Beat(lock);
+    last_beat = env_.clock().Now();
+    if (!reregister.ok()) {
+      // Cut off: tasks keep running here and their reports wait for the coordinator.
+      std::string message = fmt::format("{}; keeping {} reports until it answers", reregister.status().message(),
+                                        pending_.size());
+      if (!Backoff(lock, retry, message)) break;
+      continue;
+    }
+    retry = Retry{};
+    if (*reregister) need_register_ = true;
   }
   return OkStatus();
 }

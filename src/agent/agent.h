@@ -54,13 +54,20 @@ class Agent {
   void OnBatch(const model::AssignmentBatch& batch);
   void OnUpdate(model::TaskUpdate update);
   bool Sleep(std::unique_lock<std::mutex>& lock, int64_t us);
+  // Exponential backoff between failed calls; the first failure of a run is logged.
+  struct Retry {
+    int64_t delay_us = 100'000;
+    bool warned = false;
+  };
+  // After a failed call: a new channel, a warning once, a wait. False when stopping.
+  bool Backoff(std::unique_lock<std::mutex>& lock, Retry& retry, const std::string& message);
+  // Sends a heartbeat with every pending report; true when told to register again.
+  StatusOr<bool> Beat(std::unique_lock<std::mutex>& lock);
 
   AgentOptions options_;
   Env& env_;
   bool real_devices_ = false;
-  // Replaced after a failed call: a fresh channel connects at once, where gRPC's
-  // own reconnect backoff can leave a restarted coordinator unseen for seconds.
-  std::unique_ptr<rpc::NodeClient> client_;
+  std::unique_ptr<rpc::NodeClient> client_;  // replaced by Backoff; used by Run's thread only
   std::unique_ptr<Executor> executor_;
 
   std::mutex mu_;

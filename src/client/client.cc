@@ -14,6 +14,21 @@ Client::Client(std::string address, int64_t timeout_us)
     : address_(std::move(address)), timeout_us_(timeout_us), channel_(rpc::MakeChannel(address_)) {}
 Client::~Client() = default;
 
+namespace {
+
+// One unary call on a fresh stub of `Service` with a deadline.
+template <typename Service, typename Request, typename Response>
+grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, int64_t timeout_us,
+                  grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                  const Request& request, Response* response) {
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us);
+  auto stub = Service::NewStub(channel);
+  return (stub.get()->*method)(&ctx, request, response);
+}
+
+}  // namespace
+
 Status Client::Explain(const Status& s) const {
   switch (s.code()) {
     case StatusCode::kUnavailable:
@@ -38,9 +53,7 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   req.set_spec_yaml(spec_yaml);
   req.set_spec_name(spec_name);
   v1::SubmitJobResponse resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_ * 3);
-  grpc::Status s = v1::JobService::NewStub(channel_)->Submit(&ctx, req, &resp);
+  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_ * 3, &v1::JobService::Stub::Submit, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks()};
 }
@@ -50,9 +63,7 @@ StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
   req.set_job_id(id);
   req.set_include_tasks(include_tasks);
   v1::JobInfo resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  grpc::Status s = v1::JobService::NewStub(channel_)->Get(&ctx, req, &resp);
+  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Get, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -61,9 +72,7 @@ StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
   v1::ListJobsRequest req;
   req.set_limit(limit);
   v1::ListJobsResponse resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  grpc::Status s = v1::JobService::NewStub(channel_)->List(&ctx, req, &resp);
+  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::List, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::JobSummary> out;
   for (const v1::JobInfo& j : resp.jobs()) out.push_back(rpc::FromProto(j).summary);
@@ -74,9 +83,7 @@ StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
   v1::CancelJobRequest req;
   req.set_job_id(id);
   v1::JobInfo resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  grpc::Status s = v1::JobService::NewStub(channel_)->Cancel(&ctx, req, &resp);
+  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Cancel, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp).summary;
 }
@@ -86,9 +93,7 @@ StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string&
   req.set_job_id(id);
   req.set_task(task);
   v1::GetLogsResponse resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  grpc::Status s = v1::JobService::NewStub(channel_)->Logs(&ctx, req, &resp);
+  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Logs, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<rpc::TaskLog> out;
   for (const v1::TaskLog& l : resp.logs()) out.push_back(rpc::FromProto(l));
@@ -127,9 +132,7 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id,
 StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   v1::ListNodesRequest req;
   v1::ListNodesResponse resp;
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  grpc::Status s = v1::AdminService::NewStub(channel_)->ListNodes(&ctx, req, &resp);
+  grpc::Status s = Call<v1::AdminService>(channel_, timeout_us_, &v1::AdminService::Stub::ListNodes, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::NodeView> out;
   for (const v1::NodeInfo& n : resp.nodes()) out.push_back(rpc::FromProto(n));
