@@ -218,6 +218,14 @@ StatusOr<std::vector<std::string>> Coordinator::CheckFeasible(const model::Job& 
   if (fleet_.nodes.empty()) {
     return FailedPreconditionError("the cluster has no nodes yet: start agents (meridian up) and submit again");
   }
+  for (const model::Task& t : job.tasks) {
+    if (!t.inputs.empty()) {
+      return UnimplementedError(fmt::format(
+          "task '{}' reads object '{}': objects and datasets need the data plane, which this build does not have "
+          "yet; 'meridian plan' can place this job, the runtime cannot run it",
+          t.name, t.inputs.front().name));
+    }
+  }
   std::set<std::string> kernels;
   for (const NodeRt& n : nodes_) kernels.insert(n.kernels.begin(), n.kernels.end());
   for (const model::Task& t : job.tasks) {
