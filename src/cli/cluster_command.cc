@@ -176,6 +176,91 @@ StatusOr<std::pair<int, bool>> Ensure(const fs::path& dir, const Component& c) {
 
 }  // namespace
 
+namespace {
+
+// Starts the coordinator unless it runs; returns its address and whether it started.
+StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, const std::string& fleet,
+                                                        const std::string& self) {
+  // It keeps the address it first got, so agents find a restarted one.
+  StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
+  std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
+  Component coord{"coordinator",
+                  {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
+                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string()},
+                  dir / "logs" / "coordinator.log"};
+  std::error_code ec;
+  if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
+  MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
+  for (int i = 0; i < 500; ++i) {
+    StatusOr<std::string> a = ReadSmallFile(dir / kAddrFile);
+    if (a.ok() && !a->empty()) return std::make_pair(*a, pid.second);
+    if (ChildExited(pid.first)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return UnavailableError(fmt::format("the coordinator did not start; its log ({}) ends:{}", coord.log.string(),
+                                      LogTail(coord.log, 5)));
+}
+
+// Starts the agents of the fleet's nodes that do not run; returns how many started.
+StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, const std::string& address,
+                          const std::string& self) {
+  int started = 0;
+  for (const model::Node& node : fleet.fleet.nodes) {
+    model::Node local = node;
+    // One machine runs every node: their devices are emulated on its CPU.
+    for (model::Device& d : local.devices) d.emulated = true;
+    fs::path config = dir / "nodes" / (node.name + ".yaml");
+    MERIDIAN_RETURN_IF_ERROR(
+        WriteFileAtomically(config, spec::NodeConfigYaml(local, fleet.fleet.site(node.site).name)));
+    Component agent{"agent-" + node.name,
+                    {self, "--log-level", "info", "agent", "--coordinator", address, "--config", config.string(),
+                     "--work-dir", (dir / "work" / node.name).string(), "--no-gpu-discovery"},
+                    dir / "logs" / ("agent-" + node.name + ".log")};
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
+    started += pid.second ? 1 : 0;
+  }
+  return started;
+}
+
+// Waits until `want` nodes are registered and alive (30 s at most).
+StatusOr<std::vector<model::NodeView>> WaitForNodes(const std::string& address, size_t want, const fs::path& dir) {
+  client::Client client(address, 2'000'000);
+  size_t alive = 0;
+  for (int i = 0; i < 300; ++i) {
+    StatusOr<std::vector<model::NodeView>> nodes = client.Nodes();
+    if (nodes.ok()) {
+      alive = std::count_if(nodes->begin(), nodes->end(), [](const model::NodeView& v) { return v.alive; });
+      if (alive >= want) return std::move(*nodes);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return UnavailableError(fmt::format("only {} of {} agents registered within 30 s; see the logs in {}", alive, want,
+                                      (dir / "logs").string()));
+}
+
+void PrintCluster(const std::vector<model::NodeView>& nodes, std::ostream& out) {
+  std::map<std::string, std::pair<int, std::map<std::string, int>>> by_site;
+  for (const model::NodeView& n : nodes) {
+    auto& [count, devices] = by_site[n.site];
+    ++count;
+    std::string type = n.node.devices.empty() ? "CPU" : n.node.devices.front().type;
+    devices[type] += n.node.devices.empty() ? static_cast<int>(n.node.cpu_milli / 1000)
+                                            : static_cast<int>(n.node.devices.size());
+  }
+  Table t({"site", "nodes", "devices"});
+  for (const auto& [site, entry] : by_site) {
+    std::string devices;
+    for (const auto& [type, n] : entry.second) {
+      devices += (devices.empty() ? "" : ", ") +
+                 fmt::format("{} x{}{}", type, n, type == "CPU" ? " cores" : " (emulated)");
+    }
+    t.Add({site, std::to_string(entry.first), devices});
+  }
+  t.Print(out);
+}
+
+}  // namespace
+
 Status RunUp(const UpOptions& o, std::ostream& out) {
   std::string fleet_path = o.fleet.empty() ? "examples/fleets/three-sites.yaml" : o.fleet;
   if (o.fleet.empty() && !fs::exists(fleet_path)) {
@@ -194,86 +279,15 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   const std::string self = SelfExecutable();
-  const std::string abs_fleet = fs::absolute(fleet_path).string();
-
-  // The coordinator keeps the address it first got, so agents find a restarted one.
-  StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
-  std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
-  Component coord{"coordinator",
-                  {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
-                   listen, "--fleet", abs_fleet, "--addr-file", (dir / kAddrFile).string()},
-                  dir / "logs" / "coordinator.log"};
-  bool coord_running = ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string());
-  if (!coord_running) fs::remove(dir / kAddrFile, ec);
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord_pid, Ensure(dir, coord));
-  std::string address;
-  for (int i = 0; i < 500; ++i) {
-    StatusOr<std::string> a = ReadSmallFile(dir / kAddrFile);
-    if (a.ok() && !a->empty()) {
-      address = *a;
-      break;
-    }
-    if (ChildExited(coord_pid.first)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (address.empty()) {
-    return UnavailableError(fmt::format("the coordinator did not start; its log ({}) ends:{}", coord.log.string(),
-                                        LogTail(coord.log, 5)));
-  }
-
-  int started = coord_pid.second ? 1 : 0;
-  for (const model::Node& node : fleet.fleet.nodes) {
-    model::Node local = node;
-    // One machine runs every node: their devices are emulated on its CPU.
-    for (model::Device& d : local.devices) d.emulated = true;
-    fs::path config = dir / "nodes" / (node.name + ".yaml");
-    MERIDIAN_RETURN_IF_ERROR(
-        WriteFileAtomically(config, spec::NodeConfigYaml(local, fleet.fleet.site(node.site).name)));
-    Component agent{"agent-" + node.name,
-                    {self, "--log-level", "info", "agent", "--coordinator", address, "--config", config.string(),
-                     "--work-dir", (dir / "work" / node.name).string(), "--no-gpu-discovery"},
-                    dir / "logs" / ("agent-" + node.name + ".log")};
-    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
-    started += pid.second ? 1 : 0;
-  }
-
-  // Ready when every node of the fleet is registered and alive.
-  client::Client client(address, 2'000'000);
-  std::vector<model::NodeView> nodes;
-  size_t alive = 0;
-  for (int i = 0; i < 300; ++i) {
-    StatusOr<std::vector<model::NodeView>> n = client.Nodes();
-    if (n.ok()) {
-      nodes = std::move(*n);
-      alive = std::count_if(nodes.begin(), nodes.end(), [](const model::NodeView& v) { return v.alive; });
-      if (alive >= fleet.fleet.nodes.size()) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (alive < fleet.fleet.nodes.size()) {
-    return UnavailableError(fmt::format("only {} of {} agents registered within 30 s; see the logs in {}", alive,
-                                        fleet.fleet.nodes.size(), (dir / "logs").string()));
-  }
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinator(dir, fs::absolute(fleet_path).string(), self));
+  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
+                            WaitForNodes(coord.first, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();
   out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n\n",
-                     dir.string(), address, nodes.size(), fleet.fleet.sites.size(), started);
-  std::map<std::string, std::pair<int, std::map<std::string, int>>> by_site;
-  for (const model::NodeView& n : nodes) {
-    auto& [count, devices] = by_site[n.site];
-    ++count;
-    std::string type = n.node.devices.empty() ? "CPU" : n.node.devices.front().type;
-    devices[type] += n.node.devices.empty() ? static_cast<int>(n.node.cpu_milli / 1000)
-                                            : static_cast<int>(n.node.devices.size());
-  }
-  Table t({"site", "nodes", "devices"});
-  for (const auto& [site, entry] : by_site) {
-    std::string devices;
-    for (const auto& [type, n] : entry.second) {
-      devices += (devices.empty() ? "" : ", ") + fmt::format("{} x{}{}", type, n, type == "CPU" ? " cores" : " (emulated)");
-    }
-    t.Add({site, std::to_string(entry.first), devices});
-  }
-  t.Print(out);
+                     dir.string(), coord.first, nodes.size(), fleet.fleet.sites.size(),
+                     agents + (coord.second ? 1 : 0));
+  PrintCluster(nodes, out);
   out << "\nnext: meridian run examples/jobs/sensor-histograms.yaml   (meridian down stops it)\n";
   return OkStatus();
 }

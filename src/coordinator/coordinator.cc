@@ -360,56 +360,122 @@ void Coordinator::Changed(JobRt& job) {
 
 // ------------------------------------------------------------------ nodes
 
+bool Coordinator::Fits(int32_t node, const model::TaskAllocation& a) const {
+  const sched::NodeFree& f = ledger_.free(NodeId(static_cast<uint32_t>(node)));
+  bool fits = f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes;
+  for (int32_t d : a.devices) {
+    fits = fits && d >= 0 && d < static_cast<int32_t>(f.device_free_milli.size()) &&
+           f.device_free_milli[d] >= a.device_share_milli;
+  }
+  return fits;
+}
+
+StatusOr<SiteId> Coordinator::SiteFor(const model::AgentRegistration& reg) {
+  if (std::optional<SiteId> site = fleet_.FindSite(reg.site)) return *site;
+  if (!options_.fleet.sites.empty()) {
+    std::set<std::string> known;
+    for (const model::Site& s : fleet_.sites) known.insert(s.name);
+    return InvalidArgumentError(fmt::format("node '{}': unknown site '{}' (the coordinator's fleet has: {})",
+                                            reg.node.name, reg.site, Join(known)));
+  }
+  // No fleet file: sites are what the agents say they are.
+  model::Site s;
+  s.id = SiteId(static_cast<uint32_t>(fleet_.sites.size()));
+  s.name = reg.site;
+  s.region = reg.site;
+  fleet_.sites.push_back(s);
+  return s.id;
+}
+
+int32_t Coordinator::UpsertNode(model::Node node, store::StoreBatch& batch) {
+  node.health = model::NodeHealth::kHealthy;
+  auto found = node_by_name_.find(node.name);
+  if (found == node_by_name_.end()) {
+    const int32_t index = static_cast<int32_t>(fleet_.nodes.size());
+    node.id = NodeId(static_cast<uint32_t>(index));
+    fleet_.nodes.push_back(std::move(node));
+    nodes_.emplace_back();
+    node_by_name_[fleet_.nodes.back().name] = index;
+    ledger_.Add(fleet_.nodes.back());
+    return index;
+  }
+  // A node coming back may bring other resources: recount the ledger from what is
+  // held, and lose what no longer fits on it.
+  const int32_t index = found->second;
+  node.id = NodeId(static_cast<uint32_t>(index));
+  fleet_.nodes[index] = std::move(node);
+  ledger_ = sched::ResourceLedger(fleet_);
+  std::vector<std::pair<uint64_t, uint32_t>> misfits;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    for (const auto& [job_id, task] : nodes_[n].tasks) {
+      const model::TaskAllocation& a = jobs_.at(job_id).tasks[task].rec.allocation;
+      sched::Allocation alloc{NodeId(static_cast<uint32_t>(n)), a.cpu_milli, a.memory_bytes, a.devices,
+                              a.device_share_milli};
+      if (Fits(static_cast<int32_t>(n), a)) {
+        ledger_.Take(alloc);
+      } else {
+        misfits.emplace_back(job_id, task);
+      }
+    }
+  }
+  for (const auto& [job_id, t] : misfits) {
+    JobRt& job = jobs_.at(job_id);
+    nodes_[index].tasks.erase({job_id, t});
+    job.tasks[t].node = -1;  // nothing to give back
+    LoseAttempt(job, job.tasks[t], fmt::format("node {} came back too small for it", fleet_.nodes[index].name), batch);
+  }
+  return index;
+}
+
+void Coordinator::Reconcile(int32_t index, const model::AgentRegistration& reg, store::StoreBatch& batch,
+                            model::RegistrationReply& reply) {
+  const std::string& name = fleet_.nodes[index].name;
+  std::set<model::TaskKey> running(reg.running.begin(), reg.running.end());
+  for (const model::TaskUpdate& u : reg.unacked) running.insert(u.key);
+  // Tasks placed here before a coordinator restart: adopt those the agent still has.
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    if (it->second.node != name) {
+      ++it;
+      continue;
+    }
+    JobRt& job = jobs_.at(it->first.first);
+    TaskRt& task = job.tasks[it->first.second];
+    it = orphans_.erase(it);
+    if (running.count({task.rec.job, task.rec.task, task.rec.attempt}) && Fits(index, task.rec.allocation)) {
+      Hold(job, task, index);
+    } else {
+      LoseAttempt(job, task, fmt::format("node {} no longer had it after the coordinator restarted", name), batch);
+    }
+  }
+  // Finished while nobody was listening.
+  for (const model::TaskUpdate& u : reg.unacked) ApplyUpdate(u, index, batch);
+  // Held here but no longer running: lost with the agent's restart.
+  std::vector<std::pair<uint64_t, uint32_t>> held(nodes_[index].tasks.begin(), nodes_[index].tasks.end());
+  for (const auto& [job_id, t] : held) {
+    JobRt& job = jobs_.at(job_id);
+    if (!running.count({job_id, t, job.tasks[t].rec.attempt})) {
+      LoseAttempt(job, job.tasks[t], fmt::format("node {} restarted without it", name), batch);
+    }
+  }
+  // Running there but no longer wanted (its job ended, or it was run elsewhere).
+  for (const model::TaskKey& k : reg.running) {
+    auto j = jobs_.find(k.job);
+    bool wanted = j != jobs_.end() && k.task < j->second.tasks.size() &&
+                  j->second.tasks[k.task].rec.attempt == k.attempt && j->second.tasks[k.task].node == index &&
+                  model::IsPlaced(j->second.tasks[k.task].rec.status);
+    if (!wanted) reply.cancel.push_back(k);
+  }
+}
+
 StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegistration& reg) {
   if (reg.node.name.empty()) return InvalidArgumentError("a node must have a name");
   if (reg.site.empty()) return InvalidArgumentError(fmt::format("node '{}' names no site", reg.node.name));
   std::unique_lock<std::mutex> lock(mu_);
-  std::optional<SiteId> site = fleet_.FindSite(reg.site);
-  if (!site) {
-    if (!options_.fleet.sites.empty()) {
-      std::set<std::string> known;
-      for (const model::Site& s : fleet_.sites) known.insert(s.name);
-      return InvalidArgumentError(
-          fmt::format("node '{}': unknown site '{}' (the coordinator's fleet has: {})", reg.node.name, reg.site,
-                      Join(known)));
-    }
-    model::Site s;
-    s.id = SiteId(static_cast<uint32_t>(fleet_.sites.size()));
-    s.name = reg.site;
-    s.region = reg.site;
-    fleet_.sites.push_back(s);
-    site = s.id;
-  }
+  MERIDIAN_ASSIGN_OR_RETURN(SiteId site, SiteFor(reg));
   model::Node node = reg.node;
-  node.site = *site;
-  node.health = model::NodeHealth::kHealthy;
-  int32_t index;
-  auto found = node_by_name_.find(node.name);
-  if (found == node_by_name_.end()) {
-    index = static_cast<int32_t>(fleet_.nodes.size());
-    node.id = NodeId(static_cast<uint32_t>(index));
-    fleet_.nodes.push_back(node);
-    nodes_.emplace_back();
-    node_by_name_[node.name] = index;
-    ledger_.Add(fleet_.nodes.back());
-  } else {
-    index = found->second;
-    node.id = NodeId(static_cast<uint32_t>(index));
-    fleet_.nodes[index] = node;
-    // The node may come back with other resources: recount its ledger from what it holds.
-    ledger_ = sched::ResourceLedger(fleet_);
-    for (size_t n = 0; n < nodes_.size(); ++n) {
-      for (const auto& [job_id, task] : nodes_[n].tasks) {
-        const model::TaskAllocation& a = jobs_.at(job_id).tasks[task].rec.allocation;
-        sched::Allocation alloc{NodeId(static_cast<uint32_t>(n)), a.cpu_milli, a.memory_bytes, a.devices,
-                                a.device_share_milli};
-        sched::NodeFree f = ledger_.free(alloc.node);
-        bool fits = f.cpu_milli >= a.cpu_milli && f.memory_bytes >= a.memory_bytes;
-        for (int32_t d : a.devices) fits = fits && d < static_cast<int32_t>(f.device_free_milli.size());
-        if (fits) ledger_.Take(alloc);
-      }
-    }
-  }
+  node.site = site;
+  store::StoreBatch batch;
+  const int32_t index = UpsertNode(std::move(node), batch);
   pools_.reset();
   last_fleet_change_ = env_.clock().Now();
   NodeRt& rt = nodes_[index];
@@ -420,51 +486,14 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.registered_us = WallUs();
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
-
-  std::set<model::TaskKey> running(reg.running.begin(), reg.running.end());
-  for (const model::TaskUpdate& u : reg.unacked) running.insert(u.key);
-  store::StoreBatch batch;
-  // Tasks placed here before a coordinator restart: adopt those the agent still has.
-  for (auto it = orphans_.begin(); it != orphans_.end();) {
-    if (it->second.node != node.name) {
-      ++it;
-      continue;
-    }
-    JobRt& job = jobs_.at(it->first.first);
-    TaskRt& task = job.tasks[it->first.second];
-    it = orphans_.erase(it);
-    if (running.count({task.rec.job, task.rec.task, task.rec.attempt})) {
-      Hold(job, task, index);
-    } else {
-      task.node = -1;
-      LoseAttempt(job, task, fmt::format("node {} no longer had it after the coordinator restarted", node.name),
-                  batch);
-    }
-  }
-  for (const model::TaskUpdate& u : reg.unacked) ApplyUpdate(u, index, batch);
   model::RegistrationReply reply;
-  // What it held before but no longer runs was lost with the agent's restart.
-  std::vector<std::pair<uint64_t, uint32_t>> held(rt.tasks.begin(), rt.tasks.end());
-  for (const auto& [job_id, t] : held) {
-    JobRt& job = jobs_.at(job_id);
-    TaskRt& task = job.tasks[t];
-    if (!running.count({job_id, t, task.rec.attempt})) {
-      LoseAttempt(job, task, fmt::format("node {} restarted without it", node.name), batch);
-    }
-  }
-  for (const model::TaskKey& k : reg.running) {
-    auto j = jobs_.find(k.job);
-    bool wanted = j != jobs_.end() && k.task < j->second.tasks.size() &&
-                  j->second.tasks[k.task].rec.attempt == k.attempt && j->second.tasks[k.task].node == index &&
-                  model::IsPlaced(j->second.tasks[k.task].rec.status);
-    if (!wanted) reply.cancel.push_back(k);
-  }
+  Reconcile(index, reg, batch, reply);
   Commit(batch);
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;
   reply.heartbeat_interval_us = options_.heartbeat_interval_us;
   dirty_ = true;
-  MERIDIAN_LOG_INFO("node {} registered at site {} (session {}, {} running)", node.name, reg.site, rt.session,
+  MERIDIAN_LOG_INFO("node {} registered at site {} (session {}, {} running)", reg.node.name, reg.site, rt.session,
                     reg.running.size());
   lock.unlock();
   loop_cv_.notify_one();

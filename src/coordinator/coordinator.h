@@ -120,6 +120,15 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void Loop();
 
   // All below: called with mu_ held.
+  StatusOr<SiteId> SiteFor(const model::AgentRegistration& reg);
+  // Whether the node's free resources hold the allocation.
+  bool Fits(int32_t node, const model::TaskAllocation& a) const;
+  // The node's index, added or updated; tasks it can no longer hold are lost.
+  int32_t UpsertNode(model::Node node, store::StoreBatch& batch);
+  // Squares what the coordinator thinks runs on a (re)registering node with what the
+  // agent reports: adopts, applies, loses, and lists what the agent should cancel.
+  void Reconcile(int32_t index, const model::AgentRegistration& reg, store::StoreBatch& batch,
+                 model::RegistrationReply& reply);
   void ScheduleLocked();
   void DetectFailuresLocked();
   void Commit(const store::StoreBatch& batch);
