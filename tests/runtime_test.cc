@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <grpcpp/grpcpp.h>
+
 #include "local_cluster.h"
+#include "meridian/v1/meridian.grpc.pb.h"
 
 namespace meridian::testing {
 namespace {
@@ -211,6 +214,21 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << " should be one line: " << r.err;
     EXPECT_EQ(JobCount(), before) << c.name << " changed the jobs";
   }
+  // The server enforces the limit too, for clients that do not check first.
+  {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(64 << 20);
+    auto channel = grpc::CreateCustomChannel(cluster_->address(), grpc::InsecureChannelCredentials(), args);
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml("name: x\n#" + big + "\n");
+    req.set_spec_name("big.yaml");
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Status s = v1::JobService::NewStub(channel)->Submit(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_EQ(JobCount(), before);
+  }
   CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1"});
   EXPECT_NE(dead.exit_code, 0);
   EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;
@@ -237,11 +255,19 @@ tasks:
   EXPECT_EQ(gpu->record.site, "eu-west");
   EXPECT_TRUE(gpu->record.emulated);
 
-  StatusOr<model::JobView> bad = cluster_->RunJob(R"(
+  // `meridian run` of a job that fails: the results so far, then one error line, exit 1.
+  CommandResult run = Meridian({"run", "--no-progress", "--dir", cluster_->dir(),
+                                cluster_->WriteFile("fails.yaml", R"(
 name: fails
 tasks:
   - {name: three, command: [sh, -c, 'echo out-$MERIDIAN_ATTEMPT; echo err >&2; exit 3'], retries: 1}
-)");
+)")});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("failed: task 'three' failed after 2 attempts: exit code 3"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  auto jobs = cluster_->client().ListJobs(1);
+  ASSERT_TRUE(jobs.ok() && !jobs->empty());
+  StatusOr<model::JobView> bad = cluster_->client().GetJob(jobs->front().job.id, true);
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->summary.job.status, model::JobStatus::kFailed);
   EXPECT_NE(bad->summary.job.reason.find("failed after 2 attempts: exit code 3"), std::string::npos)
