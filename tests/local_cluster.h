@@ -78,7 +78,9 @@ class LocalCluster {
 
   // Starts whatever is not running; true once every node is registered.
   bool Up() {
-    CommandResult r = Meridian({"up", "--fleet", fleet_, "--dir", dir_});
+    // Generous for a loaded CI machine running sanitized builds side by side: a node
+    // taken for dead by mistake would run a task twice and fail the exactly-once checks.
+    CommandResult r = Meridian({"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     if (r.exit_code != 0) return false;
     std::ifstream in(dir_ + "/coordinator.addr");

@@ -67,7 +67,7 @@ Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   }
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(
-      RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.dir + "/cluster", 64, true}, up_log));
+      RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.dir + "/cluster", "2s", 64, true}, up_log));
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(ClusterTarget{"", guard.dir + "/cluster"}));
   client::Client c(address, 60'000'000);
   auto read = [&](const char* name) {

@@ -180,13 +180,15 @@ namespace {
 
 // Starts the coordinator unless it runs; returns its address and whether it started.
 StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, const std::string& fleet,
+                                                        const std::string& heartbeat_timeout,
                                                         const std::string& self) {
   // It keeps the address it first got, so agents find a restarted one.
   StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
   std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
   Component coord{"coordinator",
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
-                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string()},
+                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--heartbeat-timeout",
+                   heartbeat_timeout},
                   dir / "logs" / "coordinator.log"};
   std::error_code ec;
   if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
@@ -279,7 +281,9 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   const std::string self = SelfExecutable();
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinator(dir, fs::absolute(fleet_path).string(), self));
+  MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.heartbeat_timeout).status().WithPrefix("--heartbeat-timeout"));
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord,
+                            StartCoordinator(dir, fs::absolute(fleet_path).string(), o.heartbeat_timeout, self));
   MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, fleet.fleet.nodes.size(), dir));

@@ -103,6 +103,7 @@ Status RunAgent(const AgentCommandOptions& options);
 struct UpOptions {
   std::string fleet;
   std::string dir;
+  std::string heartbeat_timeout = "2s";
   int max_nodes = 64;
   bool quiet = false;
 };

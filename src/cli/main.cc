@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");
   up_cmd->add_option("--fleet", up.fleet, "Fleet file (default examples/fleets/three-sites.yaml)");
   up_cmd->add_option("--dir", up.dir, dir_help);
+  up_cmd->add_option("--heartbeat-timeout", up.heartbeat_timeout, "A node silent this long is dead (default 2s)");
   cli::DownOptions down;
   CLI::App* down_cmd = app.add_subcommand("down", "Stop the local cluster's processes (its state is kept)");
   down_cmd->add_option("--dir", down.dir, dir_help);
