@@ -73,7 +73,6 @@ TEST_F(ExecutorTest, KernelsRunWithTheirArgsAndInputs) {
   a.inputs = {"5", "7"};
   a.args = {{"from", "0"}, {"to", "4"}};
   ASSERT_TRUE(exec_->Start(a));
-  EXPECT_FALSE(exec_->Start(a)) << "a duplicate is not started twice";
   model::TaskUpdate u = Final(a.key);
   EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded);
   EXPECT_EQ(u.output, "18");
@@ -119,6 +118,19 @@ TEST_F(ExecutorTest, TimeoutsAndCancelsKillTheProcessGroup) {
   // It leaves Running() just after it reports.
   for (int i = 0; i < 100 && !exec_->Running().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(exec_->Running().empty());
+}
+
+TEST_F(ExecutorTest, AnAttemptAlreadyRunningIsNotStartedAgain) {
+  model::TaskAssignment a = Task(8, {"sleep", "30"});
+  ASSERT_TRUE(exec_->Start(a));
+  EXPECT_FALSE(exec_->Start(a)) << "a resent assignment must not start a second copy";
+  model::TaskAssignment next = a;
+  next.key.attempt = 2;
+  EXPECT_TRUE(exec_->Start(next)) << "another attempt is another task";
+  exec_->Cancel(a.key);
+  exec_->Cancel(next.key);
+  EXPECT_EQ(Final(a.key).kind, model::UpdateKind::kCancelled);
+  EXPECT_EQ(Final(next.key).kind, model::UpdateKind::kCancelled);
 }
 
 TEST_F(ExecutorTest, AMissingProgramIsAClearFailure) {
