@@ -170,7 +170,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job).status());
+    MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job));
   }
   model::JobRecord rec;
   rec.name = job.name;
@@ -214,7 +214,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   return result;
 }
 
-StatusOr<std::vector<std::string>> Coordinator::CheckFeasible(const model::Job& job) const {
+Status Coordinator::CheckFeasible(const model::Job& job) const {
   if (fleet_.nodes.empty()) {
     return FailedPreconditionError("the cluster has no nodes yet: start agents (meridian up) and submit again");
   }
@@ -262,7 +262,7 @@ StatusOr<std::vector<std::string>> Coordinator::CheckFeasible(const model::Job& 
           fmt::format("task '{}' can never run on this cluster: {}", job.tasks[u.task.value()].name, u.reason));
     }
   }
-  return std::vector<std::string>{};
+  return OkStatus();
 }
 
 StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, bool include_tasks) {

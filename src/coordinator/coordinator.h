@@ -132,7 +132,8 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void ScheduleLocked();
   void DetectFailuresLocked();
   void Commit(const store::StoreBatch& batch);
-  StatusOr<std::vector<std::string>> CheckFeasible(const model::Job& job) const;
+  // OK when every task could run on the registered fleet; else why one cannot.
+  Status CheckFeasible(const model::Job& job) const;
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
   void Enqueue(JobRt& job, TaskRt& task);
   void Dequeue(TaskRt& task);
