@@ -1,4 +1,4 @@
-// meridian: one binary, many subcommands (docs/cli.md).
+// meridian: one binary, many subcommands (README.md; docs/runtime.md for the runtime ones).
 #include <iostream>
 
 #include <CLI/CLI.hpp>
