@@ -75,6 +75,11 @@ check "down without a cluster" 1 "no local cluster in $tmp/no-cluster" "$bin" do
 check "up refuses a large fleet" 1 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet examples/fleets/alibaba-gpu-2023.yaml
 check "up with a bad fleet" 1 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml
 check "agent with a bad node file" 1 "node.yaml:1:1: missing required field 'site'" bash -c "printf 'name: n\ncpu: 2\nmemory: 1GiB\n' >$tmp/node.yaml; $bin agent --coordinator 127.0.0.1:1 --config $tmp/node.yaml"
+bench_procs() { pgrep -f "meridian-bench-" | wc -l; }
+before=$(bench_procs)
 check "bench tasks runs" 0 "" "$bin" bench tasks --agents 2 --tasks 2000 --samples 20 --json
 grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench tasks output"; cat "$tmp/out"; fail=1; }
+# It stops the cluster it started: no process of it is left behind.
+for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
+[ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench tasks left processes running:"; pgrep -af meridian-bench-; fail=1; }
 exit $fail

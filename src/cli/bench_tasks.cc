@@ -31,12 +31,13 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// Stops the cluster however the benchmark ends.
+// Stops the cluster in dir/cluster and removes dir, however the benchmark ends.
 struct ClusterGuard {
   std::string dir;
+  std::string cluster() const { return dir + "/cluster"; }
   ~ClusterGuard() {
     std::ostringstream ignored;
-    RunDown(DownOptions{dir}, ignored).IgnoreError();
+    RunDown(DownOptions{cluster()}, ignored).IgnoreError();
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -67,8 +68,8 @@ Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   }
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(
-      RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.dir + "/cluster", "2s", 64, true}, up_log));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(ClusterTarget{"", guard.dir + "/cluster"}));
+      RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.cluster(), "2s", 64, true}, up_log));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(ClusterTarget{"", guard.cluster()}));
   client::Client c(address, 60'000'000);
   auto read = [&](const char* name) {
     std::ifstream in(fs::path(guard.dir) / name);

@@ -19,6 +19,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
   // Fail fast on a dead peer instead of waiting for TCP to notice.
+  args.SetString("grpc.optimization_target", "latency");
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
   // Reconnect to a restarted coordinator within a heartbeat or two (gRPC waits 20 s by default).

@@ -140,6 +140,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   // finds them busy starts a thread and ends one, a large share of a call's latency.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 4);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
+  builder.AddChannelArgument("grpc.optimization_target", "latency");
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->admin_service_.get());
