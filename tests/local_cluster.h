@@ -65,7 +65,7 @@ inline bool WaitFor(const std::function<bool()>& done, double timeout_s) {
 class LocalCluster {
  public:
   explicit LocalCluster(const std::string& fleet) : fleet_(fleet) {
-    char tmpl[] = "/tmp/meridian-test-XXXXXX";
+    char tmpl[] = "/tmp/meridian-test-XXXXXX";  // mkdtemp replaces the Xs
     dir_ = mkdtemp(tmpl);
   }
   ~LocalCluster() {

@@ -13,9 +13,6 @@
 namespace meridian::agent {
 namespace {
 
-constexpr size_t kMaxOutputBytes = 1 << 20;
-constexpr size_t kMaxLogTailBytes = 64 << 10;
-
 std::string EnvName(std::string_view arg) {
   std::string out = "MERIDIAN_ARG_";
   for (char c : arg) out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? std::toupper(c) : '_');
@@ -141,10 +138,10 @@ void Executor::RunKernel(Running_& task) {
     } else if (!out.ok()) {
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("kernel {}: {}", a.kernel, out.status().message());
-    } else if (out->size() > kMaxOutputBytes) {
+    } else if (out->size() > model::kMaxTaskOutputBytes) {
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("kernel {} wrote {} of output; a task returns at most {}", a.kernel,
-                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(kMaxOutputBytes));
+                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(model::kMaxTaskOutputBytes));
     } else {
       u.kind = model::UpdateKind::kSucceeded;
       u.output = std::move(*out);
@@ -169,8 +166,8 @@ void Executor::RunCommand(Running_& task) {
   p.argv = a.command;
   p.cwd = dir.string();
   p.timeout_us = a.timeout_us;
-  p.max_stdout_head = kMaxOutputBytes;
-  p.max_tail = kMaxLogTailBytes;
+  p.max_stdout_head = model::kMaxTaskOutputBytes;
+  p.max_tail = model::kMaxTaskLogTailBytes;
   p.env = CurrentEnvironment();
   const std::string devices = Indices(a.allocation.devices);
   p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));

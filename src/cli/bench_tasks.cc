@@ -48,7 +48,7 @@ struct ClusterGuard {
 Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   if (o.agents < 1 || o.agents > 16) return InvalidArgumentError("--agents: expected 1 to 16");
   if (o.tasks < 1 || o.tasks > 1'000'000) return InvalidArgumentError("--tasks: expected 1 to 1000000");
-  char tmpl[] = "/tmp/meridian-bench-XXXXXX";
+  char tmpl[] = "/tmp/meridian-bench-XXXXXX";  // mkdtemp replaces the Xs with a unique name
   if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
   ClusterGuard guard{tmpl};
   const int cores = std::max(1u, std::thread::hardware_concurrency());
@@ -58,32 +58,24 @@ Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
           << fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", o.agents,
                          cores);
   }
-  {
-    std::ofstream job(fs::path(guard.dir) / "noop.yaml");
-    // 10 milli-cores each: a 2-core node takes 200 at once.
-    job << fmt::format("name: noop-{}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n",
-                       o.tasks, o.tasks);
-    std::ofstream one(fs::path(guard.dir) / "one.yaml");
-    one << "name: round-trip\ntasks:\n  - {name: noop, kernel: noop, resources: {cpu: 10m}}\n";
-  }
+  // 10 milli-cores each: a 2-core node takes 200 at once.
+  const std::string spec = fmt::format(
+      "name: noop-{}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", o.tasks,
+      o.tasks);
+  const std::string one = "name: round-trip\ntasks:\n  - {name: noop, kernel: noop, resources: {cpu: 10m}}\n";
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(
       RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.cluster(), "2s", 64, true}, up_log));
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(ClusterTarget{"", guard.cluster()}));
   client::Client c(address, 60'000'000);
-  auto read = [&](const char* name) {
-    std::ifstream in(fs::path(guard.dir) / name);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
 
   // Warm up: connections, the coordinator's first scheduling pass.
   for (int i = 0; i < 20; ++i) {
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c.Submit(read("one.yaml"), "one.yaml"));
+    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c.Submit(one, "one.yaml"));
     MERIDIAN_RETURN_IF_ERROR(c.Watch(r.job_id, [](const model::JobSummary&) { return true; }).status());
   }
 
   // Throughput: submission of one job of N tasks to the last one's completion.
-  const std::string spec = read("noop.yaml");
   Clock::time_point t0 = Clock::now();
   MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult job, c.Submit(spec, "noop.yaml"));
   Clock::time_point t_ack = Clock::now();
@@ -98,7 +90,6 @@ Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   // Round trip: one job of one task at a time, from submission until the client
   // sees it finished; and inside the cluster, from assignment to committed result.
   std::vector<double> client_us, cluster_us, submit_us;
-  const std::string one = read("one.yaml");
   for (int i = 0; i < o.latency_samples; ++i) {
     Clock::time_point a = Clock::now();
     MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c.Submit(one, "one.yaml"));

@@ -22,6 +22,7 @@
 #include "coordinator/coordinator.h"
 #include "rpc/server.h"
 #include "spec/fleet_spec.h"
+#include "spec/yaml_reader.h"
 #include "store/sqlite_state_store.h"
 
 namespace meridian::cli {
@@ -30,10 +31,9 @@ namespace {
 
 constexpr const char* kAddrFile = "coordinator.addr";
 
+// A one-line file (an address, a pid) without its line end.
 StatusOr<std::string> ReadSmallFile(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError(fmt::format("cannot read {}", path.string()));
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  MERIDIAN_ASSIGN_OR_RETURN(std::string s, spec::ReadFileToString(path.string()));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }

@@ -16,7 +16,8 @@ Client::~Client() = default;
 
 namespace {
 
-// One unary call on a fresh stub of `Service` with a deadline.
+// One unary call of `Service` with a deadline. gRPC's generated client class is its
+// "stub"; creating one per call is cheap (it only holds the shared channel).
 template <typename Service, typename Request, typename Response>
 grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, int64_t timeout_us,
                   grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),

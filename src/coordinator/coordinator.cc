@@ -111,7 +111,7 @@ Status Coordinator::LoadState() {
         case TaskStatus::kBlocked: ++job.counts.waiting; break;
         case TaskStatus::kQueued:
           ++job.counts.waiting;
-          Enqueue(job, t);
+          Enqueue(t);
           break;
         case TaskStatus::kAssigned:
         case TaskStatus::kRunning:
@@ -204,7 +204,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
       for (TaskId d : rt.job->tasks[i].after) rt.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
     }
     for (TaskRt& t : rt.tasks) {
-      if (t.rec.status == TaskStatus::kQueued) Enqueue(rt, t);
+      if (t.rec.status == TaskStatus::kQueued) Enqueue(t);
     }
     Changed(rt);
     // Place at once rather than wake the loop: a thread hop less per job.
@@ -244,12 +244,7 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
   std::vector<const model::ResourceRequest*> seen;
   for (const model::Task& t : job.tasks) {
     const model::ResourceRequest& r = t.resources;
-    bool dup = std::any_of(seen.begin(), seen.end(), [&](const model::ResourceRequest* s) {
-      return s->accelerator_any_of == r.accelerator_any_of && s->device_count == r.device_count &&
-             s->device_share_milli == r.device_share_milli &&
-             s->min_device_memory_bytes == r.min_device_memory_bytes && s->cpu_milli == r.cpu_milli &&
-             s->memory_bytes == r.memory_bytes;
-    });
+    bool dup = std::any_of(seen.begin(), seen.end(), [&](const model::ResourceRequest* s) { return *s == r; });
     if (dup && t.gang.empty()) continue;
     seen.push_back(&r);
     snap.queue.push_back(sched::PendingTask{0, t.id, t.inputs, static_cast<int64_t>(snap.queue.size())});
@@ -442,7 +437,7 @@ void Coordinator::Reconcile(int32_t index, const model::AgentRegistration& reg, 
     TaskRt& task = job.tasks[it->first.second];
     it = orphans_.erase(it);
     if (running.count({task.rec.job, task.rec.task, task.rec.attempt}) && Fits(index, task.rec.allocation)) {
-      Hold(job, task, index);
+      Hold(task, index);
     } else {
       LoseAttempt(job, task, fmt::format("node {} no longer had it after the coordinator restarted", name), batch);
     }
@@ -529,15 +524,22 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   // Freed resources and dependents made ready are placed before the agent hears back.
   if (dirty_) ScheduleLocked();
   // Placed here a while ago but not on the agent: the assignment was lost on the way.
-  std::set<model::TaskKey> holding(hb.holding.begin(), hb.holding.end());
-  for (const model::TaskUpdate& u : hb.updates) holding.insert(u.key);
+  // The agent's set is built only when some assignment is that old.
   const int64_t resend_before = WallUs() - 4 * options_.heartbeat_interval_us;
+  std::optional<std::set<model::TaskKey>> holding;
   bool resent = false;
   for (const auto& [job_id, t] : node.tasks) {
     const JobRt& job = jobs_.at(job_id);
     const TaskRt& task = job.tasks[t];
-    if (task.rec.status == TaskStatus::kAssigned && task.rec.started_us < resend_before &&
-        !holding.count({job_id, t, task.rec.attempt}) && model::IsTerminal(job.rec.status) == false) {
+    if (task.rec.status != TaskStatus::kAssigned || task.rec.started_us >= resend_before ||
+        model::IsTerminal(job.rec.status)) {
+      continue;
+    }
+    if (!holding) {
+      holding.emplace(hb.holding.begin(), hb.holding.end());
+      for (const model::TaskUpdate& u : hb.updates) holding->insert(u.key);
+    }
+    if (!holding->count({job_id, t, task.rec.attempt})) {
       node.outbox.assignments.push_back(AssignmentFor(job, task));
       resent = true;
     }

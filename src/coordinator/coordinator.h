@@ -135,10 +135,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // OK when every task could run on the registered fleet; else why one cannot.
   Status CheckFeasible(const model::Job& job) const;
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
-  void Enqueue(JobRt& job, TaskRt& task);
+  void Enqueue(TaskRt& task);
   void Dequeue(TaskRt& task);
-  void Release(JobRt& job, TaskRt& task);
-  void Hold(JobRt& job, TaskRt& task, int32_t node);
+  void Release(TaskRt& task);
+  void Hold(TaskRt& task, int32_t node);
   // Counters for a task that stops being assigned or running.
   void LeavePlaced(JobRt& job, TaskRt& task);
   void ApplyUpdate(const model::TaskUpdate& update, int32_t node, store::StoreBatch& batch);

@@ -13,8 +13,7 @@ namespace meridian::coordinator {
 using model::JobStatus;
 using model::TaskStatus;
 
-void Coordinator::Enqueue(JobRt& job, TaskRt& task) {
-  (void)job;
+void Coordinator::Enqueue(TaskRt& task) {
   task.seq = next_seq_++;
   ready_[task.seq] = {task.rec.job, task.rec.task};
   dirty_ = true;
@@ -25,16 +24,15 @@ void Coordinator::Dequeue(TaskRt& task) {
   task.seq = -1;
 }
 
-void Coordinator::Hold(JobRt& job, TaskRt& task, int32_t node) {
+void Coordinator::Hold(TaskRt& task, int32_t node) {
   const model::TaskAllocation& a = task.rec.allocation;
   ledger_.Take(sched::Allocation{NodeId(static_cast<uint32_t>(node)), a.cpu_milli, a.memory_bytes, a.devices,
                                  a.device_share_milli});
   task.node = node;
   nodes_[node].tasks.insert({task.rec.job, task.rec.task});
-  (void)job;
 }
 
-void Coordinator::Release(JobRt& job, TaskRt& task) {
+void Coordinator::Release(TaskRt& task) {
   if (task.node < 0) return;
   const model::TaskAllocation& a = task.rec.allocation;
   ledger_.Give(sched::Allocation{NodeId(static_cast<uint32_t>(task.node)), a.cpu_milli, a.memory_bytes, a.devices,
@@ -42,7 +40,6 @@ void Coordinator::Release(JobRt& job, TaskRt& task) {
   nodes_[task.node].tasks.erase({task.rec.job, task.rec.task});
   task.node = -1;
   dirty_ = true;
-  (void)job;
 }
 
 void Coordinator::LeavePlaced(JobRt& job, TaskRt& task) {
@@ -92,7 +89,7 @@ void Coordinator::ScheduleLocked() {
                     p.allocation.device_share_milli};
     r.reason.clear();
     r.started_us = now;
-    Hold(*job, *task, node);
+    Hold(*task, node);
     ++job->running_by_site[r.site];
     task->history.push_back(model::AttemptRecord{r.job, r.task, r.attempt, r.node, r.site, "running", "", 0, now, 0});
     batch.tasks.push_back(r);
@@ -125,8 +122,8 @@ void Coordinator::ScheduleLocked() {
   // Stored before any agent hears of it: a restart finds every assignment it sent.
   Commit(batch);
   if (!nodes_with_work.empty()) outbox_cv_.notify_all();
-  // Placed everything offered: there may be more behind the window.
-  if (!plan.placements.empty() && ready_.size() > 0) dirty_ = true;
+  // The window was full and something was placed: more may fit behind it.
+  if (!plan.placements.empty() && offered.size() == options_.schedule_window && !ready_.empty()) dirty_ = true;
 }
 
 model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt& task) const {
@@ -173,7 +170,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   if (!model::IsPlaced(task.rec.status)) {
     // Cancelled or failed with its job while the agent was finishing it.
     if (u.kind != model::UpdateKind::kRunning) {
-      Release(job, task);
+      Release(task);
       EndAttempt(task, u.kind == model::UpdateKind::kSucceeded ? "succeeded" : "cancelled", u.reason, u.exit_code);
       batch.attempts.push_back(task.history.back());
     }
@@ -201,7 +198,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
 }
 
 void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
-  Release(job, task);
+  Release(task);
   task.rec.status = TaskStatus::kSucceeded;
   task.rec.output = u.output;
   task.rec.reason.clear();
@@ -216,7 +213,7 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
     if (--dep.deps_left == 0 && dep.rec.status == TaskStatus::kBlocked) {
       dep.rec.status = TaskStatus::kQueued;
       batch.tasks.push_back(dep.rec);
-      Enqueue(job, dep);
+      Enqueue(dep);
     }
   }
   if (job.counts.succeeded == job.counts.tasks_total) EndJob(job, JobStatus::kSucceeded, "", batch);
@@ -224,7 +221,7 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
 }
 
 void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
-  Release(job, task);
+  Release(task);
   const std::string reason = u.reason.empty() ? fmt::format("exit code {}", u.exit_code) : u.reason;
   EndAttempt(task, "failed", reason, u.exit_code);
   batch.attempts.push_back(task.history.back());
@@ -249,7 +246,7 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
 }
 
 void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
-  Release(job, task);
+  Release(task);
   EndAttempt(task, "lost", reason, 0);
   if (!task.history.empty()) batch.attempts.push_back(task.history.back());
   if (!model::IsPlaced(task.rec.status)) return;
@@ -274,7 +271,7 @@ void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
   batch.tasks.push_back(task.rec);
   ++job.counts.waiting;
   ++job.counts.retries;
-  Enqueue(job, task);
+  Enqueue(task);
   Changed(job);
 }
 

@@ -133,6 +133,10 @@ struct NodeView {
 
 // ---- between the coordinator and its agents
 
+// What one task carries back: its output, and the tail of its stdout and stderr.
+inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
+inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
+
 // One attempt at one task.
 struct TaskKey {
   uint64_t job = 0;

@@ -33,6 +33,8 @@ struct ResourceRequest {
   int64_t min_device_memory_bytes = 0;
   int64_t cpu_milli = 1000;
   int64_t memory_bytes = 0;
+
+  friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
 };
 
 // A reference to an immutable object and where its replicas are.

@@ -20,9 +20,6 @@ namespace meridian::rpc {
 // a client accepts (a job with its tasks and outputs).
 inline constexpr int kMaxRequestBytes = 16 << 20;
 inline constexpr int kMaxResponseBytes = 256 << 20;
-// Bounds on what one task carries back.
-inline constexpr size_t kMaxOutputBytes = 1 << 20;
-inline constexpr size_t kMaxLogTailBytes = 64 << 10;
 
 grpc::Status ToGrpc(const Status& status);
 Status FromGrpc(const grpc::Status& status);
