@@ -131,7 +131,9 @@ void Executor::RunKernel(Running_& task) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
   } else {
-    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, a.inputs, a.index, task.stop});
+    // A real GPU given to the task runs the kernel's compute; an emulated one does not.
+    const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
+    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, a.inputs, a.index, task.stop, gpu});
     if (task.stop.load()) {
       u.kind = model::UpdateKind::kCancelled;
       u.reason = "cancelled while running";

@@ -1,23 +1,20 @@
 // meridian bench tasks: end-to-end throughput of no-op tasks and the round trip of
 // one task, on a local cluster of real processes over loopback that it starts and
 // stops itself.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_cluster.h"
 #include "cli/commands.h"
 #include "client/client.h"
 #include "common/units.h"
 
 namespace meridian::cli {
-namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,43 +28,22 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// Stops the cluster in dir/cluster and removes dir, however the benchmark ends.
-struct ClusterGuard {
-  std::string dir;
-  std::string cluster() const { return dir + "/cluster"; }
-  ~ClusterGuard() {
-    std::ostringstream ignored;
-    RunDown(DownOptions{cluster()}, ignored).IgnoreError();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
 }  // namespace
 
 Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   if (o.agents < 1 || o.agents > 16) return InvalidArgumentError("--agents: expected 1 to 16");
   if (o.tasks < 1 || o.tasks > 1'000'000) return InvalidArgumentError("--tasks: expected 1 to 1000000");
-  char tmpl[] = "/tmp/meridian-bench-XXXXXX";  // mkdtemp replaces the Xs with a unique name
-  if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
-  ClusterGuard guard{tmpl};
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  {
-    std::ofstream fleet(fs::path(guard.dir) / "fleet.yaml");
-    fleet << "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n"
-          << fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", o.agents,
-                         cores);
-  }
+  const std::string fleet =
+      "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n" +
+      fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", o.agents, cores);
   // 10 milli-cores each: a 2-core node takes 200 at once.
   const std::string spec = fmt::format(
       "name: noop-{}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", o.tasks,
       o.tasks);
   const std::string one = "name: round-trip\ntasks:\n  - {name: noop, kernel: noop, resources: {cpu: 10m}}\n";
-  std::ostringstream up_log;
-  MERIDIAN_RETURN_IF_ERROR(
-      RunUp(UpOptions{(fs::path(guard.dir) / "fleet.yaml").string(), guard.cluster(), "2s", 64, true}, up_log));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(ClusterTarget{"", guard.cluster()}));
-  client::Client c(address, 60'000'000);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(fleet, false));
+  client::Client c(cluster->address(), 60'000'000);
 
   // Warm up: connections, the coordinator's first scheduling pass.
   for (int i = 0; i < 20; ++i) {

@@ -205,7 +205,7 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
 
 // Starts the agents of the fleet's nodes that do not run; returns how many started.
 StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, const std::string& address,
-                          const std::string& self) {
+                          const std::string& self, bool real_gpus) {
   int started = 0;
   for (const model::Node& node : fleet.fleet.nodes) {
     model::Node local = node;
@@ -216,8 +216,9 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
         WriteFileAtomically(config, spec::NodeConfigYaml(local, fleet.fleet.site(node.site).name)));
     Component agent{"agent-" + node.name,
                     {self, "--log-level", "info", "agent", "--coordinator", address, "--config", config.string(),
-                     "--work-dir", (dir / "work" / node.name).string(), "--no-gpu-discovery"},
+                     "--work-dir", (dir / "work" / node.name).string()},
                     dir / "logs" / ("agent-" + node.name + ".log")};
+    if (!real_gpus) agent.argv.push_back("--no-gpu-discovery");
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
     started += pid.second ? 1 : 0;
   }
@@ -284,7 +285,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.heartbeat_timeout).status().WithPrefix("--heartbeat-timeout"));
   MERIDIAN_ASSIGN_OR_RETURN(auto coord,
                             StartCoordinator(dir, fs::absolute(fleet_path).string(), o.heartbeat_timeout, self));
-  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self));
+  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();

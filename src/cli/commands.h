@@ -106,6 +106,8 @@ struct UpOptions {
   std::string heartbeat_timeout = "2s";
   int max_nodes = 64;
   bool quiet = false;
+  // Agents use this machine's CUDA GPUs instead of emulating the fleet's devices.
+  bool real_gpus = false;
 };
 // `meridian up`: starts what of the local cluster in `dir` is not running.
 Status RunUp(const UpOptions& options, std::ostream& out);
@@ -160,6 +162,15 @@ struct BenchTasksOptions {
   int latency_samples = 300;
   bool json = false;
 };
+struct BenchGemmOptions {
+  int64_t n = 8192;
+  int64_t repeat = 50;
+  bool json = false;
+};
+// `meridian bench gemm`: a DGEMM through cuBLAS called directly, against the same
+// GEMM run as a Meridian task on a local cluster with this machine's GPU.
+Status RunBenchGemm(const BenchGemmOptions& options, std::ostream& out);
+
 // `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
 // local cluster it starts and stops itself.
 Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);

@@ -72,6 +72,13 @@ int main(int argc, char** argv) {
   bench_tasks->add_option("--samples", bench_tasks_opts.latency_samples, "Round trips to time (default 300)");
   bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
 
+  cli::BenchGemmOptions bench_gemm_opts;
+  CLI::App* bench_gemm = bench_cmd->add_subcommand(
+      "gemm", "A DGEMM through cuBLAS called directly, against the same GEMM as a Meridian task (needs a GPU)");
+  bench_gemm->add_option("--n", bench_gemm_opts.n, "Matrix size n (n x n, default 8192)");
+  bench_gemm->add_option("--repeat", bench_gemm_opts.repeat, "Products per run (default 50)");
+  bench_gemm->add_flag("--json", bench_gemm_opts.json, "Print JSON for scripts");
+
   // ---- the runtime
   const std::string target_help = "Coordinator HOST:PORT (default: $MERIDIAN_COORDINATOR, else the local cluster's)";
   const std::string dir_help = "Local cluster directory (default $MERIDIAN_HOME or ~/.meridian)";
@@ -104,6 +111,8 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--fleet", up.fleet, "Fleet file (default examples/fleets/three-sites.yaml)");
   up_cmd->add_option("--dir", up.dir, dir_help);
   up_cmd->add_option("--heartbeat-timeout", up.heartbeat_timeout, "A node silent this long is dead (default 2s)");
+  up_cmd->add_flag("--real-gpus", up.real_gpus,
+                   "Agents use this machine's CUDA GPUs (each agent all of them) instead of emulating the fleet's");
   cli::DownOptions down;
   CLI::App* down_cmd = app.add_subcommand("down", "Stop the local cluster's processes (its state is kept)");
   down_cmd->add_option("--dir", down.dir, dir_help);
@@ -167,6 +176,8 @@ int main(int argc, char** argv) {
     status = cli::RunBenchSched(bench, std::cout);
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
+  } else if (bench_gemm->parsed()) {
+    status = cli::RunBenchGemm(bench_gemm_opts, std::cout);
   } else if (coord_cmd->parsed()) {
     status = cli::RunCoordinator(coord);
   } else if (agent_cmd->parsed()) {

@@ -1,18 +1,18 @@
 #include "kernels/kernel.h"
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/builtins.h"
 
 namespace meridian::kernels {
 
 const std::vector<KernelInfo>& AllKernels() {
   static const std::vector<KernelInfo> kernels = {
-      {"noop", "does nothing; outputs nothing (for measuring the runtime itself)", cpu::Noop},
-      {"sum", "adds integers: from the inputs and the range [from, to) or [index*range, (index+1)*range)", cpu::Sum},
-      {"sort", "sorts integers from the inputs or `generate` random ones; outputs them or a summary", cpu::Sort},
+      {"noop", "does nothing; outputs nothing (for measuring the runtime itself)", builtin::Noop, false},
+      {"sum", "adds integers: from the inputs and the range [from, to) or [index*range, (index+1)*range)", builtin::Sum, true},
+      {"sort", "sorts integers from the inputs or `generate` random ones; outputs them or a summary", builtin::Sort, true},
       {"histogram", "bins values (inputs or `generate` normal samples) into `bins` over [min, max); merges histograms",
-       cpu::Histogram},
-      {"wordcount", "counts words of the inputs and `text`; merges word counts", cpu::WordCount},
-      {"matmul", "multiplies two random n x n matrices (seeded) and outputs checksums of the product", cpu::MatMul},
+       builtin::Histogram, true},
+      {"wordcount", "counts words of the inputs and `text`; merges word counts", builtin::WordCount, false},
+      {"matmul", "multiplies two random n x n matrices (seeded), `repeat` times; outputs checksums of the product", builtin::MatMul, true},
   };
   return kernels;
 }

@@ -4,8 +4,8 @@
 // formats are documented in docs/runtime.md; outputs of one kernel feed another
 // (histograms merge, word counts merge, sums add up).
 //
-// CPU implementations live in cpu/; CUDA ones (later) in cuda/, each checked against
-// the CPU reference.
+// The kernels are written once (builtins.cc); their compute runs on the task's device
+// through kernels/ops.h: the CPU reference (cpu/) or CUDA (cuda/), checked against it.
 //
 // Thread-safety: kernels are pure functions of their context; run any number at once.
 #pragma once
@@ -27,6 +27,8 @@ struct KernelContext {
   uint32_t index = 0;
   // Set when the task is cancelled or times out; long kernels check it and stop.
   const std::atomic<bool>& stop;
+  // The CUDA device the task was given, or -1 for the CPU (no GPU, or an emulated one).
+  int32_t gpu = -1;
 };
 
 using KernelFn = StatusOr<std::string> (*)(const KernelContext&);
@@ -35,6 +37,7 @@ struct KernelInfo {
   std::string_view name;
   std::string_view summary;
   KernelFn run;
+  bool gpu = false;  // runs its compute on a GPU when the task has one
 };
 
 // nullptr when there is no such kernel.

@@ -5,7 +5,9 @@
 
 #include "common/env.h"
 #include "kernels/devices.h"
+#include "kernels/generate.h"
 #include "kernels/kernel.h"
+#include "kernels/ops.h"
 
 namespace meridian::kernels {
 namespace {
@@ -14,12 +16,13 @@ struct KernelRun {
   std::map<std::string, std::string> args;
   std::vector<std::string> inputs;
   uint32_t index = 0;
+  int32_t gpu = -1;
   std::atomic<bool> stop{false};
 
   StatusOr<std::string> operator()(std::string_view kernel) {
     const KernelInfo* k = FindKernel(kernel);
     if (k == nullptr) return NotFoundError(std::string(kernel));
-    return k->run(KernelContext{args, inputs, index, stop});
+    return k->run(KernelContext{args, inputs, index, stop, gpu});
   }
 };
 
@@ -90,10 +93,11 @@ TEST(KernelsTest, WordCountCountsAndMerges) {
 TEST(KernelsTest, MatMulMatchesANaiveProduct) {
   // The same seeded matrices multiplied the textbook way (i-j-k).
   const int n = 48;
-  Random rng(5);
   std::vector<double> a(n * n), b(n * n);
-  for (double& x : a) x = rng.UniformDouble() * 2 - 1;
-  for (double& x : b) x = rng.UniformDouble() * 2 - 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = gen::Signed(5, 2 * i);
+    b[i] = gen::Signed(5, 2 * i + 1);
+  }
   double sum = 0, sq = 0;
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -134,6 +138,151 @@ TEST(DevicesTest, DiscoveryAnswersEitherWay) {
     EXPECT_FALSE(g.name.empty());
     EXPECT_GT(g.memory_bytes, 0);
   }
+}
+
+}  // namespace
+}  // namespace meridian::kernels
+
+namespace meridian::kernels {
+namespace {
+
+TEST(GeneratorTest, SamplesHaveTheirDocumentedRangeAndMoments) {
+  double sum = 0, sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    double z = gen::Normal(9, i);
+    ASSERT_GT(z, -6.0);
+    ASSERT_LT(z, 6.0);
+    sum += z;
+    sq += z * z;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sq / n, 1.0, 0.01);
+  for (int i = 0; i < 1000; ++i) {
+    int64_t v = gen::Int(3, i, -5, 10);
+    ASSERT_GE(v, -5);
+    ASSERT_LT(v, 5);
+    double u = gen::Unit(3, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+  EXPECT_NE(gen::Bits(1, 0), gen::Bits(2, 0));
+  EXPECT_EQ(gen::Bin(0.999, 0, 1, 0.1, 10), 9);
+  EXPECT_EQ(gen::Bin(1.0, 0, 1, 0.1, 10), -1);
+}
+
+// The GPU tests run where a CUDA device is found and are skipped elsewhere (with the
+// reason); each compares the CUDA implementation with the CPU reference.
+const Ops* GpuOrSkip(std::string* why) {
+  StatusOr<const Ops*> ops = GpuOps(0);
+  if (!ops.ok()) {
+    *why = ops.status().message();
+    return nullptr;
+  }
+  return *ops;
+}
+
+#define MERIDIAN_GPU_OR_SKIP(var)                 \
+  std::string why_;                               \
+  const Ops* var = GpuOrSkip(&why_);              \
+  if (var == nullptr) GTEST_SKIP() << why_;
+
+TEST(GpuKernelsTest, WithoutCudaTheErrorSaysWhy) {
+  StatusOr<const Ops*> ops = GpuOps(0);
+  if (!BuiltWithCuda()) {
+    ASSERT_FALSE(ops.ok());
+    EXPECT_NE(ops.status().message().find("no CUDA"), std::string::npos) << ops.status().message();
+  }
+  std::string note;
+  if (DiscoverGpus(&note).empty()) {
+    EXPECT_FALSE(ops.ok()) << "no device was discovered, yet GPU 0 answered";
+  }
+  StatusOr<const Ops*> missing = GpuOps(999);
+  EXPECT_FALSE(missing.ok());
+}
+
+TEST(GpuKernelsTest, SumMatchesTheCpuExactly) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  std::vector<int64_t> values(3'000'017);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = gen::Int(4, i, INT64_MIN / 2, UINT64_MAX / 2);
+  StatusOr<__int128> got = gpu->Sum(values);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_TRUE(*got == *CpuOps().Sum(values));
+  EXPECT_TRUE(*gpu->Sum({}) == 0);
+  std::vector<int64_t> one = {-7};
+  EXPECT_TRUE(*gpu->Sum(one) == -7);
+}
+
+TEST(GpuKernelsTest, SortMatchesTheCpuExactly) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  std::atomic<bool> stop{false};
+  for (int64_t generate : {0, 1, 1000, 5'000'003}) {
+    std::vector<int64_t> a = {5, -3, 9}, b = a;
+    Status s = gpu->Sort(a, 11, generate, -1'000'000'000, 1'000'000'000, stop);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(CpuOps().Sort(b, 11, generate, -1'000'000'000, 1'000'000'000, stop).ok());
+    ASSERT_EQ(a, b) << "generate=" << generate;
+  }
+}
+
+TEST(GpuKernelsTest, HistogramMatchesTheCpuExactly) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  std::atomic<bool> stop{false};
+  for (int64_t bins : {1, 10, 4096}) {
+    Binning b{bins, -3.5, 7.25};
+    std::vector<double> values = {-3.5, 7.25, 0.0, 1e300, -1e300, 7.2499999};
+    std::vector<int64_t> gc(bins, 1), cc(bins, 1);  // counts are added to
+    int64_t go = 2, co = 2;
+    Status s = gpu->Histogram(values, 21, 20'000'000, b, gc, go, stop);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(CpuOps().Histogram(values, 21, 20'000'000, b, cc, co, stop).ok());
+    EXPECT_EQ(gc, cc) << "bins=" << bins;
+    EXPECT_EQ(go, co) << "bins=" << bins;
+  }
+}
+
+TEST(GpuKernelsTest, MatMulMatchesTheCpuToRounding) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  std::atomic<bool> stop{false};
+  for (int64_t n : {1, 37, 512}) {
+    StatusOr<MatMulResult> on_gpu = gpu->MatMul(n, 8, 2, stop);
+    ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().message();
+    MatMulResult g = *on_gpu;
+    MatMulResult c = *CpuOps().MatMul(n, 8, 1, stop);
+    EXPECT_NEAR(g.frobenius, c.frobenius, 1e-10 * c.frobenius) << "n=" << n;
+    // The sum cancels; its error is bounded by the sum of magnitudes, below n * ||C||_F.
+    EXPECT_NEAR(g.sum, c.sum, 1e-10 * static_cast<double>(n) * c.frobenius) << "n=" << n;
+    EXPECT_GT(g.gemm_seconds, 0.0);
+  }
+  EXPECT_FALSE(CpuOps().MatMul(kMaxCpuMatMulN + 1, 1, 1, stop).ok());
+  stop = true;
+  EXPECT_EQ(gpu->MatMul(64, 1, 10, stop).status().code(), StatusCode::kCancelled);
+}
+
+TEST(GpuKernelsTest, KernelsOnAGpuGiveTheCpuOutputs) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  (void)gpu;
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> cases = {
+      {"sum", {{"range", "1000"}}},
+      {"sort", {{"generate", "100000"}, {"output", "summary"}}},
+      {"sort", {{"generate", "1000"}}},
+      {"histogram", {{"bins", "64"}, {"generate", "1000000"}, {"min", "-2"}, {"max", "2"}}},
+  };
+  for (const auto& [kernel, args] : cases) {
+    KernelRun cpu, on_gpu;
+    cpu.args = on_gpu.args = args;
+    cpu.index = on_gpu.index = 3;
+    cpu.inputs = on_gpu.inputs = {kernel == "histogram" ? "0.5 1.5 9" : "4 5 6"};
+    on_gpu.gpu = 0;
+    StatusOr<std::string> want = cpu(kernel), got = on_gpu(kernel);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(*got, *want) << kernel;
+  }
+  KernelRun big;
+  big.args = {{"n", "8192"}, {"seed", "1"}};
+  big.gpu = 0;
+  EXPECT_TRUE(big("matmul").ok());  // beyond the CPU's limit
 }
 
 }  // namespace

@@ -1,18 +1,17 @@
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/builtins.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <numbers>
 #include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "common/env.h"
+#include "kernels/ops.h"
 
-namespace meridian::kernels::cpu {
+namespace meridian::kernels::builtin {
 namespace {
 
 constexpr std::string_view kHistogramHeader = "histogram ";
@@ -106,7 +105,11 @@ std::string Int128String(__int128 v) {
   return std::string(digits.rbegin(), digits.rend());
 }
 
-Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
+// The device the task was given: its GPU when it has one, else the CPU.
+StatusOr<const Ops*> OpsFor(const KernelContext& ctx) {
+  if (ctx.gpu < 0) return &CpuOps();
+  return GpuOps(ctx.gpu);
+}
 
 }  // namespace
 
@@ -118,8 +121,8 @@ StatusOr<std::string> Noop(const KernelContext& ctx) {
 StatusOr<std::string> Sum(const KernelContext& ctx) {
   MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "sum", {"from", "to", "range"}));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<int64_t> values, InputInts(ctx));
-  __int128 total = 0;
-  for (int64_t v : values) total += v;
+  MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
+  MERIDIAN_ASSIGN_OR_RETURN(__int128 total, ops->Sum(values));
   constexpr int64_t kBound = int64_t{1} << 40;
   MERIDIAN_ASSIGN_OR_RETURN(int64_t range, ArgInt(ctx, "range", 0, 0, kBound));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t from, ArgInt(ctx, "from", 0, -kBound, kBound));
@@ -146,11 +149,8 @@ StatusOr<std::string> Sort(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(int64_t lo, ArgInt(ctx, "min", 0, INT64_MIN / 2, INT64_MAX / 2));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t hi, ArgInt(ctx, "max", 1'000'000'000, INT64_MIN / 2, INT64_MAX / 2));
   if (n > 0 && hi <= lo) return InvalidArgumentError("argument 'max' must be above 'min'");
-  Random rng(static_cast<uint64_t>(seed));
-  values.reserve(values.size() + n);
-  for (int64_t i = 0; i < n; ++i) values.push_back(rng.UniformRange(lo, hi - 1));
-  if (ctx.stop.load()) return Stopped();
-  std::sort(values.begin(), values.end());
+  MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
+  MERIDIAN_RETURN_IF_ERROR(ops->Sort(values, static_cast<uint64_t>(seed), n, lo, hi, ctx.stop));
   auto it = ctx.args.find("output");
   std::string mode = it == ctx.args.end() ? "values" : it->second;
   if (mode == "summary") {
@@ -176,15 +176,9 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
   std::vector<int64_t> counts(bins, 0);
   int64_t outside = 0;
-  const double width = (hi - lo) / static_cast<double>(bins);
-  auto add = [&](double v) {
-    if (v < lo || v >= hi) {
-      ++outside;
-      return;
-    }
-    int64_t b = std::min<int64_t>(bins - 1, static_cast<int64_t>((v - lo) / width));
-    ++counts[b];
-  };
+  std::vector<double> values;
+  const Binning binning{bins, lo, hi};
+  const double width = binning.width();
   const std::string header = fmt::format("histogram bins={} min={} max={}", bins, lo, hi);
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     std::string_view in = ctx.inputs[k];
@@ -217,19 +211,14 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
     }
     MERIDIAN_RETURN_IF_ERROR(ForEachToken(in, [&](std::string_view tok) -> Status {
       MERIDIAN_ASSIGN_OR_RETURN(double v, ParseDouble(tok, fmt::format("input {}", k)));
-      add(v);
+      values.push_back(v);
       return OkStatus();
     }));
   }
   if (n == 0 && ctx.inputs.empty()) return InvalidArgumentError("histogram needs inputs or 'generate: N'");
-  // Normal samples centred in the range, six standard deviations wide (Box-Muller).
-  Random rng(static_cast<uint64_t>(seed));
-  const double mean = (lo + hi) / 2, sd = (hi - lo) / 6;
-  for (int64_t i = 0; i < n; ++i) {
-    if ((i & 0xFFFF) == 0 && ctx.stop.load()) return Stopped();
-    double u1 = 1.0 - rng.UniformDouble(), u2 = rng.UniformDouble();
-    add(mean + sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2));
-  }
+  // Samples centred in the range, six standard deviations wide (about normal).
+  MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
+  MERIDIAN_RETURN_IF_ERROR(ops->Histogram(values, static_cast<uint64_t>(seed), n, binning, counts, outside, ctx.stop));
   int64_t total = outside;
   for (int64_t c : counts) total += c;
   std::string out = fmt::format("{} count={} outside={}\n", header, total, outside);
@@ -282,30 +271,15 @@ StatusOr<std::string> WordCount(const KernelContext& ctx) {
 }
 
 StatusOr<std::string> MatMul(const KernelContext& ctx) {
-  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "matmul", {"n", "seed"}));
-  MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "n", 256, 1, 4096));
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "matmul", {"n", "seed", "repeat"}));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "n", 256, 1, kMaxGpuMatMulN));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
-  Random rng(static_cast<uint64_t>(seed));
-  const size_t sz = static_cast<size_t>(n) * n;
-  std::vector<double> a(sz), b(sz), c(sz, 0.0);
-  for (double& x : a) x = rng.UniformDouble() * 2 - 1;
-  for (double& x : b) x = rng.UniformDouble() * 2 - 1;
-  // i-k-j order: the inner loop streams rows of B and C.
-  for (int64_t i = 0; i < n; ++i) {
-    if (ctx.stop.load()) return Stopped();
-    double* ci = &c[i * n];
-    for (int64_t k = 0; k < n; ++k) {
-      const double aik = a[i * n + k];
-      const double* bk = &b[k * n];
-      for (int64_t j = 0; j < n; ++j) ci[j] += aik * bk[j];
-    }
-  }
-  double sum = 0, sq = 0;
-  for (double x : c) {
-    sum += x;
-    sq += x * x;
-  }
-  return fmt::format("matmul n={} sum={:.9e} frobenius={:.9e}", n, sum, std::sqrt(sq));
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t repeat, ArgInt(ctx, "repeat", 1, 1, 100'000));
+  MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
+  MERIDIAN_ASSIGN_OR_RETURN(MatMulResult r, ops->MatMul(n, static_cast<uint64_t>(seed), repeat, ctx.stop));
+  // Checksums only: the output is the same on every run (the CPU and a GPU agree
+  // to rounding, since they add in different orders).
+  return fmt::format("matmul n={} sum={:.9e} frobenius={:.9e}", n, r.sum, r.frobenius);
 }
 
-}  // namespace meridian::kernels::cpu
+}  // namespace meridian::kernels::builtin

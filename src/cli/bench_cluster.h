@@ -1,0 +1,27 @@
+// A throwaway local cluster for the benchmarks that measure a running Meridian
+// (bench tasks, bench gemm): a temporary directory, a fleet file in it, `meridian up`,
+// and `down` plus removal however the benchmark ends.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace meridian::cli {
+
+class BenchCluster {
+ public:
+  // Starts a cluster of `fleet_yaml` (the fleet file's text) under a new directory in
+  // /tmp; with real_gpus the agents use this machine's CUDA GPUs.
+  static StatusOr<std::unique_ptr<BenchCluster>> Start(const std::string& fleet_yaml, bool real_gpus);
+  ~BenchCluster();
+
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string dir_;
+  std::string address_;
+};
+
+}  // namespace meridian::cli

@@ -1,0 +1,104 @@
+// The reference implementation of kernels/ops.h: plain loops, one thread per call.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "kernels/generate.h"
+#include "kernels/ops.h"
+
+namespace meridian::kernels {
+namespace {
+
+Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
+
+class CpuOpsImpl final : public Ops {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool is_gpu() const override { return false; }
+
+  StatusOr<__int128> Sum(std::span<const int64_t> values) const override {
+    __int128 total = 0;
+    for (int64_t v : values) total += v;
+    return total;
+  }
+
+  Status Sort(std::vector<int64_t>& values, uint64_t seed, int64_t generate, int64_t lo, int64_t hi,
+              const std::atomic<bool>& stop) const override {
+    const size_t base = values.size();
+    values.resize(base + static_cast<size_t>(generate));
+    const uint64_t span = static_cast<uint64_t>(hi - lo);
+    for (int64_t i = 0; i < generate; ++i) {
+      if ((i & 0xFFFFF) == 0 && stop.load()) return Stopped();
+      values[base + i] = gen::Int(seed, static_cast<uint64_t>(i), lo, span);
+    }
+    if (stop.load()) return Stopped();
+    std::sort(values.begin(), values.end());
+    return OkStatus();
+  }
+
+  Status Histogram(std::span<const double> values, uint64_t seed, int64_t generate, const Binning& b,
+                   std::vector<int64_t>& counts, int64_t& outside, const std::atomic<bool>& stop) const override {
+    const double width = b.width();
+    auto add = [&](double v) {
+      int64_t bin = gen::Bin(v, b.lo, b.hi, width, b.bins);
+      if (bin < 0) {
+        ++outside;
+      } else {
+        ++counts[bin];
+      }
+    };
+    for (double v : values) add(v);
+    const double mid = (b.lo + b.hi) / 2, sd = (b.hi - b.lo) / 6;
+    for (int64_t i = 0; i < generate; ++i) {
+      if ((i & 0xFFFF) == 0 && stop.load()) return Stopped();
+      add(gen::Affine(mid, sd, gen::Normal(seed, static_cast<uint64_t>(i))));
+    }
+    return OkStatus();
+  }
+
+  StatusOr<MatMulResult> MatMul(int64_t n, uint64_t seed, int64_t repeat, const std::atomic<bool>& stop) const override {
+    if (n > kMaxCpuMatMulN) {
+      return InvalidArgumentError(fmt::format("n={} is above the CPU's limit of {}; ask for a GPU", n, kMaxCpuMatMulN));
+    }
+    const size_t sz = static_cast<size_t>(n) * n;
+    std::vector<double> a(sz), b(sz), c(sz);
+    for (size_t i = 0; i < sz; ++i) {
+      a[i] = gen::Signed(seed, 2 * i);
+      b[i] = gen::Signed(seed, 2 * i + 1);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t r = 0; r < repeat; ++r) {
+      std::fill(c.begin(), c.end(), 0.0);
+      // i-k-j order: the inner loop streams rows of B and C.
+      for (int64_t i = 0; i < n; ++i) {
+        if (stop.load()) return Stopped();
+        double* ci = &c[i * n];
+        for (int64_t k = 0; k < n; ++k) {
+          const double aik = a[i * n + k];
+          const double* bk = &b[k * n];
+          for (int64_t j = 0; j < n; ++j) ci[j] += aik * bk[j];
+        }
+      }
+    }
+    MatMulResult out;
+    out.gemm_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double sq = 0;
+    for (double x : c) {
+      out.sum += x;
+      sq += x * x;
+    }
+    out.frobenius = std::sqrt(sq);
+    return out;
+  }
+};
+
+}  // namespace
+
+const Ops& CpuOps() {
+  static const CpuOpsImpl ops;
+  return ops;
+}
+
+}  // namespace meridian::kernels

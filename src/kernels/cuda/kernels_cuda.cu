@@ -1,0 +1,341 @@
+// CUDA implementations of the built-in kernels' compute (see kernels_cuda.h): a
+// grid-stride 128-bit sum, a shared-memory histogram, CUB's radix sort and cuBLAS's
+// DGEMM. Generated data comes from kernels/generate.h, element by element, so it
+// matches the CPU reference exactly.
+//
+// cuBLAS is opened with dlopen on first use rather than linked: every Meridian process
+// would otherwise map its 600 MB of libraries at start, GPU or not.
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/generate.h"
+
+namespace meridian::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+std::string Error(const char* what, cudaError_t e) {
+  return std::string(what) + ": " + cudaGetErrorString(e);
+}
+
+#define MERIDIAN_CUDA_TRY(expr)                           \
+  do {                                                    \
+    cudaError_t e_ = (expr);                              \
+    if (e_ != cudaSuccess) return Error(#expr, e_);       \
+  } while (0)
+
+// Device memory freed when it goes out of scope.
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  cudaError_t Allocate(size_t count) { return cudaMalloc(&ptr, count == 0 ? 1 : count * sizeof(T)); }
+};
+
+int Blocks(size_t n, int cap) {
+  size_t b = (n + kThreads - 1) / kThreads;
+  if (b < 1) b = 1;
+  return static_cast<int>(b < static_cast<size_t>(cap) ? b : cap);
+}
+
+std::string Begin(int device) {
+  MERIDIAN_CUDA_TRY(cudaSetDevice(device));
+  // Clear an error an earlier call on this thread left (say, a device that does not
+  // exist), so that Finish reports this call's errors only.
+  cudaGetLastError();
+  return {};
+}
+
+std::string Finish(const char* what) {
+  cudaError_t e = cudaStreamSynchronize(cudaStreamPerThread);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  return e == cudaSuccess ? std::string() : Error(what, e);
+}
+
+bool Stopped(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
+
+// ---- sum ----
+
+__global__ void SumPartials(const int64_t* values, size_t n, __int128* partials) {
+  __int128 acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    acc += values[i];
+  }
+  // A shared-memory tree: 128-bit values, which CUB's warp shuffles do not take.
+  __shared__ __int128 shared[kThreads];
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+
+// ---- sort ----
+
+__global__ void GenerateInts(int64_t* out, size_t count, uint64_t seed, int64_t lo, uint64_t span) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = gen::Int(seed, i, lo, span);
+  }
+}
+
+// ---- histogram ----
+
+// counts has bins + 1 slots; the last counts values outside [lo, hi).
+__global__ void HistogramKernel(const double* values, size_t n, uint64_t seed, uint64_t generate, double lo, double hi,
+                                double width, double mid, double sd, int bins, unsigned long long* counts) {
+  extern __shared__ unsigned long long local[];
+  for (int b = threadIdx.x; b <= bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const size_t total = n + generate;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    double v = i < n ? values[i] : gen::Affine(mid, sd, gen::Normal(seed, i - n));
+    int64_t b = gen::Bin(v, lo, hi, width, bins);
+    atomicAdd(&local[b < 0 ? bins : b], 1ull);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b <= bins; b += blockDim.x) {
+    if (local[b] != 0) atomicAdd(&counts[b], local[b]);
+  }
+}
+
+// ---- matmul ----
+
+__global__ void GenerateMatrices(double* a, double* b, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    a[i] = gen::Signed(seed, 2 * i);
+    b[i] = gen::Signed(seed, 2 * i + 1);
+  }
+}
+
+struct SumAndSquares {
+  double sum;
+  double squares;
+};
+
+struct AddSumAndSquares {
+  __device__ SumAndSquares operator()(const SumAndSquares& x, const SumAndSquares& y) const {
+    return {x.sum + y.sum, x.squares + y.squares};
+  }
+};
+
+__global__ void ChecksumPartials(const double* c, size_t count, SumAndSquares* partials) {
+  SumAndSquares acc{0.0, 0.0};
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    acc.sum += c[i];
+    acc.squares += c[i] * c[i];
+  }
+  using Reduce = cub::BlockReduce<SumAndSquares, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  SumAndSquares total = Reduce(temp).Reduce(acc, AddSumAndSquares());
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// cuBLAS, opened once.
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasDgemm_v2) dgemm = nullptr;
+  std::string error;
+};
+
+const Cublas& LoadCublas() {
+  static const Cublas lib = [] {
+    Cublas c;
+    const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef MERIDIAN_CUDA_LIBRARY_DIR
+    if (h == nullptr) h = dlopen((std::string(MERIDIAN_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (h == nullptr) {
+      const char* why = dlerror();
+      c.error = "cannot open " + soname + ": " + (why ? why : "unknown error");
+      return c;
+    }
+    c.create = reinterpret_cast<decltype(c.create)>(dlsym(h, "cublasCreate_v2"));
+    c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(h, "cublasSetStream_v2"));
+    c.dgemm = reinterpret_cast<decltype(c.dgemm)>(dlsym(h, "cublasDgemm_v2"));
+    if (!c.create || !c.set_stream || !c.dgemm) c.error = soname + " lacks cublasCreate/SetStream/Dgemm";
+    return c;
+  }();
+  return lib;
+}
+
+// One handle per thread and device, made on first use and kept for the thread's life
+// (the kernel threads of an agent live as long as it does). Never destroyed: at exit
+// the CUDA runtime may already be gone.
+std::string Handle(int device, cublasHandle_t* out) {
+  const Cublas& lib = LoadCublas();
+  if (!lib.error.empty()) return lib.error;
+  thread_local std::vector<std::pair<int, cublasHandle_t>> handles;
+  for (const auto& [d, h] : handles) {
+    if (d == device) {
+      *out = h;
+      return {};
+    }
+  }
+  cublasHandle_t h = nullptr;
+  cublasStatus_t s = lib.create(&h);
+  if (s != CUBLAS_STATUS_SUCCESS) return "cublasCreate failed with status " + std::to_string(static_cast<int>(s));
+  s = lib.set_stream(h, cudaStreamPerThread);
+  if (s != CUBLAS_STATUS_SUCCESS) return "cublasSetStream failed with status " + std::to_string(static_cast<int>(s));
+  handles.emplace_back(device, h);
+  *out = h;
+  return {};
+}
+
+}  // namespace
+
+std::string DeviceName(int device, std::string* name) {
+  cudaDeviceProp prop{};
+  cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  cudaGetLastError();  // not sticky: later calls on this thread start clean
+  if (e != cudaSuccess) return Error("cudaGetDeviceProperties", e);
+  *name = prop.name;
+  return {};
+}
+
+std::string Sum(int device, const int64_t* values, size_t n, __int128* total) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  *total = 0;
+  if (n == 0) return {};
+  DeviceBuffer<int64_t> d_values;
+  MERIDIAN_CUDA_TRY(d_values.Allocate(n));
+  const int blocks = Blocks(n, 1024);
+  DeviceBuffer<__int128> d_partials;
+  MERIDIAN_CUDA_TRY(d_partials.Allocate(blocks));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_values.ptr, values, n * sizeof(int64_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  SumPartials<<<blocks, kThreads, 0, cudaStreamPerThread>>>(d_values.ptr, n, d_partials.ptr);
+  std::vector<__int128> partials(blocks);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(partials.data(), d_partials.ptr, blocks * sizeof(__int128), cudaMemcpyDeviceToHost,
+                                    cudaStreamPerThread));
+  if (std::string e = Finish("sum"); !e.empty()) return e;
+  for (__int128 p : partials) *total += p;
+  return {};
+}
+
+std::string Sort(int device, int64_t* values, size_t given, size_t generate, uint64_t seed, int64_t lo, uint64_t span,
+                 const std::atomic<bool>* stop) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  const size_t n = given + generate;
+  if (n == 0) return {};
+  DeviceBuffer<int64_t> d_in, d_out;
+  MERIDIAN_CUDA_TRY(d_in.Allocate(n));
+  MERIDIAN_CUDA_TRY(d_out.Allocate(n));
+  if (given > 0) {
+    MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_in.ptr, values, given * sizeof(int64_t), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  }
+  if (generate > 0) {
+    GenerateInts<<<Blocks(generate, 4096), kThreads, 0, cudaStreamPerThread>>>(d_in.ptr + given, generate, seed, lo, span);
+  }
+  size_t temp_bytes = 0;
+  MERIDIAN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, d_in.ptr, d_out.ptr, n, 0, 64, cudaStreamPerThread));
+  DeviceBuffer<char> temp;
+  MERIDIAN_CUDA_TRY(temp.Allocate(temp_bytes));
+  if (Stopped(stop)) return "stopped";
+  MERIDIAN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(temp.ptr, temp_bytes, d_in.ptr, d_out.ptr, n, 0, 64, cudaStreamPerThread));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(values, d_out.ptr, n * sizeof(int64_t), cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  return Finish("sort");
+}
+
+std::string Histogram(int device, const double* values, size_t n, uint64_t seed, int64_t generate, double lo, double hi,
+                      double width, double mid, double sd, int64_t bins, int64_t* counts, int64_t* outside,
+                      const std::atomic<bool>* stop) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  const size_t total = n + static_cast<size_t>(generate);
+  if (total == 0) return {};
+  DeviceBuffer<double> d_values;
+  MERIDIAN_CUDA_TRY(d_values.Allocate(n));
+  DeviceBuffer<unsigned long long> d_counts;
+  MERIDIAN_CUDA_TRY(d_counts.Allocate(bins + 1));
+  MERIDIAN_CUDA_TRY(cudaMemsetAsync(d_counts.ptr, 0, (bins + 1) * sizeof(unsigned long long), cudaStreamPerThread));
+  if (n > 0) {
+    MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_values.ptr, values, n * sizeof(double), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  }
+  if (Stopped(stop)) return "stopped";
+  const size_t shared = (bins + 1) * sizeof(unsigned long long);
+  HistogramKernel<<<Blocks(total, 1024), kThreads, shared, cudaStreamPerThread>>>(
+      d_values.ptr, n, seed, static_cast<uint64_t>(generate), lo, hi, width, mid, sd, static_cast<int>(bins), d_counts.ptr);
+  std::vector<unsigned long long> got(bins + 1);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(got.data(), d_counts.ptr, got.size() * sizeof(unsigned long long),
+                                    cudaMemcpyDeviceToHost, cudaStreamPerThread));
+  if (std::string e = Finish("histogram"); !e.empty()) return e;
+  for (int64_t b = 0; b < bins; ++b) counts[b] += static_cast<int64_t>(got[b]);
+  *outside += static_cast<int64_t>(got[bins]);
+  return {};
+}
+
+std::string MatMul(int device, int64_t n, uint64_t seed, int64_t repeat, const std::atomic<bool>* stop, double* sum,
+                   double* sum_squares, double* gemm_seconds) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  cublasHandle_t handle = nullptr;
+  if (std::string e = Handle(device, &handle); !e.empty()) return e;
+  const Cublas& lib = LoadCublas();
+  const size_t count = static_cast<size_t>(n) * static_cast<size_t>(n);
+  DeviceBuffer<double> a, b, c;
+  MERIDIAN_CUDA_TRY(a.Allocate(count));
+  MERIDIAN_CUDA_TRY(b.Allocate(count));
+  MERIDIAN_CUDA_TRY(c.Allocate(count));
+  GenerateMatrices<<<Blocks(count, 8192), kThreads, 0, cudaStreamPerThread>>>(a.ptr, b.ptr, count, seed);
+  cudaEvent_t start = nullptr, end = nullptr;
+  MERIDIAN_CUDA_TRY(cudaEventCreate(&start));
+  MERIDIAN_CUDA_TRY(cudaEventCreate(&end));
+  struct Events {
+    cudaEvent_t s, e;
+    ~Events() {
+      cudaEventDestroy(s);
+      cudaEventDestroy(e);
+    }
+  } events{start, end};
+  MERIDIAN_CUDA_TRY(cudaEventRecord(start, cudaStreamPerThread));
+  // Row-major C = A B is column-major C^T = B^T A^T: hand cuBLAS B first.
+  const double one = 1.0, zero = 0.0;
+  const int dim = static_cast<int>(n);
+  for (int64_t r = 0; r < repeat; ++r) {
+    if (Stopped(stop)) {
+      cudaStreamSynchronize(cudaStreamPerThread);
+      return "stopped";
+    }
+    cublasStatus_t s = lib.dgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, dim, dim, dim, &one, b.ptr, dim, a.ptr, dim, &zero,
+                                 c.ptr, dim);
+    if (s != CUBLAS_STATUS_SUCCESS) return "cublasDgemm failed with status " + std::to_string(static_cast<int>(s));
+  }
+  MERIDIAN_CUDA_TRY(cudaEventRecord(end, cudaStreamPerThread));
+  const int blocks = Blocks(count, 1024);
+  DeviceBuffer<SumAndSquares> partials;
+  MERIDIAN_CUDA_TRY(partials.Allocate(blocks));
+  ChecksumPartials<<<blocks, kThreads, 0, cudaStreamPerThread>>>(c.ptr, count, partials.ptr);
+  std::vector<SumAndSquares> got(blocks);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(got.data(), partials.ptr, blocks * sizeof(SumAndSquares), cudaMemcpyDeviceToHost,
+                                    cudaStreamPerThread));
+  if (std::string e = Finish("matmul"); !e.empty()) return e;
+  float ms = 0;
+  MERIDIAN_CUDA_TRY(cudaEventElapsedTime(&ms, start, end));
+  *gemm_seconds = ms / 1e3;
+  *sum = 0;
+  *sum_squares = 0;
+  for (const SumAndSquares& p : got) {
+    *sum += p.sum;
+    *sum_squares += p.squares;
+  }
+  return {};
+}
+
+}  // namespace meridian::kernels::cuda

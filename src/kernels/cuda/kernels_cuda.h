@@ -1,0 +1,40 @@
+// The CUDA side of kernels/ops.h, as a plain C++ interface compiled by nvcc
+// (kernels_cuda.cu) and used by ops_cuda.cc. No project headers cross this line, so
+// the CUDA compiler sees only the standard library.
+//
+// Every function makes `device` current on the calling thread, works on the thread's
+// own stream (cudaStreamPerThread), waits for the result, and returns an empty string
+// on success or what failed.
+//
+// Thread-safety: any number of threads may call at once.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace meridian::kernels::cuda {
+
+std::string DeviceName(int device, std::string* name);
+
+// *total = the exact sum of values[0..n).
+std::string Sum(int device, const int64_t* values, size_t n, __int128* total);
+
+// values[given .. given + generate) = gen::Int(seed, i, lo, span); then all of
+// values[0 .. given + generate) sorted ascending (CUB radix sort).
+std::string Sort(int device, int64_t* values, size_t given, size_t generate, uint64_t seed, int64_t lo, uint64_t span,
+                 const std::atomic<bool>* stop);
+
+// Bins values[0..n) and `generate` samples gen::Affine(mid, sd, gen::Normal(seed, i))
+// over [lo, hi) in `bins` bins of `width`; adds to counts[0..bins) and *outside.
+std::string Histogram(int device, const double* values, size_t n, uint64_t seed, int64_t generate, double lo, double hi,
+                      double width, double mid, double sd, int64_t bins, int64_t* counts, int64_t* outside,
+                      const std::atomic<bool>* stop);
+
+// C = A * B (cuBLAS DGEMM), `repeat` times, for generated n x n row-major A and B;
+// the sum and the sum of squares of C, and the GEMMs' device time in seconds.
+std::string MatMul(int device, int64_t n, uint64_t seed, int64_t repeat, const std::atomic<bool>* stop, double* sum,
+                   double* sum_squares, double* gemm_seconds);
+
+}  // namespace meridian::kernels::cuda

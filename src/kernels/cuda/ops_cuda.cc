@@ -1,0 +1,83 @@
+// kernels/ops.h on a CUDA device: argument checks and error translation around
+// kernels_cuda.cu.
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/ops.h"
+
+namespace meridian::kernels {
+namespace {
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(int device, std::string name) : device_(device), name_(fmt::format("cuda:{} ({})", device, name)) {}
+
+  std::string name() const override { return name_; }
+  bool is_gpu() const override { return true; }
+
+  StatusOr<__int128> Sum(std::span<const int64_t> values) const override {
+    __int128 total = 0;
+    MERIDIAN_RETURN_IF_ERROR(Check(cuda::Sum(device_, values.data(), values.size(), &total), nullptr));
+    return total;
+  }
+
+  Status Sort(std::vector<int64_t>& values, uint64_t seed, int64_t generate, int64_t lo, int64_t hi,
+              const std::atomic<bool>& stop) const override {
+    const size_t given = values.size();
+    values.resize(given + static_cast<size_t>(generate));
+    return Check(cuda::Sort(device_, values.data(), given, static_cast<size_t>(generate), seed, lo,
+                            static_cast<uint64_t>(hi - lo), &stop),
+                 &stop);
+  }
+
+  Status Histogram(std::span<const double> values, uint64_t seed, int64_t generate, const Binning& b,
+                   std::vector<int64_t>& counts, int64_t& outside, const std::atomic<bool>& stop) const override {
+    const double mid = (b.lo + b.hi) / 2, sd = (b.hi - b.lo) / 6;
+    return Check(cuda::Histogram(device_, values.data(), values.size(), seed, generate, b.lo, b.hi, b.width(), mid, sd,
+                                 b.bins, counts.data(), &outside, &stop),
+                 &stop);
+  }
+
+  StatusOr<MatMulResult> MatMul(int64_t n, uint64_t seed, int64_t repeat, const std::atomic<bool>& stop) const override {
+    MatMulResult r;
+    double squares = 0;
+    MERIDIAN_RETURN_IF_ERROR(
+        Check(cuda::MatMul(device_, n, seed, repeat, &stop, &r.sum, &squares, &r.gemm_seconds), &stop));
+    r.frobenius = std::sqrt(squares);
+    return r;
+  }
+
+ private:
+  Status Check(const std::string& error, const std::atomic<bool>* stop) const {
+    if (stop != nullptr && stop->load()) return Status(StatusCode::kCancelled, "stopped");
+    if (error.empty()) return OkStatus();
+    return InternalError(fmt::format("{}: {}", name_, error));
+  }
+
+  int device_;
+  std::string name_;
+};
+
+}  // namespace
+
+StatusOr<const Ops*> GpuOps(int device) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<CudaOps>> made;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = made.find(device);
+  if (it != made.end()) return it->second.get();
+  std::string name;
+  if (std::string e = cuda::DeviceName(device, &name); !e.empty()) {
+    return UnavailableError(fmt::format("CUDA device {}: {}", device, e));
+  }
+  auto ops = std::make_unique<CudaOps>(device, name);
+  const Ops* out = ops.get();
+  made.emplace(device, std::move(ops));
+  return out;
+}
+
+}  // namespace meridian::kernels

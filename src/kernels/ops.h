@@ -1,0 +1,68 @@
+// The compute steps of the built-in kernels, on one device. The kernels (builtins.cc)
+// parse arguments and inputs and format outputs; the heavy part goes through an Ops:
+// CpuOps() is the reference, GpuOps(d) runs the same steps on CUDA device d (CUB and
+// cuBLAS; src/kernels/cuda/). Both draw generated data from kernels/generate.h, so they
+// see the same numbers. Integer results (sums, sorts, histogram counts) are identical
+// on both; floating-point sums (the matmul checksums) agree to rounding.
+//
+// Thread-safety: every method may be called from any number of threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace meridian::kernels {
+
+struct Binning {
+  int64_t bins = 10;
+  double lo = 0.0;
+  double hi = 1.0;
+  double width() const { return (hi - lo) / static_cast<double>(bins); }
+};
+
+struct MatMulResult {
+  double sum = 0.0;           // of every element of the product
+  double frobenius = 0.0;     // sqrt of the sum of squares
+  double gemm_seconds = 0.0;  // the products alone (device time on a GPU)
+};
+
+// Generated matrices are at most this size on the CPU (the reference is O(n^3)).
+inline constexpr int64_t kMaxCpuMatMulN = 4096;
+inline constexpr int64_t kMaxGpuMatMulN = 32768;
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  // "cpu" or "cuda:N (NVIDIA H200)".
+  virtual std::string name() const = 0;
+  virtual bool is_gpu() const = 0;
+
+  // The exact sum of `values`.
+  virtual StatusOr<__int128> Sum(std::span<const int64_t> values) const = 0;
+  // Appends `generate` integers gen::Int(seed, i, lo, hi - lo) to `values`, then sorts
+  // them ascending.
+  virtual Status Sort(std::vector<int64_t>& values, uint64_t seed, int64_t generate, int64_t lo, int64_t hi,
+                      const std::atomic<bool>& stop) const = 0;
+  // Adds `values` and `generate` samples gen::Affine(mid, width/6, gen::Normal(seed, i))
+  // to `counts` (b.bins long) or, outside [lo, hi), to `outside`.
+  virtual Status Histogram(std::span<const double> values, uint64_t seed, int64_t generate, const Binning& b,
+                           std::vector<int64_t>& counts, int64_t& outside, const std::atomic<bool>& stop) const = 0;
+  // C = A * B, `repeat` times, for n x n matrices A[i] = gen::Signed(seed, 2i) and
+  // B[i] = gen::Signed(seed, 2i + 1) (row-major, double precision); checksums of C.
+  virtual StatusOr<MatMulResult> MatMul(int64_t n, uint64_t seed, int64_t repeat,
+                                        const std::atomic<bool>& stop) const = 0;
+};
+
+const Ops& CpuOps();
+
+// CUDA device `device`, created on first use and kept; an error says why there is
+// none (a build without the toolkit, no driver, no such device).
+StatusOr<const Ops*> GpuOps(int device);
+
+}  // namespace meridian::kernels
