@@ -15,11 +15,12 @@ declare -A allowed=(
   [sim]="sim sched spec model common"
   [kernels]="kernels common"
   [store]="store model common"
+  [objects]="objects common"
   [rpc]="rpc model common meridian"
   [coordinator]="coordinator sched store spec rpc model common"
   [agent]="agent kernels rpc model common"
   [client]="client rpc spec model common meridian"
-  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels"
+  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc and the client
 # stubs use it.)
@@ -33,6 +34,7 @@ declare -A forbidden=(
   [coordinator]="grpc sqlite3 cuda"
   [agent]="grpc sqlite3 cuda"
   [store]="grpc cuda"
+  [objects]="grpc sqlite3 cuda"
 )
 
 fail=0

@@ -162,6 +162,15 @@ struct BenchTasksOptions {
   int latency_samples = 300;
   bool json = false;
 };
+struct BenchTransferOptions {
+  int64_t bytes = int64_t{1} << 30;
+  int repeat = 3;
+  bool json = false;
+};
+// `meridian bench transfer`: one object between two object stores over loopback, and
+// iperf3 on the same loopback in the same run.
+Status RunBenchTransfer(const BenchTransferOptions& options, std::ostream& out);
+
 struct BenchGemmOptions {
   int64_t n = 8192;
   int64_t repeat = 50;

@@ -2,9 +2,11 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "common/units.h"
 
 int main(int argc, char** argv) {
   using namespace meridian;
@@ -71,6 +73,14 @@ int main(int argc, char** argv) {
   bench_tasks->add_option("--tasks", bench_tasks_opts.tasks, "No-op tasks in the throughput run (default 100000)");
   bench_tasks->add_option("--samples", bench_tasks_opts.latency_samples, "Round trips to time (default 300)");
   bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
+
+  cli::BenchTransferOptions bench_transfer_opts;
+  std::string transfer_bytes = "1GiB";
+  CLI::App* bench_transfer = bench_cmd->add_subcommand(
+      "transfer", "One object between two object stores over loopback, against iperf3 in the same run");
+  bench_transfer->add_option("--bytes", transfer_bytes, "Object size (default 1GiB; 512MiB, 4GiB...)");
+  bench_transfer->add_option("--repeat", bench_transfer_opts.repeat, "Runs per stream count (default 3)");
+  bench_transfer->add_flag("--json", bench_transfer_opts.json, "Print JSON for scripts");
 
   cli::BenchGemmOptions bench_gemm_opts;
   CLI::App* bench_gemm = bench_cmd->add_subcommand(
@@ -176,6 +186,14 @@ int main(int argc, char** argv) {
     status = cli::RunBenchSched(bench, std::cout);
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
+  } else if (bench_transfer->parsed()) {
+    StatusOr<int64_t> bytes = ParseBytes(transfer_bytes);
+    if (bytes.ok()) {
+      bench_transfer_opts.bytes = *bytes;
+      status = cli::RunBenchTransfer(bench_transfer_opts, std::cout);
+    } else {
+      status = InvalidArgumentError(fmt::format("--bytes: {}", bytes.status().message()));
+    }
   } else if (bench_gemm->parsed()) {
     status = cli::RunBenchGemm(bench_gemm_opts, std::cout);
   } else if (coord_cmd->parsed()) {

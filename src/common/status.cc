@@ -61,6 +61,7 @@ Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, s
 Status DeadlineExceededError(std::string m) {
   return {StatusCode::kDeadlineExceeded, std::move(m)};
 }
+Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
 namespace internal {
 void CheckFailed(const char* file, int line, const char* condition, std::string_view message) {

@@ -81,6 +81,7 @@ Status ResourceExhaustedError(std::string message);
 Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);
 Status DeadlineExceededError(std::string message);
+Status DataLossError(std::string message);
 
 namespace internal {
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,

@@ -1,0 +1,65 @@
+// Plain TCP for the bulk data path (object transfers), where gRPC's message copies
+// would cost more than the network: a listener and a connected stream with blocking,
+// all-or-error reads and writes. IPv4 and IPv6 host names and literals.
+//
+// Thread-safety: a TcpStream is used by one thread at a time, except Shutdown, which
+// any thread may call to break a blocked read or write. A TcpListener's Accept may
+// run on one thread while another calls Shutdown.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace meridian {
+
+class TcpStream {
+ public:
+  // Connects to host:port, giving up after timeout_us.
+  static StatusOr<std::unique_ptr<TcpStream>> Connect(const std::string& host, int port, int64_t timeout_us);
+  explicit TcpStream(int fd);
+  ~TcpStream();
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  // Writes every byte of all buffers, or fails (the peer closed, a reset, Shutdown).
+  Status WriteAll(std::span<const iovec> buffers);
+  Status WriteAll(const void* data, size_t size);
+  // Reads exactly `size` bytes; an orderly close before that is an error too.
+  Status ReadExact(void* data, size_t size);
+  // Blocked reads and writes fail after this long without progress (0: never).
+  Status SetTimeout(int64_t timeout_us);
+  // Breaks the connection both ways; a blocked ReadExact/WriteAll returns an error.
+  void Shutdown();
+  std::string peer() const { return peer_; }
+
+ private:
+  int fd_;
+  std::string peer_;
+};
+
+class TcpListener {
+ public:
+  // Listens on host:port; port 0 picks a free one (see port()).
+  static StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, int port);
+  ~TcpListener();
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+
+  // Waits for the next connection; an error once Shutdown was called.
+  StatusOr<std::unique_ptr<TcpStream>> Accept();
+  void Shutdown();
+  int port() const { return port_; }
+
+ private:
+  TcpListener(int fd, int port) : fd_(fd), port_(port) {}
+  int fd_;
+  int port_;
+};
+
+}  // namespace meridian

@@ -1,0 +1,197 @@
+// POSIX sockets behind common/net.h.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/net.h"
+
+namespace meridian {
+namespace {
+
+std::string Errno(std::string_view what) { return fmt::format("{}: {}", what, std::strerror(errno)); }
+
+void Tune(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+std::string Describe(const sockaddr* a) {
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (getnameinfo(a, len, host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
+  return fmt::format("{}:{}", host, port);
+}
+
+struct AddrInfo {
+  addrinfo* list = nullptr;
+  ~AddrInfo() {
+    if (list) freeaddrinfo(list);
+  }
+};
+
+Status Resolve(const std::string& host, int port, bool passive, AddrInfo& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.list);
+  if (rc != 0) return UnavailableError(fmt::format("cannot resolve {}: {}", host, gai_strerror(rc)));
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TcpStream>> TcpStream::Connect(const std::string& host, int port, int64_t timeout_us) {
+  AddrInfo ai;
+  MERIDIAN_RETURN_IF_ERROR(Resolve(host, port, false, ai));
+  std::string last = "no address";
+  for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int waited = poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_us / 1000)));
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (waited == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        rc = 0;
+      } else {
+        errno = waited == 0 ? ETIMEDOUT : err;
+      }
+    }
+    if (rc != 0) {
+      last = Errno(fmt::format("connect to {}:{}", host, port));
+      close(fd);
+      continue;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    Tune(fd);
+    return std::make_unique<TcpStream>(fd);
+  }
+  return UnavailableError(last);
+}
+
+TcpStream::TcpStream(int fd) : fd_(fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  peer_ = getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? Describe(reinterpret_cast<sockaddr*>(&a)) : "?";
+}
+
+TcpStream::~TcpStream() { close(fd_); }
+
+Status TcpStream::WriteAll(std::span<const iovec> buffers) {
+  std::vector<iovec> iov(buffers.begin(), buffers.end());
+  size_t first = 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = &iov[first];
+    msg.msg_iovlen = iov.size() - first;
+    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(Errno(fmt::format("write to {}", peer_)));
+    }
+    size_t left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) {
+      left -= iov[first].iov_len;
+      ++first;
+    }
+    if (first < iov.size()) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return OkStatus();
+}
+
+Status TcpStream::WriteAll(const void* data, size_t size) {
+  iovec one{const_cast<void*>(data), size};
+  return WriteAll(std::span<const iovec>(&one, 1));
+}
+
+Status TcpStream::ReadExact(void* data, size_t size) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = recv(fd_, p, size, MSG_WAITALL);
+    if (n == 0) return UnavailableError(fmt::format("{} closed the connection", peer_));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(Errno(fmt::format("read from {}", peer_)));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+Status TcpStream::SetTimeout(int64_t timeout_us) {
+  timeval tv{static_cast<time_t>(timeout_us / 1'000'000), static_cast<suseconds_t>(timeout_us % 1'000'000)};
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+      setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+    return InternalError(Errno("setsockopt timeout"));
+  }
+  return OkStatus();
+}
+
+void TcpStream::Shutdown() { shutdown(fd_, SHUT_RDWR); }
+
+StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host, int port) {
+  AddrInfo ai;
+  MERIDIAN_RETURN_IF_ERROR(Resolve(host, port, true, ai));
+  std::string last = "no address";
+  for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = Errno("socket");
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      last = Errno(fmt::format("listen on {}:{}", host, port));
+      close(fd);
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+    int actual = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    return std::unique_ptr<TcpListener>(new TcpListener(fd, actual));
+  }
+  return UnavailableError(last);
+}
+
+TcpListener::~TcpListener() { close(fd_); }
+
+StatusOr<std::unique_ptr<TcpStream>> TcpListener::Accept() {
+  while (true) {
+    int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      Tune(fd);
+      return std::make_unique<TcpStream>(fd);
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    return UnavailableError(Errno("accept"));
+  }
+}
+
+void TcpListener::Shutdown() { shutdown(fd_, SHUT_RDWR); }
+
+}  // namespace meridian

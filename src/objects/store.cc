@@ -1,0 +1,220 @@
+#include "objects/store.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace meridian::objects {
+namespace fs = std::filesystem;
+
+Pinned::Pinned(Pinned&& other) noexcept
+    : store_(other.store_), id_(other.id_), data_(std::move(other.data_)), checksums_(std::move(other.checksums_)) {
+  other.store_ = nullptr;
+}
+
+Pinned::~Pinned() {
+  if (store_ != nullptr) store_->Unpin(id_);
+}
+
+StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(StoreOptions options) {
+  if (options.spill_dir.empty()) return InvalidArgumentError("the object store needs a spill directory");
+  if (options.memory_bytes < 0) return InvalidArgumentError("the object store's memory capacity is negative");
+  std::error_code ec;
+  fs::create_directories(options.spill_dir, ec);
+  if (ec) return UnavailableError(fmt::format("cannot create {}: {}", options.spill_dir, ec.message()));
+  // Spill files of an earlier run belong to objects nobody references any more.
+  for (const auto& f : fs::directory_iterator(options.spill_dir, ec)) fs::remove(f.path(), ec);
+  return std::unique_ptr<ObjectStore>(new ObjectStore(std::move(options)));
+}
+
+ObjectStore::~ObjectStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::error_code ec;
+  for (const auto& [id, e] : objects_) {
+    if (e.on_disk) fs::remove(PathOf(id), ec);
+  }
+}
+
+std::string ObjectStore::PathOf(const ObjectId& id) const { return (fs::path(options_.spill_dir) / id.Hex()).string(); }
+
+StatusOr<ObjectId> ObjectStore::Put(std::string_view data) {
+  std::vector<uint64_t> checksums = ChunkChecksums(data);
+  ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), checksums);
+  if (Contains(id)) {
+    MERIDIAN_RETURN_IF_ERROR(AddRef(id));
+    return id;
+  }
+  MERIDIAN_RETURN_IF_ERROR(Insert(id, Bytes::Copy(data), std::move(checksums)));
+  return id;
+}
+
+Status ObjectStore::PutVerified(const ObjectId& id, std::shared_ptr<const Bytes> data, std::vector<uint64_t> checksums) {
+  const int64_t size = static_cast<int64_t>(data->size());
+  if (checksums.size() != static_cast<size_t>(ChunkCount(size))) checksums = ChunkChecksums(data->view());
+  ObjectId got = ObjectId::FromChunks(size, checksums);
+  if (got != id) {
+    return DataLossError(fmt::format("object {}: the {} received hash to {}", id.Hex(),
+                                     FormatBytes(static_cast<int64_t>(data->size())), got.Hex()));
+  }
+  return Insert(id, std::move(data), std::move(checksums));
+}
+
+Status ObjectStore::Insert(const ObjectId& id, std::shared_ptr<const Bytes> data, std::vector<uint64_t> checksums) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, added] = objects_.try_emplace(id);
+  Entry& e = it->second;
+  ++e.refs;
+  if (!added) return OkStatus();
+  e.size = static_cast<int64_t>(data->size());
+  e.data = std::move(data);
+  e.checksums = std::make_shared<const std::vector<uint64_t>>(std::move(checksums));
+  stats_.objects++;
+  stats_.memory_bytes += e.size;
+  TouchLocked(id, e);
+  SpillLocked();
+  return OkStatus();
+}
+
+void ObjectStore::TouchLocked(const ObjectId& id, Entry& e) {
+  if (e.in_lru) lru_.erase(e.lru);
+  e.in_lru = false;
+  if (e.data && e.pins == 0) {
+    e.lru = lru_.insert(lru_.end(), id);
+    e.in_lru = true;
+  }
+}
+
+void ObjectStore::SpillLocked() {
+  while (stats_.memory_bytes > options_.memory_bytes && !lru_.empty()) {
+    ObjectId id = lru_.front();
+    Entry& e = objects_.at(id);
+    if (!e.on_disk) {
+      const std::string path = PathOf(id);
+      std::ofstream f(path, std::ios::binary | std::ios::trunc);
+      f.write(e.data->data(), static_cast<std::streamsize>(e.data->size()));
+      f.close();
+      if (!f) {
+        // The disk is full or gone: keep it in memory, and stop trying for now.
+        std::error_code ec;
+        fs::remove(path, ec);
+        return;
+      }
+      e.on_disk = true;
+      stats_.spills++;
+    }
+    lru_.pop_front();
+    e.in_lru = false;
+    e.data.reset();
+    stats_.memory_bytes -= e.size;
+    stats_.spilled_bytes += e.size;
+  }
+}
+
+void ObjectStore::DeleteLocked(std::map<ObjectId, Entry>::iterator it) {
+  Entry& e = it->second;
+  if (e.in_lru) lru_.erase(e.lru);
+  if (e.data) {
+    stats_.memory_bytes -= e.size;
+  } else {
+    stats_.spilled_bytes -= e.size;
+  }
+  if (e.on_disk) {
+    std::error_code ec;
+    fs::remove(PathOf(it->first), ec);
+  }
+  stats_.objects--;
+  objects_.erase(it);
+}
+
+void ObjectStore::Release(const ObjectId& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end() || it->second.refs == 0) return;
+  if (--it->second.refs == 0 && it->second.pins == 0) DeleteLocked(it);
+}
+
+Status ObjectStore::AddRef(const ObjectId& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return NotFoundError(fmt::format("no object {} here", id.Hex()));
+  ++it->second.refs;
+  return OkStatus();
+}
+
+bool ObjectStore::Contains(const ObjectId& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return objects_.count(id) > 0;
+}
+
+StatusOr<int64_t> ObjectStore::Size(const ObjectId& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return NotFoundError(fmt::format("no object {} here", id.Hex()));
+  return it->second.size;
+}
+
+StatusOr<Pinned> ObjectStore::Pin(const ObjectId& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return NotFoundError(fmt::format("no object {} here", id.Hex()));
+  Entry& e = it->second;
+  if (!e.data) {
+    // Read back from disk outside the lock; pin first so it is not deleted meanwhile.
+    ++e.pins;
+    const int64_t size = e.size;
+    lock.unlock();
+    std::shared_ptr<Bytes> data = Bytes::Allocate(static_cast<size_t>(size));
+    std::ifstream f(PathOf(id), std::ios::binary);
+    f.read(data->data(), size);
+    const bool ok = static_cast<bool>(f);
+    lock.lock();
+    it = objects_.find(id);
+    Entry& again = it->second;
+    if (!ok) {
+      --again.pins;
+      return DataLossError(fmt::format("object {}: its spill file {} cannot be read", id.Hex(), PathOf(id)));
+    }
+    if (!again.data) {
+      again.data = std::move(data);
+      stats_.memory_bytes += again.size;
+      stats_.spilled_bytes -= again.size;
+      stats_.restores++;
+    }
+    TouchLocked(id, again);
+    return Pinned(this, id, again.data, again.checksums);
+  }
+  ++e.pins;
+  TouchLocked(id, e);
+  return Pinned(this, id, e.data, e.checksums);
+}
+
+void ObjectStore::Unpin(const ObjectId& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return;
+  Entry& e = it->second;
+  if (--e.pins > 0) return;
+  if (e.refs == 0) {
+    DeleteLocked(it);
+    return;
+  }
+  TouchLocked(id, e);
+  SpillLocked();
+}
+
+std::vector<ObjectId> ObjectStore::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ObjectId> out;
+  for (const auto& [id, e] : objects_) out.push_back(id);
+  return out;
+}
+
+StoreStats ObjectStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace meridian::objects

@@ -1,0 +1,430 @@
+#include "objects/transfer.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/env.h"
+#include "common/logging.h"
+#include "common/units.h"
+
+namespace meridian::objects {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the transfer wire format is little-endian");
+
+constexpr uint32_t kMagic = 0x5444524D;  // "MRDT"
+constexpr uint16_t kVersion = 1;
+constexpr uint16_t kOpStat = 1;
+constexpr uint16_t kOpFetch = 2;
+constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2;
+constexpr size_t kMaxSite = 256;
+constexpr int64_t kMultiStreamBytes = int64_t{64} << 20;
+
+struct Request {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t op = 0;
+  uint64_t id_high = 0;
+  uint64_t id_low = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint16_t site_length = 0;
+  uint8_t pad[6] = {};
+};
+static_assert(sizeof(Request) == 48);
+
+struct Response {
+  uint32_t magic = kMagic;
+  uint32_t status = kOk;
+  uint64_t size = 0;
+};
+static_assert(sizeof(Response) == 16);
+
+struct ChunkHeader {
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  uint32_t pad = 0;
+  uint64_t checksum = 0;
+};
+static_assert(sizeof(ChunkHeader) == 24);
+
+int64_t NowUs() { return Env::Default().clock().Now().us; }
+
+void SleepUs(int64_t us) {
+  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+StatusOr<std::pair<std::string, int>> SplitAddress(const std::string& address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgumentError(fmt::format("transfer address '{}': expected host:port", address));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  for (char c : address.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535) return InvalidArgumentError(fmt::format("transfer address '{}': bad port", address));
+    port = port * 10 + (c - '0');
+  }
+  if (port <= 0 || port > 65535) return InvalidArgumentError(fmt::format("transfer address '{}': bad port", address));
+  return std::make_pair(host, port);
+}
+
+Status SendRequest(TcpStream& s, uint16_t op, const ObjectId& id, uint64_t offset, uint64_t length,
+                   const std::string& site) {
+  Request r;
+  r.op = op;
+  r.id_high = id.high;
+  r.id_low = id.low;
+  r.offset = offset;
+  r.length = length;
+  r.site_length = static_cast<uint16_t>(std::min(site.size(), kMaxSite));
+  iovec iov[2] = {{&r, sizeof(r)}, {const_cast<char*>(site.data()), r.site_length}};
+  return s.WriteAll(std::span<const iovec>(iov, 2));
+}
+
+StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
+  Response r;
+  MERIDIAN_RETURN_IF_ERROR(s.ReadExact(&r, sizeof(r)));
+  if (r.magic != kMagic) return DataLossError(fmt::format("{} does not speak Meridian's transfer protocol", s.peer()));
+  if (r.status == kNoObject) return NotFoundError(fmt::format("{} has no object {}", s.peer(), id.Hex()));
+  if (r.status != kOk) return InvalidArgumentError(fmt::format("{} refused the request (status {})", s.peer(), r.status));
+  return r.size;
+}
+
+}  // namespace
+
+// Paces what is sent on one link: each send starts no earlier than the previous one
+// would have finished at the link's bandwidth.
+struct TransferServer::Pacer {
+  std::mutex mu;
+  int64_t next_free_us = 0;
+  void Wait(int64_t bytes, int64_t bandwidth_bps) {
+    if (bandwidth_bps <= 0) return;
+    const int64_t cost = bytes * 8 * 1'000'000 / bandwidth_bps;
+    int64_t start;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      start = std::max(NowUs(), next_free_us);
+      next_free_us = start + cost;
+    }
+    // Sent when its time on the link is over: the bytes arrive no faster than the link.
+    SleepUs(start + cost - NowUs());
+  }
+};
+
+StatusOr<std::unique_ptr<TransferServer>> TransferServer::Start(ObjectStore& store, TransferServerOptions options) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener, TcpListener::Listen(options.host, options.port));
+  std::unique_ptr<TransferServer> s(new TransferServer(store, std::move(options), std::move(listener)));
+  s->accept_thread_ = std::thread([raw = s.get()] { raw->AcceptLoop(); });
+  return s;
+}
+
+TransferServer::TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener)
+    : store_(store), options_(std::move(options)), listener_(std::move(listener)) {}
+
+TransferServer::~TransferServer() {
+  std::map<TcpStream*, std::thread> open;
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [stream, t] : connections_) stream->Shutdown();
+  }
+  listener_->Shutdown();
+  accept_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open.swap(connections_);
+    done.swap(finished_);
+  }
+  for (auto& [stream, t] : open) t.join();
+  for (std::thread& t : done) t.join();
+}
+
+std::string TransferServer::address() const {
+  const std::string& h = options_.host;
+  return fmt::format("{}:{}", h.find(':') != std::string::npos ? "[" + h + "]" : h, listener_->port());
+}
+
+std::map<std::string, LinkCounters> TransferServer::sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sent_;
+}
+
+void TransferServer::InjectFaults(const TransferFaults& faults) {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_ = faults;
+  bytes_sent_ = 0;
+}
+
+void TransferServer::AcceptLoop() {
+  while (true) {
+    StatusOr<std::unique_ptr<TcpStream>> accepted = listener_->Accept();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || !accepted.ok()) return;
+    for (std::thread& t : finished_) t.join();
+    finished_.clear();
+    TcpStream* raw = accepted->release();
+    connections_.emplace(raw, std::thread([this, raw] {
+                           std::unique_ptr<TcpStream> owned(raw);
+                           Serve(*owned);
+                           std::lock_guard<std::mutex> lock(mu_);
+                           auto it = connections_.find(raw);
+                           if (it != connections_.end()) {
+                             finished_.push_back(std::move(it->second));
+                             connections_.erase(it);
+                           }
+                         }));
+  }
+}
+
+TransferServer::Pacer* TransferServer::PacerFor(const std::string& site) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Pacer>& p = pacers_[site];
+  if (!p) p = std::make_unique<Pacer>();
+  return p.get();
+}
+
+void TransferServer::Serve(TcpStream& stream) {
+  while (true) {
+    Request r;
+    if (!stream.ReadExact(&r, sizeof(r)).ok()) return;  // closed, or shut down
+    std::string site(r.site_length, '\0');
+    if (r.magic != kMagic || r.version != kVersion || r.site_length > kMaxSite ||
+        !stream.ReadExact(site.data(), site.size()).ok()) {
+      Response bad;
+      bad.status = kBadRequest;
+      stream.WriteAll(&bad, sizeof(bad)).IgnoreError();
+      return;
+    }
+    const ObjectId id{r.id_high, r.id_low};
+    auto link = options_.links.find(site);
+    if (link != options_.links.end()) SleepUs(link->second.rtt_us);
+    Status s;
+    if (r.op == kOpStat) {
+      Response resp;
+      StatusOr<int64_t> size = store_.Size(id);
+      resp.status = size.ok() ? kOk : kNoObject;
+      resp.size = size.ok() ? static_cast<uint64_t>(*size) : 0;
+      s = stream.WriteAll(&resp, sizeof(resp));
+    } else if (r.op == kOpFetch) {
+      s = ServeFetch(stream, id, r.offset, r.length, site);
+    } else {
+      Response bad;
+      bad.status = kBadRequest;
+      stream.WriteAll(&bad, sizeof(bad)).IgnoreError();
+      return;
+    }
+    if (!s.ok()) {
+      MERIDIAN_LOG_DEBUG("transfer to {}: {}", stream.peer(), s.message());
+      return;
+    }
+  }
+}
+
+Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length,
+                                  const std::string& site) {
+  StatusOr<Pinned> pinned = store_.Pin(id);
+  Response resp;
+  if (!pinned.ok()) {
+    resp.status = kNoObject;
+    return stream.WriteAll(&resp, sizeof(resp));
+  }
+  const std::string_view data = pinned->data();
+  const uint64_t size = data.size();
+  if (offset % kChunkBytes != 0 || offset > size) {
+    resp.status = kBadRequest;
+    return stream.WriteAll(&resp, sizeof(resp));
+  }
+  const uint64_t end = std::min(size, offset + std::min(length, size - offset));
+  resp.size = size;
+  MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(&resp, sizeof(resp)));
+  auto link = options_.links.find(site);
+  const LinkShape shape = link != options_.links.end() ? link->second : LinkShape{};
+  Pacer* pacer = shape.bandwidth_bps > 0 ? PacerFor(site) : nullptr;
+  const std::vector<uint64_t>& sums = pinned->chunk_checksums();
+  std::string corrupted;
+  for (uint64_t at = offset; at < end; at += kChunkBytes) {
+    const uint64_t n = std::min<uint64_t>(kChunkBytes, end - at);
+    ChunkHeader h{at, static_cast<uint32_t>(n), 0, sums[at / kChunkBytes]};
+    const char* payload = data.data() + at;
+    bool cut = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (faults_.corrupt_chunk >= 0 && static_cast<uint64_t>(faults_.corrupt_chunk) == at / kChunkBytes) {
+        corrupted.assign(payload, n);
+        corrupted[n / 2] ^= 0x5A;
+        payload = corrupted.data();
+        faults_.corrupt_chunk = -1;
+      }
+      bytes_sent_ += static_cast<int64_t>(n);
+      if (faults_.cut_after_bytes >= 0 && bytes_sent_ >= faults_.cut_after_bytes) {
+        faults_.cut_after_bytes = -1;
+        cut = true;
+      }
+      LinkCounters& c = sent_[site];
+      c.bytes += static_cast<int64_t>(n);
+      if (at == offset) c.transfers++;
+      c.egress_micro_usd = c.bytes / 1000 * shape.egress_micro_usd_per_gb / 1'000'000;
+    }
+    if (pacer != nullptr) pacer->Wait(static_cast<int64_t>(n), shape.bandwidth_bps);
+    if (cut) {
+      // Half the chunk, then the connection breaks.
+      iovec half[2] = {{&h, sizeof(h)}, {const_cast<char*>(payload), n / 2}};
+      stream.WriteAll(std::span<const iovec>(half, 2)).IgnoreError();
+      stream.Shutdown();
+      return UnavailableError("connection cut (injected fault)");
+    }
+    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(payload), n}};
+    MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(std::span<const iovec>(iov, 2)));
+  }
+  return OkStatus();
+}
+
+namespace {
+
+struct RangeResult {
+  Status status;
+  int64_t chunks = 0;
+  int64_t corrupt = 0;
+  int64_t reconnects = 0;
+};
+
+// Fills buffer[begin, end) from the server, resuming after broken connections and
+// refetching chunks that fail their checksum. `sums` receives each verified chunk's
+// checksum.
+RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, const FetchOptions& o, char* buffer,
+                       uint64_t size, uint64_t begin, uint64_t end, std::vector<uint64_t>& sums,
+                       std::unique_ptr<TcpStream> stream) {
+  RangeResult r;
+  uint64_t next = begin;
+  int attempts = 0;  // connections since the last verified chunk
+  bool connected_before = stream != nullptr;
+  Status last;
+  while (next < end) {
+    if (!stream) {
+      if (attempts >= o.max_attempts) {
+        r.status = UnavailableError(fmt::format("object {}: {} connections to {}:{} failed; the last: {}", id.Hex(),
+                                                attempts, host, port, last.message()));
+        return r;
+      }
+      if (attempts > 0) SleepUs(std::min<int64_t>(50'000 << std::min(attempts - 1, 4), 1'000'000));
+      attempts++;
+      StatusOr<std::unique_ptr<TcpStream>> s = TcpStream::Connect(host, port, o.timeout_us);
+      if (!s.ok()) {
+        last = s.status();
+        continue;
+      }
+      if (connected_before) r.reconnects++;
+      connected_before = true;
+      stream = std::move(*s);
+      stream->SetTimeout(o.timeout_us).IgnoreError();
+    }
+    Status s = SendRequest(*stream, kOpFetch, id, next, end - next, o.site);
+    StatusOr<uint64_t> got_size = s.ok() ? ReadResponse(*stream, id) : StatusOr<uint64_t>(s);
+    if (!got_size.ok()) {
+      if (got_size.status().code() == StatusCode::kNotFound || got_size.status().code() == StatusCode::kInvalidArgument) {
+        r.status = got_size.status();
+        return r;
+      }
+      last = got_size.status();
+      stream.reset();
+      continue;
+    }
+    if (*got_size != size) {
+      r.status = DataLossError(fmt::format("object {} changed size on {}:{} ({} then {})", id.Hex(), host, port, size, *got_size));
+      return r;
+    }
+    bool broken = false;
+    while (next < end) {
+      ChunkHeader h;
+      Status read = stream->ReadExact(&h, sizeof(h));
+      const uint64_t want = std::min<uint64_t>(kChunkBytes, end - next);
+      if (read.ok() && (h.offset != next || h.length != want)) {
+        read = DataLossError(fmt::format("{} sent chunk {}+{} where {}+{} was due", stream->peer(), h.offset, h.length,
+                                         next, want));
+      }
+      if (read.ok()) read = stream->ReadExact(buffer + next, want);
+      if (!read.ok()) {
+        last = read;
+        broken = true;
+        break;
+      }
+      if (ChunkChecksum(std::string_view(buffer + next, want)) != h.checksum) {
+        // Damaged on the way: drop the connection and ask again from this chunk.
+        r.corrupt++;
+        last = DataLossError(fmt::format("chunk at {} failed its checksum", next));
+        MERIDIAN_LOG_WARN("object {}: chunk at offset {} from {} failed its checksum; fetching it again", id.Hex(),
+                          next, stream->peer());
+        broken = true;
+        attempts = std::max(0, attempts - 1);  // a bad chunk is not a dead peer
+        break;
+      }
+      sums[next / kChunkBytes] = h.checksum;
+      r.chunks++;
+      next += want;
+      attempts = 0;
+    }
+    if (broken) stream.reset();
+  }
+  return r;
+}
+
+}  // namespace
+
+StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store, const FetchOptions& o) {
+  FetchStats stats;
+  const int64_t t0 = NowUs();
+  if (store.Contains(id)) {
+    MERIDIAN_RETURN_IF_ERROR(store.AddRef(id));
+    return stats;
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
+  const auto& [host, port] = hp;
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> first, TcpStream::Connect(host, port, o.timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(first->SetTimeout(o.timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(SendRequest(*first, kOpStat, id, 0, 0, o.site));
+  MERIDIAN_ASSIGN_OR_RETURN(uint64_t size, ReadResponse(*first, id));
+
+  std::shared_ptr<Bytes> buffer = Bytes::Allocate(size);
+  const int64_t chunks = ChunkCount(static_cast<int64_t>(size));
+  std::vector<uint64_t> sums(static_cast<size_t>(chunks));
+  int streams = o.streams > 0 ? o.streams : (static_cast<int64_t>(size) >= kMultiStreamBytes ? 4 : 1);
+  streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, chunks)));
+  std::vector<RangeResult> results(streams);
+  std::vector<std::thread> threads;
+  auto range = [&](int k) {
+    uint64_t b = static_cast<uint64_t>(chunks * k / streams) * kChunkBytes;
+    uint64_t e = std::min<uint64_t>(size, static_cast<uint64_t>(chunks * (k + 1) / streams) * kChunkBytes);
+    return std::make_pair(b, e);
+  };
+  for (int k = 1; k < streams; ++k) {
+    threads.emplace_back([&, k] {
+      auto [b, e] = range(k);
+      results[k] = FetchRange(host, port, id, o, buffer->data(), size, b, e, sums, nullptr);
+    });
+  }
+  {
+    auto [b, e] = range(0);
+    results[0] = FetchRange(host, port, id, o, buffer->data(), size, b, e, sums, std::move(first));
+  }
+  for (std::thread& t : threads) t.join();
+  for (const RangeResult& r : results) {
+    MERIDIAN_RETURN_IF_ERROR(r.status);
+    stats.chunks += r.chunks;
+    stats.corrupt_chunks += r.corrupt;
+    stats.reconnects += r.reconnects;
+  }
+  MERIDIAN_RETURN_IF_ERROR(store.PutVerified(id, std::move(buffer), std::move(sums)));
+  stats.bytes = static_cast<int64_t>(size);
+  stats.streams = streams;
+  stats.seconds = static_cast<double>(NowUs() - t0) / 1e6;
+  return stats;
+}
+
+}  // namespace meridian::objects

@@ -1,0 +1,121 @@
+// Moving objects between agents: a TransferServer serves the objects of one store over
+// plain TCP; Fetch pulls one object from a server into another store.
+//
+// The bulk path is TCP with our own framing, not gRPC: on a 2-core machine gRPC's
+// per-message copies would cap it well below the network. Objects move in chunks of
+// kChunkBytes, each with its XXH3-64 checksum, sent back to back (pipelined, no
+// per-chunk acknowledgement). Large objects are split into contiguous ranges fetched
+// over several connections at once. A broken connection is reopened and the range
+// resumed at the first chunk not yet verified; a chunk whose checksum does not match
+// is fetched again. The whole object is finally checked against its id.
+//
+// WAN emulation: a server shapes what it sends to each requesting site by the link
+// between the sites (round-trip time before the first byte, bandwidth shared by all
+// transfers on the link), and counts bytes and egress cost per destination site.
+//
+// Wire format (little-endian, one request at a time per connection):
+//   request  = magic u32, version u16, op u16 (1 stat, 2 fetch), id 16 bytes,
+//              offset u64, length u64, site length u16, 6 pad bytes, site bytes
+//   response = magic u32, status u32 (0 ok, 1 no such object, 2 bad request), size u64
+//   fetch    = response, then chunks: offset u64, length u32, pad u32, checksum u64, bytes
+//
+// Thread-safety: a TransferServer serves any number of connections at once; its
+// accessors may be called from any thread. Fetch may run on many threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+#include "objects/store.h"
+
+namespace meridian::objects {
+
+struct LinkShape {
+  int64_t rtt_us = 0;
+  int64_t bandwidth_bps = 0;  // 0: unshaped
+  int64_t egress_micro_usd_per_gb = 0;
+};
+
+struct LinkCounters {
+  int64_t bytes = 0;
+  int64_t transfers = 0;  // fetch requests served
+  int64_t egress_micro_usd = 0;
+};
+
+// Faults a test injects into a server; each fires once.
+struct TransferFaults {
+  int64_t cut_after_bytes = -1;  // break the connection once this many bytes were sent
+  int64_t corrupt_chunk = -1;    // flip a byte of this chunk (index) on the wire
+};
+
+struct TransferServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port
+  std::string site;
+  std::map<std::string, LinkShape> links;  // by requesting site; a site absent is unshaped
+};
+
+class TransferServer {
+ public:
+  static StatusOr<std::unique_ptr<TransferServer>> Start(ObjectStore& store, TransferServerOptions options);
+  ~TransferServer();
+
+  // host:port
+  std::string address() const;
+  // Bytes sent, by destination site.
+  std::map<std::string, LinkCounters> sent() const;
+  void InjectFaults(const TransferFaults& faults);
+
+ private:
+  struct Pacer;
+  TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener);
+  void AcceptLoop();
+  void Serve(TcpStream& stream);
+  Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
+  Pacer* PacerFor(const std::string& site);
+
+  ObjectStore& store_;
+  const TransferServerOptions options_;
+  std::unique_ptr<TcpListener> listener_;
+  std::thread accept_thread_;
+
+  mutable std::mutex mu_;
+  bool stopping_ = false;                                     // guarded by mu_
+  std::map<TcpStream*, std::thread> connections_;             // guarded by mu_
+  std::vector<std::thread> finished_;                         // guarded by mu_
+  std::map<std::string, LinkCounters> sent_;                  // guarded by mu_
+  std::map<std::string, std::unique_ptr<Pacer>> pacers_;      // guarded by mu_
+  TransferFaults faults_;                                     // guarded by mu_
+  int64_t bytes_sent_ = 0;                                    // guarded by mu_
+};
+
+struct FetchOptions {
+  std::string site;         // the fetching node's site, by which the server shapes
+  int streams = 0;          // connections at once; 0: 1 below 64 MiB, else 4
+  int max_attempts = 5;     // connections per range before giving up
+  int64_t timeout_us = 30'000'000;  // a connection without progress this long is broken
+};
+
+struct FetchStats {
+  int64_t bytes = 0;
+  int64_t chunks = 0;
+  int64_t corrupt_chunks = 0;  // failed their checksum and were fetched again
+  int64_t reconnects = 0;
+  int streams = 0;
+  double seconds = 0;
+};
+
+// Fetches object `id` from the server at `address` ("host:port") into `store`, with a
+// reference the caller owns. An object the store holds already is not fetched.
+StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store,
+                           const FetchOptions& options = {});
+
+}  // namespace meridian::objects
