@@ -18,7 +18,7 @@ declare -A allowed=(
   [objects]="objects common"
   [rpc]="rpc model common meridian"
   [coordinator]="coordinator sched store spec rpc model common"
-  [agent]="agent kernels rpc model common"
+  [agent]="agent kernels objects rpc model common"
   [client]="client rpc spec model common meridian"
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects"
 )

@@ -1,10 +1,12 @@
 #include "agent/agent.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/units.h"
 #include "kernels/devices.h"
 #include "kernels/kernel.h"
 #include "model/accelerators.h"
@@ -58,8 +60,31 @@ Agent::Agent(AgentOptions options, Env& env)
       [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
 }
 
+Status Agent::StartObjects() {
+  if (transfer_) return OkStatus();
+  MERIDIAN_ASSIGN_OR_RETURN(
+      objects_, objects::ObjectStore::Open(objects::StoreOptions{
+                    options_.object_memory_bytes, (std::filesystem::path(options_.work_dir) / "objects").string()}));
+  objects_->SetListener([this](const objects::ObjectId& id, int64_t size, bool added) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (added) {
+      objects_added_.push_back(model::HeldObject{id.Hex(), size});
+    } else {
+      objects_removed_.push_back(id.Hex());
+    }
+    cv_.notify_all();
+  });
+  MERIDIAN_ASSIGN_OR_RETURN(transfer_, objects::TransferServer::Start(
+                                           *objects_, objects::TransferServerOptions{options_.transfer_host, 0,
+                                                                                     options_.site, {}}));
+  MERIDIAN_LOG_INFO("objects: {} in memory, then spilled to {}/objects; transfers at {}",
+                    FormatBytes(options_.object_memory_bytes), options_.work_dir, transfer_->address());
+  return OkStatus();
+}
+
 Agent::~Agent() {
   Stop();
+  transfer_.reset();  // its connections may still store objects, which reports under mu_
   executor_.reset();  // reports land in pending_, which dies with us
   if (stream_thread_.joinable()) stream_thread_.join();
 }
@@ -133,6 +158,13 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   reg.node = options_.node;
   reg.site = options_.site;
   reg.kernels = kernels::KernelNames();
+  reg.transfer_address = transfer_ ? transfer_->address() : "";
+  if (objects_) {
+    // The full list replaces what the coordinator knew; deltas before it are moot.
+    for (const auto& [id, size] : objects_->List()) reg.objects.push_back(model::HeldObject{id.Hex(), size});
+    objects_added_.clear();
+    objects_removed_.clear();
+  }
   // Running first, reports second: an attempt that ends in between is in one of them
   // (the executor reports before it forgets), so none looks lost.
   lock.unlock();
@@ -152,6 +184,14 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   }
   node_id_ = reply->node_id;
   session_ = reply->session;
+  if (transfer_) {
+    std::map<std::string, objects::LinkShape> links;
+    for (const model::EmulatedLink& l : reply->links) {
+      links[l.to_site] = objects::LinkShape{l.rtt_us, l.bandwidth_bps, l.egress_micro_usd_per_gb};
+    }
+    if (!links.empty()) MERIDIAN_LOG_INFO("transfers emulate {} links from site {}", links.size(), options_.site);
+    transfer_->SetLinks(std::move(links));
+  }
   heartbeat_interval_us_ = std::max<int64_t>(reply->heartbeat_interval_us, 10'000);
   need_register_ = false;
   for (const model::TaskKey& k : reply->cancel) executor_->Cancel(k);
@@ -193,7 +233,14 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
     hb.updates.push_back(entry.second);
     sent.emplace_back(key, entry.first);
   }
+  hb.objects_added = objects_added_;
+  hb.objects_removed = objects_removed_;
   lock.unlock();
+  if (transfer_) {
+    for (const auto& [site, c] : transfer_->sent()) {
+      hb.traffic.push_back(model::LinkTraffic{site, c.bytes, c.transfers, c.egress_micro_usd});
+    }
+  }
   hb.running = static_cast<int32_t>(hb.holding.size());
   hb.cpu_used_milli = executor_->cpu_allocated_milli();
   double load[1] = {0};
@@ -201,7 +248,14 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   StatusOr<bool> reregister = client_->Heartbeat(hb, options_.rpc_timeout_us);
   lock.lock();
   if (reregister.ok() && !*reregister) {
-    // Acknowledged: forget what was sent, unless a newer report replaced it meanwhile.
+    // Acknowledged: the object changes sent (newer ones came after them)...
+    objects_added_.erase(objects_added_.begin(),
+                         objects_added_.begin() + static_cast<std::ptrdiff_t>(
+                                                      std::min(hb.objects_added.size(), objects_added_.size())));
+    objects_removed_.erase(objects_removed_.begin(),
+                           objects_removed_.begin() + static_cast<std::ptrdiff_t>(
+                                                          std::min(hb.objects_removed.size(), objects_removed_.size())));
+    // ...and the reports, unless a newer report replaced one meanwhile.
     for (const auto& [key, seq] : sent) {
       auto it = pending_.find(key);
       if (it != pending_.end() && it->second.first == seq) pending_.erase(it);
@@ -211,6 +265,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
 }
 
 Status Agent::Run() {
+  MERIDIAN_RETURN_IF_ERROR(StartObjects());
   std::unique_lock<std::mutex> lock(mu_);
   Retry retry;
   MonotonicTime last_beat{0};
@@ -227,7 +282,7 @@ Status Agent::Run() {
     // Wait for a finished task to report or the next heartbeat.
     const int64_t due = last_beat.us + heartbeat_interval_us_;
     cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
-      return stopping_ || need_register_ || env_.clock().Now().us >= due ||
+      return stopping_ || need_register_ || env_.clock().Now().us >= due || !objects_added_.empty() ||
              std::any_of(pending_.begin(), pending_.end(),
                          [](const auto& e) { return e.second.second.kind != model::UpdateKind::kRunning; });
     });

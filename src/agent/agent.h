@@ -21,6 +21,8 @@
 #include "common/status.h"
 #include "model/fleet.h"
 #include "model/run_state.h"
+#include "objects/store.h"
+#include "objects/transfer.h"
 #include "rpc/node_client.h"
 
 namespace meridian::agent {
@@ -33,6 +35,8 @@ struct AgentOptions {
   bool discover_gpus = true;     // add NVIDIA GPUs found through the CUDA runtime
   int kernel_threads = 0;
   int64_t rpc_timeout_us = 5'000'000;
+  int64_t object_memory_bytes = int64_t{1} << 30;  // then objects spill under work_dir/objects
+  std::string transfer_host = "127.0.0.1";          // the transfer server's address (any port)
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated
@@ -46,6 +50,8 @@ class Agent {
 
   // Registers and serves until Stop; returns the reason it stopped.
   Status Run();
+  // Opens the object store and starts the transfer server (Run does it first).
+  Status StartObjects();
   void Stop();
 
  private:
@@ -69,6 +75,8 @@ class Agent {
   bool real_devices_ = false;
   std::unique_ptr<rpc::NodeClient> client_;  // replaced by Backoff; used by Run's thread only
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<objects::ObjectStore> objects_;
+  std::unique_ptr<objects::TransferServer> transfer_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -80,6 +88,9 @@ class Agent {
   // Final and running updates not yet acknowledged, newest per attempt.
   std::map<model::TaskKey, std::pair<uint64_t, model::TaskUpdate>> pending_;
   uint64_t update_seq_ = 0;
+  // Objects gained and dropped since the last acknowledged heartbeat.
+  std::vector<model::HeldObject> objects_added_;
+  std::vector<std::string> objects_removed_;
   std::shared_ptr<rpc::NodeClient> stream_client_;
   std::thread stream_thread_;
 };

@@ -103,6 +103,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
   if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
   options.order = *order;
+  options.emulate_wan = o.emulate_wan;
   store::SqliteStateStore::Options store_options;
   if (o.sync == "full") {
     store_options.sync = store::SqliteStateStore::Sync::kFull;
@@ -117,7 +118,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
                             store::SqliteStateStore::Open((fs::path(o.state_dir) / "state.db").string(), store_options));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::Coordinator> coord,
                             coordinator::Coordinator::Create(std::move(options), std::move(store), Env::Default()));
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Start(o.listen, *coord, *coord, *coord));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Start(o.listen, *coord, *coord, *coord, *coord));
   std::string host = o.listen.substr(0, o.listen.rfind(':'));
   std::string address = fmt::format("{}:{}", host, server->port());
   if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
@@ -140,6 +141,8 @@ Status RunAgent(const AgentCommandOptions& o) {
                                         : o.work_dir;
   options.discover_gpus = !o.no_gpu_discovery;
   options.kernel_threads = o.kernel_threads;
+  MERIDIAN_ASSIGN_OR_RETURN(options.object_memory_bytes, ParseBytes(o.object_memory));
+  options.transfer_host = o.transfer_host;
   BlockTerminationSignals();
   agent::Agent agent(std::move(options), Env::Default());
   std::thread signals([&agent] {
@@ -188,7 +191,7 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
   Component coord{"coordinator",
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
                    listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--heartbeat-timeout",
-                   heartbeat_timeout},
+                   heartbeat_timeout, "--emulate-wan"},
                   dir / "logs" / "coordinator.log"};
   std::error_code ec;
   if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);

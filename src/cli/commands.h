@@ -85,6 +85,7 @@ struct CoordinatorCommandOptions {
   std::string heartbeat_timeout = "2s";
   std::string sync = "normal";
   std::string order = "fifo";
+  bool emulate_wan = false;
 };
 // `meridian coordinator`: serves until SIGINT or SIGTERM.
 Status RunCoordinator(const CoordinatorCommandOptions& options);
@@ -96,6 +97,8 @@ struct AgentCommandOptions {
   std::string work_dir;
   bool no_gpu_discovery = false;
   int kernel_threads = 0;
+  std::string object_memory = "1GiB";
+  std::string transfer_host = "127.0.0.1";
 };
 // `meridian agent`: serves until SIGINT or SIGTERM.
 Status RunAgent(const AgentCommandOptions& options);
@@ -155,6 +158,28 @@ struct NodesOptions {
   bool json = false;
 };
 Status RunNodes(const NodesOptions& options, std::ostream& out);
+
+struct ObjectsPutOptions {
+  ClusterTarget target;
+  std::string file;
+  std::string site;  // empty: any
+  std::string name;  // empty: unnamed
+  bool json = false;
+};
+Status RunObjectsPut(const ObjectsPutOptions& options, std::ostream& out);
+struct ObjectsGetOptions {
+  ClusterTarget target;
+  std::string ref;     // id or name
+  std::string output;  // empty or "-": stdout
+  std::string site;    // where this client is: the replica there, and that link's shaping
+  bool json = false;
+};
+Status RunObjectsGet(const ObjectsGetOptions& options, std::ostream& out);
+struct ObjectsListOptions {
+  ClusterTarget target;
+  bool json = false;
+};
+Status RunObjectsList(const ObjectsListOptions& options, std::ostream& out);
 
 struct BenchTasksOptions {
   int agents = 2;

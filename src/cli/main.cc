@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--heartbeat-timeout", coord.heartbeat_timeout, "A node silent this long is dead (default 2s)");
   coord_cmd->add_option("--sync", coord.sync, "normal (survives a crash) or full (survives power loss too)");
   coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
+  coord_cmd->add_flag("--emulate-wan", coord.emulate_wan,
+                      "Agents' transfers emulate the fleet's links (latency, bandwidth): a local cluster playing sites");
 
   cli::AgentCommandOptions agent;
   CLI::App* agent_cmd = app.add_subcommand("agent", "Run an agent for one node");
@@ -115,6 +117,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--work-dir", agent.work_dir, "Where task directories go");
   agent_cmd->add_flag("--no-gpu-discovery", agent.no_gpu_discovery, "Do not look for CUDA devices");
   agent_cmd->add_option("--kernel-threads", agent.kernel_threads, "Threads for built-in kernels (default: one per core)");
+  agent_cmd->add_option("--object-memory", agent.object_memory, "Objects held in memory before spilling to disk (default 1GiB)");
+  agent_cmd->add_option("--transfer-host", agent.transfer_host,
+                        "Address the object transfer server listens on (default 127.0.0.1; its port is chosen)");
 
   cli::UpOptions up;
   CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");
@@ -160,6 +165,28 @@ int main(int argc, char** argv) {
   job_logs_cmd->add_option("--task", job_logs.task, "Only this task");
 
   cli::NodesOptions nodes;
+  CLI::App* objects_cmd = app.add_subcommand("objects", "Objects held by the agents: put, get, ls");
+  objects_cmd->require_subcommand(1);
+  cli::ObjectsPutOptions objects_put;
+  CLI::App* objects_put_cmd = objects_cmd->add_subcommand("put", "Store a file as an object on an agent");
+  add_target(objects_put_cmd, objects_put.target);
+  objects_put_cmd->add_option("file", objects_put.file, "The file")->required();
+  objects_put_cmd->add_option("--site", objects_put.site, "Put it on a node at this site (default: any)");
+  objects_put_cmd->add_option("--name", objects_put.name, "A name to get it by");
+  objects_put_cmd->add_flag("--json", objects_put.json, "Print JSON for scripts");
+  cli::ObjectsGetOptions objects_get;
+  CLI::App* objects_get_cmd = objects_cmd->add_subcommand("get", "Fetch an object (by id or name) from an agent");
+  add_target(objects_get_cmd, objects_get.target);
+  objects_get_cmd->add_option("ref", objects_get.ref, "Object id or name")->required();
+  objects_get_cmd->add_option("-o,--output", objects_get.output, "Write it here (default: stdout)");
+  objects_get_cmd->add_option("--site", objects_get.site,
+                              "The site this client is at: its replica is preferred, the link from others emulated");
+  objects_get_cmd->add_flag("--json", objects_get.json, "Print JSON for scripts");
+  cli::ObjectsListOptions objects_ls;
+  CLI::App* objects_ls_cmd = objects_cmd->add_subcommand("ls", "List objects and where their replicas are");
+  add_target(objects_ls_cmd, objects_ls.target);
+  objects_ls_cmd->add_flag("--json", objects_ls.json, "Print JSON for scripts");
+
   CLI::App* nodes_cmd = app.add_subcommand("nodes", "Nodes: sites, devices (real or emulated), what they run");
   add_target(nodes_cmd, nodes.target);
   nodes_cmd->add_flag("--json", nodes.json, "Print JSON for scripts");
@@ -216,6 +243,12 @@ int main(int argc, char** argv) {
     status = cli::RunJobCancel(job_cancel, std::cout);
   } else if (job_logs_cmd->parsed()) {
     status = cli::RunJobLogs(job_logs, std::cout);
+  } else if (objects_put_cmd->parsed()) {
+    status = cli::RunObjectsPut(objects_put, std::cout);
+  } else if (objects_get_cmd->parsed()) {
+    status = cli::RunObjectsGet(objects_get, std::cout);
+  } else if (objects_ls_cmd->parsed()) {
+    status = cli::RunObjectsList(objects_ls, std::cout);
   } else if (nodes_cmd->parsed()) {
     status = cli::RunNodes(nodes, std::cout);
   }

@@ -140,4 +140,46 @@ StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   return out;
 }
 
+StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref) {
+  v1::LocateObjectRequest req;
+  req.set_ref(ref);
+  v1::ObjectLocation resp;
+  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::Locate, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<model::ObjectReplica> Client::PlacePut(int64_t size, const std::string& site) {
+  v1::PlacePutRequest req;
+  req.set_size(size);
+  req.set_site(site);
+  v1::ObjectReplica resp;
+  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::PlacePut, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int64_t size, uint32_t node_id,
+                                                     const std::string& name) {
+  v1::CommitObjectRequest req;
+  req.set_id(id);
+  req.set_size(size);
+  req.set_node_id(node_id);
+  req.set_name(name);
+  v1::ObjectLocation resp;
+  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::Commit, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<std::vector<model::ObjectLocation>> Client::Objects() {
+  v1::ListObjectsRequest req;
+  v1::ListObjectsResponse resp;
+  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::List, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::ObjectLocation> out;
+  for (const v1::ObjectLocation& l : resp.objects()) out.push_back(rpc::FromProto(l));
+  return out;
+}
+
 }  // namespace meridian::client

@@ -38,6 +38,13 @@ class Client {
   StatusOr<model::JobSummary> Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change);
   StatusOr<std::vector<model::NodeView>> Nodes();
 
+  // The object directory (the bytes move over the transfer protocol, objects/).
+  StatusOr<model::ObjectLocation> Locate(const std::string& ref);
+  StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site);
+  StatusOr<model::ObjectLocation> CommitObject(const std::string& id, int64_t size, uint32_t node_id,
+                                               const std::string& name);
+  StatusOr<std::vector<model::ObjectLocation>> Objects();
+
  private:
   Status Explain(const Status& s) const;
 

@@ -481,7 +481,11 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.registered_us = WallUs();
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
+  rt.transfer_address = reg.transfer_address;
+  DropAllReplicasLocked(index);
+  for (const model::HeldObject& o : reg.objects) AddReplicaLocked(index, o.id, o.size);
   model::RegistrationReply reply;
+  if (options_.emulate_wan) reply.links = LinksFrom(site);
   Reconcile(index, reg, batch, reply);
   Commit(batch);
   reply.node_id = static_cast<uint32_t>(index);
@@ -518,6 +522,9 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   node.last_heartbeat = env_.clock().Now();
   node.running = hb.running;
   node.load_average = hb.load_average;
+  for (const model::HeldObject& o : hb.objects_added) AddReplicaLocked(index, o.id, o.size);
+  for (const std::string& id : hb.objects_removed) DropReplicaLocked(index, id);
+  for (const model::LinkTraffic& t : hb.traffic) node.traffic[t.to_site] = t;
   store::StoreBatch batch;
   for (const model::TaskUpdate& u : hb.updates) ApplyUpdate(u, index, batch);
   Commit(batch);

@@ -55,9 +55,11 @@ struct CoordinatorOptions {
   size_t schedule_window = 1024;
   sched::QueueOrder order = sched::QueueOrder::kFifo;
   uint64_t seed = 1;
+  // Agents' transfers emulate the fleet's links (a local cluster playing its sites).
+  bool emulate_wan = false;
 };
 
-class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::AdminApi {
+class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::AdminApi, public rpc::ObjectApi {
  public:
   // Loads the store's state and starts the background loop. `env` must outlive it.
   static StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
@@ -80,6 +82,13 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
 
   // rpc::AdminApi
   std::vector<model::NodeView> ListNodes() override;
+
+  // rpc::ObjectApi (objects.cc): the directory of objects and their replicas.
+  StatusOr<model::ObjectLocation> Locate(const std::string& ref) override;
+  StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site) override;
+  StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
+                                         const std::string& name) override;
+  std::vector<model::ObjectLocation> ListObjects() override;
 
  private:
   struct TaskRt {
@@ -108,6 +117,14 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
     model::AssignmentBatch outbox;
     int32_t running = 0;
     double load_average = 0;
+    std::string transfer_address;
+    std::set<std::string> objects;                       // ids of the objects it holds
+    std::map<std::string, model::LinkTraffic> traffic;   // by destination site
+  };
+  struct ObjectRt {
+    int64_t size = 0;
+    std::string name;
+    std::set<int32_t> nodes;  // holding a replica
   };
   // A task placed before a restart whose agent has not registered yet.
   struct Orphan {
@@ -149,6 +166,12 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
   void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch);
+  // The directory: replicas a node gained or lost, or all it holds (on registering).
+  void AddReplicaLocked(int32_t node, const std::string& id, int64_t size);
+  void DropReplicaLocked(int32_t node, const std::string& id);
+  void DropAllReplicasLocked(int32_t node);
+  model::ObjectLocation LocationLocked(const std::string& id, const ObjectRt& object) const;
+  std::vector<model::EmulatedLink> LinksFrom(SiteId site) const;
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
@@ -171,6 +194,8 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::vector<NodeRt> nodes_;          // parallel to fleet_.nodes
   std::map<std::string, int32_t> node_by_name_;
   std::map<uint64_t, JobRt> jobs_;
+  std::map<std::string, ObjectRt> objects_;        // by id
+  std::map<std::string, std::string> object_names_;  // name -> id
   std::map<int64_t, std::pair<uint64_t, uint32_t>> ready_;  // seq -> task, FIFO
   int64_t next_seq_ = 0;
   // Starts from the wall clock, so a session of an earlier incarnation never matches.

@@ -314,6 +314,7 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
   pools_.reset();
   MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
                     node.tasks.size());
+  DropAllReplicasLocked(index);  // its objects went with it
   std::vector<std::pair<uint64_t, uint32_t>> held(node.tasks.begin(), node.tasks.end());
   for (const auto& [job_id, t] : held) {
     JobRt& job = jobs_.at(job_id);

@@ -176,12 +176,37 @@ struct TaskUpdate {
   std::string stderr_tail;
 };
 
+// An object an agent holds: its id (32 hex digits) and size.
+struct HeldObject {
+  std::string id;
+  int64_t size = 0;
+  friend bool operator==(const HeldObject&, const HeldObject&) = default;
+};
+
+// What an agent's transfer server has sent to one site, since it started.
+struct LinkTraffic {
+  std::string to_site;
+  int64_t bytes = 0;
+  int64_t transfers = 0;
+  int64_t egress_micro_usd = 0;
+};
+
+// A link the agent's transfers emulate (a local cluster playing several sites).
+struct EmulatedLink {
+  std::string to_site;
+  int64_t rtt_us = 0;
+  int64_t bandwidth_bps = 0;
+  int64_t egress_micro_usd_per_gb = 0;
+};
+
 struct AgentRegistration {
   Node node;
   std::string site;
   std::vector<std::string> kernels;
   std::vector<TaskKey> running;
   std::vector<TaskUpdate> unacked;
+  std::string transfer_address;     // host:port of its object transfer server
+  std::vector<HeldObject> objects;  // every object it holds
 };
 
 struct RegistrationReply {
@@ -189,6 +214,7 @@ struct RegistrationReply {
   uint64_t session = 0;
   int64_t heartbeat_interval_us = 0;
   std::vector<TaskKey> cancel;
+  std::vector<EmulatedLink> links;  // empty unless the coordinator emulates the WAN
 };
 
 struct AgentHeartbeat {
@@ -201,6 +227,24 @@ struct AgentHeartbeat {
   // Every attempt the agent has, running or finished but unacknowledged; the
   // coordinator sends again what it placed there long enough ago and is missing.
   std::vector<TaskKey> holding;
+  // Objects gained and dropped since the last acknowledged heartbeat.
+  std::vector<HeldObject> objects_added;
+  std::vector<std::string> objects_removed;
+  std::vector<LinkTraffic> traffic;  // totals since the agent started
+};
+
+// Where an object is: its size and the nodes holding it.
+struct ObjectReplica {
+  uint32_t node_id = 0;
+  std::string node;
+  std::string site;
+  std::string transfer_address;
+};
+struct ObjectLocation {
+  std::string id;
+  std::string name;  // empty when unnamed
+  int64_t size = 0;
+  std::vector<ObjectReplica> replicas;
 };
 
 }  // namespace meridian::model

@@ -207,3 +207,26 @@ TEST(TransferTest, TheLinkShapesTheTransferAndIsCounted) {
 
 }  // namespace
 }  // namespace meridian::objects
+
+namespace meridian::objects {
+namespace {
+
+TEST(TransferTest, PushStoresAnObjectOnTheServer) {
+  TempDir dir;
+  auto store = OpenStore(dir.path);
+  int64_t added = 0;
+  store->SetListener([&](const ObjectId&, int64_t size, bool is_added) { added += is_added ? size : -size; });
+  auto server = std::move(*TransferServer::Start(*store, TransferServerOptions{}));
+  for (size_t size : {size_t{0}, size_t{3} << 20}) {
+    std::string data(size, 'q');
+    StatusOr<ObjectId> id = Push(server->address(), data);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    EXPECT_EQ(*id, ObjectId::Of(data));
+    EXPECT_EQ(store->Pin(*id)->data(), data);
+  }
+  EXPECT_EQ(added, int64_t{3} << 20);
+  EXPECT_EQ(store->stats().objects, 2);
+}
+
+}  // namespace
+}  // namespace meridian::objects

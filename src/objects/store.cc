@@ -63,18 +63,22 @@ Status ObjectStore::PutVerified(const ObjectId& id, std::shared_ptr<const Bytes>
 }
 
 Status ObjectStore::Insert(const ObjectId& id, std::shared_ptr<const Bytes> data, std::vector<uint64_t> checksums) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, added] = objects_.try_emplace(id);
-  Entry& e = it->second;
-  ++e.refs;
-  if (!added) return OkStatus();
-  e.size = static_cast<int64_t>(data->size());
-  e.data = std::move(data);
-  e.checksums = std::make_shared<const std::vector<uint64_t>>(std::move(checksums));
-  stats_.objects++;
-  stats_.memory_bytes += e.size;
-  TouchLocked(id, e);
-  SpillLocked();
+  const int64_t size = static_cast<int64_t>(data->size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, added] = objects_.try_emplace(id);
+    Entry& e = it->second;
+    ++e.refs;
+    if (!added) return OkStatus();
+    e.size = size;
+    e.data = std::move(data);
+    e.checksums = std::make_shared<const std::vector<uint64_t>>(std::move(checksums));
+    stats_.objects++;
+    stats_.memory_bytes += e.size;
+    TouchLocked(id, e);
+    SpillLocked();
+  }
+  Notify(id, size, true);
   return OkStatus();
 }
 
@@ -113,8 +117,9 @@ void ObjectStore::SpillLocked() {
   }
 }
 
-void ObjectStore::DeleteLocked(std::map<ObjectId, Entry>::iterator it) {
+int64_t ObjectStore::DeleteLocked(std::map<ObjectId, Entry>::iterator it) {
   Entry& e = it->second;
+  const int64_t size = e.size;
   if (e.in_lru) lru_.erase(e.lru);
   if (e.data) {
     stats_.memory_bytes -= e.size;
@@ -127,13 +132,18 @@ void ObjectStore::DeleteLocked(std::map<ObjectId, Entry>::iterator it) {
   }
   stats_.objects--;
   objects_.erase(it);
+  return size;
 }
 
 void ObjectStore::Release(const ObjectId& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(id);
-  if (it == objects_.end() || it->second.refs == 0) return;
-  if (--it->second.refs == 0 && it->second.pins == 0) DeleteLocked(it);
+  int64_t deleted = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end() || it->second.refs == 0) return;
+    if (--it->second.refs == 0 && it->second.pins == 0) deleted = DeleteLocked(it);
+  }
+  if (deleted >= 0) Notify(id, deleted, false);
 }
 
 Status ObjectStore::AddRef(const ObjectId& id) {
@@ -192,23 +202,27 @@ StatusOr<Pinned> ObjectStore::Pin(const ObjectId& id) {
 }
 
 void ObjectStore::Unpin(const ObjectId& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(id);
-  if (it == objects_.end()) return;
-  Entry& e = it->second;
-  if (--e.pins > 0) return;
-  if (e.refs == 0) {
-    DeleteLocked(it);
-    return;
+  int64_t deleted = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return;
+    Entry& e = it->second;
+    if (--e.pins > 0) return;
+    if (e.refs == 0) {
+      deleted = DeleteLocked(it);
+    } else {
+      TouchLocked(id, e);
+      SpillLocked();
+    }
   }
-  TouchLocked(id, e);
-  SpillLocked();
+  if (deleted >= 0) Notify(id, deleted, false);
 }
 
-std::vector<ObjectId> ObjectStore::List() const {
+std::vector<std::pair<ObjectId, int64_t>> ObjectStore::List() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<ObjectId> out;
-  for (const auto& [id, e] : objects_) out.push_back(id);
+  std::vector<std::pair<ObjectId, int64_t>> out;
+  for (const auto& [id, e] : objects_) out.emplace_back(id, e.size);
   return out;
 }
 

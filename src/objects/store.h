@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -82,8 +83,12 @@ class ObjectStore {
   StatusOr<int64_t> Size(const ObjectId& id) const;
   // Loads a spilled object back into memory if need be, and pins it.
   StatusOr<Pinned> Pin(const ObjectId& id);
-  std::vector<ObjectId> List() const;
+  std::vector<std::pair<ObjectId, int64_t>> List() const;
   StoreStats stats() const;
+  // Called (under no lock of the store's) when an object arrives or is deleted; set
+  // once, before the store is shared.
+  using Listener = std::function<void(const ObjectId& id, int64_t size, bool added)>;
+  void SetListener(Listener listener) { listener_ = std::move(listener); }
 
  private:
   struct Entry {
@@ -104,10 +109,15 @@ class ObjectStore {
   std::string PathOf(const ObjectId& id) const;
   // Spills unpinned objects, least recently used first, until memory fits.
   void SpillLocked();
-  void DeleteLocked(std::map<ObjectId, Entry>::iterator it);
+  // Deletes the object; returns its size for the listener.
+  int64_t DeleteLocked(std::map<ObjectId, Entry>::iterator it);
+  void Notify(const ObjectId& id, int64_t size, bool added) const {
+    if (listener_) listener_(id, size, added);
+  }
   void TouchLocked(const ObjectId& id, Entry& e);
 
   const StoreOptions options_;
+  Listener listener_;
   mutable std::mutex mu_;
   std::map<ObjectId, Entry> objects_;  // guarded by mu_
   std::list<ObjectId> lru_;            // front: least recently used; guarded by mu_

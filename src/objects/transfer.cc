@@ -20,7 +20,9 @@ constexpr uint32_t kMagic = 0x5444524D;  // "MRDT"
 constexpr uint16_t kVersion = 1;
 constexpr uint16_t kOpStat = 1;
 constexpr uint16_t kOpFetch = 2;
-constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2;
+constexpr uint16_t kOpPut = 3;
+constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3;
+constexpr uint64_t kMaxPutBytes = uint64_t{64} << 30;
 constexpr size_t kMaxSite = 256;
 constexpr int64_t kMultiStreamBytes = int64_t{64} << 20;
 
@@ -92,6 +94,9 @@ StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
   MERIDIAN_RETURN_IF_ERROR(s.ReadExact(&r, sizeof(r)));
   if (r.magic != kMagic) return DataLossError(fmt::format("{} does not speak Meridian's transfer protocol", s.peer()));
   if (r.status == kNoObject) return NotFoundError(fmt::format("{} has no object {}", s.peer(), id.Hex()));
+  if (r.status == kDamaged) {
+    return DataLossError(fmt::format("{} refused object {}: its bytes did not match the id", s.peer(), id.Hex()));
+  }
   if (r.status != kOk) return InvalidArgumentError(fmt::format("{} refused the request (status {})", s.peer(), r.status));
   return r.size;
 }
@@ -156,6 +161,11 @@ std::map<std::string, LinkCounters> TransferServer::sent() const {
   return sent_;
 }
 
+void TransferServer::SetLinks(std::map<std::string, LinkShape> links) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.links = std::move(links);
+}
+
 void TransferServer::InjectFaults(const TransferFaults& faults) {
   std::lock_guard<std::mutex> lock(mu_);
   faults_ = faults;
@@ -203,8 +213,13 @@ void TransferServer::Serve(TcpStream& stream) {
       return;
     }
     const ObjectId id{r.id_high, r.id_low};
-    auto link = options_.links.find(site);
-    if (link != options_.links.end()) SleepUs(link->second.rtt_us);
+    int64_t rtt_us = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto link = options_.links.find(site);
+      if (link != options_.links.end()) rtt_us = link->second.rtt_us;
+    }
+    SleepUs(rtt_us);
     Status s;
     if (r.op == kOpStat) {
       Response resp;
@@ -214,6 +229,8 @@ void TransferServer::Serve(TcpStream& stream) {
       s = stream.WriteAll(&resp, sizeof(resp));
     } else if (r.op == kOpFetch) {
       s = ServeFetch(stream, id, r.offset, r.length, site);
+    } else if (r.op == kOpPut) {
+      s = ServePut(stream, id, r.length);
     } else {
       Response bad;
       bad.status = kBadRequest;
@@ -244,8 +261,12 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
   const uint64_t end = std::min(size, offset + std::min(length, size - offset));
   resp.size = size;
   MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(&resp, sizeof(resp)));
-  auto link = options_.links.find(site);
-  const LinkShape shape = link != options_.links.end() ? link->second : LinkShape{};
+  LinkShape shape;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto link = options_.links.find(site);
+    if (link != options_.links.end()) shape = link->second;
+  }
   Pacer* pacer = shape.bandwidth_bps > 0 ? PacerFor(site) : nullptr;
   const std::vector<uint64_t>& sums = pinned->chunk_checksums();
   std::string corrupted;
@@ -284,6 +305,36 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
     MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(std::span<const iovec>(iov, 2)));
   }
   return OkStatus();
+}
+
+Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t size) {
+  Response resp;
+  if (size > kMaxPutBytes) {
+    resp.status = kBadRequest;
+    return stream.WriteAll(&resp, sizeof(resp));
+  }
+  std::shared_ptr<Bytes> buffer = Bytes::Allocate(size);
+  std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
+  bool damaged = false;
+  for (uint64_t at = 0; at < size; at += kChunkBytes) {
+    ChunkHeader h;
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(&h, sizeof(h)));
+    const uint64_t want = std::min<uint64_t>(kChunkBytes, size - at);
+    if (h.offset != at || h.length != want) {
+      resp.status = kBadRequest;
+      stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
+      return InvalidArgumentError(fmt::format("a put sent chunk {}+{} where {}+{} was due", h.offset, h.length, at, want));
+    }
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(buffer->data() + at, want));
+    sums[at / kChunkBytes] = ChunkChecksum(std::string_view(buffer->data() + at, want));
+    damaged = damaged || sums[at / kChunkBytes] != h.checksum;
+  }
+  Status stored = damaged ? DataLossError("a chunk failed its checksum")
+                          : store_.PutVerified(id, std::move(buffer), std::move(sums));
+  resp.status = stored.ok() ? kOk : kDamaged;
+  resp.size = size;
+  MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(&resp, sizeof(resp)));
+  return stored;
 }
 
 namespace {
@@ -425,6 +476,23 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   stats.streams = streams;
   stats.seconds = static_cast<double>(NowUs() - t0) / 1e6;
   return stats;
+}
+
+StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us) {
+  const std::vector<uint64_t> sums = ChunkChecksums(data);
+  const ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), sums);
+  MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> s, TcpStream::Connect(hp.first, hp.second, timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(s->SetTimeout(timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(SendRequest(*s, kOpPut, id, 0, data.size(), ""));
+  for (uint64_t at = 0; at < data.size(); at += kChunkBytes) {
+    const uint64_t n = std::min<uint64_t>(kChunkBytes, data.size() - at);
+    ChunkHeader h{at, static_cast<uint32_t>(n), 0, sums[at / kChunkBytes]};
+    iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(data.data() + at), n}};
+    MERIDIAN_RETURN_IF_ERROR(s->WriteAll(std::span<const iovec>(iov, 2)));
+  }
+  MERIDIAN_RETURN_IF_ERROR(ReadResponse(*s, id).status());
+  return id;
 }
 
 }  // namespace meridian::objects

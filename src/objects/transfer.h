@@ -14,10 +14,13 @@
 // transfers on the link), and counts bytes and egress cost per destination site.
 //
 // Wire format (little-endian, one request at a time per connection):
-//   request  = magic u32, version u16, op u16 (1 stat, 2 fetch), id 16 bytes,
+//   request  = magic u32, version u16, op u16 (1 stat, 2 fetch, 3 put), id 16 bytes,
 //              offset u64, length u64, site length u16, 6 pad bytes, site bytes
-//   response = magic u32, status u32 (0 ok, 1 no such object, 2 bad request), size u64
+//   response = magic u32, status u32 (0 ok, 1 no such object, 2 bad request,
+//              3 damaged: a put's bytes did not match its id), size u64
 //   fetch    = response, then chunks: offset u64, length u32, pad u32, checksum u64, bytes
+//   put      = request (length = the object's size), then its chunks as a fetch sends
+//              them; the server answers with a response once it stored the object
 //
 // Thread-safety: a TransferServer serves any number of connections at once; its
 // accessors may be called from any thread. Fetch may run on many threads at once.
@@ -73,6 +76,8 @@ class TransferServer {
   // Bytes sent, by destination site.
   std::map<std::string, LinkCounters> sent() const;
   void InjectFaults(const TransferFaults& faults);
+  // Replaces the links it shapes by (known once the agent has registered).
+  void SetLinks(std::map<std::string, LinkShape> links);
 
  private:
   struct Pacer;
@@ -80,10 +85,11 @@ class TransferServer {
   void AcceptLoop();
   void Serve(TcpStream& stream);
   Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
+  Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size);
   Pacer* PacerFor(const std::string& site);
 
   ObjectStore& store_;
-  const TransferServerOptions options_;
+  TransferServerOptions options_;  // links guarded by mu_
   std::unique_ptr<TcpListener> listener_;
   std::thread accept_thread_;
 
@@ -117,5 +123,9 @@ struct FetchStats {
 // reference the caller owns. An object the store holds already is not fetched.
 StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store,
                            const FetchOptions& options = {});
+
+// Sends `data` to the server at `address`, which stores it (one reference, held for
+// the cluster) once every chunk and the id check out. Returns its id.
+StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000);
 
 }  // namespace meridian::objects

@@ -51,6 +51,19 @@ class NodeApi {
   virtual StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) = 0;
 };
 
+class ObjectApi {
+ public:
+  virtual ~ObjectApi() = default;
+  // `ref` is an object id or a name. NotFound when the cluster holds no replica.
+  virtual StatusOr<model::ObjectLocation> Locate(const std::string& ref) = 0;
+  // A live agent to put a new object of `size` on: at `site` if given.
+  virtual StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site) = 0;
+  // Records a replica the node now holds (after a put), named if `name` is set.
+  virtual StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
+                                                 const std::string& name) = 0;
+  virtual std::vector<model::ObjectLocation> ListObjects() = 0;
+};
+
 class AdminApi {
  public:
   virtual ~AdminApi() = default;

@@ -161,11 +161,24 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   return a;
 }
 
+namespace {
+
+void ToProto(const model::HeldObject& o, v1::HeldObject* out) {
+  out->set_id(o.id);
+  out->set_size(o.size);
+}
+
+model::HeldObject FromProto(const v1::HeldObject& in) { return model::HeldObject{in.id(), in.size()}; }
+
+}  // namespace
+
 void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out) {
   ToProto(r.node, r.site, out->mutable_node());
   for (const std::string& k : r.kernels) out->add_kernels(k);
   for (const model::TaskKey& k : r.running) ToProto(k, out->add_running());
   for (const model::TaskUpdate& u : r.unacked) ToProto(u, out->add_unacked());
+  out->set_transfer_address(r.transfer_address);
+  for (const model::HeldObject& o : r.objects) ToProto(o, out->add_objects());
 }
 
 model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
@@ -175,6 +188,8 @@ model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
   r.kernels.assign(in.kernels().begin(), in.kernels().end());
   for (const v1::TaskKey& k : in.running()) r.running.push_back(FromProto(k));
   for (const v1::TaskUpdate& u : in.unacked()) r.unacked.push_back(FromProto(u));
+  r.transfer_address = in.transfer_address();
+  for (const v1::HeldObject& o : in.objects()) r.objects.push_back(FromProto(o));
   return r;
 }
 
@@ -183,6 +198,13 @@ void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out) {
   out->set_session(r.session);
   out->set_heartbeat_interval_us(r.heartbeat_interval_us);
   for (const model::TaskKey& k : r.cancel) ToProto(k, out->add_cancel());
+  for (const model::EmulatedLink& l : r.links) {
+    v1::EmulatedLink* p = out->add_links();
+    p->set_to_site(l.to_site);
+    p->set_rtt_us(l.rtt_us);
+    p->set_bandwidth_bps(l.bandwidth_bps);
+    p->set_egress_micro_usd_per_gb(l.egress_micro_usd_per_gb);
+  }
 }
 
 model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
@@ -191,6 +213,9 @@ model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
   r.session = in.session();
   r.heartbeat_interval_us = in.heartbeat_interval_us();
   for (const v1::TaskKey& k : in.cancel()) r.cancel.push_back(FromProto(k));
+  for (const v1::EmulatedLink& l : in.links()) {
+    r.links.push_back(model::EmulatedLink{l.to_site(), l.rtt_us(), l.bandwidth_bps(), l.egress_micro_usd_per_gb()});
+  }
   return r;
 }
 
@@ -202,6 +227,15 @@ void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out) {
   out->set_cpu_used_milli(h.cpu_used_milli);
   out->set_load_average(h.load_average);
   for (const model::TaskKey& k : h.holding) ToProto(k, out->add_holding());
+  for (const model::HeldObject& o : h.objects_added) ToProto(o, out->add_objects_added());
+  for (const std::string& id : h.objects_removed) out->add_objects_removed(id);
+  for (const model::LinkTraffic& t : h.traffic) {
+    v1::LinkTraffic* p = out->add_traffic();
+    p->set_to_site(t.to_site);
+    p->set_bytes(t.bytes);
+    p->set_transfers(t.transfers);
+    p->set_egress_micro_usd(t.egress_micro_usd);
+  }
 }
 
 model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
@@ -214,7 +248,36 @@ model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
   h.cpu_used_milli = in.cpu_used_milli();
   h.load_average = in.load_average();
   for (const v1::TaskKey& k : in.holding()) h.holding.push_back(FromProto(k));
+  for (const v1::HeldObject& o : in.objects_added()) h.objects_added.push_back(FromProto(o));
+  h.objects_removed.assign(in.objects_removed().begin(), in.objects_removed().end());
+  for (const v1::LinkTraffic& t : in.traffic()) {
+    h.traffic.push_back(model::LinkTraffic{t.to_site(), t.bytes(), t.transfers(), t.egress_micro_usd()});
+  }
   return h;
+}
+
+void ToProto(const model::ObjectReplica& r, v1::ObjectReplica* out) {
+  out->set_node_id(r.node_id);
+  out->set_node(r.node);
+  out->set_site(r.site);
+  out->set_transfer_address(r.transfer_address);
+}
+
+model::ObjectReplica FromProto(const v1::ObjectReplica& in) {
+  return model::ObjectReplica{in.node_id(), in.node(), in.site(), in.transfer_address()};
+}
+
+void ToProto(const model::ObjectLocation& l, v1::ObjectLocation* out) {
+  out->set_id(l.id);
+  out->set_name(l.name);
+  out->set_size(l.size);
+  for (const model::ObjectReplica& r : l.replicas) ToProto(r, out->add_replicas());
+}
+
+model::ObjectLocation FromProto(const v1::ObjectLocation& in) {
+  model::ObjectLocation l{in.id(), in.name(), in.size(), {}};
+  for (const v1::ObjectReplica& r : in.replicas()) l.replicas.push_back(FromProto(r));
+  return l;
 }
 
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out) {

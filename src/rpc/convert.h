@@ -44,6 +44,10 @@ void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out);
 model::RegistrationReply FromProto(const v1::RegisterResponse& in);
 void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out);
 model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in);
+void ToProto(const model::ObjectReplica& r, v1::ObjectReplica* out);
+model::ObjectReplica FromProto(const v1::ObjectReplica& in);
+void ToProto(const model::ObjectLocation& l, v1::ObjectLocation* out);
+model::ObjectLocation FromProto(const v1::ObjectLocation& in);
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
 

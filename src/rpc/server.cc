@@ -124,11 +124,46 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   AdminApi& api_;
 };
 
+class ObjectServiceImpl final : public v1::ObjectService::Service {
+ public:
+  explicit ObjectServiceImpl(ObjectApi& api) : api_(api) {}
+
+  grpc::Status Locate(grpc::ServerContext*, const v1::LocateObjectRequest* req, v1::ObjectLocation* resp) override {
+    StatusOr<model::ObjectLocation> l = api_.Locate(req->ref());
+    if (!l.ok()) return ToGrpc(l.status());
+    ToProto(*l, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PlacePut(grpc::ServerContext*, const v1::PlacePutRequest* req, v1::ObjectReplica* resp) override {
+    StatusOr<model::ObjectReplica> r = api_.PlacePut(req->size(), req->site());
+    if (!r.ok()) return ToGrpc(r.status());
+    ToProto(*r, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Commit(grpc::ServerContext*, const v1::CommitObjectRequest* req, v1::ObjectLocation* resp) override {
+    StatusOr<model::ObjectLocation> l = api_.Commit(req->id(), req->size(), req->node_id(), req->name());
+    if (!l.ok()) return ToGrpc(l.status());
+    ToProto(*l, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(grpc::ServerContext*, const v1::ListObjectsRequest*, v1::ListObjectsResponse* resp) override {
+    for (const model::ObjectLocation& l : api_.ListObjects()) ToProto(l, resp->add_objects());
+    return grpc::Status::OK;
+  }
+
+ private:
+  ObjectApi& api_;
+};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobApi& jobs, NodeApi& nodes,
-                                                AdminApi& admin) {
+                                                AdminApi& admin, ObjectApi& objects) {
   std::unique_ptr<Server> s(new Server());
+  s->object_service_ = std::make_unique<ObjectServiceImpl>(objects);
   s->job_service_ = std::make_unique<JobServiceImpl>(jobs, s->stopping_);
   s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, s->stopping_);
   s->admin_service_ = std::make_unique<AdminServiceImpl>(admin);
@@ -144,6 +179,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->admin_service_.get());
+  builder.RegisterService(s->object_service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return UnavailableError("cannot listen on " + address + " (in use, or not a valid host:port)");

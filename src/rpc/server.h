@@ -1,5 +1,5 @@
-// The gRPC server of a coordinator: hosts JobApi, NodeApi and AdminApi as
-// meridian.v1's JobService, NodeService and AdminService, with the message limits of
+// The gRPC server of a coordinator: hosts JobApi, NodeApi, AdminApi and ObjectApi as
+// meridian.v1's JobService, NodeService, AdminService and ObjectService, with the message limits of
 // convert.h. Streams end when the server shuts down.
 //
 // Lifetimes: the APIs must outlive the server. Thread-safety: Shutdown may be called
@@ -24,7 +24,7 @@ class Server {
  public:
   // Listens on `address`; "127.0.0.1:0" picks a free port (see port()).
   static StatusOr<std::unique_ptr<Server>> Start(const std::string& address, JobApi& jobs, NodeApi& nodes,
-                                                 AdminApi& admin);
+                                                 AdminApi& admin, ObjectApi& objects);
   ~Server();
 
   int port() const { return port_; }
@@ -38,6 +38,7 @@ class Server {
   std::unique_ptr<grpc::Service> job_service_;
   std::unique_ptr<grpc::Service> node_service_;
   std::unique_ptr<grpc::Service> admin_service_;
+  std::unique_ptr<grpc::Service> object_service_;
   std::unique_ptr<grpc::Server> server_;
 };
 
