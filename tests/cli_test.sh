@@ -30,7 +30,8 @@ check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-his
 grep -q "Total: 13 of 13 tasks placed" "$tmp/out" || { echo "FAIL plan output:"; cat "$tmp/out"; fail=1; }
 check "plan as JSON" 0 "" "$bin" plan --fleet $fleet examples/jobs/transcode.yaml --json
 grep -q '"device_type": "L4"' "$tmp/out" || { echo "FAIL json output:"; cat "$tmp/out"; fail=1; }
-check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
+# (log-analytics reads a dataset put in a running cluster, which plan does not see.)
+check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*|*log-analytics*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
 check "infeasible job" 1 "3 of 3 tasks of job 'too-big' cannot be placed" "$bin" plan --fleet $fleet examples/jobs/infeasible.yaml
 grep -q "giant \[infeasible\]: 0 of 16 nodes can run it: 14 nodes have no H100" "$tmp/out" || { echo "FAIL infeasible reason:"; cat "$tmp/out"; fail=1; }
 check "missing job file" 1 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml

@@ -197,10 +197,13 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
                                                    "    resources: {accelerator: {any_of: [A100]}, count: 8}\n")},
        "can never run"},
       {"oversized", {"submit", cluster_->WriteFile("big.yaml", "name: x\n#" + big + "\n")}, "at most 16 MiB"},
-      {"data plane not there yet",
+      {"a dataset declared for planning only",
        {"submit", cluster_->WriteFile("data.yaml", "name: x\ndatasets:\n  - {name: logs, shards: [{size: 1GiB, at: factory}]}\n"
                                                    "tasks:\n  - {name: a, kernel: wordcount, map: {over: dataset://logs}}\n")},
-       "objects and datasets need the data plane"},
+       "which the spec only declares"},
+      {"a dataset nobody put",
+       {"submit", cluster_->WriteFile("nodata.yaml", "name: x\ntasks:\n  - {name: a, kernel: wordcount, map: {over: dataset://nope}}\n")},
+       "expected dataset://NAME of a dataset declared here or put in the cluster"},
       {"unknown job", {"job", "get", "999"}, "no job 999"},
       {"unknown job cancel", {"job", "cancel", "999"}, "no job 999"},
   };

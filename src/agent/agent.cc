@@ -56,7 +56,8 @@ Agent::Agent(AgentOptions options, Env& env)
                     options_.node.cpu_milli / 1000, options_.node.devices.size(),
                     real_devices_ ? "real" : "emulated", note);
   executor_ = std::make_unique<Executor>(
-      ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads},
+      ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads,
+                      [this](const model::ObjectLocation& o) { return FetchInput(o); }},
       [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
 }
 
@@ -80,6 +81,46 @@ Status Agent::StartObjects() {
   MERIDIAN_LOG_INFO("objects: {} in memory, then spilled to {}/objects; transfers at {}",
                     FormatBytes(options_.object_memory_bytes), options_.work_dir, transfer_->address());
   return OkStatus();
+}
+
+StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object) {
+  if (!objects_) return UnavailableError("the object store is not open");
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(object.id));
+  model::InputTransfer t{object.id, options_.site, options_.site, object.size, 0};
+  bool fetched = false;
+  if (!objects_->Contains(id)) {
+    if (object.replicas.empty()) return NotFoundError(fmt::format("object {} has no live replica: it was lost", object.id));
+    // Here first, then the fastest link (unknown links count as slowest).
+    const model::ObjectReplica* from = nullptr;
+    int64_t best = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const model::ObjectReplica& r : object.replicas) {
+        auto link = links_.find(r.site);
+        int64_t bw = r.site == options_.site ? INT64_MAX
+                     : link == links_.end() || link->second.bandwidth_bps == 0 ? 0
+                                                                                : link->second.bandwidth_bps;
+        if (bw > best) {
+          best = bw;
+          from = &r;
+        }
+      }
+    }
+    StatusOr<objects::FetchStats> f =
+        objects::Fetch(from->transfer_address, id, *objects_, objects::FetchOptions{options_.site});
+    if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching it from {}@{}", from->node, from->site));
+    t.from_site = from->site;
+    t.seconds = f->seconds;
+    fetched = true;
+  }
+  StatusOr<objects::Pinned> pinned = objects_->Pin(id);
+  // A fetched copy lives as long as the task reads it: the pin holds it, the fetch's
+  // reference goes now.
+  if (fetched) objects_->Release(id);
+  if (!pinned.ok()) return pinned.status();
+  auto keep = std::make_shared<objects::Pinned>(std::move(*pinned));
+  std::string_view data = keep->data();
+  return FetchedInput{keep, data, t};
 }
 
 Agent::~Agent() {
@@ -191,6 +232,8 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
     }
     if (!links.empty()) MERIDIAN_LOG_INFO("transfers emulate {} links from site {}", links.size(), options_.site);
     transfer_->SetLinks(std::move(links));
+    links_.clear();
+    for (const model::EmulatedLink& l : reply->links) links_[l.to_site] = l;
   }
   heartbeat_interval_us_ = std::max<int64_t>(reply->heartbeat_interval_us, 10'000);
   need_register_ = false;

@@ -59,6 +59,9 @@ class Agent {
   void StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client);
   void OnBatch(const model::AssignmentBatch& batch);
   void OnUpdate(model::TaskUpdate update);
+  // Brings an input object into this node's store: found here, or fetched from the
+  // replica at this site, else the one behind the fastest link.
+  StatusOr<FetchedInput> FetchInput(const model::ObjectLocation& object);
   bool Sleep(std::unique_lock<std::mutex>& lock, int64_t us);
   // Exponential backoff between failed calls; the first failure of a run is logged.
   struct Retry {
@@ -91,6 +94,7 @@ class Agent {
   // Objects gained and dropped since the last acknowledged heartbeat.
   std::vector<model::HeldObject> objects_added_;
   std::vector<std::string> objects_removed_;
+  std::map<std::string, model::EmulatedLink> links_;  // from this site, by destination
   std::shared_ptr<rpc::NodeClient> stream_client_;
   std::thread stream_thread_;
 };

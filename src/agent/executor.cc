@@ -119,21 +119,41 @@ void Executor::KernelWorker() {
   }
 }
 
+Status Executor::GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs,
+                              model::TaskUpdate& u) {
+  inputs.clear();
+  for (const model::ObjectLocation& object : a.input_objects) {
+    if (!options_.fetch) return UnavailableError("this agent cannot fetch input objects");
+    StatusOr<FetchedInput> got = options_.fetch(object);
+    if (!got.ok()) return got.status().WithPrefix(fmt::format("input {}", object.name.empty() ? object.id : object.name));
+    u.transfers.push_back(got->transfer);
+    inputs.emplace_back(got->data);
+  }
+  inputs.insert(inputs.end(), a.inputs.begin(), a.inputs.end());
+  return OkStatus();
+}
+
 void Executor::RunKernel(Running_& task) {
   const model::TaskAssignment& a = task.assignment;
   model::TaskUpdate u;
   u.key = a.key;
   const kernels::KernelInfo* kernel = kernels::FindKernel(a.kernel);
+  std::vector<std::string> inputs;
+  Status gathered = OkStatus();
+  if (!task.stop.load() && kernel != nullptr) gathered = GatherInputs(a, inputs, u);
   if (task.stop.load()) {
     u.kind = model::UpdateKind::kCancelled;
     u.reason = "cancelled before it started";
   } else if (kernel == nullptr) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
+  } else if (!gathered.ok()) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = gathered.message();
   } else {
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
-    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, a.inputs, a.index, task.stop, gpu});
+    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu});
     if (task.stop.load()) {
       u.kind = model::UpdateKind::kCancelled;
       u.reason = "cancelled while running";
@@ -161,8 +181,16 @@ void Executor::RunCommand(Running_& task) {
                        fmt::format("{}-{}-{}", a.key.job, a.key.task, a.key.attempt);
   std::error_code ec;
   fs::create_directories(dir / "inputs", ec);
-  for (size_t i = 0; i < a.inputs.size() && !ec; ++i) {
-    std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << a.inputs[i];
+  std::vector<std::string> inputs;
+  Status gathered = GatherInputs(a, inputs, u);
+  if (!gathered.ok()) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = gathered.message();
+    Finish(a.key, std::move(u));
+    return;
+  }
+  for (size_t i = 0; i < inputs.size() && !ec; ++i) {
+    std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
   }
   ProcessOptions p;
   p.argv = a.command;
@@ -181,7 +209,7 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("MERIDIAN_SITE={}", options_.site));
   p.env.push_back(fmt::format("MERIDIAN_CPU_MILLI={}", a.allocation.cpu_milli));
   p.env.push_back(fmt::format("MERIDIAN_INPUTS={}", (dir / "inputs").string()));
-  p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", a.inputs.size()));
+  p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", inputs.size()));
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
   // Emulated devices are not GPUs the program could open: it sees none.

@@ -18,9 +18,19 @@
 #include <thread>
 #include <vector>
 
+#include "common/status.h"
 #include "model/run_state.h"
 
 namespace meridian::agent {
+
+// An input object fetched (or found) on this node for a task: its bytes, held until
+// the task ends, and the transfer it took.
+struct FetchedInput {
+  std::shared_ptr<void> keep;  // keeps `data` valid (a pinned object)
+  std::string_view data;
+  model::InputTransfer transfer;
+};
+using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation& object)>;
 
 struct ExecutorOptions {
   std::string work_dir;              // task directories go under work_dir/tasks/
@@ -28,6 +38,7 @@ struct ExecutorOptions {
   std::string site;
   bool real_devices = false;         // the node's devices are real GPUs (else emulated)
   int kernel_threads = 0;            // 0: one per hardware thread, at least 2
+  FetchFn fetch;                     // brings input objects here; none: tasks with some fail
 };
 
 class Executor {
@@ -52,6 +63,9 @@ class Executor {
   void KernelWorker();
   void RunKernel(Running_& task);
   void RunCommand(Running_& task);
+  // The task's inputs: its input objects (fetched) then its dependencies' outputs. On
+  // error the task fails with the reason; `u.transfers` says what moved either way.
+  Status GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs, model::TaskUpdate& u);
   void Finish(const model::TaskKey& key, model::TaskUpdate update);
 
   const ExecutorOptions options_;

@@ -181,6 +181,24 @@ struct ObjectsListOptions {
 };
 Status RunObjectsList(const ObjectsListOptions& options, std::ostream& out);
 
+struct DataPutOptions {
+  ClusterTarget target;
+  std::string path;   // a file (split at line ends) or a directory (its files)
+  std::string name;
+  int shards = 0;     // 0: one for a file, one per file of a directory
+  std::string site;   // all shards there; empty: spread over the sites with nodes
+  bool by_site = false;  // PATH's subdirectories are sites; each one's files become shards there
+  bool json = false;
+};
+// `meridian data put`: a dataset (dataset://NAME) of shards stored on agents.
+Status RunDataPut(const DataPutOptions& options, std::ostream& out);
+struct DataListOptions {
+  ClusterTarget target;
+  std::string name;  // empty: every dataset
+  bool json = false;
+};
+Status RunDataList(const DataListOptions& options, std::ostream& out);
+
 struct BenchTasksOptions {
   int agents = 2;
   int64_t tasks = 100'000;

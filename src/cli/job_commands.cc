@@ -78,6 +78,15 @@ json JobJson(const model::JobView& v) {
                      {"history", history}});
   }
   j["task_list"] = tasks;
+  json traffic = json::array();
+  for (const model::JobTraffic& t : v.traffic) {
+    traffic.push_back({{"from_site", t.from_site}, {"to_site", t.to_site}, {"bytes", t.bytes}, {"reads", t.objects},
+                       {"egress_micro_usd", t.egress_micro_usd}});
+  }
+  j["traffic"] = traffic;
+  json input = json::object();
+  for (const model::SiteBytes& b : v.input_bytes) input[b.site] = b.bytes;
+  j["input_bytes_by_site"] = input;
   return j;
 }
 
@@ -92,6 +101,42 @@ std::string Sites(const std::map<std::string, int32_t>& by_site) {
   std::string out;
   for (const auto& [site, n] : by_site) out += (out.empty() ? "" : ", ") + fmt::format("{} {}", site, n);
   return out;
+}
+
+// The data the job's tasks read: from which site at which, and what crossing sites
+// cost; then what moving all its raw input to one site first would have sent.
+void PrintTraffic(const model::JobView& v, std::ostream& out) {
+  if (v.traffic.empty()) return;
+  out << "\ndata read by its tasks (input objects, and outputs of tasks at other sites):\n";
+  Table t({"from", "to", "bytes", "reads", "egress"});
+  int64_t wan = 0, wan_cost = 0;
+  for (const model::JobTraffic& x : v.traffic) {
+    t.Add({x.from_site, x.to_site == x.from_site ? x.to_site + " (local)" : x.to_site, FormatBytes(x.bytes),
+           std::to_string(x.objects), FormatMicroUsd(x.egress_micro_usd)});
+    if (x.from_site != x.to_site) {
+      wan += x.bytes;
+      wan_cost += x.egress_micro_usd;
+    }
+  }
+  t.Print(out, "  ");
+  int64_t total = 0;
+  const model::SiteBytes* most = nullptr;
+  for (const model::SiteBytes& b : v.input_bytes) {
+    total += b.bytes;
+    if (most == nullptr || b.bytes > most->bytes) most = &b;
+  }
+  out << fmt::format("WAN: {} crossed sites ({} egress).", FormatBytes(wan), FormatMicroUsd(wan_cost));
+  if (most != nullptr && v.input_bytes.size() > 1) {
+    const int64_t central = total - most->bytes;
+    out << fmt::format(" Moving all {} of raw input to one site first ({}, which holds the most) would send {}",
+                       FormatBytes(total), most->site, FormatBytes(central));
+    if (central > wan) {
+      out << fmt::format(": {} saved ({:.2f}%)", FormatBytes(central - wan),
+                         100.0 * static_cast<double>(central - wan) / static_cast<double>(central));
+    }
+    out << '.';
+  }
+  out << '\n';
 }
 
 void PrintJob(const model::JobView& v, std::ostream& out, size_t max_tasks) {
@@ -126,6 +171,7 @@ void PrintJob(const model::JobView& v, std::ostream& out, size_t max_tasks) {
     out << fmt::format("\nattempts that did not succeed ({}):\n", n);
     retries.Print(out);
   }
+  PrintTraffic(v, out);
 }
 
 }  // namespace
@@ -195,6 +241,7 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
       out << fmt::format("\nresult of {}:\n{}{}", t.name, output, output.empty() || output.back() != '\n' ? "\n" : "");
     }
     if (results > 5) out << fmt::format("\n... {} more results (meridian job get {} --json)\n", results - 5, r.job_id);
+    PrintTraffic(view, out);
   }
   if (last.job.status != model::JobStatus::kSucceeded) {
     return AbortedError(fmt::format("job {} {}{}", r.job_id, model::JobStatusName(last.job.status),

@@ -187,6 +187,25 @@ int main(int argc, char** argv) {
   add_target(objects_ls_cmd, objects_ls.target);
   objects_ls_cmd->add_flag("--json", objects_ls.json, "Print JSON for scripts");
 
+  CLI::App* data_cmd = app.add_subcommand("data", "Datasets: shards stored on agents, read by jobs as dataset://NAME");
+  data_cmd->require_subcommand(1);
+  cli::DataPutOptions data_put;
+  CLI::App* data_put_cmd = data_cmd->add_subcommand("put", "Split a file or a directory into shards and store them");
+  add_target(data_put_cmd, data_put.target);
+  data_put_cmd->add_option("path", data_put.path, "A file (split at line ends) or a directory (its files)")->required();
+  data_put_cmd->add_option("--name", data_put.name, "The dataset's name (jobs read dataset://NAME)")->required();
+  data_put_cmd->add_option("--shards", data_put.shards,
+                           "Shards (default: 1 for a file, one per file of a directory)");
+  data_put_cmd->add_option("--site", data_put.site, "Put every shard at this site (default: spread over sites)");
+  data_put_cmd->add_flag("--by-site", data_put.by_site,
+                         "PATH's subdirectories are named after sites: their files become shards at those sites");
+  data_put_cmd->add_flag("--json", data_put.json, "Print JSON for scripts");
+  cli::DataListOptions data_ls;
+  CLI::App* data_ls_cmd = data_cmd->add_subcommand("ls", "List datasets, their shards and where they are");
+  add_target(data_ls_cmd, data_ls.target);
+  data_ls_cmd->add_option("name", data_ls.name, "One dataset (default: all)");
+  data_ls_cmd->add_flag("--json", data_ls.json, "Print JSON for scripts");
+
   CLI::App* nodes_cmd = app.add_subcommand("nodes", "Nodes: sites, devices (real or emulated), what they run");
   add_target(nodes_cmd, nodes.target);
   nodes_cmd->add_flag("--json", nodes.json, "Print JSON for scripts");
@@ -249,6 +268,10 @@ int main(int argc, char** argv) {
     status = cli::RunObjectsGet(objects_get, std::cout);
   } else if (objects_ls_cmd->parsed()) {
     status = cli::RunObjectsList(objects_ls, std::cout);
+  } else if (data_put_cmd->parsed()) {
+    status = cli::RunDataPut(data_put, std::cout);
+  } else if (data_ls_cmd->parsed()) {
+    status = cli::RunDataList(data_ls, std::cout);
   } else if (nodes_cmd->parsed()) {
     status = cli::RunNodes(nodes, std::cout);
   }

@@ -3,7 +3,9 @@
 // this process and an agent over the transfer protocol (objects/transfer.h).
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <iostream>
 
@@ -45,12 +47,176 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 }  // namespace
 
-static StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view data, const std::string& site,
+namespace {
+
+StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view data, const std::string& site,
                                           const std::string& name) {
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectReplica target, c.PlacePut(static_cast<int64_t>(data.size()), site));
   StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data);
   if (!id.ok()) return id.status().WithPrefix(fmt::format("putting the object on node {}", target.node));
   return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name);
+}
+
+// A shard to be: its bytes and the site it goes to (empty: the next in turn).
+struct ShardPlan {
+  std::string data;
+  std::string site;
+  std::string from;  // what it was made of, for the summary
+};
+
+// Cuts `data` into n pieces of about equal size, each ending at a line end when
+// there is one (records stay whole).
+std::vector<std::string> SplitAtLines(const std::string& data, int n) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (int i = 1; i <= n; ++i) {
+    size_t end = i == n ? data.size() : std::max(start, data.size() * static_cast<size_t>(i) / static_cast<size_t>(n));
+    if (i < n && end < data.size()) {
+      size_t nl = data.find('\n', end);
+      end = nl == std::string::npos ? data.size() : nl + 1;
+    }
+    out.push_back(data.substr(start, end - start));
+    start = end;
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> FilesIn(const fs::path& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  }
+  if (ec) return UnavailableError(fmt::format("{}: {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The shards of a directory's files: one per file, or `n` groups of whole files.
+StatusOr<std::vector<ShardPlan>> ShardFiles(const std::vector<std::string>& files, int n, const std::string& site) {
+  std::vector<ShardPlan> out;
+  if (files.empty()) return out;
+  const size_t groups = n > 0 ? static_cast<size_t>(n) : files.size();
+  out.resize(std::min(groups, files.size()));
+  for (size_t i = 0; i < files.size(); ++i) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(files[i]));
+    ShardPlan& p = out[i % out.size()];
+    p.data += data;
+    p.site = site;
+    p.from += (p.from.empty() ? "" : " ") + fs::path(files[i]).filename().string();
+  }
+  return out;
+}
+
+StatusOr<std::vector<ShardPlan>> PlanShards(const DataPutOptions& o) {
+  std::error_code ec;
+  if (o.by_site) {
+    if (!fs::is_directory(o.path, ec)) return InvalidArgumentError(fmt::format("--by-site: {} is not a directory", o.path));
+    std::vector<ShardPlan> out;
+    std::vector<std::string> sites;
+    for (const auto& e : fs::directory_iterator(o.path, ec)) {
+      if (e.is_directory()) sites.push_back(e.path().filename().string());
+    }
+    std::sort(sites.begin(), sites.end());
+    for (const std::string& site : sites) {
+      MERIDIAN_ASSIGN_OR_RETURN(std::vector<std::string> files, FilesIn(fs::path(o.path) / site));
+      MERIDIAN_ASSIGN_OR_RETURN(std::vector<ShardPlan> part, ShardFiles(files, 0, site));
+      for (ShardPlan& p : part) out.push_back(std::move(p));
+    }
+    return out;
+  }
+  if (fs::is_directory(o.path, ec)) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::vector<std::string> files, FilesIn(o.path));
+    return ShardFiles(files, o.shards, o.site);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.path));
+  std::vector<ShardPlan> out;
+  for (std::string& piece : SplitAtLines(data, o.shards > 0 ? o.shards : 1)) {
+    out.push_back(ShardPlan{std::move(piece), o.site, fs::path(o.path).filename().string()});
+  }
+  return out;
+}
+
+}  // namespace
+
+Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
+  if (o.name.empty()) return InvalidArgumentError("--name is required: jobs read the dataset as dataset://NAME");
+  if (o.shards < 0 || o.shards > 100'000) return InvalidArgumentError("--shards: expected 1 to 100000");
+  if (o.by_site && (!o.site.empty() || o.shards > 0)) {
+    return InvalidArgumentError("--by-site places each subdirectory's files at its site: give no --site or --shards");
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<ShardPlan> plan, PlanShards(o));
+  if (plan.empty()) return InvalidArgumentError(fmt::format("{}: nothing to put (no files)", o.path));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
+  client::Client c(address);
+  // Refuse a taken name before moving any bytes.
+  if (c.GetDataset(o.name).ok()) {
+    return AlreadyExistsError(fmt::format("a dataset named '{}' exists; dataset names are never reused", o.name));
+  }
+  // Spread: the sites that have live nodes, in turn.
+  std::vector<std::string> sites;
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes, c.Nodes());
+  for (const model::NodeView& n : nodes) {
+    if (n.alive && std::find(sites.begin(), sites.end(), n.site) == sites.end()) sites.push_back(n.site);
+  }
+  std::sort(sites.begin(), sites.end());
+  if (sites.empty()) return UnavailableError("the cluster has no live nodes to hold the shards");
+  std::vector<model::HeldObject> shards;
+  std::vector<model::ObjectLocation> placed;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::string site = !plan[i].site.empty() ? plan[i].site : sites[i % sites.size()];
+    StatusOr<model::ObjectLocation> l = PutObject(c, plan[i].data, site, "");
+    if (!l.ok()) return l.status().WithPrefix(fmt::format("shard {} ({})", i, plan[i].from));
+    shards.push_back(model::HeldObject{l->id, l->size});
+    placed.push_back(*l);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(model::DatasetView d, c.DefineDataset(o.name, shards));
+  if (o.json) {
+    nlohmann::json j = {{"name", d.name}, {"shards", nlohmann::json::array()}};
+    for (const model::ObjectLocation& l : d.shards) j["shards"].push_back(LocationJson(l));
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_site;
+  for (const model::ObjectLocation& l : placed) {
+    total += l.size;
+    if (!l.replicas.empty()) by_site[l.replicas.front().site] += l.size;
+  }
+  out << fmt::format("dataset://{}: {} shards, {}", d.name, d.shards.size(), FormatBytes(total));
+  for (const auto& [site, bytes] : by_site) out << fmt::format("; {} at {}", FormatBytes(bytes), site);
+  out << '\n';
+  return OkStatus();
+}
+
+Status RunDataList(const DataListOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
+  client::Client c(address);
+  std::vector<model::DatasetView> all;
+  if (o.name.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(all, c.Datasets());
+  } else {
+    MERIDIAN_ASSIGN_OR_RETURN(model::DatasetView d, c.GetDataset(o.name));
+    all.push_back(std::move(d));
+  }
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const model::DatasetView& d : all) {
+      nlohmann::json shards = nlohmann::json::array();
+      for (const model::ObjectLocation& l : d.shards) shards.push_back(LocationJson(l));
+      j.push_back({{"name", d.name}, {"shards", shards}});
+    }
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  Table t({"DATASET", "SHARD", "OBJECT", "SIZE", "REPLICAS"});
+  for (const model::DatasetView& d : all) {
+    for (size_t i = 0; i < d.shards.size(); ++i) {
+      t.Add({d.name, std::to_string(i), d.shards[i].id, FormatBytes(d.shards[i].size), Where(d.shards[i])});
+    }
+  }
+  t.Print(out);
+  return OkStatus();
 }
 
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {

@@ -182,4 +182,36 @@ StatusOr<std::vector<model::ObjectLocation>> Client::Objects() {
   return out;
 }
 
+StatusOr<model::DatasetView> Client::DefineDataset(const std::string& name,
+                                                   const std::vector<model::HeldObject>& shards) {
+  v1::DefineDatasetRequest req;
+  req.set_name(name);
+  for (const model::HeldObject& o : shards) rpc::ToProto(o, req.add_shards());
+  v1::Dataset resp;
+  grpc::Status s =
+      Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::DefineDataset, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<model::DatasetView> Client::GetDataset(const std::string& name) {
+  v1::GetDatasetRequest req;
+  req.set_name(name);
+  v1::Dataset resp;
+  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::GetDataset, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<std::vector<model::DatasetView>> Client::Datasets() {
+  v1::ListDatasetsRequest req;
+  v1::ListDatasetsResponse resp;
+  grpc::Status s =
+      Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::ListDatasets, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::DatasetView> out;
+  for (const v1::Dataset& d : resp.datasets()) out.push_back(rpc::FromProto(d));
+  return out;
+}
+
 }  // namespace meridian::client

@@ -44,6 +44,9 @@ class Client {
   StatusOr<model::ObjectLocation> CommitObject(const std::string& id, int64_t size, uint32_t node_id,
                                                const std::string& name);
   StatusOr<std::vector<model::ObjectLocation>> Objects();
+  StatusOr<model::DatasetView> DefineDataset(const std::string& name, const std::vector<model::HeldObject>& shards);
+  StatusOr<model::DatasetView> GetDataset(const std::string& name);
+  StatusOr<std::vector<model::DatasetView>> Datasets();
 
  private:
   Status Explain(const Status& s) const;

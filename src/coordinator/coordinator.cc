@@ -23,6 +23,15 @@ model::Fleet SitesOnly(const model::Fleet& fleet) {
   return out;
 }
 
+// A resolver over a snapshot of the cluster's datasets.
+spec::DatasetResolver ResolverFor(const std::map<std::string, model::Dataset>& datasets) {
+  return [&datasets](const std::string& name) -> std::optional<model::Dataset> {
+    auto it = datasets.find(name);
+    if (it == datasets.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
 std::string Join(const std::set<std::string>& items) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
@@ -75,6 +84,7 @@ Status Coordinator::LoadState() {
     if (tasks.size() <= t.task) tasks.resize(t.task + 1);
     tasks[t.task].rec = std::move(t);
   }
+  LoadNames(state.names);
   for (model::AttemptRecord& a : state.attempts) {
     auto it = jobs_.find(a.job);
     if (it == jobs_.end() || a.task >= it->second.tasks.size()) continue;
@@ -83,7 +93,9 @@ Status Coordinator::LoadState() {
   const MonotonicTime grace{env_.clock().Now().us + options_.reconcile_grace_us};
   store::StoreBatch fixes;
   for (auto& [id, job] : jobs_) {
-    StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput);
+    const std::map<std::string, model::Dataset> datasets = DatasetsForJobsLocked();
+    StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput,
+                                                 ResolverFor(datasets));
     if (!parsed.ok() || parsed->tasks.size() != job.tasks.size()) {
       if (!model::IsTerminal(job.rec.status)) {
         EndJob(job, JobStatus::kFailed,
@@ -163,11 +175,14 @@ void Coordinator::Loop() {
 
 StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, const std::string& spec_name) {
   model::Fleet sites;
+  std::map<std::string, model::Dataset> datasets;
   {
     std::lock_guard<std::mutex> lock(mu_);
     sites = SitesOnly(fleet_);
+    datasets = DatasetsForJobsLocked();
   }
-  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput));
+  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput,
+                                                           ResolverFor(datasets)));
   {
     std::lock_guard<std::mutex> lock(mu_);
     MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job));
@@ -219,11 +234,18 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
     return FailedPreconditionError("the cluster has no nodes yet: start agents (meridian up) and submit again");
   }
   for (const model::Task& t : job.tasks) {
-    if (!t.inputs.empty()) {
-      return UnimplementedError(fmt::format(
-          "task '{}' reads object '{}': objects and datasets need the data plane, which this build does not have "
-          "yet; 'meridian plan' can place this job, the runtime cannot run it",
-          t.name, t.inputs.front().name));
+    for (const model::ObjectRef& in : t.inputs) {
+      if (in.object_id.empty()) {
+        return InvalidArgumentError(fmt::format(
+            "task '{}' reads '{}', which the spec only declares (for 'meridian plan'); a job that runs reads "
+            "datasets put in the cluster: 'meridian data put --name NAME PATH', then dataset://NAME",
+            t.name, in.name));
+      }
+      auto it = objects_.find(in.object_id);
+      if (it == objects_.end() || LocationLocked(in.object_id, it->second).replicas.empty()) {
+        return FailedPreconditionError(
+            fmt::format("task '{}' reads {} ({}), which no live node holds: it was lost", t.name, in.name, in.object_id));
+      }
     }
   }
   std::set<std::string> kernels;
@@ -266,6 +288,8 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, bool include_tasks) {
   if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
   model::JobView view;
   view.summary = SummaryOf(it->second);
+  for (const auto& [sites, t] : it->second.traffic) view.traffic.push_back(t);
+  if (it->second.job) view.input_bytes = InputBytesBySite(*it->second.job);
   if (include_tasks) {
     const JobRt& job = it->second;
     view.tasks.reserve(job.tasks.size());

@@ -89,6 +89,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
                                          const std::string& name) override;
   std::vector<model::ObjectLocation> ListObjects() override;
+  StatusOr<model::DatasetView> DefineDataset(const std::string& name,
+                                             const std::vector<model::HeldObject>& shards) override;
+  StatusOr<model::DatasetView> GetDataset(const std::string& name) override;
+  std::vector<model::DatasetView> ListDatasets() override;
 
  private:
   struct TaskRt {
@@ -105,6 +109,8 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
     std::vector<TaskRt> tasks;
     model::JobSummary counts;         // counters only; rec is the source of the rest
     std::map<std::string, int32_t> running_by_site;
+    // Input bytes its tasks moved, by (from site, to site). In memory only.
+    std::map<std::pair<std::string, std::string>, model::JobTraffic> traffic;
   };
   struct NodeRt {
     std::string site;
@@ -171,7 +177,17 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void DropReplicaLocked(int32_t node, const std::string& id);
   void DropAllReplicasLocked(int32_t node);
   model::ObjectLocation LocationLocked(const std::string& id, const ObjectRt& object) const;
+  model::DatasetView DatasetLocked(const std::string& name) const;
+  // Every dataset as jobs see them: shards with the sites of their live replicas.
+  std::map<std::string, model::Dataset> DatasetsForJobsLocked() const;
+  // Names and datasets from the store (their replicas come with the agents).
+  void LoadNames(const std::vector<model::ObjectName>& names);
   std::vector<model::EmulatedLink> LinksFrom(SiteId site) const;
+  // What moving `bytes` from one site to another costs in egress, in micro-dollars.
+  int64_t EgressMicroUsd(const std::string& from, const std::string& to, int64_t bytes) const;
+  // Counts `bytes` read at `to` from `from` against the job.
+  void AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes);
+  std::vector<model::SiteBytes> InputBytesBySite(const model::Job& job) const;
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
@@ -196,6 +212,7 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::map<uint64_t, JobRt> jobs_;
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
+  std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards
   std::map<int64_t, std::pair<uint64_t, uint32_t>> ready_;  // seq -> task, FIFO
   int64_t next_seq_ = 0;
   // Starts from the wall clock, so a session of an earlier incarnation never matches.

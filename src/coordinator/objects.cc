@@ -48,6 +48,27 @@ model::ObjectLocation Coordinator::LocationLocked(const std::string& id, const O
   return l;
 }
 
+std::map<std::string, model::Dataset> Coordinator::DatasetsForJobsLocked() const {
+  std::map<std::string, model::Dataset> out;
+  for (const auto& [name, shards] : datasets_) {
+    model::Dataset& d = out[name];
+    d.name = name;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      model::ObjectRef ref;
+      ref.name = fmt::format("{}/{}", name, i);
+      ref.size_bytes = shards[i].size;
+      ref.object_id = shards[i].id;
+      if (auto it = objects_.find(shards[i].id); it != objects_.end()) {
+        for (const model::ObjectReplica& r : LocationLocked(shards[i].id, it->second).replicas) {
+          if (auto site = fleet_.FindSite(r.site)) ref.locations.push_back(*site);
+        }
+      }
+      d.shards.push_back(std::move(ref));
+    }
+  }
+  return out;
+}
+
 std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
   std::vector<model::EmulatedLink> out;
   for (size_t i = 0; i < fleet_.sites.size(); ++i) {
@@ -60,6 +81,30 @@ std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
                                       forward ? link->egress_a_to_b_micro_usd_per_gb
                                               : link->egress_b_to_a_micro_usd_per_gb});
   }
+  return out;
+}
+
+int64_t Coordinator::EgressMicroUsd(const std::string& from, const std::string& to, int64_t bytes) const {
+  if (from == to) return 0;
+  std::optional<SiteId> a = fleet_.FindSite(from), b = fleet_.FindSite(to);
+  if (!a || !b) return 0;
+  const model::Link* link = fleet_.FindLink(*a, *b);
+  if (link == nullptr) return 0;
+  const int64_t per_gb = link->a == *a ? link->egress_a_to_b_micro_usd_per_gb : link->egress_b_to_a_micro_usd_per_gb;
+  return static_cast<int64_t>(static_cast<double>(bytes) / 1e9 * static_cast<double>(per_gb));
+}
+
+std::vector<model::SiteBytes> Coordinator::InputBytesBySite(const model::Job& job) const {
+  std::set<std::string> seen;
+  std::map<std::string, int64_t> by_site;
+  for (const model::Task& t : job.tasks) {
+    for (const model::ObjectRef& in : t.inputs) {
+      if (in.locations.empty() || !seen.insert(in.object_id.empty() ? in.name : in.object_id).second) continue;
+      by_site[fleet_.site(in.locations.front()).name] += in.size_bytes;
+    }
+  }
+  std::vector<model::SiteBytes> out;
+  for (const auto& [site, bytes] : by_site) out.push_back(model::SiteBytes{site, bytes});
   return out;
 }
 
@@ -117,6 +162,14 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const std::string& id, int64
       return AlreadyExistsError(fmt::format("the name '{}' is taken by object {}", name, taken->second));
     }
   }
+  if (!name.empty() && datasets_.count(name)) {
+    return AlreadyExistsError(fmt::format("the name '{}' is taken by a dataset", name));
+  }
+  if (!name.empty() && !object_names_.count(name)) {
+    store::StoreBatch batch;
+    batch.names.push_back(model::ObjectName{name, -1, model::HeldObject{id, size}});
+    Commit(batch);
+  }
   AddReplicaLocked(static_cast<int32_t>(node_id), id, size);
   ObjectRt& o = objects_.at(id);
   if (!name.empty()) {
@@ -124,6 +177,68 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const std::string& id, int64
     o.name = name;
   }
   return LocationLocked(id, o);
+}
+
+void Coordinator::LoadNames(const std::vector<model::ObjectName>& names) {
+  for (const model::ObjectName& n : names) {
+    if (n.shard < 0) {
+      object_names_[n.name] = n.object.id;
+      ObjectRt& o = objects_[n.object.id];
+      o.size = n.object.size;
+      o.name = n.name;
+      continue;
+    }
+    std::vector<model::HeldObject>& shards = datasets_[n.name];
+    if (shards.size() <= static_cast<size_t>(n.shard)) shards.resize(n.shard + 1);
+    shards[n.shard] = n.object;
+  }
+}
+
+model::DatasetView Coordinator::DatasetLocked(const std::string& name) const {
+  model::DatasetView d{name, {}};
+  for (const model::HeldObject& shard : datasets_.at(name)) {
+    auto it = objects_.find(shard.id);
+    d.shards.push_back(it != objects_.end() ? LocationLocked(shard.id, it->second)
+                                            : model::ObjectLocation{shard.id, "", shard.size, {}});
+  }
+  return d;
+}
+
+StatusOr<model::DatasetView> Coordinator::DefineDataset(const std::string& name,
+                                                        const std::vector<model::HeldObject>& shards) {
+  if (name.empty() || name.find('/') != std::string::npos || LooksLikeId(name)) {
+    return InvalidArgumentError(fmt::format("'{}' is not a dataset name (non-empty, no '/', not an object id)", name));
+  }
+  if (shards.empty()) return InvalidArgumentError("a dataset needs at least one shard");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (datasets_.count(name) || object_names_.count(name)) {
+    return AlreadyExistsError(fmt::format("the name '{}' is taken; dataset names are never reused", name));
+  }
+  store::StoreBatch batch;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    auto it = objects_.find(shards[i].id);
+    if (it == objects_.end() || LocationLocked(shards[i].id, it->second).replicas.empty()) {
+      return FailedPreconditionError(fmt::format("shard {} ({}) is not in the cluster: put it first", i, shards[i].id));
+    }
+    batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i), model::HeldObject{shards[i].id, it->second.size}});
+  }
+  Commit(batch);
+  std::vector<model::HeldObject>& stored = datasets_[name];
+  for (const model::ObjectName& n : batch.names) stored.push_back(n.object);
+  return DatasetLocked(name);
+}
+
+StatusOr<model::DatasetView> Coordinator::GetDataset(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!datasets_.count(name)) return NotFoundError(fmt::format("no dataset '{}'", name));
+  return DatasetLocked(name);
+}
+
+std::vector<model::DatasetView> Coordinator::ListDatasets() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::DatasetView> out;
+  for (const auto& [name, shards] : datasets_) out.push_back(DatasetLocked(name));
+  return out;
 }
 
 std::vector<model::ObjectLocation> Coordinator::ListObjects() {

@@ -101,6 +101,13 @@ void Coordinator::ScheduleLocked() {
       batch.jobs.push_back(job->rec);
     }
     nodes_[node].outbox.assignments.push_back(AssignmentFor(*job, *task));
+    // The outputs of its dependencies travel to it (through the coordinator): count
+    // those made at other sites as bytes between the sites.
+    for (TaskId d : job->job->tasks[task->rec.task].after) {
+      const model::TaskRecord& dep = job->tasks[d.value()].rec;
+      if (dep.site.empty() || dep.site == r.site) continue;
+      AddTraffic(*job, dep.site, r.site, static_cast<int64_t>(dep.output.size()));
+    }
     nodes_with_work.insert(node);
     Changed(*job);
   }
@@ -126,6 +133,15 @@ void Coordinator::ScheduleLocked() {
   if (!plan.placements.empty() && offered.size() == options_.schedule_window && !ready_.empty()) dirty_ = true;
 }
 
+void Coordinator::AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes) {
+  model::JobTraffic& t = job.traffic[{from, to}];
+  t.from_site = from;
+  t.to_site = to;
+  t.bytes += bytes;
+  t.objects++;
+  t.egress_micro_usd += EgressMicroUsd(from, to, bytes);
+}
+
 model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt& task) const {
   const model::Task& spec = job.job->tasks[task.rec.task];
   model::TaskAssignment a;
@@ -137,6 +153,12 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   a.command = spec.command;
   a.args = spec.args;
   for (TaskId d : spec.after) a.inputs.push_back(job.tasks[d.value()].rec.output);
+  // Objects it reads, with where they are now; the agent fetches them before it runs.
+  for (const model::ObjectRef& in : spec.inputs) {
+    auto it = objects_.find(in.object_id);
+    a.input_objects.push_back(it != objects_.end() ? LocationLocked(in.object_id, it->second)
+                                                   : model::ObjectLocation{in.object_id, in.name, in.size_bytes, {}});
+  }
   a.device_type = task.rec.device_type;
   a.allocation = task.rec.allocation;
   a.timeout_us = spec.timeout_us;
@@ -163,6 +185,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   // is committed once however often the agent resends it.
   if (task.rec.attempt != u.key.attempt || task.node != node) return;
   if (u.kind != model::UpdateKind::kRunning) {
+    for (const model::InputTransfer& t : u.transfers) AddTraffic(job, t.from_site, t.to_site, t.bytes);
     if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) {
       batch.logs.push_back({u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail});
     }

@@ -1,6 +1,7 @@
 #include "kernels/builtins.h"
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -267,6 +268,92 @@ StatusOr<std::string> WordCount(const KernelContext& ctx) {
   });
   std::string out(kWordCountHeader);
   for (const auto& [w, c] : sorted) fmt::format_to(std::back_inserter(out), "{} {}\n", w, c);
+  return out;
+}
+
+StatusOr<std::string> LogStats(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "logstats", {}));
+  struct Stats {
+    int64_t count = 0, latency_sum = 0, latency_max = 0, bytes = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Stats> by_key;
+  int64_t lines = 0, bad = 0;
+  auto fields_of = [](std::string_view line) {
+    std::vector<std::string_view> f;
+    size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+      size_t start = i;
+      while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+      if (i > start) f.push_back(line.substr(start, i - start));
+    }
+    return f;
+  };
+  auto number = [](std::string_view t, int64_t* out) {
+    if (t.empty()) return false;
+    int64_t v = 0;
+    for (char c : t) {
+      if (c < '0' || c > '9' || v > (INT64_MAX - 9) / 10) return false;
+      v = v * 10 + (c - '0');
+    }
+    *out = v;
+    return true;
+  };
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    if (ctx.stop.load()) return Status(StatusCode::kCancelled, "stopped");
+    std::string_view in = ctx.inputs[k];
+    const bool partial = in.substr(0, 9) == "logstats ";
+    size_t pos = 0;
+    bool first = true;
+    while (pos < in.size()) {
+      size_t eol = in.find('\n', pos);
+      std::string_view line = in.substr(pos, eol == std::string_view::npos ? std::string_view::npos : eol - pos);
+      pos = eol == std::string_view::npos ? in.size() : eol + 1;
+      if (partial && first) {
+        // "logstats lines=N bad=M": carry the counts over.
+        first = false;
+        for (std::string_view f : fields_of(line)) {
+          int64_t v = 0;
+          if (f.substr(0, 6) == "lines=" && number(f.substr(6), &v)) lines += v;
+          if (f.substr(0, 4) == "bad=" && number(f.substr(4), &v)) bad += v;
+        }
+        continue;
+      }
+      std::vector<std::string_view> f = fields_of(line);
+      if (f.empty()) continue;
+      if (partial) {
+        // service status count latency_sum bytes latency_max
+        Stats add;
+        if (f.size() != 6 || !number(f[2], &add.count) || !number(f[3], &add.latency_sum) ||
+            !number(f[4], &add.bytes) || !number(f[5], &add.latency_max)) {
+          return InvalidArgumentError(fmt::format("input {}: '{}' is not a logstats row", k, line));
+        }
+        Stats& s = by_key[{std::string(f[0]), std::string(f[1])}];
+        s.count += add.count;
+        s.latency_sum += add.latency_sum;
+        s.bytes += add.bytes;
+        s.latency_max = std::max(s.latency_max, add.latency_max);
+        continue;
+      }
+      // A log line: timestamp service status latency_ms bytes.
+      ++lines;
+      int64_t ts = 0, latency = 0, bytes = 0;
+      if (f.size() != 5 || !number(f[0], &ts) || !number(f[3], &latency) || !number(f[4], &bytes)) {
+        ++bad;
+        continue;
+      }
+      Stats& s = by_key[{std::string(f[1]), std::string(f[2])}];
+      s.count++;
+      s.latency_sum += latency;
+      s.bytes += bytes;
+      s.latency_max = std::max(s.latency_max, latency);
+    }
+  }
+  std::string out = fmt::format("logstats lines={} bad={}\n", lines, bad);
+  for (const auto& [key, s] : by_key) {
+    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {}\n", key.first, key.second, s.count, s.latency_sum,
+                   s.bytes, s.latency_max);
+  }
   return out;
 }
 

@@ -13,6 +13,9 @@ const std::vector<KernelInfo>& AllKernels() {
        builtin::Histogram, true},
       {"wordcount", "counts words of the inputs and `text`; merges word counts", builtin::WordCount, false},
       {"matmul", "multiplies two random n x n matrices (seeded), `repeat` times; outputs checksums of the product", builtin::MatMul, true},
+      {"logstats",
+       "summarises log lines (timestamp service status latency_ms bytes) per service and status; merges summaries",
+       builtin::LogStats, false},
   };
   return kernels;
 }

@@ -27,7 +27,7 @@ struct KernelRun {
 };
 
 TEST(KernelsTest, RegistryNamesTheBuiltIns) {
-  for (const char* name : {"noop", "sum", "sort", "histogram", "wordcount", "matmul"}) {
+  for (const char* name : {"noop", "sum", "sort", "histogram", "wordcount", "matmul", "logstats"}) {
     EXPECT_NE(FindKernel(name), nullptr) << name;
   }
   EXPECT_EQ(FindKernel("nope"), nullptr);
@@ -88,6 +88,21 @@ TEST(KernelsTest, WordCountCountsAndMerges) {
   KernelRun m;
   m.inputs = {w, "cat cat"};
   EXPECT_EQ(*m("wordcount"), "wordcount\ncat 3\nthe 3\ndog 1\nend 1\n");
+}
+
+TEST(KernelsTest, LogStatsSummarisesAndMerges) {
+  KernelRun a;
+  a.inputs = {"1700000000 api 200 12 512\n1700000001 api 500 40 0\nnot a log line\n1700000002 api 200 8 256\n"};
+  std::string sa = *a("logstats");
+  EXPECT_EQ(sa, "logstats lines=4 bad=1\napi 200 2 20 768 12\napi 500 1 40 0 40\n");
+  KernelRun b;
+  b.inputs = {"1700000003 web 200 5 100\n"};
+  KernelRun merge;
+  merge.inputs = {sa, *b("logstats")};
+  EXPECT_EQ(*merge("logstats"), "logstats lines=5 bad=1\napi 200 2 20 768 12\napi 500 1 40 0 40\nweb 200 1 5 100 5\n");
+  KernelRun broken;
+  broken.inputs = {"logstats lines=1 bad=0\napi 200 x\n"};
+  EXPECT_FALSE(broken("logstats").ok());
 }
 
 TEST(KernelsTest, MatMulMatchesANaiveProduct) {

@@ -112,9 +112,26 @@ struct TaskView {
   std::vector<AttemptRecord> history;
 };
 
+// Input bytes a job's tasks read from one site at another (from == to: read where
+// they were), and the egress that cost.
+struct JobTraffic {
+  std::string from_site;
+  std::string to_site;
+  int64_t bytes = 0;
+  int32_t objects = 0;
+  int64_t egress_micro_usd = 0;
+};
+// The bytes of a job's distinct input objects held at a site.
+struct SiteBytes {
+  std::string site;
+  int64_t bytes = 0;
+};
+
 struct JobView {
   JobSummary summary;
   std::vector<TaskView> tasks;  // empty unless asked for
+  std::vector<JobTraffic> traffic;
+  std::vector<SiteBytes> input_bytes;  // where its input data sat at submission
 };
 
 // A node as the coordinator's registry sees it.
@@ -145,6 +162,24 @@ struct TaskKey {
   friend auto operator<=>(const TaskKey&, const TaskKey&) = default;
 };
 
+// Where an object is: its size and the nodes holding it.
+struct ObjectReplica {
+  uint32_t node_id = 0;
+  std::string node;
+  std::string site;
+  std::string transfer_address;
+};
+struct ObjectLocation {
+  std::string id;
+  std::string name;  // empty when unnamed
+  int64_t size = 0;
+  std::vector<ObjectReplica> replicas;
+};
+struct DatasetView {
+  std::string name;
+  std::vector<ObjectLocation> shards;
+};
+
 struct TaskAssignment {
   TaskKey key;
   std::string job_name;
@@ -154,6 +189,7 @@ struct TaskAssignment {
   std::vector<std::string> command;
   std::map<std::string, std::string> args;
   std::vector<std::string> inputs;  // outputs of its dependencies, in order
+  std::vector<ObjectLocation> input_objects;  // objects it reads (before `inputs`), and where they are
   std::string device_type;
   TaskAllocation allocation;
   int64_t timeout_us = 0;
@@ -166,6 +202,15 @@ struct AssignmentBatch {
 
 enum class UpdateKind { kRunning, kSucceeded, kFailed, kCancelled };
 
+// An input object an agent fetched for a task: from which site to which, how much.
+struct InputTransfer {
+  std::string object_id;
+  std::string from_site;
+  std::string to_site;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
 struct TaskUpdate {
   TaskKey key;
   UpdateKind kind = UpdateKind::kRunning;
@@ -174,6 +219,7 @@ struct TaskUpdate {
   std::string output;
   std::string stdout_tail;
   std::string stderr_tail;
+  std::vector<InputTransfer> transfers;  // the input objects it fetched
 };
 
 // An object an agent holds: its id (32 hex digits) and size.
@@ -233,18 +279,12 @@ struct AgentHeartbeat {
   std::vector<LinkTraffic> traffic;  // totals since the agent started
 };
 
-// Where an object is: its size and the nodes holding it.
-struct ObjectReplica {
-  uint32_t node_id = 0;
-  std::string node;
-  std::string site;
-  std::string transfer_address;
+// A name given to an object (shard -1), or shard `shard` of the dataset `name`.
+struct ObjectName {
+  std::string name;
+  int32_t shard = -1;
+  HeldObject object;
 };
-struct ObjectLocation {
-  std::string id;
-  std::string name;  // empty when unnamed
-  int64_t size = 0;
-  std::vector<ObjectReplica> replicas;
-};
+
 
 }  // namespace meridian::model

@@ -45,6 +45,9 @@ struct ObjectRef {
   // Where this data may be processed: site names, regions or region prefixes
   // ("eu" matches "eu-west-1"). Empty: anywhere.
   std::vector<std::string> residency;
+  // The object in a cluster's store (32 hex digits); empty for one a spec only
+  // declares (for planning and simulation).
+  std::string object_id = {};
 };
 
 // A dataset is a list of shards, each an object.

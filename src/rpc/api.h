@@ -62,6 +62,11 @@ class ObjectApi {
   virtual StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
                                                  const std::string& name) = 0;
   virtual std::vector<model::ObjectLocation> ListObjects() = 0;
+  // Names objects the cluster holds, in order, as a dataset. Names are never reused.
+  virtual StatusOr<model::DatasetView> DefineDataset(const std::string& name,
+                                                     const std::vector<model::HeldObject>& shards) = 0;
+  virtual StatusOr<model::DatasetView> GetDataset(const std::string& name) = 0;
+  virtual std::vector<model::DatasetView> ListDatasets() = 0;
 };
 
 class AdminApi {

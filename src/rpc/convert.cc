@@ -114,6 +114,14 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
   out->set_output(update.output);
   out->set_stdout_tail(update.stdout_tail);
   out->set_stderr_tail(update.stderr_tail);
+  for (const model::InputTransfer& t : update.transfers) {
+    v1::InputTransfer* p = out->add_transfers();
+    p->set_object_id(t.object_id);
+    p->set_from_site(t.from_site);
+    p->set_to_site(t.to_site);
+    p->set_bytes(t.bytes);
+    p->set_seconds(t.seconds);
+  }
 }
 
 model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
@@ -125,6 +133,9 @@ model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
   u.output = in.output();
   u.stdout_tail = in.stdout_tail();
   u.stderr_tail = in.stderr_tail();
+  for (const v1::InputTransfer& t : in.transfers()) {
+    u.transfers.push_back(model::InputTransfer{t.object_id(), t.from_site(), t.to_site(), t.bytes(), t.seconds()});
+  }
   return u;
 }
 
@@ -140,6 +151,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   out->set_device_type(a.device_type);
   AllocationToProto(a.allocation, out);
   out->set_timeout_us(a.timeout_us);
+  for (const model::ObjectLocation& l : a.input_objects) ToProto(l, out->add_input_objects());
 }
 
 model::TaskAssignment FromProto(const v1::Assignment& in) {
@@ -158,10 +170,9 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.allocation.devices.assign(in.devices().begin(), in.devices().end());
   a.allocation.device_share_milli = in.device_share_milli();
   a.timeout_us = in.timeout_us();
+  for (const v1::ObjectLocation& l : in.input_objects()) a.input_objects.push_back(FromProto(l));
   return a;
 }
-
-namespace {
 
 void ToProto(const model::HeldObject& o, v1::HeldObject* out) {
   out->set_id(o.id);
@@ -169,8 +180,6 @@ void ToProto(const model::HeldObject& o, v1::HeldObject* out) {
 }
 
 model::HeldObject FromProto(const v1::HeldObject& in) { return model::HeldObject{in.id(), in.size()}; }
-
-}  // namespace
 
 void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out) {
   ToProto(r.node, r.site, out->mutable_node());
@@ -314,6 +323,19 @@ void ToProto(const model::JobSummary& s, v1::JobInfo* out) {
 
 void ToProto(const model::JobView& v, v1::JobInfo* out) {
   ToProto(v.summary, out);
+  for (const model::JobTraffic& t : v.traffic) {
+    v1::JobTraffic* p = out->add_traffic();
+    p->set_from_site(t.from_site);
+    p->set_to_site(t.to_site);
+    p->set_bytes(t.bytes);
+    p->set_objects(t.objects);
+    p->set_egress_micro_usd(t.egress_micro_usd);
+  }
+  for (const model::SiteBytes& b : v.input_bytes) {
+    v1::SiteBytes* p = out->add_input_bytes();
+    p->set_site(b.site);
+    p->set_bytes(b.bytes);
+  }
   for (const model::TaskView& t : v.tasks) {
     v1::TaskInfo* p = out->add_tasks();
     const model::TaskRecord& r = t.record;
@@ -363,6 +385,10 @@ model::JobView FromProto(const v1::JobInfo& in) {
   s.retries = in.retries();
   s.version = in.version();
   for (const auto& [site, n] : in.running_by_site()) s.running_by_site[site] = n;
+  for (const v1::JobTraffic& t : in.traffic()) {
+    v.traffic.push_back(model::JobTraffic{t.from_site(), t.to_site(), t.bytes(), t.objects(), t.egress_micro_usd()});
+  }
+  for (const v1::SiteBytes& b : in.input_bytes()) v.input_bytes.push_back(model::SiteBytes{b.site(), b.bytes()});
   for (const v1::TaskInfo& p : in.tasks()) {
     model::TaskView t;
     t.name = p.name();
@@ -434,6 +460,17 @@ TaskLog FromProto(const v1::TaskLog& in) {
   log.record.stdout_tail = in.stdout_tail();
   log.record.stderr_tail = in.stderr_tail();
   return log;
+}
+
+void ToProto(const model::DatasetView& d, v1::Dataset* out) {
+  out->set_name(d.name);
+  for (const model::ObjectLocation& l : d.shards) ToProto(l, out->add_shards());
+}
+
+model::DatasetView FromProto(const v1::Dataset& in) {
+  model::DatasetView d{in.name(), {}};
+  for (const v1::ObjectLocation& l : in.shards()) d.shards.push_back(FromProto(l));
+  return d;
 }
 
 }  // namespace meridian::rpc

@@ -48,6 +48,10 @@ void ToProto(const model::ObjectReplica& r, v1::ObjectReplica* out);
 model::ObjectReplica FromProto(const v1::ObjectReplica& in);
 void ToProto(const model::ObjectLocation& l, v1::ObjectLocation* out);
 model::ObjectLocation FromProto(const v1::ObjectLocation& in);
+void ToProto(const model::DatasetView& d, v1::Dataset* out);
+model::DatasetView FromProto(const v1::Dataset& in);
+void ToProto(const model::HeldObject& o, v1::HeldObject* out);
+model::HeldObject FromProto(const v1::HeldObject& in);
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
 

@@ -154,6 +154,28 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status DefineDataset(grpc::ServerContext*, const v1::DefineDatasetRequest* req, v1::Dataset* resp) override {
+    std::vector<model::HeldObject> shards;
+    for (const v1::HeldObject& o : req->shards()) shards.push_back(FromProto(o));
+    StatusOr<model::DatasetView> d = api_.DefineDataset(req->name(), shards);
+    if (!d.ok()) return ToGrpc(d.status());
+    ToProto(*d, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetDataset(grpc::ServerContext*, const v1::GetDatasetRequest* req, v1::Dataset* resp) override {
+    StatusOr<model::DatasetView> d = api_.GetDataset(req->name());
+    if (!d.ok()) return ToGrpc(d.status());
+    ToProto(*d, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
+                            v1::ListDatasetsResponse* resp) override {
+    for (const model::DatasetView& d : api_.ListDatasets()) ToProto(d, resp->add_datasets());
+    return grpc::Status::OK;
+  }
+
  private:
   ObjectApi& api_;
 };

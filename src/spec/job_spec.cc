@@ -35,8 +35,9 @@ struct TaskTemplate {
 
 class JobParser {
  public:
-  JobParser(const Reader& r, const model::Fleet& fleet, const model::ThroughputTable& throughput)
-      : r_(r), fleet_(fleet), throughput_(throughput) {}
+  JobParser(const Reader& r, const model::Fleet& fleet, const model::ThroughputTable& throughput,
+            const DatasetResolver& resolver)
+      : r_(r), fleet_(fleet), throughput_(throughput), resolver_(resolver) {}
 
   StatusOr<Job> Parse(const YAML::Node& root);
 
@@ -54,15 +55,31 @@ class JobParser {
   Status Expand();
   Status Link();
   Status CheckAcyclic() const;
+  // Whether `name` is a dataset: declared in the spec, or found by the resolver (and
+  // then added to the job).
+  bool KnowDataset(const std::string& name) const;
 
   const Reader& r_;
   const model::Fleet& fleet_;
   const model::ThroughputTable& throughput_;
-  Job job_;
-  std::map<std::string, size_t> dataset_index_;
+  const DatasetResolver& resolver_;
+  // Mutable: datasets the resolver finds join them while tasks are parsed.
+  mutable Job job_;
+  mutable std::map<std::string, size_t> dataset_index_;
   std::vector<TaskTemplate> templates_;
   std::map<std::string, size_t> template_index_;
 };
+
+bool JobParser::KnowDataset(const std::string& name) const {
+  if (dataset_index_.count(name)) return true;
+  if (!resolver_) return false;
+  std::optional<model::Dataset> found = resolver_(name);
+  if (!found) return false;
+  found->name = name;
+  dataset_index_[name] = job_.datasets.size();
+  job_.datasets.push_back(std::move(*found));
+  return true;
+}
 
 Status JobParser::ParseRegionRules(const YAML::Node& at, const std::string& path,
                                    const std::vector<std::string>& rules) const {
@@ -233,7 +250,7 @@ Status JobParser::ParseInputs(const YAML::Node& t, const std::string& path, Task
         return r_.Error(in[i], Index(ipath, i), fmt::format("expected dataset://NAME or an object map, got '{}'", ref));
       }
       std::string name = ref.substr(kDatasetScheme.size());
-      if (!dataset_index_.count(name)) return r_.Error(in[i], Index(ipath, i), fmt::format("unknown dataset '{}'", name));
+      if (!KnowDataset(name)) return r_.Error(in[i], Index(ipath, i), fmt::format("unknown dataset '{}'", name));
       tmpl->dataset_inputs.push_back(name);
       continue;
     }
@@ -277,8 +294,11 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(m, Field(path, "map"), {"over"}));
     std::string over;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(m, "over", Field(path, "map"), &over));
-    if (over.rfind(kDatasetScheme, 0) != 0 || !dataset_index_.count(over.substr(kDatasetScheme.size()))) {
-      return r_.Error(m["over"], Field(path, "map.over"), fmt::format("expected dataset://NAME of a declared dataset, got '{}'", over));
+    if (over.rfind(kDatasetScheme, 0) != 0 || !KnowDataset(over.substr(kDatasetScheme.size()))) {
+      return r_.Error(m["over"], Field(path, "map.over"),
+                      fmt::format("expected dataset://NAME of a dataset declared here or put in the cluster "
+                                  "(meridian data put), got '{}'",
+                                  over));
     }
     tmpl->map_over = over.substr(kDatasetScheme.size());
   }
@@ -408,10 +428,10 @@ StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
 }  // namespace
 
 StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model::Fleet& fleet,
-                       const model::ThroughputTable& throughput) {
+                       const model::ThroughputTable& throughput, const DatasetResolver& resolver) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
-  JobParser parser(r, fleet, throughput);
+  JobParser parser(r, fleet, throughput, resolver);
   return parser.Parse(root);
 }
 

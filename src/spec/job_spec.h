@@ -7,6 +7,8 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,8 +19,13 @@
 
 namespace meridian::spec {
 
+// Finds a dataset a job names but does not declare (a cluster's registry): its shards
+// as objects (ObjectRef::object_id set) with the sites holding them; nullopt if none.
+using DatasetResolver = std::function<std::optional<model::Dataset>(const std::string& name)>;
+
 StatusOr<model::Job> ParseJob(std::string_view text, std::string_view file,
-                              const model::Fleet& fleet, const model::ThroughputTable& throughput);
+                              const model::Fleet& fleet, const model::ThroughputTable& throughput,
+                              const DatasetResolver& resolver = {});
 StatusOr<model::Job> LoadJob(const std::string& path, const model::Fleet& fleet,
                              const model::ThroughputTable& throughput);
 

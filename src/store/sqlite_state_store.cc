@@ -37,6 +37,12 @@ constexpr const char* kMigrations[] = {
       stdout BLOB NOT NULL, stderr BLOB NOT NULL,
       PRIMARY KEY (job, task, attempt)) WITHOUT ROWID;
     )sql",
+    // 3: names of objects, and datasets (a name with shards 0..n-1).
+    R"sql(
+    CREATE TABLE object_names (
+      name TEXT NOT NULL, shard INTEGER NOT NULL, id TEXT NOT NULL, size INTEGER NOT NULL,
+      PRIMARY KEY (name, shard)) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));
 
@@ -116,7 +122,7 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 }
 
 SqliteStateStore::~SqliteStateStore() {
-  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_}) sqlite3_finalize(st);
+  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_}) sqlite3_finalize(st);
   sqlite3_close(db_);
 }
 
@@ -170,6 +176,7 @@ Status SqliteStateStore::Prepare() {
       {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"},
       {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
       {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
+      {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4)"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -208,6 +215,11 @@ Status SqliteStateStore::PutAttempt(const model::AttemptRecord& a) {
                 .Int(a.exit_code).Int(a.started_us).Int(a.ended_us)
                 .Done();
   return ok ? OkStatus() : Fail("write attempt");
+}
+
+Status SqliteStateStore::PutName(const model::ObjectName& n) {
+  bool ok = Binder(put_name_).Str(n.name).Int(n.shard).Str(n.object.id).Int(n.object.size).Done();
+  return ok ? OkStatus() : Fail("write an object name");
 }
 
 Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
@@ -261,6 +273,7 @@ Status SqliteStateStore::Apply(const StoreBatch& batch) {
   for (size_t i = 0; s.ok() && i < batch.jobs.size(); ++i) s = PutJobStatus(batch.jobs[i]);
   for (size_t i = 0; s.ok() && i < batch.attempts.size(); ++i) s = PutAttempt(batch.attempts[i]);
   for (size_t i = 0; s.ok() && i < batch.logs.size(); ++i) s = PutLog(batch.logs[i]);
+  for (size_t i = 0; s.ok() && i < batch.names.size(); ++i) s = PutName(batch.names[i]);
   if (!s.ok()) {
     Exec("ROLLBACK").IgnoreError();
     return s;
@@ -326,6 +339,15 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
         static_cast<uint64_t>(sqlite3_column_int64(st, 0)), static_cast<uint32_t>(sqlite3_column_int64(st, 1)),
         sqlite3_column_int(st, 2), Text(st, 3), Text(st, 4), Text(st, 5), Text(st, 6), sqlite3_column_int(st, 7),
         sqlite3_column_int64(st, 8), sqlite3_column_int64(st, 9)});
+  }
+  Stmt names;
+  if (sqlite3_prepare_v2(db_, "SELECT * FROM object_names ORDER BY name, shard", -1, &names.st, nullptr) != SQLITE_OK) {
+    return Fail("read object names");
+  }
+  while (sqlite3_step(names.st) == SQLITE_ROW) {
+    sqlite3_stmt* st = names.st;
+    out.names.push_back(model::ObjectName{Text(st, 0), sqlite3_column_int(st, 1),
+                                          model::HeldObject{Text(st, 2), sqlite3_column_int64(st, 3)}});
   }
   return out;
 }

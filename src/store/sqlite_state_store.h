@@ -52,6 +52,7 @@ class SqliteStateStore final : public StateStore {
   Status PutJobStatus(const model::JobRecord& j);
   Status PutAttempt(const model::AttemptRecord& a);
   Status PutLog(const model::TaskLogRecord& l);
+  Status PutName(const model::ObjectName& n);
 
   std::string path_;
   std::mutex mu_;
@@ -62,6 +63,7 @@ class SqliteStateStore final : public StateStore {
   sqlite3_stmt* put_task_ = nullptr;
   sqlite3_stmt* put_attempt_ = nullptr;
   sqlite3_stmt* put_log_ = nullptr;
+  sqlite3_stmt* put_name_ = nullptr;
 };
 
 }  // namespace meridian::store

@@ -23,14 +23,16 @@ struct StoreBatch {
   std::vector<model::TaskRecord> tasks;
   std::vector<model::AttemptRecord> attempts;
   std::vector<model::TaskLogRecord> logs;
+  std::vector<model::ObjectName> names;  // inserted; names are never reused
 
-  bool empty() const { return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty(); }
+  bool empty() const { return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty(); }
 };
 
 struct LoadedState {
   std::vector<model::JobRecord> jobs;          // by id
   std::vector<model::TaskRecord> tasks;        // by (job, task)
   std::vector<model::AttemptRecord> attempts;  // by (job, task, attempt)
+  std::vector<model::ObjectName> names;        // by (name, shard)
 };
 
 class StateStore {

@@ -37,6 +37,7 @@ class InMemoryStateStore final : public store::StateStore {
     }
     for (const model::AttemptRecord& a : batch.attempts) attempts_[{a.job, a.task, a.attempt}] = a;
     for (const model::TaskLogRecord& l : batch.logs) logs_[{l.job, l.task, l.attempt}] = l;
+    for (const model::ObjectName& n : batch.names) names_[{n.name, n.shard}] = n;
     return OkStatus();
   }
   StatusOr<store::LoadedState> Load() override {
@@ -45,6 +46,7 @@ class InMemoryStateStore final : public store::StateStore {
     for (const auto& [id, j] : jobs_) out.jobs.push_back(j);
     for (const auto& [k, t] : tasks_) out.tasks.push_back(t);
     for (const auto& [k, a] : attempts_) out.attempts.push_back(a);
+    for (const auto& [k, n] : names_) out.names.push_back(n);
     return out;
   }
   StatusOr<std::vector<model::TaskLogRecord>> Logs(uint64_t job, std::optional<uint32_t> task) override {
@@ -58,6 +60,7 @@ class InMemoryStateStore final : public store::StateStore {
 
  private:
   std::mutex mu_;
+  std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
   std::map<uint64_t, model::JobRecord> jobs_;
   std::map<std::pair<uint64_t, uint32_t>, model::TaskRecord> tasks_;
   std::map<std::tuple<uint64_t, uint32_t, int32_t>, model::AttemptRecord> attempts_;

@@ -1,0 +1,191 @@
+// The data plane end to end, as real processes: objects put on agents at one site and
+// fetched at another over the transfer protocol (with the fleet's links emulated),
+// datasets whose map tasks run where the data is or move it when that pays, and the
+// bytes each job moved between sites. Transfer faults (a cut connection, a corrupted
+// chunk) are tested on the transfer layer itself, src/objects/objects_test.cc.
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "local_cluster.h"
+
+namespace meridian::testing {
+namespace {
+
+// `size` bytes that differ everywhere (a misplaced chunk shows).
+void WritePattern(const std::string& path, size_t size, uint64_t seed) {
+  std::ofstream out(path, std::ios::binary);
+  std::string block(1 << 20, '\0');
+  uint64_t x = seed;
+  for (size_t done = 0; done < size;) {
+    for (size_t i = 0; i + 8 <= block.size(); i += 8) {
+      uint64_t v = (x += 0x9E3779B97F4A7C15ull);
+      v = (v ^ (v >> 31)) * 0xBF58476D1CE4E5B9ull;
+      std::memcpy(block.data() + i, &v, 8);
+    }
+    size_t n = std::min(block.size(), size - done);
+    out.write(block.data(), static_cast<std::streamsize>(n));
+    done += n;
+  }
+}
+
+bool SameFiles(const std::string& a, const std::string& b) {
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  std::string ba(1 << 20, '\0'), bb(1 << 20, '\0');
+  while (fa && fb) {
+    fa.read(ba.data(), static_cast<std::streamsize>(ba.size()));
+    fb.read(bb.data(), static_cast<std::streamsize>(bb.size()));
+    if (fa.gcount() != fb.gcount() || std::memcmp(ba.data(), bb.data(), static_cast<size_t>(fa.gcount())) != 0) {
+      return false;
+    }
+  }
+  return fa.eof() && fb.eof();
+}
+
+std::map<std::pair<std::string, std::string>, int64_t> Traffic(const model::JobView& v) {
+  std::map<std::pair<std::string, std::string>, int64_t> out;
+  for (const model::JobTraffic& t : v.traffic) out[{t.from_site, t.to_site}] += t.bytes;
+  return out;
+}
+
+const model::TaskView& TaskNamed(const model::JobView& v, const std::string& name) {
+  for (const model::TaskView& t : v.tasks) {
+    if (t.name == name) return t;
+  }
+  ADD_FAILURE() << "no task " << name;
+  static model::TaskView none;
+  return none;
+}
+
+TEST(DataPlaneTest, ObjectsRoundTripBetweenSitesByteExact) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  for (size_t size : {size_t{0}, size_t{1}, (size_t{5} << 20) + 3}) {
+    const std::string in = cluster.dir() + "/in-" + std::to_string(size);
+    const std::string back = cluster.dir() + "/back-" + std::to_string(size);
+    WritePattern(in, size, size + 1);
+    CommandResult put = Meridian({"objects", "put", in, "--site", "factory", "--dir", cluster.dir(), "--json"});
+    ASSERT_EQ(put.exit_code, 0) << put.err;
+    nlohmann::json placed = nlohmann::json::parse(put.out);
+    ASSERT_EQ(placed["replicas"].size(), 1u);
+    EXPECT_EQ(placed["replicas"][0]["site"], "factory");
+    CommandResult get = Meridian({"objects", "get", placed["id"].get<std::string>(), "-o", back, "--site", "eu-west",
+                                  "--dir", cluster.dir()});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    EXPECT_NE(get.out.find("from edge-t4@factory"), std::string::npos) << get.out;
+    EXPECT_TRUE(SameFiles(in, back)) << size << " bytes came back different";
+  }
+  // By name, and the errors.
+  const std::string named = cluster.WriteFile("named.txt", "hello, objects\n");
+  ASSERT_EQ(Meridian({"objects", "put", named, "--name", "greeting", "--dir", cluster.dir()}).exit_code, 0);
+  CommandResult got = Meridian({"objects", "get", "greeting", "--dir", cluster.dir()});
+  EXPECT_EQ(got.out, "hello, objects\n");
+  CommandResult again = Meridian({"objects", "put", cluster.WriteFile("other.txt", "x"), "--name", "greeting",
+                                  "--dir", cluster.dir()});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("the name 'greeting' is taken"), std::string::npos) << again.err;
+  CommandResult missing = Meridian({"objects", "get", "nothing-here", "--dir", cluster.dir()});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("no object named 'nothing-here'"), std::string::npos) << missing.err;
+}
+
+TEST(DataPlaneTest, AnObjectOverOneGibMovesBetweenAgentsAtTwoSites) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/two-sites-fast.yaml");
+  ASSERT_TRUE(cluster.Up());
+  const size_t size = (size_t{1} << 30) + 4097;
+  const std::string in = cluster.dir() + "/big";
+  WritePattern(in, size, 7);
+  CommandResult put = Meridian({"data", "put", in, "--name", "big", "--site", "east", "--dir", cluster.dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  std::filesystem::remove(in);
+  // Only the west node has an A100: its agent fetches the shard from east's, checks
+  // every chunk and the id, and hands it to the task.
+  StatusOr<model::JobView> v = cluster.RunJob(
+      "name: pull\ntasks:\n  - name: read\n    kernel: noop\n    map: {over: dataset://big}\n"
+      "    resources: {accelerator: A100}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(TaskNamed(*v, "read/0").record.site, "west");
+  EXPECT_EQ((Traffic(*v)[{"east", "west"}]), static_cast<int64_t>(size));
+  // And back out through the CLI, byte for byte.
+  WritePattern(in, size, 7);
+  CommandResult ls = Meridian({"data", "ls", "big", "--json", "--dir", cluster.dir()});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  const std::string id = nlohmann::json::parse(ls.out)[0]["shards"][0]["id"];
+  const std::string back = cluster.dir() + "/big-back";
+  ASSERT_EQ(Meridian({"objects", "get", id, "-o", back, "--dir", cluster.dir()}).exit_code, 0);
+  EXPECT_TRUE(SameFiles(in, back));
+}
+
+TEST(DataPlaneTest, MapTasksRunWhereTheirShardsAreWhenLinksAreSlow) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  // Two shards at us-east, two at factory: 460 KB of words each, few distinct ones.
+  for (const char* site : {"us-east", "factory"}) {
+    std::filesystem::create_directories(cluster.dir() + "/words/" + site);
+    for (int i = 0; i < 2; ++i) {
+      std::ofstream out(cluster.dir() + "/words/" + site + "/" + std::to_string(i) + ".txt");
+      for (int k = 0; k < 20'000; ++k) out << "alpha beta gamma delta ";
+      out << site << " " << site << "\n";
+    }
+  }
+  CommandResult put = Meridian({"data", "put", cluster.dir() + "/words", "--by-site", "--name", "words", "--dir",
+                                cluster.dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  EXPECT_NE(put.out.find("4 shards"), std::string::npos) << put.out;
+  StatusOr<model::JobView> v = cluster.RunJob(
+      "name: count\ntasks:\n  - {name: count, kernel: wordcount, map: {over: dataset://words}}\n"
+      "  - {name: total, kernel: wordcount, reduce: count}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  // Shards in order of site name: factory's, then us-east's.
+  EXPECT_EQ(TaskNamed(*v, "count/0").record.site, "factory");
+  EXPECT_EQ(TaskNamed(*v, "count/1").record.site, "factory");
+  EXPECT_EQ(TaskNamed(*v, "count/2").record.site, "us-east");
+  EXPECT_EQ(TaskNamed(*v, "count/3").record.site, "us-east");
+  const model::TaskView& total = TaskNamed(*v, "total");
+  EXPECT_NE(total.record.output.find("alpha 80000\n"), std::string::npos) << total.record.output;
+  EXPECT_NE(total.record.output.find("factory 4\n"), std::string::npos) << total.record.output;
+  EXPECT_NE(total.record.output.find("us 4\n"), std::string::npos) << total.record.output;  // "us-east" splits at '-'
+  // The shards were read where they lay; only the small word counts crossed sites.
+  auto traffic = Traffic(*v);
+  EXPECT_GT((traffic[{"factory", "factory"}]), 900'000);
+  EXPECT_GT((traffic[{"us-east", "us-east"}]), 900'000);
+  int64_t crossed = 0;
+  for (const auto& [sites, bytes] : traffic) crossed += sites.first != sites.second ? bytes : 0;
+  EXPECT_LT(crossed, 1000);
+  // `job get` shows it, against moving all the raw data to one site.
+  CommandResult get = Meridian({"job", "get", std::to_string(v->summary.job.id), "--dir", cluster.dir()});
+  EXPECT_NE(get.out.find("Moving all"), std::string::npos) << get.out;
+  EXPECT_NE(get.out.find("saved"), std::string::npos) << get.out;
+}
+
+TEST(DataPlaneTest, DataMovesWhenTheLinkIsFastAndTheRemoteGpuMuchFaster) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/data-gravity.yaml");
+  ASSERT_TRUE(cluster.Up());
+  for (const char* site : {"near", "far"}) {
+    std::filesystem::create_directories(cluster.dir() + "/frames/" + site);
+    std::ofstream(cluster.dir() + "/frames/" + site + "/0.bin") << std::string(4 << 20, site[0]);
+  }
+  CommandResult put = Meridian({"data", "put", cluster.dir() + "/frames", "--by-site", "--name", "frames", "--dir",
+                                cluster.dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  // 1000 TFLOP: 20 s on a T4, 4 s on an A100. Moving 4 MiB from near to the hub takes
+  // milliseconds; from far, 17 s over 2 Mbit/s.
+  StatusOr<model::JobView> v = cluster.RunJob(
+      "name: crunch\ntasks:\n  - name: crunch\n    kernel: noop\n    map: {over: dataset://frames}\n"
+      "    work: {kind: gemm-fp16, amount: 1000}\n    resources: {accelerator: {any_of: [T4, A100]}}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(TaskNamed(*v, "crunch/0").record.site, "far");      // far's shard stays
+  EXPECT_EQ(TaskNamed(*v, "crunch/1").record.site, "gpu-hub");  // near's moves to the A100s
+  auto traffic = Traffic(*v);
+  EXPECT_EQ((traffic[{"near", "gpu-hub"}]), 4 << 20);
+  EXPECT_EQ((traffic[{"far", "far"}]), 4 << 20);
+}
+
+}  // namespace
+}  // namespace meridian::testing
