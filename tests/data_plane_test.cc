@@ -187,5 +187,56 @@ TEST(DataPlaneTest, DataMovesWhenTheLinkIsFastAndTheRemoteGpuMuchFaster) {
   EXPECT_EQ((traffic[{"far", "far"}]), 4 << 20);
 }
 
+TEST(DataPlaneTest, OutputsLostWithAKilledAgentAreMadeAgainByLineage) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  // Six parts (3 cores each: one per node at a time, so they spread), a gate that
+  // holds `total` back for 10 s, and `total`, which reads every part's output: objects
+  // on the nodes that made them.
+  StatusOr<rpc::SubmitResult> r = cluster.client().Submit(
+      "name: lineage\ntasks:\n"
+      "  - {name: part, kernel: sum, count: 6, args: {range: 1000}, resources: {cpu: 3}}\n"
+      "  - {name: gate, command: [sleep, '10'], after: [part], resources: {cpu: 1}}\n"
+      "  - {name: total, kernel: sum, after: [part, gate], resources: {cpu: 1}}\n",
+      "lineage.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Once the gate runs, kill a node that holds a part's output and does not run the gate.
+  std::string victim, lost_part;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        StatusOr<model::JobView> v = cluster.client().GetJob(r->job_id, true);
+        if (!v.ok()) return false;
+        const model::TaskView& gate = TaskNamed(*v, "gate");
+        if (gate.record.status != model::TaskStatus::kRunning) return false;
+        for (const model::TaskView& t : v->tasks) {
+          if (t.name.rfind("part/", 0) == 0 && t.record.node != gate.record.node && !t.record.output_object.empty()) {
+            victim = t.record.node;
+            lost_part = t.name;
+            return true;
+          }
+        }
+        return false;
+      },
+      30));
+  cluster.Kill9("agent-" + victim);
+  StatusOr<model::JobSummary> done = cluster.client().Watch(r->job_id, [](const model::JobSummary&) { return true; });
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  StatusOr<model::JobView> v = cluster.client().GetJob(r->job_id, true);
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(TaskNamed(*v, "total").record.output, "17997000");  // 0 + 1 + ... + 5999
+  // Every part the victim had made ran again elsewhere, its first attempt marked lost.
+  int rebuilt = 0;
+  for (const model::TaskView& t : v->tasks) {
+    if (t.name.rfind("part/", 0) != 0 || t.history.empty() || t.history.front().node != victim) continue;
+    ++rebuilt;
+    EXPECT_EQ(t.history.front().outcome, "output lost") << t.name;
+    EXPECT_NE(t.history.front().reason.find("lost with node " + victim), std::string::npos) << t.history.front().reason;
+    EXPECT_EQ(t.record.status, model::TaskStatus::kSucceeded);
+    EXPECT_NE(t.record.node, victim);
+  }
+  EXPECT_GE(rebuilt, 1) << lost_part;
+}
+
 }  // namespace
 }  // namespace meridian::testing

@@ -57,7 +57,12 @@ Agent::Agent(AgentOptions options, Env& env)
                     real_devices_ ? "real" : "emulated", note);
   executor_ = std::make_unique<Executor>(
       ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads,
-                      [this](const model::ObjectLocation& o) { return FetchInput(o); }},
+                      [this](const model::ObjectLocation& o) { return FetchInput(o); },
+                      [this](const std::string& output) -> StatusOr<model::HeldObject> {
+                        if (!objects_) return UnavailableError("the object store is not open");
+                        MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects_->Put(output));
+                        return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
+                      }},
       [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
 }
 
@@ -165,6 +170,11 @@ void Agent::OnBatch(const model::AssignmentBatch& batch) {
     executor_->Start(a);  // false for one it already runs: a resent assignment
   }
   for (const model::TaskKey& k : batch.cancel) executor_->Cancel(k);
+  // Outputs of ended jobs: the reference each task's put took goes.
+  for (const std::string& hex : batch.release_objects) {
+    StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(hex);
+    if (id.ok() && objects_) objects_->Release(*id);
+  }
 }
 
 void Agent::StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client) {

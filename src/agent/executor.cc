@@ -129,8 +129,25 @@ Status Executor::GatherInputs(const model::TaskAssignment& a, std::vector<std::s
     u.transfers.push_back(got->transfer);
     inputs.emplace_back(got->data);
   }
-  inputs.insert(inputs.end(), a.inputs.begin(), a.inputs.end());
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    if (i >= a.dep_objects.size() || a.dep_objects[i].id.empty()) {
+      inputs.push_back(a.inputs[i]);
+      continue;
+    }
+    if (!options_.fetch) return UnavailableError("this agent cannot fetch input objects");
+    StatusOr<FetchedInput> got = options_.fetch(a.dep_objects[i]);
+    if (!got.ok()) return got.status().WithPrefix(fmt::format("the output of {}", a.dep_objects[i].name));
+    u.transfers.push_back(got->transfer);
+    inputs.emplace_back(got->data);
+  }
   return OkStatus();
+}
+
+void Executor::StoreOutput(model::TaskUpdate& u) {
+  if (u.kind != model::UpdateKind::kSucceeded || u.output.empty() || !options_.store_output) return;
+  StatusOr<model::HeldObject> o = options_.store_output(u.output);
+  // Without it the output still travels inline: dependents read it from there.
+  if (o.ok()) u.output_object = *o;
 }
 
 void Executor::RunKernel(Running_& task) {
@@ -167,6 +184,7 @@ void Executor::RunKernel(Running_& task) {
     } else {
       u.kind = model::UpdateKind::kSucceeded;
       u.output = std::move(*out);
+      StoreOutput(u);
     }
   }
   Finish(a.key, std::move(u));
@@ -247,6 +265,7 @@ void Executor::RunCommand(Running_& task) {
     } else {
       u.kind = model::UpdateKind::kSucceeded;
       u.output = std::move(r->stdout_head);
+      StoreOutput(u);
     }
   }
   fs::remove_all(dir, ec);

@@ -31,6 +31,8 @@ struct FetchedInput {
   model::InputTransfer transfer;
 };
 using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation& object)>;
+// Keeps a task's output as an object on this node (for the tasks that read it).
+using StoreFn = std::function<StatusOr<model::HeldObject>(const std::string& output)>;
 
 struct ExecutorOptions {
   std::string work_dir;              // task directories go under work_dir/tasks/
@@ -39,6 +41,7 @@ struct ExecutorOptions {
   bool real_devices = false;         // the node's devices are real GPUs (else emulated)
   int kernel_threads = 0;            // 0: one per hardware thread, at least 2
   FetchFn fetch;                     // brings input objects here; none: tasks with some fail
+  StoreFn store_output;              // none: outputs travel inline only
 };
 
 class Executor {
@@ -67,6 +70,8 @@ class Executor {
   // error the task fails with the reason; `u.transfers` says what moved either way.
   Status GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs, model::TaskUpdate& u);
   void Finish(const model::TaskKey& key, model::TaskUpdate update);
+  // A successful non-empty output goes into the node's store too.
+  void StoreOutput(model::TaskUpdate& u);
 
   const ExecutorOptions options_;
   const UpdateFn on_update_;

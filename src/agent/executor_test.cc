@@ -14,7 +14,7 @@ class ExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("meridian-exec-test-" + std::to_string(::getpid()));
-    exec_ = std::make_unique<Executor>(ExecutorOptions{dir_.string(), "n1", "s1", false, 2, nullptr},
+    exec_ = std::make_unique<Executor>(ExecutorOptions{dir_.string(), "n1", "s1", false, 2, nullptr, nullptr},
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
                                          updates_.push_back(std::move(u));

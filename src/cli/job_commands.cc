@@ -73,7 +73,8 @@ json JobJson(const model::JobView& v) {
     tasks.push_back({{"name", t.name}, {"state", model::TaskStatusName(t.record.status)},
                      {"attempts", t.record.attempt}, {"node", t.record.node}, {"site", t.record.site},
                      {"device_type", t.record.device_type}, {"emulated", t.record.emulated},
-                     {"reason", t.record.reason}, {"output", t.record.output}, {"result", t.result},
+                     {"reason", t.record.reason}, {"output", t.record.output}, {"output_object", t.record.output_object},
+                     {"result", t.result},
                      {"started_us", t.record.started_us}, {"finished_us", t.record.finished_us},
                      {"history", history}});
   }

@@ -185,6 +185,14 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::vector<model::EmulatedLink> LinksFrom(SiteId site) const;
   // What moving `bytes` from one site to another costs in egress, in micro-dollars.
   int64_t EgressMicroUsd(const std::string& from, const std::string& to, int64_t bytes) const;
+  // Lineage: whether the task's dependencies' output objects all have a live replica;
+  // re-running a succeeded task whose output was lost (and, first, those of its own
+  // dependencies that are lost too), with the tasks that wait for it waiting again.
+  bool HasLiveReplicaLocked(const std::string& id) const;
+  bool DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const;
+  void RebuildLocked(JobRt& job, uint32_t task, const std::string& reason, store::StoreBatch& batch);
+  // Rebuilds the producers of objects that just lost their last replica.
+  void RebuildLostLocked(const std::set<std::string>& ids, const std::string& reason, store::StoreBatch& batch);
   // Counts `bytes` read at `to` from `from` against the job.
   void AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes);
   std::vector<model::SiteBytes> InputBytesBySite(const model::Job& job) const;
@@ -213,6 +221,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards
+  // Which tasks of running jobs made which output object.
+  std::map<std::string, std::set<std::pair<uint64_t, uint32_t>>> producers_;
+  // Ready tasks held back because a dependency's output has no live replica yet.
+  std::set<std::pair<uint64_t, uint32_t>> awaiting_inputs_;
   std::map<int64_t, std::pair<uint64_t, uint32_t>> ready_;  // seq -> task, FIFO
   int64_t next_seq_ = 0;
   // Starts from the wall clock, so a session of an earlier incarnation never matches.

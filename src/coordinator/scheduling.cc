@@ -61,6 +61,10 @@ void Coordinator::ScheduleLocked() {
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
   for (auto it = ready_.begin(); it != ready_.end() && offered.size() < options_.schedule_window; ++it) {
     JobRt& job = jobs_.at(it->second.first);
+    if (!DepOutputsAvailableLocked(job, job.tasks[it->second.second])) {
+      awaiting_inputs_.insert(it->second);
+      continue;
+    }
     auto [ji, inserted] = job_index.try_emplace(job.rec.id, static_cast<uint32_t>(snap.jobs.size()));
     if (inserted) snap.jobs.push_back(sched::JobState::Submitted(*job.job, job.rec.submitted_us));
     TaskRt& task = job.tasks[it->second.second];
@@ -152,7 +156,18 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   a.kernel = spec.kernel;
   a.command = spec.command;
   a.args = spec.args;
-  for (TaskId d : spec.after) a.inputs.push_back(job.tasks[d.value()].rec.output);
+  for (TaskId d : spec.after) {
+    const model::TaskRecord& dep = job.tasks[d.value()].rec;
+    a.inputs.push_back(dep.output);
+    model::ObjectLocation where;
+    if (!dep.output_object.empty()) {
+      auto it = objects_.find(dep.output_object);
+      where = it != objects_.end() ? LocationLocked(dep.output_object, it->second)
+                                   : model::ObjectLocation{dep.output_object, "", 0, {}};
+      where.name = TaskName(job, d.value());
+    }
+    a.dep_objects.push_back(std::move(where));
+  }
   // Objects it reads, with where they are now; the agent fetches them before it runs.
   for (const model::ObjectRef& in : spec.inputs) {
     auto it = objects_.find(in.object_id);
@@ -224,6 +239,12 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
   Release(task);
   task.rec.status = TaskStatus::kSucceeded;
   task.rec.output = u.output;
+  task.rec.output_object = u.output_object.id;
+  if (!task.rec.output_object.empty() && !task.dependents.empty()) {
+    // Its dependents read the object from its node; the coordinator keeps a preview.
+    producers_[task.rec.output_object].insert({task.rec.job, task.rec.task});
+    if (task.rec.output.size() > model::kOutputPreviewBytes) task.rec.output.resize(model::kOutputPreviewBytes);
+  }
   task.rec.reason.clear();
   task.rec.finished_us = WallUs();
   EndAttempt(task, "succeeded", "", u.exit_code);
@@ -300,6 +321,21 @@ void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
 
 void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason, store::StoreBatch& batch) {
   if (model::IsTerminal(job.rec.status)) return;
+  // Outputs kept as objects for dependents are not needed any more: the node that
+  // made each drops its reference (result outputs stay in the coordinator's record).
+  for (TaskRt& t : job.tasks) {
+    if (t.rec.output_object.empty()) continue;
+    auto node = node_by_name_.find(t.rec.node);
+    if (node != node_by_name_.end() && nodes_[node->second].alive) {
+      nodes_[node->second].outbox.release_objects.push_back(t.rec.output_object);
+    }
+    auto p = producers_.find(t.rec.output_object);
+    if (p != producers_.end()) {
+      p->second.erase({t.rec.job, t.rec.task});
+      if (p->second.empty()) producers_.erase(p);
+    }
+  }
+  outbox_cv_.notify_all();
   job.rec.status = status;
   job.rec.reason = reason;
   job.rec.finished_us = WallUs();
@@ -337,12 +373,15 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
   pools_.reset();
   MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
                     node.tasks.size());
-  DropAllReplicasLocked(index);  // its objects went with it
   std::vector<std::pair<uint64_t, uint32_t>> held(node.tasks.begin(), node.tasks.end());
   for (const auto& [job_id, t] : held) {
     JobRt& job = jobs_.at(job_id);
     LoseAttempt(job, job.tasks[t], reason, batch);
   }
+  // Its objects went with it: outputs still needed are made again elsewhere.
+  const std::set<std::string> objects = node.objects;
+  DropAllReplicasLocked(index);
+  RebuildLostLocked(objects, fmt::format("its output was lost with node {}", fleet_.nodes[index].name), batch);
   outbox_cv_.notify_all();
   dirty_ = true;
 }
@@ -369,7 +408,105 @@ void Coordinator::DetectFailuresLocked() {
     it = orphans_.erase(it);
     LoseAttempt(job, task, fmt::format("node {} did not come back after the coordinator restarted", node), batch);
   }
+  // Tasks waiting for outputs no live node holds: once the fleet has been still for
+  // the grace period (nodes that will register again have), their producers run again.
+  if (!awaiting_inputs_.empty() && now.us > last_fleet_change_.us + options_.reconcile_grace_us) {
+    std::set<std::string> lost;
+    for (const auto& [job_id, t] : awaiting_inputs_) {
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end() || model::IsTerminal(it->second.rec.status)) continue;
+      for (TaskId d : it->second.job->tasks[t].after) {
+        const std::string& id = it->second.tasks[d.value()].rec.output_object;
+        if (!id.empty() && !HasLiveReplicaLocked(id)) lost.insert(id);
+      }
+    }
+    awaiting_inputs_.clear();
+    RebuildLostLocked(lost, "its output was lost: no node holding it came back", batch);
+  }
   Commit(batch);
+}
+
+bool Coordinator::HasLiveReplicaLocked(const std::string& id) const {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return false;
+  for (int32_t n : it->second.nodes) {
+    if (nodes_[n].alive) return true;
+  }
+  return false;
+}
+
+bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const {
+  for (TaskId d : job.job->tasks[task.rec.task].after) {
+    const std::string& id = job.tasks[d.value()].rec.output_object;
+    if (!id.empty() && !HasLiveReplicaLocked(id)) return false;
+  }
+  return true;
+}
+
+void Coordinator::RebuildLostLocked(const std::set<std::string>& ids, const std::string& reason,
+                                    store::StoreBatch& batch) {
+  for (const std::string& id : ids) {
+    if (HasLiveReplicaLocked(id)) continue;
+    auto p = producers_.find(id);
+    if (p == producers_.end()) continue;
+    const std::set<std::pair<uint64_t, uint32_t>> tasks = p->second;
+    for (const auto& [job_id, t] : tasks) {
+      auto it = jobs_.find(job_id);
+      if (it != jobs_.end() && !model::IsTerminal(it->second.rec.status)) RebuildLocked(it->second, t, reason, batch);
+    }
+  }
+  dirty_ = true;
+}
+
+void Coordinator::RebuildLocked(JobRt& job, uint32_t t, const std::string& reason, store::StoreBatch& batch) {
+  TaskRt& task = job.tasks[t];
+  if (task.rec.status != TaskStatus::kSucceeded) return;  // not done, or being made again already
+  const bool needed = std::any_of(task.dependents.begin(), task.dependents.end(), [&](uint32_t d) {
+    return job.tasks[d].rec.status != TaskStatus::kSucceeded;
+  });
+  if (!needed) return;
+  MERIDIAN_LOG_WARN("job {}: running {} again: {}", job.rec.id, TaskName(job, t), reason);
+  auto p = producers_.find(task.rec.output_object);
+  if (p != producers_.end()) {
+    p->second.erase({job.rec.id, t});
+    if (p->second.empty()) producers_.erase(p);
+  }
+  if (!task.history.empty()) {
+    task.history.back().outcome = "output lost";
+    task.history.back().reason = reason;
+    batch.attempts.push_back(task.history.back());
+  }
+  task.rec.output.clear();
+  task.rec.output_object.clear();
+  task.rec.reason = reason;
+  --job.counts.succeeded;
+  ++job.counts.waiting;
+  // Its own inputs first: dependencies still being made, or whose outputs are lost too.
+  task.deps_left = 0;
+  for (TaskId d : job.job->tasks[t].after) {
+    TaskRt& dep = job.tasks[d.value()];
+    if (dep.rec.status == TaskStatus::kSucceeded && !dep.rec.output_object.empty() &&
+        !HasLiveReplicaLocked(dep.rec.output_object)) {
+      RebuildLocked(job, d.value(), reason, batch);
+    }
+    if (dep.rec.status != TaskStatus::kSucceeded) ++task.deps_left;
+  }
+  task.rec.status = task.deps_left > 0 ? TaskStatus::kBlocked : TaskStatus::kQueued;
+  if (task.rec.status == TaskStatus::kQueued) Enqueue(task);
+  batch.tasks.push_back(task.rec);
+  // Whoever waits for it waits again.
+  for (uint32_t d : task.dependents) {
+    TaskRt& w = job.tasks[d];
+    if (w.rec.status == TaskStatus::kQueued) {
+      Dequeue(w);
+      w.rec.status = TaskStatus::kBlocked;
+      w.deps_left = 1;
+      batch.tasks.push_back(w.rec);
+    } else if (w.rec.status == TaskStatus::kBlocked) {
+      ++w.deps_left;
+    }
+  }
+  Changed(job);
 }
 
 }  // namespace meridian::coordinator

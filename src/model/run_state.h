@@ -63,9 +63,11 @@ struct TaskRecord {
   bool emulated = false;
   TaskAllocation allocation;
   std::string reason;
-  std::string output;       // a finished task's result, bounded
+  std::string output;       // a finished task's result (a preview when it is an object others read)
   int64_t started_us = 0;
   int64_t finished_us = 0;
+  // The object holding its whole output on the node it ran on (empty output: none).
+  std::string output_object = {};
 };
 
 // How one attempt went; kept for every attempt so retries are visible.
@@ -153,6 +155,8 @@ struct NodeView {
 // What one task carries back: its output, and the tail of its stdout and stderr.
 inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
 inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
+// What the coordinator keeps of an output its dependents read as an object.
+inline constexpr size_t kOutputPreviewBytes = 4 << 10;
 
 // One attempt at one task.
 struct TaskKey {
@@ -160,6 +164,13 @@ struct TaskKey {
   uint32_t task = 0;
   int32_t attempt = 0;
   friend auto operator<=>(const TaskKey&, const TaskKey&) = default;
+};
+
+// An object an agent holds: its id (32 hex digits) and size.
+struct HeldObject {
+  std::string id;
+  int64_t size = 0;
+  friend bool operator==(const HeldObject&, const HeldObject&) = default;
 };
 
 // Where an object is: its size and the nodes holding it.
@@ -190,6 +201,9 @@ struct TaskAssignment {
   std::map<std::string, std::string> args;
   std::vector<std::string> inputs;  // outputs of its dependencies, in order
   std::vector<ObjectLocation> input_objects;  // objects it reads (before `inputs`), and where they are
+  // Parallel to `inputs`: where a dependency's output is an object, its location (and
+  // the entry in `inputs` is a preview); an empty id means `inputs` has it whole.
+  std::vector<ObjectLocation> dep_objects;
   std::string device_type;
   TaskAllocation allocation;
   int64_t timeout_us = 0;
@@ -198,6 +212,7 @@ struct TaskAssignment {
 struct AssignmentBatch {
   std::vector<TaskAssignment> assignments;
   std::vector<TaskKey> cancel;
+  std::vector<std::string> release_objects;  // task outputs no longer needed (their job ended)
 };
 
 enum class UpdateKind { kRunning, kSucceeded, kFailed, kCancelled };
@@ -220,13 +235,7 @@ struct TaskUpdate {
   std::string stdout_tail;
   std::string stderr_tail;
   std::vector<InputTransfer> transfers;  // the input objects it fetched
-};
-
-// An object an agent holds: its id (32 hex digits) and size.
-struct HeldObject {
-  std::string id;
-  int64_t size = 0;
-  friend bool operator==(const HeldObject&, const HeldObject&) = default;
+  HeldObject output_object;              // its output, stored on the node (id empty if none)
 };
 
 // What an agent's transfer server has sent to one site, since it started.

@@ -122,6 +122,7 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
     p->set_bytes(t.bytes);
     p->set_seconds(t.seconds);
   }
+  if (!update.output_object.id.empty()) ToProto(update.output_object, out->mutable_output_object());
 }
 
 model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
@@ -136,6 +137,7 @@ model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
   for (const v1::InputTransfer& t : in.transfers()) {
     u.transfers.push_back(model::InputTransfer{t.object_id(), t.from_site(), t.to_site(), t.bytes(), t.seconds()});
   }
+  if (in.has_output_object()) u.output_object = FromProto(in.output_object());
   return u;
 }
 
@@ -152,6 +154,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   AllocationToProto(a.allocation, out);
   out->set_timeout_us(a.timeout_us);
   for (const model::ObjectLocation& l : a.input_objects) ToProto(l, out->add_input_objects());
+  for (const model::ObjectLocation& l : a.dep_objects) ToProto(l, out->add_dep_objects());
 }
 
 model::TaskAssignment FromProto(const v1::Assignment& in) {
@@ -171,6 +174,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.allocation.device_share_milli = in.device_share_milli();
   a.timeout_us = in.timeout_us();
   for (const v1::ObjectLocation& l : in.input_objects()) a.input_objects.push_back(FromProto(l));
+  for (const v1::ObjectLocation& l : in.dep_objects()) a.dep_objects.push_back(FromProto(l));
   return a;
 }
 
@@ -292,6 +296,7 @@ model::ObjectLocation FromProto(const v1::ObjectLocation& in) {
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out) {
   for (const model::TaskAssignment& a : b.assignments) ToProto(a, out->add_assignments());
   for (const model::TaskKey& k : b.cancel) ToProto(k, out->add_cancel());
+  for (const std::string& id : b.release_objects) out->add_release_objects(id);
 }
 
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in) {
@@ -299,6 +304,7 @@ model::AssignmentBatch FromProto(const v1::AssignmentBatch& in) {
   b.assignments.reserve(in.assignments_size());
   for (const v1::Assignment& a : in.assignments()) b.assignments.push_back(FromProto(a));
   for (const v1::TaskKey& k : in.cancel()) b.cancel.push_back(FromProto(k));
+  b.release_objects.assign(in.release_objects().begin(), in.release_objects().end());
   return b;
 }
 
@@ -350,6 +356,7 @@ void ToProto(const model::JobView& v, v1::JobInfo* out) {
     p->set_emulated(r.emulated);
     p->set_reason(r.reason);
     p->set_output(r.output);
+    p->set_output_object(r.output_object);
     p->set_started_us(r.started_us);
     p->set_finished_us(r.finished_us);
     for (const model::AttemptRecord& a : t.history) {
@@ -404,6 +411,7 @@ model::JobView FromProto(const v1::JobInfo& in) {
     r.emulated = p.emulated();
     r.reason = p.reason();
     r.output = p.output();
+    r.output_object = p.output_object();
     r.started_us = p.started_us();
     r.finished_us = p.finished_us();
     for (const v1::TaskAttempt& h : p.history()) {

@@ -43,6 +43,10 @@ constexpr const char* kMigrations[] = {
       name TEXT NOT NULL, shard INTEGER NOT NULL, id TEXT NOT NULL, size INTEGER NOT NULL,
       PRIMARY KEY (name, shard)) WITHOUT ROWID;
     )sql",
+    // 4: a task's output held as an object on its node.
+    R"sql(
+    ALTER TABLE tasks ADD COLUMN output_object TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));
 
@@ -173,7 +177,7 @@ Status SqliteStateStore::Prepare() {
   } statements[] = {
       {&insert_job_, "INSERT INTO jobs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"},
       {&update_job_, "UPDATE jobs SET status=?2, reason=?3, finished_us=?4 WHERE id=?1"},
-      {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"},
+      {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"},
       {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
       {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
       {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4)"},
@@ -194,7 +198,7 @@ Status SqliteStateStore::PutTask(const model::TaskRecord& t) {
                 .Str(t.node).Str(t.site).Str(t.device_type).Int(t.emulated ? 1 : 0)
                 .Int(t.allocation.cpu_milli).Int(t.allocation.memory_bytes)
                 .Str(JoinInts(t.allocation.devices)).Int(t.allocation.device_share_milli)
-                .Str(t.reason).Bytes(t.output).Int(t.started_us).Int(t.finished_us)
+                .Str(t.reason).Bytes(t.output).Int(t.started_us).Int(t.finished_us).Str(t.output_object)
                 .Done();
   return ok ? OkStatus() : Fail("write task");
 }
@@ -326,6 +330,7 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
     t.output = Blob(st, 15);
     t.started_us = sqlite3_column_int64(st, 16);
     t.finished_us = sqlite3_column_int64(st, 17);
+    t.output_object = Text(st, 18);
     out.tasks.push_back(std::move(t));
   }
   Stmt attempts;
