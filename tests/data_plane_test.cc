@@ -187,6 +187,30 @@ TEST(DataPlaneTest, DataMovesWhenTheLinkIsFastAndTheRemoteGpuMuchFaster) {
   EXPECT_EQ((traffic[{"far", "far"}]), 4 << 20);
 }
 
+TEST(DataPlaneTest, ABigResultStaysAnObjectAndRunFetchesIt) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  // 2,000,000 sorted integers: about 19 MB of output, beyond what travels inline.
+  const std::string job = cluster.WriteFile(
+      "sort.yaml", "name: big-sort\ntasks:\n  - {name: sort, kernel: sort, args: {generate: 2000000, seed: 3}}\n");
+  const std::string dir = cluster.dir() + "/results";
+  CommandResult run = Meridian({"run", job, "--output-dir", dir, "--no-progress", "--dir", cluster.dir()});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("the whole output is object"), std::string::npos) << run.out.substr(0, 2000);
+  EXPECT_NE(run.out.find("1 result ("), std::string::npos) << run.out.substr(run.out.size() - 500);
+  std::ifstream in(dir + "/sort");
+  int64_t lines = 0, previous = -1, v = 0;
+  bool sorted = true;
+  while (in >> v) {
+    sorted = sorted && v >= previous;
+    previous = v;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2'000'000);
+  EXPECT_TRUE(sorted);
+  EXPECT_GT(std::filesystem::file_size(dir + "/sort"), size_t{10} << 20);
+}
+
 TEST(DataPlaneTest, OutputsLostWithAKilledAgentAreMadeAgainByLineage) {
   LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
   ASSERT_TRUE(cluster.Up());

@@ -177,14 +177,24 @@ void Executor::RunKernel(Running_& task) {
     } else if (!out.ok()) {
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("kernel {}: {}", a.kernel, out.status().message());
-    } else if (out->size() > model::kMaxTaskOutputBytes) {
+    } else if (out->size() > model::kMaxObjectOutputBytes ||
+               (out->size() > model::kMaxTaskOutputBytes && !options_.store_output)) {
+      const size_t limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("kernel {} wrote {} of output; a task returns at most {}", a.kernel,
-                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(model::kMaxTaskOutputBytes));
+                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(limit));
     } else {
       u.kind = model::UpdateKind::kSucceeded;
       u.output = std::move(*out);
       StoreOutput(u);
+      if (u.output.size() > model::kMaxTaskOutputBytes) {
+        if (u.output_object.id.empty()) {
+          u.kind = model::UpdateKind::kFailed;
+          u.reason = fmt::format("kernel {} wrote {} of output and this node could not keep it", a.kernel,
+                                 FormatBytes(static_cast<int64_t>(u.output.size())));
+        }
+        u.output.resize(model::kOutputPreviewBytes);  // the whole of it is the object
+      }
     }
   }
   Finish(a.key, std::move(u));

@@ -9,7 +9,16 @@
 
 #include "common/status.h"
 
+namespace meridian::client {
+class Client;
+}
+
 namespace meridian::cli {
+
+// The bytes of an object (by id or name), fetched from a replica (the one at `site`
+// if there is one) into this process. `from` says where it came from.
+StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
+                                       std::string* from = nullptr);
 
 struct PlanOptions {
   std::string fleet;
@@ -131,6 +140,7 @@ struct RunJobOptions {
   std::string job;
   bool json = false;
   bool no_progress = false;
+  std::string output_dir;  // write each result's whole output here (fetched from its object)
 };
 // `meridian run`: submit, follow with a progress bar on stderr, print the results.
 // A job that does not succeed is an error.

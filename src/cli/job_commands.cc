@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -175,6 +177,35 @@ void PrintJob(const model::JobView& v, std::ostream& out, size_t max_tasks) {
   PrintTraffic(v, out);
 }
 
+// Writes each result's whole output to dir/<task> ('/' in names becomes '_'): fetched
+// from the object on the node that made it, or the record's copy when there is none.
+Status SaveResults(client::Client& c, const model::JobView& v, const std::string& dir, std::ostream& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return UnavailableError(fmt::format("{}: {}", dir, ec.message()));
+  int written = 0;
+  int64_t bytes = 0;
+  for (const model::TaskView& t : v.tasks) {
+    if (!t.result || t.record.status != model::TaskStatus::kSucceeded) continue;
+    std::string data = t.record.output;
+    if (!t.record.output_object.empty()) {
+      StatusOr<std::string> whole = FetchObjectBytes(c, t.record.output_object, "");
+      if (!whole.ok()) return whole.status().WithPrefix(fmt::format("the output of {}", t.name));
+      data = std::move(*whole);
+    }
+    std::string file = t.name;
+    std::replace(file.begin(), file.end(), '/', '_');
+    const std::filesystem::path path = std::filesystem::path(dir) / file;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!f) return UnavailableError(fmt::format("{}: cannot write it", path.string()));
+    ++written;
+    bytes += static_cast<int64_t>(data.size());
+  }
+  out << fmt::format("\n{} result{} ({}) written to {}\n", written, written == 1 ? "" : "s", FormatBytes(bytes), dir);
+  return OkStatus();
+}
+
 }  // namespace
 
 Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
@@ -240,10 +271,16 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
       if (++results > 5) continue;
       std::string output = t.record.output.size() > 4096 ? t.record.output.substr(0, 4096) + "\n..." : t.record.output;
       out << fmt::format("\nresult of {}:\n{}{}", t.name, output, output.empty() || output.back() != '\n' ? "\n" : "");
+      if (!t.record.output_object.empty() && t.record.output.size() >= model::kOutputPreviewBytes) {
+        out << fmt::format("(the first {}; the whole output is object {}: meridian objects get {})\n",
+                           FormatBytes(static_cast<int64_t>(t.record.output.size())), t.record.output_object,
+                           t.record.output_object);
+      }
     }
     if (results > 5) out << fmt::format("\n... {} more results (meridian job get {} --json)\n", results - 5, r.job_id);
     PrintTraffic(view, out);
   }
+  if (!o.output_dir.empty()) MERIDIAN_RETURN_IF_ERROR(SaveResults(*c, view, o.output_dir, out));
   if (last.job.status != model::JobStatus::kSucceeded) {
     return AbortedError(fmt::format("job {} {}{}", r.job_id, model::JobStatusName(last.job.status),
                                     last.job.reason.empty() ? "" : ": " + last.job.reason));

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
   add_target(run_cmd, run.target);
   run_cmd->add_flag("--json", run.json, "Print the finished job as JSON");
   run_cmd->add_flag("--no-progress", run.no_progress, "No progress bar");
+  run_cmd->add_option("--output-dir", run.output_dir,
+                      "Write every result's whole output to a file here (fetched from the node that made it)");
 
   cli::JobsOptions jobs;
   CLI::App* jobs_cmd = app.add_subcommand("jobs", "List jobs, newest first");

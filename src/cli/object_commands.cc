@@ -219,6 +219,31 @@ Status RunDataList(const DataListOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
+                                       std::string* from) {
+  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, c.Locate(ref));
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(l.id));
+  const model::ObjectReplica* replica = &l.replicas.front();
+  for (const model::ObjectReplica& r : l.replicas) {
+    if (!site.empty() && r.site == site) replica = &r;
+  }
+  char tmpl[] = "/tmp/meridian-get-XXXXXX";  // mkdtemp replaces the Xs with a unique name
+  if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};
+  MERIDIAN_ASSIGN_OR_RETURN(auto store, objects::ObjectStore::Open(objects::StoreOptions{l.size + 1, cleanup.dir}));
+  StatusOr<objects::FetchStats> f = objects::Fetch(replica->transfer_address, id, *store, objects::FetchOptions{site});
+  if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", l.id, replica->node));
+  MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, store->Pin(id));
+  if (from != nullptr) *from = fmt::format("{}@{}", replica->node, replica->site);
+  return std::string(pinned.data());
+}
+
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.file));
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));

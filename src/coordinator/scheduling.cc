@@ -322,9 +322,10 @@ void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
 void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason, store::StoreBatch& batch) {
   if (model::IsTerminal(job.rec.status)) return;
   // Outputs kept as objects for dependents are not needed any more: the node that
-  // made each drops its reference (result outputs stay in the coordinator's record).
+  // made each drops its reference. Results (outputs nothing read) stay, as objects
+  // on their nodes, for the client to fetch.
   for (TaskRt& t : job.tasks) {
-    if (t.rec.output_object.empty()) continue;
+    if (t.rec.output_object.empty() || t.dependents.empty()) continue;
     auto node = node_by_name_.find(t.rec.node);
     if (node != node_by_name_.end() && nodes_[node->second].alive) {
       nodes_[node->second].outbox.release_objects.push_back(t.rec.output_object);

@@ -153,7 +153,10 @@ struct NodeView {
 // ---- between the coordinator and its agents
 
 // What one task carries back: its output, and the tail of its stdout and stderr.
+// A larger kernel output (up to kMaxObjectOutputBytes) stays on its node as an object
+// and travels as a preview.
 inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
+inline constexpr size_t kMaxObjectOutputBytes = size_t{1} << 30;
 inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
 // What the coordinator keeps of an output its dependents read as an object.
 inline constexpr size_t kOutputPreviewBytes = 4 << 10;
