@@ -189,6 +189,9 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // re-running a succeeded task whose output was lost (and, first, those of its own
   // dependencies that are lost too), with the tasks that wait for it waiting again.
   bool HasLiveReplicaLocked(const std::string& id) const;
+  // What the scheduler weighs a task's placement by: its input objects, and its
+  // dependencies' outputs at the sites where they ran.
+  std::vector<model::ObjectRef> InputsForScheduling(const JobRt& job, const TaskRt& task) const;
   bool DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const;
   void RebuildLocked(JobRt& job, uint32_t task, const std::string& reason, store::StoreBatch& batch);
   // Rebuilds the producers of objects that just lost their last replica.

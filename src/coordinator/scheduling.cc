@@ -68,7 +68,7 @@ void Coordinator::ScheduleLocked() {
     auto [ji, inserted] = job_index.try_emplace(job.rec.id, static_cast<uint32_t>(snap.jobs.size()));
     if (inserted) snap.jobs.push_back(sched::JobState::Submitted(*job.job, job.rec.submitted_us));
     TaskRt& task = job.tasks[it->second.second];
-    snap.queue.push_back(sched::PendingTask{ji->second, TaskId(task.rec.task), job.job->tasks[task.rec.task].inputs,
+    snap.queue.push_back(sched::PendingTask{ji->second, TaskId(task.rec.task), InputsForScheduling(job, task),
                                             it->first});
     offered.emplace_back(&job, &task);
   }
@@ -425,6 +425,27 @@ void Coordinator::DetectFailuresLocked() {
     RebuildLostLocked(lost, "its output was lost: no node holding it came back", batch);
   }
   Commit(batch);
+}
+
+std::vector<model::ObjectRef> Coordinator::InputsForScheduling(const JobRt& job, const TaskRt& task) const {
+  const model::Task& spec = job.job->tasks[task.rec.task];
+  std::vector<model::ObjectRef> inputs = spec.inputs;
+  // Dependencies' outputs sit where they ran: a merge goes where its inputs are.
+  for (TaskId d : spec.after) {
+    const model::TaskRecord& dep = job.tasks[d.value()].rec;
+    std::optional<SiteId> site = fleet_.FindSite(dep.site);
+    if (!site) continue;
+    model::ObjectRef ref;
+    ref.name = TaskName(job, d.value());
+    ref.size_bytes = static_cast<int64_t>(dep.output.size());
+    if (auto it = objects_.find(dep.output_object); !dep.output_object.empty() && it != objects_.end()) {
+      ref.size_bytes = it->second.size;
+    }
+    ref.locations.push_back(*site);
+    ref.object_id = dep.output_object;
+    inputs.push_back(std::move(ref));
+  }
+  return inputs;
 }
 
 bool Coordinator::HasLiveReplicaLocked(const std::string& id) const {

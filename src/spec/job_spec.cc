@@ -28,6 +28,7 @@ struct TaskTemplate {
   std::vector<std::string> dataset_inputs;
   std::string map_over;
   std::string reduce_of;
+  int64_t fan_in = 0;  // reduce in a tree of this fan-in; 0: one task over everything
   int64_t replicas = 1;
   int64_t count = 1;
   std::vector<TaskId> expanded;  // ids after expansion
@@ -55,6 +56,8 @@ class JobParser {
   Status Expand();
   Status Link();
   Status CheckAcyclic() const;
+  // Adds the inner levels of a reduce tree over `level`; returns the last level.
+  std::vector<TaskId> ReduceTree(const TaskTemplate& tmpl, std::vector<TaskId> level);
   // Whether `name` is a dataset: declared in the spec, or found by the resolver (and
   // then added to the job).
   bool KnowDataset(const std::string& name) const;
@@ -302,7 +305,15 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     }
     tmpl->map_over = over.substr(kDatasetScheme.size());
   }
-  MERIDIAN_RETURN_IF_ERROR(r_.String(t, "reduce", path, &tmpl->reduce_of));
+  if (YAML::Node red = t["reduce"]; red && red.IsMap()) {
+    const std::string rpath = Field(path, "reduce");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(red, rpath, {"of", "fan_in"}));
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(red, "of", rpath, &tmpl->reduce_of));
+    if (!red["fan_in"]) return r_.Error(red, rpath, "missing required field 'fan_in' (or write reduce: NAME)");
+    MERIDIAN_RETURN_IF_ERROR(r_.Int(red, "fan_in", rpath, 2, 1024, &tmpl->fan_in));
+  } else {
+    MERIDIAN_RETURN_IF_ERROR(r_.String(t, "reduce", path, &tmpl->reduce_of));
+  }
   MERIDIAN_RETURN_IF_ERROR(r_.StringList(t, "after", path, &tmpl->after));
   MERIDIAN_RETURN_IF_ERROR(r_.Unit(t, "output_size", path, ParseBytes, &task.output_bytes));
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "replicas", path, 1, 4096, &tmpl->replicas));
@@ -362,12 +373,36 @@ Status JobParser::Link() {
       if (it->second == static_cast<size_t>(&tmpl - templates_.data())) {
         return r_.Error(tmpl.node, tmpl.path, "a task cannot depend on itself");
       }
+      std::vector<TaskId> inputs = templates_[it->second].expanded;
+      if (dep == tmpl.reduce_of && tmpl.fan_in > 0) inputs = ReduceTree(tmpl, std::move(inputs));
       for (TaskId id : tmpl.expanded) {
-        for (TaskId d : templates_[it->second].expanded) job_.tasks[id.value()].after.push_back(d);
+        for (TaskId d : inputs) job_.tasks[id.value()].after.push_back(d);
       }
     }
   }
   return CheckAcyclic();
+}
+
+std::vector<TaskId> JobParser::ReduceTree(const TaskTemplate& tmpl, std::vector<TaskId> level) {
+  // Merge `fan_in` at a time, level by level, until one task's worth is left; the
+  // template's own task then merges the last level. Neighbours merge together (a
+  // dataset's shards are in order, so they tend to share a site).
+  const Task& base = job_.tasks[tmpl.expanded.front().value()];
+  for (int depth = 1; level.size() > static_cast<size_t>(tmpl.fan_in); ++depth) {
+    std::vector<TaskId> next;
+    for (size_t start = 0; start < level.size(); start += static_cast<size_t>(tmpl.fan_in)) {
+      Task task = base;
+      task.id = TaskId(static_cast<uint32_t>(job_.tasks.size()));
+      task.index = static_cast<uint32_t>(next.size());
+      task.name = fmt::format("{}/l{}-{}", tmpl.task.name, depth, next.size());
+      task.after.assign(level.begin() + static_cast<std::ptrdiff_t>(start),
+                        level.begin() + static_cast<std::ptrdiff_t>(std::min(level.size(), start + tmpl.fan_in)));
+      next.push_back(task.id);
+      job_.tasks.push_back(std::move(task));
+    }
+    level = std::move(next);
+  }
+  return level;
 }
 
 Status JobParser::CheckAcyclic() const {

@@ -1,5 +1,7 @@
 #include "spec/job_spec.h"
 
+#include <map>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -115,6 +117,33 @@ struct BadJob {
 };
 
 class BadJobTest : public JobSpecTest, public ::testing::WithParamInterface<BadJob> {};
+
+TEST_F(JobSpecTest, ReduceWithAFanInBuildsATree) {
+  StatusOr<model::Job> job = Parse(
+      "name: tree\ntasks:\n  - {name: part, kernel: sum, count: 10}\n"
+      "  - {name: total, kernel: sum, reduce: {of: part, fan_in: 3}}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // 10 parts -> 4 merges of up to 3 -> 2 merges -> total over those 2.
+  std::map<std::string, std::vector<std::string>> deps;
+  for (const model::Task& t : job->tasks) {
+    for (TaskId d : t.after) deps[t.name].push_back(job->tasks[d.value()].name);
+  }
+  EXPECT_EQ(job->tasks.size(), 10u + 4u + 2u + 1u);
+  EXPECT_EQ(deps["total/l1-0"], (std::vector<std::string>{"part/0", "part/1", "part/2"}));
+  EXPECT_EQ(deps["total/l1-3"], (std::vector<std::string>{"part/9"}));
+  EXPECT_EQ(deps["total/l2-1"], (std::vector<std::string>{"total/l1-3"}));
+  EXPECT_EQ(deps["total"], (std::vector<std::string>{"total/l2-0", "total/l2-1"}));
+  // A fan-in at least the number of inputs is one task, as without it.
+  StatusOr<model::Job> flat = Parse(
+      "name: flat\ntasks:\n  - {name: part, kernel: sum, count: 3}\n"
+      "  - {name: total, kernel: sum, reduce: {of: part, fan_in: 8}}\n");
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->tasks.size(), 4u);
+  StatusOr<model::Job> bad = Parse("name: x\ntasks:\n  - {name: part, kernel: sum}\n"
+                                   "  - {name: total, kernel: sum, reduce: {of: part, fan_in: 1}}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("fan_in"));
+}
 
 TEST_P(BadJobTest, RejectsWithLocatedMessageAndLoadsNothing) {
   const BadJob& c = GetParam();
