@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <fstream>
 #include <iostream>
 
@@ -219,29 +221,57 @@ Status RunDataList(const DataListOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
-StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
-                                       std::string* from) {
-  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, c.Locate(ref));
-  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(l.id));
-  const model::ObjectReplica* replica = &l.replicas.front();
-  for (const model::ObjectReplica& r : l.replicas) {
-    if (!site.empty() && r.site == site) replica = &r;
+namespace {
+
+// An object fetched into a store of this process's own, in a temporary directory, for
+// as long as this lives. Members go in reverse order: pin, store, directory.
+struct FetchedObject {
+  struct TempDir {
+    std::string path;
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  } dir;
+  std::unique_ptr<objects::ObjectStore> store;
+  std::optional<objects::Pinned> pinned;
+  model::ObjectLocation location;
+  model::ObjectReplica from;
+  objects::FetchStats stats;
+};
+
+// Fetches `ref` (an id or a name) from the replica at `site` if there is one, else the
+// first, shaped by the link between them when the cluster emulates the WAN.
+StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const std::string& ref,
+                                                     const std::string& site) {
+  auto out = std::make_unique<FetchedObject>();
+  MERIDIAN_ASSIGN_OR_RETURN(out->location, c.Locate(ref));
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(out->location.id));
+  out->from = out->location.replicas.front();
+  for (const model::ObjectReplica& r : out->location.replicas) {
+    if (!site.empty() && r.site == site) out->from = r;
   }
   char tmpl[] = "/tmp/meridian-get-XXXXXX";  // mkdtemp replaces the Xs with a unique name
   if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{tmpl};
-  MERIDIAN_ASSIGN_OR_RETURN(auto store, objects::ObjectStore::Open(objects::StoreOptions{l.size + 1, cleanup.dir}));
-  StatusOr<objects::FetchStats> f = objects::Fetch(replica->transfer_address, id, *store, objects::FetchOptions{site});
-  if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", l.id, replica->node));
-  MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, store->Pin(id));
-  if (from != nullptr) *from = fmt::format("{}@{}", replica->node, replica->site);
-  return std::string(pinned.data());
+  out->dir.path = tmpl;
+  MERIDIAN_ASSIGN_OR_RETURN(out->store,
+                            objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir.path}));
+  StatusOr<objects::FetchStats> f =
+      objects::Fetch(out->from.transfer_address, id, *out->store, objects::FetchOptions{site});
+  if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));
+  out->stats = *f;
+  MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, out->store->Pin(id));
+  out->pinned.emplace(std::move(pinned));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
+                                       std::string* from) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> f, FetchObject(c, ref, site));
+  if (from != nullptr) *from = fmt::format("{}@{}", f->from.node, f->from.site);
+  return std::string(f->pinned->data());
 }
 
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
@@ -261,26 +291,11 @@ Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
 Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
   client::Client c(address);
-  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, c.Locate(o.ref));
-  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(l.id));
-  // The replica at our site if there is one, else the first.
-  const model::ObjectReplica* from = &l.replicas.front();
-  for (const model::ObjectReplica& r : l.replicas) {
-    if (!o.site.empty() && r.site == o.site) from = &r;
-  }
-  char tmpl[] = "/tmp/meridian-get-XXXXXX";  // mkdtemp replaces the Xs with a unique name
-  if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{tmpl};
-  MERIDIAN_ASSIGN_OR_RETURN(auto store, objects::ObjectStore::Open(objects::StoreOptions{l.size + 1, cleanup.dir}));
-  StatusOr<objects::FetchStats> f = objects::Fetch(from->transfer_address, id, *store, objects::FetchOptions{o.site});
-  if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", l.id, from->node));
-  MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, store->Pin(id));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> fetched, FetchObject(c, o.ref, o.site));
+  const model::ObjectLocation& l = fetched->location;
+  const model::ObjectReplica* from = &fetched->from;
+  const objects::FetchStats* f = &fetched->stats;
+  const objects::Pinned& pinned = *fetched->pinned;
   if (o.output.empty() || o.output == "-") {
     std::cout.write(pinned.data().data(), static_cast<std::streamsize>(pinned.data().size()));
     std::cout.flush();
