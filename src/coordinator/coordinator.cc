@@ -117,7 +117,13 @@ Status Coordinator::LoadState() {
         if (job.tasks[d.value()].rec.status != TaskStatus::kSucceeded) ++t.deps_left;
       }
       switch (t.rec.status) {
-        case TaskStatus::kSucceeded: ++job.counts.succeeded; break;
+        case TaskStatus::kSucceeded:
+          ++job.counts.succeeded;
+          // Lineage across the restart: who makes the outputs still to be read.
+          if (!t.rec.output_object.empty() && !t.dependents.empty() && !model::IsTerminal(job.rec.status)) {
+            producers_[t.rec.output_object].insert({id, static_cast<uint32_t>(i)});
+          }
+          break;
         case TaskStatus::kFailed: ++job.counts.failed; break;
         case TaskStatus::kCancelled: ++job.counts.cancelled; break;
         case TaskStatus::kBlocked: ++job.counts.waiting; break;

@@ -76,11 +76,13 @@ class CoordinatorTest : public ::testing::Test {
     return b.ok() ? b->assignments : std::vector<model::TaskAssignment>{};
   }
 
-  void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates) {
+  void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates,
+              std::vector<model::HeldObject> objects_added = {}) {
     model::AgentHeartbeat hb;
     hb.node_id = node.node_id;
     hb.session = node.session;
     hb.updates = std::move(updates);
+    hb.objects_added = std::move(objects_added);
     auto r = coord_->Heartbeat(hb);
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(*r);
@@ -215,6 +217,61 @@ TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
   ASSERT_EQ(nodes.size(), 2u);
   EXPECT_FALSE(nodes[0].alive);
   EXPECT_TRUE(nodes[1].alive);
+}
+
+TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto r = coord_->Submit(
+      "name: chain\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
+      "  - {name: b, kernel: sum, after: [a]}\n  - {name: c, kernel: sum, after: [b]}\n",
+      "chain.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string ka(32, 'a'), kb(32, 'b');
+  auto with_object = [](model::TaskUpdate u, const std::string& id) {
+    u.output_object = model::HeldObject{id, static_cast<int64_t>(u.output.size())};
+    return u;
+  };
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  Report(n1, {with_object(Done(a[0].key, "10"), ka)}, {model::HeldObject{ka, 2}});
+  std::vector<model::TaskAssignment> b = Next(n1);
+  ASSERT_EQ(b.size(), 1u);
+  // b reads a's output from n1, where it is an object.
+  ASSERT_EQ(b[0].dep_objects.size(), 1u);
+  EXPECT_EQ(b[0].dep_objects[0].id, ka);
+  ASSERT_EQ(b[0].dep_objects[0].replicas.size(), 1u);
+  EXPECT_EQ(b[0].dep_objects[0].replicas[0].node, "n1");
+  Report(n1, {with_object(Done(b[0].key, "10"), kb)}, {model::HeldObject{kb, 2}});
+  std::vector<model::TaskAssignment> c = Next(n1);
+  ASSERT_EQ(c.size(), 1u);
+  // n1 dies with c running and both outputs: c is lost, b must be made again, and b
+  // needs a, whose output went with n1 too.
+  model::RegistrationReply n2 = Register(Node("n2"));
+  env_.fake().Advance(1'500'000);
+  Report(n2, {});
+  std::vector<model::TaskAssignment> a2 = Next(n2);
+  ASSERT_EQ(a2.size(), 1u);
+  EXPECT_EQ(a2[0].task_name, "a");
+  EXPECT_EQ(a2[0].key.attempt, 2);
+  Report(n2, {with_object(Done(a2[0].key, "10"), ka)}, {model::HeldObject{ka, 2}});
+  std::vector<model::TaskAssignment> b2 = Next(n2);
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].task_name, "b");
+  ASSERT_EQ(b2[0].dep_objects[0].replicas.size(), 1u);
+  EXPECT_EQ(b2[0].dep_objects[0].replicas[0].node, "n2");
+  Report(n2, {with_object(Done(b2[0].key, "10"), kb)}, {model::HeldObject{kb, 2}});
+  std::vector<model::TaskAssignment> c2 = Next(n2);
+  ASSERT_EQ(c2.size(), 1u);
+  EXPECT_EQ(c2[0].task_name, "c");
+  Report(n2, {Done(c2[0].key, "10")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded) << v.summary.job.reason;
+  EXPECT_EQ(v.summary.succeeded, 3);
+  EXPECT_EQ(v.tasks[0].history.front().outcome, "output lost");
+  EXPECT_NE(v.tasks[0].history.front().reason.find("lost with node n1"), std::string::npos);
+  EXPECT_EQ(v.tasks[1].history.front().outcome, "output lost");
+  EXPECT_EQ(v.tasks[2].history.front().outcome, "lost");
 }
 
 TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingFinished) {

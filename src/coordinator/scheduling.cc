@@ -501,17 +501,21 @@ void Coordinator::RebuildLocked(JobRt& job, uint32_t t, const std::string& reaso
   task.rec.output.clear();
   task.rec.output_object.clear();
   task.rec.reason = reason;
+  task.rec.status = TaskStatus::kBlocked;  // not done: its inputs count as needed below
   --job.counts.succeeded;
   ++job.counts.waiting;
   // Its own inputs first: dependencies still being made, or whose outputs are lost too.
-  task.deps_left = 0;
   for (TaskId d : job.job->tasks[t].after) {
     TaskRt& dep = job.tasks[d.value()];
     if (dep.rec.status == TaskStatus::kSucceeded && !dep.rec.output_object.empty() &&
         !HasLiveReplicaLocked(dep.rec.output_object)) {
       RebuildLocked(job, d.value(), reason, batch);
     }
-    if (dep.rec.status != TaskStatus::kSucceeded) ++task.deps_left;
+  }
+  // Counted afterwards: the rebuilds above count this task among their waiters too.
+  task.deps_left = 0;
+  for (TaskId d : job.job->tasks[t].after) {
+    if (job.tasks[d.value()].rec.status != TaskStatus::kSucceeded) ++task.deps_left;
   }
   task.rec.status = task.deps_left > 0 ? TaskStatus::kBlocked : TaskStatus::kQueued;
   if (task.rec.status == TaskStatus::kQueued) Enqueue(task);
