@@ -376,12 +376,23 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
                    {"devices_allocated_milli", n.devices_allocated_milli}, {"load_average", n.load_average},
                    {"heartbeat_age_us", n.heartbeat_age_us},
                    {"price_micro_usd_per_hour", n.node.price_micro_usd_per_hour}});
+      json sent = json::array();
+      for (const model::LinkTraffic& x : n.sent) {
+        sent.push_back({{"to_site", x.to_site}, {"bytes", x.bytes}, {"transfers", x.transfers},
+                        {"egress_micro_usd", x.egress_micro_usd}});
+      }
+      j.back()["sent"] = sent;
     }
     out << j.dump(2) << '\n';
     return OkStatus();
   }
-  Table t({"node", "site", "state", "devices", "cpu used", "devices used", "tasks", "load", "heartbeat"});
+  Table t({"node", "site", "state", "devices", "cpu used", "devices used", "tasks", "load", "sent to sites",
+           "heartbeat"});
   for (const model::NodeView& n : nodes) {
+    // Bytes its transfers sent to other sites (not its own site's reads, nor clients
+    // that named no site).
+    int64_t wan = 0;
+    for (const model::LinkTraffic& x : n.sent) wan += x.to_site != n.site && !x.to_site.empty() ? x.bytes : 0;
     std::string devices = "-";
     if (!n.node.devices.empty()) {
       devices = fmt::format("{} x{} {}", n.node.devices.front().type, n.node.devices.size(),
@@ -392,7 +403,7 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
            n.node.devices.empty() ? "-"
                                   : fmt::format("{}/{}", FormatMilli(n.devices_allocated_milli),
                                                 n.node.devices.size()),
-           std::to_string(n.running), fmt::format("{:.2f}", n.load_average),
+           std::to_string(n.running), fmt::format("{:.2f}", n.load_average), FormatBytes(wan),
            FormatDurationUs(n.heartbeat_age_us) + " ago"});
   }
   t.Print(out);

@@ -606,6 +606,7 @@ std::vector<model::NodeView> Coordinator::ListNodes() {
     for (int32_t free : f.device_free_milli) v.devices_allocated_milli += 1000 - free;
     v.load_average = rt.load_average;
     v.registered_us = rt.registered_us;
+    for (const auto& [site, t] : rt.traffic) v.sent.push_back(t);
     out.push_back(std::move(v));
   }
   return out;

@@ -136,6 +136,14 @@ struct JobView {
   std::vector<SiteBytes> input_bytes;  // where its input data sat at submission
 };
 
+// What an agent's transfer server has sent to one site, since it started.
+struct LinkTraffic {
+  std::string to_site;
+  int64_t bytes = 0;
+  int64_t transfers = 0;
+  int64_t egress_micro_usd = 0;
+};
+
 // A node as the coordinator's registry sees it.
 struct NodeView {
   Node node;
@@ -148,6 +156,7 @@ struct NodeView {
   int32_t devices_allocated_milli = 0;
   double load_average = 0;
   int64_t registered_us = 0;
+  std::vector<LinkTraffic> sent;  // what its transfer server sent, by destination site
 };
 
 // ---- between the coordinator and its agents
@@ -241,13 +250,6 @@ struct TaskUpdate {
   HeldObject output_object;              // its output, stored on the node (id empty if none)
 };
 
-// What an agent's transfer server has sent to one site, since it started.
-struct LinkTraffic {
-  std::string to_site;
-  int64_t bytes = 0;
-  int64_t transfers = 0;
-  int64_t egress_micro_usd = 0;
-};
 
 // A link the agent's transfers emulate (a local cluster playing several sites).
 struct EmulatedLink {

@@ -434,6 +434,13 @@ void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
   out->set_devices_allocated_milli(n.devices_allocated_milli);
   out->set_load_average(n.load_average);
   out->set_registered_us(n.registered_us);
+  for (const model::LinkTraffic& t : n.sent) {
+    v1::LinkTraffic* p = out->add_sent();
+    p->set_to_site(t.to_site);
+    p->set_bytes(t.bytes);
+    p->set_transfers(t.transfers);
+    p->set_egress_micro_usd(t.egress_micro_usd);
+  }
 }
 
 model::NodeView FromProto(const v1::NodeInfo& in) {
@@ -449,6 +456,9 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
   n.devices_allocated_milli = in.devices_allocated_milli();
   n.load_average = in.load_average();
   n.registered_us = in.registered_us();
+  for (const v1::LinkTraffic& t : in.sent()) {
+    n.sent.push_back(model::LinkTraffic{t.to_site(), t.bytes(), t.transfers(), t.egress_micro_usd()});
+  }
   return n;
 }
 
