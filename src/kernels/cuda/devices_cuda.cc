@@ -14,7 +14,7 @@ std::vector<GpuInfo> DiscoverGpus(std::string* note) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    if (note) *note = fmt::format("no CUDA device: {}", cudaGetErrorString(err));
+    if (note) *note = fmt::format("no NVIDIA GPU or driver here (CUDA: {})", cudaGetErrorString(err));
     return out;
   }
   for (int i = 0; i < count; ++i) {

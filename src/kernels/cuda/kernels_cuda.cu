@@ -207,6 +207,9 @@ std::string DeviceName(int device, std::string* name) {
   cudaDeviceProp prop{};
   cudaError_t e = cudaGetDeviceProperties(&prop, device);
   cudaGetLastError();  // not sticky: later calls on this thread start clean
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+    return std::string("no NVIDIA GPU or driver on this machine (CUDA: ") + cudaGetErrorString(e) + ")";
+  }
   if (e != cudaSuccess) return Error("cudaGetDeviceProperties", e);
   *name = prop.name;
   return {};
