@@ -15,7 +15,7 @@ meridian=build/release/meridian
 fleet=examples/fleets/three-sites.yaml
 "$meridian" up --fleet "$fleet" >/dev/null
 if ! "$meridian" data ls weblogs >/dev/null 2>&1; then
-  logs=$(mktemp -d /tmp/meridian-weblogs-XXXXXX)
+  logs=$(mktemp -d /tmp/meridian-weblogs-XXXXXX)  # mktemp fills in the Xs
   trap 'rm -rf "$logs"' EXIT
   echo "\$ examples/analytics/make-logs.sh $logs"
   examples/analytics/make-logs.sh "$logs"

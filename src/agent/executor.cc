@@ -122,23 +122,23 @@ void Executor::KernelWorker() {
 Status Executor::GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs,
                               model::TaskUpdate& u) {
   inputs.clear();
-  for (const model::ObjectLocation& object : a.input_objects) {
+  auto fetch = [&](const model::ObjectLocation& object, const std::string& what) -> Status {
     if (!options_.fetch) return UnavailableError("this agent cannot fetch input objects");
     StatusOr<FetchedInput> got = options_.fetch(object);
-    if (!got.ok()) return got.status().WithPrefix(fmt::format("input {}", object.name.empty() ? object.id : object.name));
+    if (!got.ok()) return got.status().WithPrefix(what);
     u.transfers.push_back(got->transfer);
     inputs.emplace_back(got->data);
+    return OkStatus();
+  };
+  for (const model::ObjectLocation& object : a.input_objects) {
+    MERIDIAN_RETURN_IF_ERROR(fetch(object, fmt::format("input {}", object.name.empty() ? object.id : object.name)));
   }
   for (size_t i = 0; i < a.inputs.size(); ++i) {
-    if (i >= a.dep_objects.size() || a.dep_objects[i].id.empty()) {
+    if (i < a.dep_objects.size() && !a.dep_objects[i].id.empty()) {
+      MERIDIAN_RETURN_IF_ERROR(fetch(a.dep_objects[i], fmt::format("the output of {}", a.dep_objects[i].name)));
+    } else {
       inputs.push_back(a.inputs[i]);
-      continue;
     }
-    if (!options_.fetch) return UnavailableError("this agent cannot fetch input objects");
-    StatusOr<FetchedInput> got = options_.fetch(a.dep_objects[i]);
-    if (!got.ok()) return got.status().WithPrefix(fmt::format("the output of {}", a.dep_objects[i].name));
-    u.transfers.push_back(got->transfer);
-    inputs.emplace_back(got->data);
   }
   return OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/temp_dir.h"
 
 namespace meridian::cli {
 
@@ -20,7 +21,7 @@ class BenchCluster {
   const std::string& address() const { return address_; }
 
  private:
-  std::string dir_;
+  std::unique_ptr<TempDir> dir_;  // removed after the destructor's `down`
   std::string address_;
 };
 

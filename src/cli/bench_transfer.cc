@@ -1,12 +1,9 @@
 // meridian bench transfer: one object of --bytes moved between two object stores over
 // loopback by the transfer layer agents use (objects/transfer.h), against iperf3
 // measured on the same loopback in the same run.
-#include <stdlib.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,24 +12,13 @@
 #include "cli/commands.h"
 #include "common/net.h"
 #include "common/subprocess.h"
+#include "common/temp_dir.h"
 #include "common/units.h"
 #include "objects/transfer.h"
 
 namespace meridian::cli {
 namespace {
-namespace fs = std::filesystem;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/meridian-bench-XXXXXX";  // mkdtemp replaces the Xs with a unique name
-    path = mkdtemp(tmpl) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
 
 // iperf3, one stream of `bytes` to a one-off server on loopback: bits per second.
 StatusOr<double> Iperf3(int64_t bytes) {
@@ -75,11 +61,10 @@ StatusOr<double> Iperf3(int64_t bytes) {
 
 Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   if (o.bytes < 1 || o.bytes > (int64_t{64} << 30)) return InvalidArgumentError("--bytes: expected 1 to 64 GiB");
-  TempDir dir;
-  if (dir.path.empty()) return UnavailableError("cannot create a temporary directory");
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench"));
   const int64_t capacity = o.bytes * 2 + (int64_t{64} << 20);
-  MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir.path + "/a"}));
-  MERIDIAN_ASSIGN_OR_RETURN(auto b, objects::ObjectStore::Open({capacity, dir.path + "/b"}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir->path() + "/a"}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto b, objects::ObjectStore::Open({capacity, dir->path() + "/b"}));
   MERIDIAN_ASSIGN_OR_RETURN(auto server, objects::TransferServer::Start(*a, objects::TransferServerOptions{}));
 
   // The object: distinct 8-byte words, so nothing compresses or repeats.

@@ -1,8 +1,6 @@
 // meridian objects put|get|ls: objects in a cluster's agents. The coordinator's
 // directory says where an object is (or where to put one); the bytes move between
 // this process and an agent over the transfer protocol (objects/transfer.h).
-#include <stdlib.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -17,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "client/client.h"
+#include "common/temp_dir.h"
 #include "common/units.h"
 #include "objects/transfer.h"
 
@@ -226,13 +225,7 @@ namespace {
 // An object fetched into a store of this process's own, in a temporary directory, for
 // as long as this lives. Members go in reverse order: pin, store, directory.
 struct FetchedObject {
-  struct TempDir {
-    std::string path;
-    ~TempDir() {
-      std::error_code ec;
-      if (!path.empty()) fs::remove_all(path, ec);
-    }
-  } dir;
+  std::unique_ptr<TempDir> dir;
   std::unique_ptr<objects::ObjectStore> store;
   std::optional<objects::Pinned> pinned;
   model::ObjectLocation location;
@@ -251,11 +244,9 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const st
   for (const model::ObjectReplica& r : out->location.replicas) {
     if (!site.empty() && r.site == site) out->from = r;
   }
-  char tmpl[] = "/tmp/meridian-get-XXXXXX";  // mkdtemp replaces the Xs with a unique name
-  if (mkdtemp(tmpl) == nullptr) return UnavailableError("cannot create a temporary directory");
-  out->dir.path = tmpl;
+  MERIDIAN_ASSIGN_OR_RETURN(out->dir, TempDir::Make("meridian-get"));
   MERIDIAN_ASSIGN_OR_RETURN(out->store,
-                            objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir.path}));
+                            objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir->path()}));
   StatusOr<objects::FetchStats> f =
       objects::Fetch(out->from.transfer_address, id, *out->store, objects::FetchOptions{site});
   if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));

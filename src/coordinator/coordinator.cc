@@ -247,8 +247,7 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
             "datasets put in the cluster: 'meridian data put --name NAME PATH', then dataset://NAME",
             t.name, in.name));
       }
-      auto it = objects_.find(in.object_id);
-      if (it == objects_.end() || LocationLocked(in.object_id, it->second).replicas.empty()) {
+      if (!HasLiveReplicaLocked(in.object_id)) {
         return FailedPreconditionError(
             fmt::format("task '{}' reads {} ({}), which no live node holds: it was lost", t.name, in.name, in.object_id));
       }

@@ -216,11 +216,11 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const std::string& name,
   }
   store::StoreBatch batch;
   for (size_t i = 0; i < shards.size(); ++i) {
-    auto it = objects_.find(shards[i].id);
-    if (it == objects_.end() || LocationLocked(shards[i].id, it->second).replicas.empty()) {
+    if (!HasLiveReplicaLocked(shards[i].id)) {
       return FailedPreconditionError(fmt::format("shard {} ({}) is not in the cluster: put it first", i, shards[i].id));
     }
-    batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i), model::HeldObject{shards[i].id, it->second.size}});
+    batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i),
+                                            model::HeldObject{shards[i].id, objects_.at(shards[i].id).size}});
   }
   Commit(batch);
   std::vector<model::HeldObject>& stored = datasets_[name];

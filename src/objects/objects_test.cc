@@ -1,11 +1,10 @@
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
+#include "common/temp_dir.h"
 #include "objects/store.h"
 #include "objects/transfer.h"
 
@@ -14,16 +13,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory under /tmp, removed at the end.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/meridian-objects-XXXXXX";  // mkdtemp replaces the Xs
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct ScratchDir {
+  std::unique_ptr<meridian::TempDir> dir = std::move(*meridian::TempDir::Make("meridian-objects"));
+  std::string path = dir->path();
 };
 
 // Bytes that differ everywhere (SplitMix64), so a misplaced chunk cannot go unnoticed.
@@ -59,7 +51,7 @@ TEST(ObjectIdTest, IsDerivedFromTheContentAndRoundTripsAsHex) {
 }
 
 TEST(ObjectStoreTest, SpillsLeastRecentlyUsedAndReadsBack) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = OpenStore(dir.path, 3 * 1000);
   std::vector<ObjectId> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(*store->Put(Pattern(1000, i)));
@@ -78,7 +70,7 @@ TEST(ObjectStoreTest, SpillsLeastRecentlyUsedAndReadsBack) {
 }
 
 TEST(ObjectStoreTest, PinnedObjectsStayInMemoryAndReleaseDeletes) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = OpenStore(dir.path, 1500);
   ObjectId a = *store->Put(Pattern(1000, 1));
   {
@@ -102,7 +94,7 @@ TEST(ObjectStoreTest, PinnedObjectsStayInMemoryAndReleaseDeletes) {
 }
 
 TEST(ObjectStoreTest, RefusesBytesThatDoNotMatchTheirId) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = OpenStore(dir.path);
   Status s = store->PutVerified(ObjectId::Of("right"), Bytes::Copy("wrong"));
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
@@ -111,7 +103,7 @@ TEST(ObjectStoreTest, RefusesBytesThatDoNotMatchTheirId) {
 
 // Two stores at two sites, a server in front of the first.
 struct Pair {
-  TempDir dir_a, dir_b;
+  ScratchDir dir_a, dir_b;
   std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
   std::unique_ptr<TransferServer> server;
   explicit Pair(std::map<std::string, LinkShape> links = {}) {
@@ -199,7 +191,7 @@ TEST(TransferTest, TheLinkShapesTheTransferAndIsCounted) {
   EXPECT_EQ(c.egress_micro_usd, 83);
   // Another site's link is not shaped and counted apart.
   ObjectId small = *p.a->Put("small");
-  TempDir dir_c;
+  ScratchDir dir_c;
   auto c_store = OpenStore(dir_c.path);
   ASSERT_TRUE(Fetch(p.server->address(), small, *c_store, FetchOptions{"factory"}).ok());
   EXPECT_EQ(p.server->sent().at("factory").bytes, 5);
@@ -212,7 +204,7 @@ namespace meridian::objects {
 namespace {
 
 TEST(TransferTest, PushStoresAnObjectOnTheServer) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = OpenStore(dir.path);
   int64_t added = 0;
   store->SetListener([&](const ObjectId&, int64_t size, bool is_added) { added += is_added ? size : -size; });
