@@ -492,8 +492,10 @@ void Coordinator::Reconcile(int32_t index, const model::AgentRegistration& reg, 
 }
 
 StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegistration& reg) {
-  if (reg.node.name.empty()) return InvalidArgumentError("a node must have a name");
+  // A registration comes off the network: nothing it declares is trusted until checked.
+  MERIDIAN_RETURN_IF_ERROR(model::CheckNodeSpec(reg.node));
   if (reg.site.empty()) return InvalidArgumentError(fmt::format("node '{}' names no site", reg.node.name));
+  MERIDIAN_RETURN_IF_ERROR(model::CheckName(reg.site, fmt::format("node '{}': site", reg.node.name)));
   std::unique_lock<std::mutex> lock(mu_);
   MERIDIAN_ASSIGN_OR_RETURN(SiteId site, SiteFor(reg));
   model::Node node = reg.node;

@@ -3,6 +3,7 @@
 // SQLite file.
 #include "coordinator/coordinator.h"
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -184,6 +185,55 @@ TEST_F(CoordinatorTest, BadSubmissionsAreRejectedAndLeaveNoJob) {
   EXPECT_TRUE(coord_->ListJobs(0).empty());
   EXPECT_EQ(coord_->GetJob(42, false).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Register(Node("")).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, ImpossibleNodeSpecsAreRefusedAndRegisterNothing) {
+  Start();
+  auto with = [](auto change) {
+    model::AgentRegistration r = Node("n1");
+    change(r);
+    return r;
+  };
+  struct Case {
+    model::AgentRegistration reg;
+    const char* want;
+  };
+  const Case cases[] = {
+      {with([](auto& r) { r.node.cpu_milli = -4000; }), "node 'n1': cpu: expected 1m to 4096 cores, got -4000m"},
+      {with([](auto& r) { r.node.cpu_milli = 10'000'000; }), "node 'n1': cpu: expected 1m to 4096 cores"},
+      {with([](auto& r) { r.node.memory_bytes = 0; }), "node 'n1': memory: expected 1 byte to 64 TiB"},
+      {with([](auto& r) { r.node.disk_bytes = -1; }), "node 'n1': disk"},
+      {with([](auto& r) { r.node.price_micro_usd_per_hour = -5; }), "node 'n1': price"},
+      {with([](auto& r) { r.node.devices.assign(65, model::Device{"T4", 0, 16 << 20, true, 1.0}); }),
+       "node 'n1': devices: at most 64 devices, got 65"},
+      {with([](auto& r) { r.node.devices = {model::Device{"T4", 0, 16 << 20, true, std::nan("")}}; }),
+       "node 'n1': devices[0]: speed"},
+      {with([](auto& r) { r.node.name = "../etc"; }), "node name: '../etc': a name must not start with '.'"},
+      {with([](auto& r) { r.node.name = "a b"; }), "node name: \"a b\" has the character ' '"},
+      {with([](auto& r) { r.site = "s1\nforged"; }), "node 'n1': site: \"s1\\nforged\" has the character '\\n'"},
+  };
+  for (const Case& c : cases) {
+    auto reply = coord_->Register(c.reg);
+    ASSERT_FALSE(reply.ok()) << c.want;
+    EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(reply.status().message().find(c.want), std::string::npos) << reply.status().message();
+  }
+  EXPECT_TRUE(coord_->ListNodes().empty());
+}
+
+TEST_F(CoordinatorTest, DatasetAndObjectNamesAreCheckedBeforeAnythingIsStored) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  const std::string id(32, 'a');
+  Report(n, {}, {model::HeldObject{id, 10}});
+  for (const char* name : {"..", ".", "a/b", "two\nlines", "tab\there", ""}) {
+    auto d = coord_->DefineDataset(name, {model::HeldObject{id, 10}});
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(d.status().message().find("dataset name"), std::string::npos) << d.status().message();
+  }
+  EXPECT_EQ(coord_->Commit(id, 10, n.node_id, "..").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(coord_->ListDatasets().empty());
+  ASSERT_TRUE(coord_->DefineDataset("logs-2026.v1", {model::HeldObject{id, 10}}).ok());
 }
 
 TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {

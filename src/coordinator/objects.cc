@@ -151,6 +151,7 @@ StatusOr<model::ObjectReplica> Coordinator::PlacePut(int64_t size, const std::st
 StatusOr<model::ObjectLocation> Coordinator::Commit(const std::string& id, int64_t size, uint32_t node_id,
                                                     const std::string& name) {
   if (!LooksLikeId(id)) return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits)", id));
+  if (!name.empty()) MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "object name"));
   if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("name '{}' would read as an object id", name));
   std::lock_guard<std::mutex> lock(mu_);
   if (node_id >= nodes_.size() || !nodes_[node_id].alive) {
@@ -206,9 +207,8 @@ model::DatasetView Coordinator::DatasetLocked(const std::string& name) const {
 
 StatusOr<model::DatasetView> Coordinator::DefineDataset(const std::string& name,
                                                         const std::vector<model::HeldObject>& shards) {
-  if (name.empty() || name.find('/') != std::string::npos || LooksLikeId(name)) {
-    return InvalidArgumentError(fmt::format("'{}' is not a dataset name (non-empty, no '/', not an object id)", name));
-  }
+  MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "dataset name"));
+  if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("dataset name '{}' would read as an object id", name));
   if (shards.empty()) return InvalidArgumentError("a dataset needs at least one shard");
   std::lock_guard<std::mutex> lock(mu_);
   if (datasets_.count(name) || object_names_.count(name)) {

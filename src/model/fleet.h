@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "common/status.h"
 
 namespace meridian::model {
 
@@ -98,5 +99,28 @@ class Fleet {
   // Egress price from `from` to `to` (the link's, else the sending site's).
   int64_t EgressMicroUsdPerGB(SiteId from, SiteId to) const;
 };
+
+// Limits on what one node may declare. A node spec arrives from an agent over the
+// network as well as from fleet files, so each field is checked against what a real
+// machine has before the scheduler counts on it.
+inline constexpr int64_t kMaxNodeCpuMilli = int64_t{4096} * 1000;     // 4,096 cores
+inline constexpr int64_t kMaxNodeMemoryBytes = int64_t{64} << 40;     // 64 TiB
+inline constexpr int64_t kMaxNodeDiskBytes = int64_t{1} << 50;        // 1 PiB
+inline constexpr size_t kMaxNodeDevices = 64;
+inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t{4} << 40;    // 4 TiB
+inline constexpr int64_t kMaxNodePriceMicroUsdPerHour = int64_t{10'000} * 1'000'000;
+inline constexpr size_t kMaxNodeLabels = 64;
+inline constexpr size_t kMaxNameLength = 253;
+
+// A name of a node, site, object or dataset: 1 to 253 characters of letters, digits,
+// '.', '_', '-' and ':', not starting with '.' (so never "." or ".."). Names end up as
+// keys, file names and log lines, so no '/', whitespace or control characters. `what`
+// names the field in the error.
+Status CheckName(std::string_view name, std::string_view what);
+
+// Checks a node's declared resources: positive CPU and memory within the limits above,
+// non-negative disk and price, at most 64 devices with sane memory and speed, bounded
+// labels. Errors name the node and the field.
+Status CheckNodeSpec(const Node& node);
 
 }  // namespace meridian::model

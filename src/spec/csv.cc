@@ -23,9 +23,9 @@ std::vector<std::string_view> SplitLine(std::string_view line) {
 
 StatusOr<CsvTable> CsvTable::Parse(std::string text, std::string file) {
   CsvTable t;
-  t.text_ = std::move(text);
+  t.text_ = std::make_shared<const std::string>(std::move(text));
   t.file_ = std::move(file);
-  std::string_view csv = t.text_;
+  std::string_view csv = *t.text_;
   size_t line_no = 0;
   size_t pos = 0;
   while (pos < csv.size()) {

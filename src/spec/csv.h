@@ -2,10 +2,12 @@
 // header line naming the columns, then one record per line, no quoting (none of the
 // published traces quote). Errors name the file, the line and the column.
 //
-// Thread-safety: value type.
+// Thread-safety: value type. Copies and moves share the text the fields point into, so
+// fields stay valid whatever happens to the table they came from.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,7 +41,9 @@ class CsvTable {
   Status Error(size_t r, size_t column, std::string_view what) const;
 
  private:
-  std::string text_;
+  // On the heap, never moved: header_ and rows_ view into it (a std::string member
+  // would carry short texts inline, and a moved table's views would dangle).
+  std::shared_ptr<const std::string> text_;
   std::string file_;
   std::vector<std::string_view> header_;
   std::vector<std::vector<std::string_view>> rows_;

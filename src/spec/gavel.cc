@@ -1,6 +1,7 @@
 #include "spec/gavel.h"
 
 #include <cctype>
+#include <charconv>
 #include <regex>
 
 #include <fmt/format.h>
@@ -9,6 +10,12 @@
 #include "spec/yaml_reader.h"
 
 namespace meridian::spec {
+namespace {
+
+// Gavel measures jobs on up to 8 GPUs; a scale past this is a typo or hostile input.
+constexpr int32_t kMaxGavelScale = 1024;
+
+}  // namespace
 
 std::string NormaliseGavelModel(std::string_view model) {
   static const std::regex kWithBatch(R"(^(.*) \(batch size (\d+)\)$)");
@@ -57,7 +64,13 @@ StatusOr<model::ThroughputTable> ParseGavelThroughputs(std::string_view json_tex
             fmt::format("{}: {}: {}: missing the solo throughput under \"null\"", file, gpu, key));
       }
       std::string kind = NormaliseGavelModel(m[1].str());
-      int32_t scale = std::stoi(m[2].str());
+      int32_t scale = 0;
+      const std::string digits = m[2].str();
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), scale);
+      if (ec != std::errc() || end != digits.data() + digits.size() || scale < 1 || scale > kMaxGavelScale) {
+        return InvalidArgumentError(fmt::format("{}: {}: key '{}': the scale must be a whole number of GPUs from 1 to {}",
+                                                file, gpu, key, kMaxGavelScale));
+      }
       double rate = entry["null"].get<double>();
       if (rate <= 0) continue;  // not measured
       table.Set(type, kind, rate, scale);

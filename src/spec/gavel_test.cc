@@ -36,6 +36,12 @@ TEST(GavelTest, RejectsMalformedTables) {
               ::testing::HasSubstr("not of the form"));
   EXPECT_THAT(ParseGavelThroughputs(R"J({"v100": {"('A3C', 1)": {}}})J", "t.json").status().message(),
               ::testing::HasSubstr("solo throughput"));
+  // A scale too big for an int once threw std::out_of_range out of the parser (rc 134).
+  StatusOr<model::ThroughputTable> huge =
+      ParseGavelThroughputs(R"J({"v100": {"('A3C', 99999999999999999999)": {"null": 1}}})J", "t.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(), ::testing::HasSubstr("the scale must be a whole number of GPUs from 1 to 1024"));
+  EXPECT_FALSE(ParseGavelThroughputs(R"J({"v100": {"('A3C', 0)": {"null": 1}}})J", "t.json").ok());
 }
 
 TEST(GavelTest, LoadsTheSharedTableWithItsHeterogeneity) {

@@ -387,7 +387,8 @@ std::vector<TaskId> JobParser::ReduceTree(const TaskTemplate& tmpl, std::vector<
   // Merge `fan_in` at a time, level by level, until one task's worth is left; the
   // template's own task then merges the last level. Neighbours merge together (a
   // dataset's shards are in order, so they tend to share a site).
-  const Task& base = job_.tasks[tmpl.expanded.front().value()];
+  // A copy: push_back below may move the tasks, and a reference would dangle.
+  const Task base = job_.tasks[tmpl.expanded.front().value()];
   for (int depth = 1; level.size() > static_cast<size_t>(tmpl.fan_in); ++depth) {
     std::vector<TaskId> next;
     for (size_t start = 0; start < level.size(); start += static_cast<size_t>(tmpl.fan_in)) {

@@ -1,6 +1,8 @@
 #include "spec/job_spec.h"
 
 #include <map>
+#include <tuple>
+#include <fmt/format.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -141,8 +143,33 @@ TEST_F(JobSpecTest, ReduceWithAFanInBuildsATree) {
   EXPECT_EQ(flat->tasks.size(), 4u);
   StatusOr<model::Job> bad = Parse("name: x\ntasks:\n  - {name: part, kernel: sum}\n"
                                    "  - {name: total, kernel: sum, reduce: {of: part, fan_in: 1}}\n");
+
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("fan_in"));
+}
+
+TEST_F(JobSpecTest, LargeReduceTreesKeepEveryMergeWhole) {
+  // 200 parts at fan-in 2 grow the task list many times while the tree is built (a
+  // reference into it once dangled: ASan caught a use-after-free, a cluster got empty
+  // commands). Every merge must be a full copy of the template.
+  for (auto [count, fan_in, merges] : {std::tuple{200, 2, 202}, std::tuple{500, 8, 72}}) {
+    StatusOr<model::Job> job = Parse(fmt::format(
+        "name: big\ntasks:\n  - {{name: part, kernel: sum, count: {}}}\n"
+        "  - {{name: total, kernel: sum, args: {{n: 7}}, reduce: {{of: part, fan_in: {}}}}}\n",
+        count, fan_in));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->tasks.size(), static_cast<size_t>(count + merges)) << count << "/" << fan_in;
+    size_t roots = 0;
+    for (const model::Task& t : job->tasks) {
+      if (t.name.rfind("total", 0) != 0) continue;
+      EXPECT_EQ(t.kernel, "sum") << t.name;
+      EXPECT_EQ(t.args, (std::map<std::string, std::string>{{"n", "7"}})) << t.name;
+      EXPECT_LE(t.after.size(), static_cast<size_t>(fan_in)) << t.name;
+      EXPECT_FALSE(t.after.empty()) << t.name;
+      if (t.name == "total") ++roots;
+    }
+    EXPECT_EQ(roots, 1u);
+  }
 }
 
 TEST_P(BadJobTest, RejectsWithLocatedMessageAndLoadsNothing) {
