@@ -62,6 +62,7 @@ Status DeadlineExceededError(std::string m) {
   return {StatusCode::kDeadlineExceeded, std::move(m)};
 }
 Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 namespace internal {
 void CheckFailed(const char* file, int line, const char* condition, std::string_view message) {

@@ -82,6 +82,7 @@ Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);
 Status DeadlineExceededError(std::string message);
 Status DataLossError(std::string message);
+Status CancelledError(std::string message);
 
 namespace internal {
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,

@@ -24,6 +24,14 @@ std::shared_ptr<Bytes> Bytes::Allocate(size_t size) {
   return std::shared_ptr<Bytes>(new Bytes(static_cast<char*>(p), size));
 }
 
+std::shared_ptr<Bytes> Bytes::TryAllocate(size_t size) noexcept {
+  try {
+    return Allocate(size);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
 std::shared_ptr<Bytes> Bytes::Copy(std::string_view data) {
   std::shared_ptr<Bytes> b = Allocate(data.size());
   if (!data.empty()) std::memcpy(b->data(), data.data(), data.size());

@@ -13,8 +13,12 @@ namespace meridian::objects {
 
 class Bytes {
  public:
-  // Uninitialised bytes; the caller writes all of them before sharing.
+  // Uninitialised bytes; the caller writes all of them before sharing. Throws
+  // std::bad_alloc when the memory cannot be had: use it for sizes the process chose.
   static std::shared_ptr<Bytes> Allocate(size_t size);
+  // The same for a size that came from outside (a peer's announcement): null when the
+  // memory cannot be had, never an exception.
+  static std::shared_ptr<Bytes> TryAllocate(size_t size) noexcept;
   static std::shared_ptr<Bytes> Copy(std::string_view data);
   ~Bytes();
   Bytes(const Bytes&) = delete;

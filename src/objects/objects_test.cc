@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 
+#include "common/net.h"
 #include "common/temp_dir.h"
 #include "objects/store.h"
 #include "objects/transfer.h"
@@ -101,6 +105,33 @@ TEST(ObjectStoreTest, RefusesBytesThatDoNotMatchTheirId) {
   EXPECT_EQ(store->stats().objects, 0);
 }
 
+TEST(ObjectStoreTest, ADamagedSpillFileIsCaughtOnReadBackAndTheCopyDropped) {
+  ScratchDir dir;
+  auto store = OpenStore(dir.path, 1500);
+  int64_t removed = 0;
+  store->SetListener([&](const ObjectId&, int64_t size, bool added) { removed += added ? 0 : size; });
+  const std::string data = Pattern(1000, 7);
+  ObjectId a = *store->Put(data);
+  ASSERT_TRUE(store->Put(Pattern(1000, 8)).ok());  // over capacity: a goes to disk
+  const std::string path = (fs::path(dir.path) / a.Hex()).string();
+  ASSERT_TRUE(fs::exists(path));
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put(static_cast<char>(data[500] ^ 0x01));  // one flipped bit on disk
+  }
+  StatusOr<Pinned> p = store->Pin(a);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(p.status().message().find("is damaged (chunk 0 fails its checksum)"), std::string::npos)
+      << p.status().message();
+  // The copy is gone, and the store says so (the agent reports it; the cluster reads
+  // another replica or makes the object again).
+  EXPECT_FALSE(store->Contains(a));
+  EXPECT_EQ(removed, 1000);
+  EXPECT_FALSE(fs::exists(path));
+}
+
 // Two stores at two sites, a server in front of the first.
 struct Pair {
   ScratchDir dir_a, dir_b;
@@ -159,6 +190,128 @@ TEST(TransferTest, ACorruptedChunkIsDetectedAndFetchedAgain) {
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ(f->corrupt_chunks, 1);
   EXPECT_EQ(p.b->Pin(id)->data(), data);
+}
+
+TEST(TransferTest, AReplicaThatKeepsSendingABadChunkIsGivenUpOn) {
+  // A replica whose chunk is damaged at the source sends the same bad bytes every time:
+  // once this looped forever (13,929 requests for one chunk). Now it is asked again a
+  // bounded number of times and then reported as damaged.
+  Pair p;
+  ObjectId id = *p.a->Put(Pattern(size_t{4} << 20, 9));
+  TransferFaults faults;
+  faults.corrupt_chunk = 2;
+  faults.corrupt_times = -1;
+  p.server->InjectFaults(faults);
+  StatusOr<FetchStats> f = Fetch(p.server->address(), id, *p.b, FetchOptions{"eu-west", 1});
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(f.status().message().find("failed its checksum 4 times; that replica is damaged"), std::string::npos)
+      << f.status().message();
+  // The first request and three more, each from the bad chunk on.
+  EXPECT_EQ(p.server->sent().at("eu-west").transfers, 4);
+  EXPECT_EQ(p.b->stats().objects, 0);
+}
+
+TEST(TransferTest, AStoppedFetchEndsWithCancelledAndStoresNothing) {
+  // 8 Mbit/s: 4 MiB would take over 4 s; the task is stopped long before that.
+  Pair p({{"eu-west", LinkShape{0, 8'000'000, 0}}});
+  ObjectId id = *p.a->Put(Pattern(size_t{4} << 20, 10));
+  std::atomic<bool> stop{false};
+  FetchOptions o{"eu-west", 1};
+  o.cancel = &stop;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;
+  });
+  StatusOr<FetchStats> f = Fetch(p.server->address(), id, *p.b, o);
+  stopper.join();
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kCancelled) << f.status().message();
+  EXPECT_EQ(p.b->stats().objects, 0);
+  EXPECT_LT(p.server->sent().at("eu-west").bytes, int64_t{4} << 20);
+}
+
+// The 48-byte request header of the wire format, written by hand as a hostile peer would.
+std::string RawPutHeader(uint64_t announced_size) {
+  std::string h(48, '\0');
+  const uint32_t magic = 0x5444524D;
+  const uint16_t version = 1, op = 3;
+  std::memcpy(h.data(), &magic, 4);
+  std::memcpy(h.data() + 4, &version, 2);
+  std::memcpy(h.data() + 6, &op, 2);
+  std::memcpy(h.data() + 32, &announced_size, 8);  // after the id (16) and offset (8)
+  return h;
+}
+
+uint32_t ResponseStatus(TcpStream& s) {
+  char resp[16];
+  EXPECT_TRUE(s.ReadExact(resp, sizeof(resp)).ok());
+  uint32_t status = 0;
+  std::memcpy(&status, resp + 4, 4);
+  return status;
+}
+
+std::unique_ptr<TcpStream> Dial(const TransferServer& server) {
+  const std::string a = server.address();
+  auto s = TcpStream::Connect("127.0.0.1", std::stoi(a.substr(a.rfind(':') + 1)), 5'000'000);
+  EXPECT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->SetTimeout(10'000'000).ok());
+  return std::move(*s);
+}
+
+TEST(TransferServerTest, APutAnnouncingTooMuchIsRefusedBeforeAnyMemoryIsTaken) {
+  ScratchDir dir;
+  auto store = OpenStore(dir.path);
+  TransferServerOptions o;
+  o.max_put_bytes = int64_t{8} << 20;
+  o.max_put_in_flight_bytes = int64_t{10} << 20;
+  auto server = std::move(*TransferServer::Start(*store, o));
+  // One header announcing 64 GiB once killed the agent with bad_alloc.
+  std::unique_ptr<TcpStream> huge = Dial(*server);
+  ASSERT_TRUE(huge->WriteAll(RawPutHeader(uint64_t{64} << 30).data(), 48).ok());
+  EXPECT_EQ(ResponseStatus(*huge), 2u);  // bad request
+  // Puts under way share a budget: 6 MiB announced and not yet sent leaves 4 MiB.
+  std::unique_ptr<TcpStream> pending = Dial(*server);
+  ASSERT_TRUE(pending->WriteAll(RawPutHeader(uint64_t{6} << 20).data(), 48).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the server take it in
+  StatusOr<ObjectId> refused = Push(server->address(), Pattern(size_t{5} << 20, 11));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(Push(server->address(), Pattern(size_t{3} << 20, 12)).ok());
+  // Once the pending put goes away, its share comes back.
+  pending.reset();
+  StatusOr<ObjectId> later = UnavailableError("not tried");
+  for (int i = 0; i < 100 && !later.ok(); ++i) {
+    later = Push(server->address(), Pattern(size_t{5} << 20, 11));
+    if (!later.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(later.ok()) << later.status().message();
+  EXPECT_EQ(store->stats().objects, 2);
+}
+
+TEST(TransferServerTest, ConnectionsAreCappedAndIdleOnesClosed) {
+  ScratchDir dir;
+  auto store = OpenStore(dir.path);
+  TransferServerOptions o;
+  o.max_connections = 2;
+  o.idle_timeout_us = 300'000;
+  auto server = std::move(*TransferServer::Start(*store, o));
+  std::unique_ptr<TcpStream> first = Dial(*server), second = Dial(*server);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both accepted
+  std::unique_ptr<TcpStream> third = Dial(*server);
+  char byte;
+  Status over = third->ReadExact(&byte, 1);
+  EXPECT_NE(over.message().find("closed the connection"), std::string::npos) << over.message();
+  // The two that say nothing are closed by the server after its idle timeout, well
+  // before the client's own 10 s read timeout.
+  for (TcpStream* s : {first.get(), second.get()}) {
+    Status idle = s->ReadExact(&byte, 1);
+    EXPECT_NE(idle.message().find("closed the connection"), std::string::npos) << idle.message();
+  }
+  // And the server still serves.
+  ScratchDir dir_b;
+  auto b = OpenStore(dir_b.path);
+  ObjectId id = *store->Put("still here");
+  EXPECT_TRUE(Fetch(server->address(), id, *b).ok());
 }
 
 TEST(TransferTest, MissingObjectsAndDeadPeersGetOneClearError) {

@@ -1,5 +1,6 @@
 #include "objects/store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -175,17 +176,38 @@ StatusOr<Pinned> ObjectStore::Pin(const ObjectId& id) {
     // Read back from disk outside the lock; pin first so it is not deleted meanwhile.
     ++e.pins;
     const int64_t size = e.size;
+    std::shared_ptr<const std::vector<uint64_t>> sums = e.checksums;
     lock.unlock();
     std::shared_ptr<Bytes> data = Bytes::Allocate(static_cast<size_t>(size));
     std::ifstream f(PathOf(id), std::ios::binary);
     f.read(data->data(), size);
     const bool ok = static_cast<bool>(f);
+    // A disk can flip bits: every chunk read back is checked against the checksum it
+    // had when it arrived, so a damaged file never reaches a task.
+    int64_t bad_chunk = -1;
+    for (int64_t c = 0; ok && c < static_cast<int64_t>(sums->size()); ++c) {
+      const int64_t at = c * kChunkBytes;
+      const std::string_view chunk(data->data() + at, static_cast<size_t>(std::min(kChunkBytes, size - at)));
+      if (ChunkChecksum(chunk) != (*sums)[static_cast<size_t>(c)]) {
+        bad_chunk = c;
+        break;
+      }
+    }
     lock.lock();
     it = objects_.find(id);
     Entry& again = it->second;
-    if (!ok) {
-      --again.pins;
-      return DataLossError(fmt::format("object {}: its spill file {} cannot be read", id.Hex(), PathOf(id)));
+    if (!ok || bad_chunk >= 0) {
+      const std::string why =
+          !ok ? fmt::format("object {}: its spill file {} cannot be read", id.Hex(), PathOf(id))
+              : fmt::format("object {}: its spill file {} is damaged (chunk {} fails its checksum); the copy here is dropped",
+                            id.Hex(), PathOf(id), bad_chunk);
+      int64_t deleted = -1;
+      // This replica is gone: drop it, so that the cluster hears it is lost and reads
+      // another replica or makes it again.
+      if (--again.pins == 0 && !again.data) deleted = DeleteLocked(it);
+      lock.unlock();
+      if (deleted >= 0) Notify(id, deleted, false);
+      return DataLossError(why);
     }
     if (!again.data) {
       again.data = std::move(data);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -22,7 +23,7 @@ constexpr uint16_t kOpStat = 1;
 constexpr uint16_t kOpFetch = 2;
 constexpr uint16_t kOpPut = 3;
 constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3;
-constexpr uint64_t kMaxPutBytes = uint64_t{64} << 30;
+constexpr uint64_t kMaxObjectBytes = uint64_t{64} << 30;  // larger announced sizes are refused
 constexpr size_t kMaxSite = 256;
 constexpr int64_t kMultiStreamBytes = int64_t{64} << 20;
 
@@ -169,6 +170,7 @@ void TransferServer::SetLinks(std::map<std::string, LinkShape> links) {
 void TransferServer::InjectFaults(const TransferFaults& faults) {
   std::lock_guard<std::mutex> lock(mu_);
   faults_ = faults;
+  if (faults_.corrupt_times == 0) faults_.corrupt_chunk = -1;
   bytes_sent_ = 0;
 }
 
@@ -179,6 +181,12 @@ void TransferServer::AcceptLoop() {
     if (stopping_ || !accepted.ok()) return;
     for (std::thread& t : finished_) t.join();
     finished_.clear();
+    if (connections_.size() >= static_cast<size_t>(std::max(1, options_.max_connections))) {
+      MERIDIAN_LOG_WARN("transfer server: {} connections open, closing the one from {}", connections_.size(),
+                        (*accepted)->peer());
+      continue;  // the stream closes as it goes out of scope
+    }
+    (*accepted)->SetTimeout(options_.idle_timeout_us).IgnoreError();
     TcpStream* raw = accepted->release();
     connections_.emplace(raw, std::thread([this, raw] {
                            std::unique_ptr<TcpStream> owned(raw);
@@ -281,7 +289,7 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
         corrupted.assign(payload, n);
         corrupted[n / 2] ^= 0x5A;
         payload = corrupted.data();
-        faults_.corrupt_chunk = -1;
+        if (faults_.corrupt_times > 0 && --faults_.corrupt_times == 0) faults_.corrupt_chunk = -1;
       }
       bytes_sent_ += static_cast<int64_t>(n);
       if (faults_.cut_after_bytes >= 0 && bytes_sent_ >= faults_.cut_after_bytes) {
@@ -309,11 +317,32 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
 
 Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t size) {
   Response resp;
-  if (size > kMaxPutBytes) {
-    resp.status = kBadRequest;
-    return stream.WriteAll(&resp, sizeof(resp));
+  resp.status = kBadRequest;
+  // Nothing is allocated on a peer's word alone: the size must fit one put's limit and
+  // what is left of the budget for puts under way.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(0, options_.max_put_in_flight_bytes - put_bytes_in_flight_));
+    if (size > static_cast<uint64_t>(options_.max_put_bytes) || size > left) {
+      stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
+      return ResourceExhaustedError(fmt::format("a put of {} bytes from {} is over the limit ({} a put, {} free now)", size,
+                                                stream.peer(), options_.max_put_bytes, left));
+    }
+    put_bytes_in_flight_ += static_cast<int64_t>(size);
   }
-  std::shared_ptr<Bytes> buffer = Bytes::Allocate(size);
+  struct Release {
+    TransferServer* s;
+    int64_t n;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(s->mu_);
+      s->put_bytes_in_flight_ -= n;
+    }
+  } release{this, static_cast<int64_t>(size)};
+  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
+  if (!buffer) {
+    stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
+    return ResourceExhaustedError(fmt::format("no memory for a put of {} bytes", size));
+  }
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
   for (uint64_t at = 0; at < size; at += kChunkBytes) {
@@ -321,7 +350,6 @@ Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t 
     MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(&h, sizeof(h)));
     const uint64_t want = std::min<uint64_t>(kChunkBytes, size - at);
     if (h.offset != at || h.length != want) {
-      resp.status = kBadRequest;
       stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
       return InvalidArgumentError(fmt::format("a put sent chunk {}+{} where {}+{} was due", h.offset, h.length, at, want));
     }
@@ -354,10 +382,16 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
                        std::unique_ptr<TcpStream> stream) {
   RangeResult r;
   uint64_t next = begin;
-  int attempts = 0;  // connections since the last verified chunk
+  int attempts = 0;        // connections since the last verified chunk
+  int corrupt_here = 0;    // checksum failures of the chunk at `next`
   bool connected_before = stream != nullptr;
   Status last;
+  auto cancelled = [&] { return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed); };
   while (next < end) {
+    if (cancelled()) {
+      r.status = CancelledError(fmt::format("object {}: the fetch was stopped", id.Hex()));
+      return r;
+    }
     if (!stream) {
       if (attempts >= o.max_attempts) {
         r.status = UnavailableError(fmt::format("object {}: {} connections to {}:{} failed; the last: {}", id.Hex(),
@@ -407,19 +441,28 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
         break;
       }
       if (ChunkChecksum(std::string_view(buffer + next, want)) != h.checksum) {
-        // Damaged on the way: drop the connection and ask again from this chunk.
+        // Damaged on the way: drop the connection and ask again from this chunk, a few
+        // times; the same failure again and again means the replica itself is bad.
         r.corrupt++;
-        last = DataLossError(fmt::format("chunk at {} failed its checksum", next));
+        if (++corrupt_here > o.max_corrupt_refetches) {
+          r.status = DataLossError(fmt::format("object {}: the chunk at offset {} from {} failed its checksum {} times; "
+                                               "that replica is damaged",
+                                               id.Hex(), next, stream->peer(), corrupt_here));
+          return r;
+        }
         MERIDIAN_LOG_WARN("object {}: chunk at offset {} from {} failed its checksum; fetching it again", id.Hex(),
                           next, stream->peer());
+        last = DataLossError(fmt::format("chunk at {} failed its checksum", next));
         broken = true;
-        attempts = std::max(0, attempts - 1);  // a bad chunk is not a dead peer
+        attempts = 0;  // the peer answers: a bad chunk is not a dead peer (bounded above)
         break;
       }
       sums[next / kChunkBytes] = h.checksum;
       r.chunks++;
       next += want;
       attempts = 0;
+      corrupt_here = 0;
+      if (cancelled()) break;
     }
     if (broken) stream.reset();
   }
@@ -441,8 +484,11 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   MERIDIAN_RETURN_IF_ERROR(first->SetTimeout(o.timeout_us));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*first, kOpStat, id, 0, 0, o.site));
   MERIDIAN_ASSIGN_OR_RETURN(uint64_t size, ReadResponse(*first, id));
-
-  std::shared_ptr<Bytes> buffer = Bytes::Allocate(size);
+  if (size > kMaxObjectBytes) {
+    return DataLossError(fmt::format("{} announces object {} as {} bytes, over the 64 GiB limit", address, id.Hex(), size));
+  }
+  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
+  if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for object {} ({} bytes)", id.Hex(), size));
   const int64_t chunks = ChunkCount(static_cast<int64_t>(size));
   std::vector<uint64_t> sums(static_cast<size_t>(chunks));
   int streams = o.streams > 0 ? o.streams : (static_cast<int64_t>(size) >= kMultiStreamBytes ? 4 : 1);

@@ -53,10 +53,11 @@ struct LinkCounters {
   int64_t egress_micro_usd = 0;
 };
 
-// Faults a test injects into a server; each fires once.
+// Faults a test injects into a server; each fires once unless said otherwise.
 struct TransferFaults {
   int64_t cut_after_bytes = -1;  // break the connection once this many bytes were sent
   int64_t corrupt_chunk = -1;    // flip a byte of this chunk (index) on the wire
+  int corrupt_times = 1;         // how often corrupt_chunk fires; -1: every time (a bad replica)
 };
 
 struct TransferServerOptions {
@@ -64,6 +65,15 @@ struct TransferServerOptions {
   int port = 0;  // 0: any free port
   std::string site;
   std::map<std::string, LinkShape> links;  // by requesting site; a site absent is unshaped
+  // Bounds on what a peer can make the server hold. Connections past max_connections
+  // are closed at once; one silent for idle_timeout_us (between requests or inside
+  // one) is closed. A put announcing more than max_put_bytes, or more than what is
+  // left of max_put_in_flight_bytes across all puts under way, is refused before any
+  // memory is taken for it.
+  int max_connections = 256;
+  int64_t idle_timeout_us = 60'000'000;
+  int64_t max_put_bytes = int64_t{16} << 30;
+  int64_t max_put_in_flight_bytes = int64_t{16} << 30;
 };
 
 class TransferServer {
@@ -101,6 +111,7 @@ class TransferServer {
   std::map<std::string, std::unique_ptr<Pacer>> pacers_;      // guarded by mu_
   TransferFaults faults_;                                     // guarded by mu_
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
+  int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
 };
 
 struct FetchOptions {
@@ -108,6 +119,12 @@ struct FetchOptions {
   int streams = 0;          // connections at once; 0: 1 below 64 MiB, else 4
   int max_attempts = 5;     // connections per range before giving up
   int64_t timeout_us = 30'000'000;  // a connection without progress this long is broken
+  // Times one chunk may fail its checksum before the replica is taken for damaged
+  // (kDataLoss): a peer that sends the same bad bytes again is not asked forever.
+  int max_corrupt_refetches = 3;
+  // Set by another thread to give up (a task stopped or cancelled): the fetch ends
+  // with kCancelled between chunks, storing nothing. May be null.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct FetchStats {
@@ -121,6 +138,9 @@ struct FetchStats {
 
 // Fetches object `id` from the server at `address` ("host:port") into `store`, with a
 // reference the caller owns. An object the store holds already is not fetched.
+// Errors: kNotFound (the server has no such object), kDataLoss (the server's copy is
+// damaged: fetch another replica), kUnavailable (the server cannot be reached),
+// kCancelled (options.cancel was set), kResourceExhausted (no memory for it here).
 StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store,
                            const FetchOptions& options = {});
 
