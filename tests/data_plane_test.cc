@@ -216,10 +216,11 @@ TEST(DataPlaneTest, OutputsLostWithAKilledAgentAreMadeAgainByLineage) {
   ASSERT_TRUE(cluster.Up());
   // Six parts (3 cores each: one per node at a time, so they spread), a gate that
   // holds `total` back for 10 s, and `total`, which reads every part's output: objects
-  // on the nodes that made them.
+  // on the nodes that made them (5,000 bytes each, over what travels whole, and each
+  // different: objects are named by their content).
   StatusOr<rpc::SubmitResult> r = cluster.client().Submit(
       "name: lineage\ntasks:\n"
-      "  - {name: part, kernel: sum, count: 6, args: {range: 1000}, resources: {cpu: 3}}\n"
+      "  - {name: part, command: [sh, -c, 'yes $MERIDIAN_TASK_INDEX | head -n 2500'], count: 6, resources: {cpu: 3}}\n"
       "  - {name: gate, command: [sleep, '10'], after: [part], resources: {cpu: 1}}\n"
       "  - {name: total, kernel: sum, after: [part, gate], resources: {cpu: 1}}\n",
       "lineage.yaml");
@@ -248,7 +249,7 @@ TEST(DataPlaneTest, OutputsLostWithAKilledAgentAreMadeAgainByLineage) {
   StatusOr<model::JobView> v = cluster.client().GetJob(r->job_id, true);
   ASSERT_TRUE(v.ok());
   ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
-  EXPECT_EQ(TaskNamed(*v, "total").record.output, "17997000");  // 0 + 1 + ... + 5999
+  EXPECT_EQ(TaskNamed(*v, "total").record.output, "37500");  // 2,500 times 0 + 1 + ... + 5
   // Every part the victim had made ran again elsewhere, its first attempt marked lost.
   int rebuilt = 0;
   for (const model::TaskView& t : v->tasks) {

@@ -331,5 +331,45 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
   EXPECT_NE(again.err.find("already cancelled"), std::string::npos) << again.err;
 }
 
+TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterItReturns) {
+  // 160 tasks finish on one agent while the coordinator is down, each with 64 KiB of
+  // stdout and of stderr: about 21 MB of reports. They once rode in one registration,
+  // over the 16 MiB message limit, and the agent never registered again.
+  LocalCluster cluster(SourceDir() + "/tests/fleets/one-node.yaml");
+  ASSERT_TRUE(cluster.Up());
+  StatusOr<rpc::SubmitResult> r = cluster.client().Submit(
+      "name: chatty\ntasks:\n  - name: talk\n    count: 160\n    resources: {cpu: 20m, memory: 1MiB}\n"
+      "    command: [sh, -c, 'sleep 4; head -c 65536 /dev/zero | tr \"\\\\0\" e >&2; "
+      "head -c 65536 /dev/zero | tr \"\\\\0\" o']\n",
+      "chatty.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto s = cluster.client().GetJob(r->job_id, false);
+        return s.ok() && s->summary.running == 160;
+      },
+      60));
+  cluster.Kill9("coordinator");
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // every task ends meanwhile
+  ASSERT_TRUE(cluster.Up());
+  model::JobSummary last;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto s = cluster.client().GetJob(r->job_id, false);
+        if (s.ok()) last = s->summary;
+        return s.ok() && model::IsTerminal(s->summary.job.status);
+      },
+      90))
+      << "job still " << model::JobStatusName(last.job.status) << ", " << last.succeeded << " succeeded";
+  StatusOr<model::JobView> v = cluster.client().GetJob(r->job_id, true);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(v->summary.succeeded, 160);
+  for (const model::TaskView& t : v->tasks) {
+    EXPECT_EQ(t.record.output, std::string(model::kOutputPreviewBytes, 'o')) << t.name;
+    EXPECT_EQ(t.record.attempt, 1) << t.name;  // none ran twice
+  }
+}
+
 }  // namespace
 }  // namespace meridian::testing

@@ -14,6 +14,20 @@
 namespace meridian::agent {
 namespace {
 
+// Reports ride in heartbeats and registrations. Each message carries at most this
+// much of them, and at most this many object changes; the rest go in the next
+// heartbeat, sent at once. So no amount of output, nor of reports saved up while the
+// coordinator was away, makes a message too large to deliver (the limit is 16 MiB).
+constexpr size_t kMaxReportBytesPerMessage = 4 << 20;
+constexpr size_t kMaxObjectChangesPerMessage = 20'000;
+
+size_t ReportBytes(const model::TaskUpdate& u) {
+  size_t n = 256 + u.reason.size() + u.output.size() + u.stdout_tail.size() + u.stderr_tail.size();
+  n += u.transfers.size() * 128;
+  for (const model::LostInput& l : u.lost_inputs) n += 64 + l.damaged_nodes.size() * 64;
+  return n;
+}
+
 // How long one assignment stream stays open before it is renewed.
 constexpr int64_t kStreamRenewUs = 60'000'000;
 
@@ -57,7 +71,9 @@ Agent::Agent(AgentOptions options, Env& env)
                     real_devices_ ? "real" : "emulated", note);
   executor_ = std::make_unique<Executor>(
       ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads,
-                      [this](const model::ObjectLocation& o) { return FetchInput(o); },
+                      [this](const model::ObjectLocation& o, const std::atomic<bool>& stop, std::vector<std::string>* damaged) {
+                        return FetchInput(o, stop, damaged);
+                      },
                       [this](const std::string& output) -> StatusOr<model::HeldObject> {
                         if (!objects_) return UnavailableError("the object store is not open");
                         MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects_->Put(output));
@@ -88,16 +104,17 @@ Status Agent::StartObjects() {
   return OkStatus();
 }
 
-StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object) {
+StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, const std::atomic<bool>& stop,
+                                         std::vector<std::string>* damaged_nodes) {
   if (!objects_) return UnavailableError("the object store is not open");
   MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(object.id));
   model::InputTransfer t{object.id, options_.site, options_.site, object.size, 0};
   bool fetched = false;
   if (!objects_->Contains(id)) {
     if (object.replicas.empty()) return NotFoundError(fmt::format("object {} has no live replica: it was lost", object.id));
-    // Here first, then the fastest link (unknown links count as slowest).
-    const model::ObjectReplica* from = nullptr;
-    int64_t best = -1;
+    // Here first, then by the fastest link (unknown links count as slowest); a replica
+    // that cannot be read gives way to the next.
+    std::vector<std::pair<int64_t, const model::ObjectReplica*>> order;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const model::ObjectReplica& r : object.replicas) {
@@ -105,24 +122,40 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object) {
         int64_t bw = r.site == options_.site ? INT64_MAX
                      : link == links_.end() || link->second.bandwidth_bps == 0 ? 0
                                                                                 : link->second.bandwidth_bps;
-        if (bw > best) {
-          best = bw;
-          from = &r;
-        }
+        order.emplace_back(bw, &r);
       }
     }
-    StatusOr<objects::FetchStats> f =
-        objects::Fetch(from->transfer_address, id, *objects_, objects::FetchOptions{options_.site});
-    if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching it from {}@{}", from->node, from->site));
-    t.from_site = from->site;
-    t.seconds = f->seconds;
-    fetched = true;
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    Status last;
+    for (const auto& [bw, from] : order) {
+      objects::FetchOptions fo;
+      fo.site = options_.site;
+      fo.cancel = &stop;
+      StatusOr<objects::FetchStats> f = objects::Fetch(from->transfer_address, id, *objects_, fo);
+      if (f.ok()) {
+        t.from_site = from->site;
+        t.seconds = f->seconds;
+        fetched = true;
+        break;
+      }
+      last = f.status().WithPrefix(fmt::format("fetching it from {}@{}", from->node, from->site));
+      if (f.status().code() == StatusCode::kCancelled) return last;
+      if (f.status().code() == StatusCode::kNotFound || f.status().code() == StatusCode::kDataLoss) {
+        damaged_nodes->push_back(from->node);
+      }
+      MERIDIAN_LOG_WARN("object {}: {}", object.id, last.message());
+    }
+    if (!fetched) return last;
   }
   StatusOr<objects::Pinned> pinned = objects_->Pin(id);
   // A fetched copy lives as long as the task reads it: the pin holds it, the fetch's
   // reference goes now.
   if (fetched) objects_->Release(id);
-  if (!pinned.ok()) return pinned.status();
+  if (!pinned.ok()) {
+    // The copy here was damaged (and is dropped): the cluster must not count on it.
+    if (pinned.status().code() == StatusCode::kDataLoss) damaged_nodes->push_back(options_.node.name);
+    return pinned.status();
+  }
   auto keep = std::make_shared<objects::Pinned>(std::move(*pinned));
   std::string_view data = keep->data();
   return FetchedInput{keep, data, t};
@@ -221,8 +254,17 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   reg.running = executor_->Running();
   lock.lock();
+  size_t report_bytes = 0;
   for (const auto& [key, entry] : pending_) {
-    if (entry.second.kind != model::UpdateKind::kRunning) reg.unacked.push_back(entry.second);
+    if (entry.second.kind == model::UpdateKind::kRunning) continue;
+    report_bytes += ReportBytes(entry.second);
+    if (reg.unacked.empty() || report_bytes <= kMaxReportBytesPerMessage) {
+      reg.unacked.push_back(entry.second);
+    } else {
+      // Reported in the heartbeats that follow; till then it counts as running here,
+      // so the coordinator does not take it for lost.
+      reg.running.push_back(key);
+    }
   }
   lock.unlock();
   StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
@@ -282,12 +324,17 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
   lock.lock();
   std::vector<std::pair<model::TaskKey, uint64_t>> sent;
+  size_t report_bytes = 0;
   for (const auto& [key, entry] : pending_) {
+    report_bytes += ReportBytes(entry.second);
+    if (!hb.updates.empty() && report_bytes > kMaxReportBytesPerMessage) break;  // the next beat takes the rest
     hb.updates.push_back(entry.second);
     sent.emplace_back(key, entry.first);
   }
-  hb.objects_added = objects_added_;
-  hb.objects_removed = objects_removed_;
+  const size_t added = std::min(objects_added_.size(), kMaxObjectChangesPerMessage);
+  const size_t removed = std::min(objects_removed_.size(), kMaxObjectChangesPerMessage);
+  hb.objects_added.assign(objects_added_.begin(), objects_added_.begin() + static_cast<std::ptrdiff_t>(added));
+  hb.objects_removed.assign(objects_removed_.begin(), objects_removed_.begin() + static_cast<std::ptrdiff_t>(removed));
   lock.unlock();
   if (transfer_) {
     for (const auto& [site, c] : transfer_->sent()) {

@@ -61,7 +61,8 @@ class Agent {
   void OnUpdate(model::TaskUpdate update);
   // Brings an input object into this node's store: found here, or fetched from the
   // replica at this site, else the one behind the fastest link.
-  StatusOr<FetchedInput> FetchInput(const model::ObjectLocation& object);
+  StatusOr<FetchedInput> FetchInput(const model::ObjectLocation& object, const std::atomic<bool>& stop,
+                                    std::vector<std::string>* damaged_nodes);
   bool Sleep(std::unique_lock<std::mutex>& lock, int64_t us);
   // Exponential backoff between failed calls; the first failure of a run is logged.
   struct Retry {

@@ -1,5 +1,7 @@
 #include "agent/executor.h"
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +14,9 @@
 
 namespace meridian::agent {
 namespace {
+
+// Input objects fetched at once for one task.
+constexpr size_t kMaxParallelFetches = 8;
 
 std::string EnvName(std::string_view arg) {
   std::string out = "MERIDIAN_ARG_";
@@ -119,28 +124,103 @@ void Executor::KernelWorker() {
   }
 }
 
-Status Executor::GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs,
-                              model::TaskUpdate& u) {
-  inputs.clear();
-  auto fetch = [&](const model::ObjectLocation& object, const std::string& what) -> Status {
-    if (!options_.fetch) return UnavailableError("this agent cannot fetch input objects");
-    StatusOr<FetchedInput> got = options_.fetch(object);
-    if (!got.ok()) return got.status().WithPrefix(what);
-    u.transfers.push_back(got->transfer);
-    inputs.emplace_back(got->data);
-    return OkStatus();
+bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u) {
+  const model::TaskAssignment& a = task.assignment;
+  struct Want {
+    const model::ObjectLocation* object;
+    std::string what;
+    size_t slot;
   };
-  for (const model::ObjectLocation& object : a.input_objects) {
-    MERIDIAN_RETURN_IF_ERROR(fetch(object, fmt::format("input {}", object.name.empty() ? object.id : object.name)));
+  std::vector<Want> wants;
+  inputs.assign(a.input_objects.size() + a.inputs.size(), std::string());
+  for (size_t i = 0; i < a.input_objects.size(); ++i) {
+    const model::ObjectLocation& o = a.input_objects[i];
+    wants.push_back({&o, fmt::format("input {}", o.name.empty() ? o.id : o.name), i});
   }
   for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const size_t slot = a.input_objects.size() + i;
     if (i < a.dep_objects.size() && !a.dep_objects[i].id.empty()) {
-      MERIDIAN_RETURN_IF_ERROR(fetch(a.dep_objects[i], fmt::format("the output of {}", a.dep_objects[i].name)));
+      wants.push_back({&a.dep_objects[i], fmt::format("the output of {}", a.dep_objects[i].name), slot});
     } else {
-      inputs.push_back(a.inputs[i]);
+      inputs[slot] = a.inputs[i];  // whole in the assignment
     }
   }
-  return OkStatus();
+  if (wants.empty()) return true;
+  if (!options_.fetch) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = "this agent cannot fetch input objects";
+    return false;
+  }
+  // Several at once: each fetch pays its link's round trip, and a merge of many parts
+  // would otherwise pay them one after another.
+  std::vector<StatusOr<FetchedInput>> got(wants.size(), UnavailableError("not fetched"));
+  std::vector<std::vector<std::string>> damaged(wants.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < wants.size();) got[i] = options_.fetch(*wants[i].object, task.stop, &damaged[i]);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < std::min(wants.size(), kMaxParallelFetches); ++k) helpers.emplace_back(worker);
+  worker();
+  for (std::thread& t : helpers) t.join();
+  std::string lost_reason, failed_reason;
+  for (size_t i = 0; i < wants.size(); ++i) {
+    if (got[i].ok()) {
+      u.transfers.push_back(got[i]->transfer);
+      inputs[wants[i].slot] = std::string(got[i]->data);
+      continue;
+    }
+    const Status& s = got[i].status();
+    const std::string reason = fmt::format("{}: {}", wants[i].what, s.message());
+    if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kUnavailable) {
+      u.lost_inputs.push_back(model::LostInput{wants[i].object->id, damaged[i]});
+      if (lost_reason.empty()) lost_reason = reason;
+    } else if (s.code() != StatusCode::kCancelled && failed_reason.empty()) {
+      failed_reason = reason;
+    }
+  }
+  if (task.stop.load()) {
+    u.kind = model::UpdateKind::kCancelled;
+    u.reason = "cancelled before it started";
+    u.lost_inputs.clear();
+  } else if (!failed_reason.empty()) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = failed_reason;
+    u.lost_inputs.clear();
+  } else if (!lost_reason.empty()) {
+    // Not the task's doing: the coordinator finds the input again (another replica,
+    // or its producer runs again) and runs this task once it is there.
+    u.kind = model::UpdateKind::kCancelled;
+    u.reason = fmt::format("input lost: {}", lost_reason);
+  } else {
+    return true;
+  }
+  inputs.clear();
+  return false;
+}
+
+void Executor::SettleOutput(std::string output, std::string_view what, model::TaskUpdate& u) {
+  const size_t limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;
+  if (output.size() > limit) {
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = fmt::format("{} wrote {} of output; a task returns at most {}", what,
+                           FormatBytes(static_cast<int64_t>(output.size())), FormatBytes(static_cast<int64_t>(limit)));
+    return;
+  }
+  u.kind = model::UpdateKind::kSucceeded;
+  u.output = std::move(output);
+  StoreOutput(u);
+  if (u.output_object.id.empty()) {
+    if (u.output.size() > model::kMaxTaskOutputBytes) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("{} wrote {} of output and this node could not keep it", what,
+                             FormatBytes(static_cast<int64_t>(u.output.size())));
+      u.output.clear();
+    }
+    return;
+  }
+  // The whole of it is the object; the report stays small whatever the task wrote.
+  if (u.output.size() > model::kOutputPreviewBytes) u.output.resize(model::kOutputPreviewBytes);
 }
 
 void Executor::StoreOutput(model::TaskUpdate& u) {
@@ -156,18 +236,13 @@ void Executor::RunKernel(Running_& task) {
   u.key = a.key;
   const kernels::KernelInfo* kernel = kernels::FindKernel(a.kernel);
   std::vector<std::string> inputs;
-  Status gathered = OkStatus();
-  if (!task.stop.load() && kernel != nullptr) gathered = GatherInputs(a, inputs, u);
   if (task.stop.load()) {
     u.kind = model::UpdateKind::kCancelled;
     u.reason = "cancelled before it started";
   } else if (kernel == nullptr) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
-  } else if (!gathered.ok()) {
-    u.kind = model::UpdateKind::kFailed;
-    u.reason = gathered.message();
-  } else {
+  } else if (GatherInputs(task, inputs, u)) {
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
     StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu});
@@ -177,24 +252,8 @@ void Executor::RunKernel(Running_& task) {
     } else if (!out.ok()) {
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("kernel {}: {}", a.kernel, out.status().message());
-    } else if (out->size() > model::kMaxObjectOutputBytes ||
-               (out->size() > model::kMaxTaskOutputBytes && !options_.store_output)) {
-      const size_t limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;
-      u.kind = model::UpdateKind::kFailed;
-      u.reason = fmt::format("kernel {} wrote {} of output; a task returns at most {}", a.kernel,
-                             FormatBytes(static_cast<int64_t>(out->size())), FormatBytes(limit));
     } else {
-      u.kind = model::UpdateKind::kSucceeded;
-      u.output = std::move(*out);
-      StoreOutput(u);
-      if (u.output.size() > model::kMaxTaskOutputBytes) {
-        if (u.output_object.id.empty()) {
-          u.kind = model::UpdateKind::kFailed;
-          u.reason = fmt::format("kernel {} wrote {} of output and this node could not keep it", a.kernel,
-                                 FormatBytes(static_cast<int64_t>(u.output.size())));
-        }
-        u.output.resize(model::kOutputPreviewBytes);  // the whole of it is the object
-      }
+      SettleOutput(std::move(*out), fmt::format("kernel {}", a.kernel), u);
     }
   }
   Finish(a.key, std::move(u));
@@ -210,10 +269,8 @@ void Executor::RunCommand(Running_& task) {
   std::error_code ec;
   fs::create_directories(dir / "inputs", ec);
   std::vector<std::string> inputs;
-  Status gathered = GatherInputs(a, inputs, u);
-  if (!gathered.ok()) {
-    u.kind = model::UpdateKind::kFailed;
-    u.reason = gathered.message();
+  if (!GatherInputs(task, inputs, u)) {
+    fs::remove_all(dir, ec);
     Finish(a.key, std::move(u));
     return;
   }
@@ -224,7 +281,10 @@ void Executor::RunCommand(Running_& task) {
   p.argv = a.command;
   p.cwd = dir.string();
   p.timeout_us = a.timeout_us;
-  p.max_stdout_head = model::kMaxTaskOutputBytes;
+  // Its stdout is its output: read up to what a task may return, and a program that
+  // writes more fails with that said (never a silently cut output).
+  const size_t output_limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;
+  p.max_stdout_head = output_limit;
   p.max_tail = model::kMaxTaskLogTailBytes;
   p.env = CurrentEnvironment();
   const std::string devices = Indices(a.allocation.devices);
@@ -272,10 +332,13 @@ void Executor::RunCommand(Running_& task) {
     } else if (r->exit_code != 0) {
       u.kind = model::UpdateKind::kFailed;
       u.reason = fmt::format("exit code {}", r->exit_code);
+    } else if (r->stdout_truncated) {
+      u.kind = model::UpdateKind::kFailed;
+      u.reason = fmt::format("wrote more than {} to stdout; a task returns at most that (write larger results "
+                             "to a file and put it as an object)",
+                             FormatBytes(static_cast<int64_t>(output_limit)));
     } else {
-      u.kind = model::UpdateKind::kSucceeded;
-      u.output = std::move(r->stdout_head);
-      StoreOutput(u);
+      SettleOutput(std::move(r->stdout_head), "the command", u);
     }
   }
   fs::remove_all(dir, ec);

@@ -30,7 +30,12 @@ struct FetchedInput {
   std::string_view data;
   model::InputTransfer transfer;
 };
-using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation& object)>;
+// Brings one input object here from one of its replicas, giving up with kCancelled
+// once `stop` is set. On failure `damaged_nodes` names the holders whose copies were
+// missing or damaged. kNotFound, kDataLoss and kUnavailable mean the input is lost
+// (no replica could be read), which is not the task's fault.
+using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation& object, const std::atomic<bool>& stop,
+                                                     std::vector<std::string>* damaged_nodes)>;
 // Keeps a task's output as an object on this node (for the tasks that read it).
 using StoreFn = std::function<StatusOr<model::HeldObject>(const std::string& output)>;
 
@@ -66,10 +71,16 @@ class Executor {
   void KernelWorker();
   void RunKernel(Running_& task);
   void RunCommand(Running_& task);
-  // The task's inputs: its input objects (fetched) then its dependencies' outputs. On
-  // error the task fails with the reason; `u.transfers` says what moved either way.
-  Status GatherInputs(const model::TaskAssignment& a, std::vector<std::string>& inputs, model::TaskUpdate& u);
+  // The task's inputs: its input objects then its dependencies' outputs, fetching
+  // those that are objects several at a time. False when the task cannot run, with
+  // `u` saying why: cancelled, failed, or cancelled with `lost_inputs` when an input
+  // could not be read from any replica. `u.transfers` says what moved either way.
+  bool GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u);
   void Finish(const model::TaskKey& key, model::TaskUpdate update);
+  // What a successful output becomes, for kernels and commands alike: refused past
+  // the limit, kept as an object on this node (the report carries its first
+  // kOutputPreviewBytes), or, where the node keeps no objects, carried whole.
+  void SettleOutput(std::string output, std::string_view what, model::TaskUpdate& u);
   // A successful non-empty output goes into the node's store too.
   void StoreOutput(model::TaskUpdate& u);
 

@@ -1,6 +1,7 @@
 // The executor runs kernels and commands and ends each in exactly one final update.
 #include "agent/executor.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -14,7 +15,11 @@ class ExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("meridian-exec-test-" + std::to_string(::getpid()));
-    exec_ = std::make_unique<Executor>(ExecutorOptions{dir_.string(), "n1", "s1", false, 2, nullptr, nullptr},
+    Reset(nullptr, nullptr);
+  }
+  void Reset(FetchFn fetch, StoreFn store) {
+    exec_.reset();
+    exec_ = std::make_unique<Executor>(ExecutorOptions{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)},
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
                                          updates_.push_back(std::move(u));
@@ -139,6 +144,82 @@ TEST_F(ExecutorTest, AMissingProgramIsAClearFailure) {
   model::TaskUpdate u = Final(a.key);
   EXPECT_EQ(u.kind, model::UpdateKind::kFailed);
   EXPECT_EQ(u.reason, "cannot run 'definitely-not-a-program': not found in PATH");
+}
+
+TEST_F(ExecutorTest, StdoutPastWhatATaskMayReturnFailsTheTaskAndIsNeverCut) {
+  // Without an object store a task returns at most 1 MiB. Once, a command writing more
+  // succeeded with its output silently cut to 1,048,576 bytes.
+  model::TaskAssignment exact = Task(10, {"sh", "-c", "head -c 1048576 /dev/zero"});
+  ASSERT_TRUE(exec_->Start(exact));
+  model::TaskUpdate ok = Final(exact.key);
+  EXPECT_EQ(ok.kind, model::UpdateKind::kSucceeded) << ok.reason;
+  EXPECT_EQ(ok.output.size(), 1048576u);
+  model::TaskAssignment over = Task(11, {"sh", "-c", "head -c 1048577 /dev/zero"});
+  ASSERT_TRUE(exec_->Start(over));
+  model::TaskUpdate f = Final(over.key);
+  EXPECT_EQ(f.kind, model::UpdateKind::kFailed);
+  EXPECT_NE(f.reason.find("wrote more than 1 MiB to stdout; a task returns at most that"), std::string::npos)
+      << f.reason;
+  EXPECT_TRUE(f.output.empty());
+}
+
+TEST_F(ExecutorTest, ALargeOutputBecomesAnObjectAndTheReportCarriesItsStart) {
+  std::mutex stored_mu;
+  std::vector<size_t> stored;
+  Reset(nullptr, [&](const std::string& output) -> StatusOr<model::HeldObject> {
+    std::lock_guard<std::mutex> lock(stored_mu);
+    stored.push_back(output.size());
+    return model::HeldObject{std::string(32, 'e'), static_cast<int64_t>(output.size())};
+  });
+  model::TaskAssignment big = Task(12, {"sh", "-c", "head -c 2097152 /dev/zero | tr '\\0' x"});
+  ASSERT_TRUE(exec_->Start(big));
+  model::TaskUpdate u = Final(big.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(u.output, std::string(model::kOutputPreviewBytes, 'x'));
+  EXPECT_EQ(u.output_object.size, 2097152);
+  std::lock_guard<std::mutex> lock(stored_mu);
+  EXPECT_EQ(stored, std::vector<size_t>{2097152});
+}
+
+TEST_F(ExecutorTest, InputObjectsAreFetchedSeveralAtOnceAndALostOneStopsTheAttemptWithoutFailingIt) {
+  std::mutex m;
+  std::condition_variable all_in;
+  int inside = 0, most = 0;
+  Reset(
+      [&](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>* damaged)
+          -> StatusOr<FetchedInput> {
+        std::unique_lock<std::mutex> lock(m);
+        most = std::max(most, ++inside);
+        // Each fetch waits until all eight are under way (or 5 s): one at a time would never get there.
+        all_in.notify_all();
+        all_in.wait_for(lock, std::chrono::seconds(5), [&] { return most == 8; });
+        --inside;
+        if (o.id == "bad") {
+          damaged->push_back("n9");
+          return DataLossError("its copy on n9 is damaged");
+        }
+        auto keep = std::make_shared<std::string>(o.id);
+        return FetchedInput{keep, *keep, model::InputTransfer{o.id, "s2", "s1", 2, 0}};
+      },
+      nullptr);
+  model::TaskAssignment a = Task(13, {}, "wordcount");
+  for (int i = 0; i < 8; ++i) a.input_objects.push_back(model::ObjectLocation{"w" + std::to_string(i), "", 2, {}});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(most, 8);
+  EXPECT_EQ(u.transfers.size(), 8u);
+  most = 0;
+  model::TaskAssignment b = Task(14, {}, "wordcount");
+  for (int i = 0; i < 7; ++i) b.input_objects.push_back(model::ObjectLocation{"w" + std::to_string(i), "", 2, {}});
+  b.input_objects.push_back(model::ObjectLocation{"bad", "shard", 2, {}});
+  ASSERT_TRUE(exec_->Start(b));
+  model::TaskUpdate lost = Final(b.key);
+  EXPECT_EQ(lost.kind, model::UpdateKind::kCancelled);
+  EXPECT_EQ(lost.reason, "input lost: input shard: its copy on n9 is damaged");
+  ASSERT_EQ(lost.lost_inputs.size(), 1u);
+  EXPECT_EQ(lost.lost_inputs[0].object_id, "bad");
+  EXPECT_EQ(lost.lost_inputs[0].damaged_nodes, std::vector<std::string>{"n9"});
 }
 
 }  // namespace

@@ -271,7 +271,7 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
       if (++results > 5) continue;
       std::string output = t.record.output.size() > 4096 ? t.record.output.substr(0, 4096) + "\n..." : t.record.output;
       out << fmt::format("\nresult of {}:\n{}{}", t.name, output, output.empty() || output.back() != '\n' ? "\n" : "");
-      if (!t.record.output_object.empty() && t.record.output.size() >= model::kOutputPreviewBytes) {
+      if (!model::OutputWholeInline(t.record.output, t.record.output_object)) {
         out << fmt::format("(the first {}; the whole output is object {}: meridian objects get {})\n",
                            FormatBytes(static_cast<int64_t>(t.record.output.size())), t.record.output_object,
                            t.record.output_object);

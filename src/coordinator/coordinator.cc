@@ -120,7 +120,8 @@ Status Coordinator::LoadState() {
         case TaskStatus::kSucceeded:
           ++job.counts.succeeded;
           // Lineage across the restart: who makes the outputs still to be read.
-          if (!t.rec.output_object.empty() && !t.dependents.empty() && !model::IsTerminal(job.rec.status)) {
+          if (!model::OutputWholeInline(t.rec.output, t.rec.output_object) && !t.dependents.empty() &&
+              !model::IsTerminal(job.rec.status)) {
             producers_[t.rec.output_object].insert({id, static_cast<uint32_t>(i)});
           }
           break;

@@ -102,6 +102,7 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
     int32_t deps_left = 0;
     int64_t seq = -1;        // key in ready_ while queued
     int32_t node = -1;       // index in nodes_ while it holds resources there
+    int32_t input_losses = 0;  // attempts stopped because an input could not be fetched
   };
   struct JobRt {
     model::JobRecord rec;
@@ -168,6 +169,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
   void FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
   void LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);
+  // An attempt stopped because inputs could not be fetched: copies its agent found
+  // missing or damaged leave the directory, lost outputs are made again, and the
+  // task runs again once its inputs are there (at most kMaxInputLosses times).
+  void LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
   void Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch);
   void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);

@@ -54,8 +54,10 @@ model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
 
 class CoordinatorTest : public ::testing::Test {
  protected:
-  void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>()) {
+  void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>(),
+             model::Fleet fleet = {}) {
     CoordinatorOptions options;
+    options.fleet = std::move(fleet);
     options.heartbeat_interval_us = 20'000;
     options.heartbeat_timeout_us = 1'000'000;
     options.reconcile_grace_us = 1'000'000;
@@ -277,14 +279,16 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
       "  - {name: b, kernel: sum, after: [a]}\n  - {name: c, kernel: sum, after: [b]}\n",
       "chain.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const std::string ka(32, 'a'), kb(32, 'b');
+  // Outputs of 10,000 bytes: the reports carry their first 4 KiB, the whole of each
+  // is an object on its node, and dependents read it from there.
+  const std::string ka(32, 'a'), kb(32, 'b'), preview(model::kOutputPreviewBytes, '7');
   auto with_object = [](model::TaskUpdate u, const std::string& id) {
-    u.output_object = model::HeldObject{id, static_cast<int64_t>(u.output.size())};
+    u.output_object = model::HeldObject{id, 10'000};
     return u;
   };
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  Report(n1, {with_object(Done(a[0].key, "10"), ka)}, {model::HeldObject{ka, 2}});
+  Report(n1, {with_object(Done(a[0].key, preview), ka)}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b = Next(n1);
   ASSERT_EQ(b.size(), 1u);
   // b reads a's output from n1, where it is an object.
@@ -292,7 +296,7 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   EXPECT_EQ(b[0].dep_objects[0].id, ka);
   ASSERT_EQ(b[0].dep_objects[0].replicas.size(), 1u);
   EXPECT_EQ(b[0].dep_objects[0].replicas[0].node, "n1");
-  Report(n1, {with_object(Done(b[0].key, "10"), kb)}, {model::HeldObject{kb, 2}});
+  Report(n1, {with_object(Done(b[0].key, preview), kb)}, {model::HeldObject{kb, 10'000}});
   std::vector<model::TaskAssignment> c = Next(n1);
   ASSERT_EQ(c.size(), 1u);
   // n1 dies with c running and both outputs: c is lost, b must be made again, and b
@@ -304,13 +308,13 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   ASSERT_EQ(a2.size(), 1u);
   EXPECT_EQ(a2[0].task_name, "a");
   EXPECT_EQ(a2[0].key.attempt, 2);
-  Report(n2, {with_object(Done(a2[0].key, "10"), ka)}, {model::HeldObject{ka, 2}});
+  Report(n2, {with_object(Done(a2[0].key, preview), ka)}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b2 = Next(n2);
   ASSERT_EQ(b2.size(), 1u);
   EXPECT_EQ(b2[0].task_name, "b");
   ASSERT_EQ(b2[0].dep_objects[0].replicas.size(), 1u);
   EXPECT_EQ(b2[0].dep_objects[0].replicas[0].node, "n2");
-  Report(n2, {with_object(Done(b2[0].key, "10"), kb)}, {model::HeldObject{kb, 2}});
+  Report(n2, {with_object(Done(b2[0].key, preview), kb)}, {model::HeldObject{kb, 10'000}});
   std::vector<model::TaskAssignment> c2 = Next(n2);
   ASSERT_EQ(c2.size(), 1u);
   EXPECT_EQ(c2[0].task_name, "c");
@@ -322,6 +326,130 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   EXPECT_NE(v.tasks[0].history.front().reason.find("lost with node n1"), std::string::npos);
   EXPECT_EQ(v.tasks[1].history.front().outcome, "output lost");
   EXPECT_EQ(v.tasks[2].history.front().outcome, "lost");
+}
+
+TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
+  // An output under 4 KiB is whole in the report: dependents read it from the
+  // coordinator (no fetch), and it is not made again when its node dies.
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto r = coord_->Submit(
+      "name: short\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
+      "  - {name: b, kernel: sum, after: [a]}\n",
+      "short.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string ka(32, 'a');
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  model::TaskUpdate done = Done(a[0].key, "10");
+  done.output_object = model::HeldObject{ka, 2};
+  Report(n1, {done}, {model::HeldObject{ka, 2}});
+  model::RegistrationReply n2 = Register(Node("n2"));
+  env_.fake().Advance(1'500'000);  // n1 is dead now
+  Report(n2, {});
+  std::vector<model::TaskAssignment> b = Next(n2);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].task_name, "b");
+  EXPECT_EQ(b[0].inputs, std::vector<std::string>{"10"});
+  ASSERT_EQ(b[0].dep_objects.size(), 1u);
+  EXPECT_TRUE(b[0].dep_objects[0].id.empty());  // nothing to fetch
+  model::JobView v = Job(r->job_id);
+  ASSERT_EQ(v.tasks[0].history.size(), 1u);  // a was not run again
+  EXPECT_EQ(v.tasks[0].history[0].outcome, "succeeded");
+}
+
+TEST_F(CoordinatorTest, BytesBetweenSitesAreCountedOnceAsTheyMoved) {
+  // a runs at s1 (the only T4), b at s2 (the only node with 6 free cores). What b
+  // reads of a's output crosses s1 -> s2 once: counted when it moves, not also when
+  // b is placed (that doubled WAN bytes and egress).
+  model::Fleet fleet;
+  for (const char* name : {"s1", "s2"}) {
+    model::Site site;
+    site.id = SiteId(static_cast<uint32_t>(fleet.sites.size()));
+    site.name = name;
+    fleet.sites.push_back(site);
+  }
+  fleet.links = {model::Link{SiteId(0), SiteId(1), 10'000, 1'000'000'000, 20'000, 20'000}};
+  Start(std::make_unique<testing::InMemoryStateStore>(), fleet);
+  model::AgentRegistration with_t4 = Node("n1", "s1");
+  with_t4.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
+  model::RegistrationReply n1 = Register(with_t4);
+  model::AgentRegistration big = Node("n2", "s2");
+  big.node.cpu_milli = 8000;
+  model::RegistrationReply n2 = Register(big);
+  for (bool whole : {true, false}) {
+    auto r = coord_->Submit(
+        "name: twosites\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
+        "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
+        "twosites.yaml");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<model::TaskAssignment> a = Next(n1);
+    ASSERT_EQ(a.size(), 1u);
+    const std::string id(32, whole ? 'c' : 'd');
+    model::TaskUpdate done = Done(a[0].key, whole ? "10" : std::string(model::kOutputPreviewBytes, '7'));
+    done.output_object = model::HeldObject{id, whole ? 2 : 10'000};
+    Report(n1, {done}, {model::HeldObject{id, done.output_object.size}});
+    std::vector<model::TaskAssignment> b = Next(n2);
+    ASSERT_EQ(b.size(), 1u) << Job(r->job_id).tasks[1].record.reason;
+    model::TaskUpdate b_done = Done(b[0].key, "10");
+    if (!whole) {
+      ASSERT_EQ(b[0].dep_objects[0].id, id);
+      b_done.transfers = {model::InputTransfer{id, "s1", "s2", 10'000, 0.1}};
+    } else {
+      EXPECT_TRUE(b[0].dep_objects[0].id.empty());  // it came whole with the assignment
+    }
+    Report(n2, {b_done});
+    model::JobView v = Job(r->job_id);
+    ASSERT_EQ(v.summary.job.status, model::JobStatus::kSucceeded);
+    int64_t cross = 0;
+    for (const model::JobTraffic& t : v.traffic) {
+      if (t.from_site == "s1" && t.to_site == "s2") cross += t.bytes;
+    }
+    EXPECT_EQ(cross, whole ? 2 : 10'000) << (whole ? "whole" : "object");
+  }
+}
+
+TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
+  // b's agent finds a's only copy damaged: the copy leaves the directory, a runs
+  // again, and b runs once it is there. Neither counts as a failure.
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto r = coord_->Submit(
+      "name: damaged\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
+      "  - {name: b, kernel: sum, after: [a]}\n",
+      "damaged.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string ka(32, 'a'), preview(model::kOutputPreviewBytes, '7');
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  model::TaskUpdate done = Done(a[0].key, preview);
+  done.output_object = model::HeldObject{ka, 10'000};
+  Report(n1, {done}, {model::HeldObject{ka, 10'000}});
+  std::vector<model::TaskAssignment> b = Next(n1);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(b[0].dep_objects[0].id, ka);
+  model::TaskUpdate lost;
+  lost.key = b[0].key;
+  lost.kind = model::UpdateKind::kCancelled;
+  lost.reason = "input lost: the output of a: its spill file is damaged";
+  lost.lost_inputs = {model::LostInput{ka, {"n1"}}};
+  Report(n1, {lost});
+  std::vector<model::TaskAssignment> again = Next(n1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].task_name, "a");
+  EXPECT_EQ(again[0].key.attempt, 2);
+  done.key = again[0].key;
+  Report(n1, {done}, {model::HeldObject{ka, 10'000}});
+  std::vector<model::TaskAssignment> b2 = Next(n1);
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].task_name, "b");
+  EXPECT_EQ(b2[0].key.attempt, 2);
+  Report(n1, {Done(b2[0].key, "10")});
+  model::JobView v = Job(r->job_id);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded) << v.summary.job.reason;
+  EXPECT_EQ(v.tasks[1].record.failures, 0);
+  EXPECT_EQ(v.tasks[1].history[0].outcome, "input lost");
+  EXPECT_EQ(v.tasks[0].history[0].outcome, "output lost");
 }
 
 TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingFinished) {

@@ -9,6 +9,14 @@
 #include "coordinator/coordinator.h"
 
 namespace meridian::coordinator {
+namespace {
+
+// Attempts a task may lose to inputs no replica of which could be read before its job
+// fails: each such loss drops the bad copies and makes lost outputs again, so a few
+// are expected after faults, and more means the inputs cannot be had.
+constexpr int32_t kMaxInputLosses = 10;
+
+}  // namespace
 
 using model::JobStatus;
 using model::TaskStatus;
@@ -105,11 +113,12 @@ void Coordinator::ScheduleLocked() {
       batch.jobs.push_back(job->rec);
     }
     nodes_[node].outbox.assignments.push_back(AssignmentFor(*job, *task));
-    // The outputs of its dependencies travel to it (through the coordinator): count
-    // those made at other sites as bytes between the sites.
+    // Outputs of its dependencies that travel whole in the assignment (through the
+    // coordinator) are counted here, those made at other sites as bytes between the
+    // sites; outputs read as objects are counted when the agent reports the fetch.
     for (TaskId d : job->job->tasks[task->rec.task].after) {
       const model::TaskRecord& dep = job->tasks[d.value()].rec;
-      if (dep.site.empty() || dep.site == r.site) continue;
+      if (dep.site.empty() || dep.site == r.site || !model::OutputWholeInline(dep.output, dep.output_object)) continue;
       AddTraffic(*job, dep.site, r.site, static_cast<int64_t>(dep.output.size()));
     }
     nodes_with_work.insert(node);
@@ -160,7 +169,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
     const model::TaskRecord& dep = job.tasks[d.value()].rec;
     a.inputs.push_back(dep.output);
     model::ObjectLocation where;
-    if (!dep.output_object.empty()) {
+    if (!model::OutputWholeInline(dep.output, dep.output_object)) {
       auto it = objects_.find(dep.output_object);
       where = it != objects_.end() ? LocationLocked(dep.output_object, it->second)
                                    : model::ObjectLocation{dep.output_object, "", 0, {}};
@@ -229,6 +238,10 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
       FailAttempt(job, task, u, batch);
       return;
     case model::UpdateKind::kCancelled:
+      if (!u.lost_inputs.empty()) {
+        LoseInputs(job, task, u, batch);
+        return;
+      }
       // The agent stopped it though the job goes on (it was told to, or is stopping).
       LoseAttempt(job, task, u.reason.empty() ? "stopped by its agent" : u.reason, batch);
       return;
@@ -240,10 +253,10 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
   task.rec.status = TaskStatus::kSucceeded;
   task.rec.output = u.output;
   task.rec.output_object = u.output_object.id;
-  if (!task.rec.output_object.empty() && !task.dependents.empty()) {
+  if (task.rec.output.size() > model::kOutputPreviewBytes) task.rec.output.resize(model::kOutputPreviewBytes);
+  if (!model::OutputWholeInline(task.rec.output, task.rec.output_object) && !task.dependents.empty()) {
     // Its dependents read the object from its node; the coordinator keeps a preview.
     producers_[task.rec.output_object].insert({task.rec.job, task.rec.task});
-    if (task.rec.output.size() > model::kOutputPreviewBytes) task.rec.output.resize(model::kOutputPreviewBytes);
   }
   task.rec.reason.clear();
   task.rec.finished_us = WallUs();
@@ -308,6 +321,37 @@ void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reaso
   }
   task.rec.reason = fmt::format("attempt {} lost: {}; running it again", task.rec.attempt, reason);
   Requeue(job, task, batch);
+}
+
+void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
+  Release(task);
+  EndAttempt(task, "input lost", u.reason, 0);
+  if (!task.history.empty()) batch.attempts.push_back(task.history.back());
+  LeavePlaced(job, task);
+  std::set<std::string> lost;
+  for (const model::LostInput& in : u.lost_inputs) {
+    for (const std::string& name : in.damaged_nodes) {
+      auto n = node_by_name_.find(name);
+      if (n != node_by_name_.end()) DropReplicaLocked(n->second, in.object_id);
+    }
+    lost.insert(in.object_id);
+  }
+  if (++task.input_losses > kMaxInputLosses) {
+    task.rec.status = TaskStatus::kFailed;
+    task.rec.reason = fmt::format("its inputs could not be fetched {} times, last: {}", task.input_losses, u.reason);
+    task.rec.finished_us = WallUs();
+    batch.tasks.push_back(task.rec);
+    ++job.counts.failed;
+    EndJob(job, JobStatus::kFailed, fmt::format("task '{}' {}", TaskName(job, task.rec.task), task.rec.reason),
+           batch);
+    return;
+  }
+  task.rec.reason = fmt::format("attempt {} stopped: {}; running it again once its inputs are there",
+                                task.rec.attempt, u.reason);
+  Requeue(job, task, batch);
+  // Queued first: making a lost input again puts its waiters, this one too, back to
+  // waiting for it.
+  RebuildLostLocked(lost, fmt::format("its output could not be read by {}", TaskName(job, task.rec.task)), batch);
 }
 
 void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
@@ -417,8 +461,8 @@ void Coordinator::DetectFailuresLocked() {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end() || model::IsTerminal(it->second.rec.status)) continue;
       for (TaskId d : it->second.job->tasks[t].after) {
-        const std::string& id = it->second.tasks[d.value()].rec.output_object;
-        if (!id.empty() && !HasLiveReplicaLocked(id)) lost.insert(id);
+        const model::TaskRecord& dep = it->second.tasks[d.value()].rec;
+        if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasLiveReplicaLocked(dep.output_object)) lost.insert(dep.output_object);
       }
     }
     awaiting_inputs_.clear();
@@ -442,7 +486,7 @@ std::vector<model::ObjectRef> Coordinator::InputsForScheduling(const JobRt& job,
       ref.size_bytes = it->second.size;
     }
     ref.locations.push_back(*site);
-    ref.object_id = dep.output_object;
+    if (!model::OutputWholeInline(dep.output, dep.output_object)) ref.object_id = dep.output_object;
     inputs.push_back(std::move(ref));
   }
   return inputs;
@@ -459,8 +503,8 @@ bool Coordinator::HasLiveReplicaLocked(const std::string& id) const {
 
 bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const {
   for (TaskId d : job.job->tasks[task.rec.task].after) {
-    const std::string& id = job.tasks[d.value()].rec.output_object;
-    if (!id.empty() && !HasLiveReplicaLocked(id)) return false;
+    const model::TaskRecord& dep = job.tasks[d.value()].rec;
+    if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasLiveReplicaLocked(dep.output_object)) return false;
   }
   return true;
 }
@@ -507,7 +551,7 @@ void Coordinator::RebuildLocked(JobRt& job, uint32_t t, const std::string& reaso
   // Its own inputs first: dependencies still being made, or whose outputs are lost too.
   for (TaskId d : job.job->tasks[t].after) {
     TaskRt& dep = job.tasks[d.value()];
-    if (dep.rec.status == TaskStatus::kSucceeded && !dep.rec.output_object.empty() &&
+    if (dep.rec.status == TaskStatus::kSucceeded && !model::OutputWholeInline(dep.rec.output, dep.rec.output_object) &&
         !HasLiveReplicaLocked(dep.rec.output_object)) {
       RebuildLocked(job, d.value(), reason, batch);
     }

@@ -167,8 +167,16 @@ struct NodeView {
 inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
 inline constexpr size_t kMaxObjectOutputBytes = size_t{1} << 30;
 inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
-// What the coordinator keeps of an output its dependents read as an object.
+// An output kept as an object travels as its first kOutputPreviewBytes; one shorter
+// than that travels whole, and its dependents read it from the coordinator, never
+// from the object.
 inline constexpr size_t kOutputPreviewBytes = 4 << 10;
+
+// Whether `output` is the whole of a finished task's output (else it is the preview
+// of `output_object`): dependents then read it from the coordinator, fetching nothing.
+inline bool OutputWholeInline(const std::string& output, const std::string& output_object) {
+  return output_object.empty() || output.size() < kOutputPreviewBytes;
+}
 
 // One attempt at one task.
 struct TaskKey {
@@ -238,6 +246,13 @@ struct InputTransfer {
   double seconds = 0;
 };
 
+// An input object an attempt could not fetch from any replica it was given, and the
+// nodes whose copies turned out to be missing or damaged (not merely unreachable).
+struct LostInput {
+  std::string object_id;
+  std::vector<std::string> damaged_nodes;
+};
+
 struct TaskUpdate {
   TaskKey key;
   UpdateKind kind = UpdateKind::kRunning;
@@ -248,6 +263,8 @@ struct TaskUpdate {
   std::string stderr_tail;
   std::vector<InputTransfer> transfers;  // the input objects it fetched
   HeldObject output_object;              // its output, stored on the node (id empty if none)
+  // With kCancelled: inputs that could not be fetched; the attempt is lost, not failed.
+  std::vector<LostInput> lost_inputs;
 };
 
 

@@ -123,6 +123,11 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
     p->set_seconds(t.seconds);
   }
   if (!update.output_object.id.empty()) ToProto(update.output_object, out->mutable_output_object());
+  for (const model::LostInput& l : update.lost_inputs) {
+    v1::LostInput* p = out->add_lost_inputs();
+    p->set_object_id(l.object_id);
+    for (const std::string& n : l.damaged_nodes) p->add_damaged_nodes(n);
+  }
 }
 
 model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
@@ -138,6 +143,9 @@ model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
     u.transfers.push_back(model::InputTransfer{t.object_id(), t.from_site(), t.to_site(), t.bytes(), t.seconds()});
   }
   if (in.has_output_object()) u.output_object = FromProto(in.output_object());
+  for (const v1::LostInput& l : in.lost_inputs()) {
+    u.lost_inputs.push_back(model::LostInput{l.object_id(), {l.damaged_nodes().begin(), l.damaged_nodes().end()}});
+  }
   return u;
 }
 
