@@ -1,7 +1,10 @@
 // The runtime end to end: a coordinator and four agents at three sites as real
 // processes talking gRPC over loopback, with state in a real SQLite file. Each test
 // starts its own cluster (tests/local_cluster.h) and kills parts of it with SIGKILL.
+#include <signal.h>
+
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +18,13 @@
 
 namespace meridian::testing {
 namespace {
+
+std::string ResolveAddress(const std::string& dir) {
+  std::ifstream in(dir + "/coordinator.addr");
+  std::string address;
+  std::getline(in, address);
+  return address;
+}
 
 class RuntimeTest : public ::testing::Test {
  protected:
@@ -329,6 +339,83 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
   CommandResult again = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.err.find("already cancelled"), std::string::npos) << again.err;
+}
+
+TEST_F(RuntimeTest, AnAgentSlowToReturnAfterACoordinatorRestartKeepsItsTask) {
+  // The grace for agents to come back after a restart is its own setting (2 minutes
+  // by default). It was twice the heartbeat timeout (10 s here): an agent back after
+  // 12 s found its task given away and run a second time.
+  const std::string ran = cluster_->dir() + "/ran.txt";
+  StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
+      "name: patient\ntasks:\n  - name: wait\n    resources: {cpu: 4}\n"
+      "    command: [sh, -c, 'echo once >> " + ran + "; sleep 16']\n",
+      "patient.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::string node;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto v = cluster_->client().GetJob(r->job_id, true);
+        if (!v.ok() || v->tasks.front().record.status != model::TaskStatus::kRunning) return false;
+        node = v->tasks.front().record.node;
+        return true;
+      },
+      30));
+  const int agent = cluster_->Pid("agent-" + node);
+  ASSERT_EQ(kill(agent, SIGSTOP), 0);
+  cluster_->Kill9("coordinator");
+  std::thread wake([agent] {
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    kill(agent, SIGCONT);
+  });
+  const bool up = cluster_->Up();  // waits for every agent, the stopped one too
+  wake.join();
+  ASSERT_TRUE(up);
+  auto done = cluster_->client().Watch(r->job_id, [](const model::JobSummary&) { return true; });
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->job.status, model::JobStatus::kSucceeded) << done->job.reason;
+  auto v = cluster_->client().GetJob(r->job_id, true);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->tasks.front().record.attempt, 1);
+  std::ifstream in(ran);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "once\n");
+}
+
+TEST_F(RuntimeTest, RunFollowsItsJobAcrossACoordinatorRestart) {
+  // `meridian run` once exited 1 when the coordinator restarted, while the job went
+  // on to succeed.
+  const std::string job = cluster_->WriteFile(
+      "slow.yaml", "name: slow\ntasks:\n  - {name: s, count: 2, command: [sleep, '5'], resources: {cpu: 1}}\n");
+  CommandResult run;
+  std::thread follower([&] { run = Meridian({"run", job, "--dir", cluster_->dir(), "--no-progress"}); });
+  ASSERT_TRUE(WaitFor([&] { return JobCount() == 1; }, 30));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  cluster_->Kill9("coordinator");
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_TRUE(cluster_->Up());
+  follower.join();
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("lost the coordinator"), std::string::npos) << run.err;
+  EXPECT_NE(run.out.find("succeeded"), std::string::npos) << run.out;
+}
+
+TEST_F(RuntimeTest, UpRefusesAnotherFleetInTheSameDirectoryUnlessRecreated) {
+  CommandResult other = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/one-node.yaml", "--dir", cluster_->dir()});
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("was made from another fleet; 'meridian up --recreate' deletes it"), std::string::npos)
+      << other.err;
+  auto nodes = cluster_->client().Nodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->size(), 4u);  // untouched
+  CommandResult fresh = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/one-node.yaml", "--dir",
+                                  cluster_->dir(), "--recreate", "--heartbeat-timeout", "5s"});
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  client::Client c(ResolveAddress(cluster_->dir()));
+  auto after = c.Nodes();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ(after->front().node.name, "solo");
+  EXPECT_TRUE(c.ListJobs(0)->empty());
 }
 
 TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterItReturns) {

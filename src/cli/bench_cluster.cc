@@ -14,7 +14,10 @@ StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& f
   MERIDIAN_ASSIGN_OR_RETURN(c->dir_, TempDir::Make("meridian-bench"));
   const fs::path fleet = fs::path(c->dir_->path()) / "fleet.yaml";
   std::ofstream(fleet) << fleet_yaml;
-  UpOptions up{fleet.string(), c->dir_->path() + "/cluster", "2s", 64, true};
+  UpOptions up;
+  up.fleet = fleet.string();
+  up.dir = c->dir_->path() + "/cluster";
+  up.quiet = true;
   up.real_gpus = real_gpus;
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(RunUp(up, up_log));

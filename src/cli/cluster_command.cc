@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -99,7 +100,9 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   }
   MERIDIAN_ASSIGN_OR_RETURN(options.heartbeat_timeout_us, ParseDurationUs(o.heartbeat_timeout));
   options.heartbeat_interval_us = std::max<int64_t>(options.heartbeat_timeout_us / 10, 10'000);
-  options.reconcile_grace_us = 2 * options.heartbeat_timeout_us;
+  StatusOr<int64_t> grace = ParseDurationUs(o.reconcile_grace);
+  if (!grace.ok()) return grace.status().WithPrefix("--reconcile-grace");
+  options.reconcile_grace_us = *grace;
   std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
   if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
   options.order = *order;
@@ -183,15 +186,14 @@ namespace {
 
 // Starts the coordinator unless it runs; returns its address and whether it started.
 StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, const std::string& fleet,
-                                                        const std::string& heartbeat_timeout,
-                                                        const std::string& self) {
+                                                        const UpOptions& o, const std::string& self) {
   // It keeps the address it first got, so agents find a restarted one.
   StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
   std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
   Component coord{"coordinator",
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
                    listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--heartbeat-timeout",
-                   heartbeat_timeout, "--emulate-wan"},
+                   o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--emulate-wan"},
                   dir / "logs" / "coordinator.log"};
   std::error_code ec;
   if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
@@ -281,13 +283,31 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
         fleet_path, fleet.fleet.nodes.size(), o.max_nodes));
   }
   const fs::path dir = fs::absolute(o.dir.empty() ? DefaultClusterDir() : o.dir);
+  MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.heartbeat_timeout).status().WithPrefix("--heartbeat-timeout"));
+  MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.reconcile_grace).status().WithPrefix("--reconcile-grace"));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string fleet_text, spec::ReadFileToString(fleet_path));
+  // A cluster remembers the fleet it was made from: starting it again from another
+  // would keep the old nodes and state under the new name.
+  const fs::path made_from = dir / "fleet.yaml";
+  if (o.recreate && fs::exists(dir / "pids")) {
+    std::ostringstream ignored;
+    MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
+    std::error_code rm;
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile}) fs::remove_all(dir / sub, rm);
+    if (rm) return UnavailableError(fmt::format("cannot delete the cluster in {}: {}", dir.string(), rm.message()));
+  } else if (StatusOr<std::string> before = spec::ReadFileToString(made_from.string());
+             before.ok() && *before != fleet_text) {
+    return FailedPreconditionError(fmt::format(
+        "the local cluster in {} was made from another fleet; 'meridian up --recreate' deletes it (jobs and "
+        "objects too) and starts one from {}, or give another --dir",
+        dir.string(), fleet_path));
+  }
   std::error_code ec;
   for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(made_from, fleet_text));
   const std::string self = SelfExecutable();
-  MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.heartbeat_timeout).status().WithPrefix("--heartbeat-timeout"));
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord,
-                            StartCoordinator(dir, fs::absolute(fleet_path).string(), o.heartbeat_timeout, self));
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinator(dir, fs::absolute(fleet_path).string(), o, self));
   MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, fleet.fleet.nodes.size(), dir));

@@ -92,6 +92,9 @@ struct CoordinatorCommandOptions {
   std::string fleet;
   std::string addr_file;  // written once listening: "host:port"
   std::string heartbeat_timeout = "2s";
+  // After a restart, how long tasks placed before it wait for their agents to come
+  // back before they are run elsewhere.
+  std::string reconcile_grace = "2m";
   std::string sync = "normal";
   std::string order = "fifo";
   bool emulate_wan = false;
@@ -116,7 +119,10 @@ struct UpOptions {
   std::string fleet;
   std::string dir;
   std::string heartbeat_timeout = "2s";
+  std::string reconcile_grace = "2m";
   int max_nodes = 64;
+  // Stop and delete a cluster already in `dir` (its state too) and start afresh.
+  bool recreate = false;
   bool quiet = false;
   // Agents use this machine's CUDA GPUs instead of emulating the fleet's devices.
   bool real_gpus = false;
@@ -141,6 +147,8 @@ struct RunJobOptions {
   bool json = false;
   bool no_progress = false;
   std::string output_dir;  // write each result's whole output here (fetched from its object)
+  // How long to keep trying when the coordinator cannot be reached (it restarts).
+  std::string reconnect_for = "5m";
 };
 // `meridian run`: submit, follow with a progress bar on stderr, print the results.
 // A job that does not succeed is an error.

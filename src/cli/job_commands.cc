@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -212,8 +213,9 @@ Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
+  for (const std::string& w : r.warnings) std::cerr << "warning: " << w << '\n';
   if (o.json) {
-    out << json{{"id", r.job_id}, {"name", r.name}, {"tasks", r.tasks}}.dump(2) << '\n';
+    out << json{{"id", r.job_id}, {"name", r.name}, {"tasks", r.tasks}, {"warnings", r.warnings}}.dump(2) << '\n';
   } else {
     out << fmt::format("submitted job {} ({}, {} tasks); follow it with: meridian job get {}\n", r.job_id, r.name,
                        r.tasks, r.job_id);
@@ -225,11 +227,19 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
   MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
+  for (const std::string& w : r.warnings) progress << "warning: " << w << '\n';
   const bool tty = isatty(STDERR_FILENO) != 0;
   const bool show = !o.no_progress && !o.json;
   if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
+  StatusOr<int64_t> reconnect_for = ParseDurationUs(o.reconnect_for);
+  if (!reconnect_for.ok()) return reconnect_for.status().WithPrefix("--reconnect-for");
   auto start = std::chrono::steady_clock::now();
   auto last_line = start - std::chrono::seconds(10);
+  // The job is stored: a coordinator that restarts carries on with it, and so do we.
+  auto on_lost = [&](const Status& why) {
+    progress << (tty ? "\n" : "") << fmt::format("lost the coordinator ({}); reconnecting for up to {}\n", why.message(),
+                                                   FormatDurationUs(*reconnect_for));
+  };
   MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary last, c->Watch(r.job_id, [&](const model::JobSummary& s) {
     if (!show) return true;
     auto now = std::chrono::steady_clock::now();
@@ -244,7 +254,7 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
     if (!s.running_by_site.empty()) line += "  at: " + Sites(s.running_by_site);
     progress << (tty ? "\r\033[K" : "") << line << (tty && !done ? "" : "\n") << std::flush;
     return true;
-  }));
+  }, *reconnect_for, on_lost));
   MERIDIAN_ASSIGN_OR_RETURN(model::JobView view, c->GetJob(r.job_id, true));
   if (o.json) {
     out << JobJson(view).dump(2) << '\n';

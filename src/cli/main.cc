@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
   coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");
   coord_cmd->add_option("--heartbeat-timeout", coord.heartbeat_timeout, "A node silent this long is dead (default 2s)");
+  coord_cmd->add_option("--reconcile-grace", coord.reconcile_grace,
+                        "After a restart, how long tasks wait for their agents to return before they run elsewhere "
+                        "(default 2m)");
   coord_cmd->add_option("--sync", coord.sync, "normal (survives a crash) or full (survives power loss too)");
   coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
   coord_cmd->add_flag("--emulate-wan", coord.emulate_wan,
@@ -126,6 +129,10 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--fleet", up.fleet, "Fleet file (default examples/fleets/three-sites.yaml)");
   up_cmd->add_option("--dir", up.dir, dir_help);
   up_cmd->add_option("--heartbeat-timeout", up.heartbeat_timeout, "A node silent this long is dead (default 2s)");
+  up_cmd->add_option("--reconcile-grace", up.reconcile_grace,
+                     "After a coordinator restart, how long tasks wait for their agents (default 2m)");
+  up_cmd->add_flag("--recreate", up.recreate,
+                   "Stop and delete the cluster already in the directory (its jobs and objects too) and start afresh");
   up_cmd->add_flag("--real-gpus", up.real_gpus,
                    "Agents use this machine's CUDA GPUs (each agent all of them) instead of emulating the fleet's");
   cli::DownOptions down;
@@ -144,6 +151,8 @@ int main(int argc, char** argv) {
   add_target(run_cmd, run.target);
   run_cmd->add_flag("--json", run.json, "Print the finished job as JSON");
   run_cmd->add_flag("--no-progress", run.no_progress, "No progress bar");
+  run_cmd->add_option("--reconnect-for", run.reconnect_for,
+                      "Keep following the job this long while the coordinator cannot be reached (default 5m)");
   run_cmd->add_option("--output-dir", run.output_dir,
                       "Write every result's whole output to a file here (fetched from the node that made it)");
 

@@ -1,5 +1,8 @@
 #include "client/client.h"
 
+#include <chrono>
+#include <thread>
+
 #include <grpcpp/grpcpp.h>
 
 #include <fmt/format.h>
@@ -9,6 +12,11 @@
 #include "rpc/convert.h"
 
 namespace meridian::client {
+
+std::shared_ptr<grpc::Channel> Client::Channel() const {
+  std::lock_guard<std::mutex> lock(channel_mu_);
+  return channel_;
+}
 
 Client::Client(std::string address, int64_t timeout_us)
     : address_(std::move(address)), timeout_us_(timeout_us), channel_(rpc::MakeChannel(address_)) {}
@@ -54,9 +62,9 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   req.set_spec_yaml(spec_yaml);
   req.set_spec_name(spec_name);
   v1::SubmitJobResponse resp;
-  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_ * 3, &v1::JobService::Stub::Submit, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_ * 3, &v1::JobService::Stub::Submit, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
-  return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks()};
+  return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
 }
 
 StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
@@ -64,7 +72,7 @@ StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
   req.set_job_id(id);
   req.set_include_tasks(include_tasks);
   v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Get, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Get, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -73,7 +81,7 @@ StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
   v1::ListJobsRequest req;
   req.set_limit(limit);
   v1::ListJobsResponse resp;
-  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::List, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::List, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::JobSummary> out;
   for (const v1::JobInfo& j : resp.jobs()) out.push_back(rpc::FromProto(j).summary);
@@ -84,7 +92,7 @@ StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
   v1::CancelJobRequest req;
   req.set_job_id(id);
   v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Cancel, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Cancel, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp).summary;
 }
@@ -94,17 +102,19 @@ StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string&
   req.set_job_id(id);
   req.set_task(task);
   v1::GetLogsResponse resp;
-  grpc::Status s = Call<v1::JobService>(channel_, timeout_us_, &v1::JobService::Stub::Logs, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Logs, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<rpc::TaskLog> out;
   for (const v1::TaskLog& l : resp.logs()) out.push_back(rpc::FromProto(l));
   return out;
 }
 
-StatusOr<model::JobSummary> Client::Watch(uint64_t id,
-                                          const std::function<bool(const model::JobSummary&)>& on_change) {
+StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change,
+                                          int64_t reconnect_for_us, const std::function<void(const Status&)>& on_lost) {
   uint64_t version = 0;
   std::optional<model::JobSummary> last;
+  std::optional<std::chrono::steady_clock::time_point> lost_since;
+  int64_t backoff_us = 200'000;
   // A stream lasts a minute at most; a long job is followed over several.
   while (true) {
     grpc::ClientContext ctx;
@@ -112,9 +122,11 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id,
     v1::WatchJobRequest req;
     req.set_job_id(id);
     req.set_after_version(version);
-    auto reader = v1::JobService::NewStub(channel_)->Watch(&ctx, req);
+    auto reader = v1::JobService::NewStub(Channel())->Watch(&ctx, req);
     v1::JobInfo info;
     while (reader->Read(&info)) {
+      lost_since.reset();
+      backoff_us = 200'000;
       model::JobSummary s = rpc::FromProto(info).summary;
       version = s.version;
       last = s;
@@ -126,14 +138,32 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id,
     }
     grpc::Status st = reader->Finish();
     if (last && model::IsTerminal(last->job.status)) return *last;
-    if (!st.ok() && st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) return Explain(rpc::FromGrpc(st));
+    if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
+    const Status error = Explain(rpc::FromGrpc(st));
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE || reconnect_for_us <= 0) return error;
+    const auto now = std::chrono::steady_clock::now();
+    if (!lost_since) {
+      lost_since = now;
+      if (on_lost) on_lost(error);
+    } else if (now - *lost_since > std::chrono::microseconds(reconnect_for_us)) {
+      return error.WithPrefix(fmt::format("gave up after {} without the coordinator", FormatDurationUs(reconnect_for_us)));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+    backoff_us = std::min<int64_t>(backoff_us * 2, 2'000'000);
+    // A fresh channel connects at once (gRPC's own backoff can hide a restarted
+    // coordinator for seconds), and a restarted coordinator counts versions afresh.
+    {
+      std::lock_guard<std::mutex> lock(channel_mu_);
+      channel_ = rpc::MakeChannel(address_);
+    }
+    version = 0;
   }
 }
 
 StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   v1::ListNodesRequest req;
   v1::ListNodesResponse resp;
-  grpc::Status s = Call<v1::AdminService>(channel_, timeout_us_, &v1::AdminService::Stub::ListNodes, req, &resp);
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListNodes, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::NodeView> out;
   for (const v1::NodeInfo& n : resp.nodes()) out.push_back(rpc::FromProto(n));
@@ -144,7 +174,7 @@ StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref) {
   v1::LocateObjectRequest req;
   req.set_ref(ref);
   v1::ObjectLocation resp;
-  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::Locate, req, &resp);
+  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::Locate, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -154,7 +184,7 @@ StatusOr<model::ObjectReplica> Client::PlacePut(int64_t size, const std::string&
   req.set_size(size);
   req.set_site(site);
   v1::ObjectReplica resp;
-  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::PlacePut, req, &resp);
+  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::PlacePut, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -167,7 +197,7 @@ StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int6
   req.set_node_id(node_id);
   req.set_name(name);
   v1::ObjectLocation resp;
-  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::Commit, req, &resp);
+  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::Commit, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -175,7 +205,7 @@ StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int6
 StatusOr<std::vector<model::ObjectLocation>> Client::Objects() {
   v1::ListObjectsRequest req;
   v1::ListObjectsResponse resp;
-  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::List, req, &resp);
+  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::List, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::ObjectLocation> out;
   for (const v1::ObjectLocation& l : resp.objects()) out.push_back(rpc::FromProto(l));
@@ -189,7 +219,7 @@ StatusOr<model::DatasetView> Client::DefineDataset(const std::string& name,
   for (const model::HeldObject& o : shards) rpc::ToProto(o, req.add_shards());
   v1::Dataset resp;
   grpc::Status s =
-      Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::DefineDataset, req, &resp);
+      Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::DefineDataset, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -198,7 +228,7 @@ StatusOr<model::DatasetView> Client::GetDataset(const std::string& name) {
   v1::GetDatasetRequest req;
   req.set_name(name);
   v1::Dataset resp;
-  grpc::Status s = Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::GetDataset, req, &resp);
+  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::GetDataset, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
 }
@@ -207,7 +237,7 @@ StatusOr<std::vector<model::DatasetView>> Client::Datasets() {
   v1::ListDatasetsRequest req;
   v1::ListDatasetsResponse resp;
   grpc::Status s =
-      Call<v1::ObjectService>(channel_, timeout_us_, &v1::ObjectService::Stub::ListDatasets, req, &resp);
+      Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::ListDatasets, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   std::vector<model::DatasetView> out;
   for (const v1::Dataset& d : resp.datasets()) out.push_back(rpc::FromProto(d));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,12 @@ class Client {
   StatusOr<model::JobSummary> Cancel(uint64_t id);
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task);
   // Calls on_change with the job's summary now and after every change until it ends
-  // (or on_change returns false); returns the last summary.
-  StatusOr<model::JobSummary> Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change);
+  // (or on_change returns false); returns the last summary. When the coordinator
+  // cannot be reached (it restarts, say) the watch keeps trying for up to
+  // `reconnect_for_us`, calling on_lost once per outage, then follows the job again.
+  StatusOr<model::JobSummary> Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change,
+                                    int64_t reconnect_for_us = 0,
+                                    const std::function<void(const Status&)>& on_lost = nullptr);
   StatusOr<std::vector<model::NodeView>> Nodes();
 
   // The object directory (the bytes move over the transfer protocol, objects/).
@@ -50,10 +55,12 @@ class Client {
 
  private:
   Status Explain(const Status& s) const;
+  std::shared_ptr<grpc::Channel> Channel() const;
 
   std::string address_;
   int64_t timeout_us_;
-  std::shared_ptr<grpc::Channel> channel_;
+  mutable std::mutex channel_mu_;
+  std::shared_ptr<grpc::Channel> channel_;  // GUARDED_BY(channel_mu_); a fresh one after an outage
 };
 
 }  // namespace meridian::client

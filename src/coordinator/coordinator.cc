@@ -209,7 +209,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   // Durable first; only then does the job exist for anyone.
   MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks));
   rec.id = id;
-  rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size())};
+  rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
   {
     std::lock_guard<std::mutex> lock(mu_);
     JobRt& rt = jobs_[id];

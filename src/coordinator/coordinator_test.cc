@@ -411,8 +411,13 @@ TEST_F(CoordinatorTest, BytesBetweenSitesAreCountedOnceAsTheyMoved) {
 
 TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
   // b's agent finds a's only copy damaged: the copy leaves the directory, a runs
-  // again, and b runs once it is there. Neither counts as a failure.
-  Start();
+  // again, and b runs once it is there. Neither counts as a failure. Both re-runs
+  // count as retries, the same before and after a restart (they once differed).
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("meridian-coord-test-" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  const std::string db = (dir / "state.db").string();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
   model::RegistrationReply n1 = Register(Node("n1"));
   auto r = coord_->Submit(
       "name: damaged\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
@@ -450,6 +455,12 @@ TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
   EXPECT_EQ(v.tasks[1].record.failures, 0);
   EXPECT_EQ(v.tasks[1].history[0].outcome, "input lost");
   EXPECT_EQ(v.tasks[0].history[0].outcome, "output lost");
+  EXPECT_EQ(v.summary.retries, 2);
+  coord_.reset();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
+  EXPECT_EQ(Job(r->job_id).summary.retries, 2);
+  coord_.reset();
+  fs::remove_all(dir);
 }
 
 TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingFinished) {

@@ -92,7 +92,9 @@ void Coordinator::ScheduleLocked() {
     Dequeue(*task);
     model::TaskRecord& r = task->rec;
     r.status = TaskStatus::kAssigned;
-    ++r.attempt;
+    // Retries are attempts past a task's first, whatever made them (a failure, a lost
+    // node or input, a lost output): what a restart counts from the store too.
+    if (++r.attempt > 1) ++job->counts.retries;
     r.node = fleet_.nodes[node].name;
     r.site = nodes_[node].site;
     r.device_type = p.device_type;
@@ -358,7 +360,6 @@ void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
   task.rec.status = TaskStatus::kQueued;
   batch.tasks.push_back(task.rec);
   ++job.counts.waiting;
-  ++job.counts.retries;
   Enqueue(task);
   Changed(job);
 }

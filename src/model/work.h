@@ -92,6 +92,9 @@ struct Job {
   std::vector<std::string> allowed_regions; // site names, regions or prefixes; empty: any
   std::vector<Dataset> datasets;
   std::vector<Task> tasks;
+  // What the spec says that will not do what its author likely meant, located
+  // ("job.yaml:4:5: tasks[0]: ..."): shown by plan, submit and run, never an error.
+  std::vector<std::string> warnings;
 
   const Task* FindTask(std::string_view name) const;
 };

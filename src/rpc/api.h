@@ -18,6 +18,7 @@ struct SubmitResult {
   uint64_t job_id = 0;
   std::string name;
   int32_t tasks = 0;
+  std::vector<std::string> warnings;
 };
 
 struct TaskLog {

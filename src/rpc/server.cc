@@ -21,6 +21,7 @@ class JobServiceImpl final : public v1::JobService::Service {
     resp->set_job_id(r->job_id);
     resp->set_name(r->name);
     resp->set_tasks(r->tasks);
+    for (const std::string& w : r->warnings) resp->add_warnings(w);
     return grpc::Status::OK;
   }
 

@@ -458,6 +458,17 @@ StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
   }
   MERIDIAN_RETURN_IF_ERROR(Expand());
   MERIDIAN_RETURN_IF_ERROR(Link());
+  // Cost and deadlines are weighed by each task's time; without one it counts as zero.
+  const bool weighs_time = job_.objective != model::Objective::kFastest || job_.deadline_us || job_.budget_micro_usd;
+  for (const TaskTemplate& tmpl : templates_) {
+    if (!weighs_time || tmpl.task.work || tmpl.task.duration_us > 0) continue;
+    job_.warnings.push_back(
+        r_.Error(tmpl.node, tmpl.path,
+                 fmt::format("task '{}' has no 'duration' or 'work': its time and cost count as zero, so the "
+                             "objective, deadline and budget cannot weigh it",
+                             tmpl.task.name))
+            .message());
+  }
   return std::move(job_);
 }
 

@@ -172,6 +172,20 @@ TEST_F(JobSpecTest, LargeReduceTreesKeepEveryMergeWhole) {
   }
 }
 
+TEST_F(JobSpecTest, TasksWithoutATimeUnderACostObjectiveAreWarnedAbout) {
+  // `cheapest` (or a deadline, or a budget) weighs each task's time; a task with no
+  // duration or work was priced at $0 without a word.
+  StatusOr<model::Job> job = Parse(
+      "name: cheap\nobjective: cheapest\ntasks:\n  - {name: a, kernel: sum}\n  - {name: b, kernel: sum, duration: 1m}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->warnings.size(), 1u);
+  EXPECT_THAT(job->warnings[0], HasSubstr(":4:5: tasks[0]: task 'a' has no 'duration' or 'work': its time and cost "
+                                          "count as zero"));
+  StatusOr<model::Job> fast = Parse("name: fast\ntasks:\n  - {name: a, kernel: sum}\n");
+  ASSERT_TRUE(fast.ok());
+  EXPECT_TRUE(fast->warnings.empty());
+}
+
 TEST_P(BadJobTest, RejectsWithLocatedMessageAndLoadsNothing) {
   const BadJob& c = GetParam();
   std::string text = kJob;
