@@ -381,6 +381,39 @@ TEST_F(RuntimeTest, AnAgentSlowToReturnAfterACoordinatorRestartKeepsItsTask) {
   EXPECT_EQ(all, "once\n");
 }
 
+TEST_F(RuntimeTest, AKilledAgentLeavesNoTaskProcessRunning) {
+  // A task's shell and what it started in the background. Once, killing the agent
+  // left both running (re-parented to init), beside the re-runs on the restarted agent.
+  const std::string pids = cluster_->dir() + "/pids.txt";
+  StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
+      "name: linger\ntasks:\n  - name: l\n    resources: {cpu: 4}\n"
+      "    command: [sh, -c, 'sleep 300 & echo $$ $! >> " + pids + "; wait']\n",
+      "linger.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::string node;
+  int shell = 0, child = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::ifstream in(pids);
+        if (!(in >> shell >> child)) return false;
+        auto v = cluster_->client().GetJob(r->job_id, true);
+        if (!v.ok()) return false;
+        node = v->tasks.front().record.node;
+        return !node.empty();
+      },
+      30));
+  ASSERT_GT(shell, 0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(kill(child, 0), 0);
+  cluster_->Kill9("agent-" + node);
+  // The shell dies with its agent (parent-death signal)...
+  EXPECT_TRUE(WaitFor([&] { return !ProcessRunning(shell, "sh"); }, 10)) << "the task's shell outlived its agent";
+  // ...and the restarted agent ends the rest of the group before it takes any work.
+  ASSERT_TRUE(cluster_->Up());
+  EXPECT_TRUE(WaitFor([&] { return !ProcessRunning(child, "sleep"); }, 10)) << "the task's child outlived its agent";
+  ASSERT_TRUE(cluster_->client().Cancel(r->job_id).ok());
+}
+
 TEST_F(RuntimeTest, RunFollowsItsJobAcrossACoordinatorRestart) {
   // `meridian run` once exited 1 when the coordinator restarted, while the job went
   // on to succeed.

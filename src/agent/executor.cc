@@ -18,6 +18,9 @@ namespace {
 // Input objects fetched at once for one task.
 constexpr size_t kMaxParallelFetches = 8;
 
+// Where each running command is recorded (see KillRecordedProcessGroups).
+std::string RecordsDir(const std::string& work_dir) { return work_dir + "/running"; }
+
 std::string EnvName(std::string_view arg) {
   std::string out = "MERIDIAN_ARG_";
   for (char c : arg) out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? std::toupper(c) : '_');
@@ -34,6 +37,14 @@ std::string Indices(const std::vector<int32_t>& devices) {
 
 Executor::Executor(ExecutorOptions options, UpdateFn on_update)
     : options_(std::move(options)), on_update_(std::move(on_update)) {
+  // Commands a previous incarnation of this agent started (it crashed, or was killed)
+  // must not run on beside their re-runs.
+  const std::string records = RecordsDir(options_.work_dir);
+  if (int n = KillRecordedProcessGroups(records); n > 0) {
+    MERIDIAN_LOG_WARN("ended {} task process groups left running by an earlier agent in {}", n, options_.work_dir);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(records, ec);
   int n = options_.kernel_threads > 0 ? options_.kernel_threads
                                       : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < n; ++i) kernel_threads_.emplace_back([this] { KernelWorker(); });
@@ -286,6 +297,7 @@ void Executor::RunCommand(Running_& task) {
   const size_t output_limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;
   p.max_stdout_head = output_limit;
   p.max_tail = model::kMaxTaskLogTailBytes;
+  p.record_file = fmt::format("{}/{}-{}-{}", RecordsDir(options_.work_dir), a.key.job, a.key.task, a.key.attempt);
   p.env = CurrentEnvironment();
   const std::string devices = Indices(a.allocation.devices);
   p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));

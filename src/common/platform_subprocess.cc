@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -71,7 +73,38 @@ int64_t NowUs() {
       .count();
 }
 
+// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot. With
+// the pid it names one process for good (pids are reused, start times are not).
+std::string StartTime(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return "";
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
 }  // namespace
+
+int KillRecordedProcessGroups(const std::string& dir) {
+  int killed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream in(entry.path());
+    int pid = 0;
+    std::string started;
+    if (in >> pid >> started && pid > 1 && !started.empty() && StartTime(pid) == started) {
+      if (kill(-pid, SIGKILL) == 0) ++killed;
+    }
+    in.close();
+    std::filesystem::remove(entry.path(), ec);
+  }
+  return killed;
+}
 
 std::vector<std::string> CurrentEnvironment() {
   std::vector<std::string> out;
@@ -95,10 +128,14 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   }
   std::vector<char*> argv = CStrings(options.argv);
   std::vector<char*> envp = CStrings(options.env);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
   if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
+    // Child: only async-signal-safe calls until exec. If we die (SIGKILL too), so does
+    // it; and if we died before that was set, it goes at once.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     setpgid(0, 0);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
@@ -129,6 +166,10 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     return FailedPreconditionError(fmt::format("cannot run '{}': {}", options.argv[0], std::strerror(exec_errno)));
   }
 
+  if (!options.record_file.empty()) {
+    // Written before we wait for it: a crash from here on leaves a record behind.
+    std::ofstream(options.record_file, std::ios::trunc) << pid << ' ' << StartTime(pid) << '\n';
+  }
   ProcessResult result;
   Capture out{options.max_stdout_head, options.max_tail, {}, {}, false};
   Capture err{0, options.max_tail, {}, {}, false};
@@ -165,6 +206,10 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!killed) kill(-pid, SIGKILL);  // anything it left behind in its group
+  if (!options.record_file.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(options.record_file, ec);
+  }
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   result.stdout_head = std::move(out.head);

@@ -1,6 +1,9 @@
 // Running a program as a child process: argv, environment, working directory,
 // stdout and stderr captured with bounds, a timeout, and a kill from another thread.
-// The child leads its own process group, so a kill reaches what it started too.
+// The child leads its own process group, so a kill reaches what it started too. It
+// dies with the thread that started it (a parent-death signal), and, when asked, is
+// recorded in a file while it runs, so that whoever finds the record after a crash
+// can end its whole group (KillRecordedProcessGroups).
 //
 // Thread-safety: RunProcess may run on several threads at once; `stop` is read
 // while it runs.
@@ -22,6 +25,9 @@ struct ProcessOptions {
   int64_t timeout_us = 0;         // 0: none
   size_t max_stdout_head = 1 << 20;  // kept from the start of stdout
   size_t max_tail = 64 << 10;        // kept from the end of stdout and of stderr
+  // Where to record the child while it runs ("pid start-time"); removed when it ends.
+  // Empty: not recorded.
+  std::string record_file;
 };
 
 struct ProcessResult {
@@ -38,6 +44,12 @@ struct ProcessResult {
 // Starts the program and waits for it. An error only when it cannot be started
 // (not found, not executable): the message names the program and why.
 StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::atomic<bool>& stop);
+
+// Ends the process groups recorded by RunProcess's record_file in `dir` whose leaders
+// still run (the same process: pid and start time), and removes the records. For an
+// agent that starts after a crash: what its previous incarnation ran must not go on.
+// Returns how many groups it ended.
+int KillRecordedProcessGroups(const std::string& dir);
 
 // The current process's environment as "NAME=value" strings.
 std::vector<std::string> CurrentEnvironment();
