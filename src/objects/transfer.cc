@@ -1,7 +1,6 @@
 #include "objects/transfer.h"
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -11,49 +10,14 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "objects/wire.h"
 
 namespace meridian::objects {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the transfer wire format is little-endian");
+using namespace wire;  // the protocol's frames and constants
 
-constexpr uint32_t kMagic = 0x5444524D;  // "MRDT"
-constexpr uint16_t kVersion = 1;
-constexpr uint16_t kOpStat = 1;
-constexpr uint16_t kOpFetch = 2;
-constexpr uint16_t kOpPut = 3;
-constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3;
-constexpr uint64_t kMaxObjectBytes = uint64_t{64} << 30;  // larger announced sizes are refused
-constexpr size_t kMaxSite = 256;
 constexpr int64_t kMultiStreamBytes = int64_t{64} << 20;
-
-struct Request {
-  uint32_t magic = kMagic;
-  uint16_t version = kVersion;
-  uint16_t op = 0;
-  uint64_t id_high = 0;
-  uint64_t id_low = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  uint16_t site_length = 0;
-  uint8_t pad[6] = {};
-};
-static_assert(sizeof(Request) == 48);
-
-struct Response {
-  uint32_t magic = kMagic;
-  uint32_t status = kOk;
-  uint64_t size = 0;
-};
-static_assert(sizeof(Response) == 16);
-
-struct ChunkHeader {
-  uint64_t offset = 0;
-  uint32_t length = 0;
-  uint32_t pad = 0;
-  uint64_t checksum = 0;
-};
-static_assert(sizeof(ChunkHeader) == 24);
 
 int64_t NowUs() { return Env::Default().clock().Now().us; }
 
@@ -91,9 +55,11 @@ Status SendRequest(TcpStream& s, uint16_t op, const ObjectId& id, uint64_t offse
 }
 
 StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
-  Response r;
-  MERIDIAN_RETURN_IF_ERROR(s.ReadExact(&r, sizeof(r)));
-  if (r.magic != kMagic) return DataLossError(fmt::format("{} does not speak Meridian's transfer protocol", s.peer()));
+  char bytes[sizeof(Response)];
+  MERIDIAN_RETURN_IF_ERROR(s.ReadExact(bytes, sizeof(bytes)));
+  StatusOr<Response> decoded = DecodeResponse(std::string_view(bytes, sizeof(bytes)));
+  if (!decoded.ok()) return decoded.status().WithPrefix(s.peer());
+  const Response& r = *decoded;
   if (r.status == kNoObject) return NotFoundError(fmt::format("{} has no object {}", s.peer(), id.Hex()));
   if (r.status == kDamaged) {
     return DataLossError(fmt::format("{} refused object {}: its bytes did not match the id", s.peer(), id.Hex()));
@@ -210,16 +176,20 @@ TransferServer::Pacer* TransferServer::PacerFor(const std::string& site) {
 
 void TransferServer::Serve(TcpStream& stream) {
   while (true) {
-    Request r;
-    if (!stream.ReadExact(&r, sizeof(r)).ok()) return;  // closed, or shut down
-    std::string site(r.site_length, '\0');
-    if (r.magic != kMagic || r.version != kVersion || r.site_length > kMaxSite ||
-        !stream.ReadExact(site.data(), site.size()).ok()) {
+    char header[sizeof(Request)];
+    if (!stream.ReadExact(header, sizeof(header)).ok()) return;  // closed, or shut down
+    StatusOr<Request> decoded = DecodeRequest(std::string_view(header, sizeof(header)));
+    std::string site(decoded.ok() ? decoded->site_length : 0, '\0');
+    Status valid = decoded.ok() ? stream.ReadExact(site.data(), site.size()) : decoded.status();
+    if (valid.ok()) valid = CheckSite(site);
+    if (!valid.ok()) {
+      MERIDIAN_LOG_DEBUG("transfer request from {} refused: {}", stream.peer(), valid.message());
       Response bad;
       bad.status = kBadRequest;
       stream.WriteAll(&bad, sizeof(bad)).IgnoreError();
       return;
     }
+    const Request& r = *decoded;
     const ObjectId id{r.id_high, r.id_low};
     int64_t rtt_us = 0;
     {
@@ -237,13 +207,8 @@ void TransferServer::Serve(TcpStream& stream) {
       s = stream.WriteAll(&resp, sizeof(resp));
     } else if (r.op == kOpFetch) {
       s = ServeFetch(stream, id, r.offset, r.length, site);
-    } else if (r.op == kOpPut) {
+    } else {  // kOpPut: DecodeRequest knows no other
       s = ServePut(stream, id, r.length);
-    } else {
-      Response bad;
-      bad.status = kBadRequest;
-      stream.WriteAll(&bad, sizeof(bad)).IgnoreError();
-      return;
     }
     if (!s.ok()) {
       MERIDIAN_LOG_DEBUG("transfer to {}: {}", stream.peer(), s.message());
@@ -346,13 +311,15 @@ Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t 
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
   for (uint64_t at = 0; at < size; at += kChunkBytes) {
-    ChunkHeader h;
-    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(&h, sizeof(h)));
+    char header[sizeof(ChunkHeader)];
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(header, sizeof(header)));
     const uint64_t want = std::min<uint64_t>(kChunkBytes, size - at);
-    if (h.offset != at || h.length != want) {
+    StatusOr<ChunkHeader> chunk = DecodeChunk(std::string_view(header, sizeof(header)), at, want);
+    if (!chunk.ok()) {
       stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
-      return InvalidArgumentError(fmt::format("a put sent chunk {}+{} where {}+{} was due", h.offset, h.length, at, want));
+      return chunk.status().WithPrefix("a put");
     }
+    const ChunkHeader& h = *chunk;
     MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(buffer->data() + at, want));
     sums[at / kChunkBytes] = ChunkChecksum(std::string_view(buffer->data() + at, want));
     damaged = damaged || sums[at / kChunkBytes] != h.checksum;
@@ -427,12 +394,14 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
     }
     bool broken = false;
     while (next < end) {
-      ChunkHeader h;
-      Status read = stream->ReadExact(&h, sizeof(h));
+      char header[sizeof(ChunkHeader)];
+      Status read = stream->ReadExact(header, sizeof(header));
       const uint64_t want = std::min<uint64_t>(kChunkBytes, end - next);
-      if (read.ok() && (h.offset != next || h.length != want)) {
-        read = DataLossError(fmt::format("{} sent chunk {}+{} where {}+{} was due", stream->peer(), h.offset, h.length,
-                                         next, want));
+      ChunkHeader h;
+      if (read.ok()) {
+        StatusOr<ChunkHeader> chunk = DecodeChunk(std::string_view(header, sizeof(header)), next, want);
+        read = chunk.ok() ? OkStatus() : chunk.status().WithPrefix(stream->peer());
+        if (chunk.ok()) h = *chunk;
       }
       if (read.ok()) read = stream->ReadExact(buffer + next, want);
       if (!read.ok()) {
@@ -479,7 +448,8 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
     return stats;
   }
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
-  const auto& [host, port] = hp;
+  const std::string& host = hp.first;  // not a structured binding: lambdas below capture it
+  const int port = hp.second;
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> first, TcpStream::Connect(host, port, o.timeout_us));
   MERIDIAN_RETURN_IF_ERROR(first->SetTimeout(o.timeout_us));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*first, kOpStat, id, 0, 0, o.site));

@@ -14,6 +14,31 @@
 namespace meridian::sim {
 namespace {
 
+// Bounds on a trace's numbers, so that converting them to microseconds and bytes
+// cannot overflow: a century of seconds, and what one machine can hold.
+constexpr int64_t kMaxTraceSeconds = int64_t{100} * 365 * 24 * 3600;
+constexpr int64_t kMaxTraceMib = int64_t{64} << 20;          // 64 TiB
+constexpr int64_t kMaxTraceCpuMilli = int64_t{4096} * 1000;  // 4,096 cores
+
+Status CheckSeconds(const spec::CsvTable& t, size_t r, size_t c, double seconds) {
+  if (seconds < 0 || seconds > static_cast<double>(kMaxTraceSeconds)) {
+    return t.Error(r, c, fmt::format("expected seconds from 0 to {}", kMaxTraceSeconds));
+  }
+  return OkStatus();
+}
+
+Status CheckMib(const spec::CsvTable& t, size_t r, size_t c, int64_t mib) {
+  if (mib < 0 || mib > kMaxTraceMib) return t.Error(r, c, fmt::format("expected MiB from 0 to {}", kMaxTraceMib));
+  return OkStatus();
+}
+
+Status CheckCpuMilli(const spec::CsvTable& t, size_t r, size_t c, int64_t milli) {
+  if (milli < 0 || milli > kMaxTraceCpuMilli) {
+    return t.Error(r, c, fmt::format("expected milli-cores from 0 to {}", kMaxTraceCpuMilli));
+  }
+  return OkStatus();
+}
+
 std::string Stem(const std::string& path) {
   size_t slash = path.find_last_of('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -103,8 +128,8 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
     MERIDIAN_ASSIGN_OR_RETURN(int64_t mem_mib, t.Int(r, c_mem));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t gpus, t.Int(r, c_gpus));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t milli, t.Int(r, c_milli));
-    if (task.resources.cpu_milli < 0) return t.Error(r, c_cpu, "expected a count of milli-cores >= 0");
-    if (mem_mib < 0) return t.Error(r, c_mem, "expected MiB >= 0");
+    MERIDIAN_RETURN_IF_ERROR(CheckCpuMilli(t, r, c_cpu, task.resources.cpu_milli));
+    MERIDIAN_RETURN_IF_ERROR(CheckMib(t, r, c_mem, mem_mib));
     if (gpus < 0 || gpus > 64) return t.Error(r, c_gpus, "expected 0 to 64 GPUs");
     if (milli < 0 || milli > 1000 || (gpus > 0 && milli == 0)) {
       return t.Error(r, c_milli, "expected 1 to 1000 milli-GPUs per GPU");
@@ -127,6 +152,9 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
     MERIDIAN_ASSIGN_OR_RETURN(int64_t deleted, t.IntOr(r, c_deleted, -1));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t scheduled, t.IntOr(r, c_scheduled, -1));
     if (deleted < 0) return t.Error(r, c_deleted, "expected the time the pod ended");
+    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_created, static_cast<double>(created)));
+    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_deleted, static_cast<double>(deleted)));
+    if (scheduled >= 0) MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_scheduled, static_cast<double>(scheduled)));
     int64_t began = scheduled >= 0 ? scheduled : created;
     if (deleted < began) return t.Error(r, c_deleted, "ends before it began");
     task.duration_us = (deleted - began) * kSecondUs;
@@ -157,7 +185,7 @@ StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const 
     MERIDIAN_ASSIGN_OR_RETURN(int64_t arrival_s, t.Int(r, c_time));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t replicas, t.Int(r, c_replicas));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t batch, t.Int(r, c_batch));
-    if (arrival_s < 0) return t.Error(r, c_time, "expected seconds >= 0");
+    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_time, static_cast<double>(arrival_s)));
     if (replicas < 1 || replicas > 1024) return t.Error(r, c_replicas, "expected 1 to 1024 replicas");
     if (batch < 1) return t.Error(r, c_batch, "expected a batch size >= 1");
     const double per_replica = static_cast<double>(batch) / static_cast<double>(replicas);
@@ -225,7 +253,7 @@ StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, con
     std::string_view job_name = t.field(r, c_job);
     if (job_name.empty()) return t.Error(r, c_job, "expected a job name");
     MERIDIAN_ASSIGN_OR_RETURN(double arrival_s, t.Double(r, c_arrival));
-    if (arrival_s < 0) return t.Error(r, c_arrival, "expected seconds >= 0");
+    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_arrival, arrival_s));
     auto [it, inserted] = job_index.try_emplace(std::string(job_name), jobs.size());
     if (inserted) {
       auto job = std::make_shared<model::Job>();
@@ -262,7 +290,7 @@ StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, con
         return t.Error(r, c_job, "expected duration_s, or kind and work");
       }
       MERIDIAN_ASSIGN_OR_RETURN(double d, t.Double(r, *c_duration));
-      if (d < 0) return t.Error(r, *c_duration, "expected seconds >= 0");
+      MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, *c_duration, d));
       task.duration_us = static_cast<int64_t>(std::llround(d * kSecondUs));
     }
     model::ResourceRequest& req = task.resources;
@@ -281,11 +309,11 @@ StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, con
     }
     if (c_cpu) {
       MERIDIAN_ASSIGN_OR_RETURN(req.cpu_milli, t.IntOr(r, *c_cpu, 1000));
-      if (req.cpu_milli < 0) return t.Error(r, *c_cpu, "expected milli-cores >= 0");
+      MERIDIAN_RETURN_IF_ERROR(CheckCpuMilli(t, r, *c_cpu, req.cpu_milli));
     }
     if (c_mem) {
       MERIDIAN_ASSIGN_OR_RETURN(int64_t mib, t.IntOr(r, *c_mem, 0));
-      if (mib < 0) return t.Error(r, *c_mem, "expected MiB >= 0");
+      MERIDIAN_RETURN_IF_ERROR(CheckMib(t, r, *c_mem, mib));
       req.memory_bytes = mib * kMiB;
     }
     if (c_gang) task.gang = std::string(t.field(r, *c_gang));

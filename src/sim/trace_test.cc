@@ -147,7 +147,20 @@ TEST(GenericTraceTest, RejectsWhatItCannotUse) {
                                         fleet)),
               HasSubstr("input_site: no such site in the fleet, got 'mars'"));
   EXPECT_THAT(ErrorOf(ParseGenericTrace("job,arrival_s,duration_s\nj,-1,1\n", "t.csv", fleet)),
-              HasSubstr("arrival_s: expected seconds >= 0"));
+              HasSubstr("arrival_s: expected seconds from 0 to 3153600000"));
+  // Found by fuzz_trace: times and sizes that overflowed when turned into microseconds
+  // and bytes (undefined behaviour), and non-finite numbers taken as times.
+  EXPECT_THAT(ErrorOf(ParseGenericTrace("job,arrival_s,duration_s\nj,nan,1\n", "t.csv", fleet)),
+              HasSubstr("arrival_s: expected a finite number, got 'nan'"));
+  EXPECT_THAT(ErrorOf(ParseGenericTrace("job,arrival_s,duration_s\nj,0,1e300\n", "t.csv", fleet)),
+              HasSubstr("duration_s: expected seconds from 0 to 3153600000"));
+  EXPECT_THAT(ErrorOf(ParseGenericTrace("job,arrival_s,duration_s,memory_mib\nj,0,1,99999999999999\n", "t.csv", fleet)),
+              HasSubstr("memory_mib: expected MiB from 0 to 67108864"));
+  EXPECT_THAT(ErrorOf(ParseAlibabaPods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                                       "deletion_time,scheduled_time\np,1000,1024,1,1000,,LS,Running,0,"
+                                       "125374929021344579,0\n",
+                                       "pods.csv")),
+              HasSubstr("deletion_time: expected seconds from 0 to 3153600000"));
 }
 
 TEST(TraceTest, AutoDetectsTheFormatOrSaysWhatItExpected) {

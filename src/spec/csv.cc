@@ -1,6 +1,7 @@
 #include "spec/csv.h"
 
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -89,6 +90,7 @@ StatusOr<double> CsvTable::Double(size_t r, size_t column) const {
   double v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return Error(r, column, "expected a number");
+  if (!std::isfinite(v)) return Error(r, column, "expected a finite number");
   return v;
 }
 

@@ -30,6 +30,15 @@ TEST(GavelTest, ParsesSoloThroughputsPerScaleAndSkipsUnconsolidated) {
   EXPECT_EQ(t->Unit("resnet-50-b64"), "step");
 }
 
+TEST(NodeListTest, ResourcesPastAnyMachineAreRefusedNotOverflowed) {
+  // Found by fuzz_trace: memory_mib times 1 MiB overflowed (undefined behaviour).
+  meridian::StatusOr<std::vector<ListedNode>> n = ParseAlibabaNodeList(
+      "sn,cpu_milli,memory_mib,gpu,model\nbig,64000,2621444444444444,2,P100\n", "nodes.csv");
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(n.status().message(), ::testing::HasSubstr("nodes.csv:2: memory_mib: expected 1 to 67108864"));
+  EXPECT_FALSE(ParseAlibabaNodeList("sn,cpu_milli,memory_mib,gpu,model\nbig,99999999999,1024,2,P100\n", "n.csv").ok());
+}
+
 TEST(GavelTest, RejectsMalformedTables) {
   EXPECT_FALSE(ParseGavelThroughputs("{not json", "t.json").ok());
   EXPECT_THAT(ParseGavelThroughputs(R"J({"v100": {"bad key": {"null": 1}}})J", "t.json").status().message(),

@@ -4,6 +4,7 @@
 
 #include "common/units.h"
 #include "model/accelerators.h"
+#include "model/fleet.h"
 #include "spec/csv.h"
 
 namespace meridian::spec {
@@ -20,9 +21,13 @@ StatusOr<std::vector<ListedNode>> ParseAlibabaNodeList(std::string_view csv, std
     ListedNode n;
     n.name = std::string(t.field(r, 0));
     MERIDIAN_ASSIGN_OR_RETURN(n.cpu_milli, t.Int(r, 1));
-    if (n.cpu_milli <= 0) return t.Error(r, 1, "expected a positive integer");
+    if (n.cpu_milli <= 0 || n.cpu_milli > model::kMaxNodeCpuMilli) {
+      return t.Error(r, 1, fmt::format("expected 1 to {}", model::kMaxNodeCpuMilli));
+    }
     MERIDIAN_ASSIGN_OR_RETURN(int64_t memory_mib, t.Int(r, 2));
-    if (memory_mib <= 0) return t.Error(r, 2, "expected a positive integer");
+    if (memory_mib <= 0 || memory_mib > model::kMaxNodeMemoryBytes / kMiB) {
+      return t.Error(r, 2, fmt::format("expected 1 to {}", model::kMaxNodeMemoryBytes / kMiB));
+    }
     MERIDIAN_ASSIGN_OR_RETURN(int64_t gpus, t.Int(r, 3));
     if (gpus < 0 || gpus > 64) return t.Error(r, 3, "expected an integer from 0 to 64");
     n.memory_bytes = memory_mib * kMiB;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -28,17 +29,29 @@ StatusOr<YAML::Node> ParseYaml(std::string_view text, std::string_view file) {
   }
 }
 
-StatusOr<std::string> ReadFileToString(const std::string& path) {
+StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found) return NotFoundError(fmt::format("{}: no such file", path));
+  if (!ec && st.type() != std::filesystem::file_type::regular) {
+    return InvalidArgumentError(fmt::format("{}: not a regular file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
     if (err == ENOENT) return NotFoundError(fmt::format("{}: no such file", path));
     return InvalidArgumentError(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return InvalidArgumentError(fmt::format("{}: read failed", path));
-  return ss.str();
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > static_cast<uintmax_t>(max_bytes)) {
+    return InvalidArgumentError(fmt::format("{}: {} bytes, over the {}-byte limit for such files", path, size, max_bytes));
+  }
+  std::string text(ec ? 0 : size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad() || static_cast<uintmax_t>(in.gcount()) != text.size()) {
+    return InvalidArgumentError(fmt::format("{}: read failed", path));
+  }
+  return text;
 }
 
 std::string Field(std::string_view path, std::string_view key) {

@@ -20,7 +20,10 @@ namespace meridian::spec {
 // Parses YAML text; a syntax error names the file, line and column.
 StatusOr<YAML::Node> ParseYaml(std::string_view text, std::string_view file);
 // Reads a whole file; NotFound/InvalidArgument name the path.
-StatusOr<std::string> ReadFileToString(const std::string& path);
+// Spec, trace and table files are read whole: at most this much, and only regular
+// files (a path like /dev/zero would read forever).
+inline constexpr int64_t kMaxSpecFileBytes = int64_t{256} << 20;
+StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes = kMaxSpecFileBytes);
 
 // "a.b" / "a[3]" helpers for field paths.
 std::string Field(std::string_view path, std::string_view key);
