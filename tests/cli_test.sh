@@ -5,7 +5,7 @@ set -uo pipefail
 bin=$1
 root=$2
 cd "$root"
-fleet=examples/fleets/three-sites.yaml
+fleet=tests/fleets/three-sites.yaml
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -45,8 +45,8 @@ check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
 
 # The simulator.
-gavel=examples/fleets/gavel-cluster.yaml
-sia=../shared/data/traces/sia-philly/workload-1.csv
+gavel=tests/fleets/gavel-cluster.yaml
+sia=tests/fixtures/sia-philly-workload-1.csv
 check "sim compares policies" 0 "" "$bin" sim --fleet $gavel --trace $sia --compare meridian,agnostic
 grep -q "^meridian  *160/160" "$tmp/out" && grep -q "^agnostic  *160/160" "$tmp/out" || { echo "FAIL sim table:"; cat "$tmp/out"; fail=1; }
 check "sim writes a report" 0 "" "$bin" sim --fleet $gavel --trace $sia --seed 3 --out "$tmp/r1"
@@ -54,13 +54,13 @@ grep -q "<svg" "$tmp/r1/report.html" && grep -q '"jct_s"' "$tmp/r1/metrics.json"
   || { echo "FAIL sim report files"; ls -l "$tmp/r1"; fail=1; }
 check "sim again with the same seed" 0 "" "$bin" sim --fleet $gavel --trace $sia --seed 3 --out "$tmp/r2"
 cmp -s "$tmp/r1/jobs-meridian.csv" "$tmp/r2/jobs-meridian.csv" || { echo "FAIL sim not deterministic for one seed"; fail=1; }
-check "sim fill experiment" 0 "" "$bin" sim --fleet examples/fleets/alibaba-gpu-2023.yaml --trace ../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_multigpu20.csv --fill 1.1 --compare best-fit,meridian
+check "sim fill experiment" 0 "" "$bin" sim --fleet tests/fleets/alibaba-gpu-2023.yaml --trace tests/fixtures/alibaba-pods-multigpu20.csv --fill 1.1 --compare best-fit,meridian
 grep -q "TURNED AWAY" "$tmp/out" || { echo "FAIL fill output"; cat "$tmp/out"; fail=1; }
 check "sim unknown policy" 1 "unknown policy 'lifo'" "$bin" sim --fleet $gavel --trace $sia --policy lifo
 check "sim missing trace" 1 "no-such-trace.csv" "$bin" sim --fleet $gavel --trace no-such-trace.csv
 printf 'a,b\n1,2\n' >"$tmp/odd.csv"
 check "sim unknown trace format" 1 "cannot tell the trace format" "$bin" sim --fleet $gavel --trace "$tmp/odd.csv"
-check "sim time-less trace needs --fill" 1 "replay it with --fill" "$bin" sim --fleet examples/fleets/alibaba-gpu-2023.yaml --trace ../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_multigpu20.csv
+check "sim time-less trace needs --fill" 1 "replay it with --fill" "$bin" sim --fleet tests/fleets/alibaba-gpu-2023.yaml --trace tests/fixtures/alibaba-pods-multigpu20.csv
 check "sim bad fleet change" 1 "--change '2h+5'" "$bin" sim --fleet $gavel --trace $sia --change 2h+5
 check "sim --policy with --compare" 2 "excludes" "$bin" sim --fleet $gavel --trace $sia --policy meridian --compare meridian,random
 printf 'job,arrival_s,duration_s,gpus\nj,0,1,1\nj,0,x,1\n' >"$tmp/bad.csv"
@@ -73,7 +73,7 @@ export MERIDIAN_HOME="$tmp/no-cluster"
 unset MERIDIAN_COORDINATOR
 check "jobs without a cluster" 1 "no coordinator: no local cluster in $tmp/no-cluster" "$bin" jobs
 check "down without a cluster" 1 "no local cluster in $tmp/no-cluster" "$bin" down
-check "up refuses a large fleet" 1 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet examples/fleets/alibaba-gpu-2023.yaml
+check "up refuses a large fleet" 1 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet tests/fleets/alibaba-gpu-2023.yaml
 check "up with a bad fleet" 1 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml
 check "agent with a bad node file" 1 "node.yaml:1:1: missing required field 'site'" bash -c "printf 'name: n\ncpu: 2\nmemory: 1GiB\n' >$tmp/node.yaml; $bin agent --coordinator 127.0.0.1:1 --config $tmp/node.yaml"
 bench_procs() { pgrep -f "meridian-bench-" | wc -l; }

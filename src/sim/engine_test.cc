@@ -185,13 +185,13 @@ sites: [{name: a}, {name: b}]
 links: [{between: [a, b], rtt: 5ms, bandwidth: 10Gbps}]
 node_lists:
   - format: alibaba-gpu-2023
-    path: )" + root + R"(/../shared/data/traces/alibaba-gpu-v2023/openb_node_list_gpu_node.csv
+    path: )" + root + R"(/tests/fixtures/alibaba-node-list-gpu.csv
     sites: [a, b]
     cpu_price: $0.04/h
     gpu_prices: {T4: $0.35/h, V100M16: $2.48/h, V100M32: $2.48/h, P100: $1.46/h, A10: $1.01/h, G2: $0.35/h, G3: $2.48/h}
     limit: 100
 )");
-  StatusOr<Trace> t = LoadTrace(root + "/../shared/data/traces/alibaba-gpu-v2023/openb_pod_list_gpuspec33.csv",
+  StatusOr<Trace> t = LoadTrace(root + "/tests/fixtures/alibaba-pods-gpuspec33-400.csv",
                                 TraceFormat::kAuto, s.fleet.fleet, s.fleet.throughput);
   EXPECT_TRUE(t.ok()) << t.status().message();
   if (t.ok()) {

@@ -135,7 +135,7 @@ TEST(FleetSpecTest, MissingFileIsNotFound) {
 }
 
 TEST(FleetSpecTest, LoadsTheThreeSiteExampleWithGavel) {
-  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/examples/fleets/three-sites.yaml");
+  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/tests/fleets/three-sites.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->fleet.sites.size(), 3u);
   EXPECT_EQ(spec->fleet.nodes.size(), 16u);
@@ -146,7 +146,7 @@ TEST(FleetSpecTest, LoadsTheThreeSiteExampleWithGavel) {
 }
 
 TEST(FleetSpecTest, LoadsTheAlibabaNodeList) {
-  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/examples/fleets/alibaba-gpu-2023.yaml");
+  StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/tests/fleets/alibaba-gpu-2023.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   const model::Fleet& f = spec->fleet;
   ASSERT_EQ(f.nodes.size(), 1213u);

@@ -55,7 +55,7 @@ TEST(GavelTest, RejectsMalformedTables) {
 
 TEST(GavelTest, LoadsTheSharedTableWithItsHeterogeneity) {
   const char* d = std::getenv("MERIDIAN_SOURCE_DIR");
-  std::string path = std::string(d ? d : ".") + "/../shared/data/throughputs/gavel_simulation_throughputs.json";
+  std::string path = std::string(d ? d : ".") + "/tests/fixtures/gavel-throughputs.json";
   StatusOr<model::ThroughputTable> t = LoadGavelThroughputs(path);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->Kinds().size(), 26u);
