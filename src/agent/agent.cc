@@ -96,9 +96,11 @@ Status Agent::StartObjects() {
     }
     cv_.notify_all();
   });
-  MERIDIAN_ASSIGN_OR_RETURN(transfer_, objects::TransferServer::Start(
-                                           *objects_, objects::TransferServerOptions{options_.transfer_host, 0,
-                                                                                     options_.site, {}}));
+  objects::TransferServerOptions transfer;
+  transfer.host = options_.transfer_host;
+  transfer.site = options_.site;
+  transfer.link_clocks_file = options_.link_clocks_file;
+  MERIDIAN_ASSIGN_OR_RETURN(transfer_, objects::TransferServer::Start(*objects_, std::move(transfer)));
   MERIDIAN_LOG_INFO("objects: {} in memory, then spilled to {}/objects; transfers at {}",
                     FormatBytes(options_.object_memory_bytes), options_.work_dir, transfer_->address());
   return OkStatus();

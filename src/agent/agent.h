@@ -37,6 +37,9 @@ struct AgentOptions {
   int64_t rpc_timeout_us = 5'000'000;
   int64_t object_memory_bytes = int64_t{1} << 30;  // then objects spill under work_dir/objects
   std::string transfer_host = "127.0.0.1";          // the transfer server's address (any port)
+  // Emulated links' clocks shared with the other agents of a local cluster (see
+  // objects::LinkClocks); empty: this agent's own.
+  std::string link_clocks_file;
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated

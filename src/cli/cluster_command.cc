@@ -146,6 +146,7 @@ Status RunAgent(const AgentCommandOptions& o) {
   options.kernel_threads = o.kernel_threads;
   MERIDIAN_ASSIGN_OR_RETURN(options.object_memory_bytes, ParseBytes(o.object_memory));
   options.transfer_host = o.transfer_host;
+  options.link_clocks_file = o.link_clocks;
   BlockTerminationSignals();
   agent::Agent agent(std::move(options), Env::Default());
   std::thread signals([&agent] {
@@ -221,7 +222,8 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
         WriteFileAtomically(config, spec::NodeConfigYaml(local, fleet.fleet.site(node.site).name)));
     Component agent{"agent-" + node.name,
                     {self, "--log-level", "info", "agent", "--coordinator", address, "--config", config.string(),
-                     "--work-dir", (dir / "work" / node.name).string()},
+                     "--work-dir", (dir / "work" / node.name).string(), "--link-clocks",
+                     (dir / "work" / "link-clocks").string()},
                     dir / "logs" / ("agent-" + node.name + ".log")};
     if (!real_gpus) agent.argv.push_back("--no-gpu-discovery");
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));

@@ -111,6 +111,7 @@ struct AgentCommandOptions {
   int kernel_threads = 0;
   std::string object_memory = "1GiB";
   std::string transfer_host = "127.0.0.1";
+  std::string link_clocks;  // file of emulated links' clocks shared by a local cluster's agents
 };
 // `meridian agent`: serves until SIGINT or SIGTERM.
 Status RunAgent(const AgentCommandOptions& options);

@@ -121,6 +121,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_flag("--no-gpu-discovery", agent.no_gpu_discovery, "Do not look for CUDA devices");
   agent_cmd->add_option("--kernel-threads", agent.kernel_threads, "Threads for built-in kernels (default: one per core)");
   agent_cmd->add_option("--object-memory", agent.object_memory, "Objects held in memory before spilling to disk (default 1GiB)");
+  agent_cmd->add_option("--link-clocks", agent.link_clocks,
+                        "File of emulated WAN links' clocks shared with the other agents on this machine, so that "
+                        "senders at one site share each link's bandwidth (meridian up sets it)");
   agent_cmd->add_option("--transfer-host", agent.transfer_host,
                         "Address the object transfer server listens on (default 127.0.0.1; its port is chosen)");
 

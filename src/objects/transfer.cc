@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "objects/link_clock.h"
 #include "objects/wire.h"
 
 namespace meridian::objects {
@@ -70,28 +71,11 @@ StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
 
 }  // namespace
 
-// Paces what is sent on one link: each send starts no earlier than the previous one
-// would have finished at the link's bandwidth.
-struct TransferServer::Pacer {
-  std::mutex mu;
-  int64_t next_free_us = 0;
-  void Wait(int64_t bytes, int64_t bandwidth_bps) {
-    if (bandwidth_bps <= 0) return;
-    const int64_t cost = bytes * 8 * 1'000'000 / bandwidth_bps;
-    int64_t start;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      start = std::max(NowUs(), next_free_us);
-      next_free_us = start + cost;
-    }
-    // Sent when its time on the link is over: the bytes arrive no faster than the link.
-    SleepUs(start + cost - NowUs());
-  }
-};
-
 StatusOr<std::unique_ptr<TransferServer>> TransferServer::Start(ObjectStore& store, TransferServerOptions options) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<LinkClocks> clocks, LinkClocks::Open(options.link_clocks_file));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener, TcpListener::Listen(options.host, options.port));
   std::unique_ptr<TransferServer> s(new TransferServer(store, std::move(options), std::move(listener)));
+  s->clocks_ = std::move(clocks);
   s->accept_thread_ = std::thread([raw = s.get()] { raw->AcceptLoop(); });
   return s;
 }
@@ -167,13 +151,6 @@ void TransferServer::AcceptLoop() {
   }
 }
 
-TransferServer::Pacer* TransferServer::PacerFor(const std::string& site) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<Pacer>& p = pacers_[site];
-  if (!p) p = std::make_unique<Pacer>();
-  return p.get();
-}
-
 void TransferServer::Serve(TcpStream& stream) {
   while (true) {
     char header[sizeof(Request)];
@@ -240,7 +217,6 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
     auto link = options_.links.find(site);
     if (link != options_.links.end()) shape = link->second;
   }
-  Pacer* pacer = shape.bandwidth_bps > 0 ? PacerFor(site) : nullptr;
   const std::vector<uint64_t>& sums = pinned->chunk_checksums();
   std::string corrupted;
   for (uint64_t at = offset; at < end; at += kChunkBytes) {
@@ -266,7 +242,12 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
       if (at == offset) c.transfers++;
       c.egress_micro_usd = c.bytes / 1000 * shape.egress_micro_usd_per_gb / 1'000'000;
     }
-    if (pacer != nullptr) pacer->Wait(static_cast<int64_t>(n), shape.bandwidth_bps);
+    if (shape.bandwidth_bps > 0) {
+      // Sent when its time on the link is over: the bytes arrive no faster than the
+      // link, which every sender from this site to that one shares.
+      const int64_t done = clocks_->Book(options_.site, site, static_cast<int64_t>(n), shape.bandwidth_bps, NowUs());
+      SleepUs(done - NowUs());
+    }
     if (cut) {
       // Half the chunk, then the connection breaks.
       iovec half[2] = {{&h, sizeof(h)}, {const_cast<char*>(payload), n / 2}};

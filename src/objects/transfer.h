@@ -11,7 +11,8 @@
 //
 // WAN emulation: a server shapes what it sends to each requesting site by the link
 // between the sites (round-trip time before the first byte, bandwidth shared by all
-// transfers on the link), and counts bytes and egress cost per destination site.
+// transfers on the link, from every agent at the site when they share a LinkClocks
+// file), and counts bytes and egress cost per destination site.
 //
 // Wire format (little-endian, one request at a time per connection):
 //   request  = magic u32, version u16, op u16 (1 stat, 2 fetch, 3 put), id 16 bytes,
@@ -37,6 +38,7 @@
 
 #include "common/net.h"
 #include "common/status.h"
+#include "objects/link_clock.h"
 #include "objects/store.h"
 
 namespace meridian::objects {
@@ -74,6 +76,10 @@ struct TransferServerOptions {
   int64_t idle_timeout_us = 60'000'000;
   int64_t max_put_bytes = int64_t{16} << 30;
   int64_t max_put_in_flight_bytes = int64_t{16} << 30;
+  // The file of link clocks shared by every agent of the cluster (LinkClocks), so
+  // that all senders from one site to another share that link's bandwidth. Empty:
+  // shared by this server's transfers only.
+  std::string link_clocks_file = {};
 };
 
 class TransferServer {
@@ -90,13 +96,11 @@ class TransferServer {
   void SetLinks(std::map<std::string, LinkShape> links);
 
  private:
-  struct Pacer;
   TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
   void Serve(TcpStream& stream);
   Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
   Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size);
-  Pacer* PacerFor(const std::string& site);
 
   ObjectStore& store_;
   TransferServerOptions options_;  // links guarded by mu_
@@ -108,7 +112,7 @@ class TransferServer {
   std::map<TcpStream*, std::thread> connections_;             // guarded by mu_
   std::vector<std::thread> finished_;                         // guarded by mu_
   std::map<std::string, LinkCounters> sent_;                  // guarded by mu_
-  std::map<std::string, std::unique_ptr<Pacer>> pacers_;      // guarded by mu_
+  std::unique_ptr<LinkClocks> clocks_;                        // set by Start
   TransferFaults faults_;                                     // guarded by mu_
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
