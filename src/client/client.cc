@@ -113,7 +113,8 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
                                           int64_t reconnect_for_us, const std::function<void(const Status&)>& on_lost) {
   uint64_t version = 0;
   std::optional<model::JobSummary> last;
-  std::optional<std::chrono::steady_clock::time_point> lost_since;
+  bool lost = false;  // the coordinator could not be reached, since lost_since
+  std::chrono::steady_clock::time_point lost_since{};
   int64_t backoff_us = 200'000;
   // A stream lasts a minute at most; a long job is followed over several.
   while (true) {
@@ -125,7 +126,7 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
     auto reader = v1::JobService::NewStub(Channel())->Watch(&ctx, req);
     v1::JobInfo info;
     while (reader->Read(&info)) {
-      lost_since.reset();
+      lost = false;
       backoff_us = 200'000;
       model::JobSummary s = rpc::FromProto(info).summary;
       version = s.version;
@@ -142,10 +143,11 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
     const Status error = Explain(rpc::FromGrpc(st));
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE || reconnect_for_us <= 0) return error;
     const auto now = std::chrono::steady_clock::now();
-    if (!lost_since) {
+    if (!lost) {
+      lost = true;
       lost_since = now;
       if (on_lost) on_lost(error);
-    } else if (now - *lost_since > std::chrono::microseconds(reconnect_for_us)) {
+    } else if (now - lost_since > std::chrono::microseconds(reconnect_for_us)) {
       return error.WithPrefix(fmt::format("gave up after {} without the coordinator", FormatDurationUs(reconnect_for_us)));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
