@@ -21,7 +21,7 @@ trap '"$bin" down --dir "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 fleet=tests/fleets/local-three-sites.yaml
 nodes=(us-cpu-0 us-cpu-1 eu-a100 edge-t4)
 
-"$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s --quiet
+"$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s >/dev/null
 
 # 5,000 sums, 4,000 shell commands, 800 commands writing 6-12 KB each (objects on
 # their nodes), merged in trees, and one command that prints the three totals.
@@ -88,14 +88,14 @@ while true; do
     kill -9 "$(cat "$dir/pids/coordinator.pid")"
     coordinator_killed=1
     sleep 1
-    "$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s --quiet
+    "$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s >/dev/null
     r=$(recovery "$done_tasks")
     echo "chaos: killed the coordinator at $done_tasks/$total; progress again after ${r}s"
   else
     victim=${nodes[$((RANDOM % ${#nodes[@]}))]}
     kill -9 "$(cat "$dir/pids/agent-$victim.pid")" 2>/dev/null || true
     sleep $((1 + RANDOM % 3))
-    "$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s --quiet
+    "$bin" up --fleet "$fleet" --dir "$dir" --heartbeat-timeout 3s --reconcile-grace 20s >/dev/null
     r=$(recovery "$done_tasks")
     echo "chaos: killed agent $victim at $done_tasks/$total; progress again after ${r}s"
   fi

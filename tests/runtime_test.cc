@@ -421,12 +421,16 @@ TEST_F(RuntimeTest, RunFollowsItsJobAcrossACoordinatorRestart) {
       "slow.yaml", "name: slow\ntasks:\n  - {name: s, count: 2, command: [sleep, '5'], resources: {cpu: 1}}\n");
   CommandResult run;
   std::thread follower([&] { run = Meridian({"run", job, "--dir", cluster_->dir(), "--no-progress"}); });
-  ASSERT_TRUE(WaitFor([&] { return JobCount() == 1; }, 30));
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  cluster_->Kill9("coordinator");
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  ASSERT_TRUE(cluster_->Up());
-  follower.join();
+  const bool submitted = WaitFor([&] { return JobCount() == 1; }, 30);
+  if (submitted) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    cluster_->Kill9("coordinator");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  const bool up = submitted && cluster_->Up();
+  follower.join();  // before any assertion: the thread must not outlive the test
+  ASSERT_TRUE(submitted);
+  ASSERT_TRUE(up);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.err.find("lost the coordinator"), std::string::npos) << run.err;
   EXPECT_NE(run.out.find("succeeded"), std::string::npos) << run.out;
