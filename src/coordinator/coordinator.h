@@ -173,6 +173,9 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // missing or damaged leave the directory, lost outputs are made again, and the
   // task runs again once its inputs are there (at most kMaxInputLosses times).
   void LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
+  // The task fails for `reason` (it was lost, or its inputs were, too often), and so
+  // does its job.
+  void GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);
   void Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch);
   void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);

@@ -312,17 +312,20 @@ void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reaso
   LeavePlaced(job, task);
   ++task.rec.losses;
   if (task.rec.losses > options_.max_losses) {
-    task.rec.status = TaskStatus::kFailed;
-    task.rec.reason = fmt::format("lost {} times, last: {}", task.rec.losses, reason);
-    task.rec.finished_us = WallUs();
-    batch.tasks.push_back(task.rec);
-    ++job.counts.failed;
-    EndJob(job, JobStatus::kFailed, fmt::format("task '{}' {}", TaskName(job, task.rec.task), task.rec.reason),
-           batch);
+    GiveUp(job, task, fmt::format("lost {} times, last: {}", task.rec.losses, reason), batch);
     return;
   }
   task.rec.reason = fmt::format("attempt {} lost: {}; running it again", task.rec.attempt, reason);
   Requeue(job, task, batch);
+}
+
+void Coordinator::GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
+  task.rec.status = TaskStatus::kFailed;
+  task.rec.reason = reason;
+  task.rec.finished_us = WallUs();
+  batch.tasks.push_back(task.rec);
+  ++job.counts.failed;
+  EndJob(job, JobStatus::kFailed, fmt::format("task '{}' {}", TaskName(job, task.rec.task), reason), batch);
 }
 
 void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
@@ -339,12 +342,7 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
     lost.insert(in.object_id);
   }
   if (++task.input_losses > kMaxInputLosses) {
-    task.rec.status = TaskStatus::kFailed;
-    task.rec.reason = fmt::format("its inputs could not be fetched {} times, last: {}", task.input_losses, u.reason);
-    task.rec.finished_us = WallUs();
-    batch.tasks.push_back(task.rec);
-    ++job.counts.failed;
-    EndJob(job, JobStatus::kFailed, fmt::format("task '{}' {}", TaskName(job, task.rec.task), task.rec.reason),
+    GiveUp(job, task, fmt::format("its inputs could not be fetched {} times, last: {}", task.input_losses, u.reason),
            batch);
     return;
   }
