@@ -1,7 +1,12 @@
 // The runtime end to end: a coordinator and four agents at three sites as real
 // processes talking gRPC over loopback, with state in a real SQLite file. Each test
 // starts its own cluster (tests/local_cluster.h) and kills parts of it with SIGKILL.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -412,6 +417,76 @@ TEST_F(RuntimeTest, AKilledAgentLeavesNoTaskProcessRunning) {
   ASSERT_TRUE(cluster_->Up());
   EXPECT_TRUE(WaitFor([&] { return !ProcessRunning(child, "sleep"); }, 10)) << "the task's child outlived its agent";
   ASSERT_TRUE(cluster_->client().Cancel(r->job_id).ok());
+}
+
+// Forwards connections from a loopback port to `target`, each only after `delay`, as
+// a long WAN link (or a busy peer) delays a connection's first bytes.
+class SlowProxy {
+ public:
+  SlowProxy(int target_port, std::chrono::milliseconds delay) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accept_thread_ = std::thread([this, target_port, delay] {
+      while (true) {
+        int client = accept(listen_fd_, nullptr, nullptr);
+        if (client < 0) return;
+        pumps_.emplace_back([client, target_port, delay] {
+          std::this_thread::sleep_for(delay);
+          int server = socket(AF_INET, SOCK_STREAM, 0);
+          sockaddr_in t{};
+          t.sin_family = AF_INET;
+          t.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          t.sin_port = htons(static_cast<uint16_t>(target_port));
+          if (connect(server, reinterpret_cast<sockaddr*>(&t), sizeof(t)) == 0) Pump(client, server);
+          close(server);
+          close(client);
+        });
+      }
+    });
+  }
+  ~SlowProxy() {
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    accept_thread_.join();
+    for (std::thread& t : pumps_) t.detach();  // they end with their connections
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  static void Pump(int a, int b) {
+    pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    char buf[65536];
+    while (poll(fds, 2, 30'000) > 0) {
+      for (int i = 0; i < 2; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0 || write(fds[1 - i].fd, buf, static_cast<size_t>(n)) != n) return;
+      }
+    }
+  }
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread accept_thread_;
+  std::vector<std::thread> pumps_;
+};
+
+TEST_F(RuntimeTest, ACoordinatorWhoseConnectionsAreSlowToOpenIsStillReached) {
+  // 400 ms before a connection's first byte gets through, as across a long WAN link.
+  // A connection attempt was once given up after 100 ms, so such a coordinator could
+  // never be reached at all.
+  const std::string addr = cluster_->address();
+  SlowProxy proxy(std::stoi(addr.substr(addr.rfind(':') + 1)), std::chrono::milliseconds(400));
+  client::Client far(proxy.address());
+  StatusOr<std::vector<model::NodeView>> nodes = far.Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  EXPECT_EQ(nodes->size(), 4u);
 }
 
 TEST_F(RuntimeTest, RunFollowsItsJobAcrossACoordinatorRestart) {

@@ -22,10 +22,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetString("grpc.optimization_target", "latency");
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
-  // Reconnect to a restarted coordinator within a heartbeat or two (gRPC waits 20 s by default).
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Reconnect to a restarted coordinator within a heartbeat or two: retries 100 ms
+  // apart at first, at most 1 s (gRPC backs off to 120 s by default).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  // gRPC also takes this as the time one connection attempt may take (TCP and the
+  // HTTP/2 handshake). At 100 ms, as it once was, a coordinator across a WAN link of
+  // over 100 ms, or a busy one, could never be reached.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10'000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
