@@ -81,10 +81,10 @@ recoveries=()
 while true; do
   read -r state done_tasks retries < <(progress)
   if [ "$state" = succeeded ] || [ "$state" = failed ] || [ "$state" = cancelled ]; then break; fi
-  sleep $((2 + RANDOM % 3))
+  sleep $((1 + RANDOM % 2))
   read -r state done_tasks retries < <(progress)
   if [ "$state" != running ] && [ "$state" != queued ]; then continue; fi
-  if [ "$coordinator_killed" -eq 0 ] && [ "$done_tasks" -gt $((total * 2 / 5)) ]; then
+  if [ "$coordinator_killed" -eq 0 ] && [ "$done_tasks" -gt $((total / 5)) ]; then
     kill -9 "$(cat "$dir/pids/coordinator.pid")"
     coordinator_killed=1
     sleep 1
@@ -105,13 +105,22 @@ done
 
 elapsed=$(python3 -c "print(f'{$(now) - $start:.1f}')")
 read -r state done_tasks retries < <(progress)
-answer=$("$bin" job get "$job" --dir "$dir" --json | python3 -c '
+"$bin" job get "$job" --dir "$dir" --json >"$dir/job.json"
+answer=$(python3 -c '
 import json, sys
-for t in json.load(sys.stdin)["tasks"]:
+for t in json.load(open(sys.argv[1]))["task_list"]:
     if t["name"] == "answer":
-        sys.stdout.write(t["output"])')
+        sys.stdout.write(t["output"])
+print("x")' "$dir/job.json")
+answer=${answer%x}  # (the x keeps the answer's own final newline from $(...))
+# How the attempts ended: what the kills cost.
+outcomes=$(python3 -c '
+import collections, json, sys
+c = collections.Counter(a["outcome"] for t in json.load(open(sys.argv[1]))["task_list"] for a in t["history"])
+print(", ".join(f"{n} {o}" for o, n in sorted(c.items())))' "$dir/job.json")
 echo "chaos: job $state in ${elapsed}s: $done_tasks/$total tasks, $retries ran again, after $kills kills" \
-     "(recovery: ${recoveries[*]:-none} s)"
+     "(progress again after: ${recoveries[*]:-none} s)"
+echo "chaos: attempts: $outcomes"
 if [ "$state" = succeeded ] && [ "$answer" = "$expected" ]; then
   echo "chaos: the answer is byte-exact"
 else

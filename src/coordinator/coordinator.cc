@@ -514,11 +514,19 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
   rt.transfer_address = reg.transfer_address;
+  // Objects it held before and no longer does went with its restart (after a restart of
+  // ours it held none that we knew of): outputs still needed are made again at once,
+  // not after the grace period.
+  std::set<std::string> gone = rt.objects;
   DropAllReplicasLocked(index);
-  for (const model::HeldObject& o : reg.objects) AddReplicaLocked(index, o.id, o.size);
+  for (const model::HeldObject& o : reg.objects) {
+    AddReplicaLocked(index, o.id, o.size);
+    gone.erase(o.id);
+  }
   model::RegistrationReply reply;
   if (options_.emulate_wan) reply.links = LinksFrom(site);
   Reconcile(index, reg, batch, reply);
+  RebuildLostLocked(gone, fmt::format("its output was lost when node {} restarted", reg.node.name), batch);
   Commit(batch);
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;

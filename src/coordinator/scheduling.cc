@@ -355,10 +355,16 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
 }
 
 void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
-  task.rec.status = TaskStatus::kQueued;
+  // A dependency may be being made again meanwhile (its output was lost while this
+  // attempt ran): then the task waits for it, and never runs without its input.
+  task.deps_left = 0;
+  for (TaskId d : job.job->tasks[task.rec.task].after) {
+    if (job.tasks[d.value()].rec.status != TaskStatus::kSucceeded) ++task.deps_left;
+  }
+  task.rec.status = task.deps_left > 0 ? TaskStatus::kBlocked : TaskStatus::kQueued;
   batch.tasks.push_back(task.rec);
   ++job.counts.waiting;
-  Enqueue(task);
+  if (task.deps_left == 0) Enqueue(task);
   Changed(job);
 }
 
@@ -503,6 +509,13 @@ bool Coordinator::HasLiveReplicaLocked(const std::string& id) const {
 bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const {
   for (TaskId d : job.job->tasks[task.rec.task].after) {
     const model::TaskRecord& dep = job.tasks[d.value()].rec;
+    if (dep.status != TaskStatus::kSucceeded) {
+      // Not reached when the counts are right; if they are not, waiting beats running
+      // on an output that is not there.
+      MERIDIAN_LOG_WARN("job {}: {} was ready before {} was done; it waits", job.rec.id, TaskName(job, task.rec.task),
+                        TaskName(job, d.value()));
+      return false;
+    }
     if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasLiveReplicaLocked(dep.output_object)) return false;
   }
   return true;
