@@ -60,7 +60,7 @@ progress() {  # prints "state succeeded retries"
 import json, sys
 for j in json.load(sys.stdin):
     if j["id"] == int(sys.argv[1]):
-        print(j["state"], j["tasks"]["succeeded"], j["retries"])' "$job" || echo "unreachable 0 0"
+        print(j["state"], j["tasks"]["succeeded"], j["retries"])' "$job" 2>/dev/null || echo "unreachable 0 0"
 }
 # Waits until more tasks succeeded than `$1`; prints the seconds it took.
 recovery() {
