@@ -53,6 +53,28 @@ model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
   return u;
 }
 
+// A success whose output is an object of 10,000 bytes on the node: the report carries
+// its first 4 KiB, and dependents fetch the object.
+model::TaskUpdate DoneAsObject(const model::TaskKey& key, const std::string& id) {
+  model::TaskUpdate u = Done(key, std::string(model::kOutputPreviewBytes, '7'));
+  u.output_object = model::HeldObject{id, 10'000};
+  return u;
+}
+
+// A node with the only T4 (tasks asking for one go there) ...
+model::AgentRegistration NodeWithT4(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r = Node(name, site);
+  r.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
+  return r;
+}
+
+// ... and one with 8 cores (tasks asking for 6 go there).
+model::AgentRegistration NodeWith8Cores(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r = Node(name, site);
+  r.node.cpu_milli = 8000;
+  return r;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>(),
@@ -282,14 +304,10 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // Outputs of 10,000 bytes: the reports carry their first 4 KiB, the whole of each
   // is an object on its node, and dependents read it from there.
-  const std::string ka(32, 'a'), kb(32, 'b'), preview(model::kOutputPreviewBytes, '7');
-  auto with_object = [](model::TaskUpdate u, const std::string& id) {
-    u.output_object = model::HeldObject{id, 10'000};
-    return u;
-  };
+  const std::string ka(32, 'a'), kb(32, 'b');
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  Report(n1, {with_object(Done(a[0].key, preview), ka)}, {model::HeldObject{ka, 10'000}});
+  Report(n1, {DoneAsObject(a[0].key, ka)}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b = Next(n1);
   ASSERT_EQ(b.size(), 1u);
   // b reads a's output from n1, where it is an object.
@@ -297,7 +315,7 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   EXPECT_EQ(b[0].dep_objects[0].id, ka);
   ASSERT_EQ(b[0].dep_objects[0].replicas.size(), 1u);
   EXPECT_EQ(b[0].dep_objects[0].replicas[0].node, "n1");
-  Report(n1, {with_object(Done(b[0].key, preview), kb)}, {model::HeldObject{kb, 10'000}});
+  Report(n1, {DoneAsObject(b[0].key, kb)}, {model::HeldObject{kb, 10'000}});
   std::vector<model::TaskAssignment> c = Next(n1);
   ASSERT_EQ(c.size(), 1u);
   // n1 dies with c running and both outputs: c is lost, b must be made again, and b
@@ -309,13 +327,13 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   ASSERT_EQ(a2.size(), 1u);
   EXPECT_EQ(a2[0].task_name, "a");
   EXPECT_EQ(a2[0].key.attempt, 2);
-  Report(n2, {with_object(Done(a2[0].key, preview), ka)}, {model::HeldObject{ka, 10'000}});
+  Report(n2, {DoneAsObject(a2[0].key, ka)}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b2 = Next(n2);
   ASSERT_EQ(b2.size(), 1u);
   EXPECT_EQ(b2[0].task_name, "b");
   ASSERT_EQ(b2[0].dep_objects[0].replicas.size(), 1u);
   EXPECT_EQ(b2[0].dep_objects[0].replicas[0].node, "n2");
-  Report(n2, {with_object(Done(b2[0].key, preview), kb)}, {model::HeldObject{kb, 10'000}});
+  Report(n2, {DoneAsObject(b2[0].key, kb)}, {model::HeldObject{kb, 10'000}});
   std::vector<model::TaskAssignment> c2 = Next(n2);
   ASSERT_EQ(c2.size(), 1u);
   EXPECT_EQ(c2[0].task_name, "c");
@@ -340,11 +358,10 @@ TEST_F(CoordinatorTest, OutputsGoneWithAnAgentRestartAreMadeAgainAtOnce) {
       "  - {name: b, kernel: sum, after: [a]}\n",
       "restart.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const std::string ka(32, 'a'), preview(model::kOutputPreviewBytes, '7');
+  const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  model::TaskUpdate done = Done(a[0].key, preview);
-  done.output_object = model::HeldObject{ka, 10'000};
+  model::TaskUpdate done = DoneAsObject(a[0].key, ka);
   Report(n1, {done}, {model::HeldObject{ka, 10'000}});
   ASSERT_EQ(Next(n1).size(), 1u);  // b, which the restart loses
   model::RegistrationReply again = Register(Node("n1"));
@@ -360,22 +377,17 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   // a's output on n1; n1 dies and a is made again; then b's attempt ends with its
   // input lost. b must wait for a's new output, not run at once on an empty one.
   Start();
-  model::AgentRegistration with_t4 = Node("n1");
-  with_t4.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
-  model::RegistrationReply n1 = Register(with_t4);
-  model::AgentRegistration big = Node("n2");
-  big.node.cpu_milli = 8000;
-  model::RegistrationReply n2 = Register(big);
+  model::RegistrationReply n1 = Register(NodeWithT4("n1"));
+  model::RegistrationReply n2 = Register(NodeWith8Cores("n2"));
   auto r = coord_->Submit(
       "name: wait\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
       "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
       "wait.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const std::string ka(32, 'a'), preview(model::kOutputPreviewBytes, '7');
+  const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  model::TaskUpdate done = Done(a[0].key, preview);
-  done.output_object = model::HeldObject{ka, 10'000};
+  model::TaskUpdate done = DoneAsObject(a[0].key, ka);
   Report(n1, {done}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b = Next(n2);
   ASSERT_EQ(b.size(), 1u);
@@ -399,7 +411,7 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   auto none = coord_->NextAssignments(n2.node_id, n2.session, 200'000);
   ASSERT_TRUE(none.ok());
   for (const model::TaskAssignment& x : none->assignments) EXPECT_EQ(x.key.attempt, 1) << x.task_name;
-  model::RegistrationReply n1b = Register(with_t4);
+  model::RegistrationReply n1b = Register(NodeWithT4("n1"));
   std::vector<model::TaskAssignment> a2 = Next(n1b);
   ASSERT_EQ(a2.size(), 1u);
   EXPECT_EQ(a2[0].task_name, "a");
@@ -456,12 +468,8 @@ TEST_F(CoordinatorTest, BytesBetweenSitesAreCountedOnceAsTheyMoved) {
   }
   fleet.links = {model::Link{SiteId(0), SiteId(1), 10'000, 1'000'000'000, 20'000, 20'000}};
   Start(std::make_unique<testing::InMemoryStateStore>(), fleet);
-  model::AgentRegistration with_t4 = Node("n1", "s1");
-  with_t4.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
-  model::RegistrationReply n1 = Register(with_t4);
-  model::AgentRegistration big = Node("n2", "s2");
-  big.node.cpu_milli = 8000;
-  model::RegistrationReply n2 = Register(big);
+  model::RegistrationReply n1 = Register(NodeWithT4("n1", "s1"));
+  model::RegistrationReply n2 = Register(NodeWith8Cores("n2", "s2"));
   for (bool whole : {true, false}) {
     auto r = coord_->Submit(
         "name: twosites\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
@@ -471,8 +479,11 @@ TEST_F(CoordinatorTest, BytesBetweenSitesAreCountedOnceAsTheyMoved) {
     std::vector<model::TaskAssignment> a = Next(n1);
     ASSERT_EQ(a.size(), 1u);
     const std::string id(32, whole ? 'c' : 'd');
-    model::TaskUpdate done = Done(a[0].key, whole ? "10" : std::string(model::kOutputPreviewBytes, '7'));
-    done.output_object = model::HeldObject{id, whole ? 2 : 10'000};
+    model::TaskUpdate done = DoneAsObject(a[0].key, id);
+    if (whole) {
+      done = Done(a[0].key, "10");
+      done.output_object = model::HeldObject{id, 2};
+    }
     Report(n1, {done}, {model::HeldObject{id, done.output_object.size}});
     std::vector<model::TaskAssignment> b = Next(n2);
     ASSERT_EQ(b.size(), 1u) << Job(r->job_id).tasks[1].record.reason;
@@ -509,11 +520,10 @@ TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
       "  - {name: b, kernel: sum, after: [a]}\n",
       "damaged.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const std::string ka(32, 'a'), preview(model::kOutputPreviewBytes, '7');
+  const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  model::TaskUpdate done = Done(a[0].key, preview);
-  done.output_object = model::HeldObject{ka, 10'000};
+  model::TaskUpdate done = DoneAsObject(a[0].key, ka);
   Report(n1, {done}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b = Next(n1);
   ASSERT_EQ(b.size(), 1u);
