@@ -25,6 +25,13 @@ StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& f
   return c;
 }
 
+int BenchCluster::coordinator_pid() const {
+  std::ifstream in(fs::path(dir_->path()) / "cluster" / "pids" / "coordinator.pid");
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
 BenchCluster::~BenchCluster() {
   if (!dir_) return;
   std::ostringstream ignored;

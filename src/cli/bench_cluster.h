@@ -19,6 +19,10 @@ class BenchCluster {
   ~BenchCluster();
 
   const std::string& address() const { return address_; }
+  // The coordinator process's pid (0 if its pid file cannot be read).
+  int coordinator_pid() const;
+  // A scratch directory removed with the cluster.
+  std::string scratch_dir() const { return dir_->path(); }
 
  private:
   std::unique_ptr<TempDir> dir_;  // removed after the destructor's `down`

@@ -103,6 +103,11 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   StatusOr<int64_t> grace = ParseDurationUs(o.reconcile_grace);
   if (!grace.ok()) return grace.status().WithPrefix("--reconcile-grace");
   options.reconcile_grace_us = *grace;
+  if (o.retain_jobs < 0) return InvalidArgumentError("--retain-jobs: expected 0 (no limit) or more");
+  options.retain_jobs = o.retain_jobs;
+  StatusOr<int64_t> retain_for = ParseDurationUs(o.retain_for);
+  if (!retain_for.ok()) return retain_for.status().WithPrefix("--retain-for");
+  options.retain_for_us = *retain_for;
   std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
   if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
   options.order = *order;
@@ -194,7 +199,8 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
   Component coord{"coordinator",
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
                    listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--heartbeat-timeout",
-                   o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--emulate-wan"},
+                   o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--retain-jobs",
+                   std::to_string(o.retain_jobs), "--retain-for", o.retain_for, "--emulate-wan"},
                   dir / "logs" / "coordinator.log"};
   std::error_code ec;
   if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
@@ -287,6 +293,8 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   const fs::path dir = fs::absolute(o.dir.empty() ? DefaultClusterDir() : o.dir);
   MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.heartbeat_timeout).status().WithPrefix("--heartbeat-timeout"));
   MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.reconcile_grace).status().WithPrefix("--reconcile-grace"));
+  MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.retain_for).status().WithPrefix("--retain-for"));
+  if (o.retain_jobs < 0) return InvalidArgumentError("--retain-jobs: expected 0 (no limit) or more");
   MERIDIAN_ASSIGN_OR_RETURN(std::string fleet_text, spec::ReadFileToString(fleet_path));
   // A cluster remembers the fleet it was made from: starting it again from another
   // would keep the old nodes and state under the new name.

@@ -95,6 +95,10 @@ struct CoordinatorCommandOptions {
   // After a restart, how long tasks placed before it wait for their agents to come
   // back before they are run elsewhere.
   std::string reconcile_grace = "2m";
+  // Retention: finished jobs beyond the newest `retain_jobs`, or finished longer ago
+  // than `retain_for`, are deleted ("0": no limit).
+  int retain_jobs = 10'000;
+  std::string retain_for = "30d";
   std::string sync = "normal";
   std::string order = "fifo";
   bool emulate_wan = false;
@@ -121,6 +125,8 @@ struct UpOptions {
   std::string dir;
   std::string heartbeat_timeout = "2s";
   std::string reconcile_grace = "2m";
+  int retain_jobs = 10'000;
+  std::string retain_for = "30d";
   int max_nodes = 64;
   // Stop and delete a cluster already in `dir` (its state too) and start afresh.
   bool recreate = false;
@@ -170,6 +176,7 @@ struct JobOptions {
 };
 Status RunJobGet(const JobOptions& options, std::ostream& out);
 Status RunJobCancel(const JobOptions& options, std::ostream& out);
+Status RunJobDelete(const JobOptions& options, std::ostream& out);
 Status RunJobLogs(const JobOptions& options, std::ostream& out);
 
 struct NodesOptions {
@@ -224,6 +231,14 @@ struct BenchTasksOptions {
   int latency_samples = 300;
   bool json = false;
 };
+struct BenchRetentionOptions {
+  int agents = 2;
+  int64_t tasks = 1'000'000;
+  bool json = false;
+};
+// meridian bench retention: what a coordinator holds once a job of `tasks` no-op
+// tasks has finished, what reading it all back costs a client, and deleting it.
+Status RunBenchRetention(const BenchRetentionOptions& options, std::ostream& out);
 struct BenchTransferOptions {
   int64_t bytes = int64_t{1} << 30;
   int repeat = 3;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,9 @@ namespace meridian::cli {
 namespace {
 
 using nlohmann::json;
+
+// Tasks asked for in one call when a command reads all of a job's.
+constexpr uint32_t kTasksPerPage = 2000;
 
 StatusOr<std::unique_ptr<client::Client>> Connect(const ClusterTarget& target) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
@@ -63,25 +67,25 @@ json SummaryJson(const model::JobSummary& s) {
           {"running_by_site", s.running_by_site}};
 }
 
+json TaskJson(const model::TaskView& t) {
+  json history = json::array();
+  for (const model::AttemptRecord& a : t.history) {
+    history.push_back({{"attempt", a.attempt}, {"node", a.node}, {"site", a.site}, {"outcome", a.outcome},
+                       {"reason", a.reason}, {"exit_code", a.exit_code}, {"started_us", a.started_us},
+                       {"ended_us", a.ended_us}});
+  }
+  return {{"name", t.name}, {"state", model::TaskStatusName(t.record.status)},
+          {"attempts", t.record.attempt}, {"node", t.record.node}, {"site", t.record.site},
+          {"device_type", t.record.device_type}, {"emulated", t.record.emulated},
+          {"reason", t.record.reason}, {"output", t.record.output}, {"output_object", t.record.output_object},
+          {"result", t.result},
+          {"started_us", t.record.started_us}, {"finished_us", t.record.finished_us},
+          {"history", history}};
+}
+
+// The job without its tasks: summary, traffic and where its input was.
 json JobJson(const model::JobView& v) {
   json j = SummaryJson(v.summary);
-  json tasks = json::array();
-  for (const model::TaskView& t : v.tasks) {
-    json history = json::array();
-    for (const model::AttemptRecord& a : t.history) {
-      history.push_back({{"attempt", a.attempt}, {"node", a.node}, {"site", a.site}, {"outcome", a.outcome},
-                         {"reason", a.reason}, {"exit_code", a.exit_code}, {"started_us", a.started_us},
-                         {"ended_us", a.ended_us}});
-    }
-    tasks.push_back({{"name", t.name}, {"state", model::TaskStatusName(t.record.status)},
-                     {"attempts", t.record.attempt}, {"node", t.record.node}, {"site", t.record.site},
-                     {"device_type", t.record.device_type}, {"emulated", t.record.emulated},
-                     {"reason", t.record.reason}, {"output", t.record.output}, {"output_object", t.record.output_object},
-                     {"result", t.result},
-                     {"started_us", t.record.started_us}, {"finished_us", t.record.finished_us},
-                     {"history", history}});
-  }
-  j["task_list"] = tasks;
   json traffic = json::array();
   for (const model::JobTraffic& t : v.traffic) {
     traffic.push_back({{"from_site", t.from_site}, {"to_site", t.to_site}, {"bytes", t.bytes}, {"reads", t.objects},
@@ -92,6 +96,31 @@ json JobJson(const model::JobView& v) {
   for (const model::SiteBytes& b : v.input_bytes) input[b.site] = b.bytes;
   j["input_bytes_by_site"] = input;
   return j;
+}
+
+// Writes the job as JSON, its tasks as "task_list", read and written a page at a
+// time: a job of a million tasks costs this process one page of memory.
+Status StreamJobJson(client::Client& c, uint64_t id, std::ostream& out) {
+  bool first_page = true;
+  bool first_task = true;
+  MERIDIAN_RETURN_IF_ERROR(c.ForEachTaskPage(id, kTasksPerPage, [&](const model::JobView& page) {
+    if (first_page) {
+      std::string head = JobJson(page).dump(2);
+      head.resize(head.size() - 2);  // the closing "\n}"
+      out << head << ",\n  \"task_list\": [";
+      first_page = false;
+    }
+    for (const model::TaskView& t : page.tasks) {
+      std::string task = TaskJson(t).dump(2);
+      size_t at = 0;
+      while ((at = task.find('\n', at)) != std::string::npos) task.replace(at, 1, "\n    "), at += 5;
+      out << (first_task ? "\n    " : ",\n    ") << task;
+      first_task = false;
+    }
+    return out ? OkStatus() : UnavailableError("cannot write the output");
+  }));
+  out << (first_task ? "]\n}\n" : "\n  ]\n}\n");
+  return OkStatus();
 }
 
 std::string Counts(const model::JobSummary& s) {
@@ -143,49 +172,76 @@ void PrintTraffic(const model::JobView& v, std::ostream& out) {
   out << '\n';
 }
 
-void PrintJob(const model::JobView& v, std::ostream& out, size_t max_tasks) {
-  const model::JobSummary& s = v.summary;
-  out << fmt::format("job {} ({}), tenant {}: {}{}\n", s.job.id, s.job.name, s.job.tenant,
-                     model::JobStatusName(s.job.status), s.job.reason.empty() ? "" : " - " + s.job.reason);
-  out << fmt::format("tasks: {}\nsubmitted {}, {} {}\n", Counts(s), Ago(s.job.submitted_us),
-                     model::IsTerminal(s.job.status) ? "took" : "running for", Elapsed(s.job));
-  if (v.tasks.empty()) return;
-  out << '\n';
-  Table t({"task", "state", "attempts", "node", "site", "device", "output / reason"});
-  for (size_t i = 0; i < v.tasks.size() && i < max_tasks; ++i) {
-    const model::TaskView& task = v.tasks[i];
-    const model::TaskRecord& r = task.record;
-    std::string device = r.device_type.empty() ? "-" : r.device_type + (r.emulated ? " (emulated)" : "");
-    std::string note = r.status == model::TaskStatus::kSucceeded ? FirstLine(r.output, 48) : FirstLine(r.reason, 60);
-    t.Add({task.name, std::string(model::TaskStatusName(r.status)), std::to_string(r.attempt),
-           r.node.empty() ? "-" : r.node, r.site.empty() ? "-" : r.site, device, note});
-  }
-  t.Print(out);
-  if (v.tasks.size() > max_tasks) out << fmt::format("... and {} more tasks (--json for all)\n", v.tasks.size() - max_tasks);
-  // Every attempt that did not succeed, so retries and their reasons are visible.
-  Table retries({"task", "attempt", "node", "outcome", "reason"});
-  size_t n = 0;
-  for (const model::TaskView& task : v.tasks) {
-    for (const model::AttemptRecord& a : task.history) {
-      if (a.outcome == "succeeded" || a.outcome == "running") continue;
-      if (++n <= 50) retries.Add({task.name, std::to_string(a.attempt), a.node, a.outcome, FirstLine(a.reason, 80)});
+// Prints a job read a page at a time: its summary, its first `max_tasks` tasks, and
+// the attempts that did not succeed (the first 50, and how many there were).
+class JobPrinter {
+ public:
+  explicit JobPrinter(size_t max_tasks) : max_tasks_(max_tasks) {}
+
+  Status Add(const model::JobView& page) {
+    if (!started_) {
+      head_ = page;
+      head_.tasks.clear();
+      started_ = true;
     }
+    for (const model::TaskView& task : page.tasks) {
+      ++tasks_;
+      if (head_.tasks.size() < max_tasks_) head_.tasks.push_back(task);
+      for (const model::AttemptRecord& a : task.history) {
+        if (a.outcome == "succeeded" || a.outcome == "running") continue;
+        if (++failed_attempts_ <= 50) {
+          retries_.Add({task.name, std::to_string(a.attempt), a.node, a.outcome, FirstLine(a.reason, 80)});
+        }
+      }
+    }
+    return OkStatus();
   }
-  if (n > 0) {
-    out << fmt::format("\nattempts that did not succeed ({}):\n", n);
-    retries.Print(out);
+
+  void Print(std::ostream& out) {
+    const model::JobSummary& s = head_.summary;
+    out << fmt::format("job {} ({}), tenant {}: {}{}\n", s.job.id, s.job.name, s.job.tenant,
+                       model::JobStatusName(s.job.status), s.job.reason.empty() ? "" : " - " + s.job.reason);
+    out << fmt::format("tasks: {}\nsubmitted {}, {} {}\n", Counts(s), Ago(s.job.submitted_us),
+                       model::IsTerminal(s.job.status) ? "took" : "running for", Elapsed(s.job));
+    if (tasks_ == 0) return;
+    out << '\n';
+    Table t({"task", "state", "attempts", "node", "site", "device", "output / reason"});
+    for (const model::TaskView& task : head_.tasks) {
+      const model::TaskRecord& r = task.record;
+      std::string device = r.device_type.empty() ? "-" : r.device_type + (r.emulated ? " (emulated)" : "");
+      std::string note = r.status == model::TaskStatus::kSucceeded ? FirstLine(r.output, 48) : FirstLine(r.reason, 60);
+      t.Add({task.name, std::string(model::TaskStatusName(r.status)), std::to_string(r.attempt),
+             r.node.empty() ? "-" : r.node, r.site.empty() ? "-" : r.site, device, note});
+    }
+    t.Print(out);
+    if (tasks_ > head_.tasks.size()) {
+      out << fmt::format("... and {} more tasks (--json for all)\n", tasks_ - head_.tasks.size());
+    }
+    if (failed_attempts_ > 0) {
+      out << fmt::format("\nattempts that did not succeed ({}):\n", failed_attempts_);
+      retries_.Print(out);
+    }
+    PrintTraffic(head_, out);
   }
-  PrintTraffic(v, out);
-}
+
+ private:
+  const size_t max_tasks_;
+  bool started_ = false;
+  model::JobView head_;  // the summary and the first max_tasks_ tasks
+  size_t tasks_ = 0;
+  size_t failed_attempts_ = 0;
+  Table retries_{{"task", "attempt", "node", "outcome", "reason"}};
+};
 
 // Writes each result's whole output to dir/<task> ('/' in names becomes '_'): fetched
 // from the object on the node that made it, or the record's copy when there is none.
-Status SaveResults(client::Client& c, const model::JobView& v, const std::string& dir, std::ostream& out) {
+Status SaveResults(client::Client& c, uint64_t id, const std::string& dir, std::ostream& out) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError(fmt::format("{}: {}", dir, ec.message()));
   int written = 0;
   int64_t bytes = 0;
+  MERIDIAN_RETURN_IF_ERROR(c.ForEachTaskPage(id, kTasksPerPage, [&](const model::JobView& v) -> Status {
   for (const model::TaskView& t : v.tasks) {
     if (!t.result || t.record.status != model::TaskStatus::kSucceeded) continue;
     std::string data = t.record.output;
@@ -203,6 +259,8 @@ Status SaveResults(client::Client& c, const model::JobView& v, const std::string
     ++written;
     bytes += static_cast<int64_t>(data.size());
   }
+  return OkStatus();
+  }));
   out << fmt::format("\n{} result{} ({}) written to {}\n", written, written == 1 ? "" : "s", FormatBytes(bytes), dir);
   return OkStatus();
 }
@@ -255,19 +313,35 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
     progress << (tty ? "\r\033[K" : "") << line << (tty && !done ? "" : "\n") << std::flush;
     return true;
   }, *reconnect_for, on_lost));
-  MERIDIAN_ASSIGN_OR_RETURN(model::JobView view, c->GetJob(r.job_id, true));
   if (o.json) {
-    out << JobJson(view).dump(2) << '\n';
+    MERIDIAN_RETURN_IF_ERROR(StreamJobJson(*c, r.job_id, out));
   } else {
-    // Where the work ran, then the job's results (outputs no task consumed).
+    // Where the work ran, then the job's results (outputs no task consumed), read a
+    // page of tasks at a time.
     std::map<std::pair<std::string, std::string>, int> placed;
-    for (const model::TaskView& t : view.tasks) {
-      if (t.record.status == model::TaskStatus::kSucceeded) {
+    std::optional<model::JobView> head;
+    size_t results = 0;
+    std::string shown;
+    MERIDIAN_RETURN_IF_ERROR(c->ForEachTaskPage(r.job_id, kTasksPerPage, [&](const model::JobView& page) {
+      if (!head) head = page;
+      for (const model::TaskView& t : page.tasks) {
+        if (t.record.status != model::TaskStatus::kSucceeded) continue;
         placed[{t.record.site, t.record.device_type + (t.record.emulated ? " (emulated)" : "")}]++;
+        if (!t.result || ++results > 5) continue;
+        std::string output =
+            t.record.output.size() > 4096 ? t.record.output.substr(0, 4096) + "\n..." : t.record.output;
+        shown += fmt::format("\nresult of {}:\n{}{}", t.name, output,
+                             output.empty() || output.back() != '\n' ? "\n" : "");
+        if (!model::OutputWholeInline(t.record.output, t.record.output_object)) {
+          shown += fmt::format("(the first {}; the whole output is object {}: meridian objects get {})\n",
+                               FormatBytes(static_cast<int64_t>(t.record.output.size())), t.record.output_object,
+                               t.record.output_object);
+        }
       }
-    }
+      return OkStatus();
+    }));
     out << fmt::format("\njob {} ({}) {} in {}: {}\n", r.job_id, r.name, model::JobStatusName(last.job.status),
-                       Elapsed(view.summary.job), Counts(view.summary));
+                       Elapsed(head->summary.job), Counts(head->summary));
     if (!last.job.reason.empty()) out << "reason: " << last.job.reason << '\n';
     if (!placed.empty()) {
       out << '\n';
@@ -275,22 +349,11 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
       for (const auto& [key, n] : placed) t.Add({key.first, key.second, std::to_string(n)});
       t.Print(out);
     }
-    size_t results = 0;
-    for (const model::TaskView& t : view.tasks) {
-      if (!t.result || t.record.status != model::TaskStatus::kSucceeded) continue;
-      if (++results > 5) continue;
-      std::string output = t.record.output.size() > 4096 ? t.record.output.substr(0, 4096) + "\n..." : t.record.output;
-      out << fmt::format("\nresult of {}:\n{}{}", t.name, output, output.empty() || output.back() != '\n' ? "\n" : "");
-      if (!model::OutputWholeInline(t.record.output, t.record.output_object)) {
-        out << fmt::format("(the first {}; the whole output is object {}: meridian objects get {})\n",
-                           FormatBytes(static_cast<int64_t>(t.record.output.size())), t.record.output_object,
-                           t.record.output_object);
-      }
-    }
+    out << shown;
     if (results > 5) out << fmt::format("\n... {} more results (meridian job get {} --json)\n", results - 5, r.job_id);
-    PrintTraffic(view, out);
+    PrintTraffic(*head, out);
   }
-  if (!o.output_dir.empty()) MERIDIAN_RETURN_IF_ERROR(SaveResults(*c, view, o.output_dir, out));
+  if (!o.output_dir.empty()) MERIDIAN_RETURN_IF_ERROR(SaveResults(*c, r.job_id, o.output_dir, out));
   if (last.job.status != model::JobStatus::kSucceeded) {
     return AbortedError(fmt::format("job {} {}{}", r.job_id, model::JobStatusName(last.job.status),
                                     last.job.reason.empty() ? "" : ": " + last.job.reason));
@@ -323,11 +386,22 @@ Status RunJobs(const JobsOptions& o, std::ostream& out) {
 
 Status RunJobGet(const JobOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
-  MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c->GetJob(o.id, true));
+  if (o.json) return StreamJobJson(*c, o.id, out);
+  JobPrinter printer(100);
+  MERIDIAN_RETURN_IF_ERROR(
+      c->ForEachTaskPage(o.id, kTasksPerPage, [&](const model::JobView& page) { return printer.Add(page); }));
+  printer.Print(out);
+  return OkStatus();
+}
+
+Status RunJobDelete(const JobOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary s, c->Delete(o.id));
   if (o.json) {
-    out << JobJson(v).dump(2) << '\n';
+    out << SummaryJson(s).dump(2) << '\n';
   } else {
-    PrintJob(v, out, 100);
+    out << fmt::format("job {} ({}) deleted: {} tasks, their attempts and logs\n", s.job.id, s.job.name,
+                       s.tasks_total);
   }
   return OkStatus();
 }

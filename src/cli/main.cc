@@ -67,6 +67,12 @@ int main(int argc, char** argv) {
   bench_sim->add_option("--seed", bench_sim_opts.seed, "Seed");
   bench_sim->add_flag("--json", bench_sim_opts.json, "Print JSON for scripts");
 
+  cli::BenchRetentionOptions bench_retention_opts;
+  CLI::App* bench_retention = bench_cmd->add_subcommand(
+      "retention", "Coordinator memory holding a finished job of many tasks, paging it back, deleting it");
+  bench_retention->add_option("--agents", bench_retention_opts.agents, "Agent processes (default 2)");
+  bench_retention->add_option("--tasks", bench_retention_opts.tasks, "No-op tasks in the job (default 1000000)");
+  bench_retention->add_flag("--json", bench_retention_opts.json, "Print JSON for scripts");
   cli::BenchTasksOptions bench_tasks_opts;
   CLI::App* bench_tasks = bench_cmd->add_subcommand("tasks", "End-to-end task throughput and round trip on a local cluster");
   bench_tasks->add_option("--agents", bench_tasks_opts.agents, "Agent processes (default 2)");
@@ -107,6 +113,11 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--reconcile-grace", coord.reconcile_grace,
                         "After a restart, how long tasks wait for their agents to return before they run elsewhere "
                         "(default 2m)");
+  coord_cmd->add_option("--retain-jobs", coord.retain_jobs,
+                        "Keep this many finished jobs; older ones are deleted with their tasks and logs "
+                        "(default 10000; 0: all)");
+  coord_cmd->add_option("--retain-for", coord.retain_for,
+                        "Delete a finished job this long after it finished (default 30d; 0: never)");
   coord_cmd->add_option("--sync", coord.sync, "normal (survives a crash) or full (survives power loss too)");
   coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
   coord_cmd->add_flag("--emulate-wan", coord.emulate_wan,
@@ -134,6 +145,10 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--heartbeat-timeout", up.heartbeat_timeout, "A node silent this long is dead (default 2s)");
   up_cmd->add_option("--reconcile-grace", up.reconcile_grace,
                      "After a coordinator restart, how long tasks wait for their agents (default 2m)");
+  up_cmd->add_option("--retain-jobs", up.retain_jobs,
+                     "The coordinator keeps this many finished jobs (default 10000; 0: all)");
+  up_cmd->add_option("--retain-for", up.retain_for,
+                     "The coordinator deletes a finished job this long after it finished (default 30d; 0: never)");
   up_cmd->add_flag("--recreate", up.recreate,
                    "Stop and delete the cluster already in the directory (its jobs and objects too) and start afresh");
   up_cmd->add_flag("--real-gpus", up.real_gpus,
@@ -165,13 +180,16 @@ int main(int argc, char** argv) {
   jobs_cmd->add_option("--limit", jobs.limit, "At most this many (default 20; 0: all)");
   jobs_cmd->add_flag("--json", jobs.json, "Print JSON for scripts");
 
-  CLI::App* job_cmd = app.add_subcommand("job", "One job: get, cancel, logs");
+  CLI::App* job_cmd = app.add_subcommand("job", "One job: get, cancel, delete, logs");
   job_cmd->require_subcommand(1);
-  cli::JobOptions job_get, job_cancel, job_logs;
+  cli::JobOptions job_get, job_cancel, job_delete, job_logs;
   CLI::App* job_get_cmd = job_cmd->add_subcommand("get", "A job, its tasks, where they ran and their attempts");
   CLI::App* job_cancel_cmd = job_cmd->add_subcommand("cancel", "Cancel a job; running tasks are killed");
+  CLI::App* job_delete_cmd = job_cmd->add_subcommand(
+      "delete", "Delete a finished job: its tasks, attempts and logs, and the results it kept on nodes");
   CLI::App* job_logs_cmd = job_cmd->add_subcommand("logs", "Output of a job's command tasks");
-  for (auto [cmd, o] : {std::pair{job_get_cmd, &job_get}, {job_cancel_cmd, &job_cancel}, {job_logs_cmd, &job_logs}}) {
+  for (auto [cmd, o] : {std::pair{job_get_cmd, &job_get}, {job_cancel_cmd, &job_cancel},
+                        {job_delete_cmd, &job_delete}, {job_logs_cmd, &job_logs}}) {
     cmd->add_option("id", o->id, "Job id")->required();
     add_target(cmd, o->target);
     cmd->add_flag("--json", o->json, "Print JSON for scripts");
@@ -244,6 +262,8 @@ int main(int argc, char** argv) {
     status = cli::RunBenchSim(bench_sim_opts, std::cout);
   } else if (bench_sched->parsed()) {
     status = cli::RunBenchSched(bench, std::cout);
+  } else if (bench_retention->parsed()) {
+    status = cli::RunBenchRetention(bench_retention_opts, std::cout);
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
   } else if (bench_transfer->parsed()) {
@@ -274,6 +294,8 @@ int main(int argc, char** argv) {
     status = cli::RunJobGet(job_get, std::cout);
   } else if (job_cancel_cmd->parsed()) {
     status = cli::RunJobCancel(job_cancel, std::cout);
+  } else if (job_delete_cmd->parsed()) {
+    status = cli::RunJobDelete(job_delete, std::cout);
   } else if (job_logs_cmd->parsed()) {
     status = cli::RunJobLogs(job_logs, std::cout);
   } else if (objects_put_cmd->parsed()) {

@@ -67,14 +67,43 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
 }
 
-StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
+StatusOr<model::JobView> Client::GetJobPage(uint64_t id, uint32_t first_task, uint32_t max_tasks) {
   v1::GetJobRequest req;
   req.set_job_id(id);
-  req.set_include_tasks(include_tasks);
+  req.set_include_tasks(max_tasks > 0);
+  req.set_first_task(first_task);
+  req.set_max_tasks(max_tasks);
   v1::JobInfo resp;
   grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Get, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp);
+}
+
+Status Client::ForEachTaskPage(uint64_t id, uint32_t page_size,
+                               const std::function<Status(const model::JobView&)>& on_page) {
+  for (uint32_t first = 0;;) {
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobView page, GetJobPage(id, first, page_size));
+    MERIDIAN_RETURN_IF_ERROR(on_page(page));
+    if (page.tasks.empty() || page.next_task <= first) return OkStatus();
+    first = page.next_task;
+  }
+}
+
+StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
+  if (!include_tasks) return GetJobPage(id, 0, 0);
+  model::JobView all;
+  bool first_page = true;
+  MERIDIAN_RETURN_IF_ERROR(ForEachTaskPage(id, rpc::kMaxTasksPerPage, [&](const model::JobView& page) {
+    if (first_page) {
+      all = page;
+      first_page = false;
+    } else {
+      all.tasks.insert(all.tasks.end(), page.tasks.begin(), page.tasks.end());
+    }
+    all.next_task = page.next_task;
+    return OkStatus();
+  }));
+  return all;
 }
 
 StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
@@ -93,6 +122,15 @@ StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
   req.set_job_id(id);
   v1::JobInfo resp;
   grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Cancel, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp).summary;
+}
+
+StatusOr<model::JobSummary> Client::Delete(uint64_t id) {
+  v1::DeleteJobRequest req;
+  req.set_job_id(id);
+  v1::JobInfo resp;
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Delete, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp).summary;
 }

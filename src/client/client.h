@@ -30,9 +30,18 @@ class Client {
   const std::string& address() const { return address_; }
 
   StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name);
+  // The job; with include_tasks, every task too, fetched a page at a time (a job of
+  // millions of tasks: use ForEachTaskPage instead, which holds one page at a time).
   StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks);
+  // Up to `max_tasks` tasks from index `first_task`; JobView::next_task says where to
+  // go on (the coordinator may return fewer, when outputs are large).
+  StatusOr<model::JobView> GetJobPage(uint64_t id, uint32_t first_task, uint32_t max_tasks);
+  // Calls on_page with each page of the job's tasks in order (the first call carries
+  // the job's summary too); stops early with on_page's error.
+  Status ForEachTaskPage(uint64_t id, uint32_t page_size, const std::function<Status(const model::JobView&)>& on_page);
   StatusOr<std::vector<model::JobSummary>> ListJobs(int32_t limit);
   StatusOr<model::JobSummary> Cancel(uint64_t id);
+  StatusOr<model::JobSummary> Delete(uint64_t id);
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task);
   // Calls on_change with the job's summary now and after every change until it ends
   // (or on_change returns false); returns the last summary. When the coordinator

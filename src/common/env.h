@@ -74,4 +74,8 @@ class Env {
 // A seed from the real clock and the process id, for runs that want variety; print it.
 uint64_t SeedFromEntropy();
 
+// Hands memory the allocator holds free back to the system (after a large structure
+// is dropped), where the C library can; else does nothing.
+void ReturnFreedMemory();
+
 }  // namespace meridian

@@ -1,5 +1,8 @@
 // The only place that reads the real clocks (see env.h).
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <chrono>
 
@@ -38,6 +41,12 @@ Env& Env::Default() {
 uint64_t SeedFromEntropy() {
   uint64_t t = static_cast<uint64_t>(Env::Default().clock().WallNow().us);
   return t ^ (static_cast<uint64_t>(getpid()) << 32);
+}
+
+void ReturnFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 }  // namespace meridian

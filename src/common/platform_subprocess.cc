@@ -2,12 +2,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -277,6 +279,33 @@ StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::str
   }
   close(log);
   return static_cast<int>(pid);
+}
+
+StatusOr<ProcessMemory> ReadProcessMemory(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  if (!in) return NotFoundError(fmt::format("no process {}", pid));
+  ProcessMemory m;
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t kib = 0;
+    if (std::sscanf(line.c_str(), "VmRSS: %ld kB", &kib) == 1) m.rss_bytes = kib << 10;
+    if (std::sscanf(line.c_str(), "VmHWM: %ld kB", &kib) == 1) m.peak_rss_bytes = kib << 10;
+  }
+  if (m.rss_bytes == 0) return NotFoundError(fmt::format("process {} reports no resident memory", pid));
+  return m;
+}
+
+StatusOr<ChildUsage> RunAndMeasure(const std::vector<std::string>& argv, const std::string& output_path) {
+  MERIDIAN_ASSIGN_OR_RETURN(int pid, SpawnDetached(argv, output_path));
+  int status = 0;
+  struct rusage usage {};
+  while (wait4(pid, &status, 0, &usage) < 0) {
+    if (errno != EINTR) return UnavailableError(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
+  }
+  ChildUsage out;
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  out.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) << 10;  // KiB on Linux
+  return out;
 }
 
 }  // namespace meridian

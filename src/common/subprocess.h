@@ -68,6 +68,21 @@ bool ChildExited(int pid);
 // child in the middle of exec; use ChildExited for those.
 bool ProcessRunning(int pid, const std::string& needle);
 
+// What a process holds in memory now, and the most it has held (VmRSS, VmHWM).
+struct ProcessMemory {
+  int64_t rss_bytes = 0;
+  int64_t peak_rss_bytes = 0;
+};
+StatusOr<ProcessMemory> ReadProcessMemory(int pid);
+
+// Runs `argv` with its stdout and stderr to `output_path` and waits; returns its exit
+// status and the most memory it held (its peak resident set).
+struct ChildUsage {
+  int exit_code = 0;
+  int64_t peak_rss_bytes = 0;
+};
+StatusOr<ChildUsage> RunAndMeasure(const std::vector<std::string>& argv, const std::string& output_path);
+
 // Blocks SIGINT and SIGTERM in the calling thread and the threads it starts later;
 // WaitForTerminationSignal then returns the first that arrives.
 void BlockTerminationSignals();

@@ -32,6 +32,9 @@ spec::DatasetResolver ResolverFor(const std::map<std::string, model::Dataset>& d
   };
 }
 
+// How often the loop looks for finished jobs the retention policy lets go.
+constexpr int64_t kRetentionCheckUs = 1'000'000;
+
 std::string Join(const std::set<std::string>& items) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
@@ -76,6 +79,13 @@ Status Coordinator::LoadState() {
   for (model::JobRecord& rec : state.jobs) {
     JobRt& job = jobs_[rec.id];
     job.rec = std::move(rec);
+    if (model::IsTerminal(job.rec.status)) {
+      // Finished before the restart: its record and counts; the tasks stay in the store.
+      job.counts = state.finished_counts[job.rec.id];
+      job.counts.version = next_version_++;
+      job.rec.spec_yaml.clear();
+      job.retired = true;
+    }
   }
   for (model::TaskRecord& t : state.tasks) {
     auto it = jobs_.find(t.job);
@@ -93,6 +103,7 @@ Status Coordinator::LoadState() {
   const MonotonicTime grace{env_.clock().Now().us + options_.reconcile_grace_us};
   store::StoreBatch fixes;
   for (auto& [id, job] : jobs_) {
+    if (job.retired) continue;
     const std::map<std::string, model::Dataset> datasets = DatasetsForJobsLocked();
     StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput,
                                                  ResolverFor(datasets));
@@ -144,6 +155,7 @@ Status Coordinator::LoadState() {
     job.counts.version = next_version_++;
   }
   Commit(fixes);
+  RetireFinishedLocked();
   if (!jobs_.empty()) {
     MERIDIAN_LOG_INFO("loaded {} jobs; {} tasks were placed before the restart and wait for their agents",
                       jobs_.size(), orphans_.size());
@@ -162,6 +174,7 @@ void Coordinator::Commit(const store::StoreBatch& batch) {
 void Coordinator::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   MonotonicTime next_check = env_.clock().Now();
+  MonotonicTime next_retention = env_.clock().Now();
   while (!stopping_) {
     if (env_.clock().Now() >= next_check) {
       DetectFailuresLocked();
@@ -172,6 +185,19 @@ void Coordinator::Loop() {
       dirty_ = true;
     }
     if (dirty_) ScheduleLocked();
+    RetireFinishedLocked();
+    if (env_.clock().Now() >= next_retention) {
+      next_retention = MonotonicTime{env_.clock().Now().us + kRetentionCheckUs};
+      std::vector<uint64_t> expired = ExpiredJobsLocked();
+      if (!expired.empty()) {
+        lock.unlock();
+        for (uint64_t id : expired) {
+          StatusOr<model::JobSummary> gone = DeleteJob(id);
+          if (!gone.ok()) MERIDIAN_LOG_WARN("retention: {}", gone.status().ToString());
+        }
+        lock.lock();
+      }
+    }
     if (stopping_) break;
     loop_cv_.wait_for(lock, std::chrono::microseconds(options_.heartbeat_interval_us / 2),
                       [this] { return stopping_ || dirty_; });
@@ -202,12 +228,15 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   rec.status = JobStatus::kQueued;
   rec.submitted_us = WallUs();
   std::vector<model::TaskRecord> tasks(job.tasks.size());
+  std::vector<store::TaskLabel> labels(job.tasks.size(), store::TaskLabel{"", true});
   for (size_t i = 0; i < tasks.size(); ++i) {
     tasks[i].task = static_cast<uint32_t>(i);
     tasks[i].status = job.tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
+    labels[i].name = job.tasks[i].name;
+    for (TaskId d : job.tasks[i].after) labels[d.value()].result = false;
   }
   // Durable first; only then does the job exist for anyone.
-  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks));
+  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks, labels));
   rec.id = id;
   rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
   {
@@ -288,21 +317,28 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
   return OkStatus();
 }
 
-StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, bool include_tasks) {
+StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) {
+  model::JobView view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+    view.summary = SummaryOf(it->second);
+    for (const auto& [sites, t] : it->second.traffic) view.traffic.push_back(t);
+    view.input_bytes = it->second.job ? InputBytesBySite(*it->second.job) : it->second.input_bytes;
+  }
+  // Tasks come from the store, which holds what memory does once a call returns: a
+  // page costs the coordinator no more than its own size, however large the job.
+  view.next_task = first_task;
+  if (max_tasks == 0) return view;
+  MERIDIAN_ASSIGN_OR_RETURN(view.tasks,
+                            store_->TaskPage(id, first_task, std::min(max_tasks, rpc::kMaxTasksPerPage),
+                                             rpc::kMaxTaskPageBytes));
+  if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
-  model::JobView view;
-  view.summary = SummaryOf(it->second);
-  for (const auto& [sites, t] : it->second.traffic) view.traffic.push_back(t);
-  if (it->second.job) view.input_bytes = InputBytesBySite(*it->second.job);
-  if (include_tasks) {
-    const JobRt& job = it->second;
-    view.tasks.reserve(job.tasks.size());
-    for (size_t i = 0; i < job.tasks.size(); ++i) {
-      view.tasks.push_back(model::TaskView{TaskName(job, static_cast<uint32_t>(i)), job.tasks[i].dependents.empty(),
-                                           job.tasks[i].rec, job.tasks[i].history});
-    }
+  for (model::TaskView& t : view.tasks) {
+    if (t.name.empty()) t.name = it == jobs_.end() ? fmt::format("#{}", t.record.task) : TaskName(it->second, t.record.task);
   }
   return view;
 }
@@ -329,39 +365,101 @@ StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
   store::StoreBatch batch;
   EndJob(job, JobStatus::kCancelled, "cancelled by request", batch);
   Commit(batch);
+  model::JobSummary summary = SummaryOf(job);
+  RetireFinishedLocked();
   outbox_cv_.notify_all();
-  return SummaryOf(job);
+  return summary;
 }
 
-StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
-  std::optional<uint32_t> index;
-  std::map<uint32_t, std::string> names;
+StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
+  model::JobSummary summary;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
-    for (uint32_t i = 0; i < it->second.tasks.size(); ++i) {
-      std::string name = TaskName(it->second, i);
-      if (name == task) index = i;
-      names[i] = std::move(name);
+    JobRt& job = it->second;
+    if (!model::IsTerminal(job.rec.status)) {
+      return FailedPreconditionError(fmt::format("job {} is {}: cancel it first (meridian job cancel {})", id,
+                                                 model::JobStatusName(job.rec.status), id));
     }
-    if (!task.empty() && !index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
+    if (job.deleting) return FailedPreconditionError(fmt::format("job {} is being deleted", id));
+    if (!job.retired) {
+      return FailedPreconditionError(fmt::format(
+          "job {} has tasks still stopping on their nodes ({}); try again in a moment", id, job.held));
+    }
+    job.deleting = true;
+    summary = SummaryOf(job);
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TaskLogRecord> records, store_->Logs(id, index));
-  std::vector<rpc::TaskLog> out;
-  for (model::TaskLogRecord& r : records) out.push_back(rpc::TaskLog{names[r.task], std::move(r)});
-  return out;
+  // The results it kept as objects on their nodes: each holds a reference for it.
+  std::vector<std::pair<std::string, std::string>> results;  // (node, object)
+  Status s = OkStatus();
+  for (uint32_t first = 0; s.ok();) {
+    StatusOr<std::vector<model::TaskView>> page =
+        store_->TaskPage(id, first, rpc::kMaxTasksPerPage, rpc::kMaxTaskPageBytes);
+    if (!page.ok()) s = page.status();
+    if (!s.ok() || page->empty()) break;
+    for (const model::TaskView& t : *page) {
+      if (t.result && !t.record.output_object.empty()) results.emplace_back(t.record.node, t.record.output_object);
+    }
+    first = page->back().record.task + 1;
+  }
+  if (s.ok()) s = store_->DeleteJob(id);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (!s.ok()) {
+    if (it != jobs_.end()) it->second.deleting = false;
+    return s.WithPrefix(fmt::format("deleting job {}", id));
+  }
+  if (it != jobs_.end()) jobs_.erase(it);
+  for (const auto& [node, object] : results) {
+    auto n = node_by_name_.find(node);
+    if (n != node_by_name_.end() && nodes_[n->second].alive) nodes_[n->second].outbox.release_objects.push_back(object);
+  }
+  job_cv_.notify_all();
+  outbox_cv_.notify_all();
+  MERIDIAN_LOG_INFO("job {} deleted ({} tasks, {} result objects let go)", id, summary.tasks_total, results.size());
+  return summary;
+}
+
+StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
+  std::optional<uint32_t> index;
+  bool in_memory = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+    in_memory = it->second.job != nullptr;
+    for (uint32_t i = 0; in_memory && !task.empty() && i < it->second.tasks.size(); ++i) {
+      if (it->second.job->tasks[i].name == task) index = i;
+    }
+  }
+  if (!task.empty() && !in_memory) {
+    MERIDIAN_ASSIGN_OR_RETURN(index, store_->FindTask(id, task));
+  }
+  if (!task.empty() && !index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, store_->Logs(id, index));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  for (rpc::TaskLog& l : logs) {
+    if (l.task.empty()) {
+      l.task = it == jobs_.end() ? fmt::format("#{}", l.record.task) : TaskName(it->second, l.record.task);
+    }
+  }
+  return logs;
 }
 
 StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
-  const JobRt& job = it->second;
+  if (!jobs_.count(id)) return NotFoundError(fmt::format("no job {}", id));
+  // Looked up again on each wake: the job may be deleted while this waits.
   job_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
-    return stopping_ || job.counts.version > after_version || model::IsTerminal(job.rec.status);
+    auto it = jobs_.find(id);
+    return stopping_ || it == jobs_.end() || it->second.counts.version > after_version ||
+           model::IsTerminal(it->second.rec.status);
   });
-  return SummaryOf(job);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("job {} was deleted", id));
+  return SummaryOf(it->second);
 }
 
 model::JobSummary Coordinator::SummaryOf(const JobRt& job) const {
@@ -528,6 +626,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   Reconcile(index, reg, batch, reply);
   RebuildLostLocked(gone, fmt::format("its output was lost when node {} restarted", reg.node.name), batch);
   Commit(batch);
+  RetireFinishedLocked();
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;
   reply.heartbeat_interval_us = options_.heartbeat_interval_us;
@@ -591,6 +690,7 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
       resent = true;
     }
   }
+  RetireFinishedLocked();
   const bool more = dirty_;  // more ready than one call placed
   lock.unlock();
   if (resent) outbox_cv_.notify_all();

@@ -51,6 +51,10 @@ struct CoordinatorOptions {
   int64_t reconcile_grace_us = 4'000'000;
   // Times an attempt may be lost with its node before the task fails.
   int32_t max_losses = 3;
+  // Retention: a finished job is deleted (from memory and the store) once this many
+  // jobs finished after it, or this long after it finished. 0: no limit.
+  int32_t retain_jobs = 10'000;
+  int64_t retain_for_us = int64_t{30} * 24 * 3600 * 1'000'000;
   // At most this many ready tasks are offered to one scheduling call, oldest first.
   size_t schedule_window = 1024;
   sched::QueueOrder order = sched::QueueOrder::kFifo;
@@ -68,9 +72,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
 
   // rpc::JobApi
   StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) override;
-  StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks) override;
+  StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) override;
   std::vector<model::JobSummary> ListJobs(int32_t limit) override;
   StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
+  StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
   StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) override;
 
@@ -112,6 +117,12 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
     std::map<std::string, int32_t> running_by_site;
     // Input bytes its tasks moved, by (from site, to site). In memory only.
     std::map<std::pair<std::string, std::string>, model::JobTraffic> traffic;
+    int32_t held = 0;  // tasks holding resources on a node
+    // Finished with nothing left on a node: `tasks` and `job` are gone from memory,
+    // and its tasks are read from the store (a finished job costs its record only).
+    bool retired = false;
+    bool deleting = false;
+    std::vector<model::SiteBytes> input_bytes;  // kept from `job` when it retires
   };
   struct NodeRt {
     std::string site;
@@ -178,6 +189,11 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);
   void Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch);
   void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
+  // Drops the per-task state of finished jobs with nothing left on a node. Called
+  // where no TaskRt reference is live: at the end of a public call or a loop turn.
+  void RetireFinishedLocked();
+  // Finished jobs the retention policy says go now, oldest first.
+  std::vector<uint64_t> ExpiredJobsLocked() const;
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
   void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch);
   // The directory: replicas a node gained or lost, or all it holds (on registering).
@@ -242,6 +258,7 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   uint64_t next_session_ = 1;
   uint64_t next_version_ = 1;
   std::map<std::pair<uint64_t, uint32_t>, Orphan> orphans_;
+  std::set<uint64_t> to_retire_;       // finished, nothing on a node: RetireFinishedLocked's work
   MonotonicTime last_fleet_change_;    // start, or the last registration
   std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)
   Random rng_;

@@ -115,7 +115,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   model::JobView Job(uint64_t id) {
-    auto v = coord_->GetJob(id, true);
+    auto v = coord_->GetJob(id, 0, rpc::kMaxTasksPerPage);
     EXPECT_TRUE(v.ok());
     return *v;
   }
@@ -208,7 +208,7 @@ TEST_F(CoordinatorTest, BadSubmissionsAreRejectedAndLeaveNoJob) {
   EXPECT_NE(big.status().message().find("task 'a' can never run on this cluster"), std::string::npos)
       << big.status().message();
   EXPECT_TRUE(coord_->ListJobs(0).empty());
-  EXPECT_EQ(coord_->GetJob(42, false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->GetJob(42, 0, 0).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Register(Node("")).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -16,6 +16,9 @@ namespace {
 // are expected after faults, and more means the inputs cannot be had.
 constexpr int32_t kMaxInputLosses = 10;
 
+// Retiring jobs of this many tasks at once returns the freed heap to the system.
+constexpr size_t kTrimAfterTasks = 10'000;
+
 }  // namespace
 
 using model::JobStatus;
@@ -38,6 +41,7 @@ void Coordinator::Hold(TaskRt& task, int32_t node) {
                                  a.device_share_milli});
   task.node = node;
   nodes_[node].tasks.insert({task.rec.job, task.rec.task});
+  ++jobs_.at(task.rec.job).held;
 }
 
 void Coordinator::Release(TaskRt& task) {
@@ -48,6 +52,8 @@ void Coordinator::Release(TaskRt& task) {
   nodes_[task.node].tasks.erase({task.rec.job, task.rec.task});
   task.node = -1;
   dirty_ = true;
+  JobRt& job = jobs_.at(task.rec.job);
+  if (--job.held == 0 && model::IsTerminal(job.rec.status)) to_retire_.insert(job.rec.id);
 }
 
 void Coordinator::LeavePlaced(JobRt& job, TaskRt& task) {
@@ -409,9 +415,54 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason
     }
     outbox_cv_.notify_all();
   }
+  // Placed before a restart and not yet back: nothing of theirs is waited for now.
+  for (auto it = orphans_.lower_bound({job.rec.id, 0}); it != orphans_.end() && it->first.first == job.rec.id;) {
+    it = orphans_.erase(it);
+  }
+  if (job.held == 0) to_retire_.insert(job.rec.id);
   MERIDIAN_LOG_INFO("job {} ({}) {}{}", job.rec.id, job.rec.name, model::JobStatusName(status),
                     reason.empty() ? "" : ": " + reason);
   Changed(job);
+}
+
+void Coordinator::RetireFinishedLocked() {
+  if (to_retire_.empty()) return;
+  size_t freed = 0;
+  for (uint64_t id : to_retire_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.retired || it->second.held > 0 || !model::IsTerminal(it->second.rec.status)) {
+      continue;
+    }
+    JobRt& job = it->second;
+    if (job.job) job.input_bytes = InputBytesBySite(*job.job);
+    freed += job.tasks.size();
+    std::vector<TaskRt>().swap(job.tasks);
+    job.job.reset();
+    std::string().swap(job.rec.spec_yaml);
+    job.retired = true;
+  }
+  to_retire_.clear();
+  // A large job leaves much of the heap free: give it back (the call walks the heap,
+  // so not for every small job).
+  if (freed >= kTrimAfterTasks) ReturnFreedMemory();
+}
+
+std::vector<uint64_t> Coordinator::ExpiredJobsLocked() const {
+  std::vector<std::pair<int64_t, uint64_t>> finished;  // (finished_us, id), oldest first
+  for (const auto& [id, job] : jobs_) {
+    if (job.retired && !job.deleting) finished.emplace_back(job.rec.finished_us, id);
+  }
+  std::sort(finished.begin(), finished.end());
+  const size_t keep = static_cast<size_t>(std::max(0, options_.retain_jobs));
+  const size_t over = keep > 0 && finished.size() > keep ? finished.size() - keep : 0;
+  const int64_t oldest_kept_us = WallUs() - options_.retain_for_us;
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < finished.size(); ++i) {
+    if (i < over || (options_.retain_for_us > 0 && finished[i].first < oldest_kept_us)) {
+      out.push_back(finished[i].second);
+    }
+  }
+  return out;
 }
 
 void Coordinator::MarkDead(int32_t index, const std::string& reason, store::StoreBatch& batch) {

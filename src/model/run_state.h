@@ -92,6 +92,11 @@ struct TaskLogRecord {
   std::string stdout_tail;
   std::string stderr_tail;
 };
+// A log with the name of its task.
+struct TaskLog {
+  std::string task;
+  TaskLogRecord record;
+};
 
 // A job as reported to users.
 struct JobSummary {
@@ -131,7 +136,8 @@ struct SiteBytes {
 
 struct JobView {
   JobSummary summary;
-  std::vector<TaskView> tasks;  // empty unless asked for
+  std::vector<TaskView> tasks;  // a page of them when asked for, by index
+  uint32_t next_task = 0;       // the index after the last in `tasks`
   std::vector<JobTraffic> traffic;
   std::vector<SiteBytes> input_bytes;  // where its input data sat at submission
 };

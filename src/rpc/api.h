@@ -21,19 +21,26 @@ struct SubmitResult {
   std::vector<std::string> warnings;
 };
 
-struct TaskLog {
-  std::string task;
-  model::TaskLogRecord record;
-};
+using TaskLog = model::TaskLog;
+
+// A page of a job's tasks: at most this many, and tasks with this many bytes of
+// outputs and reasons, in one answer.
+inline constexpr uint32_t kMaxTasksPerPage = 10'000;
+inline constexpr int64_t kMaxTaskPageBytes = 8 << 20;
 
 class JobApi {
  public:
   virtual ~JobApi() = default;
   // Returns once the job is durable. InvalidArgument names what is wrong with the spec.
   virtual StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) = 0;
-  virtual StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks) = 0;
+  // The job, and up to `max_tasks` of its tasks from index `first_task` (fewer when
+  // their outputs are large: JobView::next_task says where to go on).
+  virtual StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) = 0;
   virtual std::vector<model::JobSummary> ListJobs(int32_t limit) = 0;
   virtual StatusOr<model::JobSummary> CancelJob(uint64_t id) = 0;
+  // Removes a finished job, its tasks, attempts and logs, and lets go of the results
+  // it kept on nodes. FailedPrecondition while it has not finished.
+  virtual StatusOr<model::JobSummary> DeleteJob(uint64_t id) = 0;
   virtual StatusOr<std::vector<TaskLog>> Logs(uint64_t id, const std::string& task) = 0;
   // Waits until the job's version passes `after_version` or `timeout_us` elapses,
   // and returns its summary then.

@@ -341,6 +341,7 @@ void ToProto(const model::JobSummary& s, v1::JobInfo* out) {
 
 void ToProto(const model::JobView& v, v1::JobInfo* out) {
   ToProto(v.summary, out);
+  out->set_next_task(v.next_task);
   for (const model::JobTraffic& t : v.traffic) {
     v1::JobTraffic* p = out->add_traffic();
     p->set_from_site(t.from_site);
@@ -387,6 +388,7 @@ void ToProto(const model::JobView& v, v1::JobInfo* out) {
 
 model::JobView FromProto(const v1::JobInfo& in) {
   model::JobView v;
+  v.next_task = in.next_task();
   model::JobSummary& s = v.summary;
   s.job.id = in.id();
   s.job.name = in.name();

@@ -10,6 +10,8 @@ namespace {
 
 // How long a streaming handler waits before checking whether to stop.
 constexpr int64_t kStreamPollUs = 250'000;
+// Tasks in a GetJob page when the caller names no number.
+constexpr uint32_t kDefaultTasksPerPage = 1000;
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
@@ -26,7 +28,8 @@ class JobServiceImpl final : public v1::JobService::Service {
   }
 
   grpc::Status Get(grpc::ServerContext*, const v1::GetJobRequest* req, v1::JobInfo* resp) override {
-    StatusOr<model::JobView> v = api_.GetJob(req->job_id(), req->include_tasks());
+    const uint32_t max_tasks = !req->include_tasks() ? 0 : req->max_tasks() == 0 ? kDefaultTasksPerPage : req->max_tasks();
+    StatusOr<model::JobView> v = api_.GetJob(req->job_id(), req->first_task(), max_tasks);
     if (!v.ok()) return ToGrpc(v.status());
     ToProto(*v, resp);
     return grpc::Status::OK;
@@ -39,6 +42,13 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status Cancel(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::JobInfo* resp) override {
     StatusOr<model::JobSummary> s = api_.CancelJob(req->job_id());
+    if (!s.ok()) return ToGrpc(s.status());
+    ToProto(*s, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Delete(grpc::ServerContext*, const v1::DeleteJobRequest* req, v1::JobInfo* resp) override {
+    StatusOr<model::JobSummary> s = api_.DeleteJob(req->job_id());
     if (!s.ok()) return ToGrpc(s.status());
     ToProto(*s, resp);
     return grpc::Status::OK;

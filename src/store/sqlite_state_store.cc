@@ -47,7 +47,18 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE tasks ADD COLUMN output_object TEXT NOT NULL DEFAULT '';
     )sql",
+    // 5: tasks' names (a finished job is listed without its spec), and job ids that
+    // outlive deleted jobs.
+    R"sql(
+    CREATE TABLE task_labels (
+      job INTEGER NOT NULL, task INTEGER NOT NULL, name TEXT NOT NULL, result INTEGER NOT NULL,
+      PRIMARY KEY (job, task)) WITHOUT ROWID;
+    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO counters SELECT 'next_job', COALESCE(MAX(id), 0) + 1 FROM jobs;
+    )sql",
 };
+// Jobs whose tasks a restarted coordinator takes back into memory.
+constexpr const char* kUnfinished = "('queued', 'running')";
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));
 
 std::string JoinInts(const std::vector<int32_t>& v) {
@@ -79,6 +90,38 @@ std::string Blob(sqlite3_stmt* st, int col) {
   return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st, col)) : std::string();
 }
 
+// A row of `tasks`, its columns from `col` on.
+model::TaskRecord ReadTask(sqlite3_stmt* st, int col) {
+  model::TaskRecord t;
+  t.job = static_cast<uint64_t>(sqlite3_column_int64(st, col + 0));
+  t.task = static_cast<uint32_t>(sqlite3_column_int64(st, col + 1));
+  t.status = model::ParseTaskStatus(Text(st, col + 2)).value_or(model::TaskStatus::kQueued);
+  t.attempt = sqlite3_column_int(st, col + 3);
+  t.failures = sqlite3_column_int(st, col + 4);
+  t.losses = sqlite3_column_int(st, col + 5);
+  t.node = Text(st, col + 6);
+  t.site = Text(st, col + 7);
+  t.device_type = Text(st, col + 8);
+  t.emulated = sqlite3_column_int(st, col + 9) != 0;
+  t.allocation.cpu_milli = sqlite3_column_int64(st, col + 10);
+  t.allocation.memory_bytes = sqlite3_column_int64(st, col + 11);
+  t.allocation.devices = SplitInts(Text(st, col + 12));
+  t.allocation.device_share_milli = sqlite3_column_int(st, col + 13);
+  t.reason = Text(st, col + 14);
+  t.output = Blob(st, col + 15);
+  t.started_us = sqlite3_column_int64(st, col + 16);
+  t.finished_us = sqlite3_column_int64(st, col + 17);
+  t.output_object = Text(st, col + 18);
+  return t;
+}
+
+model::AttemptRecord ReadAttempt(sqlite3_stmt* st) {
+  return model::AttemptRecord{
+      static_cast<uint64_t>(sqlite3_column_int64(st, 0)), static_cast<uint32_t>(sqlite3_column_int64(st, 1)),
+      sqlite3_column_int(st, 2), Text(st, 3), Text(st, 4), Text(st, 5), Text(st, 6), sqlite3_column_int(st, 7),
+      sqlite3_column_int64(st, 8), sqlite3_column_int64(st, 9)};
+}
+
 // Binds values to ?1, ?2, ... in order.
 class Binder {
  public:
@@ -99,13 +142,13 @@ class Binder {
   int i_ = 0;
 };
 
+}  // namespace
+
 // Statement that finalizes itself.
-struct Stmt {
+struct SqliteStateStore::Stmt {
   sqlite3_stmt* st = nullptr;
   ~Stmt() { sqlite3_finalize(st); }
 };
-
-}  // namespace
 
 int SqliteStateStore::LatestSchemaVersion() { return kLatest; }
 
@@ -126,7 +169,7 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 }
 
 SqliteStateStore::~SqliteStateStore() {
-  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_}) sqlite3_finalize(st);
+  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_}) sqlite3_finalize(st);
   sqlite3_close(db_);
 }
 
@@ -181,6 +224,7 @@ Status SqliteStateStore::Prepare() {
       {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
       {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
       {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4)"},
+      {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -234,19 +278,22 @@ Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
   return ok ? OkStatus() : Fail("write log");
 }
 
-StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks) {
+StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
+                                               const std::vector<TaskLabel>& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Status s = OkStatus();
   {
     Stmt next;
-    if (sqlite3_prepare_v2(db_, "SELECT COALESCE(MAX(id), 0) + 1 FROM jobs", -1, &next.st, nullptr) != SQLITE_OK ||
+    if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_job'", -1, &next.st, nullptr) !=
+            SQLITE_OK ||
         sqlite3_step(next.st) != SQLITE_ROW) {
       s = Fail("allocate job id");
     } else {
       job.id = static_cast<uint64_t>(sqlite3_column_int64(next.st, 0));
     }
   }
+  if (s.ok()) s = Exec(fmt::format("UPDATE counters SET value = {} WHERE name = 'next_job'", job.id + 1).c_str());
   if (s.ok() && !Binder(insert_job_)
                      .Int(static_cast<int64_t>(job.id)).Str(job.name).Str(job.tenant)
                      .Str(job.spec_yaml).Str(job.spec_name)
@@ -259,6 +306,13 @@ StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::
     model::TaskRecord t = tasks[i];
     t.job = job.id;
     s = PutTask(t);
+  }
+  for (size_t i = 0; s.ok() && i < labels.size() && i < tasks.size(); ++i) {
+    if (!Binder(put_label_)
+             .Int(static_cast<int64_t>(job.id)).Int(tasks[i].task).Str(labels[i].name).Int(labels[i].result ? 1 : 0)
+             .Done()) {
+      s = Fail("write task name");
+    }
   }
   if (!s.ok()) {
     Exec("ROLLBACK").IgnoreError();
@@ -285,13 +339,16 @@ Status SqliteStateStore::Apply(const StoreBatch& batch) {
   return Exec("COMMIT");
 }
 
+Status SqliteStateStore::Query(Stmt& stmt, const std::string& sql, const char* what) {
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt.st, nullptr) != SQLITE_OK) return Fail(what);
+  return OkStatus();
+}
+
 StatusOr<LoadedState> SqliteStateStore::Load() {
   std::lock_guard<std::mutex> lock(mu_);
   LoadedState out;
   Stmt jobs;
-  if (sqlite3_prepare_v2(db_, "SELECT * FROM jobs ORDER BY id", -1, &jobs.st, nullptr) != SQLITE_OK) {
-    return Fail("read jobs");
-  }
+  MERIDIAN_RETURN_IF_ERROR(Query(jobs, "SELECT * FROM jobs ORDER BY id", "read jobs"));
   while (sqlite3_step(jobs.st) == SQLITE_ROW) {
     model::JobRecord j;
     j.id = static_cast<uint64_t>(sqlite3_column_int64(jobs.st, 0));
@@ -306,49 +363,43 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
     out.jobs.push_back(std::move(j));
   }
   Stmt tasks;
-  if (sqlite3_prepare_v2(db_, "SELECT * FROM tasks ORDER BY job, task", -1, &tasks.st, nullptr) != SQLITE_OK) {
-    return Fail("read tasks");
-  }
-  while (sqlite3_step(tasks.st) == SQLITE_ROW) {
-    sqlite3_stmt* st = tasks.st;
-    model::TaskRecord t;
-    t.job = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
-    t.task = static_cast<uint32_t>(sqlite3_column_int64(st, 1));
-    t.status = model::ParseTaskStatus(Text(st, 2)).value_or(model::TaskStatus::kQueued);
-    t.attempt = sqlite3_column_int(st, 3);
-    t.failures = sqlite3_column_int(st, 4);
-    t.losses = sqlite3_column_int(st, 5);
-    t.node = Text(st, 6);
-    t.site = Text(st, 7);
-    t.device_type = Text(st, 8);
-    t.emulated = sqlite3_column_int(st, 9) != 0;
-    t.allocation.cpu_milli = sqlite3_column_int64(st, 10);
-    t.allocation.memory_bytes = sqlite3_column_int64(st, 11);
-    t.allocation.devices = SplitInts(Text(st, 12));
-    t.allocation.device_share_milli = sqlite3_column_int(st, 13);
-    t.reason = Text(st, 14);
-    t.output = Blob(st, 15);
-    t.started_us = sqlite3_column_int64(st, 16);
-    t.finished_us = sqlite3_column_int64(st, 17);
-    t.output_object = Text(st, 18);
-    out.tasks.push_back(std::move(t));
-  }
+  MERIDIAN_RETURN_IF_ERROR(Query(tasks,
+                                 fmt::format("SELECT t.* FROM tasks t JOIN jobs j ON j.id = t.job "
+                                             "WHERE j.status IN {} ORDER BY t.job, t.task",
+                                             kUnfinished),
+                                 "read tasks"));
+  while (sqlite3_step(tasks.st) == SQLITE_ROW) out.tasks.push_back(ReadTask(tasks.st, 0));
   Stmt attempts;
-  if (sqlite3_prepare_v2(db_, "SELECT * FROM attempts ORDER BY job, task, attempt", -1, &attempts.st, nullptr) !=
-      SQLITE_OK) {
-    return Fail("read attempts");
-  }
-  while (sqlite3_step(attempts.st) == SQLITE_ROW) {
-    sqlite3_stmt* st = attempts.st;
-    out.attempts.push_back(model::AttemptRecord{
-        static_cast<uint64_t>(sqlite3_column_int64(st, 0)), static_cast<uint32_t>(sqlite3_column_int64(st, 1)),
-        sqlite3_column_int(st, 2), Text(st, 3), Text(st, 4), Text(st, 5), Text(st, 6), sqlite3_column_int(st, 7),
-        sqlite3_column_int64(st, 8), sqlite3_column_int64(st, 9)});
+  MERIDIAN_RETURN_IF_ERROR(Query(attempts,
+                                 fmt::format("SELECT a.* FROM attempts a JOIN jobs j ON j.id = a.job "
+                                             "WHERE j.status IN {} ORDER BY a.job, a.task, a.attempt",
+                                             kUnfinished),
+                                 "read attempts"));
+  while (sqlite3_step(attempts.st) == SQLITE_ROW) out.attempts.push_back(ReadAttempt(attempts.st));
+  Stmt counts;
+  MERIDIAN_RETURN_IF_ERROR(Query(counts,
+                                 fmt::format("SELECT t.job, t.status, COUNT(*), SUM(MAX(t.attempt - 1, 0)) "
+                                             "FROM tasks t JOIN jobs j ON j.id = t.job "
+                                             "WHERE j.status NOT IN {} GROUP BY t.job, t.status",
+                                             kUnfinished),
+                                 "count finished jobs' tasks"));
+  while (sqlite3_step(counts.st) == SQLITE_ROW) {
+    model::JobSummary& c = out.finished_counts[static_cast<uint64_t>(sqlite3_column_int64(counts.st, 0))];
+    const int32_t n = sqlite3_column_int(counts.st, 2);
+    c.tasks_total += n;
+    c.retries += sqlite3_column_int(counts.st, 3);
+    switch (model::ParseTaskStatus(Text(counts.st, 1)).value_or(model::TaskStatus::kFailed)) {
+      case model::TaskStatus::kSucceeded: c.succeeded += n; break;
+      case model::TaskStatus::kFailed: c.failed += n; break;
+      case model::TaskStatus::kCancelled: c.cancelled += n; break;
+      case model::TaskStatus::kBlocked:
+      case model::TaskStatus::kQueued: c.waiting += n; break;
+      case model::TaskStatus::kAssigned:
+      case model::TaskStatus::kRunning: c.running += n; break;
+    }
   }
   Stmt names;
-  if (sqlite3_prepare_v2(db_, "SELECT * FROM object_names ORDER BY name, shard", -1, &names.st, nullptr) != SQLITE_OK) {
-    return Fail("read object names");
-  }
+  MERIDIAN_RETURN_IF_ERROR(Query(names, "SELECT * FROM object_names ORDER BY name, shard", "read object names"));
   while (sqlite3_step(names.st) == SQLITE_ROW) {
     sqlite3_stmt* st = names.st;
     out.names.push_back(model::ObjectName{Text(st, 0), sqlite3_column_int(st, 1),
@@ -357,21 +408,102 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
   return out;
 }
 
-StatusOr<std::vector<model::TaskLogRecord>> SqliteStateStore::Logs(uint64_t job, std::optional<uint32_t> task) {
+StatusOr<std::vector<model::TaskLog>> SqliteStateStore::Logs(uint64_t job, std::optional<uint32_t> task) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt q;
-  const char* sql = task ? "SELECT * FROM task_logs WHERE job=?1 AND task=?2 ORDER BY task, attempt"
-                         : "SELECT * FROM task_logs WHERE job=?1 ORDER BY task, attempt";
-  if (sqlite3_prepare_v2(db_, sql, -1, &q.st, nullptr) != SQLITE_OK) return Fail("read logs");
+  MERIDIAN_RETURN_IF_ERROR(
+      Query(q,
+            fmt::format("SELECT l.*, COALESCE(n.name, '') FROM task_logs l "
+                        "LEFT JOIN task_labels n ON n.job = l.job AND n.task = l.task "
+                        "WHERE l.job = ?1 {} ORDER BY l.task, l.attempt",
+                        task ? "AND l.task = ?2" : ""),
+            "read logs"));
   sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
   if (task) sqlite3_bind_int64(q.st, 2, *task);
-  std::vector<model::TaskLogRecord> out;
+  std::vector<model::TaskLog> out;
   while (sqlite3_step(q.st) == SQLITE_ROW) {
-    out.push_back(model::TaskLogRecord{static_cast<uint64_t>(sqlite3_column_int64(q.st, 0)),
-                                       static_cast<uint32_t>(sqlite3_column_int64(q.st, 1)),
-                                       sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5)});
+    out.push_back(model::TaskLog{
+        Text(q.st, 6), model::TaskLogRecord{static_cast<uint64_t>(sqlite3_column_int64(q.st, 0)),
+                                            static_cast<uint32_t>(sqlite3_column_int64(q.st, 1)),
+                                            sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5)}});
   }
   return out;
+}
+
+StatusOr<std::vector<model::TaskView>> SqliteStateStore::TaskPage(uint64_t job, uint32_t first, uint32_t limit,
+                                                                  int64_t max_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::TaskView> out;
+  if (limit == 0) return out;
+  // One read transaction: the tasks and their attempts as of the same commit.
+  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN"));
+  Status s = OkStatus();
+  {
+    Stmt q;
+    s = Query(q,
+              "SELECT t.*, COALESCE(l.name, ''), COALESCE(l.result, 0) FROM tasks t "
+              "LEFT JOIN task_labels l ON l.job = t.job AND l.task = t.task "
+              "WHERE t.job = ?1 AND t.task >= ?2 ORDER BY t.task LIMIT ?3",
+              "read tasks");
+    if (s.ok()) {
+      sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
+      sqlite3_bind_int64(q.st, 2, first);
+      sqlite3_bind_int64(q.st, 3, limit);
+      int64_t bytes = 0;
+      while (bytes < max_bytes && sqlite3_step(q.st) == SQLITE_ROW) {
+        model::TaskView v;
+        v.record = ReadTask(q.st, 0);
+        v.name = Text(q.st, 19);
+        v.result = sqlite3_column_int(q.st, 20) != 0;
+        bytes += static_cast<int64_t>(v.record.output.size() + v.record.reason.size() + v.name.size());
+        out.push_back(std::move(v));
+      }
+    }
+  }
+  if (s.ok() && !out.empty()) {
+    Stmt a;
+    s = Query(a, "SELECT * FROM attempts WHERE job = ?1 AND task BETWEEN ?2 AND ?3 ORDER BY task, attempt",
+              "read attempts");
+    if (s.ok()) {
+      sqlite3_bind_int64(a.st, 1, static_cast<int64_t>(job));
+      sqlite3_bind_int64(a.st, 2, out.front().record.task);
+      sqlite3_bind_int64(a.st, 3, out.back().record.task);
+      size_t i = 0;
+      while (sqlite3_step(a.st) == SQLITE_ROW) {
+        model::AttemptRecord r = ReadAttempt(a.st);
+        while (i < out.size() && out[i].record.task < r.task) ++i;
+        if (i < out.size() && out[i].record.task == r.task) out[i].history.push_back(std::move(r));
+      }
+    }
+  }
+  Exec("COMMIT").IgnoreError();
+  if (!s.ok()) return s;
+  return out;
+}
+
+StatusOr<std::optional<uint32_t>> SqliteStateStore::FindTask(uint64_t job, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q;
+  MERIDIAN_RETURN_IF_ERROR(Query(q, "SELECT task FROM task_labels WHERE job = ?1 AND name = ?2", "find a task"));
+  sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
+  sqlite3_bind_text(q.st, 2, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(q.st) != SQLITE_ROW) return std::optional<uint32_t>();
+  return std::optional<uint32_t>(static_cast<uint32_t>(sqlite3_column_int64(q.st, 0)));
+}
+
+Status SqliteStateStore::DeleteJob(uint64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = OkStatus();
+  for (const char* table : {"task_logs", "attempts", "task_labels", "tasks"}) {
+    if (s.ok()) s = Exec(fmt::format("DELETE FROM {} WHERE job = {}", table, job).c_str());
+  }
+  if (s.ok()) s = Exec(fmt::format("DELETE FROM jobs WHERE id = {}", job).c_str());
+  if (!s.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return s;
+  }
+  return Exec("COMMIT");
 }
 
 }  // namespace meridian::store

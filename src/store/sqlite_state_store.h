@@ -37,14 +37,22 @@ class SqliteStateStore final : public StateStore {
 
   int schema_version() const { return schema_version_; }
 
-  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks) override;
+  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
+                               const std::vector<TaskLabel>& labels) override;
   Status Apply(const StoreBatch& batch) override;
   StatusOr<LoadedState> Load() override;
-  StatusOr<std::vector<model::TaskLogRecord>> Logs(uint64_t job, std::optional<uint32_t> task) override;
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override;
+  StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
+                                                  int64_t max_bytes) override;
+  StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) override;
+  Status DeleteJob(uint64_t job) override;
 
  private:
   explicit SqliteStateStore(std::string path) : path_(std::move(path)) {}
+  struct Stmt;
   Status Exec(const char* sql);
+  // Prepares `sql` into `stmt`; `what` names the read in the error.
+  Status Query(Stmt& stmt, const std::string& sql, const char* what);
   Status Migrate(int max_version);
   Status Prepare();
   Status Fail(const char* what) const;
@@ -64,6 +72,7 @@ class SqliteStateStore final : public StateStore {
   sqlite3_stmt* put_attempt_ = nullptr;
   sqlite3_stmt* put_log_ = nullptr;
   sqlite3_stmt* put_name_ = nullptr;
+  sqlite3_stmt* put_label_ = nullptr;
 };
 
 }  // namespace meridian::store

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -28,22 +30,45 @@ struct StoreBatch {
   bool empty() const { return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty(); }
 };
 
+// What a coordinator needs to carry on after a restart. Only unfinished jobs come back
+// with their tasks and attempts; a finished job comes back as its record and counts,
+// its tasks stay in the store and are read a page at a time (TaskPage).
 struct LoadedState {
-  std::vector<model::JobRecord> jobs;          // by id
-  std::vector<model::TaskRecord> tasks;        // by (job, task)
-  std::vector<model::AttemptRecord> attempts;  // by (job, task, attempt)
+  std::vector<model::JobRecord> jobs;          // by id, finished or not
+  std::vector<model::TaskRecord> tasks;        // of unfinished jobs, by (job, task)
+  std::vector<model::AttemptRecord> attempts;  // of unfinished jobs, by (job, task, attempt)
   std::vector<model::ObjectName> names;        // by (name, shard)
+  // Finished jobs' task counts by status, and retries (attempts beyond the first).
+  std::map<uint64_t, model::JobSummary> finished_counts;
+};
+
+// A task's name in its job, and whether it is a result (nothing in the job reads its
+// output): fixed at submission, kept so a job's tasks can be listed without its spec.
+struct TaskLabel {
+  std::string name;
+  bool result = false;
 };
 
 class StateStore {
  public:
   virtual ~StateStore() = default;
-  // Gives the job the next id and stores it with its tasks.
-  virtual StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks) = 0;
+  // Gives the job the next id (never one a deleted job had) and stores it with its
+  // tasks; `labels` is parallel to `tasks`, or empty.
+  virtual StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
+                                       const std::vector<TaskLabel>& labels) = 0;
   virtual Status Apply(const StoreBatch& batch) = 0;
   virtual StatusOr<LoadedState> Load() = 0;
-  // Logs of a job's attempts, of one task when `task` is set.
-  virtual StatusOr<std::vector<model::TaskLogRecord>> Logs(uint64_t job, std::optional<uint32_t> task) = 0;
+  // Logs of a job's attempts, of one task when `task` is set, with the task's name
+  // (empty for a job stored before names were).
+  virtual StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) = 0;
+  // Up to `limit` of the job's tasks from index `first`, with their attempts, in
+  // order; it stops early, after at least one, once their outputs pass `max_bytes`.
+  virtual StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
+                                                          int64_t max_bytes) = 0;
+  // The index of the job's task called `name`, if it has one.
+  virtual StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) = 0;
+  // Removes the job, its tasks, attempts and logs. Its id is not given out again.
+  virtual Status DeleteJob(uint64_t job) = 0;
 };
 
 }  // namespace meridian::store

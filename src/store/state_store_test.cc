@@ -60,8 +60,8 @@ class StateStoreSuite : public ::testing::TestWithParam<StoreFactory> {
 };
 
 TEST_P(StateStoreSuite, CreateJobGivesIncreasingIdsAndKeepsTasks) {
-  StatusOr<uint64_t> a = store_->CreateJob(Job("a"), {Task(0), Task(1)});
-  StatusOr<uint64_t> b = store_->CreateJob(Job("b"), {Task(0)});
+  StatusOr<uint64_t> a = store_->CreateJob(Job("a"), {Task(0), Task(1)}, {});
+  StatusOr<uint64_t> b = store_->CreateJob(Job("b"), {Task(0)}, {});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_LT(*a, *b);
   StatusOr<LoadedState> s = store_->Load();
@@ -76,7 +76,7 @@ TEST_P(StateStoreSuite, CreateJobGivesIncreasingIdsAndKeepsTasks) {
 }
 
 TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
-  uint64_t id = *store_->CreateJob(Job("a"), {Task(0), Task(1)});
+  uint64_t id = *store_->CreateJob(Job("a"), {Task(0), Task(1)}, {});
   StoreBatch batch;
   model::TaskRecord t = Task(1);
   t.job = id;
@@ -104,9 +104,18 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   batch.logs.push_back({id, 1, 1, "n0", "out", "err"});
   ASSERT_TRUE(store_->Apply(batch).ok());
 
+  // A finished job comes back as its record and counts; its tasks are read by page.
   LoadedState s = *store_->Load();
-  ASSERT_EQ(s.tasks.size(), 2u);
-  const model::TaskRecord& got = s.tasks[1];
+  EXPECT_TRUE(s.tasks.empty());
+  EXPECT_TRUE(s.attempts.empty());
+  const model::JobSummary& counts = s.finished_counts[id];
+  EXPECT_EQ(counts.tasks_total, 2);
+  EXPECT_EQ(counts.succeeded, 1);
+  EXPECT_EQ(counts.waiting, 1);
+  EXPECT_EQ(counts.retries, 1);
+  std::vector<model::TaskView> page = *store_->TaskPage(id, 0, 10, 1 << 20);
+  ASSERT_EQ(page.size(), 2u);
+  const model::TaskRecord& got = page[1].record;
   EXPECT_EQ(got.status, model::TaskStatus::kSucceeded);
   EXPECT_EQ(got.attempt, 2);
   EXPECT_EQ(got.failures, 1);
@@ -118,14 +127,73 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   EXPECT_EQ(s.jobs[0].status, model::JobStatus::kFailed);
   EXPECT_EQ(s.jobs[0].reason, "task x failed");
   EXPECT_EQ(s.jobs[0].spec_yaml, "name: a\n");  // not rewritten by a status update
-  ASSERT_EQ(s.attempts.size(), 2u);
-  EXPECT_EQ(s.attempts[0].reason, "exit code 3");
-  EXPECT_EQ(s.attempts[1].outcome, "succeeded");
+  ASSERT_EQ(page[1].history.size(), 2u);
+  EXPECT_EQ(page[1].history[0].reason, "exit code 3");
+  EXPECT_EQ(page[1].history[1].outcome, "succeeded");
+  EXPECT_TRUE(page[0].history.empty());
   auto logs = store_->Logs(id, 1);
   ASSERT_TRUE(logs.ok());
   ASSERT_EQ(logs->size(), 1u);
-  EXPECT_EQ((*logs)[0].stderr_tail, "err");
+  EXPECT_EQ((*logs)[0].record.stderr_tail, "err");
   EXPECT_TRUE(store_->Logs(id, 0)->empty());
+}
+
+TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {
+  std::vector<model::TaskRecord> tasks;
+  std::vector<TaskLabel> labels;
+  for (uint32_t i = 0; i < 5; ++i) {
+    tasks.push_back(Task(i));
+    labels.push_back({"t" + std::to_string(i), i == 4});
+  }
+  const uint64_t id = *store_->CreateJob(Job("paged"), tasks, labels);
+  StoreBatch batch;
+  for (uint32_t i = 0; i < 5; ++i) {
+    model::TaskRecord t = tasks[i];
+    t.job = id;
+    t.output = std::string(100, 'x');
+    batch.tasks.push_back(t);
+    batch.attempts.push_back({id, i, 1, "n", "s", "succeeded", "", 0, 1, 2});
+  }
+  batch.attempts.push_back({id, 2, 2, "n", "s", "failed", "boom", 1, 3, 4});
+  batch.logs.push_back({id, 3, 1, "n", "out", ""});
+  ASSERT_TRUE(store_->Apply(batch).ok());
+
+  std::vector<model::TaskView> page = *store_->TaskPage(id, 1, 3, 1 << 20);
+  ASSERT_EQ(page.size(), 3u);
+  EXPECT_EQ(page[0].name, "t1");
+  EXPECT_EQ(page[2].record.task, 3u);
+  EXPECT_EQ(page[1].history.size(), 2u);
+  EXPECT_EQ(page[1].history[1].reason, "boom");
+  EXPECT_FALSE(page[2].result);
+  EXPECT_TRUE(store_->TaskPage(id, 4, 3, 1 << 20)->at(0).result);
+  EXPECT_TRUE(store_->TaskPage(id, 5, 3, 1 << 20)->empty());
+  // Output bytes end a page early, after at least one task.
+  EXPECT_EQ(store_->TaskPage(id, 0, 5, 250)->size(), 3u);
+  EXPECT_EQ(store_->TaskPage(id, 0, 5, 1)->size(), 1u);
+  EXPECT_EQ(*store_->FindTask(id, "t3"), std::optional<uint32_t>(3));
+  EXPECT_EQ(*store_->FindTask(id, "nope"), std::nullopt);
+  std::vector<model::TaskLog> logs = *store_->Logs(id, std::nullopt);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0].task, "t3");
+}
+
+TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
+  const uint64_t a = *store_->CreateJob(Job("a"), {Task(0)}, {{"x", true}});
+  const uint64_t b = *store_->CreateJob(Job("b"), {Task(0), Task(1)}, {{"x", false}, {"y", true}});
+  StoreBatch batch;
+  batch.attempts.push_back({b, 0, 1, "n", "s", "succeeded", "", 0, 1, 2});
+  batch.logs.push_back({b, 0, 1, "n", "out", "err"});
+  ASSERT_TRUE(store_->Apply(batch).ok());
+  ASSERT_TRUE(store_->DeleteJob(b).ok());
+  LoadedState s = *store_->Load();
+  ASSERT_EQ(s.jobs.size(), 1u);
+  EXPECT_EQ(s.jobs[0].id, a);
+  ASSERT_EQ(s.tasks.size(), 1u);
+  EXPECT_TRUE(store_->TaskPage(b, 0, 10, 1 << 20)->empty());
+  EXPECT_TRUE(store_->Logs(b, std::nullopt)->empty());
+  EXPECT_EQ(*store_->FindTask(b, "y"), std::nullopt);
+  // The newest job was deleted: its id is still not given out again.
+  EXPECT_EQ(*store_->CreateJob(Job("c"), {}, {}), b + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -153,7 +221,7 @@ class SqliteStoreTest : public ::testing::Test {
 TEST_F(SqliteStoreTest, ACommittedJobSurvivesReopening) {
   {
     auto s = *SqliteStateStore::Open(Path(), {});
-    ASSERT_TRUE(s->CreateJob(Job("kept"), {Task(0)}).ok());
+    ASSERT_TRUE(s->CreateJob(Job("kept"), {Task(0)}, {}).ok());
   }
   auto s = *SqliteStateStore::Open(Path(), {});
   LoadedState l = *s->Load();
@@ -191,7 +259,7 @@ TEST_F(SqliteStoreTest, MigratesAnOlderSchemaKeepingItsData) {
   LoadedState l = *s->Load();
   ASSERT_EQ(l.jobs.size(), 1u);
   EXPECT_EQ(l.jobs[0].id, 7u);
-  EXPECT_EQ(*s->CreateJob(Job("new"), {}), 8u);
+  EXPECT_EQ(*s->CreateJob(Job("new"), {}, {}), 8u);
 }
 
 TEST_F(SqliteStoreTest, RefusesASchemaNewerThanItKnows) {

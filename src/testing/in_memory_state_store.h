@@ -5,6 +5,7 @@
 // Thread-safety: a mutex guards everything.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,13 +16,16 @@ namespace meridian::testing {
 
 class InMemoryStateStore final : public store::StateStore {
  public:
-  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks) override {
+  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
+                               const std::vector<store::TaskLabel>& labels) override {
     std::lock_guard<std::mutex> lock(mu_);
-    job.id = jobs_.empty() ? 1 : jobs_.rbegin()->first + 1;
+    job.id = next_job_++;
     jobs_[job.id] = job;
-    for (model::TaskRecord t : tasks) {
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      model::TaskRecord t = tasks[i];
       t.job = job.id;
       tasks_[{t.job, t.task}] = t;
+      if (i < labels.size()) labels_[{t.job, t.task}] = labels[i];
     }
     return job.id;
   }
@@ -44,22 +48,82 @@ class InMemoryStateStore final : public store::StateStore {
     std::lock_guard<std::mutex> lock(mu_);
     store::LoadedState out;
     for (const auto& [id, j] : jobs_) out.jobs.push_back(j);
-    for (const auto& [k, t] : tasks_) out.tasks.push_back(t);
-    for (const auto& [k, a] : attempts_) out.attempts.push_back(a);
+    for (const auto& [k, t] : tasks_) {
+      if (!model::IsTerminal(jobs_.at(t.job).status)) {
+        out.tasks.push_back(t);
+        continue;
+      }
+      model::JobSummary& c = out.finished_counts[t.job];
+      ++c.tasks_total;
+      c.retries += std::max(0, t.attempt - 1);
+      switch (t.status) {
+        case model::TaskStatus::kSucceeded: ++c.succeeded; break;
+        case model::TaskStatus::kFailed: ++c.failed; break;
+        case model::TaskStatus::kCancelled: ++c.cancelled; break;
+        case model::TaskStatus::kBlocked:
+        case model::TaskStatus::kQueued: ++c.waiting; break;
+        case model::TaskStatus::kAssigned:
+        case model::TaskStatus::kRunning: ++c.running; break;
+      }
+    }
+    for (const auto& [k, a] : attempts_) {
+      if (!model::IsTerminal(jobs_.at(a.job).status)) out.attempts.push_back(a);
+    }
     for (const auto& [k, n] : names_) out.names.push_back(n);
     return out;
   }
-  StatusOr<std::vector<model::TaskLogRecord>> Logs(uint64_t job, std::optional<uint32_t> task) override {
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<model::TaskLogRecord> out;
+    std::vector<model::TaskLog> out;
     for (const auto& [k, l] : logs_) {
-      if (l.job == job && (!task || l.task == *task)) out.push_back(l);
+      if (l.job == job && (!task || l.task == *task)) out.push_back(model::TaskLog{LabelOf(job, l.task).name, l});
     }
     return out;
   }
+  StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
+                                                  int64_t max_bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<model::TaskView> out;
+    int64_t bytes = 0;
+    for (auto it = tasks_.lower_bound({job, first}); it != tasks_.end() && it->first.first == job; ++it) {
+      if (out.size() >= limit || bytes >= max_bytes) break;
+      const store::TaskLabel label = LabelOf(job, it->first.second);
+      model::TaskView v{label.name, label.result, it->second, {}};
+      for (auto a = attempts_.lower_bound({job, it->first.second, 0});
+           a != attempts_.end() && std::get<0>(a->first) == job && std::get<1>(a->first) == it->first.second; ++a) {
+        v.history.push_back(a->second);
+      }
+      bytes += static_cast<int64_t>(v.record.output.size() + v.record.reason.size() + v.name.size());
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+  StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = labels_.lower_bound({job, 0}); it != labels_.end() && it->first.first == job; ++it) {
+      if (it->second.name == name) return std::optional<uint32_t>(it->first.second);
+    }
+    return std::optional<uint32_t>();
+  }
+  Status DeleteJob(uint64_t job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.erase(job);
+    std::erase_if(tasks_, [&](const auto& e) { return e.first.first == job; });
+    std::erase_if(labels_, [&](const auto& e) { return e.first.first == job; });
+    std::erase_if(attempts_, [&](const auto& e) { return std::get<0>(e.first) == job; });
+    std::erase_if(logs_, [&](const auto& e) { return std::get<0>(e.first) == job; });
+    return OkStatus();
+  }
 
  private:
+  store::TaskLabel LabelOf(uint64_t job, uint32_t task) const {
+    auto it = labels_.find({job, task});
+    return it == labels_.end() ? store::TaskLabel{} : it->second;
+  }
+
   std::mutex mu_;
+  uint64_t next_job_ = 1;
+  std::map<std::pair<uint64_t, uint32_t>, store::TaskLabel> labels_;
   std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
   std::map<uint64_t, model::JobRecord> jobs_;
   std::map<std::pair<uint64_t, uint32_t>, model::TaskRecord> tasks_;
