@@ -227,30 +227,34 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   rec.spec_name = spec_name;
   rec.status = JobStatus::kQueued;
   rec.submitted_us = WallUs();
-  std::vector<model::TaskRecord> tasks(job.tasks.size());
-  std::vector<store::TaskLabel> labels(job.tasks.size(), store::TaskLabel{"", true});
+  std::vector<store::NewTask> tasks(job.tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
-    tasks[i].task = static_cast<uint32_t>(i);
+    tasks[i].name = job.tasks[i].name;
+    tasks[i].result = true;
     tasks[i].status = job.tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
-    labels[i].name = job.tasks[i].name;
-    for (TaskId d : job.tasks[i].after) labels[d.value()].result = false;
+  }
+  for (const model::Task& t : job.tasks) {
+    for (TaskId d : t.after) tasks[d.value()].result = false;
   }
   // Durable first; only then does the job exist for anyone.
-  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks, labels));
+  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks));
   rec.id = id;
+  const size_t n = tasks.size();
+  std::vector<store::NewTask>().swap(tasks);  // a large job's names: not held twice
   rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
   {
     std::lock_guard<std::mutex> lock(mu_);
     JobRt& rt = jobs_[id];
     rt.rec = std::move(rec);
     rt.job = std::make_unique<model::Job>(std::move(job));
-    rt.tasks.resize(tasks.size());
-    rt.counts.tasks_total = static_cast<int32_t>(tasks.size());
+    rt.tasks.resize(n);
+    rt.counts.tasks_total = static_cast<int32_t>(n);
     rt.counts.waiting = rt.counts.tasks_total;
-    for (size_t i = 0; i < tasks.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       TaskRt& t = rt.tasks[i];
-      t.rec = tasks[i];
       t.rec.job = id;
+      t.rec.task = static_cast<uint32_t>(i);
+      t.rec.status = rt.job->tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
       t.deps_left = static_cast<int32_t>(rt.job->tasks[i].after.size());
       for (TaskId d : rt.job->tasks[i].after) rt.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
     }
@@ -645,7 +649,7 @@ StatusOr<model::AssignmentBatch> Coordinator::NextAssignments(uint32_t node_id, 
   if (stale()) return FailedPreconditionError("this session is no longer the node's; register again");
   outbox_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
     return stopping_ || stale() || !nodes_[node_id].outbox.assignments.empty() ||
-           !nodes_[node_id].outbox.cancel.empty();
+           !nodes_[node_id].outbox.cancel.empty() || !nodes_[node_id].outbox.release_objects.empty();
   });
   if (stale()) return FailedPreconditionError("this session is no longer the node's; register again");
   model::AssignmentBatch out;
@@ -696,6 +700,13 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   if (resent) outbox_cv_.notify_all();
   if (more) loop_cv_.notify_one();
   return false;
+}
+
+size_t Coordinator::TasksInMemory() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, job] : jobs_) n += job.tasks.size();
+  return n;
 }
 
 std::vector<model::NodeView> Coordinator::ListNodes() {

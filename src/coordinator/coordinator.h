@@ -88,6 +88,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // rpc::AdminApi
   std::vector<model::NodeView> ListNodes() override;
 
+  // Tasks whose state is held in memory: those of jobs not yet finished (a finished
+  // job's are in the store only). For metrics and tests.
+  size_t TasksInMemory();
+
   // rpc::ObjectApi (objects.cc): the directory of objects and their replicas.
   StatusOr<model::ObjectLocation> Locate(const std::string& ref) override;
   StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site) override;

@@ -2,6 +2,7 @@
 // placements, results, retries, losses, bad submissions, and a restart on the same
 // SQLite file.
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_test_util.h"
 
 #include <cmath>
 #include <filesystem>
@@ -16,113 +17,6 @@
 
 namespace meridian::coordinator {
 namespace {
-
-class TestEnv : public Env {
- public:
-  const Clock& clock() const override { return clock_; }
-  testing::FakeClock& fake() { return clock_; }
-
- private:
-  testing::FakeClock clock_{1'000'000};
-};
-
-model::AgentRegistration Node(const std::string& name, const std::string& site = "s1") {
-  model::AgentRegistration r;
-  r.node.name = name;
-  r.node.cpu_milli = 4000;
-  r.node.memory_bytes = int64_t{8} << 30;
-  r.site = site;
-  r.kernels = {"sum", "noop"};
-  return r;
-}
-
-model::TaskUpdate Done(const model::TaskKey& key, const std::string& output) {
-  model::TaskUpdate u;
-  u.key = key;
-  u.kind = model::UpdateKind::kSucceeded;
-  u.output = output;
-  return u;
-}
-
-model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
-  model::TaskUpdate u;
-  u.key = key;
-  u.kind = model::UpdateKind::kFailed;
-  u.exit_code = 1;
-  u.reason = reason;
-  return u;
-}
-
-// A success whose output is an object of 10,000 bytes on the node: the report carries
-// its first 4 KiB, and dependents fetch the object.
-model::TaskUpdate DoneAsObject(const model::TaskKey& key, const std::string& id) {
-  model::TaskUpdate u = Done(key, std::string(model::kOutputPreviewBytes, '7'));
-  u.output_object = model::HeldObject{id, 10'000};
-  return u;
-}
-
-// A node with the only T4 (tasks asking for one go there) ...
-model::AgentRegistration NodeWithT4(const std::string& name, const std::string& site = "s1") {
-  model::AgentRegistration r = Node(name, site);
-  r.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
-  return r;
-}
-
-// ... and one with 8 cores (tasks asking for 6 go there).
-model::AgentRegistration NodeWith8Cores(const std::string& name, const std::string& site = "s1") {
-  model::AgentRegistration r = Node(name, site);
-  r.node.cpu_milli = 8000;
-  return r;
-}
-
-class CoordinatorTest : public ::testing::Test {
- protected:
-  void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>(),
-             model::Fleet fleet = {}) {
-    CoordinatorOptions options;
-    options.fleet = std::move(fleet);
-    options.heartbeat_interval_us = 20'000;
-    options.heartbeat_timeout_us = 1'000'000;
-    options.reconcile_grace_us = 1'000'000;
-    auto c = Coordinator::Create(std::move(options), std::move(store), env_);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    coord_ = std::move(*c);
-  }
-
-  model::RegistrationReply Register(const model::AgentRegistration& r) {
-    auto reply = coord_->Register(r);
-    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
-    return *reply;
-  }
-
-  // The next batch of assignments for the node (waits up to 2 s).
-  std::vector<model::TaskAssignment> Next(const model::RegistrationReply& node) {
-    auto b = coord_->NextAssignments(node.node_id, node.session, 2'000'000);
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
-    return b.ok() ? b->assignments : std::vector<model::TaskAssignment>{};
-  }
-
-  void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates,
-              std::vector<model::HeldObject> objects_added = {}) {
-    model::AgentHeartbeat hb;
-    hb.node_id = node.node_id;
-    hb.session = node.session;
-    hb.updates = std::move(updates);
-    hb.objects_added = std::move(objects_added);
-    auto r = coord_->Heartbeat(hb);
-    ASSERT_TRUE(r.ok());
-    EXPECT_FALSE(*r);
-  }
-
-  model::JobView Job(uint64_t id) {
-    auto v = coord_->GetJob(id, 0, rpc::kMaxTasksPerPage);
-    EXPECT_TRUE(v.ok());
-    return *v;
-  }
-
-  TestEnv env_;
-  std::unique_ptr<Coordinator> coord_;
-};
 
 TEST_F(CoordinatorTest, ADagRunsInOrderWithOutputsFlowingToDependents) {
   Start();

@@ -278,8 +278,7 @@ Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
   return ok ? OkStatus() : Fail("write log");
 }
 
-StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
-                                               const std::vector<TaskLabel>& labels) {
+StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) {
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Status s = OkStatus();
@@ -302,15 +301,15 @@ StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::
                      .Done()) {
     s = Fail("write job");
   }
+  model::TaskRecord t;
+  t.job = job.id;
   for (size_t i = 0; s.ok() && i < tasks.size(); ++i) {
-    model::TaskRecord t = tasks[i];
-    t.job = job.id;
+    t.task = static_cast<uint32_t>(i);
+    t.status = tasks[i].status;
     s = PutTask(t);
-  }
-  for (size_t i = 0; s.ok() && i < labels.size() && i < tasks.size(); ++i) {
-    if (!Binder(put_label_)
-             .Int(static_cast<int64_t>(job.id)).Int(tasks[i].task).Str(labels[i].name).Int(labels[i].result ? 1 : 0)
-             .Done()) {
+    if (s.ok() && !Binder(put_label_)
+                       .Int(static_cast<int64_t>(job.id)).Int(t.task).Str(tasks[i].name).Int(tasks[i].result ? 1 : 0)
+                       .Done()) {
       s = Fail("write task name");
     }
   }

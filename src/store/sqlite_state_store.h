@@ -37,8 +37,7 @@ class SqliteStateStore final : public StateStore {
 
   int schema_version() const { return schema_version_; }
 
-  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
-                               const std::vector<TaskLabel>& labels) override;
+  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) override;
   Status Apply(const StoreBatch& batch) override;
   StatusOr<LoadedState> Load() override;
   StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override;

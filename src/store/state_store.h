@@ -42,20 +42,21 @@ struct LoadedState {
   std::map<uint64_t, model::JobSummary> finished_counts;
 };
 
-// A task's name in its job, and whether it is a result (nothing in the job reads its
-// output): fixed at submission, kept so a job's tasks can be listed without its spec.
-struct TaskLabel {
+// A task as its job is created: its name in the job and whether it is a result
+// (nothing in the job reads its output), kept so a job's tasks can be listed without
+// its spec, and the status it starts in.
+struct NewTask {
   std::string name;
   bool result = false;
+  model::TaskStatus status = model::TaskStatus::kQueued;
 };
 
 class StateStore {
  public:
   virtual ~StateStore() = default;
   // Gives the job the next id (never one a deleted job had) and stores it with its
-  // tasks; `labels` is parallel to `tasks`, or empty.
-  virtual StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
-                                       const std::vector<TaskLabel>& labels) = 0;
+  // tasks, task i being tasks[i].
+  virtual StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) = 0;
   virtual Status Apply(const StoreBatch& batch) = 0;
   virtual StatusOr<LoadedState> Load() = 0;
   // Logs of a job's attempts, of one task when `task` is set, with the task's name

@@ -39,6 +39,13 @@ model::TaskRecord Task(uint32_t index) {
   return t;
 }
 
+// `n` tasks named t0, t1, ..., queued.
+std::vector<NewTask> NewTasks(uint32_t n) {
+  std::vector<NewTask> out;
+  for (uint32_t i = 0; i < n; ++i) out.push_back({"t" + std::to_string(i), false, model::TaskStatus::kQueued});
+  return out;
+}
+
 struct StoreFactory {
   std::string name;
   std::function<std::unique_ptr<StateStore>(const fs::path& dir)> make;
@@ -60,8 +67,8 @@ class StateStoreSuite : public ::testing::TestWithParam<StoreFactory> {
 };
 
 TEST_P(StateStoreSuite, CreateJobGivesIncreasingIdsAndKeepsTasks) {
-  StatusOr<uint64_t> a = store_->CreateJob(Job("a"), {Task(0), Task(1)}, {});
-  StatusOr<uint64_t> b = store_->CreateJob(Job("b"), {Task(0)}, {});
+  StatusOr<uint64_t> a = store_->CreateJob(Job("a"), NewTasks(2));
+  StatusOr<uint64_t> b = store_->CreateJob(Job("b"), NewTasks(1));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_LT(*a, *b);
   StatusOr<LoadedState> s = store_->Load();
@@ -76,7 +83,7 @@ TEST_P(StateStoreSuite, CreateJobGivesIncreasingIdsAndKeepsTasks) {
 }
 
 TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
-  uint64_t id = *store_->CreateJob(Job("a"), {Task(0), Task(1)}, {});
+  uint64_t id = *store_->CreateJob(Job("a"), NewTasks(2));
   StoreBatch batch;
   model::TaskRecord t = Task(1);
   t.job = id;
@@ -139,16 +146,12 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
 }
 
 TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {
-  std::vector<model::TaskRecord> tasks;
-  std::vector<TaskLabel> labels;
-  for (uint32_t i = 0; i < 5; ++i) {
-    tasks.push_back(Task(i));
-    labels.push_back({"t" + std::to_string(i), i == 4});
-  }
-  const uint64_t id = *store_->CreateJob(Job("paged"), tasks, labels);
+  std::vector<NewTask> tasks = NewTasks(5);
+  tasks[4].result = true;
+  const uint64_t id = *store_->CreateJob(Job("paged"), tasks);
   StoreBatch batch;
   for (uint32_t i = 0; i < 5; ++i) {
-    model::TaskRecord t = tasks[i];
+    model::TaskRecord t = Task(i);
     t.job = id;
     t.output = std::string(100, 'x');
     batch.tasks.push_back(t);
@@ -178,8 +181,8 @@ TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {
 }
 
 TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
-  const uint64_t a = *store_->CreateJob(Job("a"), {Task(0)}, {{"x", true}});
-  const uint64_t b = *store_->CreateJob(Job("b"), {Task(0), Task(1)}, {{"x", false}, {"y", true}});
+  const uint64_t a = *store_->CreateJob(Job("a"), NewTasks(1));
+  const uint64_t b = *store_->CreateJob(Job("b"), NewTasks(2));
   StoreBatch batch;
   batch.attempts.push_back({b, 0, 1, "n", "s", "succeeded", "", 0, 1, 2});
   batch.logs.push_back({b, 0, 1, "n", "out", "err"});
@@ -191,9 +194,9 @@ TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
   ASSERT_EQ(s.tasks.size(), 1u);
   EXPECT_TRUE(store_->TaskPage(b, 0, 10, 1 << 20)->empty());
   EXPECT_TRUE(store_->Logs(b, std::nullopt)->empty());
-  EXPECT_EQ(*store_->FindTask(b, "y"), std::nullopt);
+  EXPECT_EQ(*store_->FindTask(b, "t1"), std::nullopt);
   // The newest job was deleted: its id is still not given out again.
-  EXPECT_EQ(*store_->CreateJob(Job("c"), {}, {}), b + 1);
+  EXPECT_EQ(*store_->CreateJob(Job("c"), {}), b + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -221,7 +224,7 @@ class SqliteStoreTest : public ::testing::Test {
 TEST_F(SqliteStoreTest, ACommittedJobSurvivesReopening) {
   {
     auto s = *SqliteStateStore::Open(Path(), {});
-    ASSERT_TRUE(s->CreateJob(Job("kept"), {Task(0)}, {}).ok());
+    ASSERT_TRUE(s->CreateJob(Job("kept"), NewTasks(1)).ok());
   }
   auto s = *SqliteStateStore::Open(Path(), {});
   LoadedState l = *s->Load();
@@ -259,7 +262,7 @@ TEST_F(SqliteStoreTest, MigratesAnOlderSchemaKeepingItsData) {
   LoadedState l = *s->Load();
   ASSERT_EQ(l.jobs.size(), 1u);
   EXPECT_EQ(l.jobs[0].id, 7u);
-  EXPECT_EQ(*s->CreateJob(Job("new"), {}, {}), 8u);
+  EXPECT_EQ(*s->CreateJob(Job("new"), {}), 8u);
 }
 
 TEST_F(SqliteStoreTest, RefusesASchemaNewerThanItKnows) {

@@ -16,16 +16,17 @@ namespace meridian::testing {
 
 class InMemoryStateStore final : public store::StateStore {
  public:
-  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<model::TaskRecord>& tasks,
-                               const std::vector<store::TaskLabel>& labels) override {
+  StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<store::NewTask>& tasks) override {
     std::lock_guard<std::mutex> lock(mu_);
     job.id = next_job_++;
     jobs_[job.id] = job;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      model::TaskRecord t = tasks[i];
+      model::TaskRecord t;
       t.job = job.id;
+      t.task = static_cast<uint32_t>(i);
+      t.status = tasks[i].status;
       tasks_[{t.job, t.task}] = t;
-      if (i < labels.size()) labels_[{t.job, t.task}] = labels[i];
+      labels_[{t.job, t.task}] = tasks[i];
     }
     return job.id;
   }
@@ -87,7 +88,7 @@ class InMemoryStateStore final : public store::StateStore {
     int64_t bytes = 0;
     for (auto it = tasks_.lower_bound({job, first}); it != tasks_.end() && it->first.first == job; ++it) {
       if (out.size() >= limit || bytes >= max_bytes) break;
-      const store::TaskLabel label = LabelOf(job, it->first.second);
+      const store::NewTask label = LabelOf(job, it->first.second);
       model::TaskView v{label.name, label.result, it->second, {}};
       for (auto a = attempts_.lower_bound({job, it->first.second, 0});
            a != attempts_.end() && std::get<0>(a->first) == job && std::get<1>(a->first) == it->first.second; ++a) {
@@ -116,14 +117,14 @@ class InMemoryStateStore final : public store::StateStore {
   }
 
  private:
-  store::TaskLabel LabelOf(uint64_t job, uint32_t task) const {
+  store::NewTask LabelOf(uint64_t job, uint32_t task) const {
     auto it = labels_.find({job, task});
-    return it == labels_.end() ? store::TaskLabel{} : it->second;
+    return it == labels_.end() ? store::NewTask{} : it->second;
   }
 
   std::mutex mu_;
   uint64_t next_job_ = 1;
-  std::map<std::pair<uint64_t, uint32_t>, store::TaskLabel> labels_;
+  std::map<std::pair<uint64_t, uint32_t>, store::NewTask> labels_;
   std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
   std::map<uint64_t, model::JobRecord> jobs_;
   std::map<std::pair<uint64_t, uint32_t>, model::TaskRecord> tasks_;

@@ -1,0 +1,127 @@
+// What the coordinator's tests share: a fake clock, nodes and task updates, and a
+// fixture that starts a coordinator and plays its agents through the plain C++ API.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator.h"
+#include "testing/fake_clock.h"
+#include "testing/in_memory_state_store.h"
+
+namespace meridian::coordinator {
+
+class TestEnv : public Env {
+ public:
+  const Clock& clock() const override { return clock_; }
+  testing::FakeClock& fake() { return clock_; }
+
+ private:
+  testing::FakeClock clock_{1'000'000};
+};
+
+inline model::AgentRegistration Node(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r;
+  r.node.name = name;
+  r.node.cpu_milli = 4000;
+  r.node.memory_bytes = int64_t{8} << 30;
+  r.site = site;
+  r.kernels = {"sum", "noop"};
+  return r;
+}
+
+inline model::TaskUpdate Done(const model::TaskKey& key, const std::string& output) {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kSucceeded;
+  u.output = output;
+  return u;
+}
+
+inline model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kFailed;
+  u.exit_code = 1;
+  u.reason = reason;
+  return u;
+}
+
+// A success whose output is an object of 10,000 bytes on the node: the report carries
+// its first 4 KiB, and dependents fetch the object.
+inline model::TaskUpdate DoneAsObject(const model::TaskKey& key, const std::string& id) {
+  model::TaskUpdate u = Done(key, std::string(model::kOutputPreviewBytes, '7'));
+  u.output_object = model::HeldObject{id, 10'000};
+  return u;
+}
+
+// A node with the only T4 (tasks asking for one go there) ...
+inline model::AgentRegistration NodeWithT4(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r = Node(name, site);
+  r.node.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
+  return r;
+}
+
+// ... and one with 8 cores (tasks asking for 6 go there).
+inline model::AgentRegistration NodeWith8Cores(const std::string& name, const std::string& site = "s1") {
+  model::AgentRegistration r = Node(name, site);
+  r.node.cpu_milli = 8000;
+  return r;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  // `tweak` changes the options the tests start with.
+  void Start(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>(),
+             model::Fleet fleet = {}, const std::function<void(CoordinatorOptions&)>& tweak = nullptr) {
+    CoordinatorOptions options;
+    options.fleet = std::move(fleet);
+    options.heartbeat_interval_us = 20'000;
+    options.heartbeat_timeout_us = 1'000'000;
+    options.reconcile_grace_us = 1'000'000;
+    if (tweak) tweak(options);
+    auto c = Coordinator::Create(std::move(options), std::move(store), env_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    coord_ = std::move(*c);
+  }
+
+  model::RegistrationReply Register(const model::AgentRegistration& r) {
+    auto reply = coord_->Register(r);
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    return *reply;
+  }
+
+  // The next batch of assignments for the node (waits up to 2 s).
+  std::vector<model::TaskAssignment> Next(const model::RegistrationReply& node) {
+    auto b = coord_->NextAssignments(node.node_id, node.session, 2'000'000);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() ? b->assignments : std::vector<model::TaskAssignment>{};
+  }
+
+  void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates,
+              std::vector<model::HeldObject> objects_added = {}) {
+    model::AgentHeartbeat hb;
+    hb.node_id = node.node_id;
+    hb.session = node.session;
+    hb.updates = std::move(updates);
+    hb.objects_added = std::move(objects_added);
+    auto r = coord_->Heartbeat(hb);
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(*r);
+  }
+
+  model::JobView Job(uint64_t id) {
+    auto v = coord_->GetJob(id, 0, rpc::kMaxTasksPerPage);
+    EXPECT_TRUE(v.ok());
+    return *v;
+  }
+
+  TestEnv env_;
+  std::unique_ptr<Coordinator> coord_;
+};
+
+}  // namespace meridian::coordinator

@@ -1,0 +1,169 @@
+// Finished jobs: what stays in memory, what is read back from the store, deleting
+// them by hand and by the retention policy, and across a restart.
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator_test_util.h"
+#include "store/sqlite_state_store.h"
+
+namespace meridian::coordinator {
+namespace {
+
+// Polls `done` for up to 5 s (the coordinator's loop works on its own thread).
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+// a -> b; c alone. b's output is an object on the node (a result, kept there).
+constexpr const char* kJob =
+    "name: three\ntasks:\n  - {name: a, kernel: sum}\n  - {name: b, kernel: sum, after: [a]}\n"
+    "  - {name: c, kernel: sum, retries: 1}\n";
+
+class RetentionTest : public CoordinatorTest {
+ protected:
+  // Runs kJob on `node` to success, c failing once first; returns its id.
+  uint64_t RunJob(const model::RegistrationReply& node, const std::string& object) {
+    auto r = coord_->Submit(kJob, "three.yaml");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<model::TaskAssignment> first = Next(node);  // a and c
+    EXPECT_EQ(first.size(), 2u);
+    model::TaskUpdate a = Done(first[0].key, "1");
+    a.stdout_tail = "a says hello\n";
+    Report(node, {a, Failed(first[1].key, "exit code 1")});
+    std::vector<model::TaskAssignment> second = Next(node);  // b, and c again
+    EXPECT_EQ(second.size(), 2u);
+    std::vector<model::TaskUpdate> done;
+    for (const model::TaskAssignment& x : second) {
+      done.push_back(x.task_name == "b" ? DoneAsObject(x.key, object) : Done(x.key, "3"));
+    }
+    Report(node, done, {model::HeldObject{object, 10'000}});
+    EXPECT_EQ(coord_->WaitJob(r->job_id, 0, 0)->job.status, model::JobStatus::kSucceeded);
+    return r->job_id;
+  }
+};
+
+TEST_F(RetentionTest, AFinishedJobLeavesMemoryAndIsReadBackFromTheStore) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  const uint64_t id = RunJob(n, std::string(32, 'b'));
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop, count: 4}\n", "other.yaml");
+  ASSERT_TRUE(running.ok());
+  // Only the unfinished job's 4 tasks are in memory; the finished job's 3 are not.
+  EXPECT_EQ(coord_->TasksInMemory(), 4u);
+  model::JobView v = Job(id);
+  EXPECT_EQ(v.summary.succeeded, 3);
+  EXPECT_EQ(v.summary.retries, 1);
+  ASSERT_EQ(v.tasks.size(), 3u);
+  EXPECT_EQ(v.next_task, 3u);
+  EXPECT_EQ(v.tasks[0].name, "a");
+  EXPECT_FALSE(v.tasks[0].result);  // b reads it
+  EXPECT_TRUE(v.tasks[1].result);
+  EXPECT_EQ(v.tasks[1].record.output_object, std::string(32, 'b'));
+  ASSERT_EQ(v.tasks[2].history.size(), 2u);
+  EXPECT_EQ(v.tasks[2].history[0].outcome, "failed");
+  EXPECT_EQ(v.tasks[2].history[0].reason, "exit code 1");
+  // Paged: one task from index 1.
+  StatusOr<model::JobView> page = coord_->GetJob(id, 1, 1);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->tasks.size(), 1u);
+  EXPECT_EQ(page->tasks[0].name, "b");
+  EXPECT_EQ(page->next_task, 2u);
+  // Logs by task name, from the store.
+  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(id, "a");
+  ASSERT_TRUE(logs.ok()) << logs.status().ToString();
+  ASSERT_EQ(logs->size(), 1u);
+  EXPECT_EQ((*logs)[0].task, "a");
+  EXPECT_EQ((*logs)[0].record.stdout_tail, "a says hello\n");
+  EXPECT_EQ(coord_->Logs(id, "zzz").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResults) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  ASSERT_TRUE(running.ok());
+  StatusOr<model::JobSummary> refused = coord_->DeleteJob(running->job_id);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("cancel it first"), std::string::npos) << refused.status().message();
+  Next(n);  // x is placed on n
+
+  const std::string object(32, 'b');
+  const uint64_t id = RunJob(n, object);
+  StatusOr<model::JobSummary> gone = coord_->DeleteJob(id);
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_EQ(gone->tasks_total, 3);
+  EXPECT_EQ(coord_->GetJob(id, 0, 10).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->Logs(id, "").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->DeleteJob(id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->ListJobs(0).size(), 1u);
+  // The node is told to drop the reference the job's result held (a's output, read by
+  // b, was let go when the job ended).
+  auto batch = coord_->NextAssignments(n.node_id, n.session, 2'000'000);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->release_objects, std::vector<std::string>{object});
+}
+
+TEST_F(RetentionTest, ThePolicyDeletesTheOldestFinishedJobsBeyondItsCountAndAge) {
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [](CoordinatorOptions& o) {
+    o.retain_jobs = 2;
+    o.retain_for_us = int64_t{3600} * 1'000'000;
+  });
+  model::RegistrationReply n = Register(Node("n1"));
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(RunJob(n, std::string(32, static_cast<char>('a' + i))));
+    env_.fake().Advance(1'000);  // finished at distinct times
+  }
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  ASSERT_TRUE(running.ok());
+  env_.fake().Advance(1'100'000);  // the loop's next look at retention
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0).size() == 3; }));
+  EXPECT_EQ(coord_->GetJob(ids[0], 0, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(coord_->GetJob(ids[1], 0, 0).ok());
+  EXPECT_TRUE(coord_->GetJob(ids[2], 0, 0).ok());
+  // An hour on, the finished ones go; the unfinished one stays whatever its age.
+  env_.fake().Advance(int64_t{3600} * 1'000'000);
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0).size() == 1; }));
+  EXPECT_EQ(coord_->ListJobs(0)[0].job.id, running->job_id);
+}
+
+TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("meridian-retention-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "state.db").string();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
+  model::RegistrationReply n = Register(Node("n1"));
+  const uint64_t id = RunJob(n, std::string(32, 'b'));
+  coord_.reset();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})));
+  EXPECT_EQ(coord_->TasksInMemory(), 0u);
+  std::vector<model::JobSummary> jobs = coord_->ListJobs(0);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(jobs[0].tasks_total, 3);
+  EXPECT_EQ(jobs[0].succeeded, 3);
+  EXPECT_EQ(jobs[0].retries, 1);
+  model::JobView v = Job(id);
+  ASSERT_EQ(v.tasks.size(), 3u);
+  EXPECT_EQ(v.tasks[2].name, "c");
+  EXPECT_EQ(v.tasks[2].history.size(), 2u);
+  ASSERT_TRUE(coord_->DeleteJob(id).ok());
+  // The next job gets a new id, not the deleted one's.
+  Register(Node("n1"));
+  auto next = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->job_id, id + 1);
+  coord_.reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace meridian::coordinator
