@@ -21,6 +21,16 @@ constexpr size_t kMaxParallelFetches = 8;
 // Where each running command is recorded (see KillRecordedProcessGroups).
 std::string RecordsDir(const std::string& work_dir) { return work_dir + "/running"; }
 
+// The cgroup tree of the agent working in `work_dir` (the same for its next
+// incarnation, different for another agent on the machine).
+std::string CgroupTreeName(const std::string& node, const std::string& work_dir) {
+  std::string name = "meridian-agent-";
+  for (char c : node) name.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_');
+  std::error_code ec;
+  const std::string dir = std::filesystem::weakly_canonical(work_dir, ec).string();
+  return fmt::format("{}-{:016x}", name.substr(0, 64), std::hash<std::string>{}(ec ? work_dir : dir));
+}
+
 std::string EnvName(std::string_view arg) {
   std::string out = "MERIDIAN_ARG_";
   for (char c : arg) out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? std::toupper(c) : '_');
@@ -42,6 +52,18 @@ Executor::Executor(ExecutorOptions options, UpdateFn on_update)
   const std::string records = RecordsDir(options_.work_dir);
   if (int n = KillRecordedProcessGroups(records); n > 0) {
     MERIDIAN_LOG_WARN("ended {} task process groups left running by an earlier agent in {}", n, options_.work_dir);
+  }
+  if (options_.use_cgroups) {
+    StatusOr<CgroupTree> tree = CgroupTree::Open(CgroupTreeName(options_.node_name, options_.work_dir));
+    if (tree.ok()) {
+      cgroups_.emplace(std::move(*tree));
+      if (int left = cgroups_->KillAll(); left > 0) {
+        MERIDIAN_LOG_WARN("killed what {} tasks of an earlier agent left running in {}", left, cgroups_->path());
+      }
+      MERIDIAN_LOG_INFO("commands run in cgroups under {}", cgroups_->path());
+    } else {
+      MERIDIAN_LOG_INFO("commands are contained by process groups: {}", tree.status().message());
+    }
   }
   std::error_code ec;
   std::filesystem::create_directories(records, ec);
@@ -67,6 +89,7 @@ Executor::~Executor() {
   }
   for (auto& [key, t] : commands) t.join();
   for (std::thread& t : finished) t.join();
+  if (cgroups_) cgroups_->Remove();  // every task's is gone: the tree is empty
 }
 
 bool Executor::Start(const model::TaskAssignment& assignment) {
@@ -298,6 +321,7 @@ void Executor::RunCommand(Running_& task) {
   p.max_stdout_head = output_limit;
   p.max_tail = model::kMaxTaskLogTailBytes;
   p.record_file = fmt::format("{}/{}-{}-{}", RecordsDir(options_.work_dir), a.key.job, a.key.task, a.key.attempt);
+  if (cgroups_) p.cgroup = cgroups_->TaskCgroup(fmt::format("task-{}-{}-{}", a.key.job, a.key.task, a.key.attempt));
   p.env = CurrentEnvironment();
   const std::string devices = Indices(a.allocation.devices);
   p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));

@@ -14,10 +14,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/status.h"
 #include "model/run_state.h"
 
@@ -47,6 +49,9 @@ struct ExecutorOptions {
   int kernel_threads = 0;            // 0: one per hardware thread, at least 2
   FetchFn fetch;                     // brings input objects here; none: tasks with some fail
   StoreFn store_output;              // none: outputs travel inline only
+  // Run each command in a cgroup v2 of its own where the machine allows (else its
+  // process group is what contains it).
+  bool use_cgroups = true;
 };
 
 class Executor {
@@ -86,6 +91,7 @@ class Executor {
 
   const ExecutorOptions options_;
   const UpdateFn on_update_;
+  std::optional<CgroupTree> cgroups_;  // set once in the constructor
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   bool stopping_ = false;                                        // GUARDED_BY(mu_)

@@ -1,12 +1,16 @@
 // The executor runs kernels and commands and ends each in exactly one final update.
 #include "agent/executor.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 
 #include <gtest/gtest.h>
+
+#include "common/subprocess.h"
 
 namespace meridian::agent {
 namespace {
@@ -123,6 +127,27 @@ TEST_F(ExecutorTest, TimeoutsAndCancelsKillTheProcessGroup) {
   // It leaves Running() just after it reports.
   for (int i = 0; i < 100 && !exec_->Running().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(exec_->Running().empty());
+}
+
+TEST_F(ExecutorTest, ADaemonACommandLeftIsKilledWithItWhereCgroupsCanBeUsed) {
+  if (!CgroupTree::Open("meridian-exec-probe").ok()) GTEST_SKIP() << "cgroup v2 is not usable here";
+  CgroupTree::Open("meridian-exec-probe")->Remove();
+  // The daemon leaves the task's process group and session: only its cgroup holds it.
+  model::TaskAssignment a = Task(7, {"sh", "-c",
+                                     "setsid sleep 300 >/dev/null 2>&1 & d=$!; "
+                                     "while [ \"$(cut -d' ' -f6 /proc/$d/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; "
+                                     "do sleep 0.01; done; echo $d"});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  ASSERT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  const int daemon = std::stoi(u.output);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = !ProcessRunning(daemon, "sleep");
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "daemon " << daemon << " outlived its task";
+  if (!gone) kill(daemon, SIGKILL);
 }
 
 TEST_F(ExecutorTest, AnAttemptAlreadyRunningIsNotStartedAgain) {

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "common/cgroup.h"
 #include "common/subprocess.h"
 
 extern char** environ;
@@ -69,6 +70,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
   out.push_back(nullptr);
   return out;
 }
+
+const std::string kNoCgroup;
 
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -130,15 +133,27 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   }
   std::vector<char*> argv = CStrings(options.argv);
   std::vector<char*> envp = CStrings(options.env);
+  // The child moves itself into its cgroup before exec: nothing it starts is outside.
+  int cgroup_procs = -1;
+  if (!options.cgroup.empty() && (mkdir(options.cgroup.c_str(), 0755) == 0 || errno == EEXIST)) {
+    cgroup_procs = open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  }
   const pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
+  if (pid < 0) {
+    if (cgroup_procs >= 0) close(cgroup_procs);
+    return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
+  }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec. If we die (SIGKILL too), so does
     // it; and if we died before that was set, it goes at once.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     setpgid(0, 0);
+    if (cgroup_procs >= 0) {
+      ssize_t moved = write(cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
+      (void)moved;
+    }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out_pipe[1], 1);
@@ -155,9 +170,17 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     _exit(127);
   }
   setpgid(pid, pid);
+  if (cgroup_procs >= 0) close(cgroup_procs);
   close(out_pipe[1]);
   close(err_pipe[1]);
   close(exec_pipe[1]);
+  // Whatever happens from here, everything the child started goes with its cgroup.
+  struct CgroupEnd {
+    const std::string& dir;
+    ~CgroupEnd() {
+      if (!dir.empty()) KillAndRemoveCgroup(dir);
+    }
+  } cgroup_end{cgroup_procs >= 0 ? options.cgroup : kNoCgroup};
   int exec_errno = 0;
   ssize_t got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
   close(exec_pipe[0]);
@@ -185,6 +208,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
       result.stopped = stop.load();
       result.timed_out = !result.stopped;
       kill(-pid, SIGKILL);
+      if (!cgroup_end.dir.empty()) std::ofstream(cgroup_end.dir + "/cgroup.kill") << "1";
       killed = true;
     }
     int n = poll(fds, 2, 50);
@@ -214,6 +238,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   }
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  result.in_cgroup = !cgroup_end.dir.empty();
   result.stdout_head = std::move(out.head);
   result.stdout_truncated = out.truncated;
   result.stdout_tail = out.Tail();

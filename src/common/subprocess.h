@@ -28,6 +28,10 @@ struct ProcessOptions {
   // Where to record the child while it runs ("pid start-time"); removed when it ends.
   // Empty: not recorded.
   std::string record_file;
+  // A cgroup v2 directory to run the child in (see cgroup.h): made for it, and when
+  // it ends (or is stopped) everything in it is killed and it is removed. Empty, or
+  // one that cannot be made: its process group is what contains it.
+  std::string cgroup;
 };
 
 struct ProcessResult {
@@ -36,6 +40,7 @@ struct ProcessResult {
   bool timed_out = false;
   bool stopped = false;       // killed because `stop` was set
   bool stdout_truncated = false;
+  bool in_cgroup = false;     // it ran in options.cgroup
   std::string stdout_head;
   std::string stdout_tail;
   std::string stderr_tail;
