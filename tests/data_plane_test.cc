@@ -5,6 +5,7 @@
 // chunk) are tested on the transfer layer itself, src/objects/objects_test.cc.
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -161,6 +162,44 @@ TEST(DataPlaneTest, MapTasksRunWhereTheirShardsAreWhenLinksAreSlow) {
   CommandResult get = Meridian({"job", "get", std::to_string(v->summary.job.id), "--dir", cluster.dir()});
   EXPECT_NE(get.out.find("Moving all"), std::string::npos) << get.out;
   EXPECT_NE(get.out.find("saved"), std::string::npos) << get.out;
+}
+
+TEST(DataPlaneTest, SmallInputsFromOneHolderComeInOneRequest) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  // Six 16 KiB shards at the factory, read by one task that needs an A100 (eu-west):
+  // one request over the 25 ms link for all six, not two for each.
+  std::filesystem::create_directories(cluster.dir() + "/parts");
+  for (int i = 0; i < 6; ++i) {
+    std::ofstream(cluster.dir() + "/parts/" + std::to_string(i) + ".txt") << std::string(16 << 10, static_cast<char>('a' + i));
+  }
+  CommandResult put = Meridian({"data", "put", cluster.dir() + "/parts", "--name", "parts", "--site", "factory",
+                                "--dir", cluster.dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  StatusOr<model::JobView> v = cluster.RunJob(
+      "name: gather\ntasks:\n  - {name: gather, kernel: wordcount, inputs: [dataset://parts], "
+      "resources: {accelerator: A100}}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(TaskNamed(*v, "gather").record.site, "eu-west");
+  EXPECT_EQ((Traffic(*v)[{"factory", "eu-west"}]), 6 * (16 << 10));
+  // What the factory's agent sent to eu-west, as it reports it (heartbeats carry it).
+  nlohmann::json sent;
+  for (int i = 0; i < 100 && sent.is_null(); ++i) {
+    CommandResult nodes = Meridian({"nodes", "--json", "--dir", cluster.dir()});
+    ASSERT_EQ(nodes.exit_code, 0) << nodes.err;
+    for (const nlohmann::json& n : nlohmann::json::parse(nodes.out)) {
+      if (n["name"] != "edge-t4") continue;
+      for (const nlohmann::json& x : n["sent"]) {
+        if (x["to_site"] == "eu-west") sent = x;
+      }
+    }
+    if (sent.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(sent.is_null());
+  EXPECT_EQ(sent["transfers"], 6);
+  EXPECT_EQ(sent["requests"], 1);
+  EXPECT_EQ(sent["bytes"], 6 * (16 << 10));
 }
 
 TEST(DataPlaneTest, DataMovesWhenTheLinkIsFastAndTheRemoteGpuMuchFaster) {

@@ -21,6 +21,12 @@ namespace {
 constexpr size_t kMaxReportBytesPerMessage = 4 << 20;
 constexpr size_t kMaxObjectChangesPerMessage = 20'000;
 
+// Inputs this small that one holder has are fetched in one batch (one round trip on
+// the link for all); larger ones one by one, several at once.
+constexpr int64_t kBatchInputBytes = int64_t{1} << 20;
+// Holders fetched from at once, a batch each.
+constexpr size_t kMaxBatchSources = 8;
+
 size_t ReportBytes(const model::TaskUpdate& u) {
   size_t n = 256 + u.reason.size() + u.output.size() + u.stdout_tail.size() + u.stderr_tail.size();
   n += u.transfers.size() * 128;
@@ -69,17 +75,18 @@ Agent::Agent(AgentOptions options, Env& env)
   MERIDIAN_LOG_INFO("node {} at {}: {} cores, {} devices ({}); {}", options_.node.name, options_.site,
                     options_.node.cpu_milli / 1000, options_.node.devices.size(),
                     real_devices_ ? "real" : "emulated", note);
-  executor_ = std::make_unique<Executor>(
-      ExecutorOptions{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads,
-                      [this](const model::ObjectLocation& o, const std::atomic<bool>& stop, std::vector<std::string>* damaged) {
-                        return FetchInput(o, stop, damaged);
-                      },
-                      [this](const std::string& output) -> StatusOr<model::HeldObject> {
-                        if (!objects_) return UnavailableError("the object store is not open");
-                        MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects_->Put(output));
-                        return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
-                      }},
-      [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
+  ExecutorOptions exec{options_.work_dir, options_.node.name, options_.site, real_devices_, options_.kernel_threads,
+                       [this](const model::ObjectLocation& o, const std::atomic<bool>& stop,
+                              std::vector<std::string>* damaged) { return FetchInput(o, stop, damaged); },
+                       [this](const std::string& output) -> StatusOr<model::HeldObject> {
+                         if (!objects_) return UnavailableError("the object store is not open");
+                         MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects_->Put(output));
+                         return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
+                       }};
+  exec.fetch_together = [this](const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop) {
+    return FetchTogether(objects, stop);
+  };
+  executor_ = std::make_unique<Executor>(std::move(exec), [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
 }
 
 Status Agent::StartObjects() {
@@ -106,6 +113,91 @@ Status Agent::StartObjects() {
   return OkStatus();
 }
 
+std::vector<const model::ObjectReplica*> Agent::ReplicasInOrder(const model::ObjectLocation& object) {
+  std::vector<std::pair<int64_t, const model::ObjectReplica*>> order;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const model::ObjectReplica& r : object.replicas) {
+      auto link = links_.find(r.site);
+      int64_t bw = r.site == options_.site ? INT64_MAX
+                   : link == links_.end() || link->second.bandwidth_bps == 0 ? 0
+                                                                              : link->second.bandwidth_bps;
+      order.emplace_back(bw, &r);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const model::ObjectReplica*> out;
+  for (const auto& [bw, r] : order) out.push_back(r);
+  return out;
+}
+
+StatusOr<FetchedInput> Agent::PinInput(const objects::ObjectId& id, bool fetched, model::InputTransfer transfer,
+                                       std::vector<std::string>* damaged_nodes) {
+  StatusOr<objects::Pinned> pinned = objects_->Pin(id);
+  // A fetched copy lives as long as the task reads it: the pin holds it, the fetch's
+  // reference goes now.
+  if (fetched) objects_->Release(id);
+  if (!pinned.ok()) {
+    // The copy here was damaged (and is dropped): the cluster must not count on it.
+    if (pinned.status().code() == StatusCode::kDataLoss && damaged_nodes) damaged_nodes->push_back(options_.node.name);
+    return pinned.status();
+  }
+  auto keep = std::make_shared<objects::Pinned>(std::move(*pinned));
+  std::string_view data = keep->data();
+  return FetchedInput{keep, data, std::move(transfer)};
+}
+
+std::vector<std::optional<FetchedInput>> Agent::FetchTogether(const std::vector<const model::ObjectLocation*>& objects,
+                                                              const std::atomic<bool>& stop) {
+  std::vector<std::optional<FetchedInput>> out(objects.size());
+  if (!objects_) return out;
+  // Small objects not here, by the holder each would be fetched from first.
+  struct Group {
+    const model::ObjectReplica* from = nullptr;
+    std::vector<size_t> members;
+    std::vector<objects::ObjectId> ids;
+  };
+  std::map<std::string, Group> groups;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const model::ObjectLocation& o = *objects[i];
+    StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(o.id);
+    if (!id.ok() || o.size > kBatchInputBytes || o.replicas.empty() || objects_->Contains(*id)) continue;
+    const model::ObjectReplica* from = ReplicasInOrder(o).front();
+    Group& g = groups[from->transfer_address];
+    g.from = from;
+    g.members.push_back(i);
+    g.ids.push_back(*id);
+  }
+  std::vector<Group*> batches;
+  for (auto& [address, g] : groups) {
+    if (g.members.size() > 1) batches.push_back(&g);  // one alone gains nothing
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t b; (b = next.fetch_add(1)) < batches.size();) {
+      const Group& g = *batches[b];
+      objects::FetchOptions fo;
+      fo.site = options_.site;
+      fo.cancel = &stop;
+      std::vector<StatusOr<objects::FetchStats>> got = objects::FetchBatch(g.from->transfer_address, g.ids, *objects_, fo);
+      for (size_t k = 0; k < g.members.size(); ++k) {
+        if (!got[k].ok()) continue;  // fetched alone next, which retries and reports damage
+        const model::ObjectLocation& o = *objects[g.members[k]];
+        StatusOr<FetchedInput> in = PinInput(g.ids[k], true,
+                                             model::InputTransfer{o.id, got[k]->bytes > 0 ? g.from->site : options_.site,
+                                                                  options_.site, o.size, got[k]->seconds},
+                                             nullptr);
+        if (in.ok()) out[g.members[k]] = std::move(*in);
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < std::min(batches.size(), kMaxBatchSources); ++k) helpers.emplace_back(worker);
+  worker();
+  for (std::thread& t : helpers) t.join();
+  return out;
+}
+
 StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, const std::atomic<bool>& stop,
                                          std::vector<std::string>* damaged_nodes) {
   if (!objects_) return UnavailableError("the object store is not open");
@@ -114,22 +206,9 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
   bool fetched = false;
   if (!objects_->Contains(id)) {
     if (object.replicas.empty()) return NotFoundError(fmt::format("object {} has no live replica: it was lost", object.id));
-    // Here first, then by the fastest link (unknown links count as slowest); a replica
-    // that cannot be read gives way to the next.
-    std::vector<std::pair<int64_t, const model::ObjectReplica*>> order;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const model::ObjectReplica& r : object.replicas) {
-        auto link = links_.find(r.site);
-        int64_t bw = r.site == options_.site ? INT64_MAX
-                     : link == links_.end() || link->second.bandwidth_bps == 0 ? 0
-                                                                                : link->second.bandwidth_bps;
-        order.emplace_back(bw, &r);
-      }
-    }
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    // A replica that cannot be read gives way to the next.
     Status last;
-    for (const auto& [bw, from] : order) {
+    for (const model::ObjectReplica* from : ReplicasInOrder(object)) {
       objects::FetchOptions fo;
       fo.site = options_.site;
       fo.cancel = &stop;
@@ -149,18 +228,7 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
     }
     if (!fetched) return last;
   }
-  StatusOr<objects::Pinned> pinned = objects_->Pin(id);
-  // A fetched copy lives as long as the task reads it: the pin holds it, the fetch's
-  // reference goes now.
-  if (fetched) objects_->Release(id);
-  if (!pinned.ok()) {
-    // The copy here was damaged (and is dropped): the cluster must not count on it.
-    if (pinned.status().code() == StatusCode::kDataLoss) damaged_nodes->push_back(options_.node.name);
-    return pinned.status();
-  }
-  auto keep = std::make_shared<objects::Pinned>(std::move(*pinned));
-  std::string_view data = keep->data();
-  return FetchedInput{keep, data, t};
+  return PinInput(id, fetched, std::move(t), damaged_nodes);
 }
 
 Agent::~Agent() {
@@ -340,7 +408,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   if (transfer_) {
     for (const auto& [site, c] : transfer_->sent()) {
-      hb.traffic.push_back(model::LinkTraffic{site, c.bytes, c.transfers, c.egress_micro_usd});
+      hb.traffic.push_back(model::LinkTraffic{site, c.bytes, c.transfers, c.egress_micro_usd, c.requests});
     }
   }
   hb.running = static_cast<int32_t>(hb.holding.size());

@@ -64,6 +64,15 @@ class Agent {
   void OnUpdate(model::TaskUpdate update);
   // Brings an input object into this node's store: found here, or fetched from the
   // replica at this site, else the one behind the fastest link.
+  // Small inputs not here yet, a batch per holder (its best replica), in parallel.
+  std::vector<std::optional<FetchedInput>> FetchTogether(const std::vector<const model::ObjectLocation*>& objects,
+                                                         const std::atomic<bool>& stop);
+  // The object's replicas, best first: here, then by the fastest link (unknown links
+  // count as slowest).
+  std::vector<const model::ObjectReplica*> ReplicasInOrder(const model::ObjectLocation& object);
+  // The object, here now, pinned for the task (`fetched`: release the fetch's reference).
+  StatusOr<FetchedInput> PinInput(const objects::ObjectId& id, bool fetched, model::InputTransfer transfer,
+                                  std::vector<std::string>* damaged_nodes);
   StatusOr<FetchedInput> FetchInput(const model::ObjectLocation& object, const std::atomic<bool>& stop,
                                     std::vector<std::string>* damaged_nodes);
   bool Sleep(std::unique_lock<std::mutex>& lock, int64_t us);

@@ -189,12 +189,30 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
   // would otherwise pay them one after another.
   std::vector<StatusOr<FetchedInput>> got(wants.size(), UnavailableError("not fetched"));
   std::vector<std::vector<std::string>> damaged(wants.size());
+  std::vector<size_t> alone;  // indices into wants for `fetch`, one at a time
+  if (options_.fetch_together && wants.size() > 1) {
+    std::vector<const model::ObjectLocation*> objects;
+    for (const Want& w : wants) objects.push_back(w.object);
+    std::vector<std::optional<FetchedInput>> together = options_.fetch_together(objects, task.stop);
+    for (size_t i = 0; i < wants.size(); ++i) {
+      if (i < together.size() && together[i]) {
+        got[i] = std::move(*together[i]);
+      } else {
+        alone.push_back(i);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < wants.size(); ++i) alone.push_back(i);
+  }
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < wants.size();) got[i] = options_.fetch(*wants[i].object, task.stop, &damaged[i]);
+    for (size_t k; (k = next.fetch_add(1)) < alone.size();) {
+      const size_t i = alone[k];
+      got[i] = options_.fetch(*wants[i].object, task.stop, &damaged[i]);
+    }
   };
   std::vector<std::thread> helpers;
-  for (size_t k = 1; k < std::min(wants.size(), kMaxParallelFetches); ++k) helpers.emplace_back(worker);
+  for (size_t k = 1; k < std::min(alone.size(), kMaxParallelFetches); ++k) helpers.emplace_back(worker);
   worker();
   for (std::thread& t : helpers) t.join();
   std::string lost_reason, failed_reason;

@@ -38,6 +38,12 @@ struct FetchedInput {
 // (no replica could be read), which is not the task's fault.
 using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation& object, const std::atomic<bool>& stop,
                                                      std::vector<std::string>* damaged_nodes)>;
+// Brings several input objects here at once where that is cheaper than one by one
+// (small ones from one holder: one round trip for all). Result i is objects[i] here,
+// or empty for those left to FetchFn (fetched one by one, which retries and reports
+// damaged copies).
+using FetchTogetherFn = std::function<std::vector<std::optional<FetchedInput>>(
+    const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop)>;
 // Keeps a task's output as an object on this node (for the tasks that read it).
 using StoreFn = std::function<StatusOr<model::HeldObject>(const std::string& output)>;
 
@@ -49,6 +55,7 @@ struct ExecutorOptions {
   int kernel_threads = 0;            // 0: one per hardware thread, at least 2
   FetchFn fetch;                     // brings input objects here; none: tasks with some fail
   StoreFn store_output;              // none: outputs travel inline only
+  FetchTogetherFn fetch_together = {};  // none: every input is fetched by `fetch`
   // Run each command in a cgroup v2 of its own where the machine allows (else its
   // process group is what contains it).
   bool use_cgroups = true;

@@ -21,9 +21,11 @@ class ExecutorTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("meridian-exec-test-" + std::to_string(::getpid()));
     Reset(nullptr, nullptr);
   }
-  void Reset(FetchFn fetch, StoreFn store) {
+  void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr) {
     exec_.reset();
-    exec_ = std::make_unique<Executor>(ExecutorOptions{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)},
+    ExecutorOptions o{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)};
+    o.fetch_together = std::move(together);
+    exec_ = std::make_unique<Executor>(std::move(o),
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
                                          updates_.push_back(std::move(u));
@@ -245,6 +247,39 @@ TEST_F(ExecutorTest, InputObjectsAreFetchedSeveralAtOnceAndALostOneStopsTheAttem
   ASSERT_EQ(lost.lost_inputs.size(), 1u);
   EXPECT_EQ(lost.lost_inputs[0].object_id, "bad");
   EXPECT_EQ(lost.lost_inputs[0].damaged_nodes, std::vector<std::string>{"n9"});
+}
+
+TEST_F(ExecutorTest, InputsFetchedTogetherAreNotFetchedAgainOneByOne) {
+  std::mutex m;
+  std::vector<std::string> alone;
+  size_t asked_together = 0;
+  auto one = [](const std::string& id) {
+    auto keep = std::make_shared<std::string>(id);
+    return FetchedInput{keep, *keep, model::InputTransfer{id, "s2", "s1", 2, 0}};
+  };
+  Reset(
+      [&](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>*) -> StatusOr<FetchedInput> {
+        std::lock_guard<std::mutex> lock(m);
+        alone.push_back(o.id);
+        return one(o.id);
+      },
+      nullptr,
+      [&](const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>&) {
+        // Every other one comes in the batch; the rest are left to `fetch`.
+        asked_together = objects.size();
+        std::vector<std::optional<FetchedInput>> out(objects.size());
+        for (size_t i = 0; i < objects.size(); i += 2) out[i] = one(objects[i]->id);
+        return out;
+      });
+  model::TaskAssignment a = Task(15, {}, "wordcount");
+  for (int i = 0; i < 6; ++i) a.input_objects.push_back(model::ObjectLocation{"w" + std::to_string(i), "", 2, {}});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(asked_together, 6u);
+  std::sort(alone.begin(), alone.end());
+  EXPECT_EQ(alone, (std::vector<std::string>{"w1", "w3", "w5"}));
+  EXPECT_EQ(u.transfers.size(), 6u);
 }
 
 }  // namespace

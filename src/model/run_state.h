@@ -146,8 +146,9 @@ struct JobView {
 struct LinkTraffic {
   std::string to_site;
   int64_t bytes = 0;
-  int64_t transfers = 0;
+  int64_t transfers = 0;  // objects (or ranges of one) sent
   int64_t egress_micro_usd = 0;
+  int64_t requests = 0;   // requests that paid the link's round trip (a batch is one)
 };
 
 // A node as the coordinator's registry sees it.

@@ -168,6 +168,48 @@ TEST(TransferTest, ObjectsRoundTripByteExactAtEverySize) {
   EXPECT_GT(c.bytes, int64_t{1} << 30);
 }
 
+TEST(TransferTest, ABatchOfSmallObjectsTakesOneRequestAndEachComesBackOnItsOwn) {
+  // The link's round trip is paid once for the batch, not once per object.
+  Pair p({{"eu-west", LinkShape{20'000, 0, 0}}});
+  std::vector<ObjectId> ids;
+  std::vector<std::string> data;
+  for (int i = 0; i < 20; ++i) {
+    data.push_back(Pattern(static_cast<size_t>(100 + i * 1000), i));
+    ids.push_back(*p.a->Put(data.back()));
+  }
+  ids.push_back(ObjectId::Of("not on the server"));
+  const std::string held_already = Pattern(77, 1);
+  ids.push_back(*p.b->Put(held_already));  // here already: not asked for
+  std::vector<StatusOr<FetchStats>> got = FetchBatch(p.server->address(), ids, *p.b, FetchOptions{"eu-west"});
+  ASSERT_EQ(got.size(), 22u);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status().message();
+    EXPECT_EQ(got[i]->bytes, static_cast<int64_t>(data[i].size()));
+    EXPECT_EQ(p.b->Pin(ids[i])->data(), data[i]) << i;
+  }
+  EXPECT_EQ(got[20].status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(got[21].ok());
+  EXPECT_EQ(got[21]->bytes, 0);  // found here
+  const LinkCounters c = p.server->sent().at("eu-west");
+  EXPECT_EQ(c.requests, 1);
+  EXPECT_EQ(c.transfers, 20);
+
+  // A chunk damaged on the way fails that object alone (fetch it again by itself).
+  Pair q;
+  std::vector<ObjectId> two = {*q.a->Put(Pattern(500, 1)), *q.a->Put(Pattern(600, 2))};
+  q.server->InjectFaults(TransferFaults{-1, 0});  // the first chunk sent
+  std::vector<StatusOr<FetchStats>> once = FetchBatch(q.server->address(), two, *q.b, FetchOptions{"eu-west"});
+  EXPECT_EQ(once[0].status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(q.b->Contains(two[0]));
+  ASSERT_TRUE(once[1].ok()) << once[1].status().message();
+  EXPECT_EQ(q.b->Pin(two[1])->data(), Pattern(600, 2));
+  // An object too large for a batch ends it; the rest are to be fetched alone.
+  const ObjectId big = *q.a->Put(Pattern(size_t{5} << 20, 3));
+  std::vector<StatusOr<FetchStats>> ended = FetchBatch(q.server->address(), {big, two[0]}, *q.b, FetchOptions{"eu-west"});
+  EXPECT_EQ(ended[0].status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(ended[1].status().code(), StatusCode::kUnavailable);
+}
+
 TEST(TransferTest, SurvivesAConnectionCutMidway) {
   Pair p;
   std::string data = Pattern(size_t{24} << 20, 3);

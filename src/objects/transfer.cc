@@ -175,6 +175,10 @@ void TransferServer::Serve(TcpStream& stream) {
       if (link != options_.links.end()) rtt_us = link->second.rtt_us;
     }
     SleepUs(rtt_us);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (r.op != kOpPut) sent_[site].requests++;
+    }
     Status s;
     if (r.op == kOpStat) {
       Response resp;
@@ -184,6 +188,8 @@ void TransferServer::Serve(TcpStream& stream) {
       s = stream.WriteAll(&resp, sizeof(resp));
     } else if (r.op == kOpFetch) {
       s = ServeFetch(stream, id, r.offset, r.length, site);
+    } else if (r.op == kOpFetchBatch) {
+      s = ServeBatch(stream, r.length, site);
     } else {  // kOpPut: DecodeRequest knows no other
       s = ServePut(stream, id, r.length);
     }
@@ -258,6 +264,17 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
     iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(payload), n}};
     MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(std::span<const iovec>(iov, 2)));
   }
+  return OkStatus();
+}
+
+Status TransferServer::ServeBatch(TcpStream& stream, uint64_t count, const std::string& site) {
+  std::vector<ObjectId> ids(count);
+  for (ObjectId& id : ids) {
+    uint64_t halves[2];
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(halves, sizeof(halves)));
+    id = ObjectId{halves[0], halves[1]};
+  }
+  for (const ObjectId& id : ids) MERIDIAN_RETURN_IF_ERROR(ServeFetch(stream, id, 0, kMaxObjectBytes, site));
   return OkStatus();
 }
 
@@ -473,6 +490,110 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   stats.streams = streams;
   stats.seconds = static_cast<double>(NowUs() - t0) / 1e6;
   return stats;
+}
+
+namespace {
+
+// Reads one whole object of a batch (its response was read: `size` bytes) into the
+// store. kUnavailable when a chunk fails its checksum (the stream stays in step);
+// any other error means the stream is out of step and the batch ends.
+Status ReadBatchObject(TcpStream& stream, const ObjectId& id, uint64_t size, ObjectStore& store, bool* in_step) {
+  *in_step = false;
+  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
+  if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for object {} ({} bytes)", id.Hex(), size));
+  std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
+  bool damaged = false;
+  for (uint64_t at = 0; at < size; at += kChunkBytes) {
+    char header[sizeof(ChunkHeader)];
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(header, sizeof(header)));
+    const uint64_t want = std::min<uint64_t>(kChunkBytes, size - at);
+    MERIDIAN_ASSIGN_OR_RETURN(ChunkHeader h, DecodeChunk(std::string_view(header, sizeof(header)), at, want));
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(buffer->data() + at, want));
+    sums[at / kChunkBytes] = h.checksum;
+    damaged = damaged || ChunkChecksum(std::string_view(buffer->data() + at, want)) != h.checksum;
+  }
+  *in_step = true;
+  if (damaged) return UnavailableError(fmt::format("object {}: a chunk from {} failed its checksum", id.Hex(), stream.peer()));
+  return store.PutVerified(id, std::move(buffer), std::move(sums));
+}
+
+}  // namespace
+
+std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const std::vector<ObjectId>& ids,
+                                             ObjectStore& store, const FetchOptions& o) {
+  std::vector<StatusOr<FetchStats>> out(ids.size(), UnavailableError("not fetched"));
+  const int64_t t0 = NowUs();
+  std::vector<size_t> wanted;  // indices of ids to ask for
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (store.Contains(ids[i]) && store.AddRef(ids[i]).ok()) {
+      out[i] = FetchStats{};
+    } else {
+      wanted.push_back(i);
+    }
+  }
+  auto fail_rest = [&](size_t from, const Status& why) {
+    for (size_t k = from; k < wanted.size(); ++k) out[wanted[k]] = why;
+  };
+  for (size_t begin = 0; begin < wanted.size(); begin += kMaxBatchObjects) {
+    const size_t end = std::min(wanted.size(), begin + static_cast<size_t>(kMaxBatchObjects));
+    StatusOr<std::pair<std::string, int>> hp = SplitAddress(address);
+    StatusOr<std::unique_ptr<TcpStream>> s =
+        hp.ok() ? TcpStream::Connect(hp->first, hp->second, o.timeout_us) : StatusOr<std::unique_ptr<TcpStream>>(hp.status());
+    if (!s.ok()) {
+      fail_rest(begin, s.status());
+      return out;
+    }
+    TcpStream& stream = **s;
+    stream.SetTimeout(o.timeout_us).IgnoreError();
+    Request r;
+    r.op = kOpFetchBatch;
+    r.length = end - begin;
+    r.site_length = static_cast<uint16_t>(std::min(o.site.size(), kMaxSite));
+    std::vector<uint64_t> halves;
+    for (size_t k = begin; k < end; ++k) {
+      halves.push_back(ids[wanted[k]].high);
+      halves.push_back(ids[wanted[k]].low);
+    }
+    iovec iov[3] = {{&r, sizeof(r)},
+                    {const_cast<char*>(o.site.data()), r.site_length},
+                    {halves.data(), halves.size() * sizeof(uint64_t)}};
+    if (Status sent = stream.WriteAll(std::span<const iovec>(iov, 3)); !sent.ok()) {
+      fail_rest(begin, sent);
+      return out;
+    }
+    for (size_t k = begin; k < end; ++k) {
+      const size_t i = wanted[k];
+      if (o.cancel != nullptr && o.cancel->load()) {
+        fail_rest(k, CancelledError("the fetch was stopped"));
+        return out;
+      }
+      StatusOr<uint64_t> size = ReadResponse(stream, ids[i]);
+      if (!size.ok() && size.status().code() == StatusCode::kNotFound) {
+        out[i] = size.status();
+        continue;
+      }
+      if (size.ok() && static_cast<int64_t>(*size) > kMaxBatchObjectBytes) {
+        size = OutOfRangeError(fmt::format("object {} is {} bytes, too large for a batch", ids[i].Hex(), *size));
+      }
+      bool in_step = false;
+      Status got = size.ok() ? ReadBatchObject(stream, ids[i], *size, store, &in_step) : size.status();
+      if (got.ok()) {
+        FetchStats st;
+        st.bytes = static_cast<int64_t>(*size);
+        st.chunks = ChunkCount(st.bytes);
+        st.streams = 1;
+        st.seconds = static_cast<double>(NowUs() - t0) / 1e6;
+        out[i] = st;
+        continue;
+      }
+      out[i] = got;
+      if (!in_step) {
+        fail_rest(k + 1, UnavailableError(fmt::format("the batch from {} ended early: {}", address, got.message())));
+        return out;
+      }
+    }
+  }
+  return out;
 }
 
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us) {

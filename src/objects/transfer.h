@@ -22,6 +22,9 @@
 //   fetch    = response, then chunks: offset u64, length u32, pad u32, checksum u64, bytes
 //   put      = request (length = the object's size), then its chunks as a fetch sends
 //              them; the server answers with a response once it stored the object
+//   batch    = request (op 4, length = n), site, then n ids of 16 bytes; the server
+//              answers each whole object in turn as a fetch does: one round trip on
+//              the link for all of them (small objects, read together by one task)
 //
 // Thread-safety: a TransferServer serves any number of connections at once; its
 // accessors may be called from any thread. Fetch may run on many threads at once.
@@ -51,7 +54,8 @@ struct LinkShape {
 
 struct LinkCounters {
   int64_t bytes = 0;
-  int64_t transfers = 0;  // fetch requests served
+  int64_t transfers = 0;  // objects (or ranges of one) sent
+  int64_t requests = 0;   // requests that paid the link's round trip (a batch is one)
   int64_t egress_micro_usd = 0;
 };
 
@@ -101,6 +105,7 @@ class TransferServer {
   void Serve(TcpStream& stream);
   Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
   Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size);
+  Status ServeBatch(TcpStream& stream, uint64_t count, const std::string& site);
 
   ObjectStore& store_;
   TransferServerOptions options_;  // links guarded by mu_
@@ -147,6 +152,17 @@ struct FetchStats {
 // kCancelled (options.cancel was set), kResourceExhausted (no memory for it here).
 StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store,
                            const FetchOptions& options = {});
+
+// Fetches several objects from the server at `address` in one request over one
+// connection: one round trip on the link for all of them, where fetching each alone
+// pays one (for the many small inputs of a merge). Result i is for ids[i]: its stats
+// with a reference the caller owns, or why not (kNotFound: the server has none;
+// kUnavailable: the connection broke or a chunk failed its checksum, so fetch it
+// alone, which retries). Meant for small objects: one over max_bytes_each is
+// refused (kOutOfRange) and the rest of the batch with it.
+inline constexpr int64_t kMaxBatchObjectBytes = int64_t{4} << 20;
+std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const std::vector<ObjectId>& ids,
+                                             ObjectStore& store, const FetchOptions& options = {});
 
 // Sends `data` to the server at `address`, which stores it (one reference, held for
 // the cluster) once every chunk and the id check out. Returns its id.

@@ -25,12 +25,17 @@ StatusOr<Request> DecodeRequest(std::string_view bytes) {
   if (r.version != kVersion) {
     return InvalidArgumentError(fmt::format("transfer protocol version {}, this side speaks {}", r.version, kVersion));
   }
-  if (r.op != kOpStat && r.op != kOpFetch && r.op != kOpPut) return InvalidArgumentError(fmt::format("unknown op {}", r.op));
+  if (r.op != kOpStat && r.op != kOpFetch && r.op != kOpPut && r.op != kOpFetchBatch) {
+    return InvalidArgumentError(fmt::format("unknown op {}", r.op));
+  }
   if (r.site_length > kMaxSite) {
     return InvalidArgumentError(fmt::format("a site name of {} bytes; at most {}", r.site_length, kMaxSite));
   }
   if (r.op == kOpPut && r.length > kMaxObjectBytes) {
     return InvalidArgumentError(fmt::format("a put of {} bytes; objects are at most {}", r.length, kMaxObjectBytes));
+  }
+  if (r.op == kOpFetchBatch && (r.length == 0 || r.length > kMaxBatchObjects)) {
+    return InvalidArgumentError(fmt::format("a batch of {} objects; 1 to {}", r.length, kMaxBatchObjects));
   }
   return r;
 }

@@ -21,6 +21,10 @@ inline constexpr uint16_t kVersion = 1;
 inline constexpr uint16_t kOpStat = 1;
 inline constexpr uint16_t kOpFetch = 2;
 inline constexpr uint16_t kOpPut = 3;
+// Several whole objects in one request: `length` ids of 16 bytes follow the site; the
+// server answers each in turn as a fetch does (a response, then its chunks).
+inline constexpr uint16_t kOpFetchBatch = 4;
+inline constexpr uint64_t kMaxBatchObjects = 256;
 inline constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3;
 inline constexpr uint64_t kMaxObjectBytes = uint64_t{64} << 30;  // larger announced sizes are refused
 inline constexpr size_t kMaxSite = 256;
@@ -54,8 +58,9 @@ struct ChunkHeader {
 static_assert(sizeof(ChunkHeader) == 24);
 
 // A request header as received (exactly sizeof(Request) bytes): our magic and version,
-// a known op, a site name of at most kMaxSite bytes, and for a put a size of at most
-// kMaxObjectBytes. kInvalidArgument names what is wrong.
+// a known op, a site name of at most kMaxSite bytes, for a put a size of at most
+// kMaxObjectBytes, for a batch 1 to kMaxBatchObjects ids. kInvalidArgument names what
+// is wrong.
 StatusOr<Request> DecodeRequest(std::string_view bytes);
 // The site a request names: printable ASCII, no spaces (it keys counters and logs).
 Status CheckSite(std::string_view site);

@@ -4,6 +4,18 @@
 
 namespace meridian::rpc {
 
+void ToProto(const model::LinkTraffic& t, v1::LinkTraffic* out) {
+  out->set_to_site(t.to_site);
+  out->set_bytes(t.bytes);
+  out->set_transfers(t.transfers);
+  out->set_egress_micro_usd(t.egress_micro_usd);
+  out->set_requests(t.requests);
+}
+
+model::LinkTraffic FromProto(const v1::LinkTraffic& in) {
+  return model::LinkTraffic{in.to_site(), in.bytes(), in.transfers(), in.egress_micro_usd(), in.requests()};
+}
+
 grpc::Status ToGrpc(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
@@ -254,13 +266,7 @@ void ToProto(const model::AgentHeartbeat& h, v1::HeartbeatRequest* out) {
   for (const model::TaskKey& k : h.holding) ToProto(k, out->add_holding());
   for (const model::HeldObject& o : h.objects_added) ToProto(o, out->add_objects_added());
   for (const std::string& id : h.objects_removed) out->add_objects_removed(id);
-  for (const model::LinkTraffic& t : h.traffic) {
-    v1::LinkTraffic* p = out->add_traffic();
-    p->set_to_site(t.to_site);
-    p->set_bytes(t.bytes);
-    p->set_transfers(t.transfers);
-    p->set_egress_micro_usd(t.egress_micro_usd);
-  }
+  for (const model::LinkTraffic& t : h.traffic) ToProto(t, out->add_traffic());
 }
 
 model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
@@ -276,7 +282,7 @@ model::AgentHeartbeat FromProto(const v1::HeartbeatRequest& in) {
   for (const v1::HeldObject& o : in.objects_added()) h.objects_added.push_back(FromProto(o));
   h.objects_removed.assign(in.objects_removed().begin(), in.objects_removed().end());
   for (const v1::LinkTraffic& t : in.traffic()) {
-    h.traffic.push_back(model::LinkTraffic{t.to_site(), t.bytes(), t.transfers(), t.egress_micro_usd()});
+    h.traffic.push_back(FromProto(t));
   }
   return h;
 }
@@ -448,13 +454,7 @@ void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
   out->set_devices_allocated_milli(n.devices_allocated_milli);
   out->set_load_average(n.load_average);
   out->set_registered_us(n.registered_us);
-  for (const model::LinkTraffic& t : n.sent) {
-    v1::LinkTraffic* p = out->add_sent();
-    p->set_to_site(t.to_site);
-    p->set_bytes(t.bytes);
-    p->set_transfers(t.transfers);
-    p->set_egress_micro_usd(t.egress_micro_usd);
-  }
+  for (const model::LinkTraffic& t : n.sent) ToProto(t, out->add_sent());
 }
 
 model::NodeView FromProto(const v1::NodeInfo& in) {
@@ -471,7 +471,7 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
   n.load_average = in.load_average();
   n.registered_us = in.registered_us();
   for (const v1::LinkTraffic& t : in.sent()) {
-    n.sent.push_back(model::LinkTraffic{t.to_site(), t.bytes(), t.transfers(), t.egress_micro_usd()});
+    n.sent.push_back(FromProto(t));
   }
   return n;
 }

@@ -55,6 +55,8 @@ model::HeldObject FromProto(const v1::HeldObject& in);
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
 
+void ToProto(const model::LinkTraffic& t, v1::LinkTraffic* out);
+model::LinkTraffic FromProto(const v1::LinkTraffic& in);
 void ToProto(const model::JobSummary& s, v1::JobInfo* out);
 void ToProto(const model::JobView& v, v1::JobInfo* out);
 model::JobView FromProto(const v1::JobInfo& in);
