@@ -86,6 +86,9 @@ Agent::Agent(AgentOptions options, Env& env)
   exec.fetch_together = [this](const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop) {
     return FetchTogether(objects, stop);
   };
+  exec.pace_inline = [this](const std::map<std::string, int64_t>& bytes, const std::atomic<bool>& stop) {
+    PaceInline(bytes, stop);
+  };
   executor_ = std::make_unique<Executor>(std::move(exec), [this](model::TaskUpdate u) { OnUpdate(std::move(u)); });
 }
 
@@ -106,7 +109,8 @@ Status Agent::StartObjects() {
   objects::TransferServerOptions transfer;
   transfer.host = options_.transfer_host;
   transfer.site = options_.site;
-  transfer.link_clocks_file = options_.link_clocks_file;
+  MERIDIAN_ASSIGN_OR_RETURN(link_clocks_, objects::LinkClocks::Open(options_.link_clocks_file));
+  transfer.clocks = link_clocks_;
   MERIDIAN_ASSIGN_OR_RETURN(transfer_, objects::TransferServer::Start(*objects_, std::move(transfer)));
   MERIDIAN_LOG_INFO("objects: {} in memory, then spilled to {}/objects; transfers at {}",
                     FormatBytes(options_.object_memory_bytes), options_.work_dir, transfer_->address());
@@ -145,6 +149,23 @@ StatusOr<FetchedInput> Agent::PinInput(const objects::ObjectId& id, bool fetched
   auto keep = std::make_shared<objects::Pinned>(std::move(*pinned));
   std::string_view data = keep->data();
   return FetchedInput{keep, data, std::move(transfer)};
+}
+
+void Agent::PaceInline(const std::map<std::string, int64_t>& bytes_from_site, const std::atomic<bool>& stop) {
+  if (!link_clocks_) return;
+  int64_t until = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [from, bytes] : bytes_from_site) {
+      auto link = links_.find(from);  // links are the same both ways
+      if (link == links_.end() || link->second.bandwidth_bps <= 0) continue;
+      until = std::max(until, link_clocks_->Book(from, options_.site, bytes, link->second.bandwidth_bps,
+                                                 env_.clock().Now().us));
+    }
+  }
+  for (int64_t left; !stop.load() && (left = until - env_.clock().Now().us) > 0;) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(left, 50'000)));
+  }
 }
 
 std::vector<std::optional<FetchedInput>> Agent::FetchTogether(const std::vector<const model::ObjectLocation*>& objects,

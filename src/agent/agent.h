@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "model/fleet.h"
 #include "model/run_state.h"
+#include "objects/link_clock.h"
 #include "objects/store.h"
 #include "objects/transfer.h"
 #include "rpc/node_client.h"
@@ -64,6 +65,9 @@ class Agent {
   void OnUpdate(model::TaskUpdate update);
   // Brings an input object into this node's store: found here, or fetched from the
   // replica at this site, else the one behind the fastest link.
+  // Waits while inputs that came whole in an assignment cross the emulated links from
+  // the sites that made them (booked on the links' shared clocks).
+  void PaceInline(const std::map<std::string, int64_t>& bytes_from_site, const std::atomic<bool>& stop);
   // Small inputs not here yet, a batch per holder (its best replica), in parallel.
   std::vector<std::optional<FetchedInput>> FetchTogether(const std::vector<const model::ObjectLocation*>& objects,
                                                          const std::atomic<bool>& stop);
@@ -93,6 +97,9 @@ class Agent {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<objects::ObjectStore> objects_;
   std::unique_ptr<objects::TransferServer> transfer_;
+  // The emulated links' clocks, shared by transfer_ and inputs that came inline; set
+  // by StartObjects (before any task runs).
+  std::shared_ptr<objects::LinkClocks> link_clocks_;
 
   std::mutex mu_;
   std::condition_variable cv_;

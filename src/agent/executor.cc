@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -166,6 +167,7 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     size_t slot;
   };
   std::vector<Want> wants;
+  std::map<std::string, int64_t> inline_bytes;  // by the site that made them
   inputs.assign(a.input_objects.size() + a.inputs.size(), std::string());
   for (size_t i = 0; i < a.input_objects.size(); ++i) {
     const model::ObjectLocation& o = a.input_objects[i];
@@ -175,10 +177,15 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     const size_t slot = a.input_objects.size() + i;
     if (i < a.dep_objects.size() && !a.dep_objects[i].id.empty()) {
       wants.push_back({&a.dep_objects[i], fmt::format("the output of {}", a.dep_objects[i].name), slot});
-    } else {
-      inputs[slot] = a.inputs[i];  // whole in the assignment
+      continue;
+    }
+    inputs[slot] = a.inputs[i];  // whole in the assignment
+    if (i < a.dep_objects.size() && !a.dep_objects[i].replicas.empty()) {
+      const std::string& from = a.dep_objects[i].replicas.front().site;
+      if (from != options_.site) inline_bytes[from] += static_cast<int64_t>(a.inputs[i].size());
     }
   }
+  if (options_.pace_inline && !inline_bytes.empty()) options_.pace_inline(inline_bytes, task.stop);
   if (wants.empty()) return true;
   if (!options_.fetch) {
     u.kind = model::UpdateKind::kFailed;

@@ -44,6 +44,9 @@ using FetchFn = std::function<StatusOr<FetchedInput>(const model::ObjectLocation
 // damaged copies).
 using FetchTogetherFn = std::function<std::vector<std::optional<FetchedInput>>(
     const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop)>;
+// Waits while inputs that came whole in the assignment cross the emulated links from
+// the sites that made them (bytes by site), giving up once `stop` is set.
+using PaceFn = std::function<void(const std::map<std::string, int64_t>& bytes_from_site, const std::atomic<bool>& stop)>;
 // Keeps a task's output as an object on this node (for the tasks that read it).
 using StoreFn = std::function<StatusOr<model::HeldObject>(const std::string& output)>;
 
@@ -56,6 +59,7 @@ struct ExecutorOptions {
   FetchFn fetch;                     // brings input objects here; none: tasks with some fail
   StoreFn store_output;              // none: outputs travel inline only
   FetchTogetherFn fetch_together = {};  // none: every input is fetched by `fetch`
+  PaceFn pace_inline = {};              // none: inputs in the assignment take no time
   // Run each command in a cgroup v2 of its own where the machine allows (else its
   // process group is what contains it).
   bool use_cgroups = true;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include <gtest/gtest.h>
@@ -21,10 +22,11 @@ class ExecutorTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("meridian-exec-test-" + std::to_string(::getpid()));
     Reset(nullptr, nullptr);
   }
-  void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr) {
+  void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr, PaceFn pace = nullptr) {
     exec_.reset();
     ExecutorOptions o{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)};
     o.fetch_together = std::move(together);
+    o.pace_inline = std::move(pace);
     exec_ = std::make_unique<Executor>(std::move(o),
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
@@ -280,6 +282,28 @@ TEST_F(ExecutorTest, InputsFetchedTogetherAreNotFetchedAgainOneByOne) {
   std::sort(alone.begin(), alone.end());
   EXPECT_EQ(alone, (std::vector<std::string>{"w1", "w3", "w5"}));
   EXPECT_EQ(u.transfers.size(), 6u);
+}
+
+TEST_F(ExecutorTest, InputsThatCameInlineFromOtherSitesArePacedByTheirLinks) {
+  std::map<std::string, int64_t> paced;
+  int calls = 0;
+  Reset(nullptr, nullptr, nullptr, [&](const std::map<std::string, int64_t>& bytes, const std::atomic<bool>&) {
+    paced = bytes;
+    ++calls;
+  });
+  // Three dependencies' outputs, whole in the assignment: two made at s2, one here.
+  model::TaskAssignment a = Task(16, {}, "sum");
+  a.inputs = {"12", "345", "6"};
+  for (const char* site : {"s2", "s2", "s1"}) {
+    model::ObjectLocation made;
+    made.replicas.push_back(model::ObjectReplica{0, "n", site, ""});
+    a.dep_objects.push_back(made);
+  }
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(paced, (std::map<std::string, int64_t>{{"s2", 5}}));
 }
 
 }  // namespace

@@ -190,6 +190,7 @@ struct ObjectsPutOptions {
   std::string file;
   std::string site;  // empty: any
   std::string name;  // empty: unnamed
+  std::string from;  // the site this client is at (the upload crosses the link from it); empty: none
   bool json = false;
 };
 Status RunObjectsPut(const ObjectsPutOptions& options, std::ostream& out);
@@ -214,6 +215,7 @@ struct DataPutOptions {
   int shards = 0;     // 0: one for a file, one per file of a directory
   std::string site;   // all shards there; empty: spread over the sites with nodes
   bool by_site = false;  // PATH's subdirectories are sites; each one's files become shards there
+  std::string from;   // the site this client is at (uploads cross the link from it); empty: none
   bool json = false;
 };
 // `meridian data put`: a dataset (dataset://NAME) of shards stored on agents.

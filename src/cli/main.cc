@@ -204,6 +204,8 @@ int main(int argc, char** argv) {
   add_target(objects_put_cmd, objects_put.target);
   objects_put_cmd->add_option("file", objects_put.file, "The file")->required();
   objects_put_cmd->add_option("--site", objects_put.site, "Put it on a node at this site (default: any)");
+  objects_put_cmd->add_option("--from", objects_put.from,
+                              "The site this client is at: on an emulated cluster the upload crosses the link from it");
   objects_put_cmd->add_option("--name", objects_put.name, "A name to get it by");
   objects_put_cmd->add_flag("--json", objects_put.json, "Print JSON for scripts");
   cli::ObjectsGetOptions objects_get;
@@ -231,6 +233,8 @@ int main(int argc, char** argv) {
   data_put_cmd->add_option("--site", data_put.site, "Put every shard at this site (default: spread over sites)");
   data_put_cmd->add_flag("--by-site", data_put.by_site,
                          "PATH's subdirectories are named after sites: their files become shards at those sites");
+  data_put_cmd->add_option("--from", data_put.from,
+                           "The site this client is at: on an emulated cluster uploads cross the links from it");
   data_put_cmd->add_flag("--json", data_put.json, "Print JSON for scripts");
   cli::DataListOptions data_ls;
   CLI::App* data_ls_cmd = data_cmd->add_subcommand("ls", "List datasets, their shards and where they are");

@@ -50,10 +50,11 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 namespace {
 
+// Puts `data` on a node at `site` (any, if empty), uploaded from site `from` (none, if empty).
 StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view data, const std::string& site,
-                                          const std::string& name) {
+                                          const std::string& name, const std::string& from) {
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectReplica target, c.PlacePut(static_cast<int64_t>(data.size()), site));
-  StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data);
+  StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data, 30'000'000, from);
   if (!id.ok()) return id.status().WithPrefix(fmt::format("putting the object on node {}", target.node));
   return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name);
 }
@@ -166,7 +167,7 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
   std::vector<model::ObjectLocation> placed;
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string site = !plan[i].site.empty() ? plan[i].site : sites[i % sites.size()];
-    StatusOr<model::ObjectLocation> l = PutObject(c, plan[i].data, site, "");
+    StatusOr<model::ObjectLocation> l = PutObject(c, plan[i].data, site, "", o.from);
     if (!l.ok()) return l.status().WithPrefix(fmt::format("shard {} ({})", i, plan[i].from));
     shards.push_back(model::HeldObject{l->id, l->size});
     placed.push_back(*l);
@@ -269,7 +270,7 @@ Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.file));
   MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
   client::Client c(address);
-  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, data, o.site, o.name));
+  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, data, o.site, o.name, o.from));
   if (o.json) {
     out << LocationJson(l).dump(2) << '\n';
     return OkStatus();

@@ -344,6 +344,10 @@ TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
   EXPECT_EQ(b[0].inputs, std::vector<std::string>{"10"});
   ASSERT_EQ(b[0].dep_objects.size(), 1u);
   EXPECT_TRUE(b[0].dep_objects[0].id.empty());  // nothing to fetch
+  ASSERT_EQ(b[0].dep_objects[0].replicas.size(), 1u);  // where it was made (for WAN pacing)
+  EXPECT_EQ(b[0].dep_objects[0].replicas[0].node, "n1");
+  EXPECT_EQ(b[0].dep_objects[0].replicas[0].site, "s1");
+  EXPECT_EQ(b[0].dep_objects[0].size, 2);
   model::JobView v = Job(r->job_id);
   ASSERT_EQ(v.tasks[0].history.size(), 1u);  // a was not run again
   EXPECT_EQ(v.tasks[0].history[0].outcome, "succeeded");

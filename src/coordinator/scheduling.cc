@@ -181,8 +181,13 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
       auto it = objects_.find(dep.output_object);
       where = it != objects_.end() ? LocationLocked(dep.output_object, it->second)
                                    : model::ObjectLocation{dep.output_object, "", 0, {}};
-      where.name = TaskName(job, d.value());
+    } else {
+      // Whole in the assignment (no id), made at the producer's site: what an emulated
+      // WAN paces as crossing from there.
+      where.size = static_cast<int64_t>(dep.output.size());
+      where.replicas.push_back(model::ObjectReplica{0, dep.node, dep.site, ""});
     }
+    where.name = TaskName(job, d.value());
     a.dep_objects.push_back(std::move(where));
   }
   // Objects it reads, with where they are now; the agent fetches them before it runs.

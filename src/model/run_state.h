@@ -229,7 +229,8 @@ struct TaskAssignment {
   std::vector<std::string> inputs;  // outputs of its dependencies, in order
   std::vector<ObjectLocation> input_objects;  // objects it reads (before `inputs`), and where they are
   // Parallel to `inputs`: where a dependency's output is an object, its location (and
-  // the entry in `inputs` is a preview); an empty id means `inputs` has it whole.
+  // the entry in `inputs` is a preview); an empty id means `inputs` has it whole, and
+  // its one replica names the node and site that made it.
   std::vector<ObjectLocation> dep_objects;
   std::string device_type;
   TaskAllocation allocation;

@@ -10,6 +10,7 @@
 #include "common/net.h"
 #include "common/temp_dir.h"
 #include "objects/store.h"
+#include "common/env.h"
 #include "objects/transfer.h"
 
 namespace meridian::objects {
@@ -397,6 +398,32 @@ TEST(TransferTest, TheLinkShapesTheTransferAndIsCounted) {
 
 namespace meridian::objects {
 namespace {
+
+TEST(TransferTest, AnUploadCrossesTheLinkFromItsSiteSharingItWithWhatIsOnIt) {
+  // A server at us-east, an 80 Mbit/s link to eu-west that other traffic from eu-west
+  // has booked for the next 0.5 s. A put from eu-west of 1 MiB then cannot be stored
+  // in under 0.5 s + 1 MiB * 8 / 80 Mbit/s = 605 ms; one that names no site is not held.
+  ScratchDir dir, clocks;
+  auto store = OpenStore(dir.path);
+  TransferServerOptions o;
+  o.site = "us-east";
+  o.links = {{"eu-west", LinkShape{0, 80'000'000, 0}}};
+  o.link_clocks_file = clocks.path + "/link-clocks";
+  auto server = std::move(*TransferServer::Start(*store, o));
+  auto table = LinkClocks::Open(o.link_clocks_file);
+  ASSERT_TRUE(table.ok());
+  const std::string data = Pattern(size_t{1} << 20, 31);
+  auto t0 = std::chrono::steady_clock::now();
+  (*table)->Book("eu-west", "us-east", 5'000'000, 80'000'000, Env::Default().clock().Now().us);  // 0.5 s
+  StatusOr<ObjectId> id = Push(server->address(), data, 30'000'000, "eu-west");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_GE(seconds, 0.605);
+  EXPECT_EQ(store->Pin(*id)->data(), data);
+  // The other direction's clock is its own: us-east -> eu-west was not booked by the put.
+  const int64_t now = Env::Default().clock().Now().us;
+  EXPECT_EQ((*table)->Book("us-east", "eu-west", 1'000'000, 8'000'000, now), now + 1'000'000);
+}
 
 TEST(TransferTest, TwoSendersAtOneSiteShareTheLinkToAnother) {
   // Two agents at us-east (two stores and servers, as on a local cluster) send 4 MiB

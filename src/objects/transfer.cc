@@ -72,7 +72,10 @@ StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
 }  // namespace
 
 StatusOr<std::unique_ptr<TransferServer>> TransferServer::Start(ObjectStore& store, TransferServerOptions options) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<LinkClocks> clocks, LinkClocks::Open(options.link_clocks_file));
+  std::shared_ptr<LinkClocks> clocks = options.clocks;
+  if (!clocks) {
+    MERIDIAN_ASSIGN_OR_RETURN(clocks, LinkClocks::Open(options.link_clocks_file));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener, TcpListener::Listen(options.host, options.port));
   std::unique_ptr<TransferServer> s(new TransferServer(store, std::move(options), std::move(listener)));
   s->clocks_ = std::move(clocks);
@@ -191,7 +194,7 @@ void TransferServer::Serve(TcpStream& stream) {
     } else if (r.op == kOpFetchBatch) {
       s = ServeBatch(stream, r.length, site);
     } else {  // kOpPut: DecodeRequest knows no other
-      s = ServePut(stream, id, r.length);
+      s = ServePut(stream, id, r.length, site);
     }
     if (!s.ok()) {
       MERIDIAN_LOG_DEBUG("transfer to {}: {}", stream.peer(), s.message());
@@ -278,7 +281,7 @@ Status TransferServer::ServeBatch(TcpStream& stream, uint64_t count, const std::
   return OkStatus();
 }
 
-Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t size) {
+Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t size, const std::string& site) {
   Response resp;
   resp.status = kBadRequest;
   // Nothing is allocated on a peer's word alone: the size must fit one put's limit and
@@ -308,7 +311,19 @@ Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t 
   }
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
+  int64_t bandwidth_bps = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto link = options_.links.find(site);
+    if (link != options_.links.end()) bandwidth_bps = link->second.bandwidth_bps;
+  }
   for (uint64_t at = 0; at < size; at += kChunkBytes) {
+    if (bandwidth_bps > 0) {
+      // Taken when its time on the link from the sender's site is over: the sender,
+      // held back by TCP, gets no more than the link, which it shares.
+      const int64_t n = static_cast<int64_t>(std::min<uint64_t>(kChunkBytes, size - at));
+      SleepUs(clocks_->Book(site, options_.site, n, bandwidth_bps, NowUs()) - NowUs());
+    }
     char header[sizeof(ChunkHeader)];
     MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(header, sizeof(header)));
     const uint64_t want = std::min<uint64_t>(kChunkBytes, size - at);
@@ -596,13 +611,14 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
   return out;
 }
 
-StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us) {
+StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us,
+                        const std::string& site) {
   const std::vector<uint64_t> sums = ChunkChecksums(data);
   const ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), sums);
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> s, TcpStream::Connect(hp.first, hp.second, timeout_us));
   MERIDIAN_RETURN_IF_ERROR(s->SetTimeout(timeout_us));
-  MERIDIAN_RETURN_IF_ERROR(SendRequest(*s, kOpPut, id, 0, data.size(), ""));
+  MERIDIAN_RETURN_IF_ERROR(SendRequest(*s, kOpPut, id, 0, data.size(), site));
   for (uint64_t at = 0; at < data.size(); at += kChunkBytes) {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, data.size() - at);
     ChunkHeader h{at, static_cast<uint32_t>(n), 0, sums[at / kChunkBytes]};

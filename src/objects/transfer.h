@@ -12,7 +12,8 @@
 // WAN emulation: a server shapes what it sends to each requesting site by the link
 // between the sites (round-trip time before the first byte, bandwidth shared by all
 // transfers on the link, from every agent at the site when they share a LinkClocks
-// file), and counts bytes and egress cost per destination site.
+// file), and counts bytes and egress cost per destination site. A put from a site is
+// taken no faster than the link from that site (its clock in the other direction).
 //
 // Wire format (little-endian, one request at a time per connection):
 //   request  = magic u32, version u16, op u16 (1 stat, 2 fetch, 3 put), id 16 bytes,
@@ -84,6 +85,9 @@ struct TransferServerOptions {
   // that all senders from one site to another share that link's bandwidth. Empty:
   // shared by this server's transfers only.
   std::string link_clocks_file = {};
+  // Link clocks to pace by, shared with the rest of this node's traffic; when set,
+  // link_clocks_file is not opened.
+  std::shared_ptr<LinkClocks> clocks = {};
 };
 
 class TransferServer {
@@ -104,7 +108,7 @@ class TransferServer {
   void AcceptLoop();
   void Serve(TcpStream& stream);
   Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
-  Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size);
+  Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size, const std::string& site);
   Status ServeBatch(TcpStream& stream, uint64_t count, const std::string& site);
 
   ObjectStore& store_;
@@ -117,7 +121,7 @@ class TransferServer {
   std::map<TcpStream*, std::thread> connections_;             // guarded by mu_
   std::vector<std::thread> finished_;                         // guarded by mu_
   std::map<std::string, LinkCounters> sent_;                  // guarded by mu_
-  std::unique_ptr<LinkClocks> clocks_;                        // set by Start
+  std::shared_ptr<LinkClocks> clocks_;                        // set by Start
   TransferFaults faults_;                                     // guarded by mu_
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
@@ -165,7 +169,10 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
                                              ObjectStore& store, const FetchOptions& options = {});
 
 // Sends `data` to the server at `address`, which stores it (one reference, held for
-// the cluster) once every chunk and the id check out. Returns its id.
-StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000);
+// the cluster) once every chunk and the id check out. Returns its id. `site` is where
+// the sender is: the server takes the bytes no faster than the link from there to it
+// (shared with everything else on that link), as a fetch is sent. Empty: unshaped.
+StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000,
+                        const std::string& site = "");
 
 }  // namespace meridian::objects
