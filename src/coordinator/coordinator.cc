@@ -98,7 +98,12 @@ Status Coordinator::LoadState() {
   for (model::AttemptRecord& a : state.attempts) {
     auto it = jobs_.find(a.job);
     if (it == jobs_.end() || a.task >= it->second.tasks.size()) continue;
-    it->second.tasks[a.task].history.push_back(std::move(a));
+    TaskRt& t = it->second.tasks[a.task];
+    if (a.attempt != t.rec.attempt) continue;  // earlier ones stay in the store only
+    t.attempt_outcome = std::move(a.outcome);
+    t.attempt_reason = std::move(a.reason);
+    t.attempt_exit_code = a.exit_code;
+    t.attempt_ended_us = a.ended_us;
   }
   const MonotonicTime grace{env_.clock().Now().us + options_.reconcile_grace_us};
   store::StoreBatch fixes;
@@ -130,6 +135,7 @@ Status Coordinator::LoadState() {
       switch (t.rec.status) {
         case TaskStatus::kSucceeded:
           ++job.counts.succeeded;
+          if (t.dependents.empty()) std::string().swap(t.rec.output);  // read from the store
           // Lineage across the restart: who makes the outputs still to be read.
           if (!model::OutputWholeInline(t.rec.output, t.rec.output_object) && !t.dependents.empty() &&
               !model::IsTerminal(job.rec.status)) {

@@ -106,7 +106,12 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
  private:
   struct TaskRt {
     model::TaskRecord rec;
-    std::vector<model::AttemptRecord> history;
+    // The latest attempt as it stands (its number, node, site and start are rec's);
+    // earlier ones are in the store only. An empty outcome: no attempt yet.
+    std::string attempt_outcome;
+    std::string attempt_reason;
+    int32_t attempt_exit_code = 0;
+    int64_t attempt_ended_us = 0;
     std::vector<uint32_t> dependents;
     int32_t deps_left = 0;
     int64_t seq = -1;        // key in ready_ while queued
@@ -199,6 +204,8 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // Finished jobs the retention policy says go now, oldest first.
   std::vector<uint64_t> ExpiredJobsLocked() const;
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
+  // The record of the task's latest attempt, to be stored.
+  static model::AttemptRecord LatestAttempt(const TaskRt& task);
   void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch);
   // The directory: replicas a node gained or lost, or all it holds (on registering).
   void AddReplicaLocked(int32_t node, const std::string& id, int64_t size);

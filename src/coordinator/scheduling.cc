@@ -111,9 +111,12 @@ void Coordinator::ScheduleLocked() {
     r.started_us = now;
     Hold(*task, node);
     ++job->running_by_site[r.site];
-    task->history.push_back(model::AttemptRecord{r.job, r.task, r.attempt, r.node, r.site, "running", "", 0, now, 0});
+    task->attempt_outcome = "running";
+    task->attempt_reason.clear();
+    task->attempt_exit_code = 0;
+    task->attempt_ended_us = 0;
     batch.tasks.push_back(r);
-    batch.attempts.push_back(task->history.back());
+    batch.attempts.push_back(LatestAttempt(*task));
     --job->counts.waiting;
     ++job->counts.running;
     if (job->rec.status == JobStatus::kQueued) {
@@ -204,12 +207,17 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
 
 void Coordinator::EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason,
                              int32_t exit_code) {
-  if (task.history.empty() || task.history.back().attempt != task.rec.attempt) return;
-  model::AttemptRecord& a = task.history.back();
-  a.outcome = outcome;
-  a.reason = reason;
-  a.exit_code = exit_code;
-  a.ended_us = WallUs();
+  if (task.attempt_outcome.empty()) return;
+  task.attempt_outcome = outcome;
+  task.attempt_reason = reason;
+  task.attempt_exit_code = exit_code;
+  task.attempt_ended_us = WallUs();
+}
+
+model::AttemptRecord Coordinator::LatestAttempt(const TaskRt& task) {
+  const model::TaskRecord& r = task.rec;
+  return model::AttemptRecord{r.job, r.task, r.attempt, r.node, r.site, task.attempt_outcome, task.attempt_reason,
+                              task.attempt_exit_code, r.started_us, task.attempt_ended_us};
 }
 
 void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::StoreBatch& batch) {
@@ -232,7 +240,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
     if (u.kind != model::UpdateKind::kRunning) {
       Release(task);
       EndAttempt(task, u.kind == model::UpdateKind::kSucceeded ? "succeeded" : "cancelled", u.reason, u.exit_code);
-      batch.attempts.push_back(task.history.back());
+      batch.attempts.push_back(LatestAttempt(task));
     }
     return;
   }
@@ -275,7 +283,10 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
   task.rec.finished_us = WallUs();
   EndAttempt(task, "succeeded", "", u.exit_code);
   batch.tasks.push_back(task.rec);
-  batch.attempts.push_back(task.history.back());
+  batch.attempts.push_back(LatestAttempt(task));
+  // A result's output is read from the store (job get, run): memory keeps only those
+  // that dependents read.
+  if (task.dependents.empty()) std::string().swap(task.rec.output);
   LeavePlaced(job, task);
   ++job.counts.succeeded;
   for (uint32_t d : task.dependents) {
@@ -294,7 +305,7 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
   Release(task);
   const std::string reason = u.reason.empty() ? fmt::format("exit code {}", u.exit_code) : u.reason;
   EndAttempt(task, "failed", reason, u.exit_code);
-  batch.attempts.push_back(task.history.back());
+  batch.attempts.push_back(LatestAttempt(task));
   LeavePlaced(job, task);
   ++task.rec.failures;
   const int32_t retries = job.job->tasks[task.rec.task].retries;
@@ -318,7 +329,7 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
 void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
   Release(task);
   EndAttempt(task, "lost", reason, 0);
-  if (!task.history.empty()) batch.attempts.push_back(task.history.back());
+  if (!task.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(task));
   if (!model::IsPlaced(task.rec.status)) return;
   LeavePlaced(job, task);
   ++task.rec.losses;
@@ -342,7 +353,7 @@ void Coordinator::GiveUp(JobRt& job, TaskRt& task, const std::string& reason, st
 void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
   Release(task);
   EndAttempt(task, "input lost", u.reason, 0);
-  if (!task.history.empty()) batch.attempts.push_back(task.history.back());
+  if (!task.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(task));
   LeavePlaced(job, task);
   std::set<std::string> lost;
   for (const model::LostInput& in : u.lost_inputs) {
@@ -605,10 +616,10 @@ void Coordinator::RebuildLocked(JobRt& job, uint32_t t, const std::string& reaso
     p->second.erase({job.rec.id, t});
     if (p->second.empty()) producers_.erase(p);
   }
-  if (!task.history.empty()) {
-    task.history.back().outcome = "output lost";
-    task.history.back().reason = reason;
-    batch.attempts.push_back(task.history.back());
+  if (!task.attempt_outcome.empty()) {
+    task.attempt_outcome = "output lost";
+    task.attempt_reason = reason;
+    batch.attempts.push_back(LatestAttempt(task));
   }
   task.rec.output.clear();
   task.rec.output_object.clear();
