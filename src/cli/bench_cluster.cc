@@ -1,13 +1,28 @@
 #include "cli/bench_cluster.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 
 namespace meridian::cli {
 namespace fs = std::filesystem;
+
+std::string OneSiteFleet(int agents) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n" +
+         fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", agents, cores);
+}
+
+std::string NoopJob(const std::string& name, int64_t tasks) {
+  return fmt::format("name: {}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", name,
+                     tasks);
+}
 
 StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& fleet_yaml, bool real_gpus) {
   std::unique_ptr<BenchCluster> c(new BenchCluster());

@@ -3,6 +3,7 @@
 // and `down` plus removal however the benchmark ends.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,12 @@
 #include "common/temp_dir.h"
 
 namespace meridian::cli {
+
+// A fleet of `agents` nodes at one site, each with this machine's cores.
+std::string OneSiteFleet(int agents);
+// A job named `name` of `tasks` no-op tasks of 10 milli-cores each (a 2-core node
+// takes 200 at once).
+std::string NoopJob(const std::string& name, int64_t tasks);
 
 class BenchCluster {
  public:

@@ -43,14 +43,9 @@ StatusOr<int64_t> CountTasksInJson(const std::string& path, int64_t* bytes) {
 Status RunBenchRetention(const BenchRetentionOptions& o, std::ostream& out) {
   if (o.agents < 1 || o.agents > 16) return InvalidArgumentError("--agents: expected 1 to 16");
   if (o.tasks < 1 || o.tasks > 10'000'000) return InvalidArgumentError("--tasks: expected 1 to 10000000");
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::string fleet =
-      "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n" +
-      fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", o.agents, cores);
-  const std::string spec = fmt::format(
-      "name: retention-{}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", o.tasks,
-      o.tasks);
-  const std::string one = "name: warm-up\ntasks:\n  - {name: noop, kernel: noop, resources: {cpu: 10m}}\n";
+  const std::string fleet = OneSiteFleet(o.agents);
+  const std::string spec = NoopJob(fmt::format("retention-{}", o.tasks), o.tasks);
+  const std::string one = NoopJob("warm-up", 1);
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(fleet, false));
   const int pid = cluster->coordinator_pid();
   if (pid <= 0) return InternalError("cannot read the bench cluster's coordinator pid");

@@ -33,15 +33,9 @@ double Percentile(std::vector<double> v, double p) {
 Status RunBenchTasks(const BenchTasksOptions& o, std::ostream& out) {
   if (o.agents < 1 || o.agents > 16) return InvalidArgumentError("--agents: expected 1 to 16");
   if (o.tasks < 1 || o.tasks > 1'000'000) return InvalidArgumentError("--tasks: expected 1 to 1000000");
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::string fleet =
-      "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n" +
-      fmt::format("nodes:\n  - {{name: bench, site: local, count: {}, cpu: {}, memory: 8GiB}}\n", o.agents, cores);
-  // 10 milli-cores each: a 2-core node takes 200 at once.
-  const std::string spec = fmt::format(
-      "name: noop-{}\ntasks:\n  - {{name: noop, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", o.tasks,
-      o.tasks);
-  const std::string one = "name: round-trip\ntasks:\n  - {name: noop, kernel: noop, resources: {cpu: 10m}}\n";
+  const std::string fleet = OneSiteFleet(o.agents);
+  const std::string spec = NoopJob(fmt::format("noop-{}", o.tasks), o.tasks);
+  const std::string one = NoopJob("round-trip", 1);
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(fleet, false));
   client::Client c(cluster->address(), 60'000'000);
 
