@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "local_cluster.h"
 #include "meridian/v1/meridian.grpc.pb.h"
@@ -324,6 +325,9 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
         return s.ok() && s->summary.running == 4;
       },
       20));
+  CommandResult early = Meridian({"job", "delete", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_NE(early.exit_code, 0);
+  EXPECT_NE(early.err.find("is running: cancel it first"), std::string::npos) << early.err;
   CommandResult c = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_EQ(c.exit_code, 0) << c.err;
   auto s = cluster_->client().GetJob(r->job_id, true);
@@ -344,6 +348,41 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
   CommandResult again = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.err.find("already cancelled"), std::string::npos) << again.err;
+  // Finished, it can be deleted, with its tasks and attempts.
+  CommandResult gone = Meridian({"job", "delete", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_NE(gone.out.find("deleted: 4 tasks"), std::string::npos) << gone.out;
+  CommandResult get = Meridian({"job", "get", std::to_string(r->job_id), "--dir", cluster_->dir()});
+  EXPECT_NE(get.exit_code, 0);
+  EXPECT_NE(get.err.find("no job " + std::to_string(r->job_id)), std::string::npos) << get.err;
+}
+
+TEST_F(RuntimeTest, JobGetReadsAJobOfManyTasksAPageAtATime) {
+  StatusOr<model::JobView> v = cluster_->RunJob(
+      "name: many\ntasks:\n  - {name: n, kernel: noop, count: 4500, resources: {cpu: 10m}}\n");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  ASSERT_EQ(v->tasks.size(), 4500u);  // the client read it in pages of 10,000 at most
+  const std::string id = std::to_string(v->summary.job.id);
+  // --json streams three pages of 2,000 into one document.
+  CommandResult json = Meridian({"job", "get", id, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["tasks"]["total"], 4500);
+  EXPECT_EQ(j["tasks"]["succeeded"], 4500);
+  ASSERT_EQ(j["task_list"].size(), 4500u);
+  std::set<std::string> names;
+  for (const nlohmann::json& t : j["task_list"]) {
+    names.insert(t["name"].get<std::string>());
+    EXPECT_EQ(t["state"], "succeeded");
+    EXPECT_EQ(t["history"].size(), 1u);
+  }
+  EXPECT_EQ(names.size(), 4500u);
+  EXPECT_EQ(j["task_list"][4499]["name"], v->tasks[4499].name);
+  // The table shows the first 100 and counts the rest.
+  CommandResult table = Meridian({"job", "get", id, "--dir", cluster_->dir()});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("... and 4400 more tasks"), std::string::npos) << table.out.substr(0, 400);
 }
 
 TEST_F(RuntimeTest, AnAgentSlowToReturnAfterACoordinatorRestartKeepsItsTask) {
