@@ -103,8 +103,8 @@ std::optional<int64_t> EstimateComputeUs(const model::ThroughputTable& throughpu
     rate = *r * req.device_share_milli / kMilliPerUnit;
   }
   if (rate <= 0) return std::nullopt;
-  double us = task.work->amount / rate * kSecondUs;
-  if (us >= static_cast<double>(kInf)) return kInf;
+  const double us = task.work->amount / rate * kSecondUs;
+  if (!(us <= static_cast<double>(kMaxComputeUs))) return kInf;  // too long (or not a number)
   return static_cast<int64_t>(us + 0.5);
 }
 

@@ -43,8 +43,13 @@ std::vector<SiteInputs> EstimateInputsPerSite(const model::Fleet& fleet,
 std::vector<Transfer> PlanTransfers(const model::Fleet& fleet,
                                     const std::vector<model::ObjectRef>& inputs, SiteId to);
 
-// Compute time on `pool`'s devices, or nullopt when the throughput table has no
-// entry for the pool's device type and the task's work kind.
+// The longest compute time a task may be estimated at (100 years): beyond it, time
+// and cost arithmetic would overflow, and the task cannot run on that device type.
+inline constexpr int64_t kMaxComputeUs = int64_t{100} * 365 * 24 * 3600 * 1'000'000;
+
+// Compute time on `pool`'s devices (more than kMaxComputeUs when the work would take
+// longer than that), or nullopt when the throughput table has no entry for the pool's
+// device type and the task's work kind.
 std::optional<int64_t> EstimateComputeUs(const model::ThroughputTable& throughput,
                                          const model::Task& task, const Pool& pool);
 

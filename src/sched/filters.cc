@@ -151,6 +151,21 @@ class ThroughputKnownFilter final : public Filter {
   }
 };
 
+class ComputeBoundedFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "compute_bounded"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    const std::optional<int64_t>& us = t.compute_us_by_type[p.type_index];
+    return !us || *us <= kMaxComputeUs;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    std::string_view type = t.task.resources.device_count == 0 ? "CPU" : p.device_type;
+    return fmt::format("have {}, on which its work ({:g} {}) would take more than 100 years", type,
+                       t.task.work ? t.task.work->amount : 0.0, t.task.work ? t.task.work->kind : "");
+  }
+};
+
 class DataReachableFilter final : public Filter {
  public:
   std::string_view name() const override { return "data_reachable"; }
@@ -174,6 +189,7 @@ std::vector<std::unique_ptr<Filter>> MakeDefaultFilters() {
   f.push_back(std::make_unique<RegionFilter>());
   f.push_back(std::make_unique<ResidencyFilter>());
   f.push_back(std::make_unique<ThroughputKnownFilter>());
+  f.push_back(std::make_unique<ComputeBoundedFilter>());
   f.push_back(std::make_unique<DataReachableFilter>());
   f.push_back(std::make_unique<HealthFilter>());
   return f;
