@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ std::vector<SiteInputs> EstimateInputsPerSite(const model::Fleet& fleet,
 // The transfers behind EstimateInputsPerSite for one destination.
 std::vector<Transfer> PlanTransfers(const model::Fleet& fleet,
                                     const std::vector<model::ObjectRef>& inputs, SiteId to);
+
+// a + b for non-negative times and costs, stopping at INT64_MAX (unreachable,
+// unaffordable) rather than wrapping to a negative number.
+inline int64_t SatAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
 
 // The longest compute time a task may be estimated at (100 years): beyond it, time
 // and cost arithmetic would overflow, and the task cannot run on that device type.

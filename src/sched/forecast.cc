@@ -1,9 +1,12 @@
 #include "sched/forecast.h"
 
 #include <algorithm>
+#include <limits>
 #include <queue>
 
 #include <fmt/format.h>
+
+#include "sched/estimate.h"
 
 namespace meridian::sched {
 
@@ -90,17 +93,22 @@ void DryRun::Apply(const Plan& plan) {
   std::vector<TaskId> still_ready;
   for (const Placement& p : plan.placements) {
     snapshot_.free.Take(p.allocation);
-    if (snapshot_.jobs[0].budget_left_micro_usd) *snapshot_.jobs[0].budget_left_micro_usd -= p.cost_micro_usd();
+    const int64_t cost = SatAdd(p.compute_cost_micro_usd, p.egress_cost_micro_usd);
+    if (snapshot_.jobs[0].budget_left_micro_usd) {
+      // Overspent stays overspent: it stops at INT64_MIN rather than wrap.
+      int64_t& left = *snapshot_.jobs[0].budget_left_micro_usd;
+      left = static_cast<int64_t>(std::max<__int128>(std::numeric_limits<int64_t>::min(), __int128{left} - cost));
+    }
     TaskForecast& f = out_.tasks[p.task.value()];
     f.outcome = Outcome::kPlaced;
     f.placement = p;
     ++out_.placed;
-    out_.compute_cost_micro_usd += p.compute_cost_micro_usd;
-    out_.egress_cost_micro_usd += p.egress_cost_micro_usd;
+    out_.compute_cost_micro_usd = SatAdd(out_.compute_cost_micro_usd, p.compute_cost_micro_usd);
+    out_.egress_cost_micro_usd = SatAdd(out_.egress_cost_micro_usd, p.egress_cost_micro_usd);
     for (const Transfer& t : p.transfers) {
       LinkUse& use = out_.links[{t.from, t.to}];
-      use.bytes += t.bytes;
-      use.cost_micro_usd += t.cost_micro_usd;
+      use.bytes = SatAdd(use.bytes, t.bytes);
+      use.cost_micro_usd = SatAdd(use.cost_micro_usd, t.cost_micro_usd);
       ++use.transfers;
     }
     running_.push({p.finish_us, p.task.value()});

@@ -15,8 +15,6 @@ namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
 
-int64_t SatAdd(int64_t a, int64_t b) { return a > kInf - b ? kInf : a + b; }
-
 }  // namespace
 
 int64_t ScoreFinishTimeUs(const TaskView& t, const Pool& pool, int64_t now_us, Candidate* c) {
