@@ -126,5 +126,14 @@ if [ "$state" = succeeded ] && [ "$answer" = "$expected" ]; then
 else
   echo "chaos: FAILED: state $state, answer:"
   printf '%s' "$answer" | od -c | head
+  python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+print("chaos: reason:", j["reason"])
+for t in j["task_list"]:
+    if t["state"] == "failed":
+        for a in t["history"]:
+            print("chaos:", t["name"], "attempt", a["attempt"], a["node"], a["outcome"], a["reason"])' "$dir/job.json"
+  tail -n 30 "$dir/logs/coordinator.log" | grep -i -E "fail|lost|warn" | tail -n 15
   exit 1
 fi

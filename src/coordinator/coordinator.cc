@@ -622,6 +622,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
   rt.transfer_address = reg.transfer_address;
+  rt.unreachable_until = MonotonicTime{};  // a new incarnation, at a new address
   // Objects it held before and no longer does went with its restart (after a restart of
   // ours it held none that we knew of): outputs still needed are made again at once,
   // not after the grace period.

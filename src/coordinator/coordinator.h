@@ -146,6 +146,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
     double load_average = 0;
     std::string transfer_address;
     std::set<std::string> objects;                       // ids of the objects it holds
+    // A task could not reach its transfer server: until then its replicas are not
+    // offered (it is dead and about to be declared so, or cut off for a while), so
+    // tasks wait, or their inputs are made again, rather than retry it at once.
+    MonotonicTime unreachable_until;
     std::map<std::string, model::LinkTraffic> traffic;   // by destination site
   };
   struct ObjectRt {
@@ -224,9 +228,15 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   // re-running a succeeded task whose output was lost (and, first, those of its own
   // dependencies that are lost too), with the tasks that wait for it waiting again.
   bool HasLiveReplicaLocked(const std::string& id) const;
+  // Whether a replica of the object can be read now: its node is alive and was not
+  // just reported unreachable by a task that tried (see NodeRt::unreachable_until).
+  bool Readable(int32_t node) const;
+  bool HasReadableReplicaLocked(const std::string& id) const;
   // What the scheduler weighs a task's placement by: its input objects, and its
   // dependencies' outputs at the sites where they ran.
   std::vector<model::ObjectRef> InputsForScheduling(const JobRt& job, const TaskRt& task) const;
+  // Whether its dependencies' outputs and its input objects can be read now (an input
+  // whose only holders are live but unreachable is waited for).
   bool DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const;
   void RebuildLocked(JobRt& job, uint32_t task, const std::string& reason, store::StoreBatch& batch);
   // Rebuilds the producers of objects that just lost their last replica.

@@ -319,6 +319,58 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   EXPECT_EQ(b2[0].dep_objects[0].id, ka);  // read from the new copy, not an empty input
 }
 
+TEST_F(CoordinatorTest, AHolderATaskCouldNotReachIsNotRetriedAtOnce) {
+  // Found by scripts/chaos.sh: a holder killed and not yet declared dead refused every
+  // fetch; its dependent was placed again at once, failed again at once, and after 11
+  // tries in under a second the job failed. Now the holder is not offered for a
+  // heartbeat timeout: the output is made again, and the dependent waits for it.
+  Start();
+  model::RegistrationReply n1 = Register(NodeWithT4("n1"));
+  model::RegistrationReply n2 = Register(NodeWith8Cores("n2"));
+  auto r = coord_->Submit(
+      "name: unreachable\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
+      "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
+      "unreachable.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string ka(32, 'a');
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  Report(n1, {DoneAsObject(a[0].key, ka)}, {model::HeldObject{ka, 10'000}});
+  std::vector<model::TaskAssignment> b = Next(n2);
+  ASSERT_EQ(b.size(), 1u);
+  model::TaskUpdate lost;
+  lost.key = b[0].key;
+  lost.kind = model::UpdateKind::kCancelled;
+  lost.reason = "input lost: the output of a: connect to n1: Connection refused";
+  lost.lost_inputs = {model::LostInput{ka, {}}};  // unreachable, not found damaged
+  Report(n2, {lost});
+  // a runs again (on n1, the only T4); b is not sent to n2 before it is done.
+  std::vector<model::TaskAssignment> again = Next(n1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].task_name, "a");
+  EXPECT_EQ(again[0].key.attempt, 2);
+  auto none = coord_->NextAssignments(n2.node_id, n2.session, 200'000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->assignments.empty());
+  // Made again on n1, which is still not offered until the timeout passes.
+  Report(n1, {DoneAsObject(again[0].key, ka)}, {model::HeldObject{ka, 10'000}});
+  none = coord_->NextAssignments(n2.node_id, n2.session, 200'000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->assignments.empty());
+  for (int i = 0; i < 2; ++i) {  // 1.2 s on, both nodes heartbeating
+    env_.fake().Advance(600'000);
+    Report(n1, {});
+    Report(n2, {});
+  }
+  std::vector<model::TaskAssignment> b2 = Next(n2);
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].task_name, "b");
+  EXPECT_EQ(b2[0].key.attempt, 2);
+  ASSERT_EQ(b2[0].dep_objects.size(), 1u);
+  ASSERT_EQ(b2[0].dep_objects[0].replicas.size(), 1u);
+  EXPECT_EQ(b2[0].dep_objects[0].replicas[0].node, "n1");
+}
+
 TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
   // An output under 4 KiB is whole in the report: dependents read it from the
   // coordinator (no fetch), and it is not made again when its node dies.

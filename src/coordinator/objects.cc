@@ -41,7 +41,7 @@ model::ObjectLocation Coordinator::LocationLocked(const std::string& id, const O
   model::ObjectLocation l{id, object.name, object.size, {}};
   for (int32_t n : object.nodes) {
     const NodeRt& rt = nodes_[n];
-    if (!rt.alive) continue;
+    if (!Readable(n)) continue;
     l.replicas.push_back(model::ObjectReplica{static_cast<uint32_t>(n), fleet_.nodes[n].name, rt.site,
                                               rt.transfer_address});
   }

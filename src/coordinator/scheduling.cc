@@ -361,6 +361,21 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
       auto n = node_by_name_.find(name);
       if (n != node_by_name_.end()) DropReplicaLocked(n->second, in.object_id);
     }
+    // Holders the agent could not reach (not found damaged): dead and not yet declared
+    // so, or cut off. Not offered again for a heartbeat timeout: by then a dead one is
+    // declared dead; until then the task waits, or the input is made again, instead of
+    // retrying the same holder at once.
+    auto o = objects_.find(in.object_id);
+    if (in.damaged_nodes.empty() && o != objects_.end()) {
+      const MonotonicTime until{env_.clock().Now().us + options_.heartbeat_timeout_us};
+      for (int32_t n : o->second.nodes) {
+        if (!Readable(n)) continue;
+        nodes_[n].unreachable_until = until;
+        MERIDIAN_LOG_WARN("node {} could not be reached for object {}; not offered for {}", fleet_.nodes[n].name,
+                          in.object_id, FormatDurationUs(options_.heartbeat_timeout_us));
+      }
+      if (!recheck_at_ || until < *recheck_at_) recheck_at_ = until;
+    }
     lost.insert(in.object_id);
   }
   if (++task.input_losses > kMaxInputLosses) {
@@ -534,7 +549,9 @@ void Coordinator::DetectFailuresLocked() {
       if (it == jobs_.end() || model::IsTerminal(it->second.rec.status)) continue;
       for (TaskId d : it->second.job->tasks[t].after) {
         const model::TaskRecord& dep = it->second.tasks[d.value()].rec;
-        if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasLiveReplicaLocked(dep.output_object)) lost.insert(dep.output_object);
+        if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasReadableReplicaLocked(dep.output_object)) {
+          lost.insert(dep.output_object);
+        }
       }
     }
     awaiting_inputs_.clear();
@@ -573,7 +590,20 @@ bool Coordinator::HasLiveReplicaLocked(const std::string& id) const {
   return false;
 }
 
+bool Coordinator::Readable(int32_t node) const {
+  return nodes_[node].alive && env_.clock().Now() >= nodes_[node].unreachable_until;
+}
+
+bool Coordinator::HasReadableReplicaLocked(const std::string& id) const {
+  auto it = objects_.find(id);
+  if (it == objects_.end()) return false;
+  return std::any_of(it->second.nodes.begin(), it->second.nodes.end(), [&](int32_t n) { return Readable(n); });
+}
+
 bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const {
+  for (const model::ObjectRef& in : job.job->tasks[task.rec.task].inputs) {
+    if (!HasReadableReplicaLocked(in.object_id) && HasLiveReplicaLocked(in.object_id)) return false;
+  }
   for (TaskId d : job.job->tasks[task.rec.task].after) {
     const model::TaskRecord& dep = job.tasks[d.value()].rec;
     if (dep.status != TaskStatus::kSucceeded) {
@@ -583,7 +613,9 @@ bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task
                         TaskName(job, d.value()));
       return false;
     }
-    if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasLiveReplicaLocked(dep.output_object)) return false;
+    if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasReadableReplicaLocked(dep.output_object)) {
+      return false;
+    }
   }
   return true;
 }
@@ -591,7 +623,7 @@ bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task
 void Coordinator::RebuildLostLocked(const std::set<std::string>& ids, const std::string& reason,
                                     store::StoreBatch& batch) {
   for (const std::string& id : ids) {
-    if (HasLiveReplicaLocked(id)) continue;
+    if (HasReadableReplicaLocked(id)) continue;
     auto p = producers_.find(id);
     if (p == producers_.end()) continue;
     const std::set<std::pair<uint64_t, uint32_t>> tasks = p->second;
@@ -631,7 +663,7 @@ void Coordinator::RebuildLocked(JobRt& job, uint32_t t, const std::string& reaso
   for (TaskId d : job.job->tasks[t].after) {
     TaskRt& dep = job.tasks[d.value()];
     if (dep.rec.status == TaskStatus::kSucceeded && !model::OutputWholeInline(dep.rec.output, dep.rec.output_object) &&
-        !HasLiveReplicaLocked(dep.rec.output_object)) {
+        !HasReadableReplicaLocked(dep.rec.output_object)) {
       RebuildLocked(job, d.value(), reason, batch);
     }
   }
