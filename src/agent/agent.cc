@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/parallel.h"
 #include "common/units.h"
 #include "kernels/devices.h"
 #include "kernels/kernel.h"
@@ -193,29 +194,22 @@ std::vector<std::optional<FetchedInput>> Agent::FetchTogether(const std::vector<
   for (auto& [address, g] : groups) {
     if (g.members.size() > 1) batches.push_back(&g);  // one alone gains nothing
   }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t b; (b = next.fetch_add(1)) < batches.size();) {
-      const Group& g = *batches[b];
-      objects::FetchOptions fo;
-      fo.site = options_.site;
-      fo.cancel = &stop;
-      std::vector<StatusOr<objects::FetchStats>> got = objects::FetchBatch(g.from->transfer_address, g.ids, *objects_, fo);
-      for (size_t k = 0; k < g.members.size(); ++k) {
-        if (!got[k].ok()) continue;  // fetched alone next, which retries and reports damage
-        const model::ObjectLocation& o = *objects[g.members[k]];
-        StatusOr<FetchedInput> in = PinInput(g.ids[k], true,
-                                             model::InputTransfer{o.id, got[k]->bytes > 0 ? g.from->site : options_.site,
-                                                                  options_.site, o.size, got[k]->seconds},
-                                             nullptr);
-        if (in.ok()) out[g.members[k]] = std::move(*in);
-      }
+  ParallelFor(batches.size(), kMaxBatchSources, [&](size_t b) {
+    const Group& g = *batches[b];
+    objects::FetchOptions fo;
+    fo.site = options_.site;
+    fo.cancel = &stop;
+    std::vector<StatusOr<objects::FetchStats>> got = objects::FetchBatch(g.from->transfer_address, g.ids, *objects_, fo);
+    for (size_t k = 0; k < g.members.size(); ++k) {
+      if (!got[k].ok()) continue;  // fetched alone next, which retries and reports damage
+      const model::ObjectLocation& o = *objects[g.members[k]];
+      StatusOr<FetchedInput> in = PinInput(g.ids[k], true,
+                                           model::InputTransfer{o.id, got[k]->bytes > 0 ? g.from->site : options_.site,
+                                                                options_.site, o.size, got[k]->seconds},
+                                           nullptr);
+      if (in.ok()) out[g.members[k]] = std::move(*in);
     }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t k = 1; k < std::min(batches.size(), kMaxBatchSources); ++k) helpers.emplace_back(worker);
-  worker();
-  for (std::thread& t : helpers) t.join();
+  });
   return out;
 }
 

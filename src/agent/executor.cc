@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/parallel.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "kernels/kernel.h"
@@ -159,6 +160,29 @@ void Executor::KernelWorker() {
   }
 }
 
+std::vector<StatusOr<FetchedInput>> Executor::FetchAll(const std::vector<const model::ObjectLocation*>& objects,
+                                                      const std::atomic<bool>& stop,
+                                                      std::vector<std::vector<std::string>>& damaged) {
+  std::vector<StatusOr<FetchedInput>> got(objects.size(), UnavailableError("not fetched"));
+  std::vector<size_t> alone;  // indices for `fetch`, one object a call
+  std::vector<std::optional<FetchedInput>> together;
+  if (options_.fetch_together && objects.size() > 1) together = options_.fetch_together(objects, stop);
+  for (size_t i = 0; i < objects.size(); ++i) {
+    if (i < together.size() && together[i]) {
+      got[i] = std::move(*together[i]);
+    } else {
+      alone.push_back(i);
+    }
+  }
+  // Several at once: each fetch pays its link's round trip, and a merge of many parts
+  // would otherwise pay them one after another.
+  ParallelFor(alone.size(), kMaxParallelFetches, [&](size_t k) {
+    const size_t i = alone[k];
+    got[i] = options_.fetch(*objects[i], stop, &damaged[i]);
+  });
+  return got;
+}
+
 bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u) {
   const model::TaskAssignment& a = task.assignment;
   struct Want {
@@ -192,36 +216,10 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     u.reason = "this agent cannot fetch input objects";
     return false;
   }
-  // Several at once: each fetch pays its link's round trip, and a merge of many parts
-  // would otherwise pay them one after another.
-  std::vector<StatusOr<FetchedInput>> got(wants.size(), UnavailableError("not fetched"));
+  std::vector<const model::ObjectLocation*> objects;
+  for (const Want& w : wants) objects.push_back(w.object);
   std::vector<std::vector<std::string>> damaged(wants.size());
-  std::vector<size_t> alone;  // indices into wants for `fetch`, one at a time
-  if (options_.fetch_together && wants.size() > 1) {
-    std::vector<const model::ObjectLocation*> objects;
-    for (const Want& w : wants) objects.push_back(w.object);
-    std::vector<std::optional<FetchedInput>> together = options_.fetch_together(objects, task.stop);
-    for (size_t i = 0; i < wants.size(); ++i) {
-      if (i < together.size() && together[i]) {
-        got[i] = std::move(*together[i]);
-      } else {
-        alone.push_back(i);
-      }
-    }
-  } else {
-    for (size_t i = 0; i < wants.size(); ++i) alone.push_back(i);
-  }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < alone.size();) {
-      const size_t i = alone[k];
-      got[i] = options_.fetch(*wants[i].object, task.stop, &damaged[i]);
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t k = 1; k < std::min(alone.size(), kMaxParallelFetches); ++k) helpers.emplace_back(worker);
-  worker();
-  for (std::thread& t : helpers) t.join();
+  std::vector<StatusOr<FetchedInput>> got = FetchAll(objects, task.stop, damaged);
   std::string lost_reason, failed_reason;
   for (size_t i = 0; i < wants.size(); ++i) {
     if (got[i].ok()) {

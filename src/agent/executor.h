@@ -92,6 +92,11 @@ class Executor {
   // `u` saying why: cancelled, failed, or cancelled with `lost_inputs` when an input
   // could not be read from any replica. `u.transfers` says what moved either way.
   bool GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u);
+  // Each object here: small ones together where fetch_together can, the rest one a
+  // call, several at once. damaged[i] gets the holders found bad for objects[i].
+  std::vector<StatusOr<FetchedInput>> FetchAll(const std::vector<const model::ObjectLocation*>& objects,
+                                               const std::atomic<bool>& stop,
+                                               std::vector<std::vector<std::string>>& damaged);
   void Finish(const model::TaskKey& key, model::TaskUpdate update);
   // What a successful output becomes, for kernels and commands alike: refused past
   // the limit, kept as an object on this node (the report carries its first

@@ -117,22 +117,23 @@ StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
   return out;
 }
 
-StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
-  v1::CancelJobRequest req;
+// A JobService call that names one job and answers with its summary.
+template <typename Request, typename Method>
+StatusOr<model::JobSummary> Client::OnJob(uint64_t id, Method method) {
+  Request req;
   req.set_job_id(id);
   v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Cancel, req, &resp);
+  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, method, req, &resp);
   if (!s.ok()) return Explain(rpc::FromGrpc(s));
   return rpc::FromProto(resp).summary;
 }
 
+StatusOr<model::JobSummary> Client::Cancel(uint64_t id) {
+  return OnJob<v1::CancelJobRequest>(id, &v1::JobService::Stub::Cancel);
+}
+
 StatusOr<model::JobSummary> Client::Delete(uint64_t id) {
-  v1::DeleteJobRequest req;
-  req.set_job_id(id);
-  v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Delete, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
-  return rpc::FromProto(resp).summary;
+  return OnJob<v1::DeleteJobRequest>(id, &v1::JobService::Stub::Delete);
 }
 
 StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string& task) {

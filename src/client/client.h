@@ -63,6 +63,8 @@ class Client {
   StatusOr<std::vector<model::DatasetView>> Datasets();
 
  private:
+  template <typename Request, typename Method>
+  StatusOr<model::JobSummary> OnJob(uint64_t id, Method method);
   Status Explain(const Status& s) const;
   std::shared_ptr<grpc::Channel> Channel() const;
 

@@ -4,9 +4,14 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 #include "common/env.h"
+#include "common/parallel.h"
 
 namespace meridian {
 namespace {
@@ -47,6 +52,17 @@ void ReturnFreedMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif
+}
+
+void ParallelFor(size_t count, size_t max_threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < count;) fn(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < std::min(count, max_threads); ++k) helpers.emplace_back(worker);
+  worker();
+  for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace meridian

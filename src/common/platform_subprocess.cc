@@ -71,8 +71,6 @@ std::vector<char*> CStrings(const std::vector<std::string>& v) {
   return out;
 }
 
-const std::string kNoCgroup;
-
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -176,11 +174,11 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   close(exec_pipe[1]);
   // Whatever happens from here, everything the child started goes with its cgroup.
   struct CgroupEnd {
-    const std::string& dir;
+    std::string dir;  // empty: it runs in none
     ~CgroupEnd() {
       if (!dir.empty()) KillAndRemoveCgroup(dir);
     }
-  } cgroup_end{cgroup_procs >= 0 ? options.cgroup : kNoCgroup};
+  } cgroup_end{cgroup_procs >= 0 ? options.cgroup : std::string()};
   int exec_errno = 0;
   ssize_t got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
   close(exec_pipe[0]);

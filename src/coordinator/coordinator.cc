@@ -122,39 +122,36 @@ Status Coordinator::LoadState() {
       continue;
     }
     job.job = std::make_unique<model::Job>(std::move(*parsed));
-    job.counts.tasks_total = static_cast<int32_t>(job.tasks.size());
     for (size_t i = 0; i < job.tasks.size(); ++i) {
       for (TaskId d : job.job->tasks[i].after) job.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
     }
     for (size_t i = 0; i < job.tasks.size(); ++i) {
       TaskRt& t = job.tasks[i];
+      model::CountTasks(job.counts, t.rec.status, 1);
       job.counts.retries += std::max(0, t.rec.attempt - 1);
       for (TaskId d : job.job->tasks[i].after) {
         if (job.tasks[d.value()].rec.status != TaskStatus::kSucceeded) ++t.deps_left;
       }
       switch (t.rec.status) {
         case TaskStatus::kSucceeded:
-          ++job.counts.succeeded;
           if (t.dependents.empty()) std::string().swap(t.rec.output);  // read from the store
           // Lineage across the restart: who makes the outputs still to be read.
-          if (!model::OutputWholeInline(t.rec.output, t.rec.output_object) && !t.dependents.empty() &&
-              !model::IsTerminal(job.rec.status)) {
+          if (!model::OutputWholeInline(t.rec.output, t.rec.output_object) && !t.dependents.empty()) {
             producers_[t.rec.output_object].insert({id, static_cast<uint32_t>(i)});
           }
           break;
-        case TaskStatus::kFailed: ++job.counts.failed; break;
-        case TaskStatus::kCancelled: ++job.counts.cancelled; break;
-        case TaskStatus::kBlocked: ++job.counts.waiting; break;
         case TaskStatus::kQueued:
-          ++job.counts.waiting;
           Enqueue(t);
           break;
         case TaskStatus::kAssigned:
         case TaskStatus::kRunning:
           // Placed before the restart: wait for its agent to say whether it still runs.
-          ++job.counts.running;
           ++job.running_by_site[t.rec.site];
           orphans_[{id, static_cast<uint32_t>(i)}] = Orphan{t.rec.node, grace};
+          break;
+        case TaskStatus::kFailed:
+        case TaskStatus::kCancelled:
+        case TaskStatus::kBlocked:
           break;
       }
     }
@@ -346,9 +343,8 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
                                              rpc::kMaxTaskPageBytes));
   if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
   for (model::TaskView& t : view.tasks) {
-    if (t.name.empty()) t.name = it == jobs_.end() ? fmt::format("#{}", t.record.task) : TaskName(it->second, t.record.task);
+    if (t.name.empty()) t.name = TaskNameLocked(id, t.record.task);
   }
   return view;
 }
@@ -449,11 +445,8 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
   if (!task.empty() && !index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, store_->Logs(id, index));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(id);
   for (rpc::TaskLog& l : logs) {
-    if (l.task.empty()) {
-      l.task = it == jobs_.end() ? fmt::format("#{}", l.record.task) : TaskName(it->second, l.record.task);
-    }
+    if (l.task.empty()) l.task = TaskNameLocked(id, l.record.task);
   }
   return logs;
 }
@@ -483,7 +476,12 @@ model::JobSummary Coordinator::SummaryOf(const JobRt& job) const {
 }
 
 std::string Coordinator::TaskName(const JobRt& job, uint32_t task) const {
-  return job.job ? job.job->tasks[task].name : fmt::format("#{}", task);
+  return job.job && task < job.job->tasks.size() ? job.job->tasks[task].name : fmt::format("#{}", task);
+}
+
+std::string Coordinator::TaskNameLocked(uint64_t job, uint32_t task) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? fmt::format("#{}", task) : TaskName(it->second, task);
 }
 
 void Coordinator::Changed(JobRt& job) {

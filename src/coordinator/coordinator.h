@@ -247,6 +247,9 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
+  // The task's name for a job that may be gone or out of memory ("#N" without its spec:
+  // stored before names were).
+  std::string TaskNameLocked(uint64_t job, uint32_t task) const;
   int64_t WallUs() const { return env_.clock().WallNow().us; }
 
   const CoordinatorOptions options_;

@@ -270,34 +270,18 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   // Found by scripts/chaos.sh (a merge summed 799 of 800 parts): b runs on n2 reading
   // a's output on n1; n1 dies and a is made again; then b's attempt ends with its
   // input lost. b must wait for a's new output, not run at once on an empty one.
-  Start();
-  model::RegistrationReply n1 = Register(NodeWithT4("n1"));
-  model::RegistrationReply n2 = Register(NodeWith8Cores("n2"));
-  auto r = coord_->Submit(
-      "name: wait\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
-      "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
-      "wait.yaml");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::string ka(32, 'a');
-  std::vector<model::TaskAssignment> a = Next(n1);
-  ASSERT_EQ(a.size(), 1u);
-  model::TaskUpdate done = DoneAsObject(a[0].key, ka);
-  Report(n1, {done}, {model::HeldObject{ka, 10'000}});
-  std::vector<model::TaskAssignment> b = Next(n2);
-  ASSERT_EQ(b.size(), 1u);
+  ObjectDag d = StartObjectDag(ka);
+  ASSERT_FALSE(d.b.task_name.empty());
+  const model::RegistrationReply& n2 = d.n2;
   env_.fake().Advance(1'500'000);  // n1 falls silent and is declared dead: a runs again
   Report(n2, {});
-  for (int i = 0; i < 200 && Job(r->job_id).tasks[0].record.status == model::TaskStatus::kSucceeded; ++i) {
+  for (int i = 0; i < 200 && Job(d.job).tasks[0].record.status == model::TaskStatus::kSucceeded; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_NE(Job(r->job_id).tasks[0].record.status, model::TaskStatus::kSucceeded);
-  model::TaskUpdate lost;
-  lost.key = b[0].key;
-  lost.kind = model::UpdateKind::kCancelled;
-  lost.reason = "input lost: the output of a: n1 cannot be reached";
-  lost.lost_inputs = {model::LostInput{ka, {}}};
-  Report(n2, {lost});
-  model::JobView v = Job(r->job_id);
+  ASSERT_NE(Job(d.job).tasks[0].record.status, model::TaskStatus::kSucceeded);
+  Report(n2, {InputLost(d.b.key, ka, "input lost: the output of a: n1 cannot be reached")});
+  model::JobView v = Job(d.job);
   EXPECT_EQ(v.tasks[1].record.status, model::TaskStatus::kBlocked);
   // No new attempt of b until a is done again (a needs the T4, which went with n1).
   // (n2's earlier heartbeat may have had b's first attempt resent: it did not say it
@@ -309,6 +293,7 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   std::vector<model::TaskAssignment> a2 = Next(n1b);
   ASSERT_EQ(a2.size(), 1u);
   EXPECT_EQ(a2[0].task_name, "a");
+  model::TaskUpdate done = d.a_done;
   done.key = a2[0].key;
   Report(n1b, {done}, {model::HeldObject{ka, 10'000}});
   std::vector<model::TaskAssignment> b2 = Next(n2);
@@ -324,26 +309,13 @@ TEST_F(CoordinatorTest, AHolderATaskCouldNotReachIsNotRetriedAtOnce) {
   // fetch; its dependent was placed again at once, failed again at once, and after 11
   // tries in under a second the job failed. Now the holder is not offered for a
   // heartbeat timeout: the output is made again, and the dependent waits for it.
-  Start();
-  model::RegistrationReply n1 = Register(NodeWithT4("n1"));
-  model::RegistrationReply n2 = Register(NodeWith8Cores("n2"));
-  auto r = coord_->Submit(
-      "name: unreachable\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
-      "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
-      "unreachable.yaml");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::string ka(32, 'a');
-  std::vector<model::TaskAssignment> a = Next(n1);
-  ASSERT_EQ(a.size(), 1u);
-  Report(n1, {DoneAsObject(a[0].key, ka)}, {model::HeldObject{ka, 10'000}});
-  std::vector<model::TaskAssignment> b = Next(n2);
-  ASSERT_EQ(b.size(), 1u);
-  model::TaskUpdate lost;
-  lost.key = b[0].key;
-  lost.kind = model::UpdateKind::kCancelled;
-  lost.reason = "input lost: the output of a: connect to n1: Connection refused";
-  lost.lost_inputs = {model::LostInput{ka, {}}};  // unreachable, not found damaged
-  Report(n2, {lost});
+  ObjectDag d = StartObjectDag(ka);
+  ASSERT_FALSE(d.b.task_name.empty());
+  const model::RegistrationReply& n1 = d.n1;
+  const model::RegistrationReply& n2 = d.n2;
+  // Unreachable, not found damaged.
+  Report(n2, {InputLost(d.b.key, ka, "input lost: the output of a: connect to n1: Connection refused")});
   // a runs again (on n1, the only T4); b is not sent to n2 before it is done.
   std::vector<model::TaskAssignment> again = Next(n1);
   ASSERT_EQ(again.size(), 1u);
@@ -478,12 +450,7 @@ TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
   std::vector<model::TaskAssignment> b = Next(n1);
   ASSERT_EQ(b.size(), 1u);
   ASSERT_EQ(b[0].dep_objects[0].id, ka);
-  model::TaskUpdate lost;
-  lost.key = b[0].key;
-  lost.kind = model::UpdateKind::kCancelled;
-  lost.reason = "input lost: the output of a: its spill file is damaged";
-  lost.lost_inputs = {model::LostInput{ka, {"n1"}}};
-  Report(n1, {lost});
+  Report(n1, {InputLost(b[0].key, ka, "input lost: the output of a: its spill file is damaged", {"n1"})});
   std::vector<model::TaskAssignment> again = Next(n1);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].task_name, "a");

@@ -59,6 +59,18 @@ inline model::TaskUpdate DoneAsObject(const model::TaskKey& key, const std::stri
   return u;
 }
 
+// An attempt stopped because it could not read `object`; `damaged` names the holders
+// whose copies it found bad (none: it could not reach them).
+inline model::TaskUpdate InputLost(const model::TaskKey& key, const std::string& object, const std::string& reason,
+                                   std::vector<std::string> damaged = {}) {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kCancelled;
+  u.reason = reason;
+  u.lost_inputs = {model::LostInput{object, std::move(damaged)}};
+  return u;
+}
+
 // A node with the only T4 (tasks asking for one go there) ...
 inline model::AgentRegistration NodeWithT4(const std::string& name, const std::string& site = "s1") {
   model::AgentRegistration r = Node(name, site);
@@ -112,6 +124,37 @@ class CoordinatorTest : public ::testing::Test {
     auto r = coord_->Heartbeat(hb);
     ASSERT_TRUE(r.ok());
     EXPECT_FALSE(*r);
+  }
+
+  // Two nodes, n1 with the only T4 and n2 with 8 cores, and a job whose a (T4: n1)
+  // makes the object `object` that b (6 cores: n2) reads; a has finished and b's first
+  // attempt is placed.
+  struct ObjectDag {
+    model::RegistrationReply n1, n2;
+    uint64_t job = 0;
+    model::TaskUpdate a_done;  // a's report (its key is the first attempt's)
+    model::TaskAssignment b;
+  };
+  ObjectDag StartObjectDag(const std::string& object) {
+    ObjectDag d;
+    Start();
+    d.n1 = Register(NodeWithT4("n1"));
+    d.n2 = Register(NodeWith8Cores("n2"));
+    auto r = coord_->Submit(
+        "name: dag\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
+        "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
+        "dag.yaml");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    d.job = r.ok() ? r->job_id : 0;
+    std::vector<model::TaskAssignment> a = Next(d.n1);
+    EXPECT_EQ(a.size(), 1u);
+    if (a.empty()) return d;
+    d.a_done = DoneAsObject(a[0].key, object);
+    Report(d.n1, {d.a_done}, {model::HeldObject{object, 10'000}});
+    std::vector<model::TaskAssignment> b = Next(d.n2);
+    EXPECT_EQ(b.size(), 1u);
+    if (!b.empty()) d.b = b[0];
+    return d;
   }
 
   model::JobView Job(uint64_t id) {

@@ -46,4 +46,17 @@ std::string_view TaskStatusName(TaskStatus s) { return NameOf(kTaskNames, s); }
 std::optional<JobStatus> ParseJobStatus(std::string_view name) { return ValueOf(kJobNames, name); }
 std::optional<TaskStatus> ParseTaskStatus(std::string_view name) { return ValueOf(kTaskNames, name); }
 
+void CountTasks(JobSummary& summary, TaskStatus status, int32_t n) {
+  summary.tasks_total += n;
+  switch (status) {
+    case TaskStatus::kSucceeded: summary.succeeded += n; break;
+    case TaskStatus::kFailed: summary.failed += n; break;
+    case TaskStatus::kCancelled: summary.cancelled += n; break;
+    case TaskStatus::kBlocked:
+    case TaskStatus::kQueued: summary.waiting += n; break;
+    case TaskStatus::kAssigned:
+    case TaskStatus::kRunning: summary.running += n; break;
+  }
+}
+
 }  // namespace meridian::model

@@ -112,6 +112,10 @@ struct JobSummary {
   std::map<std::string, int32_t> running_by_site;
 };
 
+// Adds `n` tasks in `status` to the summary's counts (waiting, running, succeeded,
+// failed or cancelled) and to its total.
+void CountTasks(JobSummary& summary, TaskStatus status, int32_t n);
+
 struct TaskView {
   std::string name;
   bool result = false;  // no task of its job depends on it

@@ -384,18 +384,9 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
                                  "count finished jobs' tasks"));
   while (sqlite3_step(counts.st) == SQLITE_ROW) {
     model::JobSummary& c = out.finished_counts[static_cast<uint64_t>(sqlite3_column_int64(counts.st, 0))];
-    const int32_t n = sqlite3_column_int(counts.st, 2);
-    c.tasks_total += n;
+    model::CountTasks(c, model::ParseTaskStatus(Text(counts.st, 1)).value_or(model::TaskStatus::kFailed),
+                      sqlite3_column_int(counts.st, 2));
     c.retries += sqlite3_column_int(counts.st, 3);
-    switch (model::ParseTaskStatus(Text(counts.st, 1)).value_or(model::TaskStatus::kFailed)) {
-      case model::TaskStatus::kSucceeded: c.succeeded += n; break;
-      case model::TaskStatus::kFailed: c.failed += n; break;
-      case model::TaskStatus::kCancelled: c.cancelled += n; break;
-      case model::TaskStatus::kBlocked:
-      case model::TaskStatus::kQueued: c.waiting += n; break;
-      case model::TaskStatus::kAssigned:
-      case model::TaskStatus::kRunning: c.running += n; break;
-    }
   }
   Stmt names;
   MERIDIAN_RETURN_IF_ERROR(Query(names, "SELECT * FROM object_names ORDER BY name, shard", "read object names"));

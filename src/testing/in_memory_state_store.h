@@ -55,17 +55,8 @@ class InMemoryStateStore final : public store::StateStore {
         continue;
       }
       model::JobSummary& c = out.finished_counts[t.job];
-      ++c.tasks_total;
+      model::CountTasks(c, t.status, 1);
       c.retries += std::max(0, t.attempt - 1);
-      switch (t.status) {
-        case model::TaskStatus::kSucceeded: ++c.succeeded; break;
-        case model::TaskStatus::kFailed: ++c.failed; break;
-        case model::TaskStatus::kCancelled: ++c.cancelled; break;
-        case model::TaskStatus::kBlocked:
-        case model::TaskStatus::kQueued: ++c.waiting; break;
-        case model::TaskStatus::kAssigned:
-        case model::TaskStatus::kRunning: ++c.running; break;
-      }
     }
     for (const auto& [k, a] : attempts_) {
       if (!model::IsTerminal(jobs_.at(a.job).status)) out.attempts.push_back(a);
