@@ -49,14 +49,15 @@ declare -A allowed=(
   [sim]="sim sched spec model common"
   [kernels]="kernels common"
   [store]="store model common"
-  [objects]="objects common"
-  [rpc]="rpc model common meridian"
-  [coordinator]="coordinator sched store spec rpc model common"
-  [agent]="agent kernels objects rpc model common"
-  [client]="client rpc spec model common meridian"
-  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects"
+  [security]="security common"
+  [objects]="objects security common"
+  [rpc]="rpc security model common meridian"
+  [coordinator]="coordinator sched store spec rpc security model common"
+  [agent]="agent kernels objects rpc security model common"
+  [client]="client rpc security objects spec model common meridian"
+  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security"
   [bench]="bench sched sim spec model common"
-  [tests]="client rpc spec model common meridian"
+  [tests]="client rpc security spec model common meridian"
   [fuzz]="spec sim sched objects rpc model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client
@@ -72,6 +73,7 @@ declare -A forbidden=(
   [agent]="grpc sqlite3 cuda"
   [store]="grpc cuda"
   [objects]="grpc sqlite3 cuda"
+  [security]="grpc sqlite3 cuda yaml-cpp nlohmann"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"

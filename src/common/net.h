@@ -18,7 +18,29 @@
 
 namespace meridian {
 
-class TcpStream {
+// A connected, ordered byte stream: a TcpStream, or a TLS session over one
+// (security/tls.h). The transfer protocol speaks through this.
+class ByteStream {
+ public:
+  virtual ~ByteStream() = default;
+  // Writes every byte of all buffers, or fails (the peer closed, a reset, Shutdown).
+  virtual Status WriteAll(std::span<const iovec> buffers) = 0;
+  Status WriteAll(const void* data, size_t size) {
+    iovec one{const_cast<void*>(data), size};
+    return WriteAll(std::span<const iovec>(&one, 1));
+  }
+  // Reads exactly `size` bytes; an orderly close before that is an error too.
+  virtual Status ReadExact(void* data, size_t size) = 0;
+  // Blocked reads and writes fail after this long without progress (0: never).
+  virtual Status SetTimeout(int64_t timeout_us) = 0;
+  // Breaks the connection both ways; a blocked ReadExact/WriteAll returns an error.
+  virtual void Shutdown() = 0;
+  virtual std::string peer() const = 0;
+  // Who the peer proved to be (a TLS certificate's name); empty on plain TCP.
+  virtual std::string identity() const { return {}; }
+};
+
+class TcpStream final : public ByteStream {
  public:
   // Connects to host:port, giving up after timeout_us.
   static StatusOr<std::unique_ptr<TcpStream>> Connect(const std::string& host, int port, int64_t timeout_us);
@@ -27,16 +49,14 @@ class TcpStream {
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
 
-  // Writes every byte of all buffers, or fails (the peer closed, a reset, Shutdown).
-  Status WriteAll(std::span<const iovec> buffers);
-  Status WriteAll(const void* data, size_t size);
-  // Reads exactly `size` bytes; an orderly close before that is an error too.
-  Status ReadExact(void* data, size_t size);
-  // Blocked reads and writes fail after this long without progress (0: never).
-  Status SetTimeout(int64_t timeout_us);
-  // Breaks the connection both ways; a blocked ReadExact/WriteAll returns an error.
-  void Shutdown();
-  std::string peer() const { return peer_; }
+  using ByteStream::WriteAll;
+  Status WriteAll(std::span<const iovec> buffers) override;
+  Status ReadExact(void* data, size_t size) override;
+  Status SetTimeout(int64_t timeout_us) override;
+  void Shutdown() override;
+  std::string peer() const override { return peer_; }
+  // The socket, for a TLS session to run over (security/tls.h); still owned here.
+  int fd() const { return fd_; }
 
  private:
   int fd_;

@@ -120,11 +120,6 @@ Status TcpStream::WriteAll(std::span<const iovec> buffers) {
   return OkStatus();
 }
 
-Status TcpStream::WriteAll(const void* data, size_t size) {
-  iovec one{const_cast<void*>(data), size};
-  return WriteAll(std::span<const iovec>(&one, 1));
-}
-
 Status TcpStream::ReadExact(void* data, size_t size) {
   char* p = static_cast<char*>(data);
   while (size > 0) {

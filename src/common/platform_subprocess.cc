@@ -148,6 +148,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     setpgid(0, 0);
+    signal(SIGPIPE, SIG_DFL);  // see IgnoreBrokenPipes
     if (cgroup_procs >= 0) {
       ssize_t moved = write(cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
       (void)moved;
@@ -271,6 +272,8 @@ void BlockTerminationSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+void IgnoreBrokenPipes() { signal(SIGPIPE, SIG_IGN); }
+
 int WaitForTerminationSignal() {
   sigset_t set;
   sigemptyset(&set);
@@ -293,6 +296,7 @@ StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::str
   }
   if (pid == 0) {
     setsid();
+    signal(SIGPIPE, SIG_DFL);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(log, 1);

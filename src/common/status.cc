@@ -63,6 +63,8 @@ Status DeadlineExceededError(std::string m) {
 }
 Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+Status UnauthenticatedError(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 namespace internal {
 void CheckFailed(const char* file, int line, const char* condition, std::string_view message) {

@@ -83,6 +83,8 @@ Status UnimplementedError(std::string message);
 Status DeadlineExceededError(std::string message);
 Status DataLossError(std::string message);
 Status CancelledError(std::string message);
+Status PermissionDeniedError(std::string message);
+Status UnauthenticatedError(std::string message);
 
 namespace internal {
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition,

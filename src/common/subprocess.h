@@ -93,4 +93,9 @@ StatusOr<ChildUsage> RunAndMeasure(const std::vector<std::string>& argv, const s
 void BlockTerminationSignals();
 int WaitForTerminationSignal();
 
+// Makes a write to a connection its peer closed fail with EPIPE instead of killing
+// the process with SIGPIPE (libraries such as OpenSSL write with plain write()).
+// Process-wide and idempotent; child processes get the default back.
+void IgnoreBrokenPipes();
+
 }  // namespace meridian

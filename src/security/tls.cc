@@ -1,0 +1,209 @@
+#include "security/tls.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/subprocess.h"
+#include "security/pki.h"
+
+namespace meridian::security {
+namespace {
+
+std::string SslError() {
+  unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "the connection closed";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+StatusOr<std::string> ReadPem(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(fmt::format("cannot read {}", path.string()));
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  if (text.size() > (1 << 20)) return InvalidArgumentError(fmt::format("{} is over 1 MiB", path.string()));
+  return text;
+}
+
+std::string PeerName(SSL* ssl) {
+  X509* cert = SSL_get0_peer_certificate(ssl);
+  if (cert == nullptr) return {};
+  char buf[256];
+  if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof(buf)) <= 0) return {};
+  return buf;
+}
+
+class TlsStreamImpl final : public ByteStream {
+ public:
+  TlsStreamImpl(std::unique_ptr<TcpStream> tcp, SSL* ssl) : tcp_(std::move(tcp)), ssl_(ssl) {}
+  ~TlsStreamImpl() override {
+    SSL_free(ssl_);
+  }
+
+  Status WriteAll(std::span<const iovec> buffers) override {
+    for (const iovec& b : buffers) {
+      const char* p = static_cast<const char*>(b.iov_base);
+      size_t left = b.iov_len;
+      while (left > 0) {
+        size_t written = 0;
+        if (SSL_write_ex(ssl_, p, left, &written) != 1) {
+          return UnavailableError(fmt::format("TLS write to {}: {}", peer(), SslError()));
+        }
+        p += written;
+        left -= written;
+      }
+    }
+    return OkStatus();
+  }
+
+  Status ReadExact(void* data, size_t size) override {
+    char* p = static_cast<char*>(data);
+    while (size > 0) {
+      size_t n = 0;
+      if (SSL_read_ex(ssl_, p, size, &n) != 1) {
+        return UnavailableError(fmt::format("TLS read from {}: {}", peer(), SslError()));
+      }
+      p += n;
+      size -= n;
+    }
+    return OkStatus();
+  }
+
+  Status SetTimeout(int64_t timeout_us) override { return tcp_->SetTimeout(timeout_us); }
+  void Shutdown() override { tcp_->Shutdown(); }
+  std::string peer() const override { return tcp_->peer(); }
+  std::string identity() const override { return identity_; }
+  void set_identity(std::string id) { identity_ = std::move(id); }
+
+ private:
+  std::unique_ptr<TcpStream> tcp_;
+  SSL* ssl_;
+  std::string identity_;
+};
+
+// A context requiring TLS 1.3 and a peer certificate of the CA in `c`.
+StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (ctx == nullptr) return InternalError("TLS: " + SslError());
+  auto fail = [&](std::string_view what) {
+    SSL_CTX_free(ctx);
+    return InvalidArgumentError(fmt::format("TLS: {}: {}", what, SslError()));
+  };
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  // No session resumption: no tickets to send after the handshake.
+  SSL_CTX_set_num_tickets(ctx, 0);
+  // Kernel TLS where the kernel has it: the bulk path then encrypts in sendfile-like
+  // writes without an extra copy; elsewhere OpenSSL does it in user space.
+  SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  BIO* bio = BIO_new_mem_buf(c.ca_pem.data(), static_cast<int>(c.ca_pem.size()));
+  int cas = 0;
+  while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, ca);
+    X509_free(ca);
+    ++cas;
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (cas == 0) return fail("the CA bundle holds no certificate");
+  bio = BIO_new_mem_buf(c.cert_pem.data(), static_cast<int>(c.cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr || SSL_CTX_use_certificate(ctx, cert) != 1) {
+    X509_free(cert);
+    return fail("this process's certificate");
+  }
+  X509_free(cert);
+  bio = BIO_new_mem_buf(c.key_pem.data(), static_cast<int>(c.key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (key == nullptr || SSL_CTX_use_PrivateKey(ctx, key) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    EVP_PKEY_free(key);
+    return fail("this process's key");
+  }
+  EVP_PKEY_free(key);
+  return ctx;
+}
+
+}  // namespace
+
+StatusOr<TlsCredentials> LoadCredentials(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  TlsCredentials c;
+  MERIDIAN_ASSIGN_OR_RETURN(c.ca_pem, ReadPem(fs::path(dir) / "ca.crt"));
+  MERIDIAN_ASSIGN_OR_RETURN(c.cert_pem, ReadPem(fs::path(dir) / (name + ".crt")));
+  MERIDIAN_ASSIGN_OR_RETURN(c.key_pem, ReadPem(fs::path(dir) / (name + ".key")));
+  if (!KeyMatches(c.cert_pem, c.key_pem)) {
+    return InvalidArgumentError(fmt::format("{}/{}.key is not the key of {}/{}.crt", dir, name, dir, name));
+  }
+  Status v = Verify(c.cert_pem, c.ca_pem, static_cast<int64_t>(std::time(nullptr)));
+  if (!v.ok()) return v.WithPrefix(fmt::format("{}/{}.crt", dir, name));
+  return c;
+}
+
+StatusOr<std::shared_ptr<TlsContext>> TlsContext::Create(const TlsCredentials& credentials) {
+  if (!credentials.enabled()) return InvalidArgumentError("TLS: no CA certificate");
+  // OpenSSL writes with write(): a peer gone must be an error, not SIGPIPE.
+  IgnoreBrokenPipes();
+  std::shared_ptr<TlsContext> t(new TlsContext());
+  MERIDIAN_ASSIGN_OR_RETURN(t->server_, MakeContext(credentials, true));
+  MERIDIAN_ASSIGN_OR_RETURN(t->client_, MakeContext(credentials, false));
+  MERIDIAN_ASSIGN_OR_RETURN(CertInfo info, Inspect(credentials.cert_pem));
+  t->identity_ = info.common_name;
+  return t;
+}
+
+TlsContext::~TlsContext() {
+  SSL_CTX_free(server_);
+  SSL_CTX_free(client_);
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, std::unique_ptr<TcpStream> tcp, bool server) {
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr) return InternalError("TLS: " + SslError());
+  SSL_set_fd(ssl, tcp->fd());
+  auto stream = std::make_unique<TlsStreamImpl>(std::move(tcp), ssl);
+  int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
+  if (r != 1) {
+    long verify = SSL_get_verify_result(ssl);
+    std::string why = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : SslError();
+    ERR_clear_error();
+    return UnauthenticatedError(fmt::format("TLS handshake with {} failed: {}", stream->peer(), why));
+  }
+  stream->set_identity(PeerName(ssl));
+  return std::unique_ptr<ByteStream>(std::move(stream));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(std::unique_ptr<TcpStream> tcp) const {
+  return Handshake(server_, std::move(tcp), true);
+}
+
+StatusOr<std::unique_ptr<ByteStream>> TlsContext::Connect(std::unique_ptr<TcpStream> tcp) const {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Handshake(client_, std::move(tcp), false));
+  if (s->identity().rfind("node:", 0) != 0) {
+    return UnauthenticatedError(
+        fmt::format("{} presented the certificate of '{}', not of a node of the cluster", s->peer(), s->identity()));
+  }
+  return s;
+}
+
+}  // namespace meridian::security

@@ -1,0 +1,56 @@
+// TLS for Meridian's own TCP protocols (the transfer plane), with OpenSSL, and the
+// credentials every secured connection uses, gRPC's included: the cluster's CA
+// bundle, and this process's certificate and key. Both ends always present a
+// certificate of the cluster's CA (mutual TLS, version 1.3 only).
+//
+// Thread-safety: a TlsContext may be shared by any number of threads; a TlsStream is
+// the streams it makes are used as a TcpStream is (one thread, Shutdown from any).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/net.h"
+#include "common/status.h"
+
+struct ssl_ctx_st;
+
+namespace meridian::security {
+
+// PEM text. Empty: no TLS (plain TCP, allowed only where the caller says so).
+struct TlsCredentials {
+  std::string ca_pem;    // the CAs whose certificates are accepted (a bundle)
+  std::string cert_pem;  // this process's certificate
+  std::string key_pem;
+  bool enabled() const { return !ca_pem.empty(); }
+};
+
+// Reads `dir`/ca.crt, `dir`/NAME.crt and `dir`/NAME.key; checks that the key is the
+// certificate's and that the certificate is one of the CA's, still valid.
+StatusOr<TlsCredentials> LoadCredentials(const std::string& dir, const std::string& name);
+
+class TlsContext {
+ public:
+  static StatusOr<std::shared_ptr<TlsContext>> Create(const TlsCredentials& credentials);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  // The server's side of a handshake on an accepted connection: the peer must prove
+  // a certificate of the cluster's CA. Fails with kUnauthenticated when it does not.
+  StatusOr<std::unique_ptr<ByteStream>> Accept(std::unique_ptr<TcpStream> tcp) const;
+  // The client's side; the server must be a node of the cluster ("node:..." name).
+  StatusOr<std::unique_ptr<ByteStream>> Connect(std::unique_ptr<TcpStream> tcp) const;
+
+  // This process's own name (its certificate's common name).
+  const std::string& identity() const { return identity_; }
+
+ private:
+  TlsContext() = default;
+  ssl_ctx_st* server_ = nullptr;
+  ssl_ctx_st* client_ = nullptr;
+  std::string identity_;
+};
+
+}  // namespace meridian::security
