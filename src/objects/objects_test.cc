@@ -10,6 +10,7 @@
 #include "common/net.h"
 #include "common/temp_dir.h"
 #include "objects/store.h"
+#include "security/pki.h"
 #include "common/env.h"
 #include "objects/transfer.h"
 
@@ -134,6 +135,12 @@ TEST(ObjectStoreTest, ADamagedSpillFileIsCaughtOnReadBackAndTheCopyDropped) {
 }
 
 // Two stores at two sites, a server in front of the first.
+// The server counts refusals once each handshake has failed on its side.
+bool WaitForRefused(const TransferServer& server, int64_t n) {
+  for (int i = 0; i < 200 && server.refused() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return server.refused() == n;
+}
+
 struct Pair {
   ScratchDir dir_a, dir_b;
   std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
@@ -472,6 +479,78 @@ TEST(TransferTest, PushStoresAnObjectOnTheServer) {
   }
   EXPECT_EQ(added, int64_t{3} << 20);
   EXPECT_EQ(store->stats().objects, 2);
+}
+
+// TLS contexts of one cluster CA (and a stranger's), for the transfer plane.
+struct Pki {
+  static constexpr int64_t kDay = int64_t{86'400} * 1'000'000;
+  security::KeyPair ca = *security::MakeCa("cluster-ca", kDay);
+  std::shared_ptr<const security::TlsContext> Context(const std::string& name, const security::KeyPair& of) const {
+    security::KeyPair kp = *security::Issue(of, {name, {}, kDay, true});
+    return *security::TlsContext::Create({of.cert_pem, kp.cert_pem, kp.key_pem});
+  }
+  std::shared_ptr<const security::TlsContext> Context(const std::string& name) const { return Context(name, ca); }
+};
+
+TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
+  Pki pki;
+  ScratchDir dir_a, dir_b;
+  std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
+  TransferServerOptions so{"127.0.0.1", 0, "us-east"};
+  so.tls = pki.Context("node:a");
+  std::unique_ptr<TransferServer> server = *TransferServer::Start(*a, so);
+  const std::string big = Pattern(size_t{70} << 20, 5), small = Pattern(1000, 6);
+  ObjectId big_id = *a->Put(big), small_id = *a->Put(small);
+  FetchOptions fo{"eu-west"};
+  fo.tls = pki.Context("node:b");
+  StatusOr<FetchStats> f = Fetch(server->address(), big_id, *b, fo);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->streams, 4);
+  EXPECT_TRUE(b->Pin(big_id)->data() == big);
+  std::vector<StatusOr<FetchStats>> batch = FetchBatch(server->address(), {small_id}, *b, fo);
+  ASSERT_TRUE(batch[0].ok()) << batch[0].status().message();
+  EXPECT_TRUE(b->Pin(small_id)->data() == small);
+  StatusOr<ObjectId> pushed = Push(server->address(), "pushed over tls", 5'000'000, "", pki.Context("client:cli"));
+  ASSERT_TRUE(pushed.ok()) << pushed.status().message();
+  EXPECT_TRUE(a->Contains(*pushed));
+  EXPECT_EQ(server->refused(), 0);
+}
+
+TEST(TransferTlsTest, PeersWithoutACertificateOfTheClusterCaReadNothing) {
+  Pki pki;
+  ScratchDir dir_a, dir_b;
+  std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
+  TransferServerOptions so{"127.0.0.1", 0, "us-east"};
+  so.tls = pki.Context("node:a");
+  std::unique_ptr<TransferServer> server = *TransferServer::Start(*a, so);
+  ObjectId id = *a->Put(Pattern(5000, 7));
+  const int64_t objects_before = a->stats().objects;
+  // Plain TCP: the request is never read as one.
+  StatusOr<FetchStats> plain = Fetch(server->address(), id, *b, FetchOptions{"eu-west", 0, 1, 2'000'000});
+  EXPECT_FALSE(plain.ok());
+  EXPECT_FALSE(b->Contains(id));
+  // A certificate of another CA.
+  security::KeyPair other = *security::MakeCa("other-ca", Pki::kDay);
+  FetchOptions fo{"eu-west", 0, 1, 2'000'000};
+  fo.tls = pki.Context("node:b", other);
+  StatusOr<FetchStats> stranger = Fetch(server->address(), id, *b, fo);
+  EXPECT_EQ(stranger.status().code(), StatusCode::kUnauthenticated) << stranger.status().message();
+  EXPECT_FALSE(b->Contains(id));
+  StatusOr<ObjectId> put = Push(server->address(), "forged", 2'000'000, "", pki.Context("client:x", other));
+  EXPECT_EQ(put.status().code(), StatusCode::kUnauthenticated) << put.status().message();
+  EXPECT_EQ(a->stats().objects, objects_before);
+  EXPECT_TRUE(WaitForRefused(*server, 3));
+}
+
+TEST(TransferTlsTest, PlainTcpIsRefusedOffLoopbackUnlessAllowed) {
+  ScratchDir dir;
+  std::unique_ptr<ObjectStore> a = OpenStore(dir.path);
+  StatusOr<std::unique_ptr<TransferServer>> s = TransferServer::Start(*a, TransferServerOptions{"0.0.0.0", 0, "x"});
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("without TLS"), std::string::npos) << s.status().message();
+  TransferServerOptions o{"0.0.0.0", 0, "x"};
+  o.insecure = true;
+  EXPECT_TRUE(TransferServer::Start(*a, o).ok());
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ StatusOr<std::pair<std::string, int>> SplitAddress(const std::string& address) {
   return std::make_pair(host, port);
 }
 
-Status SendRequest(TcpStream& s, uint16_t op, const ObjectId& id, uint64_t offset, uint64_t length,
+Status SendRequest(ByteStream& s, uint16_t op, const ObjectId& id, uint64_t offset, uint64_t length,
                    const std::string& site) {
   Request r;
   r.op = op;
@@ -55,7 +55,7 @@ Status SendRequest(TcpStream& s, uint16_t op, const ObjectId& id, uint64_t offse
   return s.WriteAll(std::span<const iovec>(iov, 2));
 }
 
-StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
+StatusOr<uint64_t> ReadResponse(ByteStream& s, const ObjectId& id) {
   char bytes[sizeof(Response)];
   MERIDIAN_RETURN_IF_ERROR(s.ReadExact(bytes, sizeof(bytes)));
   StatusOr<Response> decoded = DecodeResponse(std::string_view(bytes, sizeof(bytes)));
@@ -69,12 +69,32 @@ StatusOr<uint64_t> ReadResponse(TcpStream& s, const ObjectId& id) {
   return r.size;
 }
 
+// A connection to a transfer server, TLS when `tls` is set, with reads and writes
+// failing after timeout_us without progress.
+StatusOr<std::unique_ptr<ByteStream>> Dial(const std::string& host, int port, int64_t timeout_us,
+                                           const std::shared_ptr<const security::TlsContext>& tls) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> tcp, TcpStream::Connect(host, port, timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(timeout_us));
+  if (!tls) return std::unique_ptr<ByteStream>(std::move(tcp));
+  return tls->Connect(std::move(tcp));
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<TransferServer>> TransferServer::Start(ObjectStore& store, TransferServerOptions options) {
   std::shared_ptr<LinkClocks> clocks = options.clocks;
   if (!clocks) {
     MERIDIAN_ASSIGN_OR_RETURN(clocks, LinkClocks::Open(options.link_clocks_file));
+  }
+  if (!options.tls && !options.insecure && !IsLoopback(options.host)) {
+    return FailedPreconditionError(fmt::format(
+        "the transfer server would listen on {} without TLS; give it the cluster's certificates, or allow plain "
+        "TCP explicitly (--insecure) on a network you trust",
+        options.host));
   }
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> listener, TcpListener::Listen(options.host, options.port));
   std::unique_ptr<TransferServer> s(new TransferServer(store, std::move(options), std::move(listener)));
@@ -154,7 +174,24 @@ void TransferServer::AcceptLoop() {
   }
 }
 
-void TransferServer::Serve(TcpStream& stream) {
+int64_t TransferServer::refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
+}
+
+void TransferServer::Serve(TcpStream& tcp) {
+  std::unique_ptr<ByteStream> secured;
+  if (options_.tls) {
+    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Accept(tcp);
+    if (!s.ok()) {
+      MERIDIAN_LOG_WARN("transfer server: refused {}: {}", tcp.peer(), s.status().message());
+      std::lock_guard<std::mutex> lock(mu_);
+      ++refused_;
+      return;
+    }
+    secured = std::move(*s);
+  }
+  ByteStream& stream = secured ? *secured : static_cast<ByteStream&>(tcp);
   while (true) {
     char header[sizeof(Request)];
     if (!stream.ReadExact(header, sizeof(header)).ok()) return;  // closed, or shut down
@@ -203,7 +240,7 @@ void TransferServer::Serve(TcpStream& stream) {
   }
 }
 
-Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length,
+Status TransferServer::ServeFetch(ByteStream& stream, const ObjectId& id, uint64_t offset, uint64_t length,
                                   const std::string& site) {
   StatusOr<Pinned> pinned = store_.Pin(id);
   Response resp;
@@ -270,7 +307,7 @@ Status TransferServer::ServeFetch(TcpStream& stream, const ObjectId& id, uint64_
   return OkStatus();
 }
 
-Status TransferServer::ServeBatch(TcpStream& stream, uint64_t count, const std::string& site) {
+Status TransferServer::ServeBatch(ByteStream& stream, uint64_t count, const std::string& site) {
   std::vector<ObjectId> ids(count);
   for (ObjectId& id : ids) {
     uint64_t halves[2];
@@ -281,7 +318,7 @@ Status TransferServer::ServeBatch(TcpStream& stream, uint64_t count, const std::
   return OkStatus();
 }
 
-Status TransferServer::ServePut(TcpStream& stream, const ObjectId& id, uint64_t size, const std::string& site) {
+Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site) {
   Response resp;
   resp.status = kBadRequest;
   // Nothing is allocated on a peer's word alone: the size must fit one put's limit and
@@ -359,7 +396,7 @@ struct RangeResult {
 // checksum.
 RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, const FetchOptions& o, char* buffer,
                        uint64_t size, uint64_t begin, uint64_t end, std::vector<uint64_t>& sums,
-                       std::unique_ptr<TcpStream> stream) {
+                       std::unique_ptr<ByteStream> stream) {
   RangeResult r;
   uint64_t next = begin;
   int attempts = 0;        // connections since the last verified chunk
@@ -380,15 +417,18 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
       }
       if (attempts > 0) SleepUs(std::min<int64_t>(50'000 << std::min(attempts - 1, 4), 1'000'000));
       attempts++;
-      StatusOr<std::unique_ptr<TcpStream>> s = TcpStream::Connect(host, port, o.timeout_us);
+      StatusOr<std::unique_ptr<ByteStream>> s = Dial(host, port, o.timeout_us, o.tls);
       if (!s.ok()) {
+        if (s.status().code() == StatusCode::kUnauthenticated) {
+          r.status = s.status();
+          return r;
+        }
         last = s.status();
         continue;
       }
       if (connected_before) r.reconnects++;
       connected_before = true;
       stream = std::move(*s);
-      stream->SetTimeout(o.timeout_us).IgnoreError();
     }
     Status s = SendRequest(*stream, kOpFetch, id, next, end - next, o.site);
     StatusOr<uint64_t> got_size = s.ok() ? ReadResponse(*stream, id) : StatusOr<uint64_t>(s);
@@ -463,8 +503,7 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
   const std::string& host = hp.first;  // not a structured binding: lambdas below capture it
   const int port = hp.second;
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> first, TcpStream::Connect(host, port, o.timeout_us));
-  MERIDIAN_RETURN_IF_ERROR(first->SetTimeout(o.timeout_us));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> first, Dial(host, port, o.timeout_us, o.tls));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*first, kOpStat, id, 0, 0, o.site));
   MERIDIAN_ASSIGN_OR_RETURN(uint64_t size, ReadResponse(*first, id));
   if (size > kMaxObjectBytes) {
@@ -512,7 +551,7 @@ namespace {
 // Reads one whole object of a batch (its response was read: `size` bytes) into the
 // store. kUnavailable when a chunk fails its checksum (the stream stays in step);
 // any other error means the stream is out of step and the batch ends.
-Status ReadBatchObject(TcpStream& stream, const ObjectId& id, uint64_t size, ObjectStore& store, bool* in_step) {
+Status ReadBatchObject(ByteStream& stream, const ObjectId& id, uint64_t size, ObjectStore& store, bool* in_step) {
   *in_step = false;
   std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
   if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for object {} ({} bytes)", id.Hex(), size));
@@ -552,14 +591,13 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
   for (size_t begin = 0; begin < wanted.size(); begin += kMaxBatchObjects) {
     const size_t end = std::min(wanted.size(), begin + static_cast<size_t>(kMaxBatchObjects));
     StatusOr<std::pair<std::string, int>> hp = SplitAddress(address);
-    StatusOr<std::unique_ptr<TcpStream>> s =
-        hp.ok() ? TcpStream::Connect(hp->first, hp->second, o.timeout_us) : StatusOr<std::unique_ptr<TcpStream>>(hp.status());
+    StatusOr<std::unique_ptr<ByteStream>> s =
+        hp.ok() ? Dial(hp->first, hp->second, o.timeout_us, o.tls) : StatusOr<std::unique_ptr<ByteStream>>(hp.status());
     if (!s.ok()) {
       fail_rest(begin, s.status());
       return out;
     }
-    TcpStream& stream = **s;
-    stream.SetTimeout(o.timeout_us).IgnoreError();
+    ByteStream& stream = **s;
     Request r;
     r.op = kOpFetchBatch;
     r.length = end - begin;
@@ -612,12 +650,11 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
 }
 
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us,
-                        const std::string& site) {
+                        const std::string& site, std::shared_ptr<const security::TlsContext> tls) {
   const std::vector<uint64_t> sums = ChunkChecksums(data);
   const ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), sums);
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> s, TcpStream::Connect(hp.first, hp.second, timeout_us));
-  MERIDIAN_RETURN_IF_ERROR(s->SetTimeout(timeout_us));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Dial(hp.first, hp.second, timeout_us, tls));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*s, kOpPut, id, 0, data.size(), site));
   for (uint64_t at = 0; at < data.size(); at += kChunkBytes) {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, data.size() - at);

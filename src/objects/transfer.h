@@ -27,6 +27,11 @@
 //              answers each whole object in turn as a fetch does: one round trip on
 //              the link for all of them (small objects, read together by one task)
 //
+// Security: with a TlsContext (security/tls.h) on both ends, every connection is TLS 1.3
+// and both ends prove a certificate of the cluster's CA before a byte of the protocol
+// is read; a peer that cannot is refused and logged. Without one the protocol is plain
+// TCP, which a server allows only on a loopback address unless told `insecure`.
+//
 // Thread-safety: a TransferServer serves any number of connections at once; its
 // accessors may be called from any thread. Fetch may run on many threads at once.
 #pragma once
@@ -44,6 +49,7 @@
 #include "common/status.h"
 #include "objects/link_clock.h"
 #include "objects/store.h"
+#include "security/tls.h"
 
 namespace meridian::objects {
 
@@ -70,8 +76,8 @@ struct TransferFaults {
 struct TransferServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
-  std::string site;
-  std::map<std::string, LinkShape> links;  // by requesting site; a site absent is unshaped
+  std::string site = {};
+  std::map<std::string, LinkShape> links = {};  // by requesting site; a site absent is unshaped
   // Bounds on what a peer can make the server hold. Connections past max_connections
   // are closed at once; one silent for idle_timeout_us (between requests or inside
   // one) is closed. A put announcing more than max_put_bytes, or more than what is
@@ -88,6 +94,10 @@ struct TransferServerOptions {
   // Link clocks to pace by, shared with the rest of this node's traffic; when set,
   // link_clocks_file is not opened.
   std::shared_ptr<LinkClocks> clocks = {};
+  // TLS for every connection; null: plain TCP, refused on an address other than
+  // loopback unless `insecure`.
+  std::shared_ptr<const security::TlsContext> tls = {};
+  bool insecure = false;
 };
 
 class TransferServer {
@@ -102,14 +112,16 @@ class TransferServer {
   void InjectFaults(const TransferFaults& faults);
   // Replaces the links it shapes by (known once the agent has registered).
   void SetLinks(std::map<std::string, LinkShape> links);
+  // Connections refused because the peer did not prove a certificate of the CA.
+  int64_t refused() const;
 
  private:
   TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
-  void Serve(TcpStream& stream);
-  Status ServeFetch(TcpStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
-  Status ServePut(TcpStream& stream, const ObjectId& id, uint64_t size, const std::string& site);
-  Status ServeBatch(TcpStream& stream, uint64_t count, const std::string& site);
+  void Serve(TcpStream& tcp);
+  Status ServeFetch(ByteStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
+  Status ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site);
+  Status ServeBatch(ByteStream& stream, uint64_t count, const std::string& site);
 
   ObjectStore& store_;
   TransferServerOptions options_;  // links guarded by mu_
@@ -125,6 +137,7 @@ class TransferServer {
   TransferFaults faults_;                                     // guarded by mu_
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
+  int64_t refused_ = 0;                                       // guarded by mu_
 };
 
 struct FetchOptions {
@@ -138,6 +151,8 @@ struct FetchOptions {
   // Set by another thread to give up (a task stopped or cancelled): the fetch ends
   // with kCancelled between chunks, storing nothing. May be null.
   const std::atomic<bool>* cancel = nullptr;
+  // TLS to the server (it must then be a node of the cluster); null: plain TCP.
+  std::shared_ptr<const security::TlsContext> tls = {};
 };
 
 struct FetchStats {
@@ -173,6 +188,6 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
 // the sender is: the server takes the bytes no faster than the link from there to it
 // (shared with everything else on that link), as a fetch is sent. Empty: unshaped.
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000,
-                        const std::string& site = "");
+                        const std::string& site = "", std::shared_ptr<const security::TlsContext> tls = nullptr);
 
 }  // namespace meridian::objects

@@ -86,7 +86,7 @@ struct OneServer {
         result = tcp.status();
         return;
       }
-      StatusOr<std::unique_ptr<ByteStream>> s = tls->Accept(std::move(*tcp));
+      StatusOr<std::unique_ptr<ByteStream>> s = tls->Accept(**tcp);
       if (!s.ok()) {
         result = s.status();
         return;

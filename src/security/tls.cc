@@ -48,7 +48,9 @@ std::string PeerName(SSL* ssl) {
 
 class TlsStreamImpl final : public ByteStream {
  public:
-  TlsStreamImpl(std::unique_ptr<TcpStream> tcp, SSL* ssl) : tcp_(std::move(tcp)), ssl_(ssl) {}
+  // Over `tcp`, which `owned` holds when the stream owns it.
+  TlsStreamImpl(TcpStream& tcp, std::unique_ptr<TcpStream> owned, SSL* ssl)
+      : owned_(std::move(owned)), tcp_(&tcp), ssl_(ssl) {}
   ~TlsStreamImpl() override {
     SSL_free(ssl_);
   }
@@ -89,7 +91,8 @@ class TlsStreamImpl final : public ByteStream {
   void set_identity(std::string id) { identity_ = std::move(id); }
 
  private:
-  std::unique_ptr<TcpStream> tcp_;
+  std::unique_ptr<TcpStream> owned_;
+  TcpStream* tcp_;
   SSL* ssl_;
   std::string identity_;
 };
@@ -175,11 +178,12 @@ TlsContext::~TlsContext() {
 
 namespace {
 
-StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, std::unique_ptr<TcpStream> tcp, bool server) {
+StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, TcpStream& tcp, std::unique_ptr<TcpStream> owned,
+                                                bool server) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return InternalError("TLS: " + SslError());
-  SSL_set_fd(ssl, tcp->fd());
-  auto stream = std::make_unique<TlsStreamImpl>(std::move(tcp), ssl);
+  SSL_set_fd(ssl, tcp.fd());
+  auto stream = std::make_unique<TlsStreamImpl>(tcp, std::move(owned), ssl);
   int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
   if (r != 1) {
     long verify = SSL_get_verify_result(ssl);
@@ -193,12 +197,13 @@ StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, std::unique_ptr<Tc
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(std::unique_ptr<TcpStream> tcp) const {
-  return Handshake(server_, std::move(tcp), true);
+StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(TcpStream& tcp) const {
+  return Handshake(server_, tcp, nullptr, true);
 }
 
 StatusOr<std::unique_ptr<ByteStream>> TlsContext::Connect(std::unique_ptr<TcpStream> tcp) const {
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Handshake(client_, std::move(tcp), false));
+  TcpStream& raw = *tcp;
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Handshake(client_, raw, std::move(tcp), false));
   if (s->identity().rfind("node:", 0) != 0) {
     return UnauthenticatedError(
         fmt::format("{} presented the certificate of '{}', not of a node of the cluster", s->peer(), s->identity()));

@@ -37,9 +37,10 @@ class TlsContext {
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
 
-  // The server's side of a handshake on an accepted connection: the peer must prove
-  // a certificate of the cluster's CA. Fails with kUnauthenticated when it does not.
-  StatusOr<std::unique_ptr<ByteStream>> Accept(std::unique_ptr<TcpStream> tcp) const;
+  // The server's side of a handshake on an accepted connection, which must outlive
+  // the stream returned: the peer must prove a certificate of the cluster's CA.
+  // Fails with kUnauthenticated when it does not.
+  StatusOr<std::unique_ptr<ByteStream>> Accept(TcpStream& tcp) const;
   // The client's side; the server must be a node of the cluster ("node:..." name).
   StatusOr<std::unique_ptr<ByteStream>> Connect(std::unique_ptr<TcpStream> tcp) const;
 
