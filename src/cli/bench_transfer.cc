@@ -1,6 +1,7 @@
 // meridian bench transfer: one object of --bytes moved between two object stores over
-// loopback by the transfer layer agents use (objects/transfer.h), against iperf3
-// measured on the same loopback in the same run.
+// loopback by the transfer layer agents use (objects/transfer.h), in plain TCP and in
+// TLS with certificates of a cluster CA made for the run, against iperf3 measured on
+// the same loopback in the same run.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "common/temp_dir.h"
 #include "common/units.h"
 #include "objects/transfer.h"
+#include "security/pki.h"
 
 namespace meridian::cli {
 namespace {
@@ -57,6 +59,18 @@ StatusOr<double> Iperf3(int64_t bytes) {
   return j["end"]["sum_received"]["bits_per_second"].get<double>();
 }
 
+// Server and client TLS contexts of a CA made for this run.
+StatusOr<std::pair<std::shared_ptr<const security::TlsContext>, std::shared_ptr<const security::TlsContext>>>
+BenchTls() {
+  constexpr int64_t kHour = int64_t{3600} * 1'000'000;
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair ca, security::MakeCa("bench-ca", kHour));
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair server, security::Issue(ca, {"node:server", {}, kHour, true}));
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair client, security::Issue(ca, {"node:client", {}, kHour, true}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto s, security::TlsContext::Create({ca.cert_pem, server.cert_pem, server.key_pem}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, security::TlsContext::Create({ca.cert_pem, client.cert_pem, client.key_pem}));
+  return std::make_pair(std::shared_ptr<const security::TlsContext>(s), std::shared_ptr<const security::TlsContext>(c));
+}
+
 }  // namespace
 
 Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
@@ -66,6 +80,15 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir->path() + "/a"}));
   MERIDIAN_ASSIGN_OR_RETURN(auto b, objects::ObjectStore::Open({capacity, dir->path() + "/b"}));
   MERIDIAN_ASSIGN_OR_RETURN(auto server, objects::TransferServer::Start(*a, objects::TransferServerOptions{}));
+  std::shared_ptr<const security::TlsContext> client_tls;
+  std::unique_ptr<objects::TransferServer> tls_server;
+  if (!o.insecure_loopback) {
+    MERIDIAN_ASSIGN_OR_RETURN(auto tls, BenchTls());
+    objects::TransferServerOptions so;
+    so.tls = tls.first;
+    client_tls = tls.second;
+    MERIDIAN_ASSIGN_OR_RETURN(tls_server, objects::TransferServer::Start(*a, so));
+  }
 
   // The object: distinct 8-byte words, so nothing compresses or repeats.
   std::string data(static_cast<size_t>(o.bytes), '\0');
@@ -85,15 +108,21 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   b->Release(id);
 
   nlohmann::json runs = nlohmann::json::array();
-  double best_single = 0;
+  double best_single = 0, tls_best_single = 0;
+  // Plain and TLS runs alternate, so that both see the same machine.
   for (int streams : {1, 4}) {
     for (int rep = 0; rep < o.repeat; ++rep) {
-      MERIDIAN_ASSIGN_OR_RETURN(objects::FetchStats f,
-                                objects::Fetch(server->address(), id, *b, objects::FetchOptions{"", streams}));
-      b->Release(id);
-      const double gbps = static_cast<double>(f.bytes) * 8 / f.seconds / 1e9;
-      if (streams == 1) best_single = std::max(best_single, gbps);
-      runs.push_back({{"streams", streams}, {"seconds", f.seconds}, {"gbit_per_s", gbps}});
+      for (bool tls : {false, true}) {
+        if (tls && !tls_server) continue;
+        objects::FetchOptions fo{"", streams};
+        if (tls) fo.tls = client_tls;
+        MERIDIAN_ASSIGN_OR_RETURN(objects::FetchStats f,
+                                  objects::Fetch((tls ? tls_server : server)->address(), id, *b, fo));
+        b->Release(id);
+        const double gbps = static_cast<double>(f.bytes) * 8 / f.seconds / 1e9;
+        if (streams == 1) (tls ? tls_best_single : best_single) = std::max(tls ? tls_best_single : best_single, gbps);
+        runs.push_back({{"streams", streams}, {"tls", tls}, {"seconds", f.seconds}, {"gbit_per_s", gbps}});
+      }
     }
   }
   StatusOr<double> iperf = Iperf3(o.bytes);
@@ -103,6 +132,11 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
                       {"best_single_stream_gbit_per_s", best_single},
                       {"iperf3_single_stream_gbit_per_s", iperf.ok() ? nlohmann::json(*iperf / 1e9) : nlohmann::json()},
                       {"ratio_to_iperf3", iperf.ok() ? nlohmann::json(best_single / (*iperf / 1e9)) : nlohmann::json()}};
+  if (tls_server) {
+    j["tls_best_single_stream_gbit_per_s"] = tls_best_single;
+    j["tls_ratio"] = tls_best_single / best_single;
+    j["tls_ratio_to_iperf3"] = iperf.ok() ? nlohmann::json(tls_best_single / (*iperf / 1e9)) : nlohmann::json();
+  }
   if (!iperf.ok()) j["iperf3_error"] = iperf.status().message();
   if (o.json) {
     out << j.dump(2) << '\n';
@@ -110,12 +144,13 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   }
   out << fmt::format("meridian bench transfer: one {} object between two object stores over loopback\n",
                      FormatBytes(o.bytes));
-  out << "(chunks of 1 MiB with XXH3 checksums, verified against the object id at the end)\n";
+  out << "(chunks of 1 MiB with XXH3 checksums, verified against the object id at the end; plain TCP, and TLS 1.3\n"
+         " with both ends' certificates checked, as a cluster runs by default)\n";
   out << fmt::format("  first fetch, into fresh memory (untimed warm-up): {:.3f} s\n", first.seconds);
   for (const auto& r : runs) {
-    out << fmt::format("  {} stream{}  {:>7.3f} s  {:>6.2f} Gbit/s\n", r["streams"].get<int>(),
-                       r["streams"].get<int>() == 1 ? " " : "s", r["seconds"].get<double>(),
-                       r["gbit_per_s"].get<double>());
+    out << fmt::format("  {} stream{} {:5}  {:>7.3f} s  {:>6.2f} Gbit/s\n", r["streams"].get<int>(),
+                       r["streams"].get<int>() == 1 ? " " : "s", r["tls"].get<bool>() ? "TLS" : "plain",
+                       r["seconds"].get<double>(), r["gbit_per_s"].get<double>());
   }
   if (iperf.ok()) {
     out << fmt::format("  iperf3, one stream of the same bytes, same loopback: {:.2f} Gbit/s -> Meridian's best single "
@@ -123,6 +158,12 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
                        *iperf / 1e9, 100 * best_single / (*iperf / 1e9));
   } else {
     out << fmt::format("  iperf3: not measured ({})\n", iperf.status().message());
+  }
+  if (tls_server) {
+    out << fmt::format("  TLS: best single stream {:.2f} Gbit/s, {:.0f}% of plain TCP's {:.2f} (tls_ratio {:.2f})",
+                       tls_best_single, 100 * tls_best_single / best_single, best_single, tls_best_single / best_single);
+    if (iperf.ok()) out << fmt::format("; {:.0f}% of iperf3", 100 * tls_best_single / (*iperf / 1e9));
+    out << "\n";
   }
   return OkStatus();
 }

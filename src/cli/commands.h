@@ -244,10 +244,11 @@ Status RunBenchRetention(const BenchRetentionOptions& options, std::ostream& out
 struct BenchTransferOptions {
   int64_t bytes = int64_t{1} << 30;
   int repeat = 3;
+  bool insecure_loopback = false;  // plain TCP only, no TLS runs
   bool json = false;
 };
-// `meridian bench transfer`: one object between two object stores over loopback, and
-// iperf3 on the same loopback in the same run.
+// `meridian bench transfer`: one object between two object stores over loopback, in
+// plain TCP and in TLS, and iperf3 on the same loopback in the same run.
 Status RunBenchTransfer(const BenchTransferOptions& options, std::ostream& out);
 
 struct BenchGemmOptions {

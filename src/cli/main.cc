@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
       "transfer", "One object between two object stores over loopback, against iperf3 in the same run");
   bench_transfer->add_option("--bytes", transfer_bytes, "Object size (default 1GiB; 512MiB, 4GiB...)");
   bench_transfer->add_option("--repeat", bench_transfer_opts.repeat, "Runs per stream count (default 3)");
+  bench_transfer->add_flag("--insecure-loopback", bench_transfer_opts.insecure_loopback,
+                           "Plain TCP only: skip the TLS runs");
   bench_transfer->add_flag("--json", bench_transfer_opts.json, "Print JSON for scripts");
 
   cli::BenchGemmOptions bench_gemm_opts;

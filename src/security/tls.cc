@@ -109,6 +109,8 @@ StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
   SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
   // No session resumption: no tickets to send after the handshake.
   SSL_CTX_set_num_tickets(ctx, 0);
+  // AES-128-GCM first (AES instructions make it the fastest here), then the others.
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   // Kernel TLS where the kernel has it: the bulk path then encrypts in sendfile-like
   // writes without an extra copy; elsewhere OpenSSL does it in user space.
   SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
