@@ -85,8 +85,17 @@ class LocalCluster {
     if (r.exit_code != 0) return false;
     std::ifstream in(dir_ + "/coordinator.addr");
     std::getline(in, address_);
-    client_ = std::make_unique<client::Client>(address_);
-    return true;
+    client_ = NewClient(address_);
+    return client_ != nullptr;
+  }
+
+  // A client of the coordinator at `address` (this cluster's, or a proxy in front of
+  // it) with the cluster's admin credentials.
+  std::unique_ptr<client::Client> NewClient(const std::string& address) const {
+    StatusOr<rpc::ChannelSecurity> creds = client::LoadClusterCredentials(dir_);
+    EXPECT_TRUE(creds.ok()) << creds.status().ToString();
+    if (!creds.ok()) return nullptr;
+    return std::make_unique<client::Client>(address, *creds);
   }
 
   client::Client& client() { return *client_; }

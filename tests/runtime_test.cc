@@ -236,7 +236,16 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
   {
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(64 << 20);
-    auto channel = grpc::CreateCustomChannel(cluster_->address(), grpc::InsecureChannelCredentials(), args);
+    StatusOr<rpc::ChannelSecurity> creds = client::LoadClusterCredentials(cluster_->dir());
+    ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = creds->tls.ca_pem;
+    ssl.pem_private_key = creds->tls.key_pem;
+    ssl.pem_cert_chain = creds->tls.cert_pem;
+    auto channel = grpc::CreateCustomChannel(
+        cluster_->address(),
+        grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl), grpc::AccessTokenCredentials(creds->token)),
+        args);
     v1::SubmitJobRequest req;
     req.set_spec_yaml("name: x\n#" + big + "\n");
     req.set_spec_name("big.yaml");
@@ -247,7 +256,7 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
     EXPECT_EQ(JobCount(), before);
   }
-  CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1"});
+  CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1", "--dir", cluster_->dir()});
   EXPECT_NE(dead.exit_code, 0);
   EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;
   EXPECT_EQ(std::count(dead.err.begin(), dead.err.end(), '\n'), 1) << dead.err;
@@ -522,8 +531,8 @@ TEST_F(RuntimeTest, ACoordinatorWhoseConnectionsAreSlowToOpenIsStillReached) {
   // never be reached at all.
   const std::string addr = cluster_->address();
   SlowProxy proxy(std::stoi(addr.substr(addr.rfind(':') + 1)), std::chrono::milliseconds(400));
-  client::Client far(proxy.address());
-  StatusOr<std::vector<model::NodeView>> nodes = far.Nodes();
+  std::unique_ptr<client::Client> far = cluster_->NewClient(proxy.address());
+  StatusOr<std::vector<model::NodeView>> nodes = far->Nodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
   EXPECT_EQ(nodes->size(), 4u);
 }
@@ -561,7 +570,8 @@ TEST_F(RuntimeTest, UpRefusesAnotherFleetInTheSameDirectoryUnlessRecreated) {
   CommandResult fresh = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/one-node.yaml", "--dir",
                                   cluster_->dir(), "--recreate", "--heartbeat-timeout", "5s"});
   ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
-  client::Client c(ResolveAddress(cluster_->dir()));
+  std::unique_ptr<client::Client> fresh_client = cluster_->NewClient(ResolveAddress(cluster_->dir()));
+  client::Client& c = *fresh_client;
   auto after = c.Nodes();
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   ASSERT_EQ(after->size(), 1u);

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,19 @@
 
 namespace meridian::agent {
 namespace {
+
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << '\n';
+    if (!out) return UnavailableError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return UnavailableError(ec.message());
+  return OkStatus();
+}
 
 // Reports ride in heartbeats and registrations. Each message carries at most this
 // much of them, and at most this many object changes; the rest go in the next
@@ -69,7 +83,9 @@ model::Node DescribeNode(const AgentOptions& options, std::string* note) {
 }
 
 Agent::Agent(AgentOptions options, Env& env)
-    : options_(std::move(options)), env_(env), client_(std::make_unique<rpc::NodeClient>(options_.coordinator)) {
+    : options_(std::move(options)),
+      env_(env),
+      client_(std::make_unique<rpc::NodeClient>(options_.coordinator, options_.tls)) {
   std::string note;
   options_.node = DescribeNode(options_, &note);
   real_devices_ = !options_.node.devices.empty() && !options_.node.devices.front().emulated;
@@ -107,8 +123,14 @@ Status Agent::StartObjects() {
     }
     cv_.notify_all();
   });
+  if (options_.tls.enabled()) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<security::TlsContext> tls, security::TlsContext::Create(options_.tls));
+    transfer_tls_ = std::move(tls);
+  }
   objects::TransferServerOptions transfer;
   transfer.host = options_.transfer_host;
+  transfer.tls = transfer_tls_;
+  transfer.insecure = options_.insecure_transfers;
   transfer.site = options_.site;
   MERIDIAN_ASSIGN_OR_RETURN(link_clocks_, objects::LinkClocks::Open(options_.link_clocks_file));
   transfer.clocks = link_clocks_;
@@ -199,6 +221,7 @@ std::vector<std::optional<FetchedInput>> Agent::FetchTogether(const std::vector<
     objects::FetchOptions fo;
     fo.site = options_.site;
     fo.cancel = &stop;
+    fo.tls = transfer_tls_;
     std::vector<StatusOr<objects::FetchStats>> got = objects::FetchBatch(g.from->transfer_address, g.ids, *objects_, fo);
     for (size_t k = 0; k < g.members.size(); ++k) {
       if (!got[k].ok()) continue;  // fetched alone next, which retries and reports damage
@@ -227,6 +250,7 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
       objects::FetchOptions fo;
       fo.site = options_.site;
       fo.cancel = &stop;
+      fo.tls = transfer_tls_;
       StatusOr<objects::FetchStats> f = objects::Fetch(from->transfer_address, id, *objects_, fo);
       if (f.ok()) {
         t.from_site = from->site;
@@ -328,6 +352,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   reg.site = options_.site;
   reg.kernels = kernels::KernelNames();
   reg.transfer_address = transfer_ ? transfer_->address() : "";
+  reg.previous_session = session_;
   if (objects_) {
     // The full list replaces what the coordinator knew; deltas before it are moot.
     for (const auto& [id, size] : objects_->List()) reg.objects.push_back(model::HeldObject{id.Hex(), size});
@@ -362,6 +387,9 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   }
   node_id_ = reply->node_id;
   session_ = reply->session;
+  if (Status saved = WriteTextFile(SessionFile(), std::to_string(session_)); !saved.ok()) {
+    MERIDIAN_LOG_WARN("cannot keep the session in {}: {}", SessionFile(), saved.message());
+  }
   if (transfer_) {
     std::map<std::string, objects::LinkShape> links;
     for (const model::EmulatedLink& l : reply->links) {
@@ -377,7 +405,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   for (const model::TaskKey& k : reply->cancel) executor_->Cancel(k);
   // A fresh stream for the new session.
   if (stream_client_) stream_client_->CancelStream();
-  stream_client_ = std::make_shared<rpc::NodeClient>(options_.coordinator);
+  stream_client_ = std::make_shared<rpc::NodeClient>(options_.coordinator, options_.tls);
   std::thread previous = std::move(stream_thread_);
   stream_thread_ = std::thread([this, id = node_id_, s = session_, c = stream_client_] { StreamLoop(id, s, c); });
   if (previous.joinable()) {
@@ -393,7 +421,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
 bool Agent::Backoff(std::unique_lock<std::mutex>& lock, Retry& retry, const std::string& message) {
   // A fresh channel connects at once, where gRPC's own reconnect backoff can leave a
   // restarted coordinator unseen for seconds.
-  client_ = std::make_unique<rpc::NodeClient>(options_.coordinator);
+  client_ = std::make_unique<rpc::NodeClient>(options_.coordinator, options_.tls);
   if (!retry.warned) MERIDIAN_LOG_WARN("{}", message);
   retry.warned = true;
   if (!Sleep(lock, retry.delay_us)) return false;
@@ -449,15 +477,26 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   return reregister;
 }
 
+std::string Agent::SessionFile() const { return (std::filesystem::path(options_.work_dir) / "session").string(); }
+
 Status Agent::Run() {
   MERIDIAN_RETURN_IF_ERROR(StartObjects());
   std::unique_lock<std::mutex> lock(mu_);
+  {
+    std::ifstream in(SessionFile());
+    uint64_t previous = 0;
+    if (in >> previous) session_ = previous;
+  }
   Retry retry;
   MonotonicTime last_beat{0};
   while (!stopping_) {
     if (need_register_) {
       Status s = RegisterLocked(lock);
-      if (s.code() == StatusCode::kInvalidArgument) return s;  // our config is wrong: retrying cannot help
+      // Our config is wrong, or our credentials: retrying cannot help.
+      if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kPermissionDenied ||
+          s.code() == StatusCode::kUnauthenticated) {
+        return s;
+      }
       if (!s.ok()) {
         if (!Backoff(lock, retry, s.message() + "; retrying")) break;
         continue;

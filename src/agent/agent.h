@@ -41,6 +41,10 @@ struct AgentOptions {
   // Emulated links' clocks shared with the other agents of a local cluster (see
   // objects::LinkClocks); empty: this agent's own.
   std::string link_clocks_file;
+  // The node's certificate (node:NAME) and the cluster's CA: TLS to the coordinator and
+  // on the transfer plane. Not enabled: plaintext (an insecure cluster).
+  security::TlsCredentials tls;
+  bool insecure_transfers = false;  // plain TCP transfers even off loopback
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated
@@ -60,6 +64,9 @@ class Agent {
 
  private:
   Status RegisterLocked(std::unique_lock<std::mutex>& lock);
+  // The session file in work_dir: the last session, so that a restarted agent takes
+  // its node's session over instead of being refused as a second one.
+  std::string SessionFile() const;
   void StreamLoop(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::NodeClient> client);
   void OnBatch(const model::AssignmentBatch& batch);
   void OnUpdate(model::TaskUpdate update);
@@ -94,6 +101,7 @@ class Agent {
   Env& env_;
   bool real_devices_ = false;
   std::unique_ptr<rpc::NodeClient> client_;  // replaced by Backoff; used by Run's thread only
+  std::shared_ptr<const security::TlsContext> transfer_tls_;  // null: plain TCP
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<objects::ObjectStore> objects_;
   std::unique_ptr<objects::TransferServer> transfer_;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "client/client.h"
 
 namespace meridian::cli {
 namespace fs = std::filesystem;
@@ -24,7 +25,8 @@ std::string NoopJob(const std::string& name, int64_t tasks) {
                      tasks);
 }
 
-StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& fleet_yaml, bool real_gpus) {
+StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& fleet_yaml, bool real_gpus,
+                                                            bool insecure) {
   std::unique_ptr<BenchCluster> c(new BenchCluster());
   MERIDIAN_ASSIGN_OR_RETURN(c->dir_, TempDir::Make("meridian-bench"));
   const fs::path fleet = fs::path(c->dir_->path()) / "fleet.yaml";
@@ -34,10 +36,15 @@ StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& f
   up.dir = c->dir_->path() + "/cluster";
   up.quiet = true;
   up.real_gpus = real_gpus;
+  up.insecure = insecure;
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(RunUp(up, up_log));
   MERIDIAN_ASSIGN_OR_RETURN(c->address_, ResolveCoordinator(ClusterTarget{"", c->dir_->path() + "/cluster"}));
   return c;
+}
+
+StatusOr<std::unique_ptr<client::Client>> BenchCluster::Connect(int64_t timeout_us) const {
+  return ConnectClient(ClusterTarget{"", dir_->path() + "/cluster"}, timeout_us);
 }
 
 int BenchCluster::coordinator_pid() const {

@@ -10,6 +10,10 @@
 #include "common/status.h"
 #include "common/temp_dir.h"
 
+namespace meridian::client {
+class Client;
+}
+
 namespace meridian::cli {
 
 // A fleet of `agents` nodes at one site, each with this machine's cores.
@@ -21,11 +25,15 @@ std::string NoopJob(const std::string& name, int64_t tasks);
 class BenchCluster {
  public:
   // Starts a cluster of `fleet_yaml` (the fleet file's text) under a new directory in
-  // /tmp; with real_gpus the agents use this machine's CUDA GPUs.
-  static StatusOr<std::unique_ptr<BenchCluster>> Start(const std::string& fleet_yaml, bool real_gpus);
+  // /tmp; with real_gpus the agents use this machine's CUDA GPUs; with insecure, no TLS
+  // and no tokens.
+  static StatusOr<std::unique_ptr<BenchCluster>> Start(const std::string& fleet_yaml, bool real_gpus,
+                                                       bool insecure = false);
   ~BenchCluster();
 
   const std::string& address() const { return address_; }
+  // A client of the cluster, with its admin's credentials.
+  StatusOr<std::unique_ptr<client::Client>> Connect(int64_t timeout_us) const;
   // The coordinator process's pid (0 if its pid file cannot be read).
   int coordinator_pid() const;
   // A scratch directory removed with the cluster.

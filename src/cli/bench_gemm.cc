@@ -69,7 +69,8 @@ Status RunBenchGemm(const BenchGemmOptions& o, std::ostream& out) {
       "nodes:\n  - {{name: gpu, site: local, cpu: {}, memory: 8GiB, devices: {{type: H100, count: 1}}}}\n",
       cores);
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(fleet, true));
-  client::Client c(cluster->address(), 600'000'000);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, cluster->Connect(600'000'000));
+  client::Client& c = *connected;
   MERIDIAN_RETURN_IF_ERROR(RunTask(c, MatMulJob("gemm-warmup", std::min<int64_t>(o.n, 1024), 2), nullptr).status());
   std::string output;
   MERIDIAN_ASSIGN_OR_RETURN(double task_s, RunTask(c, MatMulJob("gemm", o.n, o.repeat), &output));

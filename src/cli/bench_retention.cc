@@ -49,7 +49,8 @@ Status RunBenchRetention(const BenchRetentionOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(fleet, false));
   const int pid = cluster->coordinator_pid();
   if (pid <= 0) return InternalError("cannot read the bench cluster's coordinator pid");
-  client::Client c(cluster->address(), 600'000'000);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, cluster->Connect(600'000'000));
+  client::Client& c = *connected;
   auto done = [](const model::JobSummary&) { return true; };
 
   // Baseline: the coordinator with its agents registered and one small job behind it.

@@ -21,7 +21,9 @@
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
+#include "rpc/node_client.h"
 #include "rpc/server.h"
+#include "security/pki.h"
 #include "spec/fleet_spec.h"
 #include "spec/yaml_reader.h"
 #include "store/sqlite_state_store.h"
@@ -89,11 +91,51 @@ StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target) {
   return *addr;
 }
 
+namespace {
+
+// The credentials a client command uses for `target` (see ClusterTarget).
+StatusOr<rpc::ChannelSecurity> ResolveSecurity(const ClusterTarget& target) {
+  if (target.insecure) return rpc::ChannelSecurity{};
+  const fs::path dir = target.dir.empty() ? DefaultClusterDir() : target.dir;
+  std::string tls_dir = target.tls_dir;
+  if (const char* env = std::getenv("MERIDIAN_TLS_DIR"); tls_dir.empty() && env && *env) tls_dir = env;
+  if (tls_dir.empty() && fs::exists(dir / "tls" / "ca.crt")) tls_dir = (dir / "tls").string();
+  if (tls_dir.empty()) {
+    if (fs::exists(dir / "insecure")) return rpc::ChannelSecurity{};  // made by 'up --insecure'
+    return FailedPreconditionError(fmt::format(
+        "no certificates to reach the coordinator with: give --tls-dir DIR (ca.crt, client.crt, client.key), set "
+        "MERIDIAN_TLS_DIR, or --insecure for a coordinator started with --insecure (no local cluster in {})",
+        dir.string()));
+  }
+  rpc::ChannelSecurity out;
+  MERIDIAN_ASSIGN_OR_RETURN(out.tls, security::LoadCredentials(tls_dir, "client"));
+  out.token = target.token;
+  if (const char* env = std::getenv("MERIDIAN_TOKEN"); out.token.empty() && env && *env) out.token = env;
+  if (out.token.empty()) {
+    StatusOr<std::string> local = ReadSmallFile(dir / "admin.token");
+    if (local.ok()) out.token = *local;
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
+  MERIDIAN_ASSIGN_OR_RETURN(rpc::ChannelSecurity security, ResolveSecurity(target));
+  return std::make_unique<client::Client>(address, std::move(security), timeout_us);
+}
+
 Status RunCoordinator(const CoordinatorCommandOptions& o) {
   if (o.state_dir.empty()) return InvalidArgumentError("--state-dir is required");
   coordinator::CoordinatorOptions options;
   if (!o.fleet.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(o.fleet));
+    // Nodes register themselves; the fleet's say what each may claim to be.
+    for (const model::Node& n : fleet.fleet.nodes) {
+      options.declared_nodes[n.name] = {n, fleet.fleet.site(n.site).name};
+    }
+    options.accept_node_devices = o.accept_node_devices;
     options.fleet = std::move(fleet.fleet);
     options.fleet.nodes.clear();
     options.throughput = std::move(fleet.throughput);
@@ -118,6 +160,29 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   } else if (o.sync != "normal") {
     return InvalidArgumentError(fmt::format("--sync: expected normal or full, got '{}'", o.sync));
   }
+  rpc::ServerSecurity security;
+  security.insecure = o.insecure;
+  if (!o.insecure) {
+    if (o.tls_dir.empty()) {
+      return InvalidArgumentError(
+          "--tls-dir is required: the cluster's certificates (meridian certs init, then certs issue coordinator); "
+          "or --insecure, on a machine whose every user you trust");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(security.tls, security::LoadCredentials(o.tls_dir, "coordinator"));
+    options.ca_bundle = security.tls.ca_pem;
+    if (fs::exists(fs::path(o.tls_dir) / "ca.key")) {
+      MERIDIAN_ASSIGN_OR_RETURN(options.ca.key_pem, spec::ReadFileToString((fs::path(o.tls_dir) / "ca.key").string()));
+      // The signing CA is the bundle's first certificate.
+      const std::string end = "-----END CERTIFICATE-----";
+      options.ca.cert_pem = security.tls.ca_pem.substr(0, security.tls.ca_pem.find(end) + end.size()) + "\n";
+      if (!security::KeyMatches(options.ca.cert_pem, options.ca.key_pem)) {
+        return InvalidArgumentError(fmt::format("{}/ca.key is not the key of the first certificate in ca.crt", o.tls_dir));
+      }
+    }
+    StatusOr<int64_t> ttl = ParseDurationUs(o.node_cert_ttl);
+    if (!ttl.ok() || *ttl <= 0) return InvalidArgumentError("--node-cert-ttl: expected a duration such as 30d");
+    options.node_cert_valid_for_us = *ttl;
+  }
   std::error_code ec;
   fs::create_directories(o.state_dir, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", o.state_dir, ec.message()));
@@ -126,16 +191,56 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
                             store::SqliteStateStore::Open((fs::path(o.state_dir) / "state.db").string(), store_options));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::Coordinator> coord,
                             coordinator::Coordinator::Create(std::move(options), std::move(store), Env::Default()));
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server, rpc::Server::Start(o.listen, *coord, *coord, *coord, *coord));
+  if (!o.insecure && !o.admin_token_file.empty() && !fs::exists(o.admin_token_file)) {
+    // The first admin's token: whoever can read this file administers the cluster.
+    MERIDIAN_ASSIGN_OR_RETURN(rpc::NewToken admin, coord->CreateToken("admin", "default", model::Role::kAdmin, 0));
+    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(o.admin_token_file, admin.secret + "\n", true));
+    MERIDIAN_LOG_INFO("an admin token is in {} (readable by this user only)", o.admin_token_file);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Server> server,
+                            rpc::Server::Start(o.listen, *coord, *coord, *coord, *coord, *coord, security));
   std::string host = o.listen.substr(0, o.listen.rfind(':'));
   std::string address = fmt::format("{}:{}", host, server->port());
   if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
-  MERIDIAN_LOG_INFO("coordinator listening on {} (state in {})", address, o.state_dir);
+  MERIDIAN_LOG_INFO("coordinator listening on {} ({}; state in {})", address,
+                    o.insecure ? "INSECURE: no TLS, no authentication" : "TLS, client certificates and tokens",
+                    o.state_dir);
   int sig = WaitForTerminationSignal();
   MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
   server->Shutdown();
   return OkStatus();
 }
+
+namespace {
+
+// The node's TLS credentials in o.tls_dir: its certificate if it has a valid one of
+// the cluster's CA naming it, else one got now by joining with the join token.
+StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o, const std::string& node) {
+  const fs::path dir(o.tls_dir);
+  StatusOr<security::TlsCredentials> have = security::LoadCredentials(dir.string(), "node");
+  if (have.ok()) {
+    StatusOr<security::CertInfo> info = security::Inspect(have->cert_pem);
+    if (info.ok() && info->common_name == "node:" + node) return have;
+  }
+  if (o.join_token_file.empty()) {
+    return FailedPreconditionError(fmt::format(
+        "node {} has no certificate in {} (node.crt): give --join-token-file FILE with a join token (meridian token "
+        "create --role agent --user NAME --ttl 1h)",
+        node, dir.string()));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::string ca_pem, spec::ReadFileToString((dir / "ca.crt").string()));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string token, ReadSmallFile(o.join_token_file));
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair request, security::MakeRequest("node:" + node));
+  MERIDIAN_ASSIGN_OR_RETURN(auto joined,
+                            rpc::JoinCluster(o.coordinator, ca_pem, token, node, request.cert_pem, 10'000'000));
+  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "node.key", request.key_pem, true));
+  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "node.crt", joined.first, false));
+  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "ca.crt", joined.second, false));
+  MERIDIAN_LOG_INFO("joined the cluster at {}: certificate of node:{} in {}", o.coordinator, node, dir.string());
+  return security::LoadCredentials(dir.string(), "node");
+}
+
+}  // namespace
 
 Status RunAgent(const AgentCommandOptions& o) {
   if (o.coordinator.empty()) return InvalidArgumentError("--coordinator is required");
@@ -152,6 +257,15 @@ Status RunAgent(const AgentCommandOptions& o) {
   MERIDIAN_ASSIGN_OR_RETURN(options.object_memory_bytes, ParseBytes(o.object_memory));
   options.transfer_host = o.transfer_host;
   options.link_clocks_file = o.link_clocks;
+  options.insecure_transfers = o.insecure;
+  if (!o.insecure) {
+    if (o.tls_dir.empty()) {
+      return InvalidArgumentError(
+          "--tls-dir is required: a directory with the cluster's ca.crt, where the node keeps its certificate; or "
+          "--insecure for a coordinator started with --insecure");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(options.tls, NodeCredentials(o, options.node.name));
+  }
   BlockTerminationSignals();
   agent::Agent agent(std::move(options), Env::Default());
   std::thread signals([&agent] {
@@ -202,6 +316,15 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
                    o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--retain-jobs",
                    std::to_string(o.retain_jobs), "--retain-for", o.retain_for, "--emulate-wan"},
                   dir / "logs" / "coordinator.log"};
+  if (o.insecure) {
+    coord.argv.push_back("--insecure");
+  } else {
+    for (const std::string& a : {std::string("--tls-dir"), (dir / "tls").string(), std::string("--admin-token-file"),
+                                 (dir / "admin.token").string()}) {
+      coord.argv.push_back(a);
+    }
+  }
+  if (o.real_gpus) coord.argv.push_back("--accept-node-devices");
   std::error_code ec;
   if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
   MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
@@ -217,7 +340,7 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
 
 // Starts the agents of the fleet's nodes that do not run; returns how many started.
 StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, const std::string& address,
-                          const std::string& self, bool real_gpus) {
+                          const std::string& self, bool real_gpus, bool insecure) {
   int started = 0;
   for (const model::Node& node : fleet.fleet.nodes) {
     model::Node local = node;
@@ -232,6 +355,20 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
                      (dir / "work" / "link-clocks").string()},
                     dir / "logs" / ("agent-" + node.name + ".log")};
     if (!real_gpus) agent.argv.push_back("--no-gpu-discovery");
+    if (insecure) {
+      agent.argv.push_back("--insecure");
+    } else {
+      // Each node keeps its own certificate; it starts with the CA's and a join token.
+      const fs::path tls = dir / "work" / node.name / "tls";
+      std::error_code ec;
+      fs::create_directories(tls, ec);
+      if (!fs::exists(tls / "ca.crt")) fs::copy_file(dir / "tls" / "ca.crt", tls / "ca.crt", ec);
+      if (ec) return UnavailableError(fmt::format("cannot prepare {}: {}", tls.string(), ec.message()));
+      for (const std::string& a : {std::string("--tls-dir"), tls.string(), std::string("--join-token-file"),
+                                   (dir / "join.token").string()}) {
+        agent.argv.push_back(a);
+      }
+    }
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
     started += pid.second ? 1 : 0;
   }
@@ -239,8 +376,9 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
 }
 
 // Waits until `want` nodes are registered and alive (30 s at most).
-StatusOr<std::vector<model::NodeView>> WaitForNodes(const std::string& address, size_t want, const fs::path& dir) {
-  client::Client client(address, 2'000'000);
+StatusOr<std::vector<model::NodeView>> WaitForNodes(const std::string& address, const rpc::ChannelSecurity& security,
+                                                    size_t want, const fs::path& dir) {
+  client::Client client(address, security, 2'000'000);
   size_t alive = 0;
   for (int i = 0; i < 300; ++i) {
     StatusOr<std::vector<model::NodeView>> nodes = client.Nodes();
@@ -303,7 +441,10 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     std::ostringstream ignored;
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
-    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile}) fs::remove_all(dir / sub, rm);
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile, "tls", "admin.token",
+                            "join.token", "insecure"}) {
+      fs::remove_all(dir / sub, rm);
+    }
     if (rm) return UnavailableError(fmt::format("cannot delete the cluster in {}: {}", dir.string(), rm.message()));
   } else if (StatusOr<std::string> before = spec::ReadFileToString(made_from.string());
              before.ok() && *before != fleet_text) {
@@ -311,20 +452,43 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
         "the local cluster in {} was made from another fleet; 'meridian up --recreate' deletes it (jobs and "
         "objects too) and starts one from {}, or give another --dir",
         dir.string(), fleet_path));
+  } else if (before.ok() && fs::exists(dir / "insecure") != o.insecure) {
+    return FailedPreconditionError(fmt::format(
+        "the local cluster in {} was made {} --insecure; 'meridian up --recreate{}' deletes it (jobs and objects "
+        "too) and starts one {}, or give another --dir",
+        dir.string(), o.insecure ? "without" : "with", o.insecure ? " --insecure" : "",
+        o.insecure ? "without TLS" : "with TLS"));
   }
   std::error_code ec;
   for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(made_from, fleet_text));
+  if (o.insecure) {
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / "insecure", "made with 'meridian up --insecure': no TLS, no tokens\n"));
+  } else {
+    MERIDIAN_RETURN_IF_ERROR(MakeClusterCerts((dir / "tls").string(), {"127.0.0.1", "localhost", "::1"}));
+  }
   const std::string self = SelfExecutable();
   MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinator(dir, fs::absolute(fleet_path).string(), o, self));
-  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus));
+  rpc::ChannelSecurity security;
+  if (!o.insecure) {
+    MERIDIAN_ASSIGN_OR_RETURN(security, client::LoadClusterCredentials(dir.string()));
+    // A join token for agents that have no certificate yet; short-lived, like any.
+    client::Client admin(coord.first, security, 5'000'000);
+    MERIDIAN_ASSIGN_OR_RETURN(rpc::NewToken join, admin.CreateToken("meridian-up", "default", model::Role::kAgent,
+                                                                     int64_t{10} * 60 * 1'000'000));
+    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "join.token", join.secret + "\n", true));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
-                            WaitForNodes(coord.first, fleet.fleet.nodes.size(), dir));
+                            WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();
-  out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n\n",
+  out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n",
                      dir.string(), coord.first, nodes.size(), fleet.fleet.sites.size(),
                      agents + (coord.second ? 1 : 0));
+  out << (o.insecure ? "INSECURE: no TLS and no tokens; anyone on this machine can run commands through it\n\n"
+                     : fmt::format("TLS with the cluster's own CA ({}/tls); your admin token is {}/admin.token\n\n",
+                                   dir.string(), dir.string()));
   PrintCluster(nodes, out);
   out << "\nnext: meridian run examples/jobs/sensor-histograms.yaml   (meridian down stops it)\n";
   return OkStatus();

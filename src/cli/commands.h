@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -77,14 +79,23 @@ Status RunSim(const SimOptions& options, std::ostream& out);
 namespace meridian::cli {
 
 // How the client commands find their coordinator: --coordinator, else the
-// MERIDIAN_COORDINATOR variable, else the address file of the local cluster in `dir`.
+// MERIDIAN_COORDINATOR variable, else the address file of the local cluster in `dir`;
+// and how they prove who they are: the CA and client certificate in --tls-dir (else
+// $MERIDIAN_TLS_DIR, else the local cluster's tls/), and --token (else
+// $MERIDIAN_TOKEN, else the local cluster's admin.token). --insecure: plaintext, to a
+// coordinator started with --insecure.
 struct ClusterTarget {
   std::string coordinator;
   std::string dir;
+  std::string tls_dir = {};
+  std::string token = {};
+  bool insecure = false;
 };
 // ${MERIDIAN_HOME}, else ~/.meridian: where `meridian up` keeps a local cluster.
 std::string DefaultClusterDir();
 StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);
+// A client of the target's coordinator, with its credentials.
+StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us = 10'000'000);
 
 struct CoordinatorCommandOptions {
   std::string state_dir;
@@ -102,6 +113,15 @@ struct CoordinatorCommandOptions {
   std::string sync = "normal";
   std::string order = "fifo";
   bool emulate_wan = false;
+  // The cluster's certificates: ca.crt (and ca.key, to sign joining nodes'),
+  // coordinator.crt and coordinator.key.
+  std::string tls_dir;
+  bool insecure = false;  // no TLS and no authentication (a trusted machine only)
+  // Written with a new admin token if it does not exist (the first start).
+  std::string admin_token_file;
+  std::string node_cert_ttl = "30d";
+  // Devices as the agents find them, not the fleet's (a fleet emulated on real GPUs).
+  bool accept_node_devices = false;
 };
 // `meridian coordinator`: serves until SIGINT or SIGTERM.
 Status RunCoordinator(const CoordinatorCommandOptions& options);
@@ -116,6 +136,11 @@ struct AgentCommandOptions {
   std::string object_memory = "1GiB";
   std::string transfer_host = "127.0.0.1";
   std::string link_clocks;  // file of emulated links' clocks shared by a local cluster's agents
+  // Where the cluster's ca.crt is, and the node's certificate once it joined
+  // (node.crt, node.key); with no certificate there yet, the join token's file.
+  std::string tls_dir;
+  std::string join_token_file;
+  bool insecure = false;
 };
 // `meridian agent`: serves until SIGINT or SIGTERM.
 Status RunAgent(const AgentCommandOptions& options);
@@ -133,9 +158,47 @@ struct UpOptions {
   bool quiet = false;
   // Agents use this machine's CUDA GPUs instead of emulating the fleet's devices.
   bool real_gpus = false;
+  // No TLS and no tokens (as before the cluster had them): a trusted machine only.
+  bool insecure = false;
 };
 // `meridian up`: starts what of the local cluster in `dir` is not running.
 Status RunUp(const UpOptions& options, std::ostream& out);
+// Writes `text` to `path` through a temporary file; readable by its owner only when
+// `secret` (keys, tokens).
+Status WritePrivateFile(const std::filesystem::path& path, const std::string& text, bool secret);
+// A CA, a coordinator certificate for `coordinator_hosts` and an admin client
+// certificate in `dir`, unless dir/ca.crt exists (what `meridian up` makes).
+Status MakeClusterCerts(const std::string& dir, const std::vector<std::string>& coordinator_hosts);
+
+struct CertsOptions {
+  std::string dir;
+  std::string name;                 // issue: who (coordinator, or a client's user)
+  std::string kind = "client";      // issue: coordinator or client
+  std::vector<std::string> hosts;   // issue coordinator: its host names and addresses
+  std::string ttl;                  // default: 10 years for a CA, 1 year for others
+  bool ca = false;                  // rotate: the CA too
+};
+// `meridian certs init|issue|rotate|show`.
+Status RunCertsInit(const CertsOptions& options, std::ostream& out);
+Status RunCertsIssue(const CertsOptions& options, std::ostream& out);
+Status RunCertsRotate(const CertsOptions& options, std::ostream& out);
+Status RunCertsShow(const CertsOptions& options, std::ostream& out);
+
+struct TokenOptions {
+  ClusterTarget target;
+  std::string user;
+  std::string tenant = "default";
+  std::string role = "submitter";
+  std::string ttl = "0";  // 0: never expires
+  std::string id;         // revoke
+  bool json = false;
+};
+// `meridian token create|list|revoke`, `meridian whoami`.
+Status RunTokenCreate(const TokenOptions& options, std::ostream& out);
+Status RunTokenList(const TokenOptions& options, std::ostream& out);
+Status RunTokenRevoke(const TokenOptions& options, std::ostream& out);
+Status RunWhoAmI(const TokenOptions& options, std::ostream& out);
+
 struct DownOptions {
   std::string dir;
 };
@@ -231,6 +294,7 @@ struct BenchTasksOptions {
   int agents = 2;
   int64_t tasks = 100'000;
   int latency_samples = 300;
+  bool insecure_loopback = false;  // the plaintext cluster only, no TLS run
   bool json = false;
 };
 struct BenchRetentionOptions {

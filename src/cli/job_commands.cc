@@ -26,10 +26,7 @@ using nlohmann::json;
 // Tasks asked for in one call when a command reads all of a job's.
 constexpr uint32_t kTasksPerPage = 2000;
 
-StatusOr<std::unique_ptr<client::Client>> Connect(const ClusterTarget& target) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
-  return std::make_unique<client::Client>(address);
-}
+StatusOr<std::unique_ptr<client::Client>> Connect(const ClusterTarget& target) { return ConnectClient(target); }
 
 std::string Ago(int64_t wall_us) {
   if (wall_us <= 0) return "-";

@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   bench_tasks->add_option("--agents", bench_tasks_opts.agents, "Agent processes (default 2)");
   bench_tasks->add_option("--tasks", bench_tasks_opts.tasks, "No-op tasks in the throughput run (default 100000)");
   bench_tasks->add_option("--samples", bench_tasks_opts.latency_samples, "Round trips to time (default 300)");
+  bench_tasks->add_flag("--insecure-loopback", bench_tasks_opts.insecure_loopback,
+                        "Only a plaintext cluster (no TLS, no tokens): skip the TLS run");
   bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
 
   cli::BenchTransferOptions bench_transfer_opts;
@@ -103,6 +105,13 @@ int main(int argc, char** argv) {
   auto add_target = [&](CLI::App* cmd, cli::ClusterTarget& t) {
     cmd->add_option("--coordinator", t.coordinator, target_help);
     cmd->add_option("--dir", t.dir, dir_help);
+    cmd->add_option("--tls-dir", t.tls_dir,
+                    "The cluster's ca.crt and your client.crt/client.key (default: $MERIDIAN_TLS_DIR, else the local "
+                    "cluster's tls/)");
+    cmd->add_option("--token", t.token,
+                    "Your API token (default: $MERIDIAN_TOKEN, else the local cluster's admin.token); prefer the "
+                    "variable: others can read command lines");
+    cmd->add_flag("--insecure", t.insecure, "Plaintext, to a coordinator started with --insecure");
   };
 
   cli::CoordinatorCommandOptions coord;
@@ -124,6 +133,16 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
   coord_cmd->add_flag("--emulate-wan", coord.emulate_wan,
                       "Agents' transfers emulate the fleet's links (latency, bandwidth): a local cluster playing sites");
+  coord_cmd->add_option("--tls-dir", coord.tls_dir,
+                        "The cluster's certificates: ca.crt, coordinator.crt, coordinator.key, and ca.key to let "
+                        "nodes join (meridian certs init / issue)");
+  coord_cmd->add_option("--admin-token-file", coord.admin_token_file,
+                        "On first start, write an admin token here (readable by you alone)");
+  coord_cmd->add_option("--node-cert-ttl", coord.node_cert_ttl, "Lifetime of the certificates joining nodes get (default 30d)");
+  coord_cmd->add_flag("--accept-node-devices", coord.accept_node_devices,
+                      "Take nodes' devices as their agents find them, not as the fleet declares them");
+  coord_cmd->add_flag("--insecure", coord.insecure,
+                      "No TLS and no authentication: anyone who reaches the port runs commands on every node");
 
   cli::AgentCommandOptions agent;
   CLI::App* agent_cmd = app.add_subcommand("agent", "Run an agent for one node");
@@ -139,6 +158,11 @@ int main(int argc, char** argv) {
                         "senders at one site share each link's bandwidth (meridian up sets it)");
   agent_cmd->add_option("--transfer-host", agent.transfer_host,
                         "Address the object transfer server listens on (default 127.0.0.1; its port is chosen)");
+  agent_cmd->add_option("--tls-dir", agent.tls_dir,
+                        "Holds the cluster's ca.crt, and the node's certificate once it joined (node.crt, node.key)");
+  agent_cmd->add_option("--join-token-file", agent.join_token_file,
+                        "A join token (meridian token create --role agent), used when the node has no certificate");
+  agent_cmd->add_flag("--insecure", agent.insecure, "Plaintext, to a coordinator started with --insecure");
 
   cli::UpOptions up;
   CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");
@@ -155,6 +179,8 @@ int main(int argc, char** argv) {
                    "Stop and delete the cluster already in the directory (its jobs and objects too) and start afresh");
   up_cmd->add_flag("--real-gpus", up.real_gpus,
                    "Agents use this machine's CUDA GPUs (each agent all of them) instead of emulating the fleet's");
+  up_cmd->add_flag("--insecure", up.insecure,
+                   "No TLS and no tokens (by default the cluster gets its own CA and an admin token)");
   cli::DownOptions down;
   CLI::App* down_cmd = app.add_subcommand("down", "Stop the local cluster's processes (its state is kept)");
   down_cmd->add_option("--dir", down.dir, dir_help);
@@ -244,6 +270,46 @@ int main(int argc, char** argv) {
   data_ls_cmd->add_option("name", data_ls.name, "One dataset (default: all)");
   data_ls_cmd->add_flag("--json", data_ls.json, "Print JSON for scripts");
 
+  CLI::App* certs_cmd = app.add_subcommand("certs", "The cluster's CA and certificates, as files");
+  certs_cmd->require_subcommand(1);
+  cli::CertsOptions certs;
+  CLI::App* certs_init_cmd = certs_cmd->add_subcommand("init", "Make a cluster CA (ca.crt, ca.key) in --dir");
+  CLI::App* certs_issue_cmd =
+      certs_cmd->add_subcommand("issue", "Issue a coordinator's or a client's certificate from the CA in --dir");
+  certs_issue_cmd->add_option("kind", certs.kind, "coordinator or client")->required();
+  certs_issue_cmd->add_option("--host", certs.hosts, "coordinator: a host name or address clients reach it by (repeat)");
+  CLI::App* certs_rotate_cmd = certs_cmd->add_subcommand(
+      "rotate", "New keys and certificates for the coordinator and clients in --dir (with --ca, a new CA too)");
+  certs_rotate_cmd->add_flag("--ca", certs.ca, "Replace the CA too; the old one stays trusted until nodes rejoin");
+  CLI::App* certs_show_cmd = certs_cmd->add_subcommand("show", "The certificates in --dir: names, hosts, expiry");
+  for (CLI::App* cmd : {certs_init_cmd, certs_issue_cmd, certs_rotate_cmd, certs_show_cmd}) {
+    cmd->add_option("--dir", certs.dir, "The directory of the cluster's certificates")->required();
+  }
+  for (CLI::App* cmd : {certs_init_cmd, certs_issue_cmd, certs_rotate_cmd}) {
+    cmd->add_option("--ttl", certs.ttl, "Lifetime (default: 3650d for a CA, 365d for others)");
+  }
+  certs_init_cmd->add_option("--name", certs.name, "The CA's name (default meridian-cluster-ca)");
+  certs_issue_cmd->add_option("--name", certs.name, "client: the user it names");
+
+  CLI::App* token_cmd = app.add_subcommand("token", "API tokens: create, list, revoke (an admin's)");
+  token_cmd->require_subcommand(1);
+  cli::TokenOptions token_create, token_list, token_revoke, whoami;
+  CLI::App* token_create_cmd = token_cmd->add_subcommand("create", "A new token; printed once");
+  token_create_cmd->add_option("--user", token_create.user, "Who it is for")->required();
+  token_create_cmd->add_option("--tenant", token_create.tenant, "Their tenant: whose jobs they submit and see (default default)");
+  token_create_cmd->add_option("--role", token_create.role,
+                               "viewer, submitter (default), admin, or agent (a join token for nodes)");
+  token_create_cmd->add_option("--ttl", token_create.ttl, "Lifetime, such as 90d or 1h (default 0: never expires)");
+  CLI::App* token_list_cmd = token_cmd->add_subcommand("list", "Tokens: who, role, tenant, expiry (never secrets)");
+  CLI::App* token_revoke_cmd = token_cmd->add_subcommand("revoke", "Revoke a token at once");
+  token_revoke_cmd->add_option("id", token_revoke.id, "The token's id (from token list)")->required();
+  CLI::App* whoami_cmd = app.add_subcommand("whoami", "Who the coordinator takes you for: user, role, tenant");
+  for (auto [cmd, o] : {std::pair{token_create_cmd, &token_create}, {token_list_cmd, &token_list},
+                        {token_revoke_cmd, &token_revoke}, {whoami_cmd, &whoami}}) {
+    add_target(cmd, o->target);
+    cmd->add_flag("--json", o->json, "Print JSON for scripts");
+  }
+
   CLI::App* nodes_cmd = app.add_subcommand("nodes", "Nodes: sites, devices (real or emulated), what they run");
   add_target(nodes_cmd, nodes.target);
   nodes_cmd->add_flag("--json", nodes.json, "Print JSON for scripts");
@@ -316,6 +382,22 @@ int main(int argc, char** argv) {
     status = cli::RunDataList(data_ls, std::cout);
   } else if (nodes_cmd->parsed()) {
     status = cli::RunNodes(nodes, std::cout);
+  } else if (certs_init_cmd->parsed()) {
+    status = cli::RunCertsInit(certs, std::cout);
+  } else if (certs_issue_cmd->parsed()) {
+    status = cli::RunCertsIssue(certs, std::cout);
+  } else if (certs_rotate_cmd->parsed()) {
+    status = cli::RunCertsRotate(certs, std::cout);
+  } else if (certs_show_cmd->parsed()) {
+    status = cli::RunCertsShow(certs, std::cout);
+  } else if (token_create_cmd->parsed()) {
+    status = cli::RunTokenCreate(token_create, std::cout);
+  } else if (token_list_cmd->parsed()) {
+    status = cli::RunTokenList(token_list, std::cout);
+  } else if (token_revoke_cmd->parsed()) {
+    status = cli::RunTokenRevoke(token_revoke, std::cout);
+  } else if (whoami_cmd->parsed()) {
+    status = cli::RunWhoAmI(whoami, std::cout);
   }
   if (!status.ok()) {
     std::cout.flush();

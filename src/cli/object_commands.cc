@@ -54,7 +54,8 @@ namespace {
 StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view data, const std::string& site,
                                           const std::string& name, const std::string& from) {
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectReplica target, c.PlacePut(static_cast<int64_t>(data.size()), site));
-  StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data, 30'000'000, from);
+  MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<const security::TlsContext> tls, c.TransferTls());
+  StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data, 30'000'000, from, tls);
   if (!id.ok()) return id.status().WithPrefix(fmt::format("putting the object on node {}", target.node));
   return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name);
 }
@@ -149,8 +150,8 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
   }
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<ShardPlan> plan, PlanShards(o));
   if (plan.empty()) return InvalidArgumentError(fmt::format("{}: nothing to put (no files)", o.path));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
-  client::Client c(address);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  client::Client& c = *connected;
   // Refuse a taken name before moving any bytes.
   if (c.GetDataset(o.name).ok()) {
     return AlreadyExistsError(fmt::format("a dataset named '{}' exists; dataset names are never reused", o.name));
@@ -192,8 +193,8 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
 }
 
 Status RunDataList(const DataListOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
-  client::Client c(address);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  client::Client& c = *connected;
   std::vector<model::DatasetView> all;
   if (o.name.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(all, c.Datasets());
@@ -248,8 +249,9 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const st
   MERIDIAN_ASSIGN_OR_RETURN(out->dir, TempDir::Make("meridian-get"));
   MERIDIAN_ASSIGN_OR_RETURN(out->store,
                             objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir->path()}));
-  StatusOr<objects::FetchStats> f =
-      objects::Fetch(out->from.transfer_address, id, *out->store, objects::FetchOptions{site});
+  objects::FetchOptions fo{site};
+  MERIDIAN_ASSIGN_OR_RETURN(fo.tls, c.TransferTls());
+  StatusOr<objects::FetchStats> f = objects::Fetch(out->from.transfer_address, id, *out->store, fo);
   if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));
   out->stats = *f;
   MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, out->store->Pin(id));
@@ -268,8 +270,8 @@ StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref
 
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.file));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
-  client::Client c(address);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  client::Client& c = *connected;
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, data, o.site, o.name, o.from));
   if (o.json) {
     out << LocationJson(l).dump(2) << '\n';
@@ -281,8 +283,8 @@ Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
 }
 
 Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
-  client::Client c(address);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  client::Client& c = *connected;
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> fetched, FetchObject(c, o.ref, o.site));
   const model::ObjectLocation& l = fetched->location;
   const model::ObjectReplica* from = &fetched->from;
@@ -320,8 +322,8 @@ Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
 }
 
 Status RunObjectsList(const ObjectsListOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(o.target));
-  client::Client c(address);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  client::Client& c = *connected;
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::ObjectLocation> all, c.Objects());
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();

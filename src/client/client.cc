@@ -1,6 +1,8 @@
 #include "client/client.h"
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -20,6 +22,33 @@ std::shared_ptr<grpc::Channel> Client::Channel() const {
 
 Client::Client(std::string address, int64_t timeout_us)
     : address_(std::move(address)), timeout_us_(timeout_us), channel_(rpc::MakeChannel(address_)) {}
+Client::Client(std::string address, rpc::ChannelSecurity security, int64_t timeout_us)
+    : address_(std::move(address)),
+      security_(std::move(security)),
+      timeout_us_(timeout_us),
+      channel_(rpc::MakeChannel(address_, security_)) {}
+
+StatusOr<std::shared_ptr<const security::TlsContext>> Client::TransferTls() {
+  if (!security_.tls.enabled()) return std::shared_ptr<const security::TlsContext>();
+  std::lock_guard<std::mutex> lock(tls_mu_);
+  if (!transfer_tls_) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<security::TlsContext> t, security::TlsContext::Create(security_.tls));
+    transfer_tls_ = std::move(t);
+  }
+  return transfer_tls_;
+}
+
+StatusOr<rpc::ChannelSecurity> LoadClusterCredentials(const std::string& dir) {
+  const std::filesystem::path tls = std::filesystem::path(dir) / "tls";
+  if (!std::filesystem::exists(tls / "ca.crt")) {
+    return FailedPreconditionError(fmt::format("{} holds no cluster certificates (tls/ca.crt)", dir));
+  }
+  rpc::ChannelSecurity out;
+  MERIDIAN_ASSIGN_OR_RETURN(out.tls, security::LoadCredentials(tls.string(), "client"));
+  std::ifstream in(std::filesystem::path(dir) / "admin.token");
+  std::getline(in, out.token);
+  return out;
+}
 Client::~Client() = default;
 
 namespace {
@@ -195,7 +224,7 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
     // coordinator for seconds), and a restarted coordinator counts versions afresh.
     {
       std::lock_guard<std::mutex> lock(channel_mu_);
-      channel_ = rpc::MakeChannel(address_);
+      channel_ = rpc::MakeChannel(address_, security_);
     }
     version = 0;
   }
@@ -209,6 +238,50 @@ StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   std::vector<model::NodeView> out;
   for (const v1::NodeInfo& n : resp.nodes()) out.push_back(rpc::FromProto(n));
   return out;
+}
+
+StatusOr<rpc::NewToken> Client::CreateToken(const std::string& user, const std::string& tenant, model::Role role,
+                                            int64_t ttl_us) {
+  v1::CreateTokenRequest req;
+  req.set_user(user);
+  req.set_tenant(tenant);
+  req.set_role(std::string(model::RoleName(role)));
+  req.set_ttl_us(ttl_us);
+  v1::CreateTokenResponse resp;
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::CreateToken, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::NewToken{rpc::FromProto(resp.token()), resp.secret()};
+}
+
+StatusOr<std::vector<model::TokenRecord>> Client::Tokens() {
+  v1::ListTokensRequest req;
+  v1::ListTokensResponse resp;
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListTokens, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::TokenRecord> out;
+  for (const v1::Token& t : resp.tokens()) out.push_back(rpc::FromProto(t));
+  return out;
+}
+
+StatusOr<model::TokenRecord> Client::RevokeToken(const std::string& id) {
+  v1::RevokeTokenRequest req;
+  req.set_id(id);
+  v1::Token resp;
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::RevokeToken, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return rpc::FromProto(resp);
+}
+
+StatusOr<model::Caller> Client::WhoAmI() {
+  v1::WhoAmIRequest req;
+  v1::WhoAmIResponse resp;
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::WhoAmI, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  model::Caller c;
+  c.user = resp.user();
+  c.tenant = resp.tenant();
+  c.role = model::ParseRole(resp.role()).value_or(model::Role::kViewer);
+  return c;
 }
 
 StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref) {

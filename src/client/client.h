@@ -24,10 +24,16 @@ namespace meridian::client {
 
 class Client {
  public:
+  // A plaintext client, for an insecure coordinator.
   explicit Client(std::string address, int64_t timeout_us = 10'000'000);
+  // TLS with the cluster's CA and a client certificate, and a user's token.
+  Client(std::string address, rpc::ChannelSecurity security, int64_t timeout_us = 10'000'000);
   ~Client();
 
   const std::string& address() const { return address_; }
+  // TLS for the transfer plane with this client's certificate (objects put and read
+  // from agents); null for a plaintext client.
+  StatusOr<std::shared_ptr<const security::TlsContext>> TransferTls();
 
   StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name);
   // The job; with include_tasks, every task too, fetched a page at a time (a job of
@@ -52,6 +58,13 @@ class Client {
                                     const std::function<void(const Status&)>& on_lost = nullptr);
   StatusOr<std::vector<model::NodeView>> Nodes();
 
+  // Tokens (an admin's), and who this client's token says it is.
+  StatusOr<rpc::NewToken> CreateToken(const std::string& user, const std::string& tenant, model::Role role,
+                                      int64_t ttl_us);
+  StatusOr<std::vector<model::TokenRecord>> Tokens();
+  StatusOr<model::TokenRecord> RevokeToken(const std::string& id);
+  StatusOr<model::Caller> WhoAmI();
+
   // The object directory (the bytes move over the transfer protocol, objects/).
   StatusOr<model::ObjectLocation> Locate(const std::string& ref);
   StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site);
@@ -69,9 +82,17 @@ class Client {
   std::shared_ptr<grpc::Channel> Channel() const;
 
   std::string address_;
+  rpc::ChannelSecurity security_;
   int64_t timeout_us_;
+  std::mutex tls_mu_;
+  std::shared_ptr<const security::TlsContext> transfer_tls_;  // GUARDED_BY(tls_mu_); made on first use
   mutable std::mutex channel_mu_;
   std::shared_ptr<grpc::Channel> channel_;  // GUARDED_BY(channel_mu_); a fresh one after an outage
 };
+
+// The credentials of the cluster `meridian up` made in `dir`: the CA and client
+// certificate in dir/tls and the admin token in dir/admin.token. FailedPrecondition
+// when dir/tls is missing (not a secured cluster).
+StatusOr<rpc::ChannelSecurity> LoadClusterCredentials(const std::string& dir);
 
 }  // namespace meridian::client

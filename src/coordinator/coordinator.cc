@@ -35,7 +35,7 @@ spec::DatasetResolver ResolverFor(const std::map<std::string, model::Dataset>& d
 // How often the loop looks for finished jobs the retention policy lets go.
 constexpr int64_t kRetentionCheckUs = 1'000'000;
 
-std::string Join(const std::set<std::string>& items) {
+std::string JoinNames(const std::set<std::string>& items) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
   return out;
@@ -95,6 +95,10 @@ Status Coordinator::LoadState() {
     tasks[t.task].rec = std::move(t);
   }
   LoadNames(state.names);
+  {
+    std::lock_guard<std::mutex> auth_lock(auth_mu_);
+    for (model::TokenRecord& t : state.tokens) tokens_[t.id] = std::move(t);
+  }
   for (model::AttemptRecord& a : state.attempts) {
     auto it = jobs_.find(a.job);
     if (it == jobs_.end() || a.task >= it->second.tasks.size()) continue;
@@ -209,7 +213,8 @@ void Coordinator::Loop() {
 
 // ------------------------------------------------------------------ jobs
 
-StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, const std::string& spec_name) {
+StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, const std::string& spec_name,
+                                                const std::string& tenant) {
   model::Fleet sites;
   std::map<std::string, model::Dataset> datasets;
   {
@@ -219,6 +224,16 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   }
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput,
                                                            ResolverFor(datasets)));
+  if (!tenant.empty()) {
+    // The credential says whose job it is; a spec cannot charge it to someone else.
+    if (job.tenant != tenant && job.tenant != model::Job{}.tenant) {
+      return PermissionDeniedError(fmt::format(
+          "{}: the job names tenant '{}', but your credential is of tenant '{}'; a job's tenant comes from the "
+          "credential (remove 'tenant:')",
+          spec_name, job.tenant, tenant));
+    }
+    job.tenant = tenant;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job));
@@ -295,7 +310,7 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
   for (const model::Task& t : job.tasks) {
     if (!t.kernel.empty() && !kernels.count(t.kernel)) {
       return InvalidArgumentError(
-          fmt::format("task '{}': unknown kernel '{}' (the agents run: {})", t.name, t.kernel, Join(kernels)));
+          fmt::format("task '{}': unknown kernel '{}' (the agents run: {})", t.name, t.kernel, JoinNames(kernels)));
     }
   }
   // Ask the scheduler about one task of each distinct request on an empty fleet:
@@ -349,14 +364,22 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
   return view;
 }
 
-std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit) {
+std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<model::JobSummary> out;
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     if (limit > 0 && out.size() >= static_cast<size_t>(limit)) break;
+    if (!tenant.empty() && it->second.rec.tenant != tenant) continue;
     out.push_back(SummaryOf(it->second));
   }
   return out;
+}
+
+StatusOr<std::string> Coordinator::JobTenant(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+  return it->second.rec.tenant;
 }
 
 StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
@@ -507,7 +530,7 @@ StatusOr<SiteId> Coordinator::SiteFor(const model::AgentRegistration& reg) {
     std::set<std::string> known;
     for (const model::Site& s : fleet_.sites) known.insert(s.name);
     return InvalidArgumentError(fmt::format("node '{}': unknown site '{}' (the coordinator's fleet has: {})",
-                                            reg.node.name, reg.site, Join(known)));
+                                            reg.node.name, reg.site, JoinNames(known)));
   }
   // No fleet file: sites are what the agents say they are.
   model::Site s;
@@ -603,7 +626,22 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   MERIDIAN_RETURN_IF_ERROR(model::CheckNodeSpec(reg.node));
   if (reg.site.empty()) return InvalidArgumentError(fmt::format("node '{}' names no site", reg.node.name));
   MERIDIAN_RETURN_IF_ERROR(model::CheckName(reg.site, fmt::format("node '{}': site", reg.node.name)));
+  MERIDIAN_RETURN_IF_ERROR(CheckAgainstFleet(reg));
   std::unique_lock<std::mutex> lock(mu_);
+  if (auto it = node_by_name_.find(reg.node.name); it != node_by_name_.end()) {
+    const NodeRt& current = nodes_[it->second];
+    const int64_t silent_us = env_.clock().Now().us - current.last_heartbeat.us;
+    if (current.alive && reg.previous_session != current.session && silent_us < options_.heartbeat_timeout_us) {
+      return FailedPreconditionError(fmt::format(
+          "node {} already has a live session (heard from {} ms ago); a second agent for one node is refused: "
+          "stop the other, or wait {} ms for it to be declared dead",
+          reg.node.name, silent_us / 1000, (options_.heartbeat_timeout_us - silent_us) / 1000));
+    }
+  }
+  {
+    auto it = node_by_name_.find(reg.node.name);
+    MERIDIAN_RETURN_IF_ERROR(CheckReportsLocked(it == node_by_name_.end() ? -1 : it->second, reg.node.name, reg.unacked));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(SiteId site, SiteFor(reg));
   model::Node node = reg.node;
   node.site = site;
@@ -614,7 +652,10 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   NodeRt& rt = nodes_[index];
   rt.site = reg.site;
   rt.alive = true;
-  rt.session = next_session_++;
+  // Random: a session cannot be guessed from an earlier one, nor match one of an
+  // earlier incarnation of this coordinator.
+  StatusOr<std::string> random = security::RandomHex(8);
+  rt.session = random.ok() ? (std::stoull(*random, nullptr, 16) >> 1) | 1 : next_session_++;
   rt.last_heartbeat = env_.clock().Now();
   rt.registered_us = WallUs();
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
@@ -666,6 +707,7 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   std::unique_lock<std::mutex> lock(mu_);
   if (hb.node_id >= nodes_.size() || nodes_[hb.node_id].session != hb.session) return true;
   const int32_t index = static_cast<int32_t>(hb.node_id);
+  MERIDIAN_RETURN_IF_ERROR(CheckReportsLocked(index, fleet_.nodes[index].name, hb.updates));
   NodeRt& node = nodes_[index];
   node.last_heartbeat = env_.clock().Now();
   node.running = hb.running;
@@ -705,6 +747,61 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   if (resent) outbox_cv_.notify_all();
   if (more) loop_cv_.notify_one();
   return false;
+}
+
+StatusOr<std::string> Coordinator::NodeName(uint32_t node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node_id >= fleet_.nodes.size()) return NotFoundError(fmt::format("no node {}", node_id));
+  return fleet_.nodes[node_id].name;
+}
+
+Status Coordinator::CheckAgainstFleet(const model::AgentRegistration& reg) const {
+  if (options_.declared_nodes.empty()) return OkStatus();
+  auto it = options_.declared_nodes.find(reg.node.name);
+  if (it == options_.declared_nodes.end()) {
+    return PermissionDeniedError(fmt::format("node '{}' is not in the fleet; only its nodes may register", reg.node.name));
+  }
+  const model::Node& declared = it->second.first;
+  const std::string& where = it->second.second;
+  auto refuse = [&](std::string what) {
+    return PermissionDeniedError(fmt::format("node '{}' declares {}, more than the fleet gives it", reg.node.name, what));
+  };
+  if (reg.site != where) {
+    return PermissionDeniedError(
+        fmt::format("node '{}' says it is at site {}; the fleet puts it at {}", reg.node.name, reg.site, where));
+  }
+  if (reg.node.cpu_milli > declared.cpu_milli) return refuse(fmt::format("{} millicores", reg.node.cpu_milli));
+  if (reg.node.memory_bytes > declared.memory_bytes) return refuse(fmt::format("{} bytes of memory", reg.node.memory_bytes));
+  if (reg.node.disk_bytes > declared.disk_bytes && declared.disk_bytes > 0) {
+    return refuse(fmt::format("{} bytes of disk", reg.node.disk_bytes));
+  }
+  if (options_.accept_node_devices) return OkStatus();
+  std::map<std::string, int> have, allowed;
+  for (const model::Device& d : reg.node.devices) ++have[d.type];
+  for (const model::Device& d : declared.devices) ++allowed[d.type];
+  for (const auto& [type, n] : have) {
+    if (n > allowed[type]) return refuse(fmt::format("{} devices of type {}", n, type));
+  }
+  return OkStatus();
+}
+
+Status Coordinator::CheckReportsLocked(int32_t index, const std::string& name,
+                                       const std::vector<model::TaskUpdate>& updates) const {
+  for (const model::TaskUpdate& u : updates) {
+    auto j = jobs_.find(u.key.job);
+    if (j == jobs_.end() || j->second.retired || u.key.task >= j->second.tasks.size()) continue;
+    const TaskRt& task = j->second.tasks[u.key.task];
+    // Earlier attempts change nothing (ApplyUpdate ignores them); the current one, or
+    // one never made, may be reported only by the node that holds it.
+    const bool current_elsewhere = u.key.attempt == task.rec.attempt && task.node >= 0 && task.node != index;
+    if (current_elsewhere || u.key.attempt > task.rec.attempt) {
+      return PermissionDeniedError(fmt::format(
+          "node {} reported on attempt {} of task {} of job {}, which it does not hold; nothing of this report "
+          "was applied",
+          name, u.key.attempt, u.key.task, u.key.job));
+    }
+  }
+  return OkStatus();
 }
 
 size_t Coordinator::TasksInMemory() {

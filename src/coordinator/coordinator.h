@@ -34,6 +34,7 @@
 #include "model/throughput.h"
 #include "model/work.h"
 #include "rpc/api.h"
+#include "security/pki.h"
 #include "sched/schedule.h"
 #include "store/state_store.h"
 
@@ -61,9 +62,24 @@ struct CoordinatorOptions {
   uint64_t seed = 1;
   // Agents' transfers emulate the fleet's links (a local cluster playing its sites).
   bool emulate_wan = false;
+  // The nodes the fleet file declares, by name, with their sites' names: a node that
+  // registers must be one of them, at its site, declaring no more than it has. Empty:
+  // any node may register (and join).
+  std::map<std::string, std::pair<model::Node, std::string>> declared_nodes;
+  // Devices are taken as the agents find them (real GPUs in place of the fleet's).
+  bool accept_node_devices = false;
+  // The cluster's CA and its key, which sign joining nodes' certificates, and the
+  // bundle of CAs a node is told to trust. Empty: nodes cannot join.
+  security::KeyPair ca;
+  std::string ca_bundle;
+  int64_t node_cert_valid_for_us = int64_t{30} * 24 * 3600 * 1'000'000;
 };
 
-class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::AdminApi, public rpc::ObjectApi {
+class Coordinator final : public rpc::JobApi,
+                          public rpc::NodeApi,
+                          public rpc::AdminApi,
+                          public rpc::ObjectApi,
+                          public rpc::AuthApi {
  public:
   // Loads the store's state and starts the background loop. `env` must outlive it.
   static StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
@@ -71,9 +87,11 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   ~Coordinator() override;
 
   // rpc::JobApi
-  StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) override;
+  StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name,
+                                     const std::string& tenant) override;
   StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) override;
-  std::vector<model::JobSummary> ListJobs(int32_t limit) override;
+  std::vector<model::JobSummary> ListJobs(int32_t limit, const std::string& tenant) override;
+  StatusOr<std::string> JobTenant(uint64_t id) override;
   StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
   StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
@@ -84,6 +102,16 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   StatusOr<model::AssignmentBatch> NextAssignments(uint32_t node_id, uint64_t session,
                                                    int64_t timeout_us) override;
   StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) override;
+  StatusOr<std::string> NodeName(uint32_t node_id) override;
+
+  // rpc::AuthApi (auth.cc)
+  StatusOr<model::Caller> Authenticate(const std::string& token) override;
+  StatusOr<rpc::NewToken> CreateToken(const std::string& user, const std::string& tenant, model::Role role,
+                                      int64_t ttl_us) override;
+  std::vector<model::TokenRecord> ListTokens() override;
+  StatusOr<model::TokenRecord> RevokeToken(const std::string& id) override;
+  StatusOr<std::pair<std::string, std::string>> Join(const std::string& token, const std::string& node,
+                                                     const std::string& csr_pem) override;
 
   // rpc::AdminApi
   std::vector<model::NodeView> ListNodes() override;
@@ -247,6 +275,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
+  // A registration checked against options_.declared_nodes.
+  Status CheckAgainstFleet(const model::AgentRegistration& reg) const;
+  // Refuses reports on attempts node `index` (-1: not yet registered) does not hold.
+  Status CheckReportsLocked(int32_t index, const std::string& name, const std::vector<model::TaskUpdate>& updates) const;
   // The task's name for a job that may be gone or out of memory ("#N" without its spec:
   // stored before names were).
   std::string TaskNameLocked(uint64_t job, uint32_t task) const;
@@ -287,6 +319,10 @@ class Coordinator final : public rpc::JobApi, public rpc::NodeApi, public rpc::A
   std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)
   Random rng_;
   std::thread loop_;
+
+  // API tokens by id: a lock of their own, taken on every authenticated call.
+  std::mutex auth_mu_;
+  std::map<std::string, model::TokenRecord> tokens_;  // guarded by auth_mu_
 };
 
 }  // namespace meridian::coordinator

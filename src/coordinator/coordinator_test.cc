@@ -23,7 +23,7 @@ TEST_F(CoordinatorTest, ADagRunsInOrderWithOutputsFlowingToDependents) {
   model::RegistrationReply n = Register(Node("n1"));
   auto r = coord_->Submit(
       "name: dag\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n  - {name: b, kernel: sum, after: [a]}\n",
-      "dag.yaml");
+      "dag.yaml", "");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::vector<model::TaskAssignment> first = Next(n);
   ASSERT_EQ(first.size(), 1u);
@@ -48,7 +48,7 @@ TEST_F(CoordinatorTest, ADagRunsInOrderWithOutputsFlowingToDependents) {
 TEST_F(CoordinatorTest, AResultIsCommittedOnceHoweverOftenItIsSent) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));
-  auto r = coord_->Submit("name: one\ntasks:\n  - {name: a, kernel: noop}\n", "one.yaml");
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: a, kernel: noop}\n", "one.yaml", "");
   ASSERT_TRUE(r.ok());
   std::vector<model::TaskAssignment> a = Next(n);
   ASSERT_EQ(a.size(), 1u);
@@ -68,7 +68,7 @@ TEST_F(CoordinatorTest, AFailingTaskIsRetriedThenFailsTheJobWithItsReason) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));
   auto r = coord_->Submit(
-      "name: f\ntasks:\n  - {name: a, kernel: noop, retries: 1}\n  - {name: b, kernel: noop, after: [a]}\n", "f.yaml");
+      "name: f\ntasks:\n  - {name: a, kernel: noop, retries: 1}\n  - {name: b, kernel: noop, after: [a]}\n", "f.yaml", "");
   ASSERT_TRUE(r.ok());
   std::vector<model::TaskAssignment> a1 = Next(n);
   ASSERT_EQ(a1.size(), 1u);
@@ -88,20 +88,20 @@ TEST_F(CoordinatorTest, AFailingTaskIsRetriedThenFailsTheJobWithItsReason) {
 
 TEST_F(CoordinatorTest, BadSubmissionsAreRejectedAndLeaveNoJob) {
   Start();
-  EXPECT_EQ(coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop}\n", "x.yaml").status().code(),
+  EXPECT_EQ(coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop}\n", "x.yaml", "").status().code(),
             StatusCode::kFailedPrecondition);  // no nodes yet
   Register(Node("n1"));
-  auto bad_yaml = coord_->Submit("name: x\ntasks: [\n", "x.yaml");
+  auto bad_yaml = coord_->Submit("name: x\ntasks: [\n", "x.yaml", "");
   EXPECT_EQ(bad_yaml.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_yaml.status().message().find("x.yaml:"), std::string::npos) << bad_yaml.status().message();
-  auto kernel = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: fft}\n", "x.yaml");
+  auto kernel = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: fft}\n", "x.yaml", "");
   EXPECT_NE(kernel.status().message().find("unknown kernel 'fft' (the agents run: noop, sum)"), std::string::npos)
       << kernel.status().message();
-  auto big = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop, resources: {cpu: 64}}\n", "x.yaml");
+  auto big = coord_->Submit("name: x\ntasks:\n  - {name: a, kernel: noop, resources: {cpu: 64}}\n", "x.yaml", "");
   EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.status().message().find("task 'a' can never run on this cluster"), std::string::npos)
       << big.status().message();
-  EXPECT_TRUE(coord_->ListJobs(0).empty());
+  EXPECT_TRUE(coord_->ListJobs(0, "").empty());
   EXPECT_EQ(coord_->GetJob(42, 0, 0).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Register(Node("")).status().code(), StatusCode::kInvalidArgument);
 }
@@ -158,7 +158,7 @@ TEST_F(CoordinatorTest, DatasetAndObjectNamesAreCheckedBeforeAnythingIsStored) {
 TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
   Start();
   model::RegistrationReply a = Register(Node("a"));
-  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml");
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
   ASSERT_TRUE(r.ok());
   std::vector<model::TaskAssignment> on_a = Next(a);
   ASSERT_EQ(on_a.size(), 1u);
@@ -194,7 +194,7 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   auto r = coord_->Submit(
       "name: chain\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
       "  - {name: b, kernel: sum, after: [a]}\n  - {name: c, kernel: sum, after: [b]}\n",
-      "chain.yaml");
+      "chain.yaml", "");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // Outputs of 10,000 bytes: the reports carry their first 4 KiB, the whole of each
   // is an object on its node, and dependents read it from there.
@@ -250,7 +250,7 @@ TEST_F(CoordinatorTest, OutputsGoneWithAnAgentRestartAreMadeAgainAtOnce) {
   auto r = coord_->Submit(
       "name: restart\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
       "  - {name: b, kernel: sum, after: [a]}\n",
-      "restart.yaml");
+      "restart.yaml", "");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
@@ -258,7 +258,9 @@ TEST_F(CoordinatorTest, OutputsGoneWithAnAgentRestartAreMadeAgainAtOnce) {
   model::TaskUpdate done = DoneAsObject(a[0].key, ka);
   Report(n1, {done}, {model::HeldObject{ka, 10'000}});
   ASSERT_EQ(Next(n1).size(), 1u);  // b, which the restart loses
-  model::RegistrationReply again = Register(Node("n1"));
+  model::AgentRegistration restarted = Node("n1");
+  restarted.previous_session = n1.session;  // kept in its work directory
+  model::RegistrationReply again = Register(restarted);
   std::vector<model::TaskAssignment> rerun = Next(again);
   ASSERT_EQ(rerun.size(), 1u);
   EXPECT_EQ(rerun[0].task_name, "a");
@@ -351,7 +353,7 @@ TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
   auto r = coord_->Submit(
       "name: short\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
       "  - {name: b, kernel: sum, after: [a]}\n",
-      "short.yaml");
+      "short.yaml", "");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
@@ -396,7 +398,7 @@ TEST_F(CoordinatorTest, BytesBetweenSitesAreCountedOnceAsTheyMoved) {
     auto r = coord_->Submit(
         "name: twosites\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
         "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
-        "twosites.yaml");
+        "twosites.yaml", "");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::vector<model::TaskAssignment> a = Next(n1);
     ASSERT_EQ(a.size(), 1u);
@@ -440,7 +442,7 @@ TEST_F(CoordinatorTest, AnInputNoReplicaOfWhichCanBeReadIsMadeAgainNotFailed) {
   auto r = coord_->Submit(
       "name: damaged\ntasks:\n  - {name: a, kernel: sum, args: {from: 0, to: 5}}\n"
       "  - {name: b, kernel: sum, after: [a]}\n",
-      "damaged.yaml");
+      "damaged.yaml", "");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const std::string ka(32, 'a');
   std::vector<model::TaskAssignment> a = Next(n1);
@@ -485,7 +487,7 @@ TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingF
   {
     Start(std::move(*store::SqliteStateStore::Open(db, {})));
     model::RegistrationReply n = Register(Node("n1"));
-    auto r = coord_->Submit("name: three\ntasks:\n  - {name: t, kernel: noop, count: 3}\n", "three.yaml");
+    auto r = coord_->Submit("name: three\ntasks:\n  - {name: t, kernel: noop, count: 3}\n", "three.yaml", "");
     ASSERT_TRUE(r.ok());
     job = r->job_id;
     first = Next(n);
@@ -511,7 +513,7 @@ TEST_F(CoordinatorTest, ARestartKeepsWhatRunsRequeuesWhatIsLostAndRerunsNothingF
   EXPECT_EQ(v.summary.retries, 0) << "nothing ran twice";
 
   // A second restart where the agent comes back without a task it was running.
-  auto r = coord_->Submit("name: lost\ntasks:\n  - {name: t, kernel: noop}\n", "lost.yaml");
+  auto r = coord_->Submit("name: lost\ntasks:\n  - {name: t, kernel: noop}\n", "lost.yaml", "");
   ASSERT_TRUE(r.ok());
   std::vector<model::TaskAssignment> placed = Next(n);
   ASSERT_EQ(placed.size(), 1u);

@@ -143,7 +143,7 @@ class CoordinatorTest : public ::testing::Test {
     auto r = coord_->Submit(
         "name: dag\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n"
         "  - {name: b, kernel: sum, after: [a], resources: {cpu: 6}}\n",
-        "dag.yaml");
+        "dag.yaml", "");
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     d.job = r.ok() ? r->job_id : 0;
     std::vector<model::TaskAssignment> a = Next(d.n1);

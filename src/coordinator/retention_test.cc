@@ -30,7 +30,7 @@ class RetentionTest : public CoordinatorTest {
  protected:
   // Runs kJob on `node` to success, c failing once first; returns its id.
   uint64_t RunJob(const model::RegistrationReply& node, const std::string& object) {
-    auto r = coord_->Submit(kJob, "three.yaml");
+    auto r = coord_->Submit(kJob, "three.yaml", "");
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     std::vector<model::TaskAssignment> first = Next(node);  // a and c
     EXPECT_EQ(first.size(), 2u);
@@ -53,7 +53,7 @@ TEST_F(RetentionTest, AFinishedJobLeavesMemoryAndIsReadBackFromTheStore) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));
   const uint64_t id = RunJob(n, std::string(32, 'b'));
-  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop, count: 4}\n", "other.yaml");
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop, count: 4}\n", "other.yaml", "");
   ASSERT_TRUE(running.ok());
   // Only the unfinished job's 4 tasks are in memory; the finished job's 3 are not.
   EXPECT_EQ(coord_->TasksInMemory(), 4u);
@@ -87,7 +87,7 @@ TEST_F(RetentionTest, AFinishedJobLeavesMemoryAndIsReadBackFromTheStore) {
 TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResults) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));
-  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml", "");
   ASSERT_TRUE(running.ok());
   StatusOr<model::JobSummary> refused = coord_->DeleteJob(running->job_id);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
@@ -102,7 +102,7 @@ TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResult
   EXPECT_EQ(coord_->GetJob(id, 0, 10).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Logs(id, "").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->DeleteJob(id).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(coord_->ListJobs(0).size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
   // The node is told to drop the reference the job's result held (a's output, read by
   // b, was let go when the job ended).
   auto batch = coord_->NextAssignments(n.node_id, n.session, 2'000'000);
@@ -121,17 +121,17 @@ TEST_F(RetentionTest, ThePolicyDeletesTheOldestFinishedJobsBeyondItsCountAndAge)
     ids.push_back(RunJob(n, std::string(32, static_cast<char>('a' + i))));
     env_.fake().Advance(1'000);  // finished at distinct times
   }
-  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml", "");
   ASSERT_TRUE(running.ok());
   env_.fake().Advance(1'100'000);  // the loop's next look at retention
-  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0).size() == 3; }));
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, "").size() == 3; }));
   EXPECT_EQ(coord_->GetJob(ids[0], 0, 0).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(coord_->GetJob(ids[1], 0, 0).ok());
   EXPECT_TRUE(coord_->GetJob(ids[2], 0, 0).ok());
   // An hour on, the finished ones go; the unfinished one stays whatever its age.
   env_.fake().Advance(int64_t{3600} * 1'000'000);
-  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0).size() == 1; }));
-  EXPECT_EQ(coord_->ListJobs(0)[0].job.id, running->job_id);
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, "").size() == 1; }));
+  EXPECT_EQ(coord_->ListJobs(0, "")[0].job.id, running->job_id);
 }
 
 TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable) {
@@ -145,7 +145,7 @@ TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable
   coord_.reset();
   Start(std::move(*store::SqliteStateStore::Open(db, {})));
   EXPECT_EQ(coord_->TasksInMemory(), 0u);
-  std::vector<model::JobSummary> jobs = coord_->ListJobs(0);
+  std::vector<model::JobSummary> jobs = coord_->ListJobs(0, "");
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job.status, model::JobStatus::kSucceeded);
   EXPECT_EQ(jobs[0].tasks_total, 3);
@@ -158,7 +158,7 @@ TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable
   ASSERT_TRUE(coord_->DeleteJob(id).ok());
   // The next job gets a new id, not the deleted one's.
   Register(Node("n1"));
-  auto next = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml");
+  auto next = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml", "");
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->job_id, id + 1);
   coord_.reset();

@@ -296,6 +296,7 @@ struct AgentRegistration {
   std::vector<TaskUpdate> unacked;
   std::string transfer_address;     // host:port of its object transfer server
   std::vector<HeldObject> objects;  // every object it holds
+  uint64_t previous_session = 0;    // the session this agent held before, if any
 };
 
 struct RegistrationReply {

@@ -10,9 +10,19 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/auth.h"
 #include "model/run_state.h"
+#include "security/tls.h"
 
 namespace meridian::rpc {
+
+// How a client's channel proves itself: TLS with the cluster's CA (and this process's
+// certificate, when it has one: a node joining has none yet), and a user's token sent
+// with every call. Nothing: plaintext, to an insecure coordinator.
+struct ChannelSecurity {
+  security::TlsCredentials tls;
+  std::string token;
+};
 
 struct SubmitResult {
   uint64_t job_id = 0;
@@ -32,11 +42,17 @@ class JobApi {
  public:
   virtual ~JobApi() = default;
   // Returns once the job is durable. InvalidArgument names what is wrong with the spec.
-  virtual StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name) = 0;
+  // The job belongs to `tenant`, the caller's (a spec naming another is refused);
+  // empty: the spec's own (an insecure coordinator, or a test).
+  virtual StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name,
+                                        const std::string& tenant) = 0;
   // The job, and up to `max_tasks` of its tasks from index `first_task` (fewer when
   // their outputs are large: JobView::next_task says where to go on).
   virtual StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) = 0;
-  virtual std::vector<model::JobSummary> ListJobs(int32_t limit) = 0;
+  // The newest `limit` jobs, of `tenant` only unless it is empty.
+  virtual std::vector<model::JobSummary> ListJobs(int32_t limit, const std::string& tenant) = 0;
+  // The tenant a job belongs to; NotFound if there is no such job.
+  virtual StatusOr<std::string> JobTenant(uint64_t id) = 0;
   virtual StatusOr<model::JobSummary> CancelJob(uint64_t id) = 0;
   // Removes a finished job, its tasks, attempts and logs, and lets go of the results
   // it kept on nodes. FailedPrecondition while it has not finished.
@@ -57,6 +73,31 @@ class NodeApi {
                                                            int64_t timeout_us) = 0;
   // Applies the updates durably; returns true when the agent must register again.
   virtual StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) = 0;
+  // The name of the node registered as `node_id`; NotFound if none.
+  virtual StatusOr<std::string> NodeName(uint32_t node_id) = 0;
+};
+
+struct NewToken {
+  model::TokenRecord record;
+  std::string secret;  // "mrd_<id>_<secret>": what the user presents, shown once
+};
+
+// Credentials: API tokens and the certificates of joining nodes.
+class AuthApi {
+ public:
+  virtual ~AuthApi() = default;
+  // The caller a token stands for: Unauthenticated if it is unknown, revoked or
+  // expired (the message says which, never echoing the secret).
+  virtual StatusOr<model::Caller> Authenticate(const std::string& token) = 0;
+  virtual StatusOr<NewToken> CreateToken(const std::string& user, const std::string& tenant, model::Role role,
+                                         int64_t ttl_us) = 0;
+  virtual std::vector<model::TokenRecord> ListTokens() = 0;
+  virtual StatusOr<model::TokenRecord> RevokeToken(const std::string& id) = 0;
+  // Signs a joining node's certificate request with the cluster's CA, naming it
+  // "node:NAME": with a valid join token (role agent), for a node of the fleet that
+  // is not live now. Returns the certificate and the CA bundle (PEM).
+  virtual StatusOr<std::pair<std::string, std::string>> Join(const std::string& token, const std::string& node,
+                                                             const std::string& csr_pem) = 0;
 };
 
 class ObjectApi {

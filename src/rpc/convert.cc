@@ -4,6 +4,28 @@
 
 namespace meridian::rpc {
 
+void ToProto(const model::TokenRecord& t, v1::Token* out) {
+  out->set_id(t.id);
+  out->set_user(t.user);
+  out->set_tenant(t.tenant);
+  out->set_role(std::string(model::RoleName(t.role)));
+  out->set_created_us(t.created_us);
+  out->set_expires_us(t.expires_us);
+  out->set_revoked(t.revoked);
+}
+
+model::TokenRecord FromProto(const v1::Token& in) {
+  model::TokenRecord t;
+  t.id = in.id();
+  t.user = in.user();
+  t.tenant = in.tenant();
+  t.role = model::ParseRole(in.role()).value_or(model::Role::kViewer);
+  t.created_us = in.created_us();
+  t.expires_us = in.expires_us();
+  t.revoked = in.revoked();
+  return t;
+}
+
 void ToProto(const model::LinkTraffic& t, v1::LinkTraffic* out) {
   out->set_to_site(t.to_site);
   out->set_bytes(t.bytes);
@@ -26,7 +48,7 @@ Status FromGrpc(const grpc::Status& status) {
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
@@ -42,7 +64,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // HTTP/2 handshake). At 100 ms, as it once was, a coordinator across a WAN link of
   // over 100 ms, or a busy one, could never be reached.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10'000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!security.tls.enabled()) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = security.tls.ca_pem;
+  ssl.pem_private_key = security.tls.key_pem;
+  ssl.pem_cert_chain = security.tls.cert_pem;
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(ssl);
+  if (!security.token.empty()) {
+    creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(security.token));
+  }
+  return grpc::CreateCustomChannel(address, creds, args);
 }
 
 void SetDeadline(grpc::ClientContext& context, int64_t timeout_us) {
@@ -216,6 +247,7 @@ void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out) {
   for (const model::TaskUpdate& u : r.unacked) ToProto(u, out->add_unacked());
   out->set_transfer_address(r.transfer_address);
   for (const model::HeldObject& o : r.objects) ToProto(o, out->add_objects());
+  out->set_previous_session(r.previous_session);
 }
 
 model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
@@ -226,6 +258,7 @@ model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
   for (const v1::TaskKey& k : in.running()) r.running.push_back(FromProto(k));
   for (const v1::TaskUpdate& u : in.unacked()) r.unacked.push_back(FromProto(u));
   r.transfer_address = in.transfer_address();
+  r.previous_session = in.previous_session();
   for (const v1::HeldObject& o : in.objects()) r.objects.push_back(FromProto(o));
   return r;
 }

@@ -24,7 +24,7 @@ inline constexpr int kMaxResponseBytes = 256 << 20;
 grpc::Status ToGrpc(const Status& status);
 Status FromGrpc(const grpc::Status& status);
 // A channel to `address` with Meridian's message limits and keepalive settings.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {});
 // A client context whose deadline is `timeout_us` from now.
 void SetDeadline(grpc::ClientContext& context, int64_t timeout_us);
 
@@ -54,6 +54,9 @@ void ToProto(const model::HeldObject& o, v1::HeldObject* out);
 model::HeldObject FromProto(const v1::HeldObject& in);
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
+
+void ToProto(const model::TokenRecord& t, v1::Token* out);
+model::TokenRecord FromProto(const v1::Token& in);
 
 void ToProto(const model::LinkTraffic& t, v1::LinkTraffic* out);
 model::LinkTraffic FromProto(const v1::LinkTraffic& in);

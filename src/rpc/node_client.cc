@@ -7,7 +7,26 @@
 
 namespace meridian::rpc {
 
-NodeClient::NodeClient(const std::string& address) : address_(address), channel_(MakeChannel(address)) {}
+NodeClient::NodeClient(const std::string& address, const security::TlsCredentials& tls)
+    : address_(address), channel_(MakeChannel(address, ChannelSecurity{tls, ""})) {}
+
+StatusOr<std::pair<std::string, std::string>> JoinCluster(const std::string& address, const std::string& ca_pem,
+                                                          const std::string& token, const std::string& node,
+                                                          const std::string& csr_pem, int64_t timeout_us) {
+  security::TlsCredentials server_only;
+  server_only.ca_pem = ca_pem;
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(address, ChannelSecurity{server_only, ""});
+  v1::JoinRequest req;
+  req.set_token(token);
+  req.set_node(node);
+  req.set_csr_pem(csr_pem);
+  v1::JoinResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout_us);
+  grpc::Status s = v1::NodeService::NewStub(channel)->Join(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpc(s).WithPrefix("join the cluster at " + address);
+  return std::make_pair(resp.cert_pem(), resp.ca_pem());
+}
 NodeClient::~NodeClient() = default;
 
 StatusOr<model::RegistrationReply> NodeClient::Register(const model::AgentRegistration& registration,

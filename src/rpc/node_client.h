@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "model/run_state.h"
+#include "security/tls.h"
 
 namespace grpc {
 class Channel;
@@ -20,9 +21,17 @@ class ClientContext;
 
 namespace meridian::rpc {
 
+// A node's first call to a secured coordinator (TLS, checked against `ca_pem`, without
+// a client certificate): the join `token` and a signing request for `node`'s key.
+// Returns the node's certificate and the cluster's CA bundle.
+StatusOr<std::pair<std::string, std::string>> JoinCluster(const std::string& address, const std::string& ca_pem,
+                                                          const std::string& token, const std::string& node,
+                                                          const std::string& csr_pem, int64_t timeout_us);
+
 class NodeClient {
  public:
-  explicit NodeClient(const std::string& address);
+  // `tls`: the node's certificate and the cluster's CA; not enabled: plaintext.
+  explicit NodeClient(const std::string& address, const security::TlsCredentials& tls = {});
   ~NodeClient();
 
   StatusOr<model::RegistrationReply> Register(const model::AgentRegistration& registration, int64_t timeout_us);

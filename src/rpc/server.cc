@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <fmt/format.h>
+
+#include "common/logging.h"
 #include "meridian/v1/meridian.grpc.pb.h"
 #include "rpc/convert.h"
 
@@ -13,12 +16,127 @@ constexpr int64_t kStreamPollUs = 250'000;
 // Tasks in a GetJob page when the caller names no number.
 constexpr uint32_t kDefaultTasksPerPage = 1000;
 
+// What a call needs of its caller.
+enum class Need {
+  kJoin,    // nothing: a join token is checked by the call itself
+  kNode,    // a node's certificate
+  kView,    // a user's token of any role but agent
+  kSubmit,  // a submitter's or an admin's token
+  kAdmin,   // an admin's token
+};
+
+}  // namespace
+
+// Decides who a call comes from and whether it may go on; logs every refusal.
+class Gate {
+ public:
+  Gate(AuthApi& auth, bool secure) : auth_(auth), secure_(secure) {}
+
+  StatusOr<model::Caller> Admit(grpc::ServerContext* ctx, Need need, std::string_view method) const {
+    StatusOr<model::Caller> c = Decide(ctx, need);
+    if (!c.ok()) Refused(ctx, method, c.status());
+    return c;
+  }
+
+  // Logs a refusal decided after Admit (a node naming another, a job of another tenant).
+  void Refused(grpc::ServerContext* ctx, std::string_view method, const Status& why) const {
+    MERIDIAN_LOG_WARN("audit: refused {} from {} ({}): {}", method, ctx->peer(), Identity(ctx), why.message());
+  }
+
+  // A job call by `c` on job `id`: an admin may touch any; others their tenant's only.
+  Status CheckTenant(const model::Caller& c, JobApi& jobs, uint64_t id) const {
+    if (c.insecure || c.role == model::Role::kAdmin) return OkStatus();
+    MERIDIAN_ASSIGN_OR_RETURN(std::string tenant, jobs.JobTenant(id));
+    if (tenant != c.tenant) {
+      return PermissionDeniedError(fmt::format("job {} is not of tenant {}: {} may not see or change it", id, c.tenant,
+                                               c.Describe()));
+    }
+    return OkStatus();
+  }
+  // The tenant whose jobs `c` sees: empty for all.
+  static std::string TenantScope(const model::Caller& c) {
+    return c.insecure || c.role == model::Role::kAdmin ? std::string() : c.tenant;
+  }
+
+ private:
+  static std::string Identity(grpc::ServerContext* ctx) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    std::vector<grpc::string_ref> cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
+    return cn.empty() ? "no certificate" : "certificate " + std::string(cn.front().data(), cn.front().size());
+  }
+
+  StatusOr<model::Caller> Decide(grpc::ServerContext* ctx, Need need) const {
+    if (!secure_) return model::Caller{"", "", model::Role::kAdmin, "", true};
+    std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    std::vector<grpc::string_ref> cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
+    if (need == Need::kJoin) return model::Caller{};
+    if (cn.empty()) {
+      return UnauthenticatedError("the call carries no client certificate of the cluster's CA");
+    }
+    const std::string name(cn.front().data(), cn.front().size());
+    if (name.rfind("node:", 0) == 0) {
+      model::Caller node{name, "", model::Role::kAgent, name.substr(5), false};
+      if (need != Need::kNode) {
+        return PermissionDeniedError(fmt::format("{} may only call NodeService; agents cannot submit, read or manage",
+                                                 node.Describe()));
+      }
+      return node;
+    }
+    if (need == Need::kNode) {
+      return PermissionDeniedError(fmt::format("only a node's certificate may call NodeService, not '{}'", name));
+    }
+    std::string token;
+    for (auto it = ctx->client_metadata().find("authorization"); it != ctx->client_metadata().end(); ++it) {
+      if (it->first != "authorization") break;
+      std::string_view v(it->second.data(), it->second.size());
+      if (v.rfind("Bearer ", 0) == 0) token = std::string(v.substr(7));
+    }
+    if (token.empty()) {
+      return UnauthenticatedError(
+          "the call carries no token: give --token, set MERIDIAN_TOKEN, or use the local cluster's admin.token");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(model::Caller c, auth_.Authenticate(token));
+    const bool allowed = c.role != model::Role::kAgent &&
+                         (need == Need::kView || (need == Need::kSubmit && c.role != model::Role::kViewer) ||
+                          (need == Need::kAdmin && c.role == model::Role::kAdmin));
+    if (!allowed) {
+      static constexpr std::string_view kWhat[] = {"join", "act as a node", "read", "submit or change", "administer"};
+      return PermissionDeniedError(fmt::format("{} may not {}", c.Describe(), kWhat[static_cast<int>(need)]));
+    }
+    return c;
+  }
+
+  AuthApi& auth_;
+  const bool secure_;
+};
+
+namespace {
+
+// The caller, or the refusal as the call's answer.
+#define MERIDIAN_ADMIT(caller, ctx, need, method)                       \
+  StatusOr<model::Caller> caller##_or = gate_.Admit(ctx, need, method); \
+  if (!caller##_or.ok()) return ToGrpc(caller##_or.status());           \
+  [[maybe_unused]] const model::Caller& caller = *caller##_or
+
+// A check after admission: refused (and logged) unless `status` is OK.
+#define MERIDIAN_CHECK_CALL(ctx, method, expr)   \
+  do {                                           \
+    Status check_ = (expr);                      \
+    if (!check_.ok()) {                          \
+      gate_.Refused(ctx, method, check_);        \
+      return ToGrpc(check_);                     \
+    }                                            \
+  } while (false)
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  JobServiceImpl(JobApi& api, const std::atomic<bool>& stopping) : api_(api), stopping_(stopping) {}
+  JobServiceImpl(JobApi& api, const Gate& gate, const std::atomic<bool>& stopping)
+      : api_(api), gate_(gate), stopping_(stopping) {}
 
-  grpc::Status Submit(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
-    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name());
+  grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Submit");
+    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), caller.insecure ? "" : caller.tenant);
+    if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.Submit", r.status());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_job_id(r->job_id);
     resp->set_name(r->name);
@@ -27,7 +145,9 @@ class JobServiceImpl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Get(grpc::ServerContext*, const v1::GetJobRequest* req, v1::JobInfo* resp) override {
+  grpc::Status Get(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Get");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.Get", gate_.CheckTenant(caller, api_, req->job_id()));
     const uint32_t max_tasks = !req->include_tasks() ? 0 : req->max_tasks() == 0 ? kDefaultTasksPerPage : req->max_tasks();
     StatusOr<model::JobView> v = api_.GetJob(req->job_id(), req->first_task(), max_tasks);
     if (!v.ok()) return ToGrpc(v.status());
@@ -35,26 +155,33 @@ class JobServiceImpl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status List(grpc::ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
-    for (const model::JobSummary& s : api_.ListJobs(req->limit())) ToProto(s, resp->add_jobs());
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.List");
+    for (const model::JobSummary& s : api_.ListJobs(req->limit(), Gate::TenantScope(caller))) ToProto(s, resp->add_jobs());
     return grpc::Status::OK;
   }
 
-  grpc::Status Cancel(grpc::ServerContext*, const v1::CancelJobRequest* req, v1::JobInfo* resp) override {
+  grpc::Status Cancel(grpc::ServerContext* ctx, const v1::CancelJobRequest* req, v1::JobInfo* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Cancel");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.Cancel", gate_.CheckTenant(caller, api_, req->job_id()));
     StatusOr<model::JobSummary> s = api_.CancelJob(req->job_id());
     if (!s.ok()) return ToGrpc(s.status());
     ToProto(*s, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status Delete(grpc::ServerContext*, const v1::DeleteJobRequest* req, v1::JobInfo* resp) override {
+  grpc::Status Delete(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req, v1::JobInfo* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Delete");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.Delete", gate_.CheckTenant(caller, api_, req->job_id()));
     StatusOr<model::JobSummary> s = api_.DeleteJob(req->job_id());
     if (!s.ok()) return ToGrpc(s.status());
     ToProto(*s, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status Logs(grpc::ServerContext*, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp) override {
+  grpc::Status Logs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Logs");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.Logs", gate_.CheckTenant(caller, api_, req->job_id()));
     StatusOr<std::vector<TaskLog>> logs = api_.Logs(req->job_id(), req->task());
     if (!logs.ok()) return ToGrpc(logs.status());
     for (const TaskLog& l : *logs) ToProto(l, resp->add_logs());
@@ -63,6 +190,8 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                      grpc::ServerWriter<v1::JobInfo>* writer) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Watch");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.Watch", gate_.CheckTenant(caller, api_, req->job_id()));
     uint64_t version = req->after_version();
     while (!ctx->IsCancelled() && !stopping_.load()) {
       StatusOr<model::JobSummary> s = api_.WaitJob(req->job_id(), version, kStreamPollUs);
@@ -80,14 +209,37 @@ class JobServiceImpl final : public v1::JobService::Service {
 
  private:
   JobApi& api_;
+  const Gate& gate_;
   const std::atomic<bool>& stopping_;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
-  NodeServiceImpl(NodeApi& api, const std::atomic<bool>& stopping) : api_(api), stopping_(stopping) {}
+  NodeServiceImpl(NodeApi& api, AuthApi& auth, const Gate& gate, const std::atomic<bool>& stopping)
+      : api_(api), auth_(auth), gate_(gate), stopping_(stopping) {}
 
-  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kJoin, "NodeService.Join");
+    if (caller.insecure) {
+      return ToGrpc(FailedPreconditionError("this coordinator runs without TLS: there are no certificates to join with"));
+    }
+    StatusOr<std::pair<std::string, std::string>> r = auth_.Join(req->token(), req->node(), req->csr_pem());
+    if (!r.ok()) {
+      gate_.Refused(ctx, fmt::format("NodeService.Join of node '{}'", req->node()), r.status());
+      return ToGrpc(r.status());
+    }
+    resp->set_cert_pem(r->first);
+    resp->set_ca_pem(r->second);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Register");
+    if (!caller.insecure && req->node().name() != caller.node) {
+      MERIDIAN_CHECK_CALL(ctx, "NodeService.Register",
+                          PermissionDeniedError(fmt::format("the certificate of node {} cannot register node '{}'",
+                                                            caller.node, req->node().name())));
+    }
     StatusOr<model::RegistrationReply> r = api_.Register(FromProto(*req));
     if (!r.ok()) return ToGrpc(r.status());
     ToProto(*r, resp);
@@ -96,6 +248,11 @@ class NodeServiceImpl final : public v1::NodeService::Service {
 
   grpc::Status Assignments(grpc::ServerContext* ctx, const v1::AssignmentsRequest* req,
                            grpc::ServerWriter<v1::AssignmentBatch>* writer) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Assignments");
+    if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
+      gate_.Refused(ctx, "NodeService.Assignments", own);
+      return ToGrpc(FailedPreconditionError(own.message() + "; register again"));
+    }
     while (!ctx->IsCancelled() && !stopping_.load()) {
       StatusOr<model::AssignmentBatch> b = api_.NextAssignments(req->node_id(), req->session(), kStreamPollUs);
       if (!b.ok()) return ToGrpc(b.status());
@@ -110,62 +267,131 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Heartbeat");
+    if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
+      // An id from before a coordinator restart, or another node's: nothing of it is
+      // applied, and the agent registers again (as when its session is unknown).
+      gate_.Refused(ctx, "NodeService.Heartbeat", own);
+      resp->set_reregister(true);
+      return grpc::Status::OK;
+    }
     StatusOr<bool> reregister = api_.Heartbeat(FromProto(*req));
+    if (reregister.status().code() == StatusCode::kPermissionDenied) {
+      gate_.Refused(ctx, "NodeService.Heartbeat", reregister.status());
+    }
     if (!reregister.ok()) return ToGrpc(reregister.status());
     resp->set_reregister(*reregister);
     return grpc::Status::OK;
   }
 
  private:
+  // A node's certificate speaks for that node's id only. (After a coordinator restart
+  // ids are given anew: an agent that has not registered again holds a stale one.)
+  Status OwnNode(const model::Caller& caller, uint32_t node_id) {
+    if (caller.insecure) return OkStatus();
+    StatusOr<std::string> name = api_.NodeName(node_id);
+    if (name.ok() && *name == caller.node) return OkStatus();
+    return PermissionDeniedError(fmt::format("node {} cannot act for node id {} ({})", caller.node, node_id,
+                                             name.ok() ? *name : "no such node"));
+  }
+
   NodeApi& api_;
+  AuthApi& auth_;
+  const Gate& gate_;
   const std::atomic<bool>& stopping_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
-  explicit AdminServiceImpl(AdminApi& api) : api_(api) {}
+  AdminServiceImpl(AdminApi& api, AuthApi& auth, const Gate& gate) : api_(api), auth_(auth), gate_(gate) {}
 
-  grpc::Status ListNodes(grpc::ServerContext*, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) override {
+  grpc::Status ListNodes(grpc::ServerContext* ctx, const v1::ListNodesRequest*, v1::ListNodesResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "AdminService.ListNodes");
     for (const model::NodeView& n : api_.ListNodes()) ToProto(n, resp->add_nodes());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CreateToken(grpc::ServerContext* ctx, const v1::CreateTokenRequest* req,
+                           v1::CreateTokenResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kAdmin, "AdminService.CreateToken");
+    if (caller.insecure) return ToGrpc(FailedPreconditionError("this coordinator runs without TLS: it takes no tokens"));
+    std::optional<model::Role> role = model::ParseRole(req->role());
+    if (!role) {
+      return ToGrpc(InvalidArgumentError(
+          fmt::format("role '{}': expected admin, submitter, viewer or agent", req->role())));
+    }
+    StatusOr<NewToken> t = auth_.CreateToken(req->user(), req->tenant(), *role, req->ttl_us());
+    if (!t.ok()) return ToGrpc(t.status());
+    ToProto(t->record, resp->mutable_token());
+    resp->set_secret(t->secret);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListTokens(grpc::ServerContext* ctx, const v1::ListTokensRequest*, v1::ListTokensResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kAdmin, "AdminService.ListTokens");
+    for (const model::TokenRecord& t : auth_.ListTokens()) ToProto(t, resp->add_tokens());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RevokeToken(grpc::ServerContext* ctx, const v1::RevokeTokenRequest* req, v1::Token* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kAdmin, "AdminService.RevokeToken");
+    StatusOr<model::TokenRecord> t = auth_.RevokeToken(req->id());
+    if (!t.ok()) return ToGrpc(t.status());
+    ToProto(*t, resp);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WhoAmI(grpc::ServerContext* ctx, const v1::WhoAmIRequest*, v1::WhoAmIResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "AdminService.WhoAmI");
+    resp->set_user(caller.insecure ? "(insecure coordinator)" : caller.user);
+    resp->set_tenant(caller.tenant);
+    resp->set_role(std::string(model::RoleName(caller.role)));
     return grpc::Status::OK;
   }
 
  private:
   AdminApi& api_;
+  AuthApi& auth_;
+  const Gate& gate_;
 };
 
 class ObjectServiceImpl final : public v1::ObjectService::Service {
  public:
-  explicit ObjectServiceImpl(ObjectApi& api) : api_(api) {}
+  ObjectServiceImpl(ObjectApi& api, const Gate& gate) : api_(api), gate_(gate) {}
 
-  grpc::Status Locate(grpc::ServerContext*, const v1::LocateObjectRequest* req, v1::ObjectLocation* resp) override {
+  grpc::Status Locate(grpc::ServerContext* ctx, const v1::LocateObjectRequest* req, v1::ObjectLocation* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.Locate");
     StatusOr<model::ObjectLocation> l = api_.Locate(req->ref());
     if (!l.ok()) return ToGrpc(l.status());
     ToProto(*l, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status PlacePut(grpc::ServerContext*, const v1::PlacePutRequest* req, v1::ObjectReplica* resp) override {
+  grpc::Status PlacePut(grpc::ServerContext* ctx, const v1::PlacePutRequest* req, v1::ObjectReplica* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.PlacePut");
     StatusOr<model::ObjectReplica> r = api_.PlacePut(req->size(), req->site());
     if (!r.ok()) return ToGrpc(r.status());
     ToProto(*r, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status Commit(grpc::ServerContext*, const v1::CommitObjectRequest* req, v1::ObjectLocation* resp) override {
+  grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitObjectRequest* req, v1::ObjectLocation* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.Commit");
     StatusOr<model::ObjectLocation> l = api_.Commit(req->id(), req->size(), req->node_id(), req->name());
     if (!l.ok()) return ToGrpc(l.status());
     ToProto(*l, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status List(grpc::ServerContext*, const v1::ListObjectsRequest*, v1::ListObjectsResponse* resp) override {
+  grpc::Status List(grpc::ServerContext* ctx, const v1::ListObjectsRequest*, v1::ListObjectsResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.List");
     for (const model::ObjectLocation& l : api_.ListObjects()) ToProto(l, resp->add_objects());
     return grpc::Status::OK;
   }
 
-  grpc::Status DefineDataset(grpc::ServerContext*, const v1::DefineDatasetRequest* req, v1::Dataset* resp) override {
+  grpc::Status DefineDataset(grpc::ServerContext* ctx, const v1::DefineDatasetRequest* req, v1::Dataset* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.DefineDataset");
     std::vector<model::HeldObject> shards;
     for (const v1::HeldObject& o : req->shards()) shards.push_back(FromProto(o));
     StatusOr<model::DatasetView> d = api_.DefineDataset(req->name(), shards);
@@ -174,34 +400,64 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetDataset(grpc::ServerContext*, const v1::GetDatasetRequest* req, v1::Dataset* resp) override {
+  grpc::Status GetDataset(grpc::ServerContext* ctx, const v1::GetDatasetRequest* req, v1::Dataset* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.GetDataset");
     StatusOr<model::DatasetView> d = api_.GetDataset(req->name());
     if (!d.ok()) return ToGrpc(d.status());
     ToProto(*d, resp);
     return grpc::Status::OK;
   }
 
-  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
+  grpc::Status ListDatasets(grpc::ServerContext* ctx, const v1::ListDatasetsRequest*,
                             v1::ListDatasetsResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.ListDatasets");
     for (const model::DatasetView& d : api_.ListDatasets()) ToProto(d, resp->add_datasets());
     return grpc::Status::OK;
   }
 
  private:
   ObjectApi& api_;
+  const Gate& gate_;
 };
+
+bool IsLoopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0;
+}
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobApi& jobs, NodeApi& nodes,
-                                                AdminApi& admin, ObjectApi& objects) {
+                                                AdminApi& admin, ObjectApi& objects, AuthApi& auth,
+                                                const ServerSecurity& security) {
+  const bool secure = security.tls.enabled();
+  if (!secure && !security.insecure) {
+    return FailedPreconditionError(fmt::format(
+        "the coordinator would listen on {} without TLS; give it the cluster's certificates, or allow that "
+        "explicitly (--insecure) on a machine you trust",
+        address));
+  }
+  if (!secure && !IsLoopback(address)) {
+    MERIDIAN_LOG_WARN("INSECURE: the coordinator listens on {} without TLS or authentication: anyone who reaches it "
+                      "can run commands on every node",
+                      address);
+  }
   std::unique_ptr<Server> s(new Server());
-  s->object_service_ = std::make_unique<ObjectServiceImpl>(objects);
-  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, s->stopping_);
-  s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, s->stopping_);
-  s->admin_service_ = std::make_unique<AdminServiceImpl>(admin);
+  s->gate_ = std::make_unique<Gate>(auth, secure);
+  s->object_service_ = std::make_unique<ObjectServiceImpl>(objects, *s->gate_);
+  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_);
+  s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, auth, *s->gate_, s->stopping_);
+  s->admin_service_ = std::make_unique<AdminServiceImpl>(admin, auth, *s->gate_);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (secure) {
+    // Certificates are asked for and checked when sent; only NodeService.Join goes on
+    // without one (the gate refuses every other call).
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = security.tls.ca_pem;
+    ssl.pem_key_cert_pairs.push_back({security.tls.key_pem, security.tls.cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  builder.AddListeningPort(address, creds, &s->port_);
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(kMaxResponseBytes);
   // Keep polling threads around: with gRPC's defaults (1 to 2 pollers) every call that

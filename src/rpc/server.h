@@ -2,6 +2,12 @@
 // meridian.v1's JobService, NodeService, AdminService and ObjectService, with the message limits of
 // convert.h. Streams end when the server shuts down.
 //
+// Security (docs/security.md): with TLS credentials, every connection is TLS and every
+// call but NodeService.Join must present a client certificate of the cluster's CA.
+// A node's certificate ("node:NAME") may call NodeService only, for that node; any
+// other certificate must also carry a user's token, whose role and tenant decide what
+// the call may do and see. Each refused call is logged with the peer and why.
+//
 // Lifetimes: the APIs must outlive the server. Thread-safety: Shutdown may be called
 // from any thread, once.
 #pragma once
@@ -12,6 +18,7 @@
 
 #include "common/status.h"
 #include "rpc/api.h"
+#include "security/tls.h"
 
 namespace grpc {
 class Server;
@@ -20,11 +27,21 @@ class Service;
 
 namespace meridian::rpc {
 
+class Gate;
+
+struct ServerSecurity {
+  security::TlsCredentials tls;  // the coordinator's certificate and the CA bundle
+  // No TLS, nobody authenticated, every call allowed: a trusted machine only. Without
+  // TLS credentials the server starts only when this is set.
+  bool insecure = false;
+};
+
 class Server {
  public:
   // Listens on `address`; "127.0.0.1:0" picks a free port (see port()).
   static StatusOr<std::unique_ptr<Server>> Start(const std::string& address, JobApi& jobs, NodeApi& nodes,
-                                                 AdminApi& admin, ObjectApi& objects);
+                                                 AdminApi& admin, ObjectApi& objects, AuthApi& auth,
+                                                 const ServerSecurity& security);
   ~Server();
 
   int port() const { return port_; }
@@ -35,6 +52,7 @@ class Server {
   Server() = default;
   std::atomic<bool> stopping_{false};
   int port_ = 0;
+  std::unique_ptr<Gate> gate_;
   std::unique_ptr<grpc::Service> job_service_;
   std::unique_ptr<grpc::Service> node_service_;
   std::unique_ptr<grpc::Service> admin_service_;

@@ -56,6 +56,13 @@ constexpr const char* kMigrations[] = {
     CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
     INSERT INTO counters SELECT 'next_job', COALESCE(MAX(id), 0) + 1 FROM jobs;
     )sql",
+    // 6: API tokens, by a public id; the secret only as its SHA-256.
+    R"sql(
+    CREATE TABLE tokens (
+      id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, user TEXT NOT NULL, tenant TEXT NOT NULL,
+      role TEXT NOT NULL, created_us INTEGER NOT NULL, expires_us INTEGER NOT NULL,
+      revoked INTEGER NOT NULL) WITHOUT ROWID;
+    )sql",
 };
 // Jobs whose tasks a restarted coordinator takes back into memory.
 constexpr const char* kUnfinished = "('queued', 'running')";
@@ -169,7 +176,9 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 }
 
 SqliteStateStore::~SqliteStateStore() {
-  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_}) sqlite3_finalize(st);
+  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_, put_token_}) {
+    sqlite3_finalize(st);
+  }
   sqlite3_close(db_);
 }
 
@@ -225,6 +234,7 @@ Status SqliteStateStore::Prepare() {
       {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
       {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4)"},
       {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
+      {&put_token_, "INSERT OR REPLACE INTO tokens VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -331,6 +341,15 @@ Status SqliteStateStore::Apply(const StoreBatch& batch) {
   for (size_t i = 0; s.ok() && i < batch.attempts.size(); ++i) s = PutAttempt(batch.attempts[i]);
   for (size_t i = 0; s.ok() && i < batch.logs.size(); ++i) s = PutLog(batch.logs[i]);
   for (size_t i = 0; s.ok() && i < batch.names.size(); ++i) s = PutName(batch.names[i]);
+  for (size_t i = 0; s.ok() && i < batch.tokens.size(); ++i) {
+    const model::TokenRecord& t = batch.tokens[i];
+    if (!Binder(put_token_)
+             .Str(t.id).Str(t.secret_hash).Str(t.user).Str(t.tenant).Str(std::string(model::RoleName(t.role)))
+             .Int(t.created_us).Int(t.expires_us).Int(t.revoked ? 1 : 0)
+             .Done()) {
+      s = Fail("write token");
+    }
+  }
   if (!s.ok()) {
     Exec("ROLLBACK").IgnoreError();
     return s;
@@ -394,6 +413,22 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
     sqlite3_stmt* st = names.st;
     out.names.push_back(model::ObjectName{Text(st, 0), sqlite3_column_int(st, 1),
                                           model::HeldObject{Text(st, 2), sqlite3_column_int64(st, 3)}});
+  }
+  Stmt tokens;
+  MERIDIAN_RETURN_IF_ERROR(Query(tokens, "SELECT * FROM tokens ORDER BY id", "read tokens"));
+  while (sqlite3_step(tokens.st) == SQLITE_ROW) {
+    sqlite3_stmt* st = tokens.st;
+    model::TokenRecord t;
+    t.id = Text(st, 0);
+    t.secret_hash = Text(st, 1);
+    t.user = Text(st, 2);
+    t.tenant = Text(st, 3);
+    // A role this build does not know grants nothing more than viewing.
+    t.role = model::ParseRole(Text(st, 4)).value_or(model::Role::kViewer);
+    t.created_us = sqlite3_column_int64(st, 5);
+    t.expires_us = sqlite3_column_int64(st, 6);
+    t.revoked = sqlite3_column_int(st, 7) != 0;
+    out.tokens.push_back(std::move(t));
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/auth.h"
 #include "model/run_state.h"
 
 namespace meridian::store {
@@ -26,8 +27,11 @@ struct StoreBatch {
   std::vector<model::AttemptRecord> attempts;
   std::vector<model::TaskLogRecord> logs;
   std::vector<model::ObjectName> names;  // inserted; names are never reused
+  std::vector<model::TokenRecord> tokens;  // API tokens (hashes only), upserted by id
 
-  bool empty() const { return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty(); }
+  bool empty() const {
+    return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty() && tokens.empty();
+  }
 };
 
 // What a coordinator needs to carry on after a restart. Only unfinished jobs come back
@@ -38,6 +42,7 @@ struct LoadedState {
   std::vector<model::TaskRecord> tasks;        // of unfinished jobs, by (job, task)
   std::vector<model::AttemptRecord> attempts;  // of unfinished jobs, by (job, task, attempt)
   std::vector<model::ObjectName> names;        // by (name, shard)
+  std::vector<model::TokenRecord> tokens;      // by id
   // Finished jobs' task counts by status, and retries (attempts beyond the first).
   std::map<uint64_t, model::JobSummary> finished_counts;
 };

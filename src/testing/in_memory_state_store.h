@@ -43,6 +43,7 @@ class InMemoryStateStore final : public store::StateStore {
     for (const model::AttemptRecord& a : batch.attempts) attempts_[{a.job, a.task, a.attempt}] = a;
     for (const model::TaskLogRecord& l : batch.logs) logs_[{l.job, l.task, l.attempt}] = l;
     for (const model::ObjectName& n : batch.names) names_[{n.name, n.shard}] = n;
+    for (const model::TokenRecord& t : batch.tokens) tokens_[t.id] = t;
     return OkStatus();
   }
   StatusOr<store::LoadedState> Load() override {
@@ -62,6 +63,7 @@ class InMemoryStateStore final : public store::StateStore {
       if (!model::IsTerminal(jobs_.at(a.job).status)) out.attempts.push_back(a);
     }
     for (const auto& [k, n] : names_) out.names.push_back(n);
+    for (const auto& [id, t] : tokens_) out.tokens.push_back(t);
     return out;
   }
   StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
@@ -117,6 +119,7 @@ class InMemoryStateStore final : public store::StateStore {
   uint64_t next_job_ = 1;
   std::map<std::pair<uint64_t, uint32_t>, store::NewTask> labels_;
   std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
+  std::map<std::string, model::TokenRecord> tokens_;
   std::map<uint64_t, model::JobRecord> jobs_;
   std::map<std::pair<uint64_t, uint32_t>, model::TaskRecord> tasks_;
   std::map<std::tuple<uint64_t, uint32_t, int32_t>, model::AttemptRecord> attempts_;

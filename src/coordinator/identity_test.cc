@@ -1,0 +1,219 @@
+// Who may do what, at the coordinator: one session per live node, reports only on
+// the node's own attempts, nodes as the fleet declares them, API tokens and joins.
+// (The gRPC edge that binds certificates and tokens to these is tested with real
+// processes in tests/security_test.cc.)
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include "coordinator/coordinator_test_util.h"
+#include "security/pki.h"
+
+namespace meridian::coordinator {
+namespace {
+
+constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
+
+// Polls `done` for up to 5 s (the coordinator's loop works on its own thread).
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+class IdentityTest : public CoordinatorTest {
+ protected:
+  // The job's tasks as a user sees them: statuses, attempts and outputs.
+  std::string Fingerprint(uint64_t job) {
+    StatusOr<model::JobView> v = coord_->GetJob(job, 0, 100);
+    if (!v.ok()) return v.status().ToString();
+    std::string out = std::string(model::JobStatusName(v->summary.job.status));
+    for (const model::TaskView& t : v->tasks) {
+      out += fmt::format(" {}:{}:{}:{}", t.record.task, model::TaskStatusName(t.record.status), t.record.attempt,
+                         t.record.output);
+    }
+    return out;
+  }
+};
+
+TEST_F(IdentityTest, ASecondSessionForALiveNodeIsRefusedAndTheFirstGoesOn) {
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto job = coord_->Submit("name: one\ntasks:\n  - {name: a, kernel: sum}\n", "one.yaml", "");
+  ASSERT_TRUE(job.ok());
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  const std::string before = Fingerprint(job->job_id);
+  // Another agent claiming n1 (without the session n1's agent keeps) while n1 is live.
+  StatusOr<model::RegistrationReply> second = coord_->Register(Node("n1"));
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("node n1 already has a live session"), std::string::npos)
+      << second.status().ToString();
+  EXPECT_EQ(Fingerprint(job->job_id), before);
+  // A guessed session does not help either.
+  model::AgentRegistration guess = Node("n1");
+  guess.previous_session = n1.session + 1;
+  EXPECT_EQ(coord_->Register(guess).status().code(), StatusCode::kFailedPrecondition);
+  // The real agent's session still works, and its report counts.
+  Report(n1, {Done(a[0].key, "15")});
+  EXPECT_EQ(Fingerprint(job->job_id), "succeeded 0:succeeded:1:15");
+  // Once n1 is declared dead, a new agent may take the name.
+  env_.fake().Advance(2'000'000);
+  EXPECT_TRUE(Eventually([&] { return coord_->Register(Node("n1")).ok(); }));
+}
+
+TEST_F(IdentityTest, AReportOnAnAttemptAnotherNodeHoldsIsRefusedAndChangesNothing) {
+  Start();
+  model::RegistrationReply n1 = Register(NodeWithT4("n1"));
+  model::RegistrationReply n2 = Register(Node("n2"));
+  auto job = coord_->Submit("name: t4\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n", "t4.yaml", "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  const std::string before = Fingerprint(job->job_id);
+  // n2 forges n1's result: the whole heartbeat is refused, its other contents too.
+  model::AgentHeartbeat forged;
+  forged.node_id = n2.node_id;
+  forged.session = n2.session;
+  forged.updates = {Done(a[0].key, "attacker bytes")};
+  forged.objects_added = {model::HeldObject{std::string(32, 'e'), 5}};
+  StatusOr<bool> r = coord_->Heartbeat(forged);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("node n2 reported on attempt 1 of task 0"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(Fingerprint(job->job_id), before);
+  EXPECT_FALSE(coord_->Locate(std::string(32, 'e')).ok());
+  // An attempt not yet made is refused too.
+  model::TaskKey future = a[0].key;
+  future.attempt = 2;
+  forged.updates = {Done(future, "later")};
+  forged.objects_added.clear();
+  EXPECT_EQ(coord_->Heartbeat(forged).status().code(), StatusCode::kPermissionDenied);
+  // The holder's report is taken.
+  Report(n1, {Done(a[0].key, "15")});
+  EXPECT_EQ(Fingerprint(job->job_id), "succeeded 0:succeeded:1:15");
+}
+
+TEST_F(IdentityTest, NodesRegisterOnlyAsTheFleetDeclaresThem) {
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [](CoordinatorOptions& o) {
+    model::Node n;
+    n.name = "n1";
+    n.cpu_milli = 4000;
+    n.memory_bytes = int64_t{8} << 30;
+    n.devices = {model::Device{"T4", 0, int64_t{16} << 30, true, 1.0}};
+    o.declared_nodes["n1"] = {n, "s1"};
+  });
+  model::AgentRegistration greedy = NodeWithT4("n1");
+  greedy.node.cpu_milli = 64'000;
+  StatusOr<model::RegistrationReply> r = coord_->Register(greedy);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(r.status().message(), "node 'n1' declares 64000 millicores, more than the fleet gives it");
+  model::AgentRegistration gpus = NodeWithT4("n1");
+  gpus.node.devices.push_back(model::Device{"T4", 1, int64_t{16} << 30, true, 1.0});
+  EXPECT_EQ(coord_->Register(gpus).status().message(), "node 'n1' declares 2 devices of type T4, more than the fleet gives it");
+  EXPECT_EQ(coord_->Register(NodeWithT4("n1", "s2")).status().message(),
+            "node 'n1' says it is at site s2; the fleet puts it at s1");
+  EXPECT_EQ(coord_->Register(Node("stranger")).status().message(),
+            "node 'stranger' is not in the fleet; only its nodes may register");
+  EXPECT_TRUE(coord_->ListNodes().empty());
+  EXPECT_TRUE(coord_->Register(NodeWithT4("n1")).ok());
+  EXPECT_EQ(coord_->ListNodes().size(), 1u);
+}
+
+TEST_F(IdentityTest, TokensAuthenticateUntilRevokedOrExpiredAndOutliveARestart) {
+  auto store = std::make_unique<testing::InMemoryStateStore>();
+  testing::InMemoryStateStore* kept = store.get();
+  Start(std::move(store));
+  StatusOr<rpc::NewToken> alice = coord_->CreateToken("alice", "team-a", model::Role::kSubmitter, 0);
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  EXPECT_EQ(alice->secret.size(), 4u + 16 + 1 + 64);
+  EXPECT_EQ(alice->secret.find(alice->record.id), 4u);
+  StatusOr<model::Caller> who = coord_->Authenticate(alice->secret);
+  ASSERT_TRUE(who.ok());
+  EXPECT_EQ(who->Describe(), "user alice (submitter, tenant team-a)");
+  // The store keeps the hash, never the secret.
+  StatusOr<store::LoadedState> state = kept->Load();
+  ASSERT_EQ(state->tokens.size(), 1u);
+  EXPECT_EQ(state->tokens[0].secret_hash, security::Sha256Hex(alice->secret.substr(21)));
+  // A wrong secret for a real id, and garbage.
+  std::string wrong = alice->secret;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  EXPECT_EQ(coord_->Authenticate(wrong).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(coord_->Authenticate("hunter2").status().message(), "the token is not a Meridian token (mrd_...)");
+  // Expiry.
+  StatusOr<rpc::NewToken> brief = coord_->CreateToken("bob", "team-b", model::Role::kViewer, kHourUs);
+  ASSERT_TRUE(coord_->Authenticate(brief->secret).ok());
+  env_.fake().Advance(kHourUs);
+  EXPECT_EQ(coord_->Authenticate(brief->secret).status().message(),
+            fmt::format("token {} has expired", brief->record.id));
+  // Revocation, which a restarted coordinator remembers.
+  ASSERT_TRUE(coord_->RevokeToken(alice->record.id).ok());
+  EXPECT_EQ(coord_->Authenticate(alice->secret).status().message(),
+            fmt::format("token {} was revoked", alice->record.id));
+  std::vector<model::TokenRecord> stored = kept->Load()->tokens;
+  coord_.reset();  // and the store with it
+  auto reloaded = std::make_unique<testing::InMemoryStateStore>();
+  ASSERT_TRUE(reloaded->Apply(store::StoreBatch{{}, {}, {}, {}, {}, stored}).ok());
+  Start(std::move(reloaded));
+  EXPECT_EQ(coord_->Authenticate(alice->secret).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(coord_->ListTokens().size(), 2u);
+  EXPECT_TRUE(coord_->ListTokens()[0].secret_hash.empty());
+  // Names and lifetimes are checked.
+  EXPECT_EQ(coord_->CreateToken("a b", "t", model::Role::kViewer, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->CreateToken("n", "t", model::Role::kAgent, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(IdentityTest, AJoinSignsTheNodesOwnKeyUnderItsNameWithAJoinTokenOnly) {
+  StatusOr<security::KeyPair> ca = security::MakeCa("test-ca", 24 * kHourUs);
+  ASSERT_TRUE(ca.ok());
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [&](CoordinatorOptions& o) {
+    o.ca = *ca;
+    model::Node n;
+    n.name = "n1";
+    n.cpu_milli = 4000;
+    n.memory_bytes = int64_t{8} << 30;
+    o.declared_nodes["n1"] = {n, "s1"};
+  });
+  StatusOr<rpc::NewToken> join = coord_->CreateToken("ops", "default", model::Role::kAgent, kHourUs);
+  StatusOr<rpc::NewToken> admin = coord_->CreateToken("root", "default", model::Role::kAdmin, 0);
+  ASSERT_TRUE(join.ok() && admin.ok());
+  StatusOr<security::KeyPair> csr = security::MakeRequest("coordinator");  // asks for more than it gets
+  ASSERT_TRUE(csr.ok());
+  auto signed_cert = coord_->Join(join->secret, "n1", csr->cert_pem);
+  ASSERT_TRUE(signed_cert.ok()) << signed_cert.status().ToString();
+  EXPECT_EQ(security::Inspect(signed_cert->first)->common_name, "node:n1");
+  EXPECT_TRUE(security::KeyMatches(signed_cert->first, csr->key_pem));
+  EXPECT_EQ(signed_cert->second, ca->cert_pem);
+  // Not with another role's token, not for a node outside the fleet, not for a live node.
+  EXPECT_EQ(coord_->Join(admin->secret, "n1", csr->cert_pem).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(coord_->Join(join->secret, "n9", csr->cert_pem).status().message(),
+            "node 'n9' is not in the fleet; only its nodes may join");
+  Register(Node("n1"));
+  EXPECT_EQ(coord_->Join(join->secret, "n1", csr->cert_pem).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(coord_->RevokeToken(join->record.id).ok());
+  EXPECT_EQ(coord_->Join(join->secret, "n1", csr->cert_pem).status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST_F(IdentityTest, AJobsTenantIsTheCredentialsNotTheSpecs) {
+  Start();
+  Register(Node("n1"));
+  auto mine = coord_->Submit("name: mine\ntasks:\n  - {name: a, kernel: sum}\n", "mine.yaml", "team-a");
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(*coord_->JobTenant(mine->job_id), "team-a");
+  auto theirs = coord_->Submit("name: theirs\ntenant: team-b\ntasks:\n  - {name: a, kernel: sum}\n", "theirs.yaml",
+                               "team-a");
+  EXPECT_EQ(theirs.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(theirs.status().message().find("the job names tenant 'team-b', but your credential is of tenant 'team-a'"),
+            std::string::npos)
+      << theirs.status().ToString();
+  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, "team-a").size(), 1u);
+  EXPECT_TRUE(coord_->ListJobs(0, "team-b").empty());
+}
+
+}  // namespace
+}  // namespace meridian::coordinator

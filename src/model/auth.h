@@ -1,0 +1,43 @@
+// Who may do what: roles, API tokens and the caller a request comes from. The
+// coordinator keeps tokens (as hashes) in its store; rpc/server.cc decides per call
+// (docs/security.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace meridian::model {
+
+// What a credential may do; each role can do what the ones before it can, within its
+// tenant (admin: every tenant). kAgent is a join token's: it can only join a node.
+enum class Role { kViewer, kSubmitter, kAdmin, kAgent };
+std::string_view RoleName(Role role);
+std::optional<Role> ParseRole(std::string_view name);
+
+// An API token, as stored: the secret itself is never kept, only its SHA-256.
+struct TokenRecord {
+  std::string id;           // public, 16 hex digits
+  std::string secret_hash;  // SHA-256 of the secret part, hex
+  std::string user;
+  std::string tenant;
+  Role role = Role::kViewer;
+  int64_t created_us = 0;
+  int64_t expires_us = 0;   // 0: never
+  bool revoked = false;
+};
+
+// The authenticated party of a call.
+struct Caller {
+  std::string user;    // a token's user, or "node:NAME" for an agent's certificate
+  std::string tenant;  // empty for nodes, and for every call of an insecure coordinator
+  Role role = Role::kViewer;
+  std::string node;    // the node an agent's certificate names
+  bool insecure = false;  // no TLS: nobody is authenticated (a trusted machine only)
+
+  // "user alice (submitter, tenant team-a)" for messages and the audit log.
+  std::string Describe() const;
+};
+
+}  // namespace meridian::model
