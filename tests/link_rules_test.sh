@@ -57,7 +57,7 @@ declare -A allowed=(
   [client]="client rpc security objects spec model common meridian"
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security"
   [bench]="bench sched sim spec model common"
-  [tests]="client rpc security spec model common meridian"
+  [tests]="client rpc security objects spec model common meridian"
   [fuzz]="spec sim sched objects rpc model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client

@@ -1,0 +1,286 @@
+// The attacks of issue 12 against a real cluster (`meridian up`: a coordinator and
+// four agents over loopback, with the CA, certificates and tokens it makes): each is
+// refused with a clear error and changes nothing in the coordinator's SQLite store,
+// compared table by table before and after.
+#include <sqlite3.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "local_cluster.h"
+#include "objects/transfer.h"
+#include "rpc/node_client.h"
+#include "security/pki.h"
+
+namespace meridian::testing {
+namespace {
+
+constexpr int64_t kDayUs = int64_t{86'400} * 1'000'000;
+
+// Every row of every table of the store, in order: what "changes nothing" compares.
+std::string DumpStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return "cannot open " + path;
+  std::vector<std::string> tables;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name", -1, &st, nullptr);
+  while (sqlite3_step(st) == SQLITE_ROW) tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+  sqlite3_finalize(st);
+  std::string out;
+  for (const std::string& t : tables) {
+    out += "[" + t + "]\n";
+    sqlite3_prepare_v2(db, ("SELECT * FROM " + t + " ORDER BY 1, 2").c_str(), -1, &st, nullptr);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const unsigned char* v = sqlite3_column_text(st, c);
+        out += (c ? "|" : "") + std::string(v ? reinterpret_cast<const char*>(v) : "NULL");
+      }
+      out += "\n";
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<LocalCluster>(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+    ASSERT_TRUE(cluster_->Up());
+    StatusOr<rpc::ChannelSecurity> admin = client::LoadClusterCredentials(cluster_->dir());
+    ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+    admin_ = *admin;
+  }
+
+  std::string Store() const { return DumpStore(cluster_->dir() + "/state/state.db"); }
+
+  // A client with the cluster's client certificate and `token`.
+  client::Client As(const std::string& token) const {
+    rpc::ChannelSecurity s = admin_;
+    s.token = token;
+    return client::Client(cluster_->address(), s, 5'000'000);
+  }
+
+  // Node `name`'s own credentials, as its agent keeps them (what an attacker who took
+  // that machine holds).
+  security::TlsCredentials NodeTls(const std::string& name) const {
+    const std::string dir = cluster_->dir() + "/work/" + name + "/tls";
+    return {ReadFile(dir + "/ca.crt") + "\n", ReadFile(dir + "/node.crt") + "\n", ReadFile(dir + "/node.key") + "\n"};
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  rpc::ChannelSecurity admin_;
+};
+
+constexpr const char* kJob = "name: j\ntasks:\n  - {name: a, kernel: sum}\n";
+
+TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
+  client::Client admin = As(admin_.token);
+  StatusOr<rpc::NewToken> viewer = admin.CreateToken("val", "team-v", model::Role::kViewer, 0);
+  StatusOr<rpc::NewToken> revoked = admin.CreateToken("rex", "team-r", model::Role::kSubmitter, 0);
+  ASSERT_TRUE(viewer.ok() && revoked.ok());
+  ASSERT_TRUE(admin.RevokeToken(revoked->record.id).ok());
+  const std::string before = Store();
+
+  StatusOr<rpc::SubmitResult> none = As("").Submit(kJob, "j.yaml");
+  EXPECT_EQ(none.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(none.status().message().find("the call carries no token"), std::string::npos) << none.status().ToString();
+
+  StatusOr<rpc::SubmitResult> old = As(revoked->secret).Submit(kJob, "j.yaml");
+  EXPECT_EQ(old.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(old.status().message(), "token " + revoked->record.id + " was revoked");
+
+  StatusOr<rpc::SubmitResult> look = As(viewer->secret).Submit(kJob, "j.yaml");
+  EXPECT_EQ(look.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(look.status().message(), "user val (viewer, tenant team-v) may not submit or change");
+  EXPECT_EQ(As(viewer->secret).CreateToken("val", "team-v", model::Role::kAdmin, 0).status().code(),
+            StatusCode::kPermissionDenied);
+
+  // The CLI says the same in one line and exits non-zero.
+  const std::string job_file = cluster_->WriteFile("j.yaml", kJob);
+  CommandResult cli = Meridian({"submit", job_file, "--dir", cluster_->dir(), "--token", viewer->secret});
+  EXPECT_EQ(cli.exit_code, 1);
+  EXPECT_EQ(cli.err, "meridian: user val (viewer, tenant team-v) may not submit or change\n");
+  EXPECT_EQ(Store(), before);
+  // Each refusal is in the coordinator's audit log, with what the caller proved.
+  const std::string log = ReadFile(cluster_->dir() + "/logs/coordinator.log");
+  EXPECT_NE(log.find("audit: refused JobService.Submit from ipv4:127.0.0.1:"), std::string::npos);
+  EXPECT_NE(log.find("(certificate client:admin): token " + revoked->record.id + " was revoked"), std::string::npos);
+}
+
+TEST_F(SecurityTest, TenantsSeeAndChangeOnlyTheirOwnJobs) {
+  client::Client admin = As(admin_.token);
+  StatusOr<rpc::NewToken> alice = admin.CreateToken("alice", "team-a", model::Role::kSubmitter, 0);
+  StatusOr<rpc::NewToken> bob = admin.CreateToken("bob", "team-b", model::Role::kSubmitter, 0);
+  ASSERT_TRUE(alice.ok() && bob.ok());
+  StatusOr<rpc::SubmitResult> job = As(alice->secret).Submit(
+      "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], resources: {cpu: 1}}\n", "long.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(As(alice->secret).GetJob(job->job_id, false)->summary.job.tenant, "team-a");
+  const std::string before = Store();
+  StatusOr<model::JobSummary> cancel = As(bob->secret).Cancel(job->job_id);
+  EXPECT_EQ(cancel.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(cancel.status().message().find("is not of tenant team-b"), std::string::npos) << cancel.status().ToString();
+  EXPECT_EQ(As(bob->secret).GetJob(job->job_id, false).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(As(bob->secret).ListJobs(0)->empty());
+  EXPECT_EQ(As(alice->secret).ListJobs(0)->size(), 1u);
+  // A spec cannot charge its job to another tenant.
+  StatusOr<rpc::SubmitResult> other =
+      As(bob->secret).Submit("name: x\ntenant: team-a\ntasks:\n  - {name: a, kernel: sum}\n", "x.yaml");
+  EXPECT_EQ(other.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Store(), before);
+  EXPECT_TRUE(As(alice->secret).Cancel(job->job_id).ok());
+}
+
+TEST_F(SecurityTest, ACertificateOfAnotherCaGetsNoConnection) {
+  StatusOr<security::KeyPair> ca = security::MakeCa("meridian-cluster-ca", kDayUs);  // same name, other key
+  StatusOr<security::KeyPair> kp = security::Issue(*ca, {"client:admin", {}, kDayUs, false});
+  ASSERT_TRUE(ca.ok() && kp.ok());
+  const std::string before = Store();
+  rpc::ChannelSecurity forged = admin_;  // trusts the real CA, presents the other's certificate
+  forged.tls.cert_pem = kp->cert_pem;
+  forged.tls.key_pem = kp->key_pem;
+  client::Client c(cluster_->address(), forged, 5'000'000);
+  StatusOr<rpc::SubmitResult> r = c.Submit(kJob, "j.yaml");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_FALSE(c.Nodes().ok());
+  // And with no client certificate at all, only Join is answered.
+  rpc::ChannelSecurity bare = admin_;
+  bare.tls.cert_pem.clear();
+  bare.tls.key_pem.clear();
+  StatusOr<std::vector<model::NodeView>> nodes = client::Client(cluster_->address(), bare, 5'000'000).Nodes();
+  EXPECT_EQ(nodes.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(nodes.status().message(), "the call carries no client certificate of the cluster's CA");
+  EXPECT_EQ(Store(), before);
+}
+
+TEST_F(SecurityTest, ANodesCertificateSpeaksForThatNodeOnly) {
+  StatusOr<std::vector<model::NodeView>> nodes = As(admin_.token).Nodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 4u);
+  // A job whose task holds the T4 on edge-t4 for a while.
+  StatusOr<rpc::SubmitResult> job = As(admin_.token).Submit(
+      "name: t4\ntasks:\n  - {name: hold, command: [sleep, '60'], resources: {accelerator: T4}}\n", "t4.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  model::TaskRecord held;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto v = As(admin_.token).GetJob(job->job_id, true);
+        if (!v.ok() || v->tasks.empty() || v->tasks[0].record.status != model::TaskStatus::kRunning) return false;
+        held = v->tasks[0].record;
+        return true;
+      },
+      20));
+  ASSERT_EQ(held.node, "edge-t4");
+  const std::string before = Store();
+
+  // us-cpu-0 taken over: its certificate, its session, its node id.
+  const security::TlsCredentials stolen = NodeTls("us-cpu-0");
+  const uint64_t session = std::stoull(ReadFile(cluster_->dir() + "/work/us-cpu-0/session"));
+  uint32_t id = 0;
+  for (uint32_t i = 0; i < nodes->size(); ++i) {
+    if ((*nodes)[i].node.name == "us-cpu-0") id = i;
+  }
+  rpc::NodeClient as_node(cluster_->address(), stolen);
+
+  // Registering as another node.
+  model::AgentRegistration reg;
+  reg.node = nodes->front().node;
+  reg.node.name = "edge-t4";
+  reg.site = "factory";
+  StatusOr<model::RegistrationReply> r = as_node.Register(reg, 5'000'000);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("the certificate of node us-cpu-0 cannot register node 'edge-t4'"),
+            std::string::npos)
+      << r.status().ToString();
+
+  // Reporting the T4 task, which edge-t4 holds, as done with attacker bytes.
+  model::AgentHeartbeat hb;
+  hb.node_id = id;
+  hb.session = session;
+  model::TaskUpdate forged;
+  forged.key = {job->job_id, 0, held.attempt};
+  forged.kind = model::UpdateKind::kSucceeded;
+  forged.output = "attacker bytes";
+  hb.updates = {forged};
+  StatusOr<bool> beat = as_node.Heartbeat(hb, 5'000'000);
+  EXPECT_EQ(beat.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(beat.status().message().find("node us-cpu-0 reported on attempt 1 of task 0"), std::string::npos)
+      << beat.status().ToString();
+
+  // A node's certificate submits nothing.
+  rpc::ChannelSecurity node_client{stolen, ""};
+  StatusOr<rpc::SubmitResult> submit = client::Client(cluster_->address(), node_client, 5'000'000).Submit(kJob, "j.yaml");
+  EXPECT_EQ(submit.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(submit.status().message(), "node us-cpu-0 may only call NodeService; agents cannot submit, read or manage");
+
+  // A second agent for a live node, with a join token: refused at the join.
+  StatusOr<rpc::NewToken> join = As(admin_.token).CreateToken("ops", "default", model::Role::kAgent, 3'600'000'000);
+  StatusOr<security::KeyPair> csr = security::MakeRequest("node:edge-t4");
+  ASSERT_TRUE(join.ok() && csr.ok());
+  auto joined = rpc::JoinCluster(cluster_->address(), admin_.tls.ca_pem, join->secret, "edge-t4", csr->cert_pem, 5'000'000);
+  EXPECT_EQ(joined.status().code(), StatusCode::kFailedPrecondition);
+  // A node the fleet does not have (the fake node with 10,000 cores).
+  joined = rpc::JoinCluster(cluster_->address(), admin_.tls.ca_pem, join->secret, "big", csr->cert_pem, 5'000'000);
+  EXPECT_EQ(joined.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(joined.status().message().find("node 'big' is not in the fleet"), std::string::npos);
+
+  EXPECT_EQ(Store().substr(0, Store().find("[tokens]")), before.substr(0, before.find("[tokens]")));
+  auto v = As(admin_.token).GetJob(job->job_id, true);
+  EXPECT_EQ(v->tasks[0].record.status, model::TaskStatus::kRunning);
+  EXPECT_TRUE(v->tasks[0].record.output.empty());
+  EXPECT_TRUE(As(admin_.token).Cancel(job->job_id).ok());
+}
+
+TEST_F(SecurityTest, TheTransferPlaneServesOnlyCertificatesOfTheCluster) {
+  // An object on a node, put as the CLI puts it (TLS with the client certificate).
+  const std::string file = cluster_->WriteFile("secret.txt", "the quarterly numbers\n");
+  CommandResult put = Meridian({"objects", "put", file, "--dir", cluster_->dir(), "--json"});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  StatusOr<std::vector<model::ObjectLocation>> objects = As(admin_.token).Objects();
+  ASSERT_TRUE(objects.ok());
+  ASSERT_EQ(objects->size(), 1u);
+  const model::ObjectLocation& o = objects->front();
+  const std::string from = o.replicas.front().transfer_address;
+  StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(o.id);
+  ASSERT_TRUE(id.ok());
+  char tmpl[] = "/tmp/meridian-fetch-XXXXXX";
+  const std::string scratch = mkdtemp(tmpl);
+  auto store = objects::ObjectStore::Open({1 << 20, scratch});
+  ASSERT_TRUE(store.ok());
+  // Plain TCP: no answer at all.
+  StatusOr<objects::FetchStats> plain = objects::Fetch(from, *id, **store, objects::FetchOptions{"", 1, 1, 2'000'000});
+  EXPECT_FALSE(plain.ok());
+  // Another CA's certificate.
+  StatusOr<security::KeyPair> ca = security::MakeCa("other", kDayUs);
+  StatusOr<security::KeyPair> kp = security::Issue(*ca, {"node:us-cpu-0", {}, kDayUs, true});
+  objects::FetchOptions fo{"", 1, 1, 2'000'000};
+  fo.tls = *security::TlsContext::Create({admin_.tls.ca_pem, kp->cert_pem, kp->key_pem});
+  // (TLS 1.3: the client's side of the handshake ends first; the server's refusal
+  // arrives as an alert on the first read.)
+  StatusOr<objects::FetchStats> stranger = objects::Fetch(from, *id, **store, fo);
+  EXPECT_FALSE(stranger.ok());
+  EXPECT_NE(stranger.status().message().find("alert unknown ca"), std::string::npos) << stranger.status().ToString();
+  EXPECT_FALSE((*store)->Contains(*id));
+  // The cluster's client certificate reads it.
+  fo.tls = *security::TlsContext::Create(admin_.tls);
+  EXPECT_TRUE(objects::Fetch(from, *id, **store, fo).ok());
+  EXPECT_EQ(std::string((*store)->Pin(*id)->data()), "the quarterly numbers\n");
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+}
+
+}  // namespace
+}  // namespace meridian::testing
