@@ -358,8 +358,12 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
                                              rpc::kMaxTaskPageBytes));
   if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
   std::lock_guard<std::mutex> lock(mu_);
+  auto job = jobs_.find(id);
   for (model::TaskView& t : view.tasks) {
     if (t.name.empty()) t.name = TaskNameLocked(id, t.record.task);
+    if (job == jobs_.end() || t.record.status != TaskStatus::kQueued || !t.record.reason.empty()) continue;
+    auto w = job->second.waiting.find(t.record.task);
+    if (w != job->second.waiting.end()) t.record.reason = "waiting: " + w->second;
   }
   return view;
 }

@@ -160,6 +160,9 @@ class Coordinator final : public rpc::JobApi,
     bool retired = false;
     bool deleting = false;
     std::vector<model::SiteBytes> input_bytes;  // kept from `job` when it retires
+    // Why queued tasks were not placed in the last pass that offered them (a quota,
+    // no room): in memory only, shown by GetJob; a placed task's goes.
+    std::map<uint32_t, std::string> waiting;
   };
   struct NodeRt {
     std::string site;
@@ -275,6 +278,8 @@ class Coordinator final : public rpc::JobApi,
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
+  // Adds (sign 1) or takes back (-1) an allocation in its tenant's usage.
+  void CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int sign);
   // A registration checked against options_.declared_nodes.
   Status CheckAgainstFleet(const model::AgentRegistration& reg) const;
   // Refuses reports on attempts node `index` (-1: not yet registered) does not hold.
@@ -301,6 +306,8 @@ class Coordinator final : public rpc::JobApi,
   std::vector<NodeRt> nodes_;          // parallel to fleet_.nodes
   std::map<std::string, int32_t> node_by_name_;
   std::map<uint64_t, JobRt> jobs_;
+  // What tasks holding resources on nodes hold, by their job's tenant.
+  std::map<std::string, sched::TenantUsage> tenant_usage_;
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards

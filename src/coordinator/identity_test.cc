@@ -215,5 +215,80 @@ TEST_F(IdentityTest, AJobsTenantIsTheCredentialsNotTheSpecs) {
   EXPECT_TRUE(coord_->ListJobs(0, "team-b").empty());
 }
 
+model::Fleet TwoTenants(int64_t a_weight, int64_t a_max_gpu_milli) {
+  model::Fleet fleet;
+  model::Tenant a;
+  a.id = TenantId(0);
+  a.name = "team-a";
+  a.weight = a_weight;
+  a.max_gpu_milli = a_max_gpu_milli;
+  model::Tenant b;
+  b.id = TenantId(1);
+  b.name = "team-b";
+  fleet.tenants = {a, b};
+  return fleet;
+}
+
+TEST_F(IdentityTest, ATenantsQuotaCountsWhatItsRunningTasksHold) {
+  // The quota once counted only what one scheduling pass placed: a task submitted
+  // while another of the tenant's held its one GPU was placed beside it.
+  Start(std::make_unique<testing::InMemoryStateStore>(), TwoTenants(1, 1000));
+  model::AgentRegistration two_gpus = NodeWithT4("n1");
+  two_gpus.node.devices.push_back(model::Device{"T4", 1, int64_t{16} << 30, true, 1.0});
+  model::RegistrationReply n1 = Register(two_gpus);
+  const std::string spec = "name: g\ntasks:\n  - {name: a, kernel: sum, resources: {accelerator: T4}}\n";
+  auto first = coord_->Submit(spec, "g.yaml", "team-a");
+  ASSERT_TRUE(first.ok());
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  auto second = coord_->Submit(spec, "g.yaml", "team-a");
+  ASSERT_TRUE(second.ok());
+  auto other = coord_->Submit(spec, "g.yaml", "team-b");  // another tenant's is not held back
+  ASSERT_TRUE(other.ok());
+  std::vector<model::TaskAssignment> b = Next(n1);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].key.job, other->job_id);
+  StatusOr<model::JobView> waiting = coord_->GetJob(second->job_id, 0, 10);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->tasks[0].record.status, model::TaskStatus::kQueued);
+  EXPECT_EQ(waiting->tasks[0].record.reason,
+            "waiting: tenant 'team-a' uses 1 of its 1 GPUs quota; this task needs 1 more");
+  // Once the first is done, the second runs.
+  Report(n1, {Done(a[0].key, "15")});
+  std::vector<model::TaskAssignment> c = Next(n1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].key.job, second->job_id);
+}
+
+TEST_F(IdentityTest, TwoTenantsSharingANodeGetTheirWeightedShares) {
+  // team-a (weight 2) submits first, team-b (weight 1) right after; both keep a
+  // backlog. Under fair order team-a gets two thirds of the placements, not all.
+  Start(std::make_unique<testing::InMemoryStateStore>(), TwoTenants(2, 0),
+        [](CoordinatorOptions& o) { o.order = sched::QueueOrder::kFairShare; });
+  model::AgentRegistration three = Node("n1");
+  three.node.cpu_milli = 3000;
+  model::RegistrationReply n1 = Register(three);
+  const std::string spec = "name: many\ntasks:\n  - {name: t, kernel: sum, count: 300, resources: {cpu: 1}}\n";
+  auto a = coord_->Submit(spec, "a.yaml", "team-a");
+  auto b = coord_->Submit(spec, "b.yaml", "team-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::map<uint64_t, int> placed;
+  int total = 0;
+  while (total < 240) {
+    std::vector<model::TaskAssignment> got = Next(n1);
+    ASSERT_FALSE(got.empty());
+    std::vector<model::TaskUpdate> done;
+    for (const model::TaskAssignment& t : got) {
+      ++placed[t.key.job];
+      done.push_back(Done(t.key, "0"));
+    }
+    total += static_cast<int>(got.size());
+    Report(n1, done);
+  }
+  const double share_a = static_cast<double>(placed[a->job_id]) / total;
+  EXPECT_NEAR(share_a, 2.0 / 3, 2.0 / 3 * 0.1) << placed[a->job_id] << " of " << total << " for team-a";
+  EXPECT_NEAR(1 - share_a, 1.0 / 3, 1.0 / 3 * 0.1) << placed[b->job_id] << " of " << total << " for team-b";
+}
+
 }  // namespace
 }  // namespace meridian::coordinator

@@ -41,7 +41,16 @@ void Coordinator::Hold(TaskRt& task, int32_t node) {
                                  a.device_share_milli});
   task.node = node;
   nodes_[node].tasks.insert({task.rec.job, task.rec.task});
-  ++jobs_.at(task.rec.job).held;
+  JobRt& job = jobs_.at(task.rec.job);
+  ++job.held;
+  CountTenantUsage(job.rec.tenant, a, 1);
+}
+
+void Coordinator::CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int sign) {
+  sched::TenantUsage& u = tenant_usage_[tenant];
+  u.gpu_milli += sign * static_cast<int64_t>(a.devices.size()) * a.device_share_milli;
+  u.cpu_milli += sign * a.cpu_milli;
+  u.memory_bytes += sign * a.memory_bytes;
 }
 
 void Coordinator::Release(TaskRt& task) {
@@ -53,6 +62,7 @@ void Coordinator::Release(TaskRt& task) {
   task.node = -1;
   dirty_ = true;
   JobRt& job = jobs_.at(task.rec.job);
+  CountTenantUsage(job.rec.tenant, a, -1);
   if (--job.held == 0 && model::IsTerminal(job.rec.status)) to_retire_.insert(job.rec.id);
 }
 
@@ -71,6 +81,16 @@ void Coordinator::ScheduleLocked() {
   snap.throughput = &options_.throughput;
   snap.pools = pools_;
   snap.free = ledger_;
+  // What each tenant's running tasks hold, for quotas and fair shares (the fleet's
+  // tenants by index; the last entry is everyone the fleet does not list).
+  snap.tenant_usage.assign(fleet_.tenants.size() + 1, sched::TenantUsage{});
+  for (const auto& [name, used] : tenant_usage_) {
+    std::optional<TenantId> t = fleet_.FindTenant(name);
+    sched::TenantUsage& u = snap.tenant_usage[t ? t->value() : fleet_.tenants.size()];
+    u.gpu_milli += used.gpu_milli;
+    u.cpu_milli += used.cpu_milli;
+    u.memory_bytes += used.memory_bytes;
+  }
   std::map<uint64_t, uint32_t> job_index;
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
   for (auto it = ready_.begin(); it != ready_.end() && offered.size() < options_.schedule_window; ++it) {
@@ -96,6 +116,7 @@ void Coordinator::ScheduleLocked() {
     auto [job, task] = offered[p.queue_index];
     const int32_t node = static_cast<int32_t>(p.allocation.node.value());
     Dequeue(*task);
+    job->waiting.erase(task->rec.task);
     model::TaskRecord& r = task->rec;
     r.status = TaskStatus::kAssigned;
     // Retries are attempts past a task's first, whatever made them (a failure, a lost
@@ -139,7 +160,11 @@ void Coordinator::ScheduleLocked() {
   // fails for it only once the fleet has been still for the grace period.
   const MonotonicTime settled{last_fleet_change_.us + options_.reconcile_grace_us};
   for (const sched::Unplaced& u : plan.unplaced) {
-    if (u.kind != sched::UnplacedKind::kInfeasible) continue;
+    if (u.kind != sched::UnplacedKind::kInfeasible) {
+      auto [job, task] = offered[u.queue_index];
+      job->waiting[task->rec.task] = u.reason;
+      continue;
+    }
     auto [job, task] = offered[u.queue_index];
     if (model::IsTerminal(job->rec.status)) continue;
     task->rec.reason = u.reason;
