@@ -4,6 +4,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -67,6 +68,9 @@ class LocalCluster {
   explicit LocalCluster(const std::string& fleet) : fleet_(fleet) {
     char tmpl[] = "/tmp/meridian-test-XXXXXX";  // mkdtemp replaces the Xs
     dir_ = mkdtemp(tmpl);
+    // Commands run as their tenant's user (when the tests run as root): they must be
+    // able to reach their task directories under it.
+    chmod(dir_.c_str(), 0711);
   }
   ~LocalCluster() {
     Meridian({"down", "--dir", dir_});
@@ -112,6 +116,14 @@ class LocalCluster {
     ASSERT_GT(pid, 0) << component;
     ASSERT_EQ(kill(pid, SIGKILL), 0) << component;
     WaitFor([&] { return !ProcessRunning(pid, dir_); }, 10);
+  }
+
+  // A path tasks may write to (whatever user they run as), in a directory of the cluster's.
+  std::string SharedPath(const std::string& name) const {
+    const std::string shared = dir_ + "/shared";
+    mkdir(shared.c_str(), 0777);
+    chmod(shared.c_str(), 0777);
+    return shared + "/" + name;
   }
 
   // Writes `text` to a file in the cluster's directory and returns its path.

@@ -130,7 +130,7 @@ tasks:
 }
 
 TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) {
-  const std::string ran = cluster_->dir() + "/ran.txt";
+  const std::string ran = cluster_->SharedPath("ran.txt");
   // Each task notes that it started, then works a while: a task run twice shows up twice.
   StatusOr<rpc::SubmitResult> first = cluster_->client().Submit(
       "name: notes\ntasks:\n  - name: note\n    count: 12\n    resources: {cpu: 2}\n"
@@ -398,7 +398,7 @@ TEST_F(RuntimeTest, AnAgentSlowToReturnAfterACoordinatorRestartKeepsItsTask) {
   // The grace for agents to come back after a restart is its own setting (2 minutes
   // by default). It was twice the heartbeat timeout (10 s here): an agent back after
   // 12 s found its task given away and run a second time.
-  const std::string ran = cluster_->dir() + "/ran.txt";
+  const std::string ran = cluster_->SharedPath("ran.txt");
   StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
       "name: patient\ntasks:\n  - name: wait\n    resources: {cpu: 4}\n"
       "    command: [sh, -c, 'echo once >> " + ran + "; sleep 16']\n",
@@ -437,7 +437,7 @@ TEST_F(RuntimeTest, AnAgentSlowToReturnAfterACoordinatorRestartKeepsItsTask) {
 TEST_F(RuntimeTest, AKilledAgentLeavesNoTaskProcessRunning) {
   // A task's shell and what it started in the background. Once, killing the agent
   // left both running (re-parented to init), beside the re-runs on the restarted agent.
-  const std::string pids = cluster_->dir() + "/pids.txt";
+  const std::string pids = cluster_->SharedPath("pids.txt");
   StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
       "name: linger\ntasks:\n  - name: l\n    resources: {cpu: 4}\n"
       "    command: [sh, -c, 'sleep 300 & echo $$ $! >> " + pids + "; wait']\n",

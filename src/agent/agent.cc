@@ -100,6 +100,7 @@ Agent::Agent(AgentOptions options, Env& env)
                          MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects_->Put(output));
                          return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
                        }};
+  exec.task_uid_base = options_.task_uid_base;
   exec.fetch_together = [this](const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop) {
     return FetchTogether(objects, stop);
   };

@@ -45,6 +45,9 @@ struct AgentOptions {
   // on the transfer plane. Not enabled: plaintext (an insecure cluster).
   security::TlsCredentials tls;
   bool insecure_transfers = false;  // plain TCP transfers even off loopback
+  // Commands run as their tenant's user from this uid up (ExecutorOptions); 0: as
+  // the agent's user.
+  int task_uid_base = 0;
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated

@@ -1,6 +1,11 @@
 #include "agent/executor.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +50,19 @@ std::string Indices(const std::vector<int32_t>& devices) {
   return out;
 }
 
+// Whether users other than its owner can reach (search) `path`: every directory on
+// the way grants it to others.
+bool OthersCanReach(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  for (; !p.empty(); p = p.parent_path()) {
+    struct stat st {};
+    if (stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) return false;
+    if (p == p.root_path()) break;
+  }
+  return true;
+}
+
 }  // namespace
 
 Executor::Executor(ExecutorOptions options, UpdateFn on_update)
@@ -69,6 +87,24 @@ Executor::Executor(ExecutorOptions options, UpdateFn on_update)
   }
   std::error_code ec;
   std::filesystem::create_directories(records, ec);
+  tasks_root_ = std::filesystem::path(options_.work_dir) / "tasks";
+  if (options_.task_uid_base > 0) {
+    if (OthersCanReach(options_.work_dir)) {
+      std::filesystem::create_directories(tasks_root_, ec);
+      std::filesystem::permissions(tasks_root_, std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+                                                    std::filesystem::perms::others_exec,
+                                   std::filesystem::perm_options::replace, ec);
+    } else {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "meridian-tasks-XXXXXX").string();
+      if (mkdtemp(tmpl.data()) != nullptr) {
+        tasks_root_ = tmpl;
+        own_tasks_root_ = true;
+        chmod(tmpl.c_str(), 0711);
+      }
+    }
+    MERIDIAN_LOG_INFO("commands run as their tenant's user (uid {} and up), in {}", options_.task_uid_base,
+                      tasks_root_.string());
+  }
   int n = options_.kernel_threads > 0 ? options_.kernel_threads
                                       : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < n; ++i) kernel_threads_.emplace_back([this] { KernelWorker(); });
@@ -92,6 +128,8 @@ Executor::~Executor() {
   for (auto& [key, t] : commands) t.join();
   for (std::thread& t : finished) t.join();
   if (cgroups_) cgroups_->Remove();  // every task's is gone: the tree is empty
+  std::error_code ec;
+  if (own_tasks_root_) std::filesystem::remove_all(tasks_root_, ec);
 }
 
 bool Executor::Start(const model::TaskAssignment& assignment) {
@@ -316,12 +354,38 @@ void Executor::RunKernel(Running_& task) {
   Finish(a.key, std::move(u));
 }
 
+int TaskUid(int base, const std::string& tenant) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : tenant) h = (h ^ c) * 1099511628211ull;
+  return base + static_cast<int>(h % 100'000);
+}
+
+namespace {
+
+// Hands `dir` and everything in it to `uid`, readable by it alone.
+Status GiveDirectory(const std::filesystem::path& dir, int uid) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto give = [&](const fs::path& p) {
+    return lchown(p.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) == 0;
+  };
+  if (!give(dir)) return UnavailableError(fmt::format("cannot give {} to uid {}: {}", dir.string(), uid, strerror(errno)));
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!give(it->path())) return UnavailableError(fmt::format("cannot give {} to uid {}", it->path().string(), uid));
+  }
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec) return UnavailableError(fmt::format("cannot restrict {}: {}", dir.string(), ec.message()));
+  return OkStatus();
+}
+
+}  // namespace
+
 void Executor::RunCommand(Running_& task) {
   const model::TaskAssignment& a = task.assignment;
   namespace fs = std::filesystem;
   model::TaskUpdate u;
   u.key = a.key;
-  const fs::path dir = fs::path(options_.work_dir) / "tasks" /
+  const fs::path dir = tasks_root_ /
                        fmt::format("{}-{}-{}", a.key.job, a.key.task, a.key.attempt);
   std::error_code ec;
   fs::create_directories(dir / "inputs", ec);
@@ -335,6 +399,23 @@ void Executor::RunCommand(Running_& task) {
     std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
   }
   ProcessOptions p;
+  // Its tenant's user, not ours: it cannot read other tenants' task directories, nor
+  // the agent's keys; and no core dumps of what it held.
+  p.rlimits.emplace_back(RLIMIT_CORE, 0);
+  if (options_.task_uid_base > 0 && !ec) {
+    p.uid = p.gid = TaskUid(options_.task_uid_base, a.tenant);
+    p.rlimits.emplace_back(RLIMIT_NPROC, 4096);
+    if (Status given = GiveDirectory(dir, p.uid); !given.ok()) {
+      fs::remove_all(dir, ec);
+      u.kind = model::UpdateKind::kFailed;
+      u.exit_code = 127;
+      u.reason = given.message();
+      Finish(a.key, std::move(u));
+      return;
+    }
+  }
+  p.memory_max_bytes = a.allocation.memory_bytes;
+  p.cpu_max_milli = a.allocation.cpu_milli;
   p.argv = a.command;
   p.cwd = dir.string();
   p.timeout_us = a.timeout_us;
@@ -345,7 +426,11 @@ void Executor::RunCommand(Running_& task) {
   p.max_tail = model::kMaxTaskLogTailBytes;
   p.record_file = fmt::format("{}/{}-{}-{}", RecordsDir(options_.work_dir), a.key.job, a.key.task, a.key.attempt);
   if (cgroups_) p.cgroup = cgroups_->TaskCgroup(fmt::format("task-{}-{}-{}", a.key.job, a.key.task, a.key.attempt));
-  p.env = CurrentEnvironment();
+  // The agent's environment without its own settings (a token, certificates' places).
+  for (std::string& e : CurrentEnvironment()) {
+    if (e.rfind("MERIDIAN_", 0) != 0 && e.rfind("HOME=", 0) != 0) p.env.push_back(std::move(e));
+  }
+  p.env.push_back("HOME=" + dir.string());
   const std::string devices = Indices(a.allocation.devices);
   p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));
   p.env.push_back(fmt::format("MERIDIAN_JOB_NAME={}", a.job_name));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,7 +64,14 @@ struct ExecutorOptions {
   // Run each command in a cgroup v2 of its own where the machine allows (else its
   // process group is what contains it).
   bool use_cgroups = true;
+  // Commands run as an unprivileged user of their job's tenant: uid and gid
+  // task_uid_base + a hash of the tenant's name modulo 100,000, their task directory
+  // that user's alone (0700). 0: as the agent's user (the agent must be root to switch).
+  int task_uid_base = 0;
 };
+
+// The uid (and gid) commands of `tenant` run as, under `base`.
+int TaskUid(int base, const std::string& tenant);
 
 class Executor {
  public:
@@ -108,6 +116,11 @@ class Executor {
   const ExecutorOptions options_;
   const UpdateFn on_update_;
   std::optional<CgroupTree> cgroups_;  // set once in the constructor
+  // Where task directories go: work_dir/tasks, or, when tasks run as other users
+  // who cannot reach work_dir (under a home directory of mode 0700), a directory of
+  // the agent's own made in /tmp (removed with the executor).
+  std::filesystem::path tasks_root_;
+  bool own_tasks_root_ = false;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   bool stopping_ = false;                                        // GUARDED_BY(mu_)

@@ -2,14 +2,17 @@
 #include "agent/executor.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include "common/subprocess.h"
 
@@ -22,11 +25,13 @@ class ExecutorTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() / ("meridian-exec-test-" + std::to_string(::getpid()));
     Reset(nullptr, nullptr);
   }
-  void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr, PaceFn pace = nullptr) {
+  void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr, PaceFn pace = nullptr,
+             int task_uid_base = 0) {
     exec_.reset();
     ExecutorOptions o{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)};
     o.fetch_together = std::move(together);
     o.pace_inline = std::move(pace);
+    o.task_uid_base = task_uid_base;
     exec_ = std::make_unique<Executor>(std::move(o),
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +117,44 @@ TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {
   EXPECT_EQ(f.exit_code, 5);
   EXPECT_EQ(f.reason, "exit code 5");
   EXPECT_EQ(f.stderr_tail, "oops\n");
+}
+
+TEST_F(ExecutorTest, CommandsRunAsTheirTenantsUserAndCannotReadAnotherTenantsDirectory) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  Reset(nullptr, nullptr, nullptr, nullptr, 200'000);
+  const int uid_a = TaskUid(200'000, "team-a"), uid_b = TaskUid(200'000, "team-b");
+  ASSERT_NE(uid_a, uid_b);
+  // team-a's task keeps a secret in its directory while it runs.
+  model::TaskAssignment a = Task(0, {"sh", "-c", "echo secret > mine; id -u; id -g; id -G; sleep 3"});
+  a.tenant = "team-a";
+  ASSERT_TRUE(exec_->Start(a));
+  const std::filesystem::path a_dir = dir_ / "tasks" / "1-0-1";
+  for (int i = 0; i < 200 && !std::filesystem::exists(a_dir / "mine"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // team-b's task tries to read it, and the agent's environment.
+  model::TaskAssignment b = Task(1, {"sh", "-c", "id -u; echo HOME=$HOME; env | grep -c '^MERIDIAN_TOKEN' ; cat " +
+                                                     (a_dir / "mine").string()});
+  b.tenant = "team-b";
+  setenv("MERIDIAN_TOKEN", "mrd_agent_secret", 1);
+  ASSERT_TRUE(exec_->Start(b));
+  model::TaskUpdate ub = Final(b.key);
+  unsetenv("MERIDIAN_TOKEN");
+  EXPECT_EQ(ub.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(ub.output, "");
+  EXPECT_EQ(ub.stdout_tail, fmt::format("{}\nHOME={}\n0\n", uid_b, (dir_ / "tasks" / "1-1-1").string()));
+  EXPECT_NE(ub.stderr_tail.find("Permission denied"), std::string::npos) << ub.stderr_tail;
+  model::TaskUpdate ua = Final(a.key);
+  EXPECT_EQ(ua.kind, model::UpdateKind::kSucceeded) << ua.reason;
+  EXPECT_EQ(ua.output, fmt::format("{}\n{}\n{}\n", uid_a, uid_a, uid_a));  // no supplementary groups
+}
+
+TEST_F(ExecutorTest, WithoutTaskUsersCommandsRunAsTheAgentWithoutCoreDumps) {
+  model::TaskAssignment a = Task(0, {"sh", "-c", "id -u; ulimit -c"});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(u.output, fmt::format("{}\n0\n", geteuid()));
 }
 
 TEST_F(ExecutorTest, TimeoutsAndCancelsKillTheProcessGroup) {

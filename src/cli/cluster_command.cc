@@ -258,6 +258,14 @@ Status RunAgent(const AgentCommandOptions& o) {
   options.transfer_host = o.transfer_host;
   options.link_clocks_file = o.link_clocks;
   options.insecure_transfers = o.insecure;
+  options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
+  if (options.task_uid_base > 0 && geteuid() != 0) {
+    return InvalidArgumentError("--task-uid-base: running commands as other users needs the agent to run as root");
+  }
+  if (options.task_uid_base == 0) {
+    MERIDIAN_LOG_WARN("commands run as this agent's user: a task can read what the agent can (run the agent as root "
+                      "for per-tenant users)");
+  }
   if (!o.insecure) {
     if (o.tls_dir.empty()) {
       return InvalidArgumentError(

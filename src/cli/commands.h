@@ -141,6 +141,9 @@ struct AgentCommandOptions {
   std::string tls_dir;
   std::string join_token_file;
   bool insecure = false;
+  // Commands run as their tenant's user, uid from this up; -1: 200000 when the agent
+  // runs as root, else none; 0: none (as the agent's user).
+  int task_uid_base = -1;
 };
 // `meridian agent`: serves until SIGINT or SIGTERM.
 Status RunAgent(const AgentCommandOptions& options);

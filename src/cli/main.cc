@@ -163,6 +163,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--join-token-file", agent.join_token_file,
                         "A join token (meridian token create --role agent), used when the node has no certificate");
   agent_cmd->add_flag("--insecure", agent.insecure, "Plaintext, to a coordinator started with --insecure");
+  agent_cmd->add_option("--task-uid-base", agent.task_uid_base,
+                        "Commands run as their tenant's user, uid BASE + a hash of the tenant (default 200000 when "
+                        "run as root; 0: as the agent's user)");
 
   cli::UpOptions up;
   CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");

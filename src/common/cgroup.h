@@ -29,6 +29,8 @@ class CgroupTree {
   int KillAll() const;
   // Removes the tree itself (once empty): for tests.
   void Remove() const;
+  // Whether tasks' cgroups get the memory and cpu controllers (memory.max, cpu.max).
+  bool CanLimit() const;
 
  private:
   explicit CgroupTree(std::string path) : path_(std::move(path)) {}

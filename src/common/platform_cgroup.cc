@@ -71,7 +71,19 @@ StatusOr<CgroupTree> CgroupTree::Open(const std::string& name) {
   if (access((path / "cgroup.procs").c_str(), W_OK) != 0 || access((path / "cgroup.kill").c_str(), W_OK) != 0) {
     return UnavailableError(fmt::format("cgroup {} cannot be written to (or has no cgroup.kill)", path.string()));
   }
+  // Tasks' memory and CPU limits need those controllers in the tree's cgroups: ask
+  // for them where the parent offers them (it does not when it holds processes
+  // itself, as a service's own cgroup does; then tasks are contained, not limited).
+  for (const char* controller : {"+memory", "+cpu"}) {
+    std::ofstream(path / "cgroup.subtree_control") << controller;
+  }
   return CgroupTree(path.string());
+}
+
+bool CgroupTree::CanLimit() const {
+  std::ifstream in(fs::path(path_) / "cgroup.subtree_control");
+  std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return have.find("memory") != std::string::npos && have.find("cpu") != std::string::npos;
 }
 
 int CgroupTree::KillAll() const {

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -133,8 +134,29 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   std::vector<char*> envp = CStrings(options.env);
   // The child moves itself into its cgroup before exec: nothing it starts is outside.
   int cgroup_procs = -1;
+  bool limited = false;
   if (!options.cgroup.empty() && (mkdir(options.cgroup.c_str(), 0755) == 0 || errno == EEXIST)) {
     cgroup_procs = open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    // Limits before the child joins: it never runs unlimited.
+    auto write_limit = [&](const char* file, const std::string& value) {
+      std::ofstream f(options.cgroup + "/" + file);
+      f << value;
+      f.flush();
+      return static_cast<bool>(f);
+    };
+    if (cgroup_procs >= 0 && (options.memory_max_bytes > 0 || options.cpu_max_milli > 0)) {
+      limited = true;
+      if (options.memory_max_bytes > 0) {
+        limited &= std::filesystem::exists(options.cgroup + "/memory.max") &&
+                   write_limit("memory.max", std::to_string(options.memory_max_bytes)) &&
+                   write_limit("memory.swap.max", "0");
+      }
+      if (options.cpu_max_milli > 0) {
+        // cpu.max: microseconds of CPU per 100 ms period.
+        limited &= std::filesystem::exists(options.cgroup + "/cpu.max") &&
+                   write_limit("cpu.max", fmt::format("{} 100000", std::max<int64_t>(1000, options.cpu_max_milli * 100)));
+      }
+    }
   }
   const pid_t parent = getpid();
   pid_t pid = fork();
@@ -152,6 +174,29 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     if (cgroup_procs >= 0) {
       ssize_t moved = write(cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
       (void)moved;
+    }
+    for (const auto& [resource, limit] : options.rlimits) {
+      rlimit rl{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+      setrlimit(resource, &rl);
+    }
+    // Its user last: nothing above needs to be done as it. A switch that fails must
+    // not run the program as us.
+    if (options.gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(static_cast<gid_t>(options.gid)) != 0)) {
+      int e = errno;
+      ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
+      (void)ignored;
+      _exit(127);
+    }
+    if (options.uid >= 0 && setuid(static_cast<uid_t>(options.uid)) != 0) {
+      int e = errno;
+      ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
+      (void)ignored;
+      _exit(127);
+    }
+    if (options.uid >= 0 || options.gid >= 0) {
+      // A change of credentials clears the parent-death signal: set it again.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
     }
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
@@ -238,6 +283,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   result.in_cgroup = !cgroup_end.dir.empty();
+  result.limited = limited;
   result.stdout_head = std::move(out.head);
   result.stdout_truncated = out.truncated;
   result.stdout_tail = out.Tail();

@@ -32,6 +32,17 @@ struct ProcessOptions {
   // it ends (or is stopped) everything in it is killed and it is removed. Empty, or
   // one that cannot be made: its process group is what contains it.
   std::string cgroup;
+  // The user and group the child runs as (the caller must be root to switch); -1:
+  // the caller's. Supplementary groups are dropped with a switch.
+  int uid = -1;
+  int gid = -1;
+  // Resource limits set in the child before exec: {RLIMIT_*, soft = hard limit}.
+  std::vector<std::pair<int, int64_t>> rlimits = {};
+  // cgroup v2 limits written to `cgroup` before the child joins it, where its
+  // controllers are enabled (ProcessResult::limited says whether they were): bytes
+  // of memory (memory.max), and CPU in milli-cores (cpu.max). 0: none.
+  int64_t memory_max_bytes = 0;
+  int64_t cpu_max_milli = 0;
 };
 
 struct ProcessResult {
@@ -41,6 +52,7 @@ struct ProcessResult {
   bool stopped = false;       // killed because `stop` was set
   bool stdout_truncated = false;
   bool in_cgroup = false;     // it ran in options.cgroup
+  bool limited = false;       // options' cgroup limits were written
   std::string stdout_head;
   std::string stdout_tail;
   std::string stderr_tail;

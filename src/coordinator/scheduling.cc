@@ -196,6 +196,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   model::TaskAssignment a;
   a.key = {task.rec.job, task.rec.task, task.rec.attempt};
   a.job_name = job.rec.name;
+  a.tenant = job.rec.tenant;
   a.task_name = spec.name;
   a.index = spec.index;
   a.kernel = spec.kernel;

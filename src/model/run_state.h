@@ -239,6 +239,7 @@ struct TaskAssignment {
   std::string device_type;
   TaskAllocation allocation;
   int64_t timeout_us = 0;
+  std::string tenant;  // whose job it is: a command runs as that tenant's user
 };
 
 struct AssignmentBatch {
