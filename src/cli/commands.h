@@ -201,6 +201,8 @@ Status RunTokenCreate(const TokenOptions& options, std::ostream& out);
 Status RunTokenList(const TokenOptions& options, std::ostream& out);
 Status RunTokenRevoke(const TokenOptions& options, std::ostream& out);
 Status RunWhoAmI(const TokenOptions& options, std::ostream& out);
+// `meridian tenant list`: weights, quotas and use now (an admin sees every tenant).
+Status RunTenantList(const TokenOptions& options, std::ostream& out);
 
 struct DownOptions {
   std::string dir;

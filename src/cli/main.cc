@@ -307,8 +307,12 @@ int main(int argc, char** argv) {
   CLI::App* token_revoke_cmd = token_cmd->add_subcommand("revoke", "Revoke a token at once");
   token_revoke_cmd->add_option("id", token_revoke.id, "The token's id (from token list)")->required();
   CLI::App* whoami_cmd = app.add_subcommand("whoami", "Who the coordinator takes you for: user, role, tenant");
+  CLI::App* tenant_cmd = app.add_subcommand("tenant", "Tenants: weights, quotas and what they use now");
+  tenant_cmd->require_subcommand(1);
+  cli::TokenOptions tenant_list;
+  CLI::App* tenant_list_cmd = tenant_cmd->add_subcommand("list", "Each tenant's weight, quotas, use and jobs");
   for (auto [cmd, o] : {std::pair{token_create_cmd, &token_create}, {token_list_cmd, &token_list},
-                        {token_revoke_cmd, &token_revoke}, {whoami_cmd, &whoami}}) {
+                        {token_revoke_cmd, &token_revoke}, {whoami_cmd, &whoami}, {tenant_list_cmd, &tenant_list}}) {
     add_target(cmd, o->target);
     cmd->add_flag("--json", o->json, "Print JSON for scripts");
   }
@@ -401,6 +405,8 @@ int main(int argc, char** argv) {
     status = cli::RunTokenRevoke(token_revoke, std::cout);
   } else if (whoami_cmd->parsed()) {
     status = cli::RunWhoAmI(whoami, std::cout);
+  } else if (tenant_list_cmd->parsed()) {
+    status = cli::RunTenantList(tenant_list, std::cout);
   }
   if (!status.ok()) {
     std::cout.flush();

@@ -277,4 +277,38 @@ Status RunWhoAmI(const TokenOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+Status RunTenantList(const TokenOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, ConnectClient(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TenantView> tenants, c->Tenants());
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const model::TenantView& t : tenants) {
+      j.push_back({{"name", t.name},
+                   {"weight", t.weight},
+                   {"listed", t.listed},
+                   {"quota", {{"gpu_milli", t.max_gpu_milli}, {"cpu_milli", t.max_cpu_milli},
+                              {"memory_bytes", t.max_memory_bytes}}},
+                   {"used", {{"gpu_milli", t.gpu_milli}, {"cpu_milli", t.cpu_milli}, {"memory_bytes", t.memory_bytes}}},
+                   {"jobs_active", t.jobs_active},
+                   {"tasks_running", t.tasks_running},
+                   {"tasks_waiting", t.tasks_waiting}});
+    }
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  auto of = [](int64_t used, int64_t quota, bool bytes) {
+    std::string u = bytes ? FormatBytes(used) : FormatMilli(used);
+    return quota > 0 ? u + " of " + (bytes ? FormatBytes(quota) : FormatMilli(quota)) : u + " (no quota)";
+  };
+  Table table({"tenant", "weight", "GPUs", "CPU cores", "memory", "jobs", "running", "waiting"});
+  for (const model::TenantView& t : tenants) {
+    table.Add({t.name + (t.listed ? "" : " (not in the fleet)"), std::to_string(t.weight),
+               of(t.gpu_milli, t.max_gpu_milli, false), of(t.cpu_milli, t.max_cpu_milli, false),
+               of(t.memory_bytes, t.max_memory_bytes, true), std::to_string(t.jobs_active),
+               std::to_string(t.tasks_running), std::to_string(t.tasks_waiting)});
+  }
+  table.Print(out);
+  return OkStatus();
+}
+
 }  // namespace meridian::cli

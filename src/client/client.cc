@@ -240,6 +240,20 @@ StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   return out;
 }
 
+StatusOr<std::vector<model::TenantView>> Client::Tenants() {
+  v1::ListTenantsRequest req;
+  v1::ListTenantsResponse resp;
+  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListTenants, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  std::vector<model::TenantView> out;
+  for (const v1::TenantInfo& t : resp.tenants()) {
+    out.push_back(model::TenantView{t.name(), t.weight(), t.max_gpu_milli(), t.max_cpu_milli(), t.max_memory_bytes(),
+                                    t.listed(), t.gpu_milli(), t.cpu_milli(), t.memory_bytes(), t.jobs_active(),
+                                    t.tasks_running(), t.tasks_waiting()});
+  }
+  return out;
+}
+
 StatusOr<rpc::NewToken> Client::CreateToken(const std::string& user, const std::string& tenant, model::Role role,
                                             int64_t ttl_us) {
   v1::CreateTokenRequest req;

@@ -57,6 +57,8 @@ class Client {
                                     int64_t reconnect_for_us = 0,
                                     const std::function<void(const Status&)>& on_lost = nullptr);
   StatusOr<std::vector<model::NodeView>> Nodes();
+  // The tenants the caller may see (all, for an admin), with their use now.
+  StatusOr<std::vector<model::TenantView>> Tenants();
 
   // Tokens (an admin's), and who this client's token says it is.
   StatusOr<rpc::NewToken> CreateToken(const std::string& user, const std::string& tenant, model::Role role,

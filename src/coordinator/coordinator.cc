@@ -753,6 +753,38 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   return false;
 }
 
+std::vector<model::TenantView> Coordinator::ListTenants() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, model::TenantView> by_name;
+  for (const model::Tenant& t : fleet_.tenants) {
+    model::TenantView& v = by_name[t.name];
+    v.name = t.name;
+    v.weight = t.weight;
+    v.max_gpu_milli = t.max_gpu_milli;
+    v.max_cpu_milli = t.max_cpu_milli;
+    v.max_memory_bytes = t.max_memory_bytes;
+    v.listed = true;
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (model::IsTerminal(job.rec.status)) continue;
+    model::TenantView& v = by_name[job.rec.tenant];
+    v.name = job.rec.tenant;
+    ++v.jobs_active;
+    v.tasks_running += job.counts.running;
+    v.tasks_waiting += job.counts.waiting;
+  }
+  for (const auto& [name, used] : tenant_usage_) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) continue;
+    it->second.gpu_milli = used.gpu_milli;
+    it->second.cpu_milli = used.cpu_milli;
+    it->second.memory_bytes = used.memory_bytes;
+  }
+  std::vector<model::TenantView> out;
+  for (auto& [name, v] : by_name) out.push_back(std::move(v));
+  return out;
+}
+
 StatusOr<std::string> Coordinator::NodeName(uint32_t node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (node_id >= fleet_.nodes.size()) return NotFoundError(fmt::format("no node {}", node_id));

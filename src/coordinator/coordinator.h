@@ -115,6 +115,7 @@ class Coordinator final : public rpc::JobApi,
 
   // rpc::AdminApi
   std::vector<model::NodeView> ListNodes() override;
+  std::vector<model::TenantView> ListTenants() override;
 
   // Tasks whose state is held in memory: those of jobs not yet finished (a finished
   // job's are in the store only). For metrics and tests.

@@ -253,6 +253,15 @@ TEST_F(IdentityTest, ATenantsQuotaCountsWhatItsRunningTasksHold) {
   EXPECT_EQ(waiting->tasks[0].record.status, model::TaskStatus::kQueued);
   EXPECT_EQ(waiting->tasks[0].record.reason,
             "waiting: tenant 'team-a' uses 1 of its 1 GPUs quota; this task needs 1 more");
+  std::vector<model::TenantView> tenants = coord_->ListTenants();
+  ASSERT_EQ(tenants.size(), 2u);
+  EXPECT_EQ(tenants[0].name, "team-a");
+  EXPECT_EQ(tenants[0].max_gpu_milli, 1000);
+  EXPECT_EQ(tenants[0].gpu_milli, 1000);
+  EXPECT_EQ(tenants[0].jobs_active, 2);
+  EXPECT_EQ(tenants[0].tasks_running, 1);
+  EXPECT_EQ(tenants[0].tasks_waiting, 1);
+  EXPECT_EQ(tenants[1].gpu_milli, 1000);  // team-b, no quota
   // Once the first is done, the second runs.
   Report(n1, {Done(a[0].key, "15")});
   std::vector<model::TaskAssignment> c = Next(n1);

@@ -289,6 +289,23 @@ struct EmulatedLink {
   int64_t egress_micro_usd_per_gb = 0;
 };
 
+// A tenant as the coordinator sees it: the fleet's weight and quotas (0: none) and
+// what its jobs hold and wait for now.
+struct TenantView {
+  std::string name;
+  int64_t weight = 1;
+  int64_t max_gpu_milli = 0;
+  int64_t max_cpu_milli = 0;
+  int64_t max_memory_bytes = 0;
+  bool listed = false;  // the fleet file declares it
+  int64_t gpu_milli = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int32_t jobs_active = 0;  // queued or running
+  int32_t tasks_running = 0;
+  int32_t tasks_waiting = 0;
+};
+
 struct AgentRegistration {
   Node node;
   std::string site;

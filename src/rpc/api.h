@@ -122,6 +122,8 @@ class AdminApi {
  public:
   virtual ~AdminApi() = default;
   virtual std::vector<model::NodeView> ListNodes() = 0;
+  // The fleet's tenants and any other with an active job, by name.
+  virtual std::vector<model::TenantView> ListTenants() = 0;
 };
 
 }  // namespace meridian::rpc

@@ -312,6 +312,29 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ListTenants(grpc::ServerContext* ctx, const v1::ListTenantsRequest*,
+                           v1::ListTenantsResponse* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "AdminService.ListTenants");
+    const std::string scope = Gate::TenantScope(caller);
+    for (const model::TenantView& t : api_.ListTenants()) {
+      if (!scope.empty() && t.name != scope) continue;
+      v1::TenantInfo* o = resp->add_tenants();
+      o->set_name(t.name);
+      o->set_weight(t.weight);
+      o->set_max_gpu_milli(t.max_gpu_milli);
+      o->set_max_cpu_milli(t.max_cpu_milli);
+      o->set_max_memory_bytes(t.max_memory_bytes);
+      o->set_listed(t.listed);
+      o->set_gpu_milli(t.gpu_milli);
+      o->set_cpu_milli(t.cpu_milli);
+      o->set_memory_bytes(t.memory_bytes);
+      o->set_jobs_active(t.jobs_active);
+      o->set_tasks_running(t.tasks_running);
+      o->set_tasks_waiting(t.tasks_waiting);
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status CreateToken(grpc::ServerContext* ctx, const v1::CreateTokenRequest* req,
                            v1::CreateTokenResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kAdmin, "AdminService.CreateToken");
