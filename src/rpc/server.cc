@@ -135,7 +135,10 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Submit");
-    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), caller.insecure ? "" : caller.tenant);
+    // A user's job is their tenant's; an admin's is the tenant its spec names (an
+    // operator acting for a tenant), else "default".
+    const bool any_tenant = caller.insecure || caller.role == model::Role::kAdmin;
+    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), any_tenant ? "" : caller.tenant);
     if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.Submit", r.status());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_job_id(r->job_id);
