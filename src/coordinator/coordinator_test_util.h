@@ -2,9 +2,11 @@
 // fixture that starts a coordinator and plays its agents through the plain C++ API.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,15 @@
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::coordinator {
+
+// Polls `done` for up to 5 s (the coordinator's loop works on its own thread).
+inline bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
 
 class TestEnv : public Env {
  public:

@@ -16,15 +16,6 @@ namespace {
 
 constexpr int64_t kHourUs = int64_t{3600} * 1'000'000;
 
-// Polls `done` for up to 5 s (the coordinator's loop works on its own thread).
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 500; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
-
 class IdentityTest : public CoordinatorTest {
  protected:
   // The job's tasks as a user sees them: statuses, attempts and outputs.

@@ -12,15 +12,6 @@
 namespace meridian::coordinator {
 namespace {
 
-// Polls `done` for up to 5 s (the coordinator's loop works on its own thread).
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 500; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
-
 // a -> b; c alone. b's output is an object on the node (a result, kept there).
 constexpr const char* kJob =
     "name: three\ntasks:\n  - {name: a, kernel: sum}\n  - {name: b, kernel: sum, after: [a]}\n"

@@ -492,13 +492,24 @@ struct Pki {
   std::shared_ptr<const security::TlsContext> Context(const std::string& name) const { return Context(name, ca); }
 };
 
-TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
+// Two stores, and a TLS transfer server of node a's over the first.
+struct TlsPair {
   Pki pki;
   ScratchDir dir_a, dir_b;
   std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
-  TransferServerOptions so{"127.0.0.1", 0, "us-east"};
-  so.tls = pki.Context("node:a");
-  std::unique_ptr<TransferServer> server = *TransferServer::Start(*a, so);
+  std::unique_ptr<TransferServer> server;
+  TlsPair() {
+    TransferServerOptions so{"127.0.0.1", 0, "us-east"};
+    so.tls = pki.Context("node:a");
+    server = *TransferServer::Start(*a, so);
+  }
+};
+
+TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
+  TlsPair p;
+  const Pki& pki = p.pki;
+  ObjectStore *a = p.a.get(), *b = p.b.get();
+  TransferServer* server = p.server.get();
   const std::string big = Pattern(size_t{70} << 20, 5), small = Pattern(1000, 6);
   ObjectId big_id = *a->Put(big), small_id = *a->Put(small);
   FetchOptions fo{"eu-west"};
@@ -517,12 +528,10 @@ TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
 }
 
 TEST(TransferTlsTest, PeersWithoutACertificateOfTheClusterCaReadNothing) {
-  Pki pki;
-  ScratchDir dir_a, dir_b;
-  std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
-  TransferServerOptions so{"127.0.0.1", 0, "us-east"};
-  so.tls = pki.Context("node:a");
-  std::unique_ptr<TransferServer> server = *TransferServer::Start(*a, so);
+  TlsPair p;
+  const Pki& pki = p.pki;
+  ObjectStore *a = p.a.get(), *b = p.b.get();
+  TransferServer* server = p.server.get();
   ObjectId id = *a->Put(Pattern(5000, 7));
   const int64_t objects_before = a->stats().objects;
   // Plain TCP: the request is never read as one.
