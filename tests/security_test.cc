@@ -170,6 +170,14 @@ TEST_F(SecurityTest, ACertificateOfAnotherCaGetsNoConnection) {
   StatusOr<rpc::SubmitResult> r = c.Submit(kJob, "j.yaml");
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   EXPECT_FALSE(c.Nodes().ok());
+  // A client that trusts another CA is told the handshake failed, not that the
+  // coordinator is down.
+  rpc::ChannelSecurity wrong_ca = admin_;
+  wrong_ca.tls.ca_pem = ca->cert_pem;
+  StatusOr<std::vector<model::NodeView>> lost = client::Client(cluster_->address(), wrong_ca, 5'000'000).Nodes();
+  EXPECT_EQ(lost.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(lost.status().message().find("the TLS handshake with the coordinator at"), std::string::npos)
+      << lost.status().ToString();
   // And with no client certificate at all, only Join is answered.
   rpc::ChannelSecurity bare = admin_;
   bare.tls.cert_pem.clear();

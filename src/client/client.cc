@@ -70,6 +70,12 @@ grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, int64_t timeout
 Status Client::Explain(const Status& s) const {
   switch (s.code()) {
     case StatusCode::kUnavailable:
+      if (s.message().find("andshake") != std::string::npos || s.message().find("SSL") != std::string::npos) {
+        return UnavailableError(fmt::format(
+            "the TLS handshake with the coordinator at {} failed: its certificate or ours is not of the cluster's CA "
+            "(or names another host); check --tls-dir ({})",
+            address_, s.message()));
+      }
       return UnavailableError(fmt::format(
           "cannot reach the coordinator at {} ({}); is it running? Start a local cluster with 'meridian up'",
           address_, s.message()));
