@@ -129,6 +129,9 @@ TEST_F(SecurityTest, TenantsSeeAndChangeOnlyTheirOwnJobs) {
       "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], resources: {cpu: 1}}\n", "long.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(As(alice->secret).GetJob(job->job_id, false)->summary.job.tenant, "team-a");
+  // Running (its agent's report stored), so that nothing but the attempts below can change the store.
+  ASSERT_TRUE(WaitFor([&] { return As(alice->secret).GetJob(job->job_id, true)->tasks[0].record.status ==
+                                   model::TaskStatus::kRunning; }, 30));
   const std::string before = Store();
   StatusOr<model::JobSummary> cancel = As(bob->secret).Cancel(job->job_id);
   EXPECT_EQ(cancel.status().code(), StatusCode::kPermissionDenied);
