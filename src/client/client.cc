@@ -51,21 +51,17 @@ StatusOr<rpc::ChannelSecurity> LoadClusterCredentials(const std::string& dir) {
 }
 Client::~Client() = default;
 
-namespace {
-
-// One unary call of `Service` with a deadline. gRPC's generated client class is its
-// "stub"; creating one per call is cheap (it only holds the shared channel).
-template <typename Service, typename Request, typename Response>
-grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, int64_t timeout_us,
-                  grpc::Status (Service::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request, Response* response) {
+// One unary call with a deadline, its error explained. gRPC's generated client class
+// is its "stub"; creating one per call is cheap (it only holds the shared channel).
+template <typename Stub, typename Request, typename Response>
+Status Client::Unary(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                     const Request& request, Response* response, int64_t timeout_us) {
   grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us);
-  auto stub = Service::NewStub(channel);
-  return (stub.get()->*method)(&ctx, request, response);
+  rpc::SetDeadline(ctx, timeout_us > 0 ? timeout_us : timeout_us_);
+  Stub stub(Channel());
+  grpc::Status s = (stub.*method)(&ctx, request, response);
+  return s.ok() ? OkStatus() : Explain(rpc::FromGrpc(s));
 }
-
-}  // namespace
 
 Status Client::Explain(const Status& s) const {
   switch (s.code()) {
@@ -97,8 +93,7 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   req.set_spec_yaml(spec_yaml);
   req.set_spec_name(spec_name);
   v1::SubmitJobResponse resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_ * 3, &v1::JobService::Stub::Submit, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Submit, req, &resp, timeout_us_ * 3));
   return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
 }
 
@@ -109,8 +104,7 @@ StatusOr<model::JobView> Client::GetJobPage(uint64_t id, uint32_t first_task, ui
   req.set_first_task(first_task);
   req.set_max_tasks(max_tasks);
   v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Get, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Get, req, &resp));
   return rpc::FromProto(resp);
 }
 
@@ -145,8 +139,7 @@ StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
   v1::ListJobsRequest req;
   req.set_limit(limit);
   v1::ListJobsResponse resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::List, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::List, req, &resp));
   std::vector<model::JobSummary> out;
   for (const v1::JobInfo& j : resp.jobs()) out.push_back(rpc::FromProto(j).summary);
   return out;
@@ -158,8 +151,7 @@ StatusOr<model::JobSummary> Client::OnJob(uint64_t id, Method method) {
   Request req;
   req.set_job_id(id);
   v1::JobInfo resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, method, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(method, req, &resp));
   return rpc::FromProto(resp).summary;
 }
 
@@ -176,8 +168,7 @@ StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string&
   req.set_job_id(id);
   req.set_task(task);
   v1::GetLogsResponse resp;
-  grpc::Status s = Call<v1::JobService>(Channel(), timeout_us_, &v1::JobService::Stub::Logs, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Logs, req, &resp));
   std::vector<rpc::TaskLog> out;
   for (const v1::TaskLog& l : resp.logs()) out.push_back(rpc::FromProto(l));
   return out;
@@ -239,8 +230,7 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
 StatusOr<std::vector<model::NodeView>> Client::Nodes() {
   v1::ListNodesRequest req;
   v1::ListNodesResponse resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListNodes, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::ListNodes, req, &resp));
   std::vector<model::NodeView> out;
   for (const v1::NodeInfo& n : resp.nodes()) out.push_back(rpc::FromProto(n));
   return out;
@@ -249,8 +239,7 @@ StatusOr<std::vector<model::NodeView>> Client::Nodes() {
 StatusOr<std::vector<model::TenantView>> Client::Tenants() {
   v1::ListTenantsRequest req;
   v1::ListTenantsResponse resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListTenants, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::ListTenants, req, &resp));
   std::vector<model::TenantView> out;
   for (const v1::TenantInfo& t : resp.tenants()) {
     out.push_back(model::TenantView{t.name(), t.weight(), t.max_gpu_milli(), t.max_cpu_milli(), t.max_memory_bytes(),
@@ -268,16 +257,14 @@ StatusOr<rpc::NewToken> Client::CreateToken(const std::string& user, const std::
   req.set_role(std::string(model::RoleName(role)));
   req.set_ttl_us(ttl_us);
   v1::CreateTokenResponse resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::CreateToken, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::CreateToken, req, &resp));
   return rpc::NewToken{rpc::FromProto(resp.token()), resp.secret()};
 }
 
 StatusOr<std::vector<model::TokenRecord>> Client::Tokens() {
   v1::ListTokensRequest req;
   v1::ListTokensResponse resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::ListTokens, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::ListTokens, req, &resp));
   std::vector<model::TokenRecord> out;
   for (const v1::Token& t : resp.tokens()) out.push_back(rpc::FromProto(t));
   return out;
@@ -287,16 +274,14 @@ StatusOr<model::TokenRecord> Client::RevokeToken(const std::string& id) {
   v1::RevokeTokenRequest req;
   req.set_id(id);
   v1::Token resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::RevokeToken, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::RevokeToken, req, &resp));
   return rpc::FromProto(resp);
 }
 
 StatusOr<model::Caller> Client::WhoAmI() {
   v1::WhoAmIRequest req;
   v1::WhoAmIResponse resp;
-  grpc::Status s = Call<v1::AdminService>(Channel(), timeout_us_, &v1::AdminService::Stub::WhoAmI, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp));
   model::Caller c;
   c.user = resp.user();
   c.tenant = resp.tenant();
@@ -308,8 +293,7 @@ StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref) {
   v1::LocateObjectRequest req;
   req.set_ref(ref);
   v1::ObjectLocation resp;
-  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::Locate, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::Locate, req, &resp));
   return rpc::FromProto(resp);
 }
 
@@ -318,8 +302,7 @@ StatusOr<model::ObjectReplica> Client::PlacePut(int64_t size, const std::string&
   req.set_size(size);
   req.set_site(site);
   v1::ObjectReplica resp;
-  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::PlacePut, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::PlacePut, req, &resp));
   return rpc::FromProto(resp);
 }
 
@@ -331,16 +314,14 @@ StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int6
   req.set_node_id(node_id);
   req.set_name(name);
   v1::ObjectLocation resp;
-  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::Commit, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::Commit, req, &resp));
   return rpc::FromProto(resp);
 }
 
 StatusOr<std::vector<model::ObjectLocation>> Client::Objects() {
   v1::ListObjectsRequest req;
   v1::ListObjectsResponse resp;
-  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::List, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::List, req, &resp));
   std::vector<model::ObjectLocation> out;
   for (const v1::ObjectLocation& l : resp.objects()) out.push_back(rpc::FromProto(l));
   return out;
@@ -352,9 +333,7 @@ StatusOr<model::DatasetView> Client::DefineDataset(const std::string& name,
   req.set_name(name);
   for (const model::HeldObject& o : shards) rpc::ToProto(o, req.add_shards());
   v1::Dataset resp;
-  grpc::Status s =
-      Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::DefineDataset, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::DefineDataset, req, &resp));
   return rpc::FromProto(resp);
 }
 
@@ -362,17 +341,14 @@ StatusOr<model::DatasetView> Client::GetDataset(const std::string& name) {
   v1::GetDatasetRequest req;
   req.set_name(name);
   v1::Dataset resp;
-  grpc::Status s = Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::GetDataset, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::GetDataset, req, &resp));
   return rpc::FromProto(resp);
 }
 
 StatusOr<std::vector<model::DatasetView>> Client::Datasets() {
   v1::ListDatasetsRequest req;
   v1::ListDatasetsResponse resp;
-  grpc::Status s =
-      Call<v1::ObjectService>(Channel(), timeout_us_, &v1::ObjectService::Stub::ListDatasets, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::ListDatasets, req, &resp));
   std::vector<model::DatasetView> out;
   for (const v1::Dataset& d : resp.datasets()) out.push_back(rpc::FromProto(d));
   return out;

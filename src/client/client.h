@@ -18,7 +18,9 @@
 
 namespace grpc {
 class Channel;
-}
+class ClientContext;
+class Status;
+}  // namespace grpc
 
 namespace meridian::client {
 
@@ -81,6 +83,10 @@ class Client {
   template <typename Request, typename Method>
   StatusOr<model::JobSummary> OnJob(uint64_t id, Method method);
   Status Explain(const Status& s) const;
+  // A unary call through the channel, with `timeout_us` (0: the client's timeout).
+  template <typename Stub, typename Request, typename Response>
+  Status Unary(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*), const Request& request,
+               Response* response, int64_t timeout_us = 0);
   std::shared_ptr<grpc::Channel> Channel() const;
 
   std::string address_;
