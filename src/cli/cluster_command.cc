@@ -172,9 +172,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
     options.ca_bundle = security.tls.ca_pem;
     if (fs::exists(fs::path(o.tls_dir) / "ca.key")) {
       MERIDIAN_ASSIGN_OR_RETURN(options.ca.key_pem, spec::ReadFileToString((fs::path(o.tls_dir) / "ca.key").string()));
-      // The signing CA is the bundle's first certificate.
-      const std::string end = "-----END CERTIFICATE-----";
-      options.ca.cert_pem = security.tls.ca_pem.substr(0, security.tls.ca_pem.find(end) + end.size()) + "\n";
+      options.ca.cert_pem = security::FirstCertificate(security.tls.ca_pem);  // the signing CA
       if (!security::KeyMatches(options.ca.cert_pem, options.ca.key_pem)) {
         return InvalidArgumentError(fmt::format("{}/ca.key is not the key of the first certificate in ca.crt", o.tls_dir));
       }

@@ -66,9 +66,7 @@ Status WritePair(const fs::path& dir, const std::string& name, const security::K
 // The CA's certificate alone (ca.crt may be a bundle: the current CA first).
 StatusOr<security::KeyPair> ReadCa(const fs::path& dir) {
   MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair ca, ReadPair(dir, "ca"));
-  const std::string end = "-----END CERTIFICATE-----";
-  size_t cut = ca.cert_pem.find(end);
-  if (cut != std::string::npos) ca.cert_pem = ca.cert_pem.substr(0, cut + end.size()) + "\n";
+  ca.cert_pem = security::FirstCertificate(ca.cert_pem);
   return ca;
 }
 

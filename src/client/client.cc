@@ -241,11 +241,7 @@ StatusOr<std::vector<model::TenantView>> Client::Tenants() {
   v1::ListTenantsResponse resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::ListTenants, req, &resp));
   std::vector<model::TenantView> out;
-  for (const v1::TenantInfo& t : resp.tenants()) {
-    out.push_back(model::TenantView{t.name(), t.weight(), t.max_gpu_milli(), t.max_cpu_milli(), t.max_memory_bytes(),
-                                    t.listed(), t.gpu_milli(), t.cpu_milli(), t.memory_bytes(), t.jobs_active(),
-                                    t.tasks_running(), t.tasks_waiting()});
-  }
+  for (const v1::TenantInfo& t : resp.tenants()) out.push_back(rpc::FromProto(t));
   return out;
 }
 

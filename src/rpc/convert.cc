@@ -4,6 +4,27 @@
 
 namespace meridian::rpc {
 
+void ToProto(const model::TenantView& t, v1::TenantInfo* out) {
+  out->set_name(t.name);
+  out->set_weight(t.weight);
+  out->set_max_gpu_milli(t.max_gpu_milli);
+  out->set_max_cpu_milli(t.max_cpu_milli);
+  out->set_max_memory_bytes(t.max_memory_bytes);
+  out->set_listed(t.listed);
+  out->set_gpu_milli(t.gpu_milli);
+  out->set_cpu_milli(t.cpu_milli);
+  out->set_memory_bytes(t.memory_bytes);
+  out->set_jobs_active(t.jobs_active);
+  out->set_tasks_running(t.tasks_running);
+  out->set_tasks_waiting(t.tasks_waiting);
+}
+
+model::TenantView FromProto(const v1::TenantInfo& in) {
+  return model::TenantView{in.name(),      in.weight(),         in.max_gpu_milli(), in.max_cpu_milli(),
+                           in.max_memory_bytes(), in.listed(),   in.gpu_milli(),     in.cpu_milli(),
+                           in.memory_bytes(), in.jobs_active(), in.tasks_running(), in.tasks_waiting()};
+}
+
 void ToProto(const model::TokenRecord& t, v1::Token* out) {
   out->set_id(t.id);
   out->set_user(t.user);

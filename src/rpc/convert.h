@@ -55,6 +55,8 @@ model::HeldObject FromProto(const v1::HeldObject& in);
 void ToProto(const model::AssignmentBatch& b, v1::AssignmentBatch* out);
 model::AssignmentBatch FromProto(const v1::AssignmentBatch& in);
 
+void ToProto(const model::TenantView& t, v1::TenantInfo* out);
+model::TenantView FromProto(const v1::TenantInfo& in);
 void ToProto(const model::TokenRecord& t, v1::Token* out);
 model::TokenRecord FromProto(const v1::Token& in);
 

@@ -321,19 +321,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     const std::string scope = Gate::TenantScope(caller);
     for (const model::TenantView& t : api_.ListTenants()) {
       if (!scope.empty() && t.name != scope) continue;
-      v1::TenantInfo* o = resp->add_tenants();
-      o->set_name(t.name);
-      o->set_weight(t.weight);
-      o->set_max_gpu_milli(t.max_gpu_milli);
-      o->set_max_cpu_milli(t.max_cpu_milli);
-      o->set_max_memory_bytes(t.max_memory_bytes);
-      o->set_listed(t.listed);
-      o->set_gpu_milli(t.gpu_milli);
-      o->set_cpu_milli(t.cpu_milli);
-      o->set_memory_bytes(t.memory_bytes);
-      o->set_jobs_active(t.jobs_active);
-      o->set_tasks_running(t.tasks_running);
-      o->set_tasks_waiting(t.tasks_waiting);
+      ToProto(t, resp->add_tenants());
     }
     return grpc::Status::OK;
   }

@@ -225,6 +225,12 @@ StatusOr<std::string> SignRequest(const KeyPair& ca, const std::string& csr_pem,
   return CertPem(cert.get());
 }
 
+std::string FirstCertificate(const std::string& bundle_pem) {
+  const std::string end = "-----END CERTIFICATE-----";
+  const size_t cut = bundle_pem.find(end);
+  return cut == std::string::npos ? bundle_pem : bundle_pem.substr(0, cut + end.size()) + "\n";
+}
+
 StatusOr<CertInfo> Inspect(const std::string& cert_pem) {
   MERIDIAN_ASSIGN_OR_RETURN(Cert cert, ParseCert(cert_pem));
   CertInfo info;

@@ -52,6 +52,8 @@ StatusOr<KeyPair> MakeRequest(const std::string& common_name);  // cert_pem hold
 StatusOr<std::string> SignRequest(const KeyPair& ca, const std::string& csr_pem, const CertRequest& request);
 
 StatusOr<CertInfo> Inspect(const std::string& cert_pem);
+// The first certificate of a PEM bundle (a cluster's current CA comes first).
+std::string FirstCertificate(const std::string& bundle_pem);
 // Whether `cert_pem` is signed by one of the CAs in `ca_pem` (a bundle) and within
 // its validity at `now_unix`; the error says why not.
 Status Verify(const std::string& cert_pem, const std::string& ca_pem, int64_t now_unix);
