@@ -161,6 +161,76 @@ TEST_F(SecurityTest, TenantsSeeAndChangeOnlyTheirOwnJobs) {
   EXPECT_TRUE(As(alice->secret).Cancel(job->job_id).ok());
 }
 
+TEST_F(SecurityTest, ObjectsAndDatasetsAreReadByTheirTenantOnly) {
+  client::Client admin = As(admin_.token);
+  StatusOr<rpc::NewToken> alice = admin.CreateToken("alice", "team-a", model::Role::kSubmitter, 0);
+  StatusOr<rpc::NewToken> bob = admin.CreateToken("bob", "team-b", model::Role::kSubmitter, 0);
+  ASSERT_TRUE(alice.ok() && bob.ok());
+  const std::string secret = cluster_->WriteFile("q3.txt", "the quarterly numbers\n");
+  CommandResult put = Meridian({"objects", "put", secret, "--name", "q3", "--dir", cluster_->dir(), "--token", alice->secret});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  StatusOr<model::ObjectLocation> q3 = As(alice->secret).Locate("q3");
+  ASSERT_TRUE(q3.ok()) << q3.status().ToString();
+  ASSERT_TRUE(As(alice->secret).DefineDataset("a-data", {model::HeldObject{q3->id, q3->size}}).ok());
+  // Bob's own object, whose ticket he holds.
+  const std::string own = cluster_->WriteFile("b.txt", "bob's notes\n");
+  ASSERT_EQ(Meridian({"objects", "put", own, "--name", "b-notes", "--dir", cluster_->dir(), "--token", bob->secret})
+                .exit_code,
+            0);
+  StatusOr<model::ObjectLocation> notes = As(bob->secret).Locate("b-notes");
+  ASSERT_TRUE(notes.ok()) << notes.status().ToString();
+  const std::string before = Store();
+
+  client::Client b = As(bob->secret);
+  for (const std::string& ref : {std::string("q3"), q3->id}) {
+    StatusOr<model::ObjectLocation> l = b.Locate(ref);
+    EXPECT_EQ(l.status().code(), StatusCode::kPermissionDenied) << ref;
+    EXPECT_NE(l.status().message().find("is not of tenant 'team-b': user bob (submitter, tenant team-b) may not read it"),
+              std::string::npos)
+        << l.status().ToString();
+  }
+  EXPECT_EQ(b.GetDataset("a-data").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(b.Objects()->size(), 1u);  // his own
+  EXPECT_TRUE(b.Datasets()->empty());
+  // Naming the id in a commit does not make it his, nor does a job spec reach the dataset.
+  StatusOr<model::ObjectLocation> claim = b.CommitObject(q3->id, q3->size, q3->replicas.front().node_id, "mine");
+  EXPECT_EQ(claim.status().code(), StatusCode::kPermissionDenied) << claim.status().ToString();
+  StatusOr<rpc::SubmitResult> job =
+      b.Submit("name: steal\ntasks:\n  - {name: c, kernel: sum, map: {over: dataset://a-data}}\n", "steal.yaml");
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find("a-data"), std::string::npos) << job.status().ToString();
+  // Straight to the node holding it, with his own object's ticket: refused there too.
+  char tmpl[] = "/tmp/meridian-fetch-XXXXXX";
+  const std::string scratch = mkdtemp(tmpl);
+  auto store = objects::ObjectStore::Open({1 << 20, scratch});
+  ASSERT_TRUE(store.ok());
+  objects::FetchOptions fo{"", 1, 1, 2'000'000};
+  fo.tls = *security::TlsContext::Create(admin_.tls);
+  fo.ticket = notes->ticket;
+  const objects::ObjectId q3_id = *objects::ObjectId::Parse(q3->id);
+  StatusOr<objects::FetchStats> stolen = objects::Fetch(q3->replicas.front().transfer_address, q3_id, **store, fo);
+  EXPECT_EQ(stolen.status().code(), StatusCode::kPermissionDenied) << stolen.status().ToString();
+  EXPECT_FALSE((*store)->Contains(q3_id));
+  // The CLI: one line, non-zero.
+  CommandResult get = Meridian({"objects", "get", "q3", "--dir", cluster_->dir(), "--token", bob->secret});
+  EXPECT_EQ(get.exit_code, 1);
+  EXPECT_EQ(get.err, "meridian: object 'q3' is not of tenant 'team-b': user bob (submitter, tenant team-b) may not read it\n");
+  EXPECT_EQ(Store(), before);
+  const std::string log = ReadFile(cluster_->dir() + "/logs/coordinator.log");
+  EXPECT_NE(log.find("audit: refused ObjectService.Locate from ipv4:127.0.0.1:"), std::string::npos);
+  EXPECT_NE(log.find("audit: refused ObjectService.Commit from ipv4:127.0.0.1:"), std::string::npos);
+
+  // Alice reads hers, and so would bob the same bytes once he puts them himself.
+  CommandResult mine = Meridian({"objects", "get", "q3", "--dir", cluster_->dir(), "--token", alice->secret});
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(mine.out, "the quarterly numbers\n");
+  ASSERT_EQ(Meridian({"objects", "put", secret, "--dir", cluster_->dir(), "--token", bob->secret}).exit_code, 0);
+  EXPECT_TRUE(b.Locate(q3->id).ok());
+  EXPECT_EQ(b.Locate("q3").status().code(), StatusCode::kPermissionDenied);  // the name stays alice's
+  std::error_code ec;
+  std::filesystem::remove_all(scratch, ec);
+}
+
 TEST_F(SecurityTest, ACertificateOfAnotherCaGetsNoConnection) {
   StatusOr<security::KeyPair> ca = security::MakeCa("meridian-cluster-ca", kDayUs);  // same name, other key
   StatusOr<security::KeyPair> kp = security::Issue(*ca, {"client:admin", {}, kDayUs, false});
@@ -311,8 +381,14 @@ TEST_F(SecurityTest, TheTransferPlaneServesOnlyCertificatesOfTheCluster) {
       },
       5))
       << logs();
-  // The cluster's client certificate reads it.
+  // The cluster's client certificate alone reads nothing: a client is no node.
   fo.tls = *security::TlsContext::Create(admin_.tls);
+  EXPECT_EQ(objects::Fetch(from, *id, **store, fo).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE((*store)->Contains(*id));
+  // With the ticket the coordinator gives a caller of the object's tenant, it reads it.
+  StatusOr<model::ObjectLocation> located = As(admin_.token).Locate(o.id);
+  ASSERT_TRUE(located.ok()) << located.status().ToString();
+  fo.ticket = located->ticket;
   EXPECT_TRUE(objects::Fetch(from, *id, **store, fo).ok());
   EXPECT_EQ(std::string((*store)->Pin(*id)->data()), "the quarterly numbers\n");
   std::error_code ec;

@@ -398,6 +398,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
     }
     if (!links.empty()) MERIDIAN_LOG_INFO("transfers emulate {} links from site {}", links.size(), options_.site);
     transfer_->SetLinks(std::move(links));
+    transfer_->SetTicketKey(reply->ticket_key);
     links_.clear();
     for (const model::EmulatedLink& l : reply->links) links_[l.to_site] = l;
   }

@@ -17,10 +17,16 @@ class Client;
 
 namespace meridian::cli {
 
+// The task whose output an object is, when it is read as one (the coordinator lets
+// whoever may see the job read it).
+struct JobOutput {
+  uint64_t job = 0;
+  std::string task;
+};
 // The bytes of an object (by id or name), fetched from a replica (the one at `site`
 // if there is one) into this process. `from` says where it came from.
 StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
-                                       std::string* from = nullptr);
+                                       std::string* from = nullptr, const JobOutput& output = {});
 
 struct PlanOptions {
   std::string fleet;

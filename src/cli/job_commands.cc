@@ -243,7 +243,7 @@ Status SaveResults(client::Client& c, uint64_t id, const std::string& dir, std::
     if (!t.result || t.record.status != model::TaskStatus::kSucceeded) continue;
     std::string data = t.record.output;
     if (!t.record.output_object.empty()) {
-      StatusOr<std::string> whole = FetchObjectBytes(c, t.record.output_object, "");
+      StatusOr<std::string> whole = FetchObjectBytes(c, t.record.output_object, "", nullptr, JobOutput{id, t.name});
       if (!whole.ok()) return whole.status().WithPrefix(fmt::format("the output of {}", t.name));
       data = std::move(*whole);
     }

@@ -55,9 +55,11 @@ StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view da
                                           const std::string& name, const std::string& from) {
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectReplica target, c.PlacePut(static_cast<int64_t>(data.size()), site));
   MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<const security::TlsContext> tls, c.TransferTls());
-  StatusOr<objects::ObjectId> id = objects::Push(target.transfer_address, data, 30'000'000, from, tls);
+  std::string receipt;
+  StatusOr<objects::ObjectId> id =
+      objects::Push(target.transfer_address, data, 30'000'000, from, tls, target.ticket, &receipt);
   if (!id.ok()) return id.status().WithPrefix(fmt::format("putting the object on node {}", target.node));
-  return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name);
+  return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name, receipt);
 }
 
 // A shard to be: its bytes and the site it goes to (empty: the next in turn).
@@ -238,9 +240,9 @@ struct FetchedObject {
 // Fetches `ref` (an id or a name) from the replica at `site` if there is one, else the
 // first, shaped by the link between them when the cluster emulates the WAN.
 StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const std::string& ref,
-                                                     const std::string& site) {
+                                                     const std::string& site, const JobOutput& output = {}) {
   auto out = std::make_unique<FetchedObject>();
-  MERIDIAN_ASSIGN_OR_RETURN(out->location, c.Locate(ref));
+  MERIDIAN_ASSIGN_OR_RETURN(out->location, c.Locate(ref, output.job, output.task));
   MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(out->location.id));
   out->from = out->location.replicas.front();
   for (const model::ObjectReplica& r : out->location.replicas) {
@@ -251,6 +253,7 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const st
                             objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir->path()}));
   objects::FetchOptions fo{site};
   MERIDIAN_ASSIGN_OR_RETURN(fo.tls, c.TransferTls());
+  fo.ticket = out->location.ticket;
   StatusOr<objects::FetchStats> f = objects::Fetch(out->from.transfer_address, id, *out->store, fo);
   if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));
   out->stats = *f;
@@ -262,8 +265,8 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const st
 }  // namespace
 
 StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
-                                       std::string* from) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> f, FetchObject(c, ref, site));
+                                       std::string* from, const JobOutput& output) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> f, FetchObject(c, ref, site, output));
   if (from != nullptr) *from = fmt::format("{}@{}", f->from.node, f->from.site);
   return std::string(f->pinned->data());
 }

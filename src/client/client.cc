@@ -285,9 +285,11 @@ StatusOr<model::Caller> Client::WhoAmI() {
   return c;
 }
 
-StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref) {
+StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref, uint64_t job_id, const std::string& task) {
   v1::LocateObjectRequest req;
   req.set_ref(ref);
+  req.set_job_id(job_id);
+  req.set_task(task);
   v1::ObjectLocation resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::Locate, req, &resp));
   return rpc::FromProto(resp);
@@ -303,8 +305,9 @@ StatusOr<model::ObjectReplica> Client::PlacePut(int64_t size, const std::string&
 }
 
 StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int64_t size, uint32_t node_id,
-                                                     const std::string& name) {
+                                                     const std::string& name, const std::string& receipt) {
   v1::CommitObjectRequest req;
+  req.set_receipt(receipt);
   req.set_id(id);
   req.set_size(size);
   req.set_node_id(node_id);

@@ -70,10 +70,14 @@ class Client {
   StatusOr<model::Caller> WhoAmI();
 
   // The object directory (the bytes move over the transfer protocol, objects/).
-  StatusOr<model::ObjectLocation> Locate(const std::string& ref);
+  // An object of this client's tenant, with a read ticket for the transfer servers;
+  // with `job_id`, an output of that job's task `task` (its object id as `ref`).
+  StatusOr<model::ObjectLocation> Locate(const std::string& ref, uint64_t job_id = 0, const std::string& task = "");
+  // Where to put an object, with the put ticket for that node.
   StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site);
+  // `receipt`: the transfer server's for the put (objects::Push gives it).
   StatusOr<model::ObjectLocation> CommitObject(const std::string& id, int64_t size, uint32_t node_id,
-                                               const std::string& name);
+                                               const std::string& name, const std::string& receipt = "");
   StatusOr<std::vector<model::ObjectLocation>> Objects();
   StatusOr<model::DatasetView> DefineDataset(const std::string& name, const std::vector<model::HeldObject>& shards);
   StatusOr<model::DatasetView> GetDataset(const std::string& name);

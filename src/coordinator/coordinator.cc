@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "security/ticket.h"
 #include "spec/job_spec.h"
 
 namespace meridian::coordinator {
@@ -57,6 +58,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions op
                                                            std::unique_ptr<store::StateStore> store, Env& env) {
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store), env));
   c->last_fleet_change_ = env.clock().Now();
+  MERIDIAN_ASSIGN_OR_RETURN(c->ticket_key_, security::NewTicketKey());
   MERIDIAN_RETURN_IF_ERROR(c->LoadState());
   c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
   return c;
@@ -113,7 +115,7 @@ Status Coordinator::LoadState() {
   store::StoreBatch fixes;
   for (auto& [id, job] : jobs_) {
     if (job.retired) continue;
-    const std::map<std::string, model::Dataset> datasets = DatasetsForJobsLocked();
+    const std::map<std::string, model::Dataset> datasets = DatasetsForJobsLocked("");
     StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput,
                                                  ResolverFor(datasets));
     if (!parsed.ok() || parsed->tasks.size() != job.tasks.size()) {
@@ -220,7 +222,8 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
   {
     std::lock_guard<std::mutex> lock(mu_);
     sites = SitesOnly(fleet_);
-    datasets = DatasetsForJobsLocked();
+    // A job reads its tenant's datasets only (an admin's, any).
+    datasets = DatasetsForJobsLocked(tenant);
   }
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput,
                                                            ResolverFor(datasets)));
@@ -677,6 +680,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   }
   model::RegistrationReply reply;
   if (options_.emulate_wan) reply.links = LinksFrom(site);
+  reply.ticket_key = ticket_key_;
   Reconcile(index, reg, batch, reply);
   RebuildLostLocked(gone, fmt::format("its output was lost when node {} restarted", reg.node.name), batch);
   Commit(batch);

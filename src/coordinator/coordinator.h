@@ -122,15 +122,16 @@ class Coordinator final : public rpc::JobApi,
   size_t TasksInMemory();
 
   // rpc::ObjectApi (objects.cc): the directory of objects and their replicas.
-  StatusOr<model::ObjectLocation> Locate(const std::string& ref) override;
-  StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site) override;
-  StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
-                                         const std::string& name) override;
-  std::vector<model::ObjectLocation> ListObjects() override;
-  StatusOr<model::DatasetView> DefineDataset(const std::string& name,
+  StatusOr<model::ObjectLocation> Locate(const model::Caller& caller, const std::string& ref, uint64_t job_id,
+                                         const std::string& task) override;
+  StatusOr<model::ObjectReplica> PlacePut(const model::Caller& caller, int64_t size, const std::string& site) override;
+  StatusOr<model::ObjectLocation> Commit(const model::Caller& caller, const std::string& id, int64_t size,
+                                         uint32_t node_id, const std::string& name, const std::string& receipt) override;
+  std::vector<model::ObjectLocation> ListObjects(const model::Caller& caller) override;
+  StatusOr<model::DatasetView> DefineDataset(const model::Caller& caller, const std::string& name,
                                              const std::vector<model::HeldObject>& shards) override;
-  StatusOr<model::DatasetView> GetDataset(const std::string& name) override;
-  std::vector<model::DatasetView> ListDatasets() override;
+  StatusOr<model::DatasetView> GetDataset(const model::Caller& caller, const std::string& name) override;
+  std::vector<model::DatasetView> ListDatasets(const model::Caller& caller) override;
 
  private:
   struct TaskRt {
@@ -188,6 +189,10 @@ class Coordinator final : public rpc::JobApi,
     int64_t size = 0;
     std::string name;
     std::set<int32_t> nodes;  // holding a replica
+    // Tenants that may read it: those whose tasks made it, who put it, or whose name
+    // names it. In memory only (a name's tenant is stored with the name); after a
+    // restart a task's output is readable through its job (Locate's job_id).
+    std::set<std::string> tenants;
   };
   // A task placed before a restart whose agent has not registered yet.
   struct Orphan {
@@ -250,7 +255,12 @@ class Coordinator final : public rpc::JobApi,
   model::ObjectLocation LocationLocked(const std::string& id, const ObjectRt& object) const;
   model::DatasetView DatasetLocked(const std::string& name) const;
   // Every dataset as jobs see them: shards with the sites of their live replicas.
-  std::map<std::string, model::Dataset> DatasetsForJobsLocked() const;
+  // The datasets a job of `tenant` may read, resolved for the parser (empty: all).
+  std::map<std::string, model::Dataset> DatasetsForJobsLocked(const std::string& tenant) const;
+  // Whether `caller` may read object `id` (the directory's entry `o`, if any).
+  bool MayReadLocked(const model::Caller& caller, const ObjectRt* o) const;
+  // A read ticket for `ids`, for `caller`'s transfers.
+  std::string ReadTicketLocked(const model::Caller& caller, const std::vector<std::string>& ids) const;
   // Names and datasets from the store (their replicas come with the agents).
   void LoadNames(const std::vector<model::ObjectName>& names);
   std::vector<model::EmulatedLink> LinksFrom(SiteId site) const;
@@ -312,6 +322,9 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards
+  std::map<std::string, std::string> name_tenants_;  // object or dataset name -> its tenant
+  std::string ticket_key_;  // signs transfer tickets (objects/ticket.h); agents get it
+
   // Which tasks of running jobs made which output object.
   std::map<std::string, std::set<std::pair<uint64_t, uint32_t>>> producers_;
   // Ready tasks held back because a dependency's output has no live replica yet.

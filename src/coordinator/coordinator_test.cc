@@ -18,6 +18,9 @@
 namespace meridian::coordinator {
 namespace {
 
+// The caller of an insecure coordinator: every call allowed, every tenant seen.
+const model::Caller kInsecure{"", "", model::Role::kAdmin, "", true};
+
 TEST_F(CoordinatorTest, ADagRunsInOrderWithOutputsFlowingToDependents) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));
@@ -146,13 +149,13 @@ TEST_F(CoordinatorTest, DatasetAndObjectNamesAreCheckedBeforeAnythingIsStored) {
   const std::string id(32, 'a');
   Report(n, {}, {model::HeldObject{id, 10}});
   for (const char* name : {"..", ".", "a/b", "two\nlines", "tab\there", ""}) {
-    auto d = coord_->DefineDataset(name, {model::HeldObject{id, 10}});
+    auto d = coord_->DefineDataset(kInsecure, name, {model::HeldObject{id, 10}});
     EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << name;
     EXPECT_NE(d.status().message().find("dataset name"), std::string::npos) << d.status().message();
   }
-  EXPECT_EQ(coord_->Commit(id, 10, n.node_id, "..").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(coord_->ListDatasets().empty());
-  ASSERT_TRUE(coord_->DefineDataset("logs-2026.v1", {model::HeldObject{id, 10}}).ok());
+  EXPECT_EQ(coord_->Commit(kInsecure, id, 10, n.node_id, "..", "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(coord_->ListDatasets(kInsecure).empty());
+  ASSERT_TRUE(coord_->DefineDataset(kInsecure, "logs-2026.v1", {model::HeldObject{id, 10}}).ok());
 }
 
 TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {

@@ -77,7 +77,7 @@ TEST_F(IdentityTest, AReportOnAnAttemptAnotherNodeHoldsIsRefusedAndChangesNothin
   EXPECT_NE(r.status().message().find("node n2 reported on attempt 1 of task 0"), std::string::npos)
       << r.status().ToString();
   EXPECT_EQ(Fingerprint(job->job_id), before);
-  EXPECT_FALSE(coord_->Locate(std::string(32, 'e')).ok());
+  EXPECT_FALSE(coord_->Locate(model::Caller{"", "", model::Role::kAdmin, "", true}, std::string(32, 'e'), 0, "").ok());
   // An attempt not yet made is refused too.
   model::TaskKey future = a[0].key;
   future.attempt = 2;

@@ -3,14 +3,27 @@
 // they gain or drop in heartbeats; a dead node's replicas leave the directory with it.
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
+#include "security/ticket.h"
 
 namespace meridian::coordinator {
 namespace {
 
 bool LooksLikeId(const std::string& ref) {
   return ref.size() == 32 && ref.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// An admin reads every tenant's objects; so does anyone of an insecure coordinator.
+bool AllTenants(const model::Caller& c) { return c.insecure || c.role == model::Role::kAdmin; }
+
+// How long a ticket lets a client fetch: long enough for a large object over a slow
+// link, short enough that a leaked one soon reads nothing.
+constexpr int64_t kTicketLifeUs = 3'600'000'000;
+
+Status NotYours(const model::Caller& c, std::string_view what) {
+  return PermissionDeniedError(fmt::format("{} is not of tenant '{}': {} may not read it", what, c.tenant, c.Describe()));
 }
 
 }  // namespace
@@ -48,9 +61,33 @@ model::ObjectLocation Coordinator::LocationLocked(const std::string& id, const O
   return l;
 }
 
-std::map<std::string, model::Dataset> Coordinator::DatasetsForJobsLocked() const {
+bool Coordinator::MayReadLocked(const model::Caller& caller, const ObjectRt* o) const {
+  return AllTenants(caller) || (o != nullptr && o->tenants.count(caller.tenant) > 0);
+}
+
+std::string Coordinator::ReadTicketLocked(const model::Caller& caller, const std::vector<std::string>& ids) const {
+  security::Ticket t;
+  t.kind = security::TicketKind::kRead;
+  t.tenant = caller.tenant;
+  t.expires_unix_us = security::UnixNowUs() + kTicketLifeUs;
+  t.ids = ids;
+  // Ids were checked before they reached the directory, and a dataset has fewer
+  // shards than a ticket may name; anything else is a bug, answered with no ticket.
+  StatusOr<std::string> signed_ticket = security::SignTicket(t, ticket_key_);
+  if (!signed_ticket.ok()) {
+    MERIDIAN_LOG_ERROR("read ticket: {}", signed_ticket.status().message());
+    return "";
+  }
+  return *std::move(signed_ticket);
+}
+
+std::map<std::string, model::Dataset> Coordinator::DatasetsForJobsLocked(const std::string& tenant) const {
   std::map<std::string, model::Dataset> out;
   for (const auto& [name, shards] : datasets_) {
+    if (!tenant.empty()) {
+      auto owner = name_tenants_.find(name);
+      if (owner == name_tenants_.end() || owner->second != tenant) continue;
+    }
     model::Dataset& d = out[name];
     d.name = name;
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -108,24 +145,63 @@ std::vector<model::SiteBytes> Coordinator::InputBytesBySite(const model::Job& jo
   return out;
 }
 
-StatusOr<model::ObjectLocation> Coordinator::Locate(const std::string& ref) {
+StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller, const std::string& ref,
+                                                    uint64_t job_id, const std::string& task) {
+  // A task's output, through its job: readable by whoever may see the job, even once
+  // the job is no longer in memory (read back from the store).
+  bool job_output = false;
+  if (job_id != 0) {
+    if (!LooksLikeId(ref)) return InvalidArgumentError("a job's output is named by its object id");
+    std::optional<uint32_t> index;
+    std::string output_object;
+    bool in_memory = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(job_id);
+      if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", job_id));
+      if (!AllTenants(caller) && it->second.rec.tenant != caller.tenant) {
+        return PermissionDeniedError(fmt::format("job {} is not of tenant '{}': {} may not read its outputs", job_id,
+                                                 caller.tenant, caller.Describe()));
+      }
+      in_memory = it->second.job != nullptr;
+      for (uint32_t i = 0; in_memory && i < it->second.tasks.size(); ++i) {
+        if (it->second.job->tasks[i].name == task) output_object = it->second.tasks[i].rec.output_object;
+      }
+    }
+    if (!in_memory) {
+      MERIDIAN_ASSIGN_OR_RETURN(index, store_->FindTask(job_id, task));
+      if (!index) return NotFoundError(fmt::format("job {} has no task '{}'", job_id, task));
+      MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TaskView> page, store_->TaskPage(job_id, *index, 1, 1));
+      if (!page.empty()) output_object = page.front().record.output_object;
+    }
+    if (output_object != ref) {
+      return PermissionDeniedError(fmt::format("object {} is not the output of task '{}' of job {}", ref, task, job_id));
+    }
+    job_output = true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::string id = ref;
   if (auto named = object_names_.find(ref); named != object_names_.end()) {
     id = named->second;
+    if (!AllTenants(caller) && name_tenants_[ref] != caller.tenant) return NotYours(caller, fmt::format("object '{}'", ref));
   } else if (!LooksLikeId(ref)) {
     return NotFoundError(fmt::format("no object named '{}'", ref));
   }
   auto it = objects_.find(id);
   if (it == objects_.end()) return NotFoundError(fmt::format("no object {} in the cluster", ref));
+  if (!job_output && !object_names_.count(ref) && !MayReadLocked(caller, &it->second)) {
+    return NotYours(caller, fmt::format("object {}", ref));
+  }
   model::ObjectLocation l = LocationLocked(id, it->second);
   if (l.replicas.empty()) {
     return NotFoundError(fmt::format("object {} ({}) was lost: no live node holds a replica", ref, id));
   }
+  l.ticket = ReadTicketLocked(caller, {id});
   return l;
 }
 
-StatusOr<model::ObjectReplica> Coordinator::PlacePut(int64_t size, const std::string& site) {
+StatusOr<model::ObjectReplica> Coordinator::PlacePut(const model::Caller& caller, int64_t size,
+                                                     const std::string& site) {
   if (size < 0) return InvalidArgumentError("an object's size cannot be negative");
   std::lock_guard<std::mutex> lock(mu_);
   if (!site.empty() && !fleet_.FindSite(site)) {
@@ -144,18 +220,39 @@ StatusOr<model::ObjectReplica> Coordinator::PlacePut(int64_t size, const std::st
     return UnavailableError(site.empty() ? "no live node can store objects"
                                          : fmt::format("no live node at site {} can store objects", site));
   }
+  security::Ticket ticket;
+  ticket.kind = security::TicketKind::kPut;
+  ticket.tenant = caller.tenant;
+  ticket.expires_unix_us = security::UnixNowUs() + kTicketLifeUs;
+  ticket.max_bytes = size;
+  MERIDIAN_ASSIGN_OR_RETURN(std::string signed_ticket, security::SignTicket(ticket, ticket_key_));
   return model::ObjectReplica{static_cast<uint32_t>(best), fleet_.nodes[best].name, nodes_[best].site,
-                              nodes_[best].transfer_address};
+                              nodes_[best].transfer_address, std::move(signed_ticket)};
 }
 
-StatusOr<model::ObjectLocation> Coordinator::Commit(const std::string& id, int64_t size, uint32_t node_id,
-                                                    const std::string& name) {
+StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller, const std::string& id, int64_t size,
+                                                    uint32_t node_id, const std::string& name,
+                                                    const std::string& receipt) {
   if (!LooksLikeId(id)) return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits)", id));
   if (!name.empty()) MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "object name"));
   if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("name '{}' would read as an object id", name));
   std::lock_guard<std::mutex> lock(mu_);
   if (node_id >= nodes_.size() || !nodes_[node_id].alive) {
     return FailedPreconditionError(fmt::format("node {} is not a live node", node_id));
+  }
+  // The caller may claim an object it put (the receipt says so), or one its tenant
+  // reads already; another tenant's object is not to be had by naming its id.
+  auto existing = objects_.find(id);
+  const bool put_it = security::CheckPutReceipt(ticket_key_, caller.tenant, id, receipt);
+  if (!put_it && !AllTenants(caller) && (existing == objects_.end() || !existing->second.tenants.count(caller.tenant))) {
+    return PermissionDeniedError(fmt::format(
+        "object {}: no put receipt of tenant '{}' for it, and the tenant reads no such object; put it with "
+        "`meridian object put`",
+        id, caller.tenant));
+  }
+  if (!put_it && !caller.insecure && !nodes_[node_id].objects.count(id)) {
+    return FailedPreconditionError(fmt::format(
+        "node {} does not hold object {}, and no put receipt says this client sent it there", node_id, id));
   }
   if (!name.empty()) {
     auto taken = object_names_.find(name);
@@ -166,29 +263,39 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const std::string& id, int64
   if (!name.empty() && datasets_.count(name)) {
     return AlreadyExistsError(fmt::format("the name '{}' is taken by a dataset", name));
   }
+  if (!name.empty() && object_names_.count(name) && !AllTenants(caller) && name_tenants_[name] != caller.tenant) {
+    return NotYours(caller, fmt::format("object '{}'", name));
+  }
   if (!name.empty() && !object_names_.count(name)) {
     store::StoreBatch batch;
-    batch.names.push_back(model::ObjectName{name, -1, model::HeldObject{id, size}});
+    batch.names.push_back(model::ObjectName{name, -1, model::HeldObject{id, size}, caller.tenant});
     Commit(batch);
+    name_tenants_[name] = caller.tenant;
   }
   AddReplicaLocked(static_cast<int32_t>(node_id), id, size);
   ObjectRt& o = objects_.at(id);
+  o.tenants.insert(caller.tenant);
   if (!name.empty()) {
     object_names_[name] = id;
     o.name = name;
   }
-  return LocationLocked(id, o);
+  model::ObjectLocation l = LocationLocked(id, o);
+  l.ticket = ReadTicketLocked(caller, {id});
+  return l;
 }
 
 void Coordinator::LoadNames(const std::vector<model::ObjectName>& names) {
   for (const model::ObjectName& n : names) {
+    name_tenants_[n.name] = n.tenant;
     if (n.shard < 0) {
       object_names_[n.name] = n.object.id;
       ObjectRt& o = objects_[n.object.id];
       o.size = n.object.size;
       o.name = n.name;
+      o.tenants.insert(n.tenant);
       continue;
     }
+    objects_[n.object.id].tenants.insert(n.tenant);
     std::vector<model::HeldObject>& shards = datasets_[n.name];
     if (shards.size() <= static_cast<size_t>(n.shard)) shards.resize(n.shard + 1);
     shards[n.shard] = n.object;
@@ -205,7 +312,7 @@ model::DatasetView Coordinator::DatasetLocked(const std::string& name) const {
   return d;
 }
 
-StatusOr<model::DatasetView> Coordinator::DefineDataset(const std::string& name,
+StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& caller, const std::string& name,
                                                         const std::vector<model::HeldObject>& shards) {
   MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "dataset name"));
   if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("dataset name '{}' would read as an object id", name));
@@ -216,35 +323,50 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const std::string& name,
   }
   store::StoreBatch batch;
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (!HasLiveReplicaLocked(shards[i].id)) {
+    auto o = objects_.find(shards[i].id);
+    if (!HasLiveReplicaLocked(shards[i].id) || !MayReadLocked(caller, o == objects_.end() ? nullptr : &o->second)) {
       return FailedPreconditionError(fmt::format("shard {} ({}) is not in the cluster: put it first", i, shards[i].id));
     }
     batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i),
-                                            model::HeldObject{shards[i].id, objects_.at(shards[i].id).size}});
+                                            model::HeldObject{shards[i].id, o->second.size}, caller.tenant});
   }
   Commit(batch);
+  name_tenants_[name] = caller.tenant;
+  for (const model::HeldObject& shard : shards) objects_[shard.id].tenants.insert(caller.tenant);
   std::vector<model::HeldObject>& stored = datasets_[name];
   for (const model::ObjectName& n : batch.names) stored.push_back(n.object);
   return DatasetLocked(name);
 }
 
-StatusOr<model::DatasetView> Coordinator::GetDataset(const std::string& name) {
+StatusOr<model::DatasetView> Coordinator::GetDataset(const model::Caller& caller, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!datasets_.count(name)) return NotFoundError(fmt::format("no dataset '{}'", name));
-  return DatasetLocked(name);
+  if (!AllTenants(caller) && name_tenants_[name] != caller.tenant) {
+    return NotYours(caller, fmt::format("dataset '{}'", name));
+  }
+  model::DatasetView d = DatasetLocked(name);
+  std::vector<std::string> ids;
+  for (const model::ObjectLocation& shard : d.shards) ids.push_back(shard.id);
+  const std::string ticket = ReadTicketLocked(caller, ids);
+  for (model::ObjectLocation& shard : d.shards) shard.ticket = ticket;
+  return d;
 }
 
-std::vector<model::DatasetView> Coordinator::ListDatasets() {
+std::vector<model::DatasetView> Coordinator::ListDatasets(const model::Caller& caller) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<model::DatasetView> out;
-  for (const auto& [name, shards] : datasets_) out.push_back(DatasetLocked(name));
+  for (const auto& [name, shards] : datasets_) {
+    if (AllTenants(caller) || name_tenants_[name] == caller.tenant) out.push_back(DatasetLocked(name));
+  }
   return out;
 }
 
-std::vector<model::ObjectLocation> Coordinator::ListObjects() {
+std::vector<model::ObjectLocation> Coordinator::ListObjects(const model::Caller& caller) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<model::ObjectLocation> out;
-  for (const auto& [id, o] : objects_) out.push_back(LocationLocked(id, o));
+  for (const auto& [id, o] : objects_) {
+    if (MayReadLocked(caller, &o)) out.push_back(LocationLocked(id, o));
+  }
   return out;
 }
 

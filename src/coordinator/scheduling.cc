@@ -300,6 +300,7 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
   task.rec.status = TaskStatus::kSucceeded;
   task.rec.output = u.output;
   task.rec.output_object = u.output_object.id;
+  if (auto o = objects_.find(task.rec.output_object); o != objects_.end()) o->second.tenants.insert(job.rec.tenant);
   if (task.rec.output.size() > model::kOutputPreviewBytes) task.rec.output.resize(model::kOutputPreviewBytes);
   if (!model::OutputWholeInline(task.rec.output, task.rec.output_object) && !task.dependents.empty()) {
     // Its dependents read the object from its node; the coordinator keeps a preview.

@@ -210,12 +210,14 @@ struct ObjectReplica {
   std::string node;
   std::string site;
   std::string transfer_address;
+  std::string ticket = {};  // PlacePut's answer: the put ticket for that node (objects/ticket.h)
 };
 struct ObjectLocation {
   std::string id;
   std::string name;  // empty when unnamed
   int64_t size = 0;
   std::vector<ObjectReplica> replicas;
+  std::string ticket = {};  // to a client: the read ticket its transfers show
 };
 struct DatasetView {
   std::string name;
@@ -323,6 +325,7 @@ struct RegistrationReply {
   int64_t heartbeat_interval_us = 0;
   std::vector<TaskKey> cancel;
   std::vector<EmulatedLink> links;  // empty unless the coordinator emulates the WAN
+  std::string ticket_key = {};      // the key of the tickets its transfer server honours
 };
 
 struct AgentHeartbeat {
@@ -346,6 +349,7 @@ struct ObjectName {
   std::string name;
   int32_t shard = -1;
   HeldObject object;
+  std::string tenant = {};  // whose it is: only that tenant (and admins) read it
 };
 
 

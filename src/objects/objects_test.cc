@@ -11,6 +11,7 @@
 #include "common/temp_dir.h"
 #include "objects/store.h"
 #include "security/pki.h"
+#include "security/ticket.h"
 #include "common/env.h"
 #include "objects/transfer.h"
 
@@ -521,10 +522,73 @@ TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
   std::vector<StatusOr<FetchStats>> batch = FetchBatch(server->address(), {small_id}, *b, fo);
   ASSERT_TRUE(batch[0].ok()) << batch[0].status().message();
   EXPECT_TRUE(b->Pin(small_id)->data() == small);
-  StatusOr<ObjectId> pushed = Push(server->address(), "pushed over tls", 5'000'000, "", pki.Context("client:cli"));
+  StatusOr<ObjectId> pushed = Push(server->address(), "pushed over tls", 5'000'000, "", pki.Context("node:c"));
   ASSERT_TRUE(pushed.ok()) << pushed.status().message();
   EXPECT_TRUE(a->Contains(*pushed));
   EXPECT_EQ(server->refused(), 0);
+}
+
+// A signed ticket of `kind` for `tenant`, valid for an hour from now.
+std::string MakeTicket(const std::string& key, security::TicketKind kind, std::vector<std::string> ids,
+                       int64_t max_bytes = 0, int64_t life_us = 3'600'000'000) {
+  security::Ticket t{kind, "team-a", security::UnixNowUs() + life_us, std::move(ids), max_bytes};
+  return *security::SignTicket(t, key);
+}
+
+TEST(TransferTlsTest, AClientThatIsNotANodeReadsAndPutsOnlyWhatItsTicketsAllow) {
+  TlsPair p;
+  ObjectStore *a = p.a.get(), *b = p.b.get();
+  TransferServer* server = p.server.get();
+  const std::string key = *security::NewTicketKey();
+  server->SetTicketKey(key);
+  const ObjectId mine = *a->Put(Pattern(3000, 8)), theirs = *a->Put(Pattern(4000, 9));
+  const int64_t objects_before = a->stats().objects;
+  FetchOptions fo{"eu-west", 0, 1, 2'000'000};
+  fo.tls = p.pki.Context("client:cli");
+  // No ticket: nothing, and no retrying either.
+  StatusOr<FetchStats> bare = Fetch(server->address(), mine, *b, fo);
+  EXPECT_EQ(bare.status().code(), StatusCode::kPermissionDenied) << bare.status().message();
+  EXPECT_NE(bare.status().message().find("holds no ticket for it"), std::string::npos) << bare.status().message();
+  // A ticket for one object reads that object, not another.
+  fo.ticket = MakeTicket(key, security::TicketKind::kRead, {mine.Hex()});
+  ASSERT_TRUE(Fetch(server->address(), mine, *b, fo).ok());
+  EXPECT_EQ(b->Pin(mine)->data(), Pattern(3000, 8));
+  EXPECT_EQ(Fetch(server->address(), theirs, *b, fo).status().code(), StatusCode::kPermissionDenied);
+  std::vector<StatusOr<FetchStats>> batch = FetchBatch(server->address(), {mine, theirs}, *b, fo);
+  EXPECT_FALSE(batch[1].ok());
+  EXPECT_FALSE(b->Contains(theirs));
+  // Expired, signed with another key, or altered by one byte: refused when shown.
+  for (const std::string& bad :
+       {MakeTicket(key, security::TicketKind::kRead, {theirs.Hex()}, 0, -1'000'000),
+        MakeTicket(*security::NewTicketKey(), security::TicketKind::kRead, {theirs.Hex()}),
+        [&] {
+          std::string t = MakeTicket(key, security::TicketKind::kRead, {mine.Hex()});
+          t[t.size() - 40] ^= 1;  // the last id's last byte: now some other object's
+          return t;
+        }()}) {
+    fo.ticket = bad;
+    StatusOr<FetchStats> f = Fetch(server->address(), theirs, *b, fo);
+    EXPECT_EQ(f.status().code(), StatusCode::kPermissionDenied) << f.status().message();
+    EXPECT_NE(f.status().message().find("refused this client's ticket"), std::string::npos) << f.status().message();
+  }
+  EXPECT_FALSE(b->Contains(theirs));
+  // Puts: none without a put ticket, none over its size, one per ticket; each with a
+  // receipt that names the ticket's tenant.
+  auto client = p.pki.Context("client:cli");
+  EXPECT_EQ(Push(server->address(), "no ticket", 2'000'000, "", client).status().code(), StatusCode::kPermissionDenied);
+  const std::string put = MakeTicket(key, security::TicketKind::kPut, {}, 10);
+  EXPECT_EQ(Push(server->address(), "eleven byte", 2'000'000, "", client, put).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(a->stats().objects, objects_before);
+  std::string receipt;
+  StatusOr<ObjectId> ten = Push(server->address(), "ten bytes!", 2'000'000, "", client, put, &receipt);
+  ASSERT_TRUE(ten.ok()) << ten.status().message();
+  EXPECT_TRUE(security::CheckPutReceipt(key, "team-a", ten->Hex(), receipt));
+  EXPECT_FALSE(security::CheckPutReceipt(key, "team-b", ten->Hex(), receipt));
+  EXPECT_FALSE(security::CheckPutReceipt(key, "team-a", mine.Hex(), receipt));
+  EXPECT_EQ(a->stats().objects, objects_before + 1);
+  // 1 bare fetch, 1 + 1 other objects, 3 bad tickets, 2 bad puts.
+  EXPECT_TRUE(WaitForRefused(*server, 8));
 }
 
 TEST(TransferTlsTest, PeersWithoutACertificateOfTheClusterCaReadNothing) {

@@ -12,8 +12,11 @@
 #include "common/units.h"
 #include "objects/link_clock.h"
 #include "objects/wire.h"
+#include "security/ticket.h"
 
 namespace meridian::objects {
+
+static_assert(wire::kMaxTicketLength == security::kMaxTicketBytes);
 namespace {
 
 using namespace wire;  // the protocol's frames and constants
@@ -62,6 +65,11 @@ StatusOr<uint64_t> ReadResponse(ByteStream& s, const ObjectId& id) {
   if (!decoded.ok()) return decoded.status().WithPrefix(s.peer());
   const Response& r = *decoded;
   if (r.status == kNoObject) return NotFoundError(fmt::format("{} has no object {}", s.peer(), id.Hex()));
+  if (r.status == kDenied) {
+    return PermissionDeniedError(fmt::format(
+        "{} refused the request for object {}: this client is not a node of the cluster and holds no ticket for it",
+        s.peer(), id.Hex()));
+  }
   if (r.status == kDamaged) {
     return DataLossError(fmt::format("{} refused object {}: its bytes did not match the id", s.peer(), id.Hex()));
   }
@@ -71,12 +79,35 @@ StatusOr<uint64_t> ReadResponse(ByteStream& s, const ObjectId& id) {
 
 // A connection to a transfer server, TLS when `tls` is set, with reads and writes
 // failing after timeout_us without progress.
+// With a `ticket`, shows it first: a server that refuses it is kPermissionDenied.
 StatusOr<std::unique_ptr<ByteStream>> Dial(const std::string& host, int port, int64_t timeout_us,
-                                           const std::shared_ptr<const security::TlsContext>& tls) {
+                                           const std::shared_ptr<const security::TlsContext>& tls,
+                                           const std::string& ticket = "") {
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> tcp, TcpStream::Connect(host, port, timeout_us));
   MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(timeout_us));
-  if (!tls) return std::unique_ptr<ByteStream>(std::move(tcp));
-  return tls->Connect(std::move(tcp));
+  std::unique_ptr<ByteStream> s;
+  if (!tls) {
+    s = std::move(tcp);
+  } else {
+    MERIDIAN_ASSIGN_OR_RETURN(s, tls->Connect(std::move(tcp)));
+  }
+  // Tickets matter only with TLS: without it every peer may do anything.
+  if (ticket.empty() || !tls) return s;
+  Request r;
+  r.op = kOpTicket;
+  r.length = ticket.size();
+  iovec iov[2] = {{&r, sizeof(r)}, {const_cast<char*>(ticket.data()), ticket.size()}};
+  MERIDIAN_RETURN_IF_ERROR(s->WriteAll(std::span<const iovec>(iov, 2)));
+  char bytes[sizeof(Response)];
+  MERIDIAN_RETURN_IF_ERROR(s->ReadExact(bytes, sizeof(bytes)));
+  StatusOr<Response> decoded = DecodeResponse(std::string_view(bytes, sizeof(bytes)));
+  if (!decoded.ok()) return decoded.status().WithPrefix(s->peer());
+  if (decoded->status != kOk) {
+    return PermissionDeniedError(fmt::format(
+        "{} refused this client's ticket (expired, or signed by another coordinator): ask the coordinator again",
+        s->peer()));
+  }
+  return s;
 }
 
 bool IsLoopback(const std::string& host) {
@@ -174,6 +205,11 @@ void TransferServer::AcceptLoop() {
   }
 }
 
+void TransferServer::SetTicketKey(std::string key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ticket_key_ = std::move(key);
+}
+
 int64_t TransferServer::refused() const {
   std::lock_guard<std::mutex> lock(mu_);
   return refused_;
@@ -192,6 +228,8 @@ void TransferServer::Serve(TcpStream& tcp) {
     secured = std::move(*s);
   }
   ByteStream& stream = secured ? *secured : static_cast<ByteStream&>(tcp);
+  Grants grants;
+  grants.all = !secured || stream.identity().rfind("node:", 0) == 0;
   while (true) {
     char header[sizeof(Request)];
     if (!stream.ReadExact(header, sizeof(header)).ok()) return;  // closed, or shut down
@@ -208,6 +246,14 @@ void TransferServer::Serve(TcpStream& tcp) {
     }
     const Request& r = *decoded;
     const ObjectId id{r.id_high, r.id_low};
+    if (r.op == kOpTicket) {
+      if (!ServeTicket(stream, r.length, grants).ok()) return;
+      continue;
+    }
+    if ((r.op == kOpStat || r.op == kOpFetch) && !grants.all && !grants.readable.count(id)) {
+      Deny(stream, fmt::format("a read of object {} without a ticket for it", id.Hex())).IgnoreError();
+      return;
+    }
     int64_t rtt_us = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -229,15 +275,51 @@ void TransferServer::Serve(TcpStream& tcp) {
     } else if (r.op == kOpFetch) {
       s = ServeFetch(stream, id, r.offset, r.length, site);
     } else if (r.op == kOpFetchBatch) {
-      s = ServeBatch(stream, r.length, site);
+      s = ServeBatch(stream, r.length, site, grants);
     } else {  // kOpPut: DecodeRequest knows no other
-      s = ServePut(stream, id, r.length, site);
+      s = ServePut(stream, id, r.length, site, grants);
     }
     if (!s.ok()) {
       MERIDIAN_LOG_DEBUG("transfer to {}: {}", stream.peer(), s.message());
       return;
     }
   }
+}
+
+Status TransferServer::Deny(ByteStream& stream, const std::string& why) {
+  MERIDIAN_LOG_WARN("audit: transfer server refused {} ({}): {}", stream.peer(),
+                    stream.identity().empty() ? "no certificate" : "certificate " + stream.identity(), why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refused_;
+  }
+  Response resp;
+  resp.status = kDenied;
+  stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
+  return PermissionDeniedError(why);
+}
+
+Status TransferServer::ServeTicket(ByteStream& stream, uint64_t length, Grants& grants) {
+  std::string bytes(length, '\0');  // DecodeRequest bounded it
+  MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(bytes.data(), bytes.size()));
+  std::string key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    key = ticket_key_;
+  }
+  StatusOr<security::Ticket> t = security::VerifyTicket(bytes, key, security::UnixNowUs());
+  if (!t.ok()) return Deny(stream, t.status().message());
+  if (t->kind == security::TicketKind::kRead) {
+    for (const std::string& hex : t->ids) {
+      StatusOr<ObjectId> id = ObjectId::Parse(hex);
+      if (id.ok()) grants.readable.insert(*id);
+    }
+  } else {
+    grants.put_tenant = t->tenant;
+    grants.put_max_bytes = t->max_bytes;
+  }
+  Response ok;
+  return stream.WriteAll(&ok, sizeof(ok));
 }
 
 Status TransferServer::ServeFetch(ByteStream& stream, const ObjectId& id, uint64_t offset, uint64_t length,
@@ -307,18 +389,31 @@ Status TransferServer::ServeFetch(ByteStream& stream, const ObjectId& id, uint64
   return OkStatus();
 }
 
-Status TransferServer::ServeBatch(ByteStream& stream, uint64_t count, const std::string& site) {
+Status TransferServer::ServeBatch(ByteStream& stream, uint64_t count, const std::string& site,
+                                  const Grants& grants) {
   std::vector<ObjectId> ids(count);
   for (ObjectId& id : ids) {
     uint64_t halves[2];
     MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(halves, sizeof(halves)));
     id = ObjectId{halves[0], halves[1]};
+    if (!grants.all && !grants.readable.count(id)) {
+      return Deny(stream, fmt::format("a read of object {} without a ticket for it", id.Hex()));
+    }
   }
   for (const ObjectId& id : ids) MERIDIAN_RETURN_IF_ERROR(ServeFetch(stream, id, 0, kMaxObjectBytes, site));
   return OkStatus();
 }
 
-Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site) {
+Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site,
+                                Grants& grants) {
+  const bool ticketed = !grants.all;
+  if (ticketed && (grants.put_max_bytes < 0 || size > static_cast<uint64_t>(grants.put_max_bytes))) {
+    return Deny(stream, grants.put_max_bytes < 0
+                            ? fmt::format("a put of object {} without a put ticket", id.Hex())
+                            : fmt::format("a put of {} bytes where its ticket allows {}", size, grants.put_max_bytes));
+  }
+  const std::string tenant = std::move(grants.put_tenant);
+  grants.put_max_bytes = -1;  // a put ticket allows one put
   Response resp;
   resp.status = kBadRequest;
   // Nothing is allocated on a peer's word alone: the size must fit one put's limit and
@@ -379,6 +474,15 @@ Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t
   resp.status = stored.ok() ? kOk : kDamaged;
   resp.size = size;
   MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(&resp, sizeof(resp)));
+  if (stored.ok() && ticketed) {
+    std::string key;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      key = ticket_key_;
+    }
+    const std::string receipt = security::PutReceipt(key, tenant, id.Hex());
+    MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(receipt.data(), receipt.size()));
+  }
   return stored;
 }
 
@@ -417,9 +521,9 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
       }
       if (attempts > 0) SleepUs(std::min<int64_t>(50'000 << std::min(attempts - 1, 4), 1'000'000));
       attempts++;
-      StatusOr<std::unique_ptr<ByteStream>> s = Dial(host, port, o.timeout_us, o.tls);
+      StatusOr<std::unique_ptr<ByteStream>> s = Dial(host, port, o.timeout_us, o.tls, o.ticket);
       if (!s.ok()) {
-        if (s.status().code() == StatusCode::kUnauthenticated) {
+        if (s.status().code() == StatusCode::kUnauthenticated || s.status().code() == StatusCode::kPermissionDenied) {
           r.status = s.status();
           return r;
         }
@@ -433,7 +537,8 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
     Status s = SendRequest(*stream, kOpFetch, id, next, end - next, o.site);
     StatusOr<uint64_t> got_size = s.ok() ? ReadResponse(*stream, id) : StatusOr<uint64_t>(s);
     if (!got_size.ok()) {
-      if (got_size.status().code() == StatusCode::kNotFound || got_size.status().code() == StatusCode::kInvalidArgument) {
+      if (got_size.status().code() == StatusCode::kNotFound || got_size.status().code() == StatusCode::kInvalidArgument ||
+          got_size.status().code() == StatusCode::kPermissionDenied) {
         r.status = got_size.status();
         return r;
       }
@@ -503,7 +608,7 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
   const std::string& host = hp.first;  // not a structured binding: lambdas below capture it
   const int port = hp.second;
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> first, Dial(host, port, o.timeout_us, o.tls));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> first, Dial(host, port, o.timeout_us, o.tls, o.ticket));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*first, kOpStat, id, 0, 0, o.site));
   MERIDIAN_ASSIGN_OR_RETURN(uint64_t size, ReadResponse(*first, id));
   if (size > kMaxObjectBytes) {
@@ -592,7 +697,7 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
     const size_t end = std::min(wanted.size(), begin + static_cast<size_t>(kMaxBatchObjects));
     StatusOr<std::pair<std::string, int>> hp = SplitAddress(address);
     StatusOr<std::unique_ptr<ByteStream>> s =
-        hp.ok() ? Dial(hp->first, hp->second, o.timeout_us, o.tls) : StatusOr<std::unique_ptr<ByteStream>>(hp.status());
+        hp.ok() ? Dial(hp->first, hp->second, o.timeout_us, o.tls, o.ticket) : StatusOr<std::unique_ptr<ByteStream>>(hp.status());
     if (!s.ok()) {
       fail_rest(begin, s.status());
       return out;
@@ -650,19 +755,30 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
 }
 
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us,
-                        const std::string& site, std::shared_ptr<const security::TlsContext> tls) {
+                        const std::string& site, std::shared_ptr<const security::TlsContext> tls,
+                        const std::string& ticket, std::string* receipt) {
   const std::vector<uint64_t> sums = ChunkChecksums(data);
   const ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), sums);
   MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitAddress(address));
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Dial(hp.first, hp.second, timeout_us, tls));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Dial(hp.first, hp.second, timeout_us, tls, ticket));
   MERIDIAN_RETURN_IF_ERROR(SendRequest(*s, kOpPut, id, 0, data.size(), site));
   for (uint64_t at = 0; at < data.size(); at += kChunkBytes) {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, data.size() - at);
     ChunkHeader h{at, static_cast<uint32_t>(n), 0, sums[at / kChunkBytes]};
     iovec iov[2] = {{&h, sizeof(h)}, {const_cast<char*>(data.data() + at), n}};
-    MERIDIAN_RETURN_IF_ERROR(s->WriteAll(std::span<const iovec>(iov, 2)));
+    Status sent = s->WriteAll(std::span<const iovec>(iov, 2));
+    if (!sent.ok()) {
+      // A server that refuses a put answers at once and closes: its answer says why.
+      StatusOr<uint64_t> answer = ReadResponse(*s, id);
+      return answer.ok() || answer.status().code() == StatusCode::kUnavailable ? sent : answer.status();
+    }
   }
   MERIDIAN_RETURN_IF_ERROR(ReadResponse(*s, id).status());
+  if (!ticket.empty() && tls) {
+    std::string got(security::kReceiptBytes, '\0');
+    MERIDIAN_RETURN_IF_ERROR(s->ReadExact(got.data(), got.size()));
+    if (receipt != nullptr) *receipt = std::move(got);
+  }
   return id;
 }
 

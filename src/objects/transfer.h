@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,16 +113,32 @@ class TransferServer {
   void InjectFaults(const TransferFaults& faults);
   // Replaces the links it shapes by (known once the agent has registered).
   void SetLinks(std::map<std::string, LinkShape> links);
-  // Connections refused because the peer did not prove a certificate of the CA.
+  // Sets the key tickets are signed with (the coordinator's, given at registration).
+  // With TLS, a peer whose certificate is not a node's may read or put nothing
+  // without a ticket signed by it (objects/ticket.h).
+  void SetTicketKey(std::string key);
+  // Connections refused: the peer did not prove a certificate of the CA, or showed
+  // a bad ticket, or asked for what no ticket of its allowed.
   int64_t refused() const;
 
  private:
   TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
+  // What a connection may do: everything (a node of the cluster, or no TLS at all),
+  // else what its tickets allow.
+  struct Grants {
+    bool all = false;
+    std::set<ObjectId> readable;
+    std::string put_tenant;  // a put ticket's, until the put it allows
+    int64_t put_max_bytes = -1;  // -1: no put allowed
+  };
   void Serve(TcpStream& tcp);
+  Status ServeTicket(ByteStream& stream, uint64_t length, Grants& grants);
+  // Answers kDenied, counts and logs the refusal; the connection then closes.
+  Status Deny(ByteStream& stream, const std::string& why);
   Status ServeFetch(ByteStream& stream, const ObjectId& id, uint64_t offset, uint64_t length, const std::string& site);
-  Status ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site);
-  Status ServeBatch(ByteStream& stream, uint64_t count, const std::string& site);
+  Status ServePut(ByteStream& stream, const ObjectId& id, uint64_t size, const std::string& site, Grants& grants);
+  Status ServeBatch(ByteStream& stream, uint64_t count, const std::string& site, const Grants& grants);
 
   ObjectStore& store_;
   TransferServerOptions options_;  // links guarded by mu_
@@ -138,6 +155,7 @@ class TransferServer {
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
   int64_t refused_ = 0;                                       // guarded by mu_
+  std::string ticket_key_;                                    // guarded by mu_
 };
 
 struct FetchOptions {
@@ -153,6 +171,9 @@ struct FetchOptions {
   const std::atomic<bool>* cancel = nullptr;
   // TLS to the server (it must then be a node of the cluster); null: plain TCP.
   std::shared_ptr<const security::TlsContext> tls = {};
+  // A read ticket from the coordinator naming the object(s), shown first on every
+  // connection: what a client that is not a node needs (objects/ticket.h).
+  std::string ticket = {};
 };
 
 struct FetchStats {
@@ -187,7 +208,10 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
 // the cluster) once every chunk and the id check out. Returns its id. `site` is where
 // the sender is: the server takes the bytes no faster than the link from there to it
 // (shared with everything else on that link), as a fetch is sent. Empty: unshaped.
+// With a put `ticket` (a client that is not a node), the server's receipt for the put
+// goes to `receipt`, for the coordinator's Commit.
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000,
-                        const std::string& site = "", std::shared_ptr<const security::TlsContext> tls = nullptr);
+                        const std::string& site = "", std::shared_ptr<const security::TlsContext> tls = nullptr,
+                        const std::string& ticket = "", std::string* receipt = nullptr);
 
 }  // namespace meridian::objects

@@ -25,7 +25,7 @@ StatusOr<Request> DecodeRequest(std::string_view bytes) {
   if (r.version != kVersion) {
     return InvalidArgumentError(fmt::format("transfer protocol version {}, this side speaks {}", r.version, kVersion));
   }
-  if (r.op != kOpStat && r.op != kOpFetch && r.op != kOpPut && r.op != kOpFetchBatch) {
+  if (r.op != kOpStat && r.op != kOpFetch && r.op != kOpPut && r.op != kOpFetchBatch && r.op != kOpTicket) {
     return InvalidArgumentError(fmt::format("unknown op {}", r.op));
   }
   if (r.site_length > kMaxSite) {
@@ -36,6 +36,9 @@ StatusOr<Request> DecodeRequest(std::string_view bytes) {
   }
   if (r.op == kOpFetchBatch && (r.length == 0 || r.length > kMaxBatchObjects)) {
     return InvalidArgumentError(fmt::format("a batch of {} objects; 1 to {}", r.length, kMaxBatchObjects));
+  }
+  if (r.op == kOpTicket && (r.length == 0 || r.length > kMaxTicketLength)) {
+    return InvalidArgumentError(fmt::format("a ticket of {} bytes; 1 to {}", r.length, kMaxTicketLength));
   }
   return r;
 }

@@ -25,7 +25,13 @@ inline constexpr uint16_t kOpPut = 3;
 // server answers each in turn as a fetch does (a response, then its chunks).
 inline constexpr uint16_t kOpFetchBatch = 4;
 inline constexpr uint64_t kMaxBatchObjects = 256;
-inline constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3;
+// A ticket (objects/ticket.h) of `length` bytes follows the site; the server answers
+// with a response: ok, or denied. What the ticket grants holds for the connection.
+inline constexpr uint16_t kOpTicket = 5;
+inline constexpr uint64_t kMaxTicketLength = 80 + 256 + 4096 * 16;  // security::kMaxTicketBytes
+// kDenied: the peer's certificate is not a node's and no ticket on the connection
+// allows the request (or its ticket was refused).
+inline constexpr uint32_t kOk = 0, kNoObject = 1, kBadRequest = 2, kDamaged = 3, kDenied = 4;
 inline constexpr uint64_t kMaxObjectBytes = uint64_t{64} << 30;  // larger announced sizes are refused
 inline constexpr size_t kMaxSite = 256;
 

@@ -103,19 +103,32 @@ class AuthApi {
 class ObjectApi {
  public:
   virtual ~ObjectApi() = default;
-  // `ref` is an object id or a name. NotFound when the cluster holds no replica.
-  virtual StatusOr<model::ObjectLocation> Locate(const std::string& ref) = 0;
-  // A live agent to put a new object of `size` on: at `site` if given.
-  virtual StatusOr<model::ObjectReplica> PlacePut(int64_t size, const std::string& site) = 0;
-  // Records a replica the node now holds (after a put), named if `name` is set.
-  virtual StatusOr<model::ObjectLocation> Commit(const std::string& id, int64_t size, uint32_t node_id,
-                                                 const std::string& name) = 0;
-  virtual std::vector<model::ObjectLocation> ListObjects() = 0;
-  // Names objects the cluster holds, in order, as a dataset. Names are never reused.
-  virtual StatusOr<model::DatasetView> DefineDataset(const std::string& name,
+  // Every call is on behalf of `caller`: a user sees, reads and names its tenant's
+  // objects and datasets only (an admin, or anyone on an insecure coordinator, all).
+  //
+  // `ref` is an object id or a name. NotFound when the cluster holds no replica;
+  // PermissionDenied when the caller's tenant may not read it. With `job_id`
+  // (and the task's name), an output of that task of a job the caller may see is
+  // readable too. The answer carries a read ticket for the transfer servers.
+  virtual StatusOr<model::ObjectLocation> Locate(const model::Caller& caller, const std::string& ref,
+                                                 uint64_t job_id, const std::string& task) = 0;
+  // A live agent to put a new object of `size` on: at `site` if given; with a put
+  // ticket for the caller's tenant.
+  virtual StatusOr<model::ObjectReplica> PlacePut(const model::Caller& caller, int64_t size,
+                                                  const std::string& site) = 0;
+  // Records a replica the node now holds (after a put), named if `name` is set; the
+  // caller's tenant may read it from then on. `receipt` is the transfer server's for
+  // the put (required, with TLS, for an object another tenant holds too).
+  virtual StatusOr<model::ObjectLocation> Commit(const model::Caller& caller, const std::string& id, int64_t size,
+                                                 uint32_t node_id, const std::string& name,
+                                                 const std::string& receipt) = 0;
+  virtual std::vector<model::ObjectLocation> ListObjects(const model::Caller& caller) = 0;
+  // Names a list of objects the caller's tenant may read, in order, as a dataset of
+  // that tenant. Names are never reused.
+  virtual StatusOr<model::DatasetView> DefineDataset(const model::Caller& caller, const std::string& name,
                                                      const std::vector<model::HeldObject>& shards) = 0;
-  virtual StatusOr<model::DatasetView> GetDataset(const std::string& name) = 0;
-  virtual std::vector<model::DatasetView> ListDatasets() = 0;
+  virtual StatusOr<model::DatasetView> GetDataset(const model::Caller& caller, const std::string& name) = 0;
+  virtual std::vector<model::DatasetView> ListDatasets(const model::Caller& caller) = 0;
 };
 
 class AdminApi {

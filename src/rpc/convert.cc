@@ -298,6 +298,7 @@ void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out) {
     p->set_bandwidth_bps(l.bandwidth_bps);
     p->set_egress_micro_usd_per_gb(l.egress_micro_usd_per_gb);
   }
+  out->set_ticket_key(r.ticket_key);
 }
 
 model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
@@ -309,6 +310,7 @@ model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
   for (const v1::EmulatedLink& l : in.links()) {
     r.links.push_back(model::EmulatedLink{l.to_site(), l.rtt_us(), l.bandwidth_bps(), l.egress_micro_usd_per_gb()});
   }
+  r.ticket_key = in.ticket_key();
   return r;
 }
 
@@ -348,10 +350,11 @@ void ToProto(const model::ObjectReplica& r, v1::ObjectReplica* out) {
   out->set_node(r.node);
   out->set_site(r.site);
   out->set_transfer_address(r.transfer_address);
+  out->set_ticket(r.ticket);
 }
 
 model::ObjectReplica FromProto(const v1::ObjectReplica& in) {
-  return model::ObjectReplica{in.node_id(), in.node(), in.site(), in.transfer_address()};
+  return model::ObjectReplica{in.node_id(), in.node(), in.site(), in.transfer_address(), in.ticket()};
 }
 
 void ToProto(const model::ObjectLocation& l, v1::ObjectLocation* out) {
@@ -359,10 +362,11 @@ void ToProto(const model::ObjectLocation& l, v1::ObjectLocation* out) {
   out->set_name(l.name);
   out->set_size(l.size);
   for (const model::ObjectReplica& r : l.replicas) ToProto(r, out->add_replicas());
+  out->set_ticket(l.ticket);
 }
 
 model::ObjectLocation FromProto(const v1::ObjectLocation& in) {
-  model::ObjectLocation l{in.id(), in.name(), in.size(), {}};
+  model::ObjectLocation l{in.id(), in.name(), in.size(), {}, in.ticket()};
   for (const v1::ObjectReplica& r : in.replicas()) l.replicas.push_back(FromProto(r));
   return l;
 }

@@ -376,15 +376,15 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
 
   grpc::Status Locate(grpc::ServerContext* ctx, const v1::LocateObjectRequest* req, v1::ObjectLocation* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.Locate");
-    StatusOr<model::ObjectLocation> l = api_.Locate(req->ref());
-    if (!l.ok()) return ToGrpc(l.status());
+    StatusOr<model::ObjectLocation> l = api_.Locate(caller, req->ref(), req->job_id(), req->task());
+    if (!l.ok()) return Answer(ctx, "ObjectService.Locate", l.status());
     ToProto(*l, resp);
     return grpc::Status::OK;
   }
 
   grpc::Status PlacePut(grpc::ServerContext* ctx, const v1::PlacePutRequest* req, v1::ObjectReplica* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.PlacePut");
-    StatusOr<model::ObjectReplica> r = api_.PlacePut(req->size(), req->site());
+    StatusOr<model::ObjectReplica> r = api_.PlacePut(caller, req->size(), req->site());
     if (!r.ok()) return ToGrpc(r.status());
     ToProto(*r, resp);
     return grpc::Status::OK;
@@ -392,15 +392,16 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
 
   grpc::Status Commit(grpc::ServerContext* ctx, const v1::CommitObjectRequest* req, v1::ObjectLocation* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.Commit");
-    StatusOr<model::ObjectLocation> l = api_.Commit(req->id(), req->size(), req->node_id(), req->name());
-    if (!l.ok()) return ToGrpc(l.status());
+    StatusOr<model::ObjectLocation> l =
+        api_.Commit(caller, req->id(), req->size(), req->node_id(), req->name(), req->receipt());
+    if (!l.ok()) return Answer(ctx, "ObjectService.Commit", l.status());
     ToProto(*l, resp);
     return grpc::Status::OK;
   }
 
   grpc::Status List(grpc::ServerContext* ctx, const v1::ListObjectsRequest*, v1::ListObjectsResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.List");
-    for (const model::ObjectLocation& l : api_.ListObjects()) ToProto(l, resp->add_objects());
+    for (const model::ObjectLocation& l : api_.ListObjects(caller)) ToProto(l, resp->add_objects());
     return grpc::Status::OK;
   }
 
@@ -408,16 +409,16 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.DefineDataset");
     std::vector<model::HeldObject> shards;
     for (const v1::HeldObject& o : req->shards()) shards.push_back(FromProto(o));
-    StatusOr<model::DatasetView> d = api_.DefineDataset(req->name(), shards);
-    if (!d.ok()) return ToGrpc(d.status());
+    StatusOr<model::DatasetView> d = api_.DefineDataset(caller, req->name(), shards);
+    if (!d.ok()) return Answer(ctx, "ObjectService.DefineDataset", d.status());
     ToProto(*d, resp);
     return grpc::Status::OK;
   }
 
   grpc::Status GetDataset(grpc::ServerContext* ctx, const v1::GetDatasetRequest* req, v1::Dataset* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.GetDataset");
-    StatusOr<model::DatasetView> d = api_.GetDataset(req->name());
-    if (!d.ok()) return ToGrpc(d.status());
+    StatusOr<model::DatasetView> d = api_.GetDataset(caller, req->name());
+    if (!d.ok()) return Answer(ctx, "ObjectService.GetDataset", d.status());
     ToProto(*d, resp);
     return grpc::Status::OK;
   }
@@ -425,11 +426,17 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
   grpc::Status ListDatasets(grpc::ServerContext* ctx, const v1::ListDatasetsRequest*,
                             v1::ListDatasetsResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.ListDatasets");
-    for (const model::DatasetView& d : api_.ListDatasets()) ToProto(d, resp->add_datasets());
+    for (const model::DatasetView& d : api_.ListDatasets(caller)) ToProto(d, resp->add_datasets());
     return grpc::Status::OK;
   }
 
  private:
+  // An error as the call's answer; a refusal by tenant goes to the audit log too.
+  grpc::Status Answer(grpc::ServerContext* ctx, std::string_view method, const Status& s) const {
+    if (s.code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, method, s);
+    return ToGrpc(s);
+  }
+
   ObjectApi& api_;
   const Gate& gate_;
 };

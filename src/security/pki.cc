@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509.h>
@@ -315,6 +316,14 @@ std::string Sha256Hex(std::string_view data) {
   std::string hex;
   for (unsigned int i = 0; i < n; ++i) hex += fmt::format("{:02x}", md[i]);
   return hex;
+}
+
+std::string HmacSha256(std::string_view key, std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), md, &n);
+  return std::string(reinterpret_cast<const char*>(md), n);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -63,6 +63,8 @@ bool KeyMatches(const std::string& cert_pem, const std::string& key_pem);
 // `bytes` random bytes from OpenSSL's generator, as lowercase hex.
 StatusOr<std::string> RandomHex(size_t bytes);
 std::string Sha256Hex(std::string_view data);
+// HMAC-SHA256 of `data` under `key`: 32 raw bytes.
+std::string HmacSha256(std::string_view key, std::string_view data);
 // Compares in time independent of where they differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 

@@ -63,6 +63,11 @@ constexpr const char* kMigrations[] = {
       role TEXT NOT NULL, created_us INTEGER NOT NULL, expires_us INTEGER NOT NULL,
       revoked INTEGER NOT NULL) WITHOUT ROWID;
     )sql",
+    // 7: the tenant a name (and the objects it names) belongs to; names from before
+    // tenants were known belong to none, which only admins read.
+    R"sql(
+    ALTER TABLE object_names ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 // Jobs whose tasks a restarted coordinator takes back into memory.
 constexpr const char* kUnfinished = "('queued', 'running')";
@@ -232,7 +237,7 @@ Status SqliteStateStore::Prepare() {
       {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"},
       {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
       {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
-      {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4)"},
+      {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4,?5)"},
       {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
       {&put_token_, "INSERT OR REPLACE INTO tokens VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
   };
@@ -276,7 +281,7 @@ Status SqliteStateStore::PutAttempt(const model::AttemptRecord& a) {
 }
 
 Status SqliteStateStore::PutName(const model::ObjectName& n) {
-  bool ok = Binder(put_name_).Str(n.name).Int(n.shard).Str(n.object.id).Int(n.object.size).Done();
+  bool ok = Binder(put_name_).Str(n.name).Int(n.shard).Str(n.object.id).Int(n.object.size).Str(n.tenant).Done();
   return ok ? OkStatus() : Fail("write an object name");
 }
 
@@ -412,7 +417,7 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
   while (sqlite3_step(names.st) == SQLITE_ROW) {
     sqlite3_stmt* st = names.st;
     out.names.push_back(model::ObjectName{Text(st, 0), sqlite3_column_int(st, 1),
-                                          model::HeldObject{Text(st, 2), sqlite3_column_int64(st, 3)}});
+                                          model::HeldObject{Text(st, 2), sqlite3_column_int64(st, 3)}, Text(st, 4)});
   }
   Stmt tokens;
   MERIDIAN_RETURN_IF_ERROR(Query(tokens, "SELECT * FROM tokens ORDER BY id", "read tokens"));

@@ -109,6 +109,8 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   batch.attempts.push_back({id, 1, 1, "n0", "s0", "failed", "exit code 3", 3, 1, 2});
   batch.attempts.push_back({id, 1, 2, "n1", "s1", "succeeded", "", 0, 5, 9});
   batch.logs.push_back({id, 1, 1, "n0", "out", "err"});
+  batch.names.push_back({"q3", -1, {std::string(32, 'a'), 22}, "team-a"});
+  batch.names.push_back({"frames", 0, {std::string(32, 'b'), 7}, "team-b"});
   ASSERT_TRUE(store_->Apply(batch).ok());
 
   // A finished job comes back as its record and counts; its tasks are read by page.
@@ -143,6 +145,14 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].record.stderr_tail, "err");
   EXPECT_TRUE(store_->Logs(id, 0)->empty());
+  // Names keep their tenant: who may read what they name.
+  ASSERT_EQ(s.names.size(), 2u);
+  EXPECT_EQ(s.names[0].name, "frames");
+  EXPECT_EQ(s.names[0].shard, 0);
+  EXPECT_EQ(s.names[0].tenant, "team-b");
+  EXPECT_EQ(s.names[1].object.id, std::string(32, 'a'));
+  EXPECT_EQ(s.names[1].object.size, 22);
+  EXPECT_EQ(s.names[1].tenant, "team-a");
 }
 
 TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {
