@@ -19,17 +19,22 @@
 //   request  = magic u32, version u16, op u16 (1 stat, 2 fetch, 3 put), id 16 bytes,
 //              offset u64, length u64, site length u16, 6 pad bytes, site bytes
 //   response = magic u32, status u32 (0 ok, 1 no such object, 2 bad request,
-//              3 damaged: a put's bytes did not match its id), size u64
+//              3 damaged: a put's bytes did not match its id, 4 denied), size u64
 //   fetch    = response, then chunks: offset u64, length u32, pad u32, checksum u64, bytes
 //   put      = request (length = the object's size), then its chunks as a fetch sends
 //              them; the server answers with a response once it stored the object
 //   batch    = request (op 4, length = n), site, then n ids of 16 bytes; the server
 //              answers each whole object in turn as a fetch does: one round trip on
 //              the link for all of them (small objects, read together by one task)
+//   ticket   = request (op 5, length = n), site, then a ticket of n bytes
+//              (security/ticket.h); the server answers with a response, status 0 or
+//              4 (denied). After a put allowed by a put ticket the server sends the
+//              32-byte receipt right after the put's response.
 //
 // Security: with a TlsContext (security/tls.h) on both ends, every connection is TLS 1.3
 // and both ends prove a certificate of the cluster's CA before a byte of the protocol
-// is read; a peer that cannot is refused and logged. Without one the protocol is plain
+// is read; a peer that cannot is refused and logged. A peer whose certificate is not
+// a node's reads and puts only what its tickets allow (status 4, denied, otherwise). Without one the protocol is plain
 // TCP, which a server allows only on a loopback address unless told `insecure`.
 //
 // Thread-safety: a TransferServer serves any number of connections at once; its
