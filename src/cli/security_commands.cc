@@ -285,8 +285,11 @@ Status RunTenantList(const TokenOptions& o, std::ostream& out) {
                    {"weight", t.weight},
                    {"listed", t.listed},
                    {"quota", {{"gpu_milli", t.max_gpu_milli}, {"cpu_milli", t.max_cpu_milli},
-                              {"memory_bytes", t.max_memory_bytes}}},
-                   {"used", {{"gpu_milli", t.gpu_milli}, {"cpu_milli", t.cpu_milli}, {"memory_bytes", t.memory_bytes}}},
+                              {"memory_bytes", t.max_memory_bytes}, {"gpu_milli_by_type", t.max_gpu_milli_by_type},
+                              {"budget_micro_usd_per_day", t.budget_micro_usd_per_day}}},
+                   {"used", {{"gpu_milli", t.gpu_milli}, {"cpu_milli", t.cpu_milli}, {"memory_bytes", t.memory_bytes},
+                             {"gpu_milli_by_type", t.gpu_milli_by_type}}},
+                   {"spent_today_micro_usd", t.spent_today_micro_usd},
                    {"jobs_active", t.jobs_active},
                    {"tasks_running", t.tasks_running},
                    {"tasks_waiting", t.tasks_waiting}});
@@ -298,12 +301,18 @@ Status RunTenantList(const TokenOptions& o, std::ostream& out) {
     std::string u = bytes ? FormatBytes(used) : FormatMilli(used);
     return quota > 0 ? u + " of " + (bytes ? FormatBytes(quota) : FormatMilli(quota)) : u + " (no quota)";
   };
-  Table table({"tenant", "weight", "GPUs", "CPU cores", "memory", "jobs", "running", "waiting"});
+  Table table({"tenant", "weight", "GPUs", "CPU cores", "memory", "spent today", "jobs", "running", "waiting"});
   for (const model::TenantView& t : tenants) {
-    table.Add({t.name + (t.listed ? "" : " (not in the fleet)"), std::to_string(t.weight),
-               of(t.gpu_milli, t.max_gpu_milli, false), of(t.cpu_milli, t.max_cpu_milli, false),
-               of(t.memory_bytes, t.max_memory_bytes, true), std::to_string(t.jobs_active),
-               std::to_string(t.tasks_running), std::to_string(t.tasks_waiting)});
+    std::string gpus = of(t.gpu_milli, t.max_gpu_milli, false);
+    for (const auto& [type, quota] : t.max_gpu_milli_by_type) {
+      auto held = t.gpu_milli_by_type.find(type);
+      gpus += fmt::format("; {} {}", type, of(held == t.gpu_milli_by_type.end() ? 0 : held->second, quota, false));
+    }
+    std::string spent = FormatMicroUsd(t.spent_today_micro_usd);
+    if (t.budget_micro_usd_per_day > 0) spent += " of " + FormatMicroUsd(t.budget_micro_usd_per_day);
+    table.Add({t.name + (t.listed ? "" : " (not in the fleet)"), std::to_string(t.weight), gpus,
+               of(t.cpu_milli, t.max_cpu_milli, false), of(t.memory_bytes, t.max_memory_bytes, true), spent,
+               std::to_string(t.jobs_active), std::to_string(t.tasks_running), std::to_string(t.tasks_waiting)});
   }
   table.Print(out);
   return OkStatus();

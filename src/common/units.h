@@ -27,6 +27,7 @@ inline constexpr int64_t kMillisecondUs = 1'000;
 inline constexpr int64_t kSecondUs = 1'000'000;
 inline constexpr int64_t kMinuteUs = 60 * kSecondUs;
 inline constexpr int64_t kHourUs = 60 * kMinuteUs;
+inline constexpr int64_t kDayUs = 24 * kHourUs;
 
 inline constexpr int64_t kMicroUsdPerUsd = 1'000'000;
 inline constexpr int64_t kGbps = 1'000'000'000;

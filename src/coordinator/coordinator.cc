@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/units.h"
 #include "security/ticket.h"
 #include "spec/job_spec.h"
 
@@ -97,6 +98,10 @@ Status Coordinator::LoadState() {
     tasks[t.task].rec = std::move(t);
   }
   LoadNames(state.names);
+  spend_day_ = WallUs() / kDayUs;
+  for (const model::TenantSpend& t : state.spend) {
+    if (t.day == spend_day_) spent_today_[t.tenant] = t.micro_usd;
+  }
   {
     std::lock_guard<std::mutex> auth_lock(auth_mu_);
     for (model::TokenRecord& t : state.tokens) tokens_[t.id] = std::move(t);
@@ -172,7 +177,11 @@ Status Coordinator::LoadState() {
   return OkStatus();
 }
 
-void Coordinator::Commit(const store::StoreBatch& batch) {
+void Coordinator::Commit(store::StoreBatch& batch) {
+  for (const std::string& tenant : spend_unsaved_) {
+    batch.spend.push_back(model::TenantSpend{tenant, spend_day_, spent_today_[tenant]});
+  }
+  spend_unsaved_.clear();
   if (batch.empty()) return;
   Status s = store_->Apply(batch);
   // Nothing is acknowledged that is not stored; a store that cannot write stops the
@@ -767,6 +776,8 @@ std::vector<model::TenantView> Coordinator::ListTenants() {
     v.max_gpu_milli = t.max_gpu_milli;
     v.max_cpu_milli = t.max_cpu_milli;
     v.max_memory_bytes = t.max_memory_bytes;
+    v.max_gpu_milli_by_type.insert(t.max_gpu_milli_by_type.begin(), t.max_gpu_milli_by_type.end());
+    v.budget_micro_usd_per_day = t.budget_micro_usd_per_day;
     v.listed = true;
   }
   for (const auto& [id, job] : jobs_) {
@@ -783,7 +794,11 @@ std::vector<model::TenantView> Coordinator::ListTenants() {
     it->second.gpu_milli = used.gpu_milli;
     it->second.cpu_milli = used.cpu_milli;
     it->second.memory_bytes = used.memory_bytes;
+    for (const auto& [type, milli] : used.gpu_milli_by_type) {
+      if (milli != 0) it->second.gpu_milli_by_type[type] = milli;
+    }
   }
+  for (auto& [name, v] : by_name) v.spent_today_micro_usd = SpentTodayLocked(name);
   std::vector<model::TenantView> out;
   for (auto& [name, v] : by_name) out.push_back(std::move(v));
   return out;

@@ -147,6 +147,10 @@ class Coordinator final : public rpc::JobApi,
     int64_t seq = -1;        // key in ready_ while queued
     int32_t node = -1;       // index in nodes_ while it holds resources there
     int32_t input_losses = 0;  // attempts stopped because an input could not be fetched
+    // The estimated cost of this attempt, counted against its tenant's budget while
+    // it runs (the egress part apart); when it ends, what it ran counts instead.
+    int64_t charged_micro_usd = 0;
+    int64_t charged_egress_micro_usd = 0;
   };
   struct JobRt {
     model::JobRecord rec;
@@ -216,7 +220,8 @@ class Coordinator final : public rpc::JobApi,
                  model::RegistrationReply& reply);
   void ScheduleLocked();
   void DetectFailuresLocked();
-  void Commit(const store::StoreBatch& batch);
+  // Writes `batch`, with the spend rows not written yet.
+  void Commit(store::StoreBatch& batch);
   // OK when every task could run on the registered fleet; else why one cannot.
   Status CheckFeasible(const model::Job& job) const;
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
@@ -290,7 +295,15 @@ class Coordinator final : public rpc::JobApi,
   model::JobSummary SummaryOf(const JobRt& job) const;
   std::string TaskName(const JobRt& job, uint32_t task) const;
   // Adds (sign 1) or takes back (-1) an allocation in its tenant's usage.
-  void CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int sign);
+  void CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int32_t node, int sign);
+  // Adds an ended attempt's cost to what `tenant` spent today; written with the next
+  // Commit. The day is UTC, by the wall clock; a new day starts from nothing.
+  void ChargeLocked(const std::string& tenant, int64_t micro_usd);
+  // What `tenant` spent today, and what its running attempts are estimated to cost.
+  int64_t SpentTodayLocked(const std::string& tenant);
+  // The cost of `task`'s attempt on `node` as it ran until now: its share of the
+  // node's price for the time since it started, and the egress it was charged.
+  int64_t RanCostLocked(const JobRt& job, const TaskRt& task, int32_t node) const;
   // A registration checked against options_.declared_nodes.
   Status CheckAgainstFleet(const model::AgentRegistration& reg) const;
   // Refuses reports on attempts node `index` (-1: not yet registered) does not hold.
@@ -319,6 +332,12 @@ class Coordinator final : public rpc::JobApi,
   std::map<uint64_t, JobRt> jobs_;
   // What tasks holding resources on nodes hold, by their job's tenant.
   std::map<std::string, sched::TenantUsage> tenant_usage_;
+  int64_t spend_day_ = -1;                        // the UTC day spent_today_ is of
+  std::map<std::string, int64_t> spent_today_;    // by tenant: ended attempts (stored)
+  // By tenant: the estimates of its attempts running now (in memory only; after a
+  // restart a running attempt counts once it ends, at what it ran).
+  std::map<std::string, int64_t> running_estimate_;
+  std::set<std::string> spend_unsaved_;           // tenants whose spend the store lacks
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards

@@ -3,6 +3,9 @@
 // (The gRPC edge that binds certificates and tokens to these is tested with real
 // processes in tests/security_test.cc.)
 #include <chrono>
+#include <filesystem>
+#include <random>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -10,6 +13,7 @@
 
 #include "coordinator/coordinator_test_util.h"
 #include "security/pki.h"
+#include "store/sqlite_state_store.h"
 
 namespace meridian::coordinator {
 namespace {
@@ -258,6 +262,103 @@ TEST_F(IdentityTest, ATenantsQuotaCountsWhatItsRunningTasksHold) {
   std::vector<model::TaskAssignment> c = Next(n1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].key.job, second->job_id);
+}
+
+model::AgentRegistration NodeWith(const std::string& name, const std::string& type, int devices,
+                                   int64_t price_micro_usd_per_hour) {
+  model::AgentRegistration r = Node(name);
+  r.node.devices.clear();
+  for (int i = 0; i < devices; ++i) r.node.devices.push_back(model::Device{type, i, int64_t{16} << 30, true, 1.0});
+  r.node.price_micro_usd_per_hour = price_micro_usd_per_hour;
+  return r;
+}
+
+TEST_F(IdentityTest, AQuotaOnOneAcceleratorTypeSendsTasksToOtherTypesOrHoldsThem) {
+  model::Fleet fleet = TwoTenants(1, 0);
+  fleet.tenants[0].max_gpu_milli_by_type = {{"T4", 1000}};
+  Start(std::make_unique<testing::InMemoryStateStore>(), fleet);
+  model::RegistrationReply n1 = Register(NodeWith("n1", "T4", 2, 0));
+  model::RegistrationReply n2 = Register(NodeWith("n2", "A100", 1, 0));
+  auto job = coord_->Submit(
+      "name: g\ntasks:\n  - {name: t, kernel: sum, count: 3, duration: 1h, resources: {accelerator: {any_of: [T4, "
+      "A100]}}}\n",
+      "g.yaml", "team-a");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // One T4 (its quota) and the A100; the third waits, though a T4 is free.
+  std::vector<model::TaskAssignment> on_t4 = Next(n1), on_a100 = Next(n2);
+  ASSERT_EQ(on_t4.size(), 1u);
+  ASSERT_EQ(on_a100.size(), 1u);
+  StatusOr<model::JobView> v = coord_->GetJob(job->job_id, 0, 10);
+  ASSERT_TRUE(v.ok());
+  const model::TaskView& third = v->tasks[2];
+  EXPECT_EQ(third.record.status, model::TaskStatus::kQueued);
+  EXPECT_EQ(third.record.reason,
+            "waiting: 0 of 2 nodes can run it now: 1 node at s1 are busy, but one frees in 1h 00m and would still "
+            "finish it first (2h 00m from now); 1 node with T4s: tenant 'team-a' uses 1 of its 1 T4 quota");
+  // Another tenant's T4 task takes the free T4: the quota is team-a's.
+  auto other = coord_->Submit("name: b\ntasks:\n  - {name: t, kernel: sum, resources: {accelerator: T4}}\n",
+                              "b.yaml", "team-b");
+  ASSERT_TRUE(other.ok());
+  std::vector<model::TaskAssignment> b = Next(n1);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].key.job, other->job_id);
+  std::vector<model::TenantView> tenants = coord_->ListTenants();
+  ASSERT_EQ(tenants.size(), 2u);
+  EXPECT_EQ(tenants[0].max_gpu_milli_by_type, (std::map<std::string, int64_t>{{"T4", 1000}}));
+  EXPECT_EQ(tenants[0].gpu_milli_by_type, (std::map<std::string, int64_t>{{"A100", 1000}, {"T4", 1000}}));
+  EXPECT_EQ(tenants[1].gpu_milli_by_type, (std::map<std::string, int64_t>{{"T4", 1000}}));
+  // The T4 task done, the third takes the T4.
+  Report(n1, {Done(on_t4[0].key, "1")});
+  std::vector<model::TaskAssignment> next = Next(n1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].key.task, third.record.task);
+}
+
+TEST_F(IdentityTest, ADailyBudgetHoldsTasksUntilTheSpendAllowsAndRenewsTheNextDay) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("meridian-budget-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "state.db").string();
+  model::Fleet fleet = TwoTenants(1, 0);
+  fleet.tenants[0].budget_micro_usd_per_day = 10'000'000;  // $10 a day
+  auto long_heartbeats = [](CoordinatorOptions& o) { o.heartbeat_timeout_us = int64_t{100} * kHourUs; };
+  Start(std::move(*store::SqliteStateStore::Open(db, {})), fleet, long_heartbeats);
+  // 4 T4s at $16 an hour: an hour on one of them is $4.
+  model::RegistrationReply n1 = Register(NodeWith("n1", "T4", 4, 16'000'000));
+  auto job = coord_->Submit(
+      "name: g\ntasks:\n  - {name: t, kernel: sum, count: 3, duration: 1h, resources: {accelerator: T4}}\n",
+      "g.yaml", "team-a");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<model::TaskAssignment> first = Next(n1);
+  if (first.size() == 1) first.push_back(Next(n1).at(0));
+  ASSERT_EQ(first.size(), 2u);  // $8 of $10
+  StatusOr<model::JobView> v = coord_->GetJob(job->job_id, 0, 10);
+  EXPECT_EQ(v->tasks[2].record.reason,
+            "waiting: 0 of 1 nodes can run it now: 1 node would charge $4.00 for it, more than the $2.00 left today "
+            "of tenant 'team-a''s daily budget");
+  EXPECT_EQ(coord_->ListTenants()[0].spent_today_micro_usd, 8'000'000);
+  // One ends after 15 minutes: it cost $1, not $4, and the third fits.
+  env_.fake().Advance(15 * 60 * int64_t{1'000'000});
+  Report(n1, {Done(first[0].key, "1")});
+  // (The agent here reports nothing running: the second task's assignment, old by
+  // now, is sent again beside the third.)
+  std::vector<model::TaskAssignment> next = Next(n1);
+  std::set<uint32_t> tasks;
+  for (const model::TaskAssignment& a : next) tasks.insert(a.key.task);
+  EXPECT_EQ(tasks, (std::set<uint32_t>{first[1].key.task, 3 - first[0].key.task - first[1].key.task}));
+  EXPECT_EQ(coord_->ListTenants()[0].spent_today_micro_usd, 9'000'000);  // $1 + $4 + $4 placed
+  EXPECT_EQ(coord_->ListTenants()[0].budget_micro_usd_per_day, 10'000'000);
+  // What was spent survives a restart; the running two count again once they end,
+  // at what they ran.
+  coord_.reset();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})), fleet, long_heartbeats);
+  EXPECT_EQ(coord_->ListTenants()[0].spent_today_micro_usd, 1'000'000);
+  // A new day (UTC) starts from nothing.
+  env_.fake().Advance(2 * kHourUs);
+  EXPECT_EQ(coord_->ListTenants()[0].spent_today_micro_usd, 0);
+  coord_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_F(IdentityTest, TwoTenantsSharingANodeGetTheirWeightedShares) {

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
+#include "sched/estimate.h"
 
 namespace meridian::coordinator {
 namespace {
@@ -43,26 +44,69 @@ void Coordinator::Hold(TaskRt& task, int32_t node) {
   nodes_[node].tasks.insert({task.rec.job, task.rec.task});
   JobRt& job = jobs_.at(task.rec.job);
   ++job.held;
-  CountTenantUsage(job.rec.tenant, a, 1);
+  CountTenantUsage(job.rec.tenant, a, node, 1);
 }
 
-void Coordinator::CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int sign) {
+void Coordinator::CountTenantUsage(const std::string& tenant, const model::TaskAllocation& a, int32_t node,
+                                   int sign) {
   sched::TenantUsage& u = tenant_usage_[tenant];
-  u.gpu_milli += sign * static_cast<int64_t>(a.devices.size()) * a.device_share_milli;
+  const int64_t gpu_milli = static_cast<int64_t>(a.devices.size()) * a.device_share_milli;
+  u.gpu_milli += sign * gpu_milli;
   u.cpu_milli += sign * a.cpu_milli;
   u.memory_bytes += sign * a.memory_bytes;
+  if (gpu_milli > 0) u.gpu_milli_by_type[std::string(fleet_.nodes[node].accelerator_type())] += sign * gpu_milli;
+}
+
+void Coordinator::ChargeLocked(const std::string& tenant, int64_t micro_usd) {
+  const int64_t day = WallUs() / kDayUs;
+  if (day != spend_day_) {
+    spent_today_.clear();
+    spend_day_ = day;
+  }
+  if (micro_usd == 0) return;
+  spent_today_[tenant] += micro_usd;
+  spend_unsaved_.insert(tenant);
+}
+
+int64_t Coordinator::SpentTodayLocked(const std::string& tenant) {
+  ChargeLocked(tenant, 0);  // a new day starts from nothing
+  auto spent = spent_today_.find(tenant);
+  auto running = running_estimate_.find(tenant);
+  return (spent == spent_today_.end() ? 0 : spent->second) +
+         (running == running_estimate_.end() ? 0 : running->second);
+}
+
+int64_t Coordinator::RanCostLocked(const JobRt& job, const TaskRt& task, int32_t node) const {
+  const model::Node& n = fleet_.nodes[node];
+  if (!job.job || n.price_micro_usd_per_hour == 0) return task.charged_egress_micro_usd;
+  sched::Pool shape;
+  shape.device_count = static_cast<int32_t>(n.devices.size());
+  shape.cpu_milli = n.cpu_milli;
+  shape.memory_bytes = n.memory_bytes;
+  const int64_t share = sched::NodeShareppm(job.job->tasks[task.rec.task].resources, shape);
+  const int64_t ran_us = std::max<int64_t>(0, WallUs() - task.rec.started_us);
+  return sched::RunCostMicroUsd(n.price_micro_usd_per_hour, share, ran_us) + task.charged_egress_micro_usd;
 }
 
 void Coordinator::Release(TaskRt& task) {
   if (task.node < 0) return;
+  {
+    // The estimate counted while it ran gives way to what it ran.
+    const JobRt& job = jobs_.at(task.rec.job);
+    if (task.charged_micro_usd != 0) running_estimate_[job.rec.tenant] -= task.charged_micro_usd;
+    ChargeLocked(job.rec.tenant, RanCostLocked(job, task, task.node));
+    task.charged_micro_usd = 0;
+    task.charged_egress_micro_usd = 0;
+  }
   const model::TaskAllocation& a = task.rec.allocation;
   ledger_.Give(sched::Allocation{NodeId(static_cast<uint32_t>(task.node)), a.cpu_milli, a.memory_bytes, a.devices,
                                  a.device_share_milli});
+  const int32_t node = task.node;
   nodes_[task.node].tasks.erase({task.rec.job, task.rec.task});
   task.node = -1;
   dirty_ = true;
   JobRt& job = jobs_.at(task.rec.job);
-  CountTenantUsage(job.rec.tenant, a, -1);
+  CountTenantUsage(job.rec.tenant, a, node, -1);
   if (--job.held == 0 && model::IsTerminal(job.rec.status)) to_retire_.insert(job.rec.id);
 }
 
@@ -90,6 +134,13 @@ void Coordinator::ScheduleLocked() {
     u.gpu_milli += used.gpu_milli;
     u.cpu_milli += used.cpu_milli;
     u.memory_bytes += used.memory_bytes;
+    for (const auto& [type, milli] : used.gpu_milli_by_type) u.gpu_milli_by_type[type] += milli;
+  }
+  for (size_t t = 0; t < fleet_.tenants.size(); ++t) {
+    const model::Tenant& tenant = fleet_.tenants[t];
+    if (tenant.budget_micro_usd_per_day > 0) {
+      snap.tenant_usage[t].budget_left_micro_usd = tenant.budget_micro_usd_per_day - SpentTodayLocked(tenant.name);
+    }
   }
   std::map<uint64_t, uint32_t> job_index;
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
@@ -131,6 +182,9 @@ void Coordinator::ScheduleLocked() {
     r.reason.clear();
     r.started_us = now;
     Hold(*task, node);
+    task->charged_micro_usd = p.cost_micro_usd();
+    task->charged_egress_micro_usd = p.egress_cost_micro_usd;
+    if (p.cost_micro_usd() != 0) running_estimate_[job->rec.tenant] += p.cost_micro_usd();
     ++job->running_by_site[r.site];
     task->attempt_outcome = "running";
     task->attempt_reason.clear();

@@ -78,9 +78,14 @@ struct Tenant {
   TenantId id;
   std::string name;
   int64_t weight = 1;
-  int64_t max_gpu_milli = 0;
+  int64_t max_gpu_milli = 0;    // every accelerator type together
   int64_t max_cpu_milli = 0;
   int64_t max_memory_bytes = 0;
+  // Accelerators of one type ("H100": 2000): a type absent is limited by
+  // max_gpu_milli only.
+  std::map<std::string, int64_t, std::less<>> max_gpu_milli_by_type = {};
+  // What its tasks may cost per day (UTC), by the nodes' prices; 0: no budget.
+  int64_t budget_micro_usd_per_day = 0;
 };
 
 class Fleet {

@@ -306,6 +306,10 @@ struct TenantView {
   int32_t jobs_active = 0;  // queued or running
   int32_t tasks_running = 0;
   int32_t tasks_waiting = 0;
+  std::map<std::string, int64_t> max_gpu_milli_by_type = {};  // quotas by accelerator type
+  std::map<std::string, int64_t> gpu_milli_by_type = {};      // held now, by type
+  int64_t budget_micro_usd_per_day = 0;                        // 0: none
+  int64_t spent_today_micro_usd = 0;                           // UTC day
 };
 
 struct AgentRegistration {
@@ -345,6 +349,14 @@ struct AgentHeartbeat {
 };
 
 // A name given to an object (shard -1), or shard `shard` of the dataset `name`.
+// What a tenant's tasks cost on one day (UTC, days since 1970-01-01): placed tasks at
+// their estimate, ended ones at what they ran.
+struct TenantSpend {
+  std::string tenant;
+  int64_t day = 0;
+  int64_t micro_usd = 0;
+};
+
 struct ObjectName {
   std::string name;
   int32_t shard = -1;

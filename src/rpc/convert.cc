@@ -17,12 +17,21 @@ void ToProto(const model::TenantView& t, v1::TenantInfo* out) {
   out->set_jobs_active(t.jobs_active);
   out->set_tasks_running(t.tasks_running);
   out->set_tasks_waiting(t.tasks_waiting);
+  for (const auto& [type, milli] : t.max_gpu_milli_by_type) (*out->mutable_max_gpu_milli_by_type())[type] = milli;
+  for (const auto& [type, milli] : t.gpu_milli_by_type) (*out->mutable_gpu_milli_by_type())[type] = milli;
+  out->set_budget_micro_usd_per_day(t.budget_micro_usd_per_day);
+  out->set_spent_today_micro_usd(t.spent_today_micro_usd);
 }
 
 model::TenantView FromProto(const v1::TenantInfo& in) {
-  return model::TenantView{in.name(),      in.weight(),         in.max_gpu_milli(), in.max_cpu_milli(),
-                           in.max_memory_bytes(), in.listed(),   in.gpu_milli(),     in.cpu_milli(),
-                           in.memory_bytes(), in.jobs_active(), in.tasks_running(), in.tasks_waiting()};
+  model::TenantView t{in.name(),      in.weight(),         in.max_gpu_milli(), in.max_cpu_milli(),
+                      in.max_memory_bytes(), in.listed(),   in.gpu_milli(),     in.cpu_milli(),
+                      in.memory_bytes(), in.jobs_active(), in.tasks_running(), in.tasks_waiting()};
+  t.max_gpu_milli_by_type.insert(in.max_gpu_milli_by_type().begin(), in.max_gpu_milli_by_type().end());
+  t.gpu_milli_by_type.insert(in.gpu_milli_by_type().begin(), in.gpu_milli_by_type().end());
+  t.budget_micro_usd_per_day = in.budget_micro_usd_per_day();
+  t.spent_today_micro_usd = in.spent_today_micro_usd();
+  return t;
 }
 
 void ToProto(const model::TokenRecord& t, v1::Token* out) {

@@ -66,6 +66,7 @@ struct Taken {
   TenantUsage usage;
   int64_t cost;
   int64_t finish_us;
+  std::string device_type;
 };
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
@@ -165,6 +166,9 @@ class Scheduler {
   // The placement on a node of candidate pool `pool` (one of candidates_).
   Placement PlaceOnPool(size_t qi, uint32_t pool, NodeId node, std::vector<int32_t> devices) const;
   bool CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const;
+  // Whether the tenant's quota for the pool's accelerator type (if it has one) has room
+  // for the task; if not, the rejection says so.
+  bool TypeQuotaAllows(size_t qi, const Pool& pool, const model::ResourceRequest& r);
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
   // The node choices that compare nodes; over several pools for kAnyPool.
@@ -267,6 +271,22 @@ bool Scheduler::CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* 
     }
   }
   return true;
+}
+
+bool Scheduler::TypeQuotaAllows(size_t qi, const Pool& pool, const model::ResourceRequest& r) {
+  size_t t = order_.TenantOf(qi);
+  if (r.device_count == 0 || t >= s_.fleet->tenants.size()) return true;
+  const auto& quotas = s_.fleet->tenants[t].max_gpu_milli_by_type;
+  auto quota = quotas.find(pool.device_type);
+  if (quota == quotas.end()) return true;
+  const int64_t need = UsageOf(r).gpu_milli;
+  auto held = usage_[t].gpu_milli_by_type.find(pool.device_type);
+  const int64_t used = held == usage_[t].gpu_milli_by_type.end() ? 0 : held->second;
+  if (used + need <= quota->second) return true;
+  rejections_.push_back(
+      Rejection{RejectionKind::kTypeQuota, static_cast<uint16_t>(need > quota->second ? 1 : 0), pool.index, used,
+                quota->second});
+  return false;
 }
 
 std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::ResourceRequest& r,
@@ -571,8 +591,14 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   for (const Pool& pool : pools_) {
     if (!where.Admits(pool) || pool.nodes.empty()) continue;
     if (verdicts[pool.index] != kPassed) continue;
+    if (!TypeQuotaAllows(qi, pool, r)) continue;
     Candidate c;
     if (!ScorePool(view, pool, cost_ctx, tiebreak_[pool.index], &c, &rejections_)) continue;
+    if (const std::optional<int64_t>& left = usage_[order_.TenantOf(qi)].budget_left_micro_usd;
+        left && c.cost_micro_usd > *left) {
+      rejections_.push_back(Rejection{RejectionKind::kTenantBudget, 0, pool.index, c.cost_micro_usd, *left});
+      continue;
+    }
     // The agnostic baseline knows no difference between devices, in speed or in
     // price: equal candidates, split by the seeded tie-break. (Budgets were
     // checked with the real cost.)
@@ -650,11 +676,13 @@ void Scheduler::Commit(size_t qi, const Placement& p, std::vector<Taken>* log) {
   usage_[t].gpu_milli += u.gpu_milli;
   usage_[t].cpu_milli += u.cpu_milli;
   usage_[t].memory_bytes += u.memory_bytes;
+  if (u.gpu_milli > 0) usage_[t].gpu_milli_by_type[p.device_type] += u.gpu_milli;
+  if (usage_[t].budget_left_micro_usd) *usage_[t].budget_left_micro_usd -= p.cost_micro_usd();
   // A gang's members are released only once the whole gang is placed: a member
   // must not hold out for a node its own gang took (the gang would be rolled back
   // every round and never start).
   if (!log) AddRelease(p.finish_us, p.allocation);
-  if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd(), p.finish_us});
+  if (log) log->push_back(Taken{p.allocation, p.job, t, u, p.cost_micro_usd(), p.finish_us, p.device_type});
 }
 
 void Scheduler::Rollback(std::vector<Taken>* log) {
@@ -664,6 +692,8 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
     usage_[t.tenant].gpu_milli -= t.usage.gpu_milli;
     usage_[t.tenant].cpu_milli -= t.usage.cpu_milli;
     usage_[t.tenant].memory_bytes -= t.usage.memory_bytes;
+    if (t.usage.gpu_milli > 0) usage_[t.tenant].gpu_milli_by_type[t.device_type] -= t.usage.gpu_milli;
+    if (usage_[t.tenant].budget_left_micro_usd) *usage_[t.tenant].budget_left_micro_usd += t.cost;
   }
   log->clear();
   // Resources came back: what was full may have room again.

@@ -75,9 +75,18 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
   const auto& filters = DefaultFilters();
   std::map<std::string, size_t> nodes_by_phrase;
   bool waiting = false;
+  // A pool the task would hold out for was busy too: say the hold-out only, so that
+  // each node is counted once.
+  std::vector<uint32_t> held_out;
+  for (const Rejection& r : rejections) {
+    if (r.kind == RejectionKind::kHoldOut) held_out.push_back(r.pool);
+  }
   for (const Rejection& r : rejections) {
     const Pool& pool = pools[r.pool];
     if (pool.nodes.empty()) continue;  // emptied by PoolIndex::Move
+    if (r.kind == RejectionKind::kBusy && std::find(held_out.begin(), held_out.end(), r.pool) != held_out.end()) {
+      continue;
+    }
     std::string phrase;
     switch (r.kind) {
       case RejectionKind::kFilter:
@@ -96,6 +105,21 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
         phrase = fmt::format("at {} are busy (not enough {} now)", t.fleet.site(pool.site).name,
                              ShortResource(t.task.resources, free.free(pool.nodes.front())));
         waiting = true;
+        break;
+      case RejectionKind::kTypeQuota:
+        if (r.filter == 1) {
+          phrase = fmt::format("with {}s: it needs more than tenant '{}''s {} quota of {}", pool.device_type,
+                               t.job.tenant, pool.device_type, FormatMilli(r.limit));
+        } else {
+          phrase = fmt::format("with {}s: tenant '{}' uses {} of its {} {} quota", pool.device_type, t.job.tenant,
+                               FormatMilli(r.value), FormatMilli(r.limit), pool.device_type);
+          waiting = true;
+        }
+        break;
+      case RejectionKind::kTenantBudget:
+        phrase = fmt::format("would charge {} for it, more than the {} left today of tenant '{}''s daily budget",
+                             FormatMicroUsd(r.value), FormatMicroUsd(r.limit), t.job.tenant);
+        waiting = true;  // the budget renews at midnight UTC
         break;
       case RejectionKind::kHoldOut:
         phrase = fmt::format("at {} are busy, but one frees in {} and would still finish it first ({} from now)",

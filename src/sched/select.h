@@ -44,14 +44,17 @@ struct Candidate {
   int64_t wait_us = 0;  // until a node of the pool has room (0: now)
 };
 
-enum class RejectionKind : uint8_t { kFilter, kDeadline, kBudget, kBusy, kHoldOut };
+// kTypeQuota: the tenant's quota for the pool's accelerator type is in use;
+// kTenantBudget: the task would cost more than is left of the tenant's daily budget.
+enum class RejectionKind : uint8_t { kFilter, kDeadline, kBudget, kBusy, kHoldOut, kTypeQuota, kTenantBudget };
 
 struct Rejection {
   RejectionKind kind;
-  uint16_t filter;  // index into DefaultFilters() for kFilter
+  uint16_t filter;  // index into DefaultFilters() for kFilter; for kTypeQuota, 1 when
+                    // the task alone needs more than the quota (it can never run there)
   uint32_t pool;
-  int64_t value;    // finish time (kDeadline, kHoldOut) or cost (kBudget)
-  int64_t limit;    // the deadline, the budget left, or the wait (kHoldOut)
+  int64_t value;    // finish time (kDeadline, kHoldOut), cost (kBudget, kTenantBudget), in use (kTypeQuota)
+  int64_t limit;    // the deadline, the budget left, the wait (kHoldOut), the quota (kTypeQuota)
 };
 
 // Score plugins.

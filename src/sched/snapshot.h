@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -90,6 +91,10 @@ struct TenantUsage {
   int64_t gpu_milli = 0;
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
+  // Accelerators held, by type (those of a type the tenant has a quota for, at least).
+  std::map<std::string, int64_t, std::less<>> gpu_milli_by_type = {};
+  // What is left of the tenant's budget for today; unset: it has none.
+  std::optional<int64_t> budget_left_micro_usd = {};
 };
 
 // A job as the scheduler sees it.

@@ -340,10 +340,28 @@ Status ParseTenants(const Reader& r, const YAML::Node& root, Fleet* fleet) {
     MERIDIAN_RETURN_IF_ERROR(r.Int(t, "weight", path, 1, 1'000'000, &tenant.weight));
     if (YAML::Node q = t["quota"]) {
       std::string qpath = Field(path, "quota");
-      MERIDIAN_RETURN_IF_ERROR(r.CheckMap(q, qpath, {"gpus", "cpu", "memory"}));
+      MERIDIAN_RETURN_IF_ERROR(
+          r.CheckMap(q, qpath, {"gpus", "gpus_by_type", "cpu", "memory", "budget_per_day"}));
       MERIDIAN_RETURN_IF_ERROR(r.Unit(q, "gpus", qpath, ParseMilli, &tenant.max_gpu_milli));
       MERIDIAN_RETURN_IF_ERROR(r.Unit(q, "cpu", qpath, ParseMilli, &tenant.max_cpu_milli));
       MERIDIAN_RETURN_IF_ERROR(r.Unit(q, "memory", qpath, ParseBytes, &tenant.max_memory_bytes));
+      MERIDIAN_RETURN_IF_ERROR(r.Unit(q, "budget_per_day", qpath, ParseMicroUsd, &tenant.budget_micro_usd_per_day));
+      if (YAML::Node by = q["gpus_by_type"]) {
+        const std::string bpath = Field(qpath, "gpus_by_type");
+        if (!by.IsMap() || by.size() == 0) return r.Error(by, bpath, "expected a map of accelerator type: GPUs");
+        for (auto it = by.begin(); it != by.end(); ++it) {
+          const std::string type = it->first.Scalar();
+          auto known = model::FindAcceleratorType(type);
+          if (!known || known->name == model::kCpuType) {
+            return r.Error(it->first, bpath,
+                           fmt::format("unknown accelerator type '{}' (known: {})", type,
+                                       model::KnownAcceleratorTypeNames()));
+          }
+          int64_t milli = 0;
+          MERIDIAN_RETURN_IF_ERROR(r.Unit(by, type, bpath, ParseMilli, &milli));
+          tenant.max_gpu_milli_by_type[std::string(known->name)] = milli;
+        }
+      }
     }
     fleet->tenants.push_back(std::move(tenant));
   }

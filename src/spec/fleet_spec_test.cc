@@ -30,7 +30,7 @@ nodes:
     cpu: 500m
     memory: 2GiB
 tenants:
-  - {name: team, quota: {gpus: 4.5}}
+  - {name: team, quota: {gpus: 4.5, gpus_by_type: {a100: 2, T4: 0.5}, budget_per_day: $120.50}}
 throughput:
   kinds:
     - {kind: gemm, unit: TFLOP, per_second: {A100: 250, CPU: 1}}
@@ -65,6 +65,9 @@ TEST(FleetSpecTest, LoadsSitesLinksNodesTenantsAndThroughput) {
   EXPECT_EQ(f.nodes[3].accelerator_type(), "CPU");
   ASSERT_EQ(f.tenants.size(), 1u);
   EXPECT_EQ(f.tenants[0].max_gpu_milli, 4500);
+  EXPECT_EQ(f.tenants[0].max_gpu_milli_by_type,
+            (std::map<std::string, int64_t, std::less<>>{{"A100", 2000}, {"T4", 500}}));  // types canonical
+  EXPECT_EQ(f.tenants[0].budget_micro_usd_per_day, 120'500'000);
   EXPECT_EQ(spec->throughput.Lookup("A100", "gemm"), 250.0);
   EXPECT_EQ(spec->throughput.Unit("gemm"), "TFLOP");
 }
@@ -118,6 +121,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFleet{"egress for a site not on the link", "egress: {us-east: $0.02/GB}",
                  "egress: {mars: $0.02/GB}", "unknown field 'mars'"},
         BadFleet{"throughput of unknown type", "A100: 250", "Z9: 250", "unknown accelerator type 'Z9'"},
+        BadFleet{"quota of an unknown type", "a100: 2, T4", "a1000: 2, T4",
+                 "tenants[0].quota.gpus_by_type: unknown accelerator type 'a1000'"},
+        BadFleet{"quota for CPUs by type", "a100: 2, T4", "CPU: 2, T4", "unknown accelerator type 'CPU'"},
+        BadFleet{"negative budget", "$120.50", "$-1", "must not be negative"},
         BadFleet{"zero throughput", "A100: 250", "A100: 0", "must be positive"},
         BadFleet{"list where a value goes", "memory: 2GiB", "memory: [2GiB]",
                  "nodes[1].memory: expected a single value"}),

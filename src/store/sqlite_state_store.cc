@@ -63,10 +63,14 @@ constexpr const char* kMigrations[] = {
       role TEXT NOT NULL, created_us INTEGER NOT NULL, expires_us INTEGER NOT NULL,
       revoked INTEGER NOT NULL) WITHOUT ROWID;
     )sql",
-    // 7: the tenant a name (and the objects it names) belongs to; names from before
-    // tenants were known belong to none, which only admins read.
+    // 7: the tenant a name (and the objects it names) belongs to (names from before
+    // tenants were known belong to none, which only admins read); what each tenant's
+    // tasks cost per day, for daily budgets.
     R"sql(
     ALTER TABLE object_names ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+    CREATE TABLE tenant_spend (
+      tenant TEXT NOT NULL, day INTEGER NOT NULL, micro_usd INTEGER NOT NULL,
+      PRIMARY KEY (tenant, day)) WITHOUT ROWID;
     )sql",
 };
 // Jobs whose tasks a restarted coordinator takes back into memory.
@@ -181,7 +185,8 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 }
 
 SqliteStateStore::~SqliteStateStore() {
-  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_, put_token_}) {
+  for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_, put_token_,
+                           put_spend_}) {
     sqlite3_finalize(st);
   }
   sqlite3_close(db_);
@@ -240,6 +245,7 @@ Status SqliteStateStore::Prepare() {
       {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4,?5)"},
       {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
       {&put_token_, "INSERT OR REPLACE INTO tokens VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
+      {&put_spend_, "INSERT OR REPLACE INTO tenant_spend VALUES (?1,?2,?3)"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -355,6 +361,10 @@ Status SqliteStateStore::Apply(const StoreBatch& batch) {
       s = Fail("write token");
     }
   }
+  for (size_t i = 0; s.ok() && i < batch.spend.size(); ++i) {
+    const model::TenantSpend& t = batch.spend[i];
+    if (!Binder(put_spend_).Str(t.tenant).Int(t.day).Int(t.micro_usd).Done()) s = Fail("write tenant spend");
+  }
   if (!s.ok()) {
     Exec("ROLLBACK").IgnoreError();
     return s;
@@ -434,6 +444,12 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
     t.expires_us = sqlite3_column_int64(st, 6);
     t.revoked = sqlite3_column_int(st, 7) != 0;
     out.tokens.push_back(std::move(t));
+  }
+  Stmt spend;
+  MERIDIAN_RETURN_IF_ERROR(Query(spend, "SELECT * FROM tenant_spend ORDER BY tenant, day", "read tenant spend"));
+  while (sqlite3_step(spend.st) == SQLITE_ROW) {
+    out.spend.push_back(model::TenantSpend{Text(spend.st, 0), sqlite3_column_int64(spend.st, 1),
+                                           sqlite3_column_int64(spend.st, 2)});
   }
   return out;
 }

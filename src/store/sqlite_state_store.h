@@ -72,6 +72,7 @@ class SqliteStateStore final : public StateStore {
   sqlite3_stmt* put_log_ = nullptr;
   sqlite3_stmt* put_name_ = nullptr;
   sqlite3_stmt* put_token_ = nullptr;
+  sqlite3_stmt* put_spend_ = nullptr;
   sqlite3_stmt* put_label_ = nullptr;
 };
 

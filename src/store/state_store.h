@@ -28,9 +28,11 @@ struct StoreBatch {
   std::vector<model::TaskLogRecord> logs;
   std::vector<model::ObjectName> names;  // inserted; names are never reused
   std::vector<model::TokenRecord> tokens;  // API tokens (hashes only), upserted by id
+  std::vector<model::TenantSpend> spend = {};  // upserted by (tenant, day)
 
   bool empty() const {
-    return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty() && tokens.empty();
+    return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty() && tokens.empty() &&
+           spend.empty();
   }
 };
 
@@ -43,6 +45,7 @@ struct LoadedState {
   std::vector<model::AttemptRecord> attempts;  // of unfinished jobs, by (job, task, attempt)
   std::vector<model::ObjectName> names;        // by (name, shard)
   std::vector<model::TokenRecord> tokens;      // by id
+  std::vector<model::TenantSpend> spend;       // by (tenant, day)
   // Finished jobs' task counts by status, and retries (attempts beyond the first).
   std::map<uint64_t, model::JobSummary> finished_counts;
 };

@@ -111,7 +111,12 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   batch.logs.push_back({id, 1, 1, "n0", "out", "err"});
   batch.names.push_back({"q3", -1, {std::string(32, 'a'), 22}, "team-a"});
   batch.names.push_back({"frames", 0, {std::string(32, 'b'), 7}, "team-b"});
+  batch.spend.push_back({"team-a", 20'000, 4'000'000});
+  batch.spend.push_back({"team-a", 20'001, 1'000'000});
   ASSERT_TRUE(store_->Apply(batch).ok());
+  StoreBatch later;  // a day's spend is replaced, not added to
+  later.spend.push_back({"team-a", 20'001, 9'000'000});
+  ASSERT_TRUE(store_->Apply(later).ok());
 
   // A finished job comes back as its record and counts; its tasks are read by page.
   LoadedState s = *store_->Load();
@@ -153,6 +158,12 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   EXPECT_EQ(s.names[1].object.id, std::string(32, 'a'));
   EXPECT_EQ(s.names[1].object.size, 22);
   EXPECT_EQ(s.names[1].tenant, "team-a");
+  ASSERT_EQ(s.spend.size(), 2u);
+  EXPECT_EQ(s.spend[0].day, 20'000);
+  EXPECT_EQ(s.spend[0].micro_usd, 4'000'000);
+  EXPECT_EQ(s.spend[1].tenant, "team-a");
+  EXPECT_EQ(s.spend[1].day, 20'001);
+  EXPECT_EQ(s.spend[1].micro_usd, 9'000'000);
 }
 
 TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {

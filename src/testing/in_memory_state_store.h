@@ -44,6 +44,7 @@ class InMemoryStateStore final : public store::StateStore {
     for (const model::TaskLogRecord& l : batch.logs) logs_[{l.job, l.task, l.attempt}] = l;
     for (const model::ObjectName& n : batch.names) names_[{n.name, n.shard}] = n;
     for (const model::TokenRecord& t : batch.tokens) tokens_[t.id] = t;
+    for (const model::TenantSpend& t : batch.spend) spend_[{t.tenant, t.day}] = t;
     return OkStatus();
   }
   StatusOr<store::LoadedState> Load() override {
@@ -64,6 +65,7 @@ class InMemoryStateStore final : public store::StateStore {
     }
     for (const auto& [k, n] : names_) out.names.push_back(n);
     for (const auto& [id, t] : tokens_) out.tokens.push_back(t);
+    for (const auto& [k, t] : spend_) out.spend.push_back(t);
     return out;
   }
   StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
@@ -119,6 +121,7 @@ class InMemoryStateStore final : public store::StateStore {
   uint64_t next_job_ = 1;
   std::map<std::pair<uint64_t, uint32_t>, store::NewTask> labels_;
   std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
+  std::map<std::pair<std::string, int64_t>, model::TenantSpend> spend_;
   std::map<std::string, model::TokenRecord> tokens_;
   std::map<uint64_t, model::JobRecord> jobs_;
   std::map<std::pair<uint64_t, uint32_t>, model::TaskRecord> tasks_;
