@@ -381,10 +381,14 @@ TEST_F(SecurityTest, TheTransferPlaneServesOnlyCertificatesOfTheCluster) {
       },
       5))
       << logs();
-  // The cluster's client certificate alone reads nothing: a client is no node.
+  // A certificate of the cluster alone reads nothing: not the client's, nor a node's
+  // (a machine holding one node's credentials reads what its tasks were given only).
   fo.tls = *security::TlsContext::Create(admin_.tls);
   EXPECT_EQ(objects::Fetch(from, *id, **store, fo).status().code(), StatusCode::kPermissionDenied);
+  fo.tls = *security::TlsContext::Create(NodeTls(o.replicas.front().node == "us-cpu-0" ? "us-cpu-1" : "us-cpu-0"));
+  EXPECT_EQ(objects::Fetch(from, *id, **store, fo).status().code(), StatusCode::kPermissionDenied);
   EXPECT_FALSE((*store)->Contains(*id));
+  fo.tls = *security::TlsContext::Create(admin_.tls);
   // With the ticket the coordinator gives a caller of the object's tenant, it reads it.
   StatusOr<model::ObjectLocation> located = As(admin_.token).Locate(o.id);
   ASSERT_TRUE(located.ok()) << located.status().ToString();

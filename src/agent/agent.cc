@@ -223,6 +223,7 @@ std::vector<std::optional<FetchedInput>> Agent::FetchTogether(const std::vector<
     fo.site = options_.site;
     fo.cancel = &stop;
     fo.tls = transfer_tls_;
+    fo.ticket = objects[g.members.front()]->ticket;  // one for all of a task's inputs
     std::vector<StatusOr<objects::FetchStats>> got = objects::FetchBatch(g.from->transfer_address, g.ids, *objects_, fo);
     for (size_t k = 0; k < g.members.size(); ++k) {
       if (!got[k].ok()) continue;  // fetched alone next, which retries and reports damage
@@ -252,6 +253,7 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
       fo.site = options_.site;
       fo.cancel = &stop;
       fo.tls = transfer_tls_;
+      fo.ticket = object.ticket;
       StatusOr<objects::FetchStats> f = objects::Fetch(from->transfer_address, id, *objects_, fo);
       if (f.ok()) {
         t.from_site = from->site;

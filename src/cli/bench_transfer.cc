@@ -17,6 +17,7 @@
 #include "common/units.h"
 #include "objects/transfer.h"
 #include "security/pki.h"
+#include "security/ticket.h"
 
 namespace meridian::cli {
 namespace {
@@ -82,12 +83,14 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto server, objects::TransferServer::Start(*a, objects::TransferServerOptions{}));
   std::shared_ptr<const security::TlsContext> client_tls;
   std::unique_ptr<objects::TransferServer> tls_server;
+  MERIDIAN_ASSIGN_OR_RETURN(const std::string ticket_key, security::NewTicketKey());
   if (!o.insecure_loopback) {
     MERIDIAN_ASSIGN_OR_RETURN(auto tls, BenchTls());
     objects::TransferServerOptions so;
     so.tls = tls.first;
     client_tls = tls.second;
     MERIDIAN_ASSIGN_OR_RETURN(tls_server, objects::TransferServer::Start(*a, so));
+    tls_server->SetTicketKey(ticket_key);  // as an agent gets it from the coordinator
   }
 
   // The object: distinct 8-byte words, so nothing compresses or repeats.
@@ -115,7 +118,14 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
       for (bool tls : {false, true}) {
         if (tls && !tls_server) continue;
         objects::FetchOptions fo{"", streams};
-        if (tls) fo.tls = client_tls;
+        if (tls) {
+          // As an agent fetches a task's input: with the ticket its assignment carries.
+          fo.tls = client_tls;
+          MERIDIAN_ASSIGN_OR_RETURN(
+              fo.ticket, security::SignTicket({security::TicketKind::kRead, "bench", security::UnixNowUs() + kHourUs,
+                                               {id.Hex()}, 0},
+                                              ticket_key));
+        }
         MERIDIAN_ASSIGN_OR_RETURN(objects::FetchStats f,
                                   objects::Fetch((tls ? tls_server : server)->address(), id, *b, fo));
         b->Release(id);

@@ -59,7 +59,13 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions op
                                                            std::unique_ptr<store::StateStore> store, Env& env) {
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store), env));
   c->last_fleet_change_ = env.clock().Now();
-  MERIDIAN_ASSIGN_OR_RETURN(c->ticket_key_, security::NewTicketKey());
+  if (!c->options_.ca.key_pem.empty()) {
+    // From the CA's key: the same after a restart, so tickets given out before it
+    // (in assignments agents still run) stay good.
+    c->ticket_key_ = security::TicketKeyFrom(c->options_.ca.key_pem);
+  } else {
+    MERIDIAN_ASSIGN_OR_RETURN(c->ticket_key_, security::NewTicketKey());
+  }
   MERIDIAN_RETURN_IF_ERROR(c->LoadState());
   c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
   return c;

@@ -264,8 +264,9 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, model::Dataset> DatasetsForJobsLocked(const std::string& tenant) const;
   // Whether `caller` may read object `id` (the directory's entry `o`, if any).
   bool MayReadLocked(const model::Caller& caller, const ObjectRt* o) const;
-  // A read ticket for `ids`, for `caller`'s transfers.
-  std::string ReadTicketLocked(const model::Caller& caller, const std::vector<std::string>& ids) const;
+  // A read ticket for `ids` of `tenant`, for the transfers of a client or an agent.
+  std::string ReadTicketLocked(const std::string& tenant, const std::vector<std::string>& ids,
+                               int64_t life_us) const;
   // Names and datasets from the store (their replicas come with the agents).
   void LoadNames(const std::vector<model::ObjectName>& names);
   std::vector<model::EmulatedLink> LinksFrom(SiteId site) const;

@@ -65,11 +65,12 @@ bool Coordinator::MayReadLocked(const model::Caller& caller, const ObjectRt* o) 
   return AllTenants(caller) || (o != nullptr && o->tenants.count(caller.tenant) > 0);
 }
 
-std::string Coordinator::ReadTicketLocked(const model::Caller& caller, const std::vector<std::string>& ids) const {
+std::string Coordinator::ReadTicketLocked(const std::string& tenant, const std::vector<std::string>& ids,
+                                          int64_t life_us) const {
   security::Ticket t;
   t.kind = security::TicketKind::kRead;
-  t.tenant = caller.tenant;
-  t.expires_unix_us = security::UnixNowUs() + kTicketLifeUs;
+  t.tenant = tenant;
+  t.expires_unix_us = security::UnixNowUs() + life_us;
   t.ids = ids;
   // Ids were checked before they reached the directory, and a dataset has fewer
   // shards than a ticket may name; anything else is a bug, answered with no ticket.
@@ -196,7 +197,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
   if (l.replicas.empty()) {
     return NotFoundError(fmt::format("object {} ({}) was lost: no live node holds a replica", ref, id));
   }
-  l.ticket = ReadTicketLocked(caller, {id});
+  l.ticket = ReadTicketLocked(caller.tenant, {id}, kTicketLifeUs);
   return l;
 }
 
@@ -280,7 +281,7 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
     o.name = name;
   }
   model::ObjectLocation l = LocationLocked(id, o);
-  l.ticket = ReadTicketLocked(caller, {id});
+  l.ticket = ReadTicketLocked(caller.tenant, {id}, kTicketLifeUs);
   return l;
 }
 
@@ -347,7 +348,7 @@ StatusOr<model::DatasetView> Coordinator::GetDataset(const model::Caller& caller
   model::DatasetView d = DatasetLocked(name);
   std::vector<std::string> ids;
   for (const model::ObjectLocation& shard : d.shards) ids.push_back(shard.id);
-  const std::string ticket = ReadTicketLocked(caller, ids);
+  const std::string ticket = ReadTicketLocked(caller.tenant, ids, kTicketLifeUs);
   for (model::ObjectLocation& shard : d.shards) shard.ticket = ticket;
   return d;
 }

@@ -279,6 +279,23 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
     a.input_objects.push_back(it != objects_.end() ? LocationLocked(in.object_id, it->second)
                                                    : model::ObjectLocation{in.object_id, in.name, in.size_bytes, {}});
   }
+  // One read ticket for every object it reads: its node may fetch those and no more
+  // (a day, for inputs that take long to move; a restarted coordinator signs with the
+  // same key, derived from the CA's).
+  std::vector<std::string> ids;
+  for (const auto* list : {&a.dep_objects, &a.input_objects}) {
+    for (const model::ObjectLocation& l : *list) {
+      if (!l.id.empty()) ids.push_back(l.id);
+    }
+  }
+  if (!ids.empty()) {
+    const std::string ticket = ReadTicketLocked(job.rec.tenant, ids, kDayUs);
+    for (auto* list : {&a.dep_objects, &a.input_objects}) {
+      for (model::ObjectLocation& l : *list) {
+        if (!l.id.empty()) l.ticket = ticket;
+      }
+    }
+  }
   a.device_type = task.rec.device_type;
   a.allocation = task.rec.allocation;
   a.timeout_us = spec.timeout_us;

@@ -506,28 +506,6 @@ struct TlsPair {
   }
 };
 
-TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
-  TlsPair p;
-  const Pki& pki = p.pki;
-  ObjectStore *a = p.a.get(), *b = p.b.get();
-  TransferServer* server = p.server.get();
-  const std::string big = Pattern(size_t{70} << 20, 5), small = Pattern(1000, 6);
-  ObjectId big_id = *a->Put(big), small_id = *a->Put(small);
-  FetchOptions fo{"eu-west"};
-  fo.tls = pki.Context("node:b");
-  StatusOr<FetchStats> f = Fetch(server->address(), big_id, *b, fo);
-  ASSERT_TRUE(f.ok()) << f.status().message();
-  EXPECT_EQ(f->streams, 4);
-  EXPECT_TRUE(b->Pin(big_id)->data() == big);
-  std::vector<StatusOr<FetchStats>> batch = FetchBatch(server->address(), {small_id}, *b, fo);
-  ASSERT_TRUE(batch[0].ok()) << batch[0].status().message();
-  EXPECT_TRUE(b->Pin(small_id)->data() == small);
-  StatusOr<ObjectId> pushed = Push(server->address(), "pushed over tls", 5'000'000, "", pki.Context("node:c"));
-  ASSERT_TRUE(pushed.ok()) << pushed.status().message();
-  EXPECT_TRUE(a->Contains(*pushed));
-  EXPECT_EQ(server->refused(), 0);
-}
-
 // A signed ticket of `kind` for `tenant`, valid for an hour from now.
 std::string MakeTicket(const std::string& key, security::TicketKind kind, std::vector<std::string> ids,
                        int64_t max_bytes = 0, int64_t life_us = 3'600'000'000) {
@@ -535,7 +513,33 @@ std::string MakeTicket(const std::string& key, security::TicketKind kind, std::v
   return *security::SignTicket(t, key);
 }
 
-TEST(TransferTlsTest, AClientThatIsNotANodeReadsAndPutsOnlyWhatItsTicketsAllow) {
+TEST(TransferTlsTest, ObjectsMoveOverTlsBetweenNodesOfTheCluster) {
+  TlsPair p;
+  const Pki& pki = p.pki;
+  ObjectStore *a = p.a.get(), *b = p.b.get();
+  TransferServer* server = p.server.get();
+  const std::string big = Pattern(size_t{70} << 20, 5), small = Pattern(1000, 6);
+  ObjectId big_id = *a->Put(big), small_id = *a->Put(small);
+  const std::string key = *security::NewTicketKey();
+  server->SetTicketKey(key);
+  FetchOptions fo{"eu-west"};
+  fo.tls = pki.Context("node:b");
+  fo.ticket = MakeTicket(key, security::TicketKind::kRead, {big_id.Hex(), small_id.Hex()});
+  StatusOr<FetchStats> f = Fetch(server->address(), big_id, *b, fo);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->streams, 4);
+  EXPECT_TRUE(b->Pin(big_id)->data() == big);
+  std::vector<StatusOr<FetchStats>> batch = FetchBatch(server->address(), {small_id}, *b, fo);
+  ASSERT_TRUE(batch[0].ok()) << batch[0].status().message();
+  EXPECT_TRUE(b->Pin(small_id)->data() == small);
+  StatusOr<ObjectId> pushed = Push(server->address(), "pushed over tls", 5'000'000, "", pki.Context("node:c"),
+                                   MakeTicket(key, security::TicketKind::kPut, {}, 100));
+  ASSERT_TRUE(pushed.ok()) << pushed.status().message();
+  EXPECT_TRUE(a->Contains(*pushed));
+  EXPECT_EQ(server->refused(), 0);
+}
+
+TEST(TransferTlsTest, APeerReadsAndPutsOnlyWhatItsTicketsAllowNodesToo) {
   TlsPair p;
   ObjectStore *a = p.a.get(), *b = p.b.get();
   TransferServer* server = p.server.get();
@@ -544,7 +548,7 @@ TEST(TransferTlsTest, AClientThatIsNotANodeReadsAndPutsOnlyWhatItsTicketsAllow) 
   const ObjectId mine = *a->Put(Pattern(3000, 8)), theirs = *a->Put(Pattern(4000, 9));
   const int64_t objects_before = a->stats().objects;
   FetchOptions fo{"eu-west", 0, 1, 2'000'000};
-  fo.tls = p.pki.Context("client:cli");
+  fo.tls = p.pki.Context("node:b");  // a node's certificate is no ticket either
   // No ticket: nothing, and no retrying either.
   StatusOr<FetchStats> bare = Fetch(server->address(), mine, *b, fo);
   EXPECT_EQ(bare.status().code(), StatusCode::kPermissionDenied) << bare.status().message();

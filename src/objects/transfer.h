@@ -33,8 +33,8 @@
 //
 // Security: with a TlsContext (security/tls.h) on both ends, every connection is TLS 1.3
 // and both ends prove a certificate of the cluster's CA before a byte of the protocol
-// is read; a peer that cannot is refused and logged. A peer whose certificate is not
-// a node's reads and puts only what its tickets allow (status 4, denied, otherwise). Without one the protocol is plain
+// is read; a peer that cannot is refused and logged. Then a peer reads and puts only
+// what its tickets allow (status 4, denied, otherwise). Without one the protocol is plain
 // TCP, which a server allows only on a loopback address unless told `insecure`.
 //
 // Thread-safety: a TransferServer serves any number of connections at once; its
@@ -119,8 +119,8 @@ class TransferServer {
   // Replaces the links it shapes by (known once the agent has registered).
   void SetLinks(std::map<std::string, LinkShape> links);
   // Sets the key tickets are signed with (the coordinator's, given at registration).
-  // With TLS, a peer whose certificate is not a node's may read or put nothing
-  // without a ticket signed by it (objects/ticket.h).
+  // With TLS, a peer (a node's agent or a client) reads and puts nothing without a
+  // ticket signed with it (security/ticket.h).
   void SetTicketKey(std::string key);
   // Connections refused: the peer did not prove a certificate of the CA, or showed
   // a bad ticket, or asked for what no ticket of its allowed.
@@ -129,8 +129,7 @@ class TransferServer {
  private:
   TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener);
   void AcceptLoop();
-  // What a connection may do: everything (a node of the cluster, or no TLS at all),
-  // else what its tickets allow.
+  // What a connection may do: everything without TLS, else what its tickets allow.
   struct Grants {
     bool all = false;
     std::set<ObjectId> readable;
@@ -177,7 +176,7 @@ struct FetchOptions {
   // TLS to the server (it must then be a node of the cluster); null: plain TCP.
   std::shared_ptr<const security::TlsContext> tls = {};
   // A read ticket from the coordinator naming the object(s), shown first on every
-  // connection: what a client that is not a node needs (objects/ticket.h).
+  // connection: what a server with TLS requires (security/ticket.h).
   std::string ticket = {};
 };
 
@@ -213,8 +212,8 @@ std::vector<StatusOr<FetchStats>> FetchBatch(const std::string& address, const s
 // the cluster) once every chunk and the id check out. Returns its id. `site` is where
 // the sender is: the server takes the bytes no faster than the link from there to it
 // (shared with everything else on that link), as a fetch is sent. Empty: unshaped.
-// With a put `ticket` (a client that is not a node), the server's receipt for the put
-// goes to `receipt`, for the coordinator's Commit.
+// With a put `ticket` (what a server with TLS requires), the server's receipt for the
+// put goes to `receipt`, for the coordinator's Commit.
 StatusOr<ObjectId> Push(const std::string& address, std::string_view data, int64_t timeout_us = 30'000'000,
                         const std::string& site = "", std::shared_ptr<const security::TlsContext> tls = nullptr,
                         const std::string& ticket = "", std::string* receipt = nullptr);

@@ -114,6 +114,15 @@ bool CheckPutReceipt(std::string_view key, std::string_view tenant, std::string_
 
 StatusOr<std::string> NewTicketKey() { return RandomHex(kTicketKeyBytes); }
 
+std::string TicketKeyFrom(std::string_view ca_key_pem) {
+  std::string hex;
+  for (unsigned char c : HmacSha256(ca_key_pem, "meridian transfer tickets v1")) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
+}
+
 int64_t UnixNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();

@@ -50,6 +50,9 @@ std::string PutReceipt(std::string_view key, std::string_view tenant, std::strin
 bool CheckPutReceipt(std::string_view key, std::string_view tenant, std::string_view id, std::string_view receipt);
 // A fresh key for the coordinator of a cluster: kTicketKeyBytes random bytes, as hex.
 StatusOr<std::string> NewTicketKey();
+// The key a coordinator holding the cluster CA's private key (PEM) uses: derived
+// from it, so the same across the coordinator's restarts (as hex).
+std::string TicketKeyFrom(std::string_view ca_key_pem);
 // Microseconds since the Unix epoch, by the system clock (tickets cross machines).
 int64_t UnixNowUs();
 
