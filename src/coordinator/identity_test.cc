@@ -13,6 +13,7 @@
 
 #include "coordinator/coordinator_test_util.h"
 #include "security/pki.h"
+#include "security/ticket.h"
 #include "store/sqlite_state_store.h"
 
 namespace meridian::coordinator {
@@ -262,6 +263,58 @@ TEST_F(IdentityTest, ATenantsQuotaCountsWhatItsRunningTasksHold) {
   std::vector<model::TaskAssignment> c = Next(n1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].key.job, second->job_id);
+}
+
+TEST_F(IdentityTest, TheTicketKeyComesFromTheCaSoItOutlivesARestart) {
+  // Tickets in assignments agents still run must stay good after a restart.
+  StatusOr<security::KeyPair> ca = security::MakeCa("cluster-ca", kHourUs);
+  ASSERT_TRUE(ca.ok());
+  auto with_ca = [&](CoordinatorOptions& o) { o.ca = *ca; };
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, with_ca);
+  const std::string first = Register(Node("n1")).ticket_key;
+  EXPECT_EQ(first.size(), 64u);
+  coord_.reset();
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, with_ca);
+  EXPECT_EQ(Register(Node("n1")).ticket_key, first);
+  // Another CA, another key; without a CA key, a random one per start.
+  StatusOr<security::KeyPair> other = security::MakeCa("cluster-ca", kHourUs);
+  coord_.reset();
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [&](CoordinatorOptions& o) { o.ca = *other; });
+  EXPECT_NE(Register(Node("n1")).ticket_key, first);
+  coord_.reset();
+  Start();
+  const std::string random = Register(Node("n1")).ticket_key;
+  coord_.reset();
+  Start();
+  EXPECT_NE(Register(Node("n1")).ticket_key, random);
+}
+
+TEST_F(IdentityTest, AnAssignmentCarriesATicketForWhatItsTaskReadsOnly) {
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto job = coord_->Submit(
+      "name: dag\ntasks:\n  - {name: a, kernel: sum}\n  - {name: b, kernel: sum, after: [a]}\n", "dag.yaml",
+      "team-a");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_TRUE(a[0].dep_objects.empty());
+  const std::string made(32, 'c'), other(32, 'd');
+  Report(n1, {DoneAsObject(a[0].key, made)}, {model::HeldObject{made, 10'000}, model::HeldObject{other, 5}});
+  std::vector<model::TaskAssignment> b = Next(n1);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(b[0].dep_objects.size(), 1u);
+  EXPECT_EQ(b[0].dep_objects[0].id, made);
+  StatusOr<security::Ticket> t = security::VerifyTicket(b[0].dep_objects[0].ticket, n1.ticket_key,
+                                                        security::UnixNowUs());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->kind, security::TicketKind::kRead);
+  EXPECT_EQ(t->tenant, "team-a");
+  EXPECT_EQ(t->ids, std::vector<std::string>{made});  // not the other object n1 holds
+  // Good for a day, not for ever.
+  EXPECT_TRUE(security::VerifyTicket(b[0].dep_objects[0].ticket, n1.ticket_key, security::UnixNowUs() + kHourUs).ok());
+  EXPECT_FALSE(security::VerifyTicket(b[0].dep_objects[0].ticket, n1.ticket_key,
+                                      security::UnixNowUs() + 25 * kHourUs).ok());
 }
 
 model::AgentRegistration NodeWith(const std::string& name, const std::string& type, int devices,
