@@ -166,8 +166,7 @@ TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
   std::vector<model::TaskAssignment> on_a = Next(a);
   ASSERT_EQ(on_a.size(), 1u);
   model::RegistrationReply b = Register(Node("b"));
-  env_.fake().Advance(1'500'000);  // a is now silent past the timeout
-  Report(b, {});                  // b is not
+  SilenceAllBut(b);  // a is now silent past the timeout; b is not
   std::vector<model::TaskAssignment> on_b = Next(b);
   ASSERT_EQ(on_b.size(), 1u);
   EXPECT_EQ(on_b[0].key.attempt, 2);
@@ -218,8 +217,7 @@ TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   // n1 dies with c running and both outputs: c is lost, b must be made again, and b
   // needs a, whose output went with n1 too.
   model::RegistrationReply n2 = Register(Node("n2"));
-  env_.fake().Advance(1'500'000);
-  Report(n2, {});
+  SilenceAllBut(n2);
   std::vector<model::TaskAssignment> a2 = Next(n2);
   ASSERT_EQ(a2.size(), 1u);
   EXPECT_EQ(a2[0].task_name, "a");
@@ -279,8 +277,7 @@ TEST_F(CoordinatorTest, ATaskWhoseInputIsBeingMadeAgainWaitsForIt) {
   ObjectDag d = StartObjectDag(ka);
   ASSERT_FALSE(d.b.task_name.empty());
   const model::RegistrationReply& n2 = d.n2;
-  env_.fake().Advance(1'500'000);  // n1 falls silent and is declared dead: a runs again
-  Report(n2, {});
+  SilenceAllBut(n2);  // n1 falls silent and is declared dead: a runs again
   for (int i = 0; i < 200 && Job(d.job).tasks[0].record.status == model::TaskStatus::kSucceeded; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -365,8 +362,7 @@ TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
   done.output_object = model::HeldObject{ka, 2};
   Report(n1, {done}, {model::HeldObject{ka, 2}});
   model::RegistrationReply n2 = Register(Node("n2"));
-  env_.fake().Advance(1'500'000);  // n1 is dead now
-  Report(n2, {});
+  SilenceAllBut(n2);  // n1 is dead now
   std::vector<model::TaskAssignment> b = Next(n2);
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(b[0].task_name, "b");

@@ -125,6 +125,16 @@ class CoordinatorTest : public ::testing::Test {
     return b.ok() ? b->assignments : std::vector<model::TaskAssignment>{};
   }
 
+  // Lets every node but `alive` fall silent past the heartbeat timeout (1 s): in two
+  // steps, with a heartbeat from `alive` between them, so that the coordinator's loop,
+  // whenever it looks, never finds `alive` silent too long as well.
+  void SilenceAllBut(const model::RegistrationReply& alive) {
+    env_.fake().Advance(600'000);
+    Report(alive, {});
+    env_.fake().Advance(900'000);
+    Report(alive, {});
+  }
+
   void Report(const model::RegistrationReply& node, std::vector<model::TaskUpdate> updates,
               std::vector<model::HeldObject> objects_added = {}) {
     model::AgentHeartbeat hb;
