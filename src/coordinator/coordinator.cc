@@ -184,6 +184,8 @@ Status Coordinator::LoadState() {
 }
 
 void Coordinator::Commit(store::StoreBatch& batch) {
+  for (model::TenantSpend& row : spend_rows_) batch.spend.push_back(std::move(row));
+  spend_rows_.clear();
   for (const std::string& tenant : spend_unsaved_) {
     batch.spend.push_back(model::TenantSpend{tenant, spend_day_, spent_today_[tenant]});
   }

@@ -339,6 +339,7 @@ class Coordinator final : public rpc::JobApi,
   // restart a running attempt counts once it ends, at what it ran).
   std::map<std::string, int64_t> running_estimate_;
   std::set<std::string> spend_unsaved_;           // tenants whose spend the store lacks
+  std::vector<model::TenantSpend> spend_rows_;    // of days past, not stored yet
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards

@@ -60,6 +60,9 @@ void Coordinator::CountTenantUsage(const std::string& tenant, const model::TaskA
 void Coordinator::ChargeLocked(const std::string& tenant, int64_t micro_usd) {
   const int64_t day = WallUs() / kDayUs;
   if (day != spend_day_) {
+    // The day's last changes go to the store with the next batch, under their day.
+    for (const std::string& t : spend_unsaved_) spend_rows_.push_back(model::TenantSpend{t, spend_day_, spent_today_[t]});
+    spend_unsaved_.clear();
     spent_today_.clear();
     spend_day_ = day;
   }
