@@ -474,7 +474,7 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
   return summary;
 }
 
-StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
+StatusOr<uint32_t> Coordinator::FindTaskIndex(uint64_t id, const std::string& task) {
   std::optional<uint32_t> index;
   bool in_memory = false;
   {
@@ -482,14 +482,24 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
     in_memory = it->second.job != nullptr;
-    for (uint32_t i = 0; in_memory && !task.empty() && i < it->second.tasks.size(); ++i) {
+    for (uint32_t i = 0; in_memory && i < it->second.tasks.size(); ++i) {
       if (it->second.job->tasks[i].name == task) index = i;
     }
   }
-  if (!task.empty() && !in_memory) {
+  if (!in_memory) {
     MERIDIAN_ASSIGN_OR_RETURN(index, store_->FindTask(id, task));
   }
-  if (!task.empty() && !index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
+  if (!index) return NotFoundError(fmt::format("job {} has no task '{}'", id, task));
+  return *index;
+}
+
+StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
+  std::optional<uint32_t> index;
+  if (!task.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(index, FindTaskIndex(id, task));
+  } else if (std::lock_guard<std::mutex> lock(mu_); !jobs_.count(id)) {
+    return NotFoundError(fmt::format("no job {}", id));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, store_->Logs(id, index));
   std::lock_guard<std::mutex> lock(mu_);
   for (rpc::TaskLog& l : logs) {

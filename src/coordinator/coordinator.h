@@ -117,6 +117,10 @@ class Coordinator final : public rpc::JobApi,
   std::vector<model::NodeView> ListNodes() override;
   std::vector<model::TenantView> ListTenants() override;
 
+  // The index of job `id`'s task called `task`, from memory or the store; NotFound
+  // names the job or the task missing.
+  StatusOr<uint32_t> FindTaskIndex(uint64_t id, const std::string& task);
+
   // Tasks whose state is held in memory: those of jobs not yet finished (a finished
   // job's are in the store only). For metrics and tests.
   size_t TasksInMemory();
@@ -262,6 +266,9 @@ class Coordinator final : public rpc::JobApi,
   // Every dataset as jobs see them: shards with the sites of their live replicas.
   // The datasets a job of `tenant` may read, resolved for the parser (empty: all).
   std::map<std::string, model::Dataset> DatasetsForJobsLocked(const std::string& tenant) const;
+  // Whether object or dataset `name` is `tenant`'s; whether `caller` may use it.
+  bool NameIsOfLocked(const std::string& name, const std::string& tenant) const;
+  bool NameIsCallersLocked(const model::Caller& caller, const std::string& name) const;
   // Whether `caller` may read object `id` (the directory's entry `o`, if any).
   bool MayReadLocked(const model::Caller& caller, const ObjectRt* o) const;
   // A read ticket for `ids` of `tenant`, for the transfers of a client or an agent.

@@ -15,9 +15,6 @@ bool LooksLikeId(const std::string& ref) {
   return ref.size() == 32 && ref.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-// An admin reads every tenant's objects; so does anyone of an insecure coordinator.
-bool AllTenants(const model::Caller& c) { return c.insecure || c.role == model::Role::kAdmin; }
-
 // How long a ticket lets a client fetch: long enough for a large object over a slow
 // link, short enough that a leaked one soon reads nothing.
 constexpr int64_t kTicketLifeUs = 3'600'000'000;
@@ -62,16 +59,21 @@ model::ObjectLocation Coordinator::LocationLocked(const std::string& id, const O
 }
 
 bool Coordinator::MayReadLocked(const model::Caller& caller, const ObjectRt* o) const {
-  return AllTenants(caller) || (o != nullptr && o->tenants.count(caller.tenant) > 0);
+  return caller.SeesAllTenants() || (o != nullptr && o->tenants.count(caller.tenant) > 0);
+}
+
+bool Coordinator::NameIsOfLocked(const std::string& name, const std::string& tenant) const {
+  auto owner = name_tenants_.find(name);
+  return owner != name_tenants_.end() && owner->second == tenant;
+}
+
+bool Coordinator::NameIsCallersLocked(const model::Caller& caller, const std::string& name) const {
+  return caller.SeesAllTenants() || NameIsOfLocked(name, caller.tenant);
 }
 
 std::string Coordinator::ReadTicketLocked(const std::string& tenant, const std::vector<std::string>& ids,
                                           int64_t life_us) const {
-  security::Ticket t;
-  t.kind = security::TicketKind::kRead;
-  t.tenant = tenant;
-  t.expires_unix_us = security::UnixNowUs() + life_us;
-  t.ids = ids;
+  security::Ticket t{security::TicketKind::kRead, tenant, security::UnixNowUs() + life_us, ids, 0};
   // Ids were checked before they reached the directory, and a dataset has fewer
   // shards than a ticket may name; anything else is a bug, answered with no ticket.
   StatusOr<std::string> signed_ticket = security::SignTicket(t, ticket_key_);
@@ -85,10 +87,7 @@ std::string Coordinator::ReadTicketLocked(const std::string& tenant, const std::
 std::map<std::string, model::Dataset> Coordinator::DatasetsForJobsLocked(const std::string& tenant) const {
   std::map<std::string, model::Dataset> out;
   for (const auto& [name, shards] : datasets_) {
-    if (!tenant.empty()) {
-      auto owner = name_tenants_.find(name);
-      if (owner == name_tenants_.end() || owner->second != tenant) continue;
-    }
+    if (!tenant.empty() && !NameIsOfLocked(name, tenant)) continue;
     model::Dataset& d = out[name];
     d.name = name;
     for (size_t i = 0; i < shards.size(); ++i) {
@@ -153,29 +152,23 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
   bool job_output = false;
   if (job_id != 0) {
     if (!LooksLikeId(ref)) return InvalidArgumentError("a job's output is named by its object id");
-    std::optional<uint32_t> index;
-    std::string output_object;
-    bool in_memory = false;
+    MERIDIAN_ASSIGN_OR_RETURN(const std::string tenant, JobTenant(job_id));
+    if (!caller.SeesAllTenants() && tenant != caller.tenant) {
+      return PermissionDeniedError(fmt::format("job {} is not of tenant '{}': {} may not read its outputs", job_id,
+                                               caller.tenant, caller.Describe()));
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(const uint32_t index, FindTaskIndex(job_id, task));
+    std::optional<std::string> output_object;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = jobs_.find(job_id);
-      if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", job_id));
-      if (!AllTenants(caller) && it->second.rec.tenant != caller.tenant) {
-        return PermissionDeniedError(fmt::format("job {} is not of tenant '{}': {} may not read its outputs", job_id,
-                                                 caller.tenant, caller.Describe()));
-      }
-      in_memory = it->second.job != nullptr;
-      for (uint32_t i = 0; in_memory && i < it->second.tasks.size(); ++i) {
-        if (it->second.job->tasks[i].name == task) output_object = it->second.tasks[i].rec.output_object;
-      }
+      if (it != jobs_.end() && it->second.job) output_object = it->second.tasks[index].rec.output_object;
     }
-    if (!in_memory) {
-      MERIDIAN_ASSIGN_OR_RETURN(index, store_->FindTask(job_id, task));
-      if (!index) return NotFoundError(fmt::format("job {} has no task '{}'", job_id, task));
-      MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TaskView> page, store_->TaskPage(job_id, *index, 1, 1));
-      if (!page.empty()) output_object = page.front().record.output_object;
+    if (!output_object) {  // only in the store now
+      MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::TaskView> page, store_->TaskPage(job_id, index, 1, 1));
+      output_object = page.empty() ? "" : page.front().record.output_object;
     }
-    if (output_object != ref) {
+    if (*output_object != ref) {
       return PermissionDeniedError(fmt::format("object {} is not the output of task '{}' of job {}", ref, task, job_id));
     }
     job_output = true;
@@ -184,7 +177,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
   std::string id = ref;
   if (auto named = object_names_.find(ref); named != object_names_.end()) {
     id = named->second;
-    if (!AllTenants(caller) && name_tenants_[ref] != caller.tenant) return NotYours(caller, fmt::format("object '{}'", ref));
+    if (!NameIsCallersLocked(caller, ref)) return NotYours(caller, fmt::format("object '{}'", ref));
   } else if (!LooksLikeId(ref)) {
     return NotFoundError(fmt::format("no object named '{}'", ref));
   }
@@ -221,12 +214,10 @@ StatusOr<model::ObjectReplica> Coordinator::PlacePut(const model::Caller& caller
     return UnavailableError(site.empty() ? "no live node can store objects"
                                          : fmt::format("no live node at site {} can store objects", site));
   }
-  security::Ticket ticket;
-  ticket.kind = security::TicketKind::kPut;
-  ticket.tenant = caller.tenant;
-  ticket.expires_unix_us = security::UnixNowUs() + kTicketLifeUs;
-  ticket.max_bytes = size;
-  MERIDIAN_ASSIGN_OR_RETURN(std::string signed_ticket, security::SignTicket(ticket, ticket_key_));
+  MERIDIAN_ASSIGN_OR_RETURN(
+      std::string signed_ticket,
+      security::SignTicket({security::TicketKind::kPut, caller.tenant, security::UnixNowUs() + kTicketLifeUs, {}, size},
+                           ticket_key_));
   return model::ObjectReplica{static_cast<uint32_t>(best), fleet_.nodes[best].name, nodes_[best].site,
                               nodes_[best].transfer_address, std::move(signed_ticket)};
 }
@@ -245,7 +236,7 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
   // reads already; another tenant's object is not to be had by naming its id.
   auto existing = objects_.find(id);
   const bool put_it = security::CheckPutReceipt(ticket_key_, caller.tenant, id, receipt);
-  if (!put_it && !AllTenants(caller) && (existing == objects_.end() || !existing->second.tenants.count(caller.tenant))) {
+  if (!put_it && !caller.SeesAllTenants() && (existing == objects_.end() || !existing->second.tenants.count(caller.tenant))) {
     return PermissionDeniedError(fmt::format(
         "object {}: no put receipt of tenant '{}' for it, and the tenant reads no such object; put it with "
         "`meridian object put`",
@@ -264,7 +255,7 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
   if (!name.empty() && datasets_.count(name)) {
     return AlreadyExistsError(fmt::format("the name '{}' is taken by a dataset", name));
   }
-  if (!name.empty() && object_names_.count(name) && !AllTenants(caller) && name_tenants_[name] != caller.tenant) {
+  if (!name.empty() && object_names_.count(name) && !NameIsCallersLocked(caller, name)) {
     return NotYours(caller, fmt::format("object '{}'", name));
   }
   if (!name.empty() && !object_names_.count(name)) {
@@ -342,7 +333,7 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& cal
 StatusOr<model::DatasetView> Coordinator::GetDataset(const model::Caller& caller, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!datasets_.count(name)) return NotFoundError(fmt::format("no dataset '{}'", name));
-  if (!AllTenants(caller) && name_tenants_[name] != caller.tenant) {
+  if (!NameIsCallersLocked(caller, name)) {
     return NotYours(caller, fmt::format("dataset '{}'", name));
   }
   model::DatasetView d = DatasetLocked(name);
@@ -357,7 +348,7 @@ std::vector<model::DatasetView> Coordinator::ListDatasets(const model::Caller& c
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<model::DatasetView> out;
   for (const auto& [name, shards] : datasets_) {
-    if (AllTenants(caller) || name_tenants_[name] == caller.tenant) out.push_back(DatasetLocked(name));
+    if (NameIsCallersLocked(caller, name)) out.push_back(DatasetLocked(name));
   }
   return out;
 }

@@ -38,6 +38,9 @@ struct Caller {
 
   // "user alice (submitter, tenant team-a)" for messages and the audit log.
   std::string Describe() const;
+  // Whether it sees and acts on every tenant's jobs and objects: an admin, or anyone
+  // of an insecure coordinator.
+  bool SeesAllTenants() const { return insecure || role == Role::kAdmin; }
 };
 
 }  // namespace meridian::model

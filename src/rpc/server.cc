@@ -45,7 +45,7 @@ class Gate {
 
   // A job call by `c` on job `id`: an admin may touch any; others their tenant's only.
   Status CheckTenant(const model::Caller& c, JobApi& jobs, uint64_t id) const {
-    if (c.insecure || c.role == model::Role::kAdmin) return OkStatus();
+    if (c.SeesAllTenants()) return OkStatus();
     MERIDIAN_ASSIGN_OR_RETURN(std::string tenant, jobs.JobTenant(id));
     if (tenant != c.tenant) {
       return PermissionDeniedError(fmt::format("job {} is not of tenant {}: {} may not see or change it", id, c.tenant,
@@ -55,7 +55,7 @@ class Gate {
   }
   // The tenant whose jobs `c` sees: empty for all.
   static std::string TenantScope(const model::Caller& c) {
-    return c.insecure || c.role == model::Role::kAdmin ? std::string() : c.tenant;
+    return c.SeesAllTenants() ? std::string() : c.tenant;
   }
 
  private:
@@ -137,8 +137,7 @@ class JobServiceImpl final : public v1::JobService::Service {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Submit");
     // A user's job is their tenant's; an admin's is the tenant its spec names (an
     // operator acting for a tenant), else "default".
-    const bool any_tenant = caller.insecure || caller.role == model::Role::kAdmin;
-    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), any_tenant ? "" : caller.tenant);
+    StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), Gate::TenantScope(caller));
     if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.Submit", r.status());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_job_id(r->job_id);

@@ -248,7 +248,7 @@ StatusOr<CertInfo> Inspect(const std::string& cert_pem) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   X509_digest(cert.get(), EVP_sha256(), md, &n);
-  for (unsigned int i = 0; i < n; ++i) info.fingerprint += fmt::format("{:02x}", md[i]);
+  info.fingerprint = Hex(std::string_view(reinterpret_cast<const char*>(md), n));
   auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
   for (int i = 0; names && i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* g = sk_GENERAL_NAME_value(names, i);
@@ -298,24 +298,30 @@ bool KeyMatches(const std::string& cert_pem, const std::string& key_pem) {
   return ok;
 }
 
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  return hex;
+}
+
 StatusOr<std::string> RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
     return Failed("random bytes");
   }
-  std::string hex;
-  hex.reserve(bytes * 2);
-  for (unsigned char c : raw) hex += fmt::format("{:02x}", c);
-  return hex;
+  return Hex(raw);
 }
 
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
+  return Hex(std::string_view(reinterpret_cast<const char*>(md), n));
 }
 
 std::string HmacSha256(std::string_view key, std::string_view data) {

@@ -60,6 +60,8 @@ Status Verify(const std::string& cert_pem, const std::string& ca_pem, int64_t no
 // Whether `key_pem` is the private key of `cert_pem`.
 bool KeyMatches(const std::string& cert_pem, const std::string& key_pem);
 
+// `bytes` as lowercase hex.
+std::string Hex(std::string_view bytes);
 // `bytes` random bytes from OpenSSL's generator, as lowercase hex.
 StatusOr<std::string> RandomHex(size_t bytes);
 std::string Sha256Hex(std::string_view data);

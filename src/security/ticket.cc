@@ -88,14 +88,7 @@ StatusOr<Ticket> VerifyTicket(std::string_view bytes, std::string_view key, int6
   t.kind = static_cast<TicketKind>(kind);
   t.ids.reserve(count);
   for (uint32_t k = 0; k < count; ++k) {
-    std::string hex;
-    hex.reserve(32);
-    for (size_t i = 0; i < 16; ++i) {
-      const auto b = static_cast<unsigned char>(in[k * 16 + i]);
-      hex += kHex[b >> 4];
-      hex += kHex[b & 15];
-    }
-    t.ids.push_back(std::move(hex));
+    t.ids.push_back(Hex(in.substr(size_t{k} * 16, 16)));
   }
   if (now_unix_us >= t.expires_unix_us) {
     return PermissionDeniedError(fmt::format("the ticket expired {} s ago; ask the coordinator again",
@@ -115,12 +108,7 @@ bool CheckPutReceipt(std::string_view key, std::string_view tenant, std::string_
 StatusOr<std::string> NewTicketKey() { return RandomHex(kTicketKeyBytes); }
 
 std::string TicketKeyFrom(std::string_view ca_key_pem) {
-  std::string hex;
-  for (unsigned char c : HmacSha256(ca_key_pem, "meridian transfer tickets v1")) {
-    hex += kHex[c >> 4];
-    hex += kHex[c & 15];
-  }
-  return hex;
+  return Hex(HmacSha256(ca_key_pem, "meridian transfer tickets v1"));
 }
 
 int64_t UnixNowUs() {
