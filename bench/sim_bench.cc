@@ -49,4 +49,43 @@ StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options
   return out;
 }
 
+namespace {
+
+SaturatedRun RunOf(const sim::SimResult& r) {
+  SaturatedRun out;
+  out.placements = r.placements;
+  out.peak_waiting = r.peak_waiting;
+  out.finished = !r.stopped_early;
+  out.replay_s = r.wall_s;
+  out.sched_s = r.sched_total_s;
+  out.sched_calls = r.sched_calls;
+  out.sched_call_p50_us = r.sched_call_p50_us;
+  out.sched_call_p99_us = r.sched_call_p99_us;
+  out.placements_per_second = r.wall_s > 0 ? static_cast<double>(r.placements) / r.wall_s : 0;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, Env& env) {
+  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
+  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace base,
+                            sim::LoadTrace(options.trace, sim::TraceFormat::kAuto, fs.fleet, fs.throughput));
+  sim::Trace trace = sim::SaturatingTrace(base, options.saturated_jobs, options.saturated_per_second,
+                                          static_cast<int64_t>(options.saturated_mean_run_s * kSecondUs),
+                                          options.seed);
+  MERIDIAN_ASSIGN_OR_RETURN(sched::Policy policy, sim::NamedPolicy(options.policy, trace));
+  sim::SimOptions so;
+  so.policy_name = options.policy;
+  so.policy = policy;
+  so.seed = options.seed;
+  so.wall_limit_s = options.saturated_wall_limit_s;
+  MERIDIAN_ASSIGN_OR_RETURN(sim::SimResult r, sim::Simulate(fs.fleet, fs.throughput, trace, so, env));
+  SaturatedResult out;
+  out.nodes = r.nodes;
+  out.jobs = r.jobs;
+  out.run = RunOf(r);
+  return out;
+}
+
 }  // namespace meridian::bench

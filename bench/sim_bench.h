@@ -19,6 +19,34 @@ struct SimBenchOptions {
   std::string policy = "meridian";
   std::vector<int> scales = {1, 100};
   uint64_t seed = 1;
+  // The saturated case: this many jobs with the trace's shapes arrive this many a
+  // second and run this long on average (exponential), so that the backlog grows
+  // to nearly all of them; 0 jobs: not run. Each replay stops after wall_limit_s.
+  size_t saturated_jobs = 20'000;
+  double saturated_per_second = 100;
+  double saturated_mean_run_s = 1800;
+  double saturated_wall_limit_s = 150;
+};
+
+// One replay of the saturated case.
+struct SaturatedRun {
+  int64_t placements = 0;
+  size_t peak_waiting = 0;
+  bool finished = false;  // false: stopped at the wall limit
+  double replay_s = 0;
+  double sched_s = 0;
+  int64_t sched_calls = 0;
+  double sched_call_p50_us = 0;
+  double sched_call_p99_us = 0;
+  // Placements over the replay's wall time (the whole loop: snapshots, queue,
+  // scheduler).
+  double placements_per_second = 0;
+};
+
+struct SaturatedResult {
+  size_t nodes = 0;
+  size_t jobs = 0;
+  SaturatedRun run;
 };
 
 struct SimBenchResult {
@@ -36,5 +64,7 @@ struct SimBenchResult {
 };
 
 StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options, Env& env);
+
+StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, Env& env);
 
 }  // namespace meridian::bench

@@ -53,6 +53,8 @@ struct BenchSimOptions {
   std::string policy = "meridian";
   std::vector<int> scales;
   uint64_t seed = 1;
+  size_t saturated_jobs = 20'000;
+  double saturated_limit_s = 150;
   bool json = false;
 };
 // `meridian bench sim`.

@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   bench_sim->add_option("--policy", bench_sim_opts.policy, "Policy (default meridian)");
   bench_sim->add_option("--scale", bench_sim_opts.scales, "Scales, comma-separated (default 1,100)")->delimiter(',');
   bench_sim->add_option("--seed", bench_sim_opts.seed, "Seed");
+  bench_sim->add_option("--saturated-jobs", bench_sim_opts.saturated_jobs,
+                        "Jobs of the saturated case, arriving 100/s and running 30 min on average (default 20000; 0: "
+                        "skip it)");
+  bench_sim->add_option("--saturated-limit", bench_sim_opts.saturated_limit_s,
+                        "Seconds after which a saturated replay stops (default 150)");
   bench_sim->add_flag("--json", bench_sim_opts.json, "Print JSON for scripts");
 
   cli::BenchRetentionOptions bench_retention_opts;

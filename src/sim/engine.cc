@@ -254,6 +254,7 @@ void Simulation::End(uint32_t j, Ending why, std::string reason) {
 
 void Simulation::ScheduleRound() {
   // Offer the waiting tasks, oldest first, up to the cap.
+  result_.peak_waiting = std::max(result_.peak_waiting, waiting_.size());
   snap_.now_us = now_us_;
   snap_.jobs.clear();
   snap_.queue.clear();
@@ -356,6 +357,7 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t fini
   run.finish_us = finish_us;
   run.live = true;
   run.transfers = p.transfers;
+  ++result_.placements;
   snap_.free.Take(p.allocation);
   if (!options_.fill) {
     run.release = snap_.releases.size();
@@ -642,6 +644,11 @@ SimResult Simulation::Run() {
     if (!changed_) continue;  // a stage-in or a fault on a node already down
     if (!waiting_.empty()) ScheduleRound();
     changed_ = false;
+    if (options_.wall_limit_s > 0 &&
+        static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs > options_.wall_limit_s) {
+      result_.stopped_early = true;
+      break;
+    }
     MeasureFragmentation();
     const double util = healthy_gpu_milli_ > 0
                             ? static_cast<double>(allocated_gpu_milli_) / static_cast<double>(healthy_gpu_milli_)

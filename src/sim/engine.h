@@ -65,6 +65,9 @@ struct SimOptions {
   // false: every scheduler call builds the fleet's pools itself, as a caller
   // without a long-lived PoolIndex would (the benchmark's baseline).
   bool share_pool_index = true;
+  // Stop the replay once it has run this long on the real clock (0: never); the
+  // result says so (stopped_early). For benchmarks of replays that may not end.
+  double wall_limit_s = 0;
 };
 
 struct Percentiles {
@@ -128,6 +131,9 @@ struct SimResult {
 
   // Wall-clock figures, not deterministic.
   double wall_s = 0;
+  bool stopped_early = false;  // SimOptions::wall_limit_s ran out
+  int64_t placements = 0;      // tasks started, restarts included
+  size_t peak_waiting = 0;     // the most tasks waiting at one scheduler call
   int64_t sched_calls = 0;
   int64_t sched_decisions = 0;
   double sched_total_s = 0;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/env.h"
 #include "common/units.h"
 #include "model/accelerators.h"
 #include "spec/csv.h"
@@ -409,6 +410,27 @@ Trace FillTrace(const Trace& trace, int64_t capacity_gpu_milli, double target) {
       demand += static_cast<double>(t.resources.device_count) * t.resources.device_share_milli;
     }
     out.jobs.push_back(TraceJob{static_cast<int64_t>(k) * kSecondUs, j.job});
+  }
+  return out;
+}
+
+Trace SaturatingTrace(const Trace& trace, size_t jobs, double per_second, int64_t mean_run_us, uint64_t seed) {
+  Trace out;
+  out.name = fmt::format("{}-saturating", trace.name);
+  out.format = trace.format;
+  if (trace.jobs.empty() || per_second <= 0) return out;
+  Random rng(seed);
+  out.jobs.reserve(jobs);
+  for (size_t k = 0; k < jobs; ++k) {
+    auto job = std::make_shared<model::Job>(*trace.jobs[k % trace.jobs.size()].job);
+    job->name = fmt::format("{}-{}", job->name, k);
+    for (model::Task& t : job->tasks) {
+      // Exponential by inversion; 1 - u is in (0, 1], so the log is finite.
+      const double run = -std::log(1.0 - rng.UniformDouble()) * static_cast<double>(mean_run_us);
+      t.duration_us = std::max<int64_t>(1, static_cast<int64_t>(run));
+      t.work.reset();
+    }
+    out.jobs.push_back(TraceJob{static_cast<int64_t>(static_cast<double>(k) / per_second * kSecondUs), job});
   }
   return out;
 }

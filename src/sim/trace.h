@@ -61,4 +61,10 @@ Trace ScaleJobs(const Trace& trace, int factor);
 // second, until their GPU demand reaches `target` times `capacity_gpu_milli`.
 Trace FillTrace(const Trace& trace, int64_t capacity_gpu_milli, double target);
 
+// A backlog that outgrows the fleet: `jobs` jobs with the trace's request shapes
+// (its jobs over and over in their order), arriving `per_second` a second, each
+// task running an exponentially distributed time of mean `mean_run_us` (seeded),
+// instead of the trace's own times.
+Trace SaturatingTrace(const Trace& trace, size_t jobs, double per_second, int64_t mean_run_us, uint64_t seed);
+
 }  // namespace meridian::sim
