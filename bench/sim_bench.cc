@@ -85,6 +85,15 @@ StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, E
   out.nodes = r.nodes;
   out.jobs = r.jobs;
   out.run = RunOf(r);
+  so.park = false;
+  MERIDIAN_ASSIGN_OR_RETURN(sim::SimResult unparked, sim::Simulate(fs.fleet, fs.throughput, trace, so, env));
+  out.baseline = RunOf(unparked);
+  // The same decisions either way: compare where the baseline got to.
+  for (size_t j = 0; j < unparked.outcomes.size(); ++j) {
+    if (unparked.outcomes[j].start_us < 0) continue;
+    ++out.compared_jobs;
+    if (unparked.outcomes[j].start_us != r.outcomes[j].start_us) ++out.differing_jobs;
+  }
   return out;
 }
 

@@ -46,7 +46,13 @@ struct SaturatedRun {
 struct SaturatedResult {
   size_t nodes = 0;
   size_t jobs = 0;
-  SaturatedRun run;
+  SaturatedRun run;       // waiting tasks parked by request shape (sched::Backlog)
+  SaturatedRun baseline;  // every waiting task offered to every scheduler call
+  // Jobs the baseline started before its limit, and of those, any that started
+  // at another time with parking (there should be none: parking changes no
+  // decision).
+  size_t compared_jobs = 0;
+  size_t differing_jobs = 0;
 };
 
 struct SimBenchResult {

@@ -53,7 +53,14 @@ struct Unplaced {
   uint32_t job = 0;
   TaskId task;
   UnplacedKind kind = UnplacedKind::kWaiting;
-  std::string reason;
+  std::string reason;  // empty for kWaiting when the policy does not explain waiting
+  // kWaiting for room alone: no node of any pool that passes its filters had room
+  // for it, and nothing that can change without room changing (a quota, a budget,
+  // a deadline, a better pool freeing soon) stood in its way. It cannot be placed
+  // before some node's free resources grow to fit its request (a task ending, a
+  // node joining or recovering), so the caller may park it until then (Backlog).
+  // Never set for gang members.
+  bool needs_room = false;
 };
 
 struct Plan {

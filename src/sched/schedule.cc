@@ -56,6 +56,10 @@ struct Attempt {
   Placement placement;
   UnplacedKind kind = UnplacedKind::kWaiting;
   std::string reason;
+  bool needs_room = false;  // Unplaced::needs_room
+  // The same answer for any amount of work or run time in the task's class (no
+  // room anywhere, and no wait for a release in the reason).
+  bool amount_free = false;
 };
 
 // What a placement took, so a gang can be rolled back.
@@ -156,6 +160,13 @@ class Scheduler {
     }
   };
   Attempt TryPlace(size_t qi, Where where);
+  // Of the busy candidates walked so far (busy_), the one to hold out for: the
+  // best once its wait for a release is added, within the deadline.
+  std::optional<Candidate> BestHold(const JobState& js, const model::ResourceRequest& r, const CandidateOrder& rank);
+  // Whether a shape covering r found the pool full earlier in this call; and
+  // remembering that r did.
+  bool KnownFull(uint32_t pool, const model::ResourceRequest& r) const;
+  void MarkFull(uint32_t pool, const model::ResourceRequest& r);
   // kAnyPool and kCheapestPrice over candidates_, which passed every hard limit.
   std::optional<Placement> PlaceUnscored(size_t qi, const model::ResourceRequest& r);
   // kScored with a comparing node choice: the pools whose finish and cost are
@@ -215,6 +226,7 @@ class Scheduler {
   Plan plan_;
   // Reused per task to avoid allocation in the hot path.
   std::vector<Candidate> candidates_;
+  std::vector<size_t> busy_;  // indices into candidates_ found full, best first
   std::vector<Rejection> rejections_;
   std::vector<std::optional<int64_t>> compute_by_type_;
   // Tasks that filters, scores and limits cannot tell apart: same request and work
@@ -228,9 +240,11 @@ class Scheduler {
   // shrink during a call (a rollback clears this), so the next task of the class
   // would get the same one.
   // Keyed also by the amount of work, which the finish time (and so holding out)
-  // depends on.
+  // depends on; unless no pool had room at all (Attempt::amount_free), which is
+  // the common case under a backlog, where run times differ task by task.
   using AmountClass = std::tuple<TaskClass, int64_t, double>;
   std::map<AmountClass, Attempt> unplaced_by_class_;
+  std::map<TaskClass, Attempt> no_room_by_class_;
   std::optional<TaskClass> ClassOf(size_t qi) const;
   // The class of the single task Run is placing (null for gang members).
   const TaskClass* current_class_ = nullptr;
@@ -289,21 +303,27 @@ bool Scheduler::TypeQuotaAllows(size_t qi, const Pool& pool, const model::Resour
   return false;
 }
 
+bool Scheduler::KnownFull(uint32_t pool, const model::ResourceRequest& r) const {
+  for (const Shape& f : pool_state_[pool].full_for) {
+    if (f.Covers(r)) return true;
+  }
+  return false;
+}
+
+void Scheduler::MarkFull(uint32_t pool, const model::ResourceRequest& r) {
+  std::vector<Shape>& full = pool_state_[pool].full_for;
+  if (full.size() < 8) full.push_back(Shape{r.cpu_milli, r.memory_bytes, r.device_count, r.device_share_milli});
+}
+
 std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::ResourceRequest& r,
                                           std::vector<int32_t>* devices) {
-  PoolState& st = pool_state_[pool.index];
-  for (const Shape& f : st.full_for) {
-    if (f.Covers(r)) return std::nullopt;
-  }
+  if (KnownFull(pool.index, r)) return std::nullopt;
   if (policy_.nodes != NodeChoice::kNextFit) {
     std::vector<uint32_t> one{pool.index};
     uint32_t unused;
-    std::optional<NodeId> node = ChooseNode(one, r, devices, &unused);
-    if (!node && st.full_for.size() < 8) {
-      st.full_for.push_back(Shape{r.cpu_milli, r.memory_bytes, r.device_count, r.device_share_milli});
-    }
-    return node;
+    return ChooseNode(one, r, devices, &unused);
   }
+  PoolState& st = pool_state_[pool.index];
   const size_t n = pool.nodes.size();
   size_t idx = st.cursor;
   for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
@@ -312,9 +332,7 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
       return pool.nodes[idx];
     }
   }
-  if (st.full_for.size() < 8) {
-    st.full_for.push_back(Shape{r.cpu_milli, r.memory_bytes, r.device_count, r.device_share_milli});
-  }
+  MarkFull(pool.index, r);
   return std::nullopt;
 }
 
@@ -368,6 +386,7 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
   const bool sample = policy_.node_sample > 0 &&
                       (policy_.nodes == NodeChoice::kBestFit || policy_.nodes == NodeChoice::kLeastFragmentation);
   for (uint32_t pi : pools) {
+    if (KnownFull(pi, r)) continue;
     const Pool& pool = pools_[pi];
     const size_t n = pool.nodes.size();
     // First fit starts at the pool's first node; the comparing choices start at
@@ -405,6 +424,7 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
       if (policy_.nodes == NodeChoice::kNextFit || policy_.nodes == NodeChoice::kFirstFit) return best;
       if (sample && seen_here >= policy_.node_sample) break;  // on to the next pool
     }
+    if (seen_here == 0) MarkFull(pi, r);  // scanned to the end: no node has room for r
   }
   return best;
 }
@@ -619,11 +639,14 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
     return out;
   }
 
-  // Walk the candidates best first. A busy pool whose node frees soon enough may
-  // still be the best choice once its wait is added: then the task holds out for it
-  // rather than take a worse node now.
+  // Walk the candidates best first to the first with room. A busy pool ranked
+  // above it whose node frees soon enough may still be the best choice once its
+  // wait is added: then the task holds out for it rather than take a worse node
+  // now. Waits are looked up only then (or to explain): when no pool has room,
+  // holding out changes nothing.
   std::vector<int32_t> devices;
-  std::optional<Candidate> hold;
+  busy_.clear();
+  bool held = false;
   // Best first by selection, not a full sort: the first candidate usually has room.
   for (size_t i = 0; i < candidates_.size(); ++i) {
     size_t best = i;
@@ -636,35 +659,65 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
       rejections_.push_back(Rejection{RejectionKind::kBusy, 0, c.pool, 0, 0});
       continue;
     }
-    if (hold && !rank.Better(c, *hold)) break;
     const Pool& pool = pools_[c.pool];
-    if (std::optional<NodeId> node = FindNode(pool, r, &devices)) {
-      out.placed = true;
-      out.placement = MakePlacement(qi, c, *node, std::move(devices), p.inputs);
-      return out;
+    std::optional<NodeId> node = FindNode(pool, r, &devices);
+    if (!node) {
+      rejections_.push_back(Rejection{RejectionKind::kBusy, 0, pool.index, 0, 0});
+      busy_.push_back(i);
+      continue;
     }
-    rejections_.push_back(Rejection{RejectionKind::kBusy, 0, pool.index, 0, 0});
-    std::optional<int64_t> wait = EarliestWaitUs(pool, r);
-    if (!wait) continue;
-    Candidate later = c;
-    later.wait_us = *wait;
-    later.start_us += *wait;
-    later.finish_us += *wait;
-    if (js.deadline_at_us && later.finish_us > *js.deadline_at_us) continue;
-    if (!hold || rank.Better(later, *hold)) hold = later;
+    std::optional<Candidate> hold = BestHold(js, r, rank);
+    if (hold && !rank.Better(c, *hold)) {
+      rejections_.push_back(Rejection{RejectionKind::kHoldOut, 0, hold->pool, hold->finish_us, hold->wait_us});
+      held = true;
+      break;
+    }
+    out.placed = true;
+    out.placement = MakePlacement(qi, c, *node, std::move(devices), p.inputs);
+    return out;
   }
-  if (hold) {
-    rejections_.push_back(Rejection{RejectionKind::kHoldOut, 0, hold->pool, hold->finish_us, hold->wait_us});
+  bool wait_explained = false;
+  if (!held && policy_.explain_waiting) {  // say when a busy pool frees, if one does
+    if (std::optional<Candidate> hold = BestHold(js, r, rank)) {
+      rejections_.push_back(Rejection{RejectionKind::kHoldOut, 0, hold->pool, hold->finish_us, hold->wait_us});
+      wait_explained = true;
+    }
   }
-  // The slow path: only now say which filter turned each pool away.
+  // Only now say which filter turned each pool away.
   for (const Pool& pool : pools_) {
     if (!where.Admits(pool)) continue;
     if (verdicts[pool.index] == kPassed) continue;
     rejections_.push_back(Rejection{RejectionKind::kFilter, verdicts[pool.index], pool.index, 0, 0});
   }
-  ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, &out.kind,
-                  &out.reason);
+  out.kind = UnplacedKindOf(pools_, rejections_);
+  if (out.kind == UnplacedKind::kWaiting && !held && !js.deadline_at_us && !js.budget_left_micro_usd &&
+      !usage_[order_.TenantOf(qi)].budget_left_micro_usd) {
+    out.needs_room = std::all_of(rejections_.begin(), rejections_.end(), [](const Rejection& x) {
+      return x.kind == RejectionKind::kBusy || x.kind == RejectionKind::kFilter || x.kind == RejectionKind::kHoldOut;
+    });
+    out.amount_free = out.needs_room && !wait_explained;
+  }
+  if (out.kind == UnplacedKind::kInfeasible || policy_.explain_waiting) {
+    ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, &out.kind, &out.reason);
+  }
   return out;
+}
+
+std::optional<Candidate> Scheduler::BestHold(const JobState& js, const model::ResourceRequest& r,
+                                            const CandidateOrder& rank) {
+  std::optional<Candidate> hold;
+  for (size_t i : busy_) {
+    const Candidate& c = candidates_[i];
+    std::optional<int64_t> wait = EarliestWaitUs(pools_[c.pool], r);
+    if (!wait) continue;
+    Candidate later = c;
+    later.wait_us = *wait;
+    later.start_us = SatAdd(later.start_us, *wait);
+    later.finish_us = SatAdd(later.finish_us, *wait);
+    if (js.deadline_at_us && later.finish_us > *js.deadline_at_us) continue;
+    if (!hold || rank.Better(later, *hold)) hold = later;
+  }
+  return hold;
 }
 
 void Scheduler::Commit(size_t qi, const Placement& p, std::vector<Taken>* log) {
@@ -699,6 +752,7 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
   // Resources came back: what was full may have room again.
   for (PoolState& st : pool_state_) st.full_for.clear();
   unplaced_by_class_.clear();
+  no_room_by_class_.clear();
 }
 
 void Scheduler::PlaceGang(const std::vector<size_t>& members) {
@@ -784,9 +838,14 @@ Plan Scheduler::Run() {
     std::optional<AmountClass> amount_class;
     if (std::optional<TaskClass> c = ClassOf(*qi)) {
       amount_class.emplace(std::move(*c), task.duration_us, task.work ? task.work->amount : 0.0);
-      auto seen = unplaced_by_class_.empty() ? unplaced_by_class_.end() : unplaced_by_class_.find(*amount_class);
-      if (seen != unplaced_by_class_.end()) {
-        plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, seen->second.kind, seen->second.reason});
+      const Attempt* seen = nullptr;
+      if (auto it = no_room_by_class_.find(std::get<0>(*amount_class)); it != no_room_by_class_.end()) {
+        seen = &it->second;
+      } else if (auto at = unplaced_by_class_.find(*amount_class); at != unplaced_by_class_.end()) {
+        seen = &at->second;
+      }
+      if (seen) {
+        plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, seen->kind, seen->reason, seen->needs_room});
         if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
         continue;
       }
@@ -794,13 +853,19 @@ Plan Scheduler::Run() {
     current_class_ = amount_class ? &std::get<0>(*amount_class) : nullptr;
     Attempt a = TryPlace(*qi, Where{});
     current_class_ = nullptr;
-    if (!a.placed && amount_class) unplaced_by_class_.emplace(*amount_class, a);
+    if (!a.placed && amount_class) {
+      if (a.amount_free) {
+        no_room_by_class_.emplace(std::get<0>(*amount_class), a);
+      } else {
+        unplaced_by_class_.emplace(*amount_class, a);
+      }
+    }
     if (a.placed) {
       Commit(*qi, a.placement, nullptr);
       order_.Placed(*qi, UsageOf(task.resources));
       plan_.placements.push_back(std::move(a.placement));
     } else {
-      plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, a.kind, std::move(a.reason)});
+      plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, a.kind, std::move(a.reason), a.needs_room});
     }
     if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
   }

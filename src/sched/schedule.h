@@ -88,6 +88,9 @@ struct Policy {
   // only.
   double near_best = 0;
   double near_best_secondary = 0;
+  // false: tasks left waiting get no reason (Unplaced::reason empty), which saves
+  // composing words nobody reads (the simulator); infeasible ones always get one.
+  bool explain_waiting = true;
   // Called after each decision (a task or a whole gang) with the number of tasks
   // decided so far. The scheduler reads no clock; a benchmark timestamps here.
   std::function<void(size_t decided)> on_decision;

@@ -69,12 +69,34 @@ double CandidateOrder::Score(const Candidate& c) const {
   return s;
 }
 
+UnplacedKind UnplacedKindOf(const std::vector<Pool>& pools, const std::vector<Rejection>& rejections) {
+  const auto& filters = DefaultFilters();
+  for (const Rejection& r : rejections) {
+    if (pools[r.pool].nodes.empty()) continue;
+    switch (r.kind) {
+      case RejectionKind::kFilter:
+        if (filters[r.filter]->kind() == UnplacedKind::kWaiting) return UnplacedKind::kWaiting;
+        break;
+      case RejectionKind::kBusy:
+      case RejectionKind::kHoldOut:
+      case RejectionKind::kTenantBudget:  // the budget renews at midnight UTC
+        return UnplacedKind::kWaiting;
+      case RejectionKind::kTypeQuota:
+        if (r.filter != 1) return UnplacedKind::kWaiting;
+        break;
+      case RejectionKind::kDeadline:
+      case RejectionKind::kBudget:
+        break;
+    }
+  }
+  return UnplacedKind::kInfeasible;
+}
+
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,
                      int64_t now_us, UnplacedKind* kind, std::string* reason) {
   const auto& filters = DefaultFilters();
   std::map<std::string, size_t> nodes_by_phrase;
-  bool waiting = false;
   // A pool the task would hold out for was busy too: say the hold-out only, so that
   // each node is counted once.
   std::vector<uint32_t> held_out;
@@ -91,7 +113,6 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
     switch (r.kind) {
       case RejectionKind::kFilter:
         phrase = filters[r.filter]->Explain(t, pool);
-        waiting |= filters[r.filter]->kind() == UnplacedKind::kWaiting;
         break;
       case RejectionKind::kDeadline:
         phrase = fmt::format("would finish it {} from now, after the deadline ({} from now)",
@@ -104,7 +125,6 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
       case RejectionKind::kBusy:
         phrase = fmt::format("at {} are busy (not enough {} now)", t.fleet.site(pool.site).name,
                              ShortResource(t.task.resources, free.free(pool.nodes.front())));
-        waiting = true;
         break;
       case RejectionKind::kTypeQuota:
         if (r.filter == 1) {
@@ -113,24 +133,22 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
         } else {
           phrase = fmt::format("with {}s: tenant '{}' uses {} of its {} {} quota", pool.device_type, t.job.tenant,
                                FormatMilli(r.value), FormatMilli(r.limit), pool.device_type);
-          waiting = true;
         }
         break;
       case RejectionKind::kTenantBudget:
         phrase = fmt::format("would charge {} for it, more than the {} left today of tenant '{}''s daily budget",
                              FormatMicroUsd(r.value), FormatMicroUsd(r.limit), t.job.tenant);
-        waiting = true;  // the budget renews at midnight UTC
         break;
       case RejectionKind::kHoldOut:
         phrase = fmt::format("at {} are busy, but one frees in {} and would still finish it first ({} from now)",
                              t.fleet.site(pool.site).name, FormatDurationUs(r.limit),
                              FormatDurationUs(r.value - now_us));
-        waiting = true;
         break;
     }
     nodes_by_phrase[phrase] += pool.nodes.size();
   }
-  *kind = waiting ? UnplacedKind::kWaiting : UnplacedKind::kInfeasible;
+  *kind = UnplacedKindOf(pools, rejections);
+  const bool waiting = *kind == UnplacedKind::kWaiting;
   std::vector<std::pair<size_t, std::string>> parts;
   for (auto& [phrase, n] : nodes_by_phrase) parts.emplace_back(n, phrase);
   std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -90,6 +90,10 @@ class CandidateOrder {
   double f0_ = 0, fr_ = 0, c0_ = 0, cr_ = 0;  // balanced: scales
 };
 
+// Whether anything in the rejections could change (kWaiting) or nothing can
+// (kInfeasible); pools emptied by PoolIndex::Move do not count.
+UnplacedKind UnplacedKindOf(const std::vector<Pool>& pools, const std::vector<Rejection>& rejections);
+
 // One reason from all rejections; kind is kWaiting if anything could change.
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,

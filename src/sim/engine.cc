@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "sched/backlog.h"
 #include "sched/estimate.h"
 #include "sched/filters.h"
 #include "sim/fleet_builder.h"
@@ -42,6 +43,7 @@ struct JobRun {
   std::vector<int32_t> deps_left;
   std::vector<SiteId> output_site;
   std::vector<uint32_t> run_of;  // running task -> run slot
+  std::vector<uint32_t> slot_of;  // queued task -> its slot in waiting_
   std::vector<int32_t> task_restarts;
   std::vector<std::vector<uint32_t>> dependants;
   size_t left = 0;
@@ -93,7 +95,9 @@ class Simulation {
   Simulation(const model::Fleet& fleet, const model::ThroughputTable& throughput, const Trace& trace,
              const SimOptions& options, Env& env)
       : fleet_(fleet), throughput_(throughput), trace_(trace), options_(options), env_(env),
-        rng_(options.seed), fault_rng_(rng_.Fork()) {}
+        rng_(options.seed), fault_rng_(rng_.Fork()), policy_(options.policy) {
+    policy_.explain_waiting = false;  // only infeasible tasks' reasons are reported
+  }
 
   SimResult Run();
 
@@ -107,6 +111,12 @@ class Simulation {
   void ChangeFleet(const FleetChange& c);
   void Arrive(uint32_t j);
   void Enqueue(uint32_t j, uint32_t t);
+  // Takes a queued task out of the queue (started, or its job ended).
+  void Unqueue(uint32_t slot);
+  // A node's free resources grew: tasks parked for want of room may fit there.
+  void RoomOn(NodeId node) {
+    if (options_.park) backlog_.Released(snap_.free.free(node));
+  }
   void ScheduleRound();
   void Start(const Waiting& w, const sched::Placement& p, int64_t finish_us);
   // Fill experiment: a point of the allocated-against-arrived curve.
@@ -138,6 +148,7 @@ class Simulation {
   Env& env_;
   Random rng_;
   Random fault_rng_;
+  sched::Policy policy_;
 
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   uint64_t next_seq_ = 0;
@@ -152,7 +163,17 @@ class Simulation {
   sched::Snapshot snap_;
   std::vector<JobRun> jobs_;
   std::vector<int32_t> slot_of_job_;  // -1 except while a round builds its snapshot
+  // Queued tasks by slot (free slots listed in free_slots_), in the backlog by slot.
   std::vector<Waiting> waiting_;
+  std::vector<uint32_t> free_slots_;
+  sched::Backlog backlog_;
+  // Queued GPU request shapes and how many wait with each, for the fragmentation
+  // measure.
+  using GpuShape = std::tuple<int32_t, int32_t, int64_t, int64_t, std::vector<std::string>>;
+  std::map<GpuShape, int64_t> waiting_gpu_shapes_;
+  static GpuShape ShapeOf(const model::ResourceRequest& r) {
+    return GpuShape{r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of};
+  }
   int64_t next_task_seq_ = 0;
   std::vector<TaskRun> runs_;
   std::vector<uint32_t> free_runs_;
@@ -205,8 +226,31 @@ void Simulation::Enqueue(uint32_t j, uint32_t t) {
                                         {jr.output_site[dep.value()]}, {}});
   }
   jr.tasks[t] = TaskState::kQueued;
-  waiting_.push_back(std::move(w));
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(waiting_.size());
+    waiting_.emplace_back();
+  }
+  backlog_.Add(slot, w.seq, *jr.job, task, !w.inputs.empty());
+  waiting_[slot] = std::move(w);
+  jr.slot_of[t] = slot;
+  if (task.resources.device_count > 0) ++waiting_gpu_shapes_[ShapeOf(task.resources)];
   changed_ = true;
+}
+
+void Simulation::Unqueue(uint32_t slot) {
+  Waiting& w = waiting_[slot];
+  const model::ResourceRequest& r = jobs_[w.job].job->tasks[w.task].resources;
+  if (r.device_count > 0) {
+    auto it = waiting_gpu_shapes_.find(ShapeOf(r));
+    if (--it->second == 0) waiting_gpu_shapes_.erase(it);
+  }
+  backlog_.Remove(slot);
+  w.inputs.clear();
+  free_slots_.push_back(slot);
 }
 
 void Simulation::Arrive(uint32_t j) {
@@ -218,6 +262,7 @@ void Simulation::Arrive(uint32_t j) {
   jr.deps_left.assign(job.tasks.size(), 0);
   jr.output_site.assign(job.tasks.size(), SiteId(0));
   jr.run_of.assign(job.tasks.size(), 0);
+  jr.slot_of.assign(job.tasks.size(), 0);
   jr.task_restarts.assign(job.tasks.size(), 0);
   jr.dependants.assign(job.tasks.size(), {});
   jr.left = job.tasks.size();
@@ -247,41 +292,44 @@ void Simulation::End(uint32_t j, Ending why, std::string reason) {
    : why == Ending::kFailed   ? jr.outcome.failed
                               : jr.outcome.rejected) = true;
   jr.outcome.reason = std::move(reason);
-  for (TaskState& s : jr.tasks) {
-    if (s == TaskState::kBlocked || s == TaskState::kQueued) s = TaskState::kDropped;
+  for (size_t t = 0; t < jr.tasks.size(); ++t) {
+    if (jr.tasks[t] == TaskState::kQueued) Unqueue(jr.slot_of[t]);
+    if (jr.tasks[t] == TaskState::kBlocked || jr.tasks[t] == TaskState::kQueued) jr.tasks[t] = TaskState::kDropped;
   }
 }
 
 void Simulation::ScheduleRound() {
-  // Offer the waiting tasks, oldest first, up to the cap.
-  result_.peak_waiting = std::max(result_.peak_waiting, waiting_.size());
+  // Offer the active tasks (those not parked for want of room), oldest first, up
+  // to the cap.
+  result_.peak_waiting = std::max(result_.peak_waiting, backlog_.size());
   snap_.now_us = now_us_;
   snap_.jobs.clear();
   snap_.queue.clear();
-  std::vector<uint32_t> offered;  // snapshot queue index -> waiting_ index
+  std::vector<uint32_t> offered;  // snapshot queue index -> slot in waiting_
   std::vector<uint32_t> offered_jobs;
-  for (uint32_t i = 0; i < waiting_.size(); ++i) {
-    if (options_.max_offered && offered.size() >= options_.max_offered) break;
-    const Waiting& w = waiting_[i];
-    int32_t& slot = slot_of_job_[w.job];
-    if (slot < 0) {
-      slot = static_cast<int32_t>(snap_.jobs.size());
+  backlog_.ForEachActive(options_.max_offered, [&](uint32_t slot, int64_t) {
+    const Waiting& w = waiting_[slot];
+    int32_t& job_slot = slot_of_job_[w.job];
+    if (job_slot < 0) {
+      job_slot = static_cast<int32_t>(snap_.jobs.size());
       snap_.jobs.push_back(jobs_[w.job].state);
       offered_jobs.push_back(w.job);
     }
-    snap_.queue.push_back(sched::PendingTask{static_cast<uint32_t>(slot), TaskId(w.task), w.inputs, w.seq});
-    offered.push_back(i);
-  }
+    snap_.queue.push_back(sched::PendingTask{static_cast<uint32_t>(job_slot), TaskId(w.task), w.inputs, w.seq});
+    offered.push_back(slot);
+  });
   for (uint32_t j : offered_jobs) slot_of_job_[j] = -1;
 
+  // A source of its own per instant, so that a call skipped (every task parked)
+  // changes no later decision.
+  Random rng(options_.seed ^ (static_cast<uint64_t>(now_us_) * 0x9E3779B97F4A7C15ULL));
   MonotonicTime t0 = env_.clock().Now();
-  sched::Plan plan = sched::Schedule(snap_, options_.policy, rng_);
+  sched::Plan plan = sched::Schedule(snap_, policy_, rng);
   MonotonicTime t1 = env_.clock().Now();
   call_us_.push_back(static_cast<double>(t1.us - t0.us));
   ++result_.sched_calls;
   result_.sched_decisions += static_cast<int64_t>(plan.placements.size() + plan.unplaced.size());
 
-  std::vector<bool> remove(waiting_.size(), false);
   // Actual run times: the trace's duration or the work at the real speed of the
   // device got; a gang finishes with its slowest member.
   std::vector<int64_t> compute(plan.placements.size());
@@ -301,29 +349,27 @@ void Simulation::ScheduleRound() {
   }
   for (size_t k = 0; k < plan.placements.size(); ++k) {
     const sched::Placement& p = plan.placements[k];
-    const Waiting& w = waiting_[offered[p.queue_index]];
+    const uint32_t slot = offered[p.queue_index];
+    const Waiting& w = waiting_[slot];
     const model::Task& task = jobs_[w.job].job->tasks[w.task];
     int64_t finish = now_us_ + p.transfer_us + compute[k];
     if (!task.gang.empty()) finish = gang_finish[{w.job, task.gang}];
     Start(w, p, finish);
-    remove[offered[p.queue_index]] = true;
+    Unqueue(slot);
   }
   for (const sched::Unplaced& u : plan.unplaced) {
-    const Waiting& w = waiting_[offered[u.queue_index]];
+    const uint32_t slot = offered[u.queue_index];
+    if (!backlog_.Contains(slot)) continue;  // its job ended earlier in this loop
+    const uint32_t job = waiting_[slot].job;
     if (u.kind == sched::UnplacedKind::kInfeasible) {
-      End(w.job, Ending::kInfeasible, fmt::format("task '{}': {}", jobs_[w.job].job->tasks[w.task].name, u.reason));
+      End(job, Ending::kInfeasible, fmt::format("task '{}': {}", jobs_[job].job->tasks[waiting_[slot].task].name, u.reason));
     } else if (options_.fill) {
-      End(w.job, Ending::kRejected, "");
+      End(job, Ending::kRejected, "");
+    } else if (u.needs_room && options_.park) {
+      backlog_.Park(slot);
     }
   }
   if (options_.fill) RecordFill();
-  size_t out = 0;
-  for (size_t i = 0; i < waiting_.size(); ++i) {
-    if (remove[i] || jobs_[waiting_[i].job].tasks[waiting_[i].task] == TaskState::kDropped) continue;
-    if (out != i) waiting_[out] = std::move(waiting_[i]);
-    ++out;
-  }
-  waiting_.resize(out);
 }
 
 void Simulation::RecordFill() {
@@ -431,6 +477,7 @@ void Simulation::Release(uint32_t id) {
   JobRun& jr = jobs_[run.job];
   const model::Task& task = jr.job->tasks[run.task];
   snap_.free.Give(run.allocation);
+  RoomOn(run.allocation.node);
   // Swap-remove the release.
   if (options_.fill) {  // runs in the fill experiment have no release
     allocated_gpu_milli_ -= UsageOf(task.resources).gpu_milli;
@@ -489,25 +536,18 @@ void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
   }
   n.health = health;
   index_->Move(fleet_, node);
+  if (health == model::NodeHealth::kHealthy) RoomOn(node);
   changed_ = true;
 }
 
 void Simulation::MeasureFragmentation() {
-  // The distinct GPU shapes waiting, most common first, at most 16.
-  std::vector<std::pair<model::ResourceRequest, size_t>> shapes;
-  for (const Waiting& w : waiting_) {
-    const model::ResourceRequest& r = jobs_[w.job].job->tasks[w.task].resources;
-    if (r.device_count == 0) continue;
-    auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) {
-      return s.first.device_count == r.device_count && s.first.device_share_milli == r.device_share_milli &&
-             s.first.cpu_milli == r.cpu_milli && s.first.memory_bytes == r.memory_bytes &&
-             s.first.accelerator_any_of == r.accelerator_any_of;
-    });
-    if (it == shapes.end()) {
-      shapes.emplace_back(r, 1);
-    } else {
-      ++it->second;
-    }
+  // The distinct GPU shapes waiting, most common first (ties in shape order), at
+  // most 16.
+  std::vector<std::pair<model::ResourceRequest, int64_t>> shapes;
+  for (const auto& [shape, count] : waiting_gpu_shapes_) {
+    model::ResourceRequest r;
+    std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = shape;
+    shapes.emplace_back(std::move(r), count);
   }
   gpu_waiting_ = !shapes.empty();
   unusable_milli_ = free_milli_ = 0;
@@ -546,6 +586,7 @@ void Simulation::ChangeFleet(const FleetChange& c) {
     NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like_++ % original_nodes_)));
     snap_.free.Add(fleet_.node(id));
     index_->Add(fleet_, id);
+    RoomOn(id);
     removed_.push_back(false);
     healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
     ScheduleFailures(id);
@@ -642,7 +683,7 @@ SimResult Simulation::Run() {
       Handle(e);
     }
     if (!changed_) continue;  // a stage-in or a fault on a node already down
-    if (!waiting_.empty()) ScheduleRound();
+    if (backlog_.active() > 0) ScheduleRound();
     changed_ = false;
     if (options_.wall_limit_s > 0 &&
         static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs > options_.wall_limit_s) {

@@ -65,6 +65,10 @@ struct SimOptions {
   // false: every scheduler call builds the fleet's pools itself, as a caller
   // without a long-lived PoolIndex would (the benchmark's baseline).
   bool share_pool_index = true;
+  // Park tasks the scheduler found no room for until a node has room for them
+  // again (sched::Backlog); false offers every waiting task to every call (the
+  // saturated benchmark's baseline). The decisions are the same either way.
+  bool park = true;
   // Stop the replay once it has run this long on the real clock (0: never); the
   // result says so (stopped_early). For benchmarks of replays that may not end.
   double wall_limit_s = 0;

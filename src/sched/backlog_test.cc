@@ -1,0 +1,101 @@
+#include "sched/backlog.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sched/sched_test_util.h"
+
+namespace meridian::sched {
+namespace {
+
+std::vector<Backlog::Handle> Active(const Backlog& b) {
+  std::vector<Backlog::Handle> out;
+  b.ForEachActive(0, [&](Backlog::Handle h, int64_t) { out.push_back(h); });
+  return out;
+}
+
+NodeFree Free(int64_t cpu_milli, int64_t memory_bytes, std::vector<int32_t> devices) {
+  return NodeFree{cpu_milli, memory_bytes, std::move(devices)};
+}
+
+TEST(BacklogTest, AParkedTaskComesBackOnlyWhenANodeHasRoomForIt) {
+  model::Task one = testing::GpuTask("one", {}, 1);
+  model::Task two = testing::GpuTask("two", {}, 2);
+  model::Job job = testing::MakeJob("j", {one, one, one, two});
+  Backlog b;
+  for (uint32_t t = 0; t < 4; ++t) b.Add(t, 10 + t, job, job.tasks[t], false);
+  EXPECT_EQ(b.classes(), 2u);
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0, 1, 2, 3}));
+  for (uint32_t t = 0; t < 4; ++t) b.Park(t);
+  EXPECT_EQ(b.active(), 0u);
+  EXPECT_EQ(b.parked(), 4u);
+
+  // One whole device free: one task of one device comes back, the oldest; not the
+  // two-device one.
+  b.Released(Free(64'000, 512 * kGiB, {0, 1000, 400, 0}));
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0}));
+  // Not enough CPU for anything: nothing.
+  b.Released(Free(0, 512 * kGiB, {1000, 1000, 1000, 1000}));
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0}));
+  // Three devices: up to three one-device tasks (two are left) and one two-device.
+  b.Released(Free(64'000, 512 * kGiB, {1000, 1000, 1000, 0}));
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0, 1, 2, 3}));
+  EXPECT_EQ(b.parked(), 0u);
+}
+
+TEST(BacklogTest, ClassesSeparateWhatTheFiltersTellApart) {
+  model::Job a = testing::MakeJob("a", {testing::GpuTask("x", {"A100"}), testing::GpuTask("y", {"A100"})});
+  model::Job other_tenant = a;
+  other_tenant.tenant = "team-b";
+  model::Job regions = a;
+  regions.allowed_regions = {"eu"};
+  Backlog b;
+  b.Add(0, 0, a, a.tasks[0], false);
+  b.Add(1, 1, a, a.tasks[1], false);  // the same class: only the name differs
+  EXPECT_EQ(b.classes(), 1u);
+  b.Add(2, 2, other_tenant, other_tenant.tasks[0], false);
+  b.Add(3, 3, regions, regions.tasks[0], false);
+  b.Add(4, 4, a, a.tasks[0], true);  // inputs: a class of its own
+  b.Add(5, 5, a, a.tasks[0], true);
+  EXPECT_EQ(b.classes(), 5u);
+
+  // A class goes when its last task does, parked or not.
+  b.Park(4);
+  b.Remove(4);
+  b.Remove(5);
+  EXPECT_EQ(b.classes(), 3u);
+  EXPECT_EQ(b.size(), 4u);
+  EXPECT_FALSE(b.Contains(4));
+  b.Park(0);
+  b.Park(1);
+  b.Remove(0);
+  EXPECT_TRUE(b.IsParked(1));
+  b.UnparkAll();
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{1, 2, 3}));
+  // Handles are reused after removal.
+  b.Add(0, 9, a, a.tasks[0], false);
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{1, 2, 3, 0}));
+}
+
+TEST(BacklogTest, FitCountIsTheLeastOfCpuMemoryAndDeviceShares) {
+  model::ResourceRequest r;
+  r.cpu_milli = 4000;
+  r.memory_bytes = 8 * kGiB;
+  r.device_count = 1;
+  r.device_share_milli = 300;
+  // Devices: 3 + 1 + 0 shares of 300.
+  EXPECT_EQ(Backlog::FitCount(r, Free(64'000, 512 * kGiB, {1000, 500, 200})), 4);
+  EXPECT_EQ(Backlog::FitCount(r, Free(12'500, 512 * kGiB, {1000, 500, 200})), 3);
+  EXPECT_EQ(Backlog::FitCount(r, Free(64'000, 17 * kGiB, {1000, 500, 200})), 2);
+  r.device_count = 2;
+  r.device_share_milli = 1000;
+  EXPECT_EQ(Backlog::FitCount(r, Free(64'000, 512 * kGiB, {1000, 1000, 1000, 999})), 1);
+  r.device_count = 0;
+  r.cpu_milli = 0;
+  r.memory_bytes = 0;
+  EXPECT_GT(Backlog::FitCount(r, Free(0, 0, {})), 1'000'000'000);
+}
+
+}  // namespace
+}  // namespace meridian::sched
