@@ -59,6 +59,7 @@ SaturatedRun RunOf(const sim::SimResult& r) {
   out.replay_s = r.wall_s;
   out.sched_s = r.sched_total_s;
   out.sched_calls = r.sched_calls;
+  out.sched_decisions = r.sched_decisions;
   out.sched_call_p50_us = r.sched_call_p50_us;
   out.sched_call_p99_us = r.sched_call_p99_us;
   out.placements_per_second = r.wall_s > 0 ? static_cast<double>(r.placements) / r.wall_s : 0;

@@ -36,6 +36,7 @@ struct SaturatedRun {
   double replay_s = 0;
   double sched_s = 0;
   int64_t sched_calls = 0;
+  int64_t sched_decisions = 0;  // tasks offered to the scheduler, in all calls
   double sched_call_p50_us = 0;
   double sched_call_p99_us = 0;
   // Placements over the replay's wall time (the whole loop: snapshots, queue,

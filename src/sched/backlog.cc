@@ -60,6 +60,7 @@ void Backlog::Add(Handle h, int64_t seq, const model::Job& job, const model::Tas
   e.seq = seq;
   e.present = true;
   e.parked = false;
+  e.back_in_round = UINT64_MAX;
   ++classes_[e.cls].members;
   active_.emplace(seq, h);
   ++size_;
@@ -100,6 +101,7 @@ void Backlog::Unpark(Class& c, int64_t count) {
     auto [seq, h] = *c.parked.begin();
     c.parked.erase(c.parked.begin());
     entries_[h].parked = false;
+    entries_[h].back_in_round = round_;
     active_.emplace(seq, h);
   }
 }

@@ -8,7 +8,11 @@
 // parked; when a node's free resources grow (a task ends there, the node joins or
 // recovers), Released brings back the parked tasks whose request fits that node:
 // per class, as many as could fit on it, oldest first. Nothing else can make room
-// for a parked task, so none is left waiting while a node could run it.
+// for a parked task, so none is left waiting while a node could run it; and a
+// task that comes back can have room only on the nodes that grew since the last
+// scheduler call (Snapshot::grown), so the scheduler looks at those alone
+// (PendingTask::room_only_on_grown). With both, a call costs what changed, and
+// its decisions are the ones it would make with every waiting task offered.
 //
 // Classes: tasks that the scheduler's filters cannot tell apart share one (same
 // resource request, tenant, allowed regions, work kind and amount); a task with
@@ -51,15 +55,20 @@ class Backlog {
   // Every parked task comes back (the fleet or the policy changed).
   void UnparkAll();
 
-  // The active tasks, oldest first, at most `max` (0: all); f(handle, seq).
+  // The active tasks, oldest first, at most `max` (0: all):
+  // f(handle, seq, room_only_on_grown), the last true for a task that came back
+  // since the last EndRound (no node but those grown since can have room for it).
   template <typename F>
-  void ForEachActive(size_t max, F&& f) const {
+  void Offer(size_t max, F&& f) const {
     size_t n = 0;
     for (const auto& [seq, h] : active_) {
       if (max && n++ >= max) break;
-      f(h, seq);
+      f(h, seq, entries_[h].back_in_round == round_);
     }
   }
+  // A scheduler call was made: what came back before it is no longer known to
+  // have room only on the nodes grown until then.
+  void EndRound() { ++round_; }
 
   size_t size() const { return size_; }
   size_t active() const { return active_.size(); }
@@ -76,6 +85,7 @@ class Backlog {
     uint32_t cls = 0;
     bool present = false;
     bool parked = false;
+    uint64_t back_in_round = UINT64_MAX;  // the round it last came back in
   };
   struct Class {
     std::string key;
@@ -94,6 +104,7 @@ class Backlog {
   std::vector<uint32_t> parked_classes_;           // ids with parked tasks (maybe stale)
   std::vector<bool> listed_;                       // by class: in parked_classes_
   size_t size_ = 0;
+  uint64_t round_ = 0;
 };
 
 }  // namespace meridian::sched

@@ -11,7 +11,7 @@ namespace {
 
 std::vector<Backlog::Handle> Active(const Backlog& b) {
   std::vector<Backlog::Handle> out;
-  b.ForEachActive(0, [&](Backlog::Handle h, int64_t) { out.push_back(h); });
+  b.Offer(0, [&](Backlog::Handle h, int64_t, bool) { out.push_back(h); });
   return out;
 }
 

@@ -182,6 +182,34 @@ class Scheduler {
   bool TypeQuotaAllows(size_t qi, const Pool& pool, const model::ResourceRequest& r);
   std::optional<NodeId> FindNode(const Pool& pool, const model::ResourceRequest& r,
                                  std::vector<int32_t>* devices);
+  // Visits positions in the pool in scan order from `start`, wrapping: every
+  // node, or for a task the caller knows has room only on grown nodes
+  // (PendingTask::room_only_on_grown), just those, in the same order. Stops when
+  // f(position) returns true.
+  template <typename F>
+  void Scan(const Pool& pool, size_t start, F&& f) {
+    const size_t n = pool.nodes.size();
+    if (!restricted_) {
+      size_t idx = start;
+      for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
+        if (f(idx)) return;
+      }
+      return;
+    }
+    const std::vector<size_t>& g = GrownPositions(pool.index);
+    auto mid = std::lower_bound(g.begin(), g.end(), start);
+    for (auto it = mid; it != g.end(); ++it) {
+      if (f(*it)) return;
+    }
+    for (auto it = g.begin(); it != mid; ++it) {
+      if (f(*it)) return;
+    }
+  }
+  // For a task with room only on grown nodes: whether some pool passes its filters
+  // and none of its grown nodes has room for r.
+  bool NoRoomOnGrown(Where where, const std::vector<uint8_t>& verdicts, const model::ResourceRequest& r);
+  // Positions in the pool of Snapshot::grown's nodes, sorted; bucketed on first use.
+  const std::vector<size_t>& GrownPositions(uint32_t pool);
   // The node choices that compare nodes; over several pools for kAnyPool.
   std::optional<NodeId> ChooseNode(const std::vector<uint32_t>& pools, const model::ResourceRequest& r,
                                    std::vector<int32_t>* devices, uint32_t* pool_out);
@@ -249,6 +277,10 @@ class Scheduler {
   // The class of the single task Run is placing (null for gang members).
   const TaskClass* current_class_ = nullptr;
   std::vector<uint8_t> verdicts_;  // for tasks with inputs, not cached
+  // The task being tried has room only on Snapshot::grown's nodes, if any.
+  bool restricted_ = false;
+  std::vector<std::vector<size_t>> grown_by_pool_;
+  bool grown_bucketed_ = false;
 };
 
 bool Scheduler::CheckQuota(size_t qi, const model::ResourceRequest& r, Attempt* out) const {
@@ -324,24 +356,72 @@ std::optional<NodeId> Scheduler::FindNode(const Pool& pool, const model::Resourc
     return ChooseNode(one, r, devices, &unused);
   }
   PoolState& st = pool_state_[pool.index];
-  const size_t n = pool.nodes.size();
-  size_t idx = st.cursor;
-  for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
-    if (FitsNow(r, free_.free(pool.nodes[idx]), devices)) {
-      st.cursor = idx;  // next fit: fill this node before moving on
-      return pool.nodes[idx];
+  std::optional<NodeId> found;
+  Scan(pool, st.cursor, [&](size_t idx) {
+    if (!FitsNow(r, free_.free(pool.nodes[idx]), devices)) return false;
+    st.cursor = idx;  // next fit: fill this node before moving on
+    found = pool.nodes[idx];
+    return true;
+  });
+  if (!found) MarkFull(pool.index, r);
+  return found;
+}
+
+bool Scheduler::NoRoomOnGrown(Where where, const std::vector<uint8_t>& verdicts, const model::ResourceRequest& r) {
+  bool any_pool = false;
+  std::vector<int32_t> devices;
+  for (const Pool& pool : pools_) {
+    if (!where.Admits(pool) || pool.nodes.empty() || verdicts[pool.index] != kPassed) continue;
+    any_pool = true;
+    if (KnownFull(pool.index, r)) continue;
+    for (size_t pos : GrownPositions(pool.index)) {
+      if (FitsNow(r, free_.free(pool.nodes[pos]), &devices)) return false;
     }
   }
-  MarkFull(pool.index, r);
-  return std::nullopt;
+  return any_pool;
+}
+
+const std::vector<size_t>& Scheduler::GrownPositions(uint32_t pool) {
+  if (!grown_bucketed_) {
+    grown_bucketed_ = true;
+    grown_by_pool_.resize(pools_.size());
+    for (NodeId node : s_.grown) {
+      if (node.value() >= index_->pool_of_node.size()) continue;
+      const std::vector<NodeId>& nodes = pools_[index_->pool_of_node[node.value()]].nodes;
+      auto it = std::lower_bound(nodes.begin(), nodes.end(), node);
+      if (it == nodes.end() || *it != node) continue;
+      grown_by_pool_[index_->pool_of_node[node.value()]].push_back(static_cast<size_t>(it - nodes.begin()));
+    }
+    for (std::vector<size_t>& g : grown_by_pool_) {
+      std::sort(g.begin(), g.end());
+      g.erase(std::unique(g.begin(), g.end()), g.end());
+    }
+  }
+  return grown_by_pool_[pool];
 }
 
 std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::ResourceRequest& r) {
+  // This call's own releases (and, without an index, the snapshot's), merged in
+  // time order with the caller's index.
   const std::multimap<int64_t, CompactRelease>& releases = PoolReleases(pool.index);
-  if (releases.empty()) return std::nullopt;
+  static const std::multimap<int64_t, Allocation> kNone;
+  const std::multimap<int64_t, Allocation>& indexed =
+      s_.release_index && pool.index < s_.release_index->by_pool.size() ? s_.release_index->by_pool[pool.index]
+                                                                        : kNone;
+  if (releases.empty() && indexed.empty()) return std::nullopt;
   std::map<uint32_t, NodeFree> future;  // nodes touched so far, with what came back
   std::vector<int32_t> devices;
-  for (const auto& [at_us, a] : releases) {
+  auto own = releases.begin();
+  auto shared = indexed.begin();
+  while (own != releases.end() || shared != indexed.end()) {
+    const bool take_own = shared == indexed.end() || (own != releases.end() && own->first <= shared->first);
+    const int64_t at_us = take_own ? own->first : shared->first;
+    const CompactRelease a = take_own ? own->second : CompactRelease::Of(shared->second);
+    if (take_own) {
+      ++own;
+    } else {
+      ++shared;
+    }
     auto [it, inserted] = future.try_emplace(a.node.value(), free_.free(a.node));
     NodeFree& f = it->second;
     f.cpu_milli += a.cpu_milli;
@@ -388,14 +468,13 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
   for (uint32_t pi : pools) {
     if (KnownFull(pi, r)) continue;
     const Pool& pool = pools_[pi];
-    const size_t n = pool.nodes.size();
     // First fit starts at the pool's first node; the comparing choices start at
     // the cursor, so that a bounded sample moves on as nodes fill.
-    size_t idx = policy_.nodes == NodeChoice::kFirstFit ? 0 : pool_state_[pi].cursor;
     size_t seen_here = 0;
-    for (size_t k = 0; k < n; ++k, idx = (idx + 1 == n ? 0 : idx + 1)) {
+    bool done = false;
+    Scan(pool, policy_.nodes == NodeChoice::kFirstFit ? 0 : pool_state_[pi].cursor, [&](size_t idx) {
       const NodeFree& f = free_.free(pool.nodes[idx]);
-      if (!FitsNow(r, f, &trial)) continue;
+      if (!FitsNow(r, f, &trial)) return false;
       ++seen;
       ++seen_here;
       bool take = false;
@@ -421,9 +500,13 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
         *pool_out = pi;
         if (sample) pool_state_[pi].cursor = idx;
       }
-      if (policy_.nodes == NodeChoice::kNextFit || policy_.nodes == NodeChoice::kFirstFit) return best;
-      if (sample && seen_here >= policy_.node_sample) break;  // on to the next pool
-    }
+      if (policy_.nodes == NodeChoice::kNextFit || policy_.nodes == NodeChoice::kFirstFit) {
+        done = true;
+        return true;
+      }
+      return sample && seen_here >= policy_.node_sample;  // on to the next pool
+    });
+    if (done) return best;
     if (seen_here == 0) MarkFull(pi, r);  // scanned to the end: no node has room for r
   }
   return best;
@@ -507,7 +590,7 @@ void Scheduler::AddRelease(int64_t at_us, const Allocation& a) {
 
 const std::multimap<int64_t, CompactRelease>& Scheduler::PoolReleases(uint32_t pool) {
   if (releases_built_[pool]) return pool_releases_[pool];
-  if (!snapshot_releases_bucketed_) {
+  if (!snapshot_releases_bucketed_ && !s_.release_index) {  // with an index, the caller's are there
     snapshot_releases_bucketed_ = true;
     snapshot_releases_by_pool_.resize(pools_.size());
     for (size_t i = 0; i < s_.releases.size(); ++i) {
@@ -516,8 +599,10 @@ const std::multimap<int64_t, CompactRelease>& Scheduler::PoolReleases(uint32_t p
     }
   }
   auto& out = pool_releases_[pool];
-  for (uint32_t i : snapshot_releases_by_pool_[pool]) {
-    out.emplace(s_.releases[i].at_us, CompactRelease::Of(s_.releases[i].allocation));
+  if (snapshot_releases_bucketed_) {
+    for (uint32_t i : snapshot_releases_by_pool_[pool]) {
+      out.emplace(s_.releases[i].at_us, CompactRelease::Of(s_.releases[i].allocation));
+    }
   }
   for (const auto& [at_us, r] : own_releases_[pool]) out.emplace(at_us, r);
   own_releases_[pool].clear();
@@ -597,6 +682,7 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   const model::ResourceRequest& r = task.resources;
   Attempt out;
   if (!CheckQuota(qi, r, &out)) return out;
+  restricted_ = p.room_only_on_grown;
 
   static const std::vector<SiteInputs> kNoInputs;
   std::vector<SiteInputs> per_site = p.inputs.empty() ? kNoInputs : EstimateInputsPerSite(*s_.fleet, p.inputs);
@@ -608,6 +694,14 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   candidates_.clear();
   rejections_.clear();
   const std::vector<uint8_t>& verdicts = Verdicts(qi, view);
+  if (restricted_ && !policy_.explain_waiting && NoRoomOnGrown(where, verdicts, r) && !js.deadline_at_us &&
+      !js.budget_left_micro_usd && !usage_[order_.TenantOf(qi)].budget_left_micro_usd) {
+    // It waits for room whatever the scores say; the same answer as the full
+    // walk below would give, without scoring every pool.
+    out.needs_room = true;
+    out.amount_free = true;
+    return out;
+  }
   for (const Pool& pool : pools_) {
     if (!where.Admits(pool) || pool.nodes.empty()) continue;
     if (verdicts[pool.index] != kPassed) continue;
@@ -647,13 +741,20 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   std::vector<int32_t> devices;
   busy_.clear();
   bool held = false;
-  // Best first by selection, not a full sort: the first candidate usually has room.
+  // Best first by selection, not a full sort: the first candidate usually has
+  // room; past the first few, sort the rest.
+  constexpr size_t kSelectFirst = 4;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    size_t best = i;
-    for (size_t k = i + 1; k < candidates_.size(); ++k) {
-      if (rank.Better(candidates_[k], candidates_[best])) best = k;
+    if (i < kSelectFirst) {
+      size_t best = i;
+      for (size_t k = i + 1; k < candidates_.size(); ++k) {
+        if (rank.Better(candidates_[k], candidates_[best])) best = k;
+      }
+      std::swap(candidates_[i], candidates_[best]);
+    } else if (i == kSelectFirst) {
+      std::sort(candidates_.begin() + static_cast<std::ptrdiff_t>(i), candidates_.end(),
+                [&](const Candidate& a, const Candidate& b) { return rank.Better(a, b); });
     }
-    std::swap(candidates_[i], candidates_[best]);
     const Candidate& c = candidates_[i];
     if (policy_.pools != PoolChoice::kScored) {  // no room anywhere: explain only
       rejections_.push_back(Rejection{RejectionKind::kBusy, 0, c.pool, 0, 0});

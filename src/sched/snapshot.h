@@ -115,12 +115,23 @@ struct PendingTask {
   // Every input with its replicas: declared inputs and dependencies' outputs.
   std::vector<model::ObjectRef> inputs;
   int64_t seq = 0;                 // FIFO tie-breaker, unique
+  // The caller knows that no node but those in Snapshot::grown can have room for
+  // it (it was parked for want of room, sched::Backlog): only those are looked at.
+  bool room_only_on_grown = false;
 };
 
 // A running task's resources, expected back at `at_us` (its estimated finish).
 struct Release {
   int64_t at_us = 0;
   Allocation allocation;
+};
+
+// The releases of running tasks by pool (PoolIndex ids), in time order: kept up
+// to date by a caller that schedules often (the simulator), so that a call that
+// must know when a busy pool frees need not sort every release. Holds the same
+// releases as Snapshot::releases.
+struct ReleaseIndex {
+  std::vector<std::multimap<int64_t, Allocation>> by_pool;
 };
 
 struct Snapshot {
@@ -137,6 +148,12 @@ struct Snapshot {
   // Estimated releases of running tasks, for the wait term of the finish time. A
   // busy node without one is taken to stay busy.
   std::vector<Release> releases;
+  // The same, by pool and time, when the caller keeps them so; null: Schedule
+  // sorts `releases` itself when it needs them.
+  std::shared_ptr<const ReleaseIndex> release_index;
+  // Nodes whose free resources grew since the previous call (tasks ended, nodes
+  // joined or recovered), for tasks with PendingTask::room_only_on_grown.
+  std::vector<NodeId> grown;
 
   const model::Task& task(const PendingTask& p) const {
     return jobs[p.job].job->tasks[p.task.value()];

@@ -61,6 +61,8 @@ struct TaskRun {
   uint32_t epoch = 0;
   bool live = false;
   size_t release = 0;  // index in the snapshot's releases
+  uint32_t indexed_pool = 0;  // where the release is in the release index
+  std::multimap<int64_t, sched::Allocation>::iterator indexed;
   std::vector<sched::Transfer> transfers;
 };
 
@@ -115,7 +117,9 @@ class Simulation {
   void Unqueue(uint32_t slot);
   // A node's free resources grew: tasks parked for want of room may fit there.
   void RoomOn(NodeId node) {
-    if (options_.park) backlog_.Released(snap_.free.free(node));
+    if (!options_.park) return;
+    backlog_.Released(snap_.free.free(node));
+    snap_.grown.push_back(node);
   }
   void ScheduleRound();
   void Start(const Waiting& w, const sched::Placement& p, int64_t finish_us);
@@ -132,6 +136,20 @@ class Simulation {
   enum class Ending { kInfeasible, kFailed, kRejected };
   void End(uint32_t j, Ending why, std::string reason);
   void MeasureFragmentation();
+  // The node's free resources or health changed: its fragmentation figures are
+  // measured again.
+  void Touch(NodeId node) {
+    const uint32_t id = node.value();
+    if (id >= dirty_.size()) {
+      dirty_.resize(id + 1, false);
+      node_free_.resize(id + 1, 0);
+      node_unusable_.resize(id + 1, 0);
+    }
+    if (!dirty_[id]) {
+      dirty_[id] = true;
+      dirty_nodes_.push_back(id);
+    }
+  }
   int64_t Exponential(int64_t mean_us) {
     return static_cast<int64_t>(-std::log(1.0 - fault_rng_.UniformDouble()) * static_cast<double>(mean_us)) + 1;
   }
@@ -160,6 +178,7 @@ class Simulation {
 
   // Mutated between scheduler calls only (Move/Add), never during one.
   std::shared_ptr<sched::PoolIndex> index_;
+  std::shared_ptr<sched::ReleaseIndex> release_index_ = std::make_shared<sched::ReleaseIndex>();
   sched::Snapshot snap_;
   std::vector<JobRun> jobs_;
   std::vector<int32_t> slot_of_job_;  // -1 except while a round builds its snapshot
@@ -190,8 +209,14 @@ class Simulation {
   double util_integral_ = 0;
   std::vector<SeriesPoint> util_steps_;
   bool gpu_waiting_ = false;
+  // Free GPU capacity and what the waiting shapes cannot use of it: in all, and
+  // per node as last measured against the shapes in measured_.
   int64_t unusable_milli_ = 0;
   int64_t free_milli_ = 0;
+  std::vector<int64_t> node_free_, node_unusable_;
+  std::vector<model::ResourceRequest> measured_;
+  std::vector<bool> dirty_;
+  std::vector<uint32_t> dirty_nodes_;
   double unusable_integral_ = 0, free_integral_ = 0, waiting_s_ = 0;
   int64_t first_arrival_us_ = -1;
   int64_t last_finish_us_ = 0;
@@ -307,7 +332,7 @@ void Simulation::ScheduleRound() {
   snap_.queue.clear();
   std::vector<uint32_t> offered;  // snapshot queue index -> slot in waiting_
   std::vector<uint32_t> offered_jobs;
-  backlog_.ForEachActive(options_.max_offered, [&](uint32_t slot, int64_t) {
+  backlog_.Offer(options_.max_offered, [&](uint32_t slot, int64_t, bool room_only_on_grown) {
     const Waiting& w = waiting_[slot];
     int32_t& job_slot = slot_of_job_[w.job];
     if (job_slot < 0) {
@@ -315,7 +340,8 @@ void Simulation::ScheduleRound() {
       snap_.jobs.push_back(jobs_[w.job].state);
       offered_jobs.push_back(w.job);
     }
-    snap_.queue.push_back(sched::PendingTask{static_cast<uint32_t>(job_slot), TaskId(w.task), w.inputs, w.seq});
+    snap_.queue.push_back(
+        sched::PendingTask{static_cast<uint32_t>(job_slot), TaskId(w.task), w.inputs, w.seq, room_only_on_grown});
     offered.push_back(slot);
   });
   for (uint32_t j : offered_jobs) slot_of_job_[j] = -1;
@@ -326,7 +352,10 @@ void Simulation::ScheduleRound() {
   MonotonicTime t0 = env_.clock().Now();
   sched::Plan plan = sched::Schedule(snap_, policy_, rng);
   MonotonicTime t1 = env_.clock().Now();
+  snap_.grown.clear();
+  backlog_.EndRound();
   call_us_.push_back(static_cast<double>(t1.us - t0.us));
+  if (getenv("DBG")) fprintf(stderr, "CALL %zu %zu %ld\n", snap_.queue.size(), plan.placements.size(), (long)(t1.us - t0.us));
   ++result_.sched_calls;
   result_.sched_decisions += static_cast<int64_t>(plan.placements.size() + plan.unplaced.size());
 
@@ -405,11 +434,15 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t fini
   run.transfers = p.transfers;
   ++result_.placements;
   snap_.free.Take(p.allocation);
+  Touch(p.allocation.node);
   if (!options_.fill) {
     run.release = snap_.releases.size();
     // The scheduler learns the estimated finish, as a coordinator would.
     snap_.releases.push_back(sched::Release{std::max(p.finish_us, now_us_), p.allocation});
     run_of_release_.push_back(id);
+    run.indexed_pool = index_->pool_of_node[p.allocation.node.value()];
+    if (release_index_->by_pool.size() <= run.indexed_pool) release_index_->by_pool.resize(run.indexed_pool + 1);
+    run.indexed = release_index_->by_pool[run.indexed_pool].emplace(snap_.releases.back().at_us, p.allocation);
   }
   sched::TenantUsage u = UsageOf(task.resources);
   sched::TenantUsage& used = snap_.tenant_usage[jr.tenant];
@@ -477,6 +510,7 @@ void Simulation::Release(uint32_t id) {
   JobRun& jr = jobs_[run.job];
   const model::Task& task = jr.job->tasks[run.task];
   snap_.free.Give(run.allocation);
+  Touch(run.allocation.node);
   RoomOn(run.allocation.node);
   // Swap-remove the release.
   if (options_.fill) {  // runs in the fill experiment have no release
@@ -495,6 +529,7 @@ void Simulation::Release(uint32_t id) {
   }
   snap_.releases.pop_back();
   run_of_release_.pop_back();
+  release_index_->by_pool[run.indexed_pool].erase(run.indexed);
   sched::TenantUsage u = UsageOf(task.resources);
   sched::TenantUsage& used = snap_.tenant_usage[jr.tenant];
   used.gpu_milli -= u.gpu_milli;
@@ -536,6 +571,7 @@ void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
   }
   n.health = health;
   index_->Move(fleet_, node);
+  Touch(node);
   if (health == model::NodeHealth::kHealthy) RoomOn(node);
   changed_ = true;
 }
@@ -543,34 +579,50 @@ void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
 void Simulation::MeasureFragmentation() {
   // The distinct GPU shapes waiting, most common first (ties in shape order), at
   // most 16.
-  std::vector<std::pair<model::ResourceRequest, int64_t>> shapes;
-  for (const auto& [shape, count] : waiting_gpu_shapes_) {
-    model::ResourceRequest r;
-    std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = shape;
-    shapes.emplace_back(std::move(r), count);
-  }
-  gpu_waiting_ = !shapes.empty();
-  unusable_milli_ = free_milli_ = 0;
+  std::vector<const std::pair<const GpuShape, int64_t>*> top;
+  top.reserve(waiting_gpu_shapes_.size());
+  for (const auto& entry : waiting_gpu_shapes_) top.push_back(&entry);
+  std::stable_sort(top.begin(), top.end(), [](const auto* a, const auto* b) { return a->second > b->second; });
+  if (top.size() > 16) top.resize(16);
+  gpu_waiting_ = !top.empty();
   if (!gpu_waiting_) return;
-  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (shapes.size() > 16) shapes.resize(16);
-  for (const model::Node& n : fleet_.nodes) {
+  // Per node figures are kept; all are measured again only when the shapes change.
+  bool same = top.size() == measured_.size();
+  for (size_t i = 0; same && i < top.size(); ++i) same = ShapeOf(measured_[i]) == top[i]->first;
+  if (!same) {
+    measured_.clear();
+    for (const auto* entry : top) {
+      model::ResourceRequest r;
+      std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = entry->first;
+      measured_.push_back(std::move(r));
+    }
+    for (const model::Node& n : fleet_.nodes) Touch(n.id);
+  }
+  for (uint32_t id : dirty_nodes_) {
+    dirty_[id] = false;
+    free_milli_ -= node_free_[id];
+    unusable_milli_ -= node_unusable_[id];
+    node_free_[id] = node_unusable_[id] = 0;
+    const model::Node& n = fleet_.nodes[id];
     if (n.devices.empty() || n.health != model::NodeHealth::kHealthy) continue;
     const sched::NodeFree& f = snap_.free.free(n.id);
     int64_t free = 0;
     for (int32_t d : f.device_free_milli) free += d;
     if (free == 0) continue;
-    free_milli_ += free;
     // What the best-matching waiting shape still cannot use; all of it when no
     // waiting task may run on this type.
     int64_t unusable = free;
-    for (const auto& [shape, count] : shapes) {
+    for (const model::ResourceRequest& shape : measured_) {
       const auto& any = shape.accelerator_any_of;
       if (!any.empty() && std::find(any.begin(), any.end(), n.accelerator_type()) == any.end()) continue;
       unusable = std::min(unusable, sched::UnusableDeviceMilli(shape, f));
     }
+    node_free_[id] = free;
+    node_unusable_[id] = unusable;
+    free_milli_ += free;
     unusable_milli_ += unusable;
   }
+  dirty_nodes_.clear();
 }
 
 void Simulation::ScheduleFailures(NodeId node) {
@@ -586,6 +638,7 @@ void Simulation::ChangeFleet(const FleetChange& c) {
     NodeId id = AddNodeLike(&fleet_, NodeId(static_cast<uint32_t>(next_like_++ % original_nodes_)));
     snap_.free.Add(fleet_.node(id));
     index_->Add(fleet_, id);
+    Touch(id);
     RoomOn(id);
     removed_.push_back(false);
     healthy_gpu_milli_ += GpuMilli(fleet_.node(id));
@@ -650,7 +703,10 @@ SimResult Simulation::Run() {
   snap_.tenant_usage.assign(fleet_.tenants.size() + 1, sched::TenantUsage{});
   // Built once; Move and Add keep it exact as nodes fail, recover or join.
   index_ = std::make_shared<sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
-  if (options_.share_pool_index) snap_.pools = index_;
+  if (options_.share_pool_index) {
+    snap_.pools = index_;
+    snap_.release_index = release_index_;
+  }
   removed_.assign(fleet_.nodes.size(), false);
   original_nodes_ = fleet_.nodes.size();
   for (const model::Node& n : fleet_.nodes) {
