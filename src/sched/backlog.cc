@@ -38,6 +38,7 @@ uint32_t Backlog::ClassFor(std::string key, const model::ResourceRequest& reques
   c.key = key;
   c.request = request;
   c.members = 0;
+  c.full_through = UINT64_MAX;
   by_key_.emplace(std::move(key), id);
   return id;
 }
@@ -60,7 +61,7 @@ void Backlog::Add(Handle h, int64_t seq, const model::Job& job, const model::Tas
   e.seq = seq;
   e.present = true;
   e.parked = false;
-  e.back_in_round = UINT64_MAX;
+  e.parked_in_round = UINT64_MAX;
   ++classes_[e.cls].members;
   active_.emplace(seq, h);
   ++size_;
@@ -80,13 +81,21 @@ void Backlog::Remove(Handle h) {
   if (--c.members == 0) {
     by_key_.erase(c.key);
     c.key.clear();
+    c.back = 0;  // it may stay in back_classes_ until EndRound
     free_classes_.push_back(e.cls);
   }
 }
 
 void Backlog::Park(Handle h) {
-  if (!Contains(h) || entries_[h].parked) return;
+  if (!Contains(h)) return;
   Entry& e = entries_[h];
+  e.parked_in_round = round_;
+  Class& c = classes_[e.cls];
+  if (c.full_through != round_) {
+    c.full_through = round_;
+    full_classes_.push_back(e.cls);
+  }
+  if (e.parked) return;  // came back this round, parked again: it stays where it is
   active_.erase({e.seq, h});
   e.parked = true;
   classes_[e.cls].parked.emplace(e.seq, h);
@@ -96,14 +105,11 @@ void Backlog::Park(Handle h) {
   }
 }
 
-void Backlog::Unpark(Class& c, int64_t count) {
-  while (count-- > 0 && !c.parked.empty()) {
-    auto [seq, h] = *c.parked.begin();
-    c.parked.erase(c.parked.begin());
-    entries_[h].parked = false;
-    entries_[h].back_in_round = round_;
-    active_.emplace(seq, h);
-  }
+void Backlog::MakeActive(Handle h) {
+  Entry& e = entries_[h];
+  classes_[e.cls].parked.erase({e.seq, h});
+  e.parked = false;
+  active_.emplace(e.seq, h);
 }
 
 void Backlog::Released(const NodeFree& free) {
@@ -111,7 +117,14 @@ void Backlog::Released(const NodeFree& free) {
   size_t out = 0;
   for (uint32_t id : parked_classes_) {
     Class& c = classes_[id];
-    if (!c.parked.empty() && FitsNow(c.request, free, &devices)) Unpark(c, std::max<int64_t>(1, FitCount(c.request, free)));
+    if (!c.parked.empty() && FitsNow(c.request, free, &devices)) {
+      if (!c.in_back_list) {
+        c.in_back_list = true;
+        back_classes_.push_back(id);
+      }
+      const int64_t fit = std::max<int64_t>(1, FitCount(c.request, free));
+      c.back = c.back > std::numeric_limits<int64_t>::max() - fit ? std::numeric_limits<int64_t>::max() : c.back + fit;
+    }
     if (c.parked.empty()) {
       listed_[id] = false;
     } else {
@@ -121,9 +134,57 @@ void Backlog::Released(const NodeFree& free) {
   parked_classes_.resize(out);
 }
 
+void Backlog::Gather() {
+  offer_.clear();
+  for (const auto& [seq, h] : active_) {
+    const uint32_t cls = entries_[h].cls;
+    const bool full = round_ > 0 && classes_[cls].full_through == round_ - 1;
+    offer_.push_back(Offered{seq, h, full, false, cls});
+  }
+  const size_t active = offer_.size();
+  for (uint32_t id : back_classes_) {
+    const Class& c = classes_[id];
+    int64_t n = c.back;
+    for (auto it = c.parked.begin(); it != c.parked.end() && n-- > 0; ++it) {
+      offer_.push_back(Offered{it->first, it->second, true, true, id});
+    }
+  }
+  if (offer_.size() > active) {
+    std::sort(offer_.begin(), offer_.end(), [](const Offered& a, const Offered& b) { return a.seq < b.seq; });
+  }
+}
+
+void Backlog::EndRound() {
+  for (const Offered& o : offer_) {
+    if (!o.came_back || !Contains(o.handle)) continue;
+    const Entry& e = entries_[o.handle];
+    if (e.parked && e.parked_in_round != round_) MakeActive(o.handle);
+  }
+  // Full classes carry over to the next round unless a node grew to fit them.
+  size_t out = 0;
+  for (uint32_t id : full_classes_) {
+    Class& c = classes_[id];
+    if (c.full_through == round_ || (round_ > 0 && c.full_through == round_ - 1 && !c.in_back_list)) {
+      c.full_through = round_;
+      full_classes_[out++] = id;
+    }
+  }
+  full_classes_.resize(out);
+  std::sort(full_classes_.begin(), full_classes_.end());
+  full_classes_.erase(std::unique(full_classes_.begin(), full_classes_.end()), full_classes_.end());
+  for (uint32_t id : back_classes_) {
+    classes_[id].back = 0;
+    classes_[id].in_back_list = false;
+  }
+  back_classes_.clear();
+  offer_.clear();
+  ++round_;
+}
+
 void Backlog::UnparkAll() {
   for (uint32_t id : parked_classes_) {
-    Unpark(classes_[id], std::numeric_limits<int64_t>::max());
+    Class& c = classes_[id];
+    while (!c.parked.empty()) MakeActive(c.parked.begin()->second);
     listed_[id] = false;
   }
   parked_classes_.clear();

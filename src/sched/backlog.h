@@ -21,6 +21,8 @@
 // can.
 //
 // Thread-safety: none; one owner (the simulator's loop, the coordinator's lock).
+// A round: Released for each node that grew, Offer, the scheduler call, Park for
+// each needs_room answer, EndRound.
 #pragma once
 
 #include <cstdint>
@@ -47,31 +49,42 @@ class Backlog {
   bool Contains(Handle h) const { return h < entries_.size() && entries_[h].present; }
   bool IsParked(Handle h) const { return Contains(h) && entries_[h].parked; }
 
-  // The scheduler found no room for the active task h (Unplaced::needs_room).
+  // The scheduler found no room for h, offered in this round
+  // (Unplaced::needs_room).
   void Park(Handle h);
   // A node's free resources grew to `free`: parked tasks whose request fits come
-  // back, per class as many as could fit on it.
+  // back for the next round, per class as many as could fit on it.
   void Released(const NodeFree& free);
   // Every parked task comes back (the fleet or the policy changed).
   void UnparkAll();
 
-  // The active tasks, oldest first, at most `max` (0: all):
-  // f(handle, seq, room_only_on_grown), the last true for a task that came back
-  // since the last EndRound (no node but those grown since can have room for it).
+  // Whether a round has anything to offer: active tasks, or some came back.
+  bool HasWork() const { return !active_.empty() || !back_classes_.empty(); }
+  // A round: the active tasks and those that came back, oldest first, at most
+  // `max` (0: all): f(const Offered&). Call once per round, then EndRound.
+  struct Offered {
+    int64_t seq;
+    Handle handle;
+    // No node but those grown since the last round can have room for it
+    // (PendingTask::room_only_on_grown): it came back, or its class had no room
+    // left at the end of the last round.
+    bool room_only_on_grown;
+    bool came_back;
+    // Its class: tasks of one class have the same request and the same filters
+    // (PendingTask::room_class).
+    uint32_t room_class;
+  };
   template <typename F>
-  void Offer(size_t max, F&& f) const {
-    size_t n = 0;
-    for (const auto& [seq, h] : active_) {
-      if (max && n++ >= max) break;
-      f(h, seq, entries_[h].back_in_round == round_);
-    }
+  void Offer(size_t max, F&& f) {
+    Gather();
+    for (size_t i = 0; i < offer_.size() && (max == 0 || i < max); ++i) f(offer_[i]);
   }
-  // A scheduler call was made: what came back before it is no longer known to
-  // have room only on the nodes grown until then.
-  void EndRound() { ++round_; }
+  // The round's answers are in (Park): what came back and was not parked again,
+  // or was not offered, is active from now on.
+  void EndRound();
 
   size_t size() const { return size_; }
-  size_t active() const { return active_.size(); }
+  size_t active() const { return active_.size(); }  // not counting those come back
   size_t parked() const { return size_ - active_.size(); }
   size_t classes() const { return by_key_.size(); }
 
@@ -84,17 +97,27 @@ class Backlog {
     int64_t seq = 0;
     uint32_t cls = 0;
     bool present = false;
-    bool parked = false;
-    uint64_t back_in_round = UINT64_MAX;  // the round it last came back in
+    bool parked = false;                   // in its class's parked set
+    uint64_t parked_in_round = UINT64_MAX;  // Park called in this round
   };
   struct Class {
     std::string key;
     model::ResourceRequest request;
     size_t members = 0;                            // active and parked
     std::set<std::pair<int64_t, Handle>> parked;   // oldest first
+    // The oldest `back` parked tasks come back in the next round. They stay in
+    // `parked` meanwhile: most are parked again, which then moves nothing.
+    int64_t back = 0;
+    bool in_back_list = false;  // in back_classes_
+    // At the end of this round no node had room for a task of the class: one was
+    // parked in it, or the class was full at the end of the round before and no
+    // node grew to fit it since (nothing but growth makes room).
+    uint64_t full_through = UINT64_MAX;
   };
   uint32_t ClassFor(std::string key, const model::ResourceRequest& request);
-  void Unpark(Class& c, int64_t count);
+  void MakeActive(Handle h);
+  // Fills offer_: the active tasks and those come back, by seq.
+  void Gather();
 
   std::vector<Entry> entries_;                     // by handle
   std::set<std::pair<int64_t, Handle>> active_;    // oldest first
@@ -103,6 +126,9 @@ class Backlog {
   std::unordered_map<std::string, uint32_t> by_key_;
   std::vector<uint32_t> parked_classes_;           // ids with parked tasks (maybe stale)
   std::vector<bool> listed_;                       // by class: in parked_classes_
+  std::vector<uint32_t> back_classes_;             // ids with back > 0
+  std::vector<uint32_t> full_classes_;             // ids with full_through == round_ (maybe more)
+  std::vector<Offered> offer_;                     // this round's
   size_t size_ = 0;
   uint64_t round_ = 0;
 };

@@ -9,9 +9,9 @@
 namespace meridian::sched {
 namespace {
 
-std::vector<Backlog::Handle> Active(const Backlog& b) {
+std::vector<Backlog::Handle> Active(Backlog& b) {
   std::vector<Backlog::Handle> out;
-  b.Offer(0, [&](Backlog::Handle h, int64_t, bool) { out.push_back(h); });
+  b.Offer(0, [&](const Backlog::Offered& o) { out.push_back(o.handle); });
   return out;
 }
 
@@ -41,7 +41,45 @@ TEST(BacklogTest, AParkedTaskComesBackOnlyWhenANodeHasRoomForIt) {
   // Three devices: up to three one-device tasks (two are left) and one two-device.
   b.Released(Free(64'000, 512 * kGiB, {1000, 1000, 1000, 0}));
   EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0, 1, 2, 3}));
-  EXPECT_EQ(b.parked(), 0u);
+  // They come back for one round: those the scheduler parks again stay parked,
+  // the others are active from then on.
+  b.Park(1);
+  b.Park(3);
+  b.EndRound();
+  EXPECT_EQ(Active(b), (std::vector<Backlog::Handle>{0, 2}));
+  EXPECT_EQ(b.parked(), 2u);
+  EXPECT_TRUE(b.IsParked(1));
+  EXPECT_TRUE(b.IsParked(3));
+  b.EndRound();
+  EXPECT_FALSE(b.HasWork() && Active(b).size() != 2u);
+}
+
+TEST(BacklogTest, WhatCameBackIsFlaggedForOneRoundAndNothingIsLostPastTheCap) {
+  model::Task one = testing::GpuTask("one", {}, 1);
+  model::Job job = testing::MakeJob("j", {one, one, one, one});
+  Backlog b;
+  for (uint32_t t = 0; t < 4; ++t) b.Add(t, t, job, job.tasks[t], false);
+  for (uint32_t t = 1; t < 4; ++t) b.Park(t);
+  b.EndRound();
+  b.Released(Free(64'000, 512 * kGiB, {1000, 1000, 1000, 1000}));  // room for all three
+  std::vector<std::pair<Backlog::Handle, bool>> offered;
+  b.Offer(2, [&](const Backlog::Offered& o) { offered.emplace_back(o.handle, o.came_back); });
+  // Oldest first, at most two: the active one, then one come back.
+  EXPECT_EQ(offered, (std::vector<std::pair<Backlog::Handle, bool>>{{0, false}, {1, true}}));
+  b.Park(1);
+  b.EndRound();
+  // 2 and 3 were not offered: active now, with no claim about where room is.
+  offered.clear();
+  b.Offer(0, [&](const Backlog::Offered& o) { offered.emplace_back(o.handle, o.came_back); });
+  EXPECT_EQ(offered, (std::vector<std::pair<Backlog::Handle, bool>>{{0, false}, {2, false}, {3, false}}));
+  EXPECT_TRUE(b.IsParked(1));
+  b.EndRound();
+  EXPECT_TRUE(b.HasWork());
+  b.Remove(0);
+  b.Remove(2);
+  b.Remove(3);
+  EXPECT_FALSE(b.HasWork());
+  EXPECT_EQ(b.size(), 1u);
 }
 
 TEST(BacklogTest, ClassesSeparateWhatTheFiltersTellApart) {

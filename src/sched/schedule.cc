@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -226,8 +227,9 @@ class Scheduler {
   void Rollback(std::vector<Taken>* log);
   void PlaceGang(const std::vector<size_t>& members);
   // Per pool, the index of the first filter that rejects the task, or kPassed.
-  // Tasks of one class (same job, request and work kind, no inputs) share them.
-  const std::vector<uint8_t>& Verdicts(size_t qi, const TaskView& view);
+  // Tasks without inputs alike in what the filters read (regions, request, work
+  // kind and amount) share them, across calls with Snapshot::verdict_cache.
+  const std::vector<uint8_t>& Verdicts(const TaskView& view);
   static constexpr uint8_t kPassed = 0xFF;
 
   const Snapshot& s_;
@@ -263,7 +265,7 @@ class Scheduler {
   using TaskClass = std::tuple<uint32_t, std::string_view, int, std::vector<std::string>,
                                std::vector<std::string>, int32_t, int32_t, int64_t,
                                int64_t, int64_t, std::string>;
-  std::map<TaskClass, std::vector<uint8_t>> verdicts_by_class_;
+  VerdictCache own_verdicts_;  // without the caller's
   // Classes that found no place in this call, with the answer: resources only
   // shrink during a call (a rollback clears this), so the next task of the class
   // would get the same one.
@@ -273,9 +275,9 @@ class Scheduler {
   using AmountClass = std::tuple<TaskClass, int64_t, double>;
   std::map<AmountClass, Attempt> unplaced_by_class_;
   std::map<TaskClass, Attempt> no_room_by_class_;
+  // By the caller's room class (PendingTask::room_class), the reason.
+  std::unordered_map<uint32_t, std::string> no_room_by_room_class_;
   std::optional<TaskClass> ClassOf(size_t qi) const;
-  // The class of the single task Run is placing (null for gang members).
-  const TaskClass* current_class_ = nullptr;
   std::vector<uint8_t> verdicts_;  // for tasks with inputs, not cached
   // The task being tried has room only on Snapshot::grown's nodes, if any.
   bool restricted_ = false;
@@ -610,30 +612,39 @@ const std::multimap<int64_t, CompactRelease>& Scheduler::PoolReleases(uint32_t p
   return out;
 }
 
-const std::vector<uint8_t>& Scheduler::Verdicts(size_t qi, const TaskView& view) {
-  auto compute = [&](std::vector<uint8_t>* out) {
+const std::vector<uint8_t>& Scheduler::Verdicts(const TaskView& view) {
+  // Verdicts for pools [from, pools_.size()).
+  auto compute = [&](size_t from, std::vector<uint8_t>* out) {
     const auto& filters = DefaultFilters();
-    out->assign(pools_.size(), kPassed);
-    for (const Pool& pool : pools_) {
+    out->resize(pools_.size(), kPassed);
+    for (size_t i = from; i < pools_.size(); ++i) {
+      const Pool& pool = pools_[i];
+      (*out)[i] = kPassed;
       for (size_t f = 0; f < filters.size(); ++f) {
         if (!filters[f]->Check(view, pool)) {
-          (*out)[pool.index] = static_cast<uint8_t>(f);
+          (*out)[i] = static_cast<uint8_t>(f);
           break;
         }
       }
     }
   };
   if (!view.pending.inputs.empty()) {  // residency and reachability depend on them
-    compute(&verdicts_);
+    compute(0, &verdicts_);
     return verdicts_;
   }
-  // Run computed this task's class already; gang members compute theirs here.
-  auto it = current_class_ ? verdicts_by_class_.find(*current_class_) : verdicts_by_class_.end();
-  if (it == verdicts_by_class_.end()) {
-    it = verdicts_by_class_.try_emplace(current_class_ ? *current_class_ : *ClassOf(qi)).first;
-    compute(&it->second);
-  }
-  return it->second;
+  // What the filters read of a task without inputs. A pool's verdict never
+  // changes (health is part of what makes a pool), so the caller's cache keeps
+  // them across calls; pools added since are judged now.
+  const model::ResourceRequest& r = view.task.resources;
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fmt::join(view.job.allowed_regions, ","),
+                                fmt::join(r.accelerator_any_of, ","), r.device_count, r.device_share_milli,
+                                r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
+                                view.task.work ? view.task.work->kind : std::string(),
+                                view.task.work ? view.task.work->amount : 0.0, policy_.heterogeneity_aware);
+  VerdictCache& cache = s_.verdict_cache ? *s_.verdict_cache : own_verdicts_;
+  std::vector<uint8_t>& v = cache.by_key[std::move(key)];
+  if (v.size() < pools_.size()) compute(v.size(), &v);
+  return v;
 }
 
 std::optional<Scheduler::TaskClass> Scheduler::ClassOf(size_t qi) const {
@@ -693,7 +704,7 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
 
   candidates_.clear();
   rejections_.clear();
-  const std::vector<uint8_t>& verdicts = Verdicts(qi, view);
+  const std::vector<uint8_t>& verdicts = Verdicts(view);
   if (restricted_ && !policy_.explain_waiting && NoRoomOnGrown(where, verdicts, r) && !js.deadline_at_us &&
       !js.budget_left_micro_usd && !usage_[order_.TenantOf(qi)].budget_left_micro_usd) {
     // It waits for room whatever the scores say; the same answer as the full
@@ -854,6 +865,7 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
   for (PoolState& st : pool_state_) st.full_for.clear();
   unplaced_by_class_.clear();
   no_room_by_class_.clear();
+  no_room_by_room_class_.clear();
 }
 
 void Scheduler::PlaceGang(const std::vector<size_t>& members) {
@@ -936,6 +948,15 @@ Plan Scheduler::Run() {
       continue;
     }
     done[*qi] = true;
+    // Back from the caller's backlog, of a class already found no room for.
+    const bool by_room_class = p.room_only_on_grown && p.room_class != PendingTask::kNoRoomClass;
+    if (by_room_class) {
+      if (auto it = no_room_by_room_class_.find(p.room_class); it != no_room_by_room_class_.end()) {
+        plan_.unplaced.push_back(Unplaced{*qi, p.job, p.task, UnplacedKind::kWaiting, it->second, true});
+        if (policy_.on_decision) policy_.on_decision(plan_.placements.size() + plan_.unplaced.size());
+        continue;
+      }
+    }
     std::optional<AmountClass> amount_class;
     if (std::optional<TaskClass> c = ClassOf(*qi)) {
       amount_class.emplace(std::move(*c), task.duration_us, task.work ? task.work->amount : 0.0);
@@ -951,9 +972,8 @@ Plan Scheduler::Run() {
         continue;
       }
     }
-    current_class_ = amount_class ? &std::get<0>(*amount_class) : nullptr;
     Attempt a = TryPlace(*qi, Where{});
-    current_class_ = nullptr;
+    if (by_room_class && a.needs_room) no_room_by_room_class_.emplace(p.room_class, a.reason);
     if (!a.placed && amount_class) {
       if (a.amount_free) {
         no_room_by_class_.emplace(std::get<0>(*amount_class), a);

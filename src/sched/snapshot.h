@@ -118,6 +118,11 @@ struct PendingTask {
   // The caller knows that no node but those in Snapshot::grown can have room for
   // it (it was parked for want of room, sched::Backlog): only those are looked at.
   bool room_only_on_grown = false;
+  // The caller's class of tasks with the same request and the same filters
+  // (sched::Backlog's); with room_only_on_grown, no room for one means no room
+  // for the others in this call. kNoRoomClass: none.
+  uint32_t room_class = kNoRoomClass;
+  static constexpr uint32_t kNoRoomClass = UINT32_MAX;
 };
 
 // A running task's resources, expected back at `at_us` (its estimated finish).
@@ -132,6 +137,14 @@ struct Release {
 // releases as Snapshot::releases.
 struct ReleaseIndex {
   std::vector<std::multimap<int64_t, Allocation>> by_pool;
+};
+
+// Which filter turns each pool away for a kind of task (by what the filters read
+// of a task without inputs), for calls on one PoolIndex (pools are only ever
+// appended to it). A memo the caller may keep between calls so that each kind of
+// task is judged against each pool once; calls sharing one must not run at once.
+struct VerdictCache {
+  std::unordered_map<std::string, std::vector<uint8_t>> by_key;  // by pool index; 0xFF: passed
 };
 
 struct Snapshot {
@@ -151,6 +164,8 @@ struct Snapshot {
   // The same, by pool and time, when the caller keeps them so; null: Schedule
   // sorts `releases` itself when it needs them.
   std::shared_ptr<const ReleaseIndex> release_index;
+  // The caller's verdict memo, kept with `pools` (null: one per call).
+  std::shared_ptr<VerdictCache> verdict_cache;
   // Nodes whose free resources grew since the previous call (tasks ended, nodes
   // joined or recovered), for tasks with PendingTask::room_only_on_grown.
   std::vector<NodeId> grown;

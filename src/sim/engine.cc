@@ -190,6 +190,12 @@ class Simulation {
   // measure.
   using GpuShape = std::tuple<int32_t, int32_t, int64_t, int64_t, std::vector<std::string>>;
   std::map<GpuShape, int64_t> waiting_gpu_shapes_;
+  struct RankedShape {
+    int64_t count;
+    size_t order;  // in shape order
+    const GpuShape* shape;
+  };
+  std::vector<RankedShape> top_;  // reused by MeasureFragmentation
   static GpuShape ShapeOf(const model::ResourceRequest& r) {
     return GpuShape{r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of};
   }
@@ -332,7 +338,8 @@ void Simulation::ScheduleRound() {
   snap_.queue.clear();
   std::vector<uint32_t> offered;  // snapshot queue index -> slot in waiting_
   std::vector<uint32_t> offered_jobs;
-  backlog_.Offer(options_.max_offered, [&](uint32_t slot, int64_t, bool room_only_on_grown) {
+  backlog_.Offer(options_.max_offered, [&](const sched::Backlog::Offered& o) {
+    const uint32_t slot = o.handle;
     const Waiting& w = waiting_[slot];
     int32_t& job_slot = slot_of_job_[w.job];
     if (job_slot < 0) {
@@ -341,7 +348,7 @@ void Simulation::ScheduleRound() {
       offered_jobs.push_back(w.job);
     }
     snap_.queue.push_back(
-        sched::PendingTask{static_cast<uint32_t>(job_slot), TaskId(w.task), w.inputs, w.seq, room_only_on_grown});
+        sched::PendingTask{static_cast<uint32_t>(job_slot), TaskId(w.task), w.inputs, w.seq, o.room_only_on_grown, o.room_class});
     offered.push_back(slot);
   });
   for (uint32_t j : offered_jobs) slot_of_job_[j] = -1;
@@ -352,8 +359,6 @@ void Simulation::ScheduleRound() {
   MonotonicTime t0 = env_.clock().Now();
   sched::Plan plan = sched::Schedule(snap_, policy_, rng);
   MonotonicTime t1 = env_.clock().Now();
-  snap_.grown.clear();
-  backlog_.EndRound();
   call_us_.push_back(static_cast<double>(t1.us - t0.us));
   if (getenv("DBG")) fprintf(stderr, "CALL %zu %zu %ld\n", snap_.queue.size(), plan.placements.size(), (long)(t1.us - t0.us));
   ++result_.sched_calls;
@@ -398,6 +403,8 @@ void Simulation::ScheduleRound() {
       backlog_.Park(slot);
     }
   }
+  snap_.grown.clear();
+  backlog_.EndRound();
   if (options_.fill) RecordFill();
 }
 
@@ -579,21 +586,25 @@ void Simulation::SetHealth(NodeId node, model::NodeHealth health) {
 void Simulation::MeasureFragmentation() {
   // The distinct GPU shapes waiting, most common first (ties in shape order), at
   // most 16.
-  std::vector<const std::pair<const GpuShape, int64_t>*> top;
-  top.reserve(waiting_gpu_shapes_.size());
-  for (const auto& entry : waiting_gpu_shapes_) top.push_back(&entry);
-  std::stable_sort(top.begin(), top.end(), [](const auto* a, const auto* b) { return a->second > b->second; });
-  if (top.size() > 16) top.resize(16);
+  top_.clear();
+  for (const auto& [shape, count] : waiting_gpu_shapes_) top_.push_back(RankedShape{count, top_.size(), &shape});
+  auto before = [](const RankedShape& a, const RankedShape& b) { return std::tie(b.count, a.order) < std::tie(a.count, b.order); };
+  if (top_.size() > 16) {
+    std::nth_element(top_.begin(), top_.begin() + 16, top_.end(), before);
+    top_.resize(16);
+  }
+  std::sort(top_.begin(), top_.end(), before);
+  const auto& top = top_;
   gpu_waiting_ = !top.empty();
   if (!gpu_waiting_) return;
   // Per node figures are kept; all are measured again only when the shapes change.
   bool same = top.size() == measured_.size();
-  for (size_t i = 0; same && i < top.size(); ++i) same = ShapeOf(measured_[i]) == top[i]->first;
+  for (size_t i = 0; same && i < top.size(); ++i) same = ShapeOf(measured_[i]) == *top[i].shape;
   if (!same) {
     measured_.clear();
-    for (const auto* entry : top) {
+    for (const auto& entry : top) {
       model::ResourceRequest r;
-      std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = entry->first;
+      std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = *entry.shape;
       measured_.push_back(std::move(r));
     }
     for (const model::Node& n : fleet_.nodes) Touch(n.id);
@@ -706,6 +717,7 @@ SimResult Simulation::Run() {
   if (options_.share_pool_index) {
     snap_.pools = index_;
     snap_.release_index = release_index_;
+    snap_.verdict_cache = std::make_shared<sched::VerdictCache>();
   }
   removed_.assign(fleet_.nodes.size(), false);
   original_nodes_ = fleet_.nodes.size();
@@ -739,7 +751,7 @@ SimResult Simulation::Run() {
       Handle(e);
     }
     if (!changed_) continue;  // a stage-in or a fault on a node already down
-    if (backlog_.active() > 0) ScheduleRound();
+    if (backlog_.HasWork()) ScheduleRound();
     changed_ = false;
     if (options_.wall_limit_s > 0 &&
         static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs > options_.wall_limit_s) {
