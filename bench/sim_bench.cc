@@ -10,7 +10,6 @@
 namespace meridian::bench {
 
 StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options, Env& env) {
-  if (getenv("SATONLY")) return std::vector<SimBenchResult>{};
   MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
   MERIDIAN_ASSIGN_OR_RETURN(sim::Trace base,
                             sim::LoadTrace(options.trace, sim::TraceFormat::kAuto, fs.fleet, fs.throughput));
@@ -87,7 +86,6 @@ StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, E
   out.nodes = r.nodes;
   out.jobs = r.jobs;
   out.run = RunOf(r);
-  if (getenv("SATONLY")) return out;
   so.park = false;
   MERIDIAN_ASSIGN_OR_RETURN(sim::SimResult unparked, sim::Simulate(fs.fleet, fs.throughput, trace, so, env));
   out.baseline = RunOf(unparked);

@@ -38,12 +38,13 @@ uint32_t Backlog::ClassFor(std::string key, const model::ResourceRequest& reques
   c.key = key;
   c.request = request;
   c.members = 0;
-  c.full_through = UINT64_MAX;
+  c.full_through = UINT64_MAX;  // in_full_list and in_back_list stay: the lists drop stale ids
   by_key_.emplace(std::move(key), id);
   return id;
 }
 
-void Backlog::Add(Handle h, int64_t seq, const model::Job& job, const model::Task& task, bool has_inputs) {
+void Backlog::Add(Handle h, int64_t submit_us, int64_t seq, const model::Job& job, const model::Task& task,
+                  bool has_inputs) {
   if (h >= entries_.size()) entries_.resize(static_cast<size_t>(h) + 1);
   Entry& e = entries_[h];
   MERIDIAN_CHECK_MSG(!e.present, "a backlog handle added twice");
@@ -53,17 +54,18 @@ void Backlog::Add(Handle h, int64_t seq, const model::Job& job, const model::Tas
   std::string key =
       has_inputs
           ? fmt::format("#{}", seq)
-          : fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", job.tenant, fmt::join(job.allowed_regions, ","),
+          : fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", job.tenant, job.priority, fmt::join(job.allowed_regions, ","),
                         fmt::join(r.accelerator_any_of, ","), r.device_count, r.device_share_milli,
                         r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
                         task.work ? task.work->kind : std::string(), task.work ? task.work->amount : 0.0);
   e.cls = ClassFor(std::move(key), r);
+  e.submit_us = submit_us;
   e.seq = seq;
   e.present = true;
   e.parked = false;
   e.parked_in_round = UINT64_MAX;
   ++classes_[e.cls].members;
-  active_.emplace(seq, h);
+  active_.emplace(submit_us, seq, h);
   ++size_;
 }
 
@@ -72,9 +74,9 @@ void Backlog::Remove(Handle h) {
   Entry& e = entries_[h];
   Class& c = classes_[e.cls];
   if (e.parked) {
-    c.parked.erase({e.seq, h});
+    c.parked.erase(Key{e.submit_us, e.seq, h});
   } else {
-    active_.erase({e.seq, h});
+    active_.erase(Key{e.submit_us, e.seq, h});
   }
   e.present = false;
   --size_;
@@ -91,14 +93,15 @@ void Backlog::Park(Handle h) {
   Entry& e = entries_[h];
   e.parked_in_round = round_;
   Class& c = classes_[e.cls];
-  if (c.full_through != round_) {
-    c.full_through = round_;
+  c.full_through = round_;
+  if (!c.in_full_list) {
+    c.in_full_list = true;
     full_classes_.push_back(e.cls);
   }
   if (e.parked) return;  // came back this round, parked again: it stays where it is
-  active_.erase({e.seq, h});
+  active_.erase(Key{e.submit_us, e.seq, h});
   e.parked = true;
-  classes_[e.cls].parked.emplace(e.seq, h);
+  c.parked.emplace(e.submit_us, e.seq, h);
   if (!listed_[e.cls]) {
     listed_[e.cls] = true;
     parked_classes_.push_back(e.cls);
@@ -107,12 +110,13 @@ void Backlog::Park(Handle h) {
 
 void Backlog::MakeActive(Handle h) {
   Entry& e = entries_[h];
-  classes_[e.cls].parked.erase({e.seq, h});
+  classes_[e.cls].parked.erase(Key{e.submit_us, e.seq, h});
   e.parked = false;
-  active_.emplace(e.seq, h);
+  active_.emplace(e.submit_us, e.seq, h);
 }
 
 void Backlog::Released(const NodeFree& free) {
+  MERIDIAN_CHECK_MSG(!in_round_, "Backlog::Released during a round: what comes back would be lost at EndRound");
   std::vector<int32_t> devices;
   size_t out = 0;
   for (uint32_t id : parked_classes_) {
@@ -136,21 +140,23 @@ void Backlog::Released(const NodeFree& free) {
 
 void Backlog::Gather() {
   offer_.clear();
-  for (const auto& [seq, h] : active_) {
+  for (const auto& [submit_us, seq, h] : active_) {
     const uint32_t cls = entries_[h].cls;
     const bool full = round_ > 0 && classes_[cls].full_through == round_ - 1;
-    offer_.push_back(Offered{seq, h, full, false, cls});
+    offer_.push_back(Offered{submit_us, seq, h, full, false, cls});
   }
   const size_t active = offer_.size();
   for (uint32_t id : back_classes_) {
     const Class& c = classes_[id];
     int64_t n = c.back;
     for (auto it = c.parked.begin(); it != c.parked.end() && n-- > 0; ++it) {
-      offer_.push_back(Offered{it->first, it->second, true, true, id});
+      offer_.push_back(Offered{std::get<0>(*it), std::get<1>(*it), std::get<2>(*it), true, true, id});
     }
   }
   if (offer_.size() > active) {
-    std::sort(offer_.begin(), offer_.end(), [](const Offered& a, const Offered& b) { return a.seq < b.seq; });
+    std::sort(offer_.begin(), offer_.end(), [](const Offered& a, const Offered& b) {
+      return std::tie(a.submit_us, a.seq) < std::tie(b.submit_us, b.seq);
+    });
   }
 }
 
@@ -167,11 +173,11 @@ void Backlog::EndRound() {
     if (c.full_through == round_ || (round_ > 0 && c.full_through == round_ - 1 && !c.in_back_list)) {
       c.full_through = round_;
       full_classes_[out++] = id;
+    } else {
+      c.in_full_list = false;
     }
   }
   full_classes_.resize(out);
-  std::sort(full_classes_.begin(), full_classes_.end());
-  full_classes_.erase(std::unique(full_classes_.begin(), full_classes_.end()), full_classes_.end());
   for (uint32_t id : back_classes_) {
     classes_[id].back = 0;
     classes_[id].in_back_list = false;
@@ -179,12 +185,13 @@ void Backlog::EndRound() {
   back_classes_.clear();
   offer_.clear();
   ++round_;
+  in_round_ = false;
 }
 
 void Backlog::UnparkAll() {
   for (uint32_t id : parked_classes_) {
     Class& c = classes_[id];
-    while (!c.parked.empty()) MakeActive(c.parked.begin()->second);
+    while (!c.parked.empty()) MakeActive(std::get<2>(*c.parked.begin()));
     listed_[id] = false;
   }
   parked_classes_.clear();

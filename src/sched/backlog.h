@@ -15,10 +15,11 @@
 // its decisions are the ones it would make with every waiting task offered.
 //
 // Classes: tasks that the scheduler's filters cannot tell apart share one (same
-// resource request, tenant, allowed regions, work kind and amount); a task with
-// inputs (residency and transfers depend on them) is a class of its own. So when
-// the oldest parked task of a class cannot use a node's room, none of the class
-// can.
+// resource request, tenant, priority, allowed regions, work kind and amount); a
+// task with inputs (residency and transfers depend on them) is a class of its own.
+// So when the first parked task of a class cannot use a node's room, none of the
+// class can. Within a class, tasks are in the scheduler's queue order for every
+// QueueOrder: by submission time, then seq.
 //
 // Thread-safety: none; one owner (the simulator's loop, the coordinator's lock).
 // A round: Released for each node that grew, Offer, the scheduler call, Park for
@@ -27,6 +28,7 @@
 
 #include <cstdint>
 #include <set>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -42,8 +44,10 @@ class Backlog {
   // The caller's name for a task: small and dense (an index into its own table).
   using Handle = uint32_t;
 
-  // Adds an active task; `seq` orders the queue (oldest first) and is unique.
-  void Add(Handle h, int64_t seq, const model::Job& job, const model::Task& task, bool has_inputs);
+  // Adds an active task of a job submitted at `submit_us`; `seq` is unique and
+  // orders tasks submitted at once (PendingTask::seq, JobState::submit_us).
+  void Add(Handle h, int64_t submit_us, int64_t seq, const model::Job& job, const model::Task& task,
+           bool has_inputs);
   // Takes the task out, active or parked (placed, cancelled, its job ended).
   void Remove(Handle h);
   bool Contains(Handle h) const { return h < entries_.size() && entries_[h].present; }
@@ -53,7 +57,8 @@ class Backlog {
   // (Unplaced::needs_room).
   void Park(Handle h);
   // A node's free resources grew to `free`: parked tasks whose request fits come
-  // back for the next round, per class as many as could fit on it.
+  // back for the next round, per class as many as could fit on it. Between
+  // rounds only (not between Offer and EndRound).
   void Released(const NodeFree& free);
   // Every parked task comes back (the fleet or the policy changed).
   void UnparkAll();
@@ -61,8 +66,10 @@ class Backlog {
   // Whether a round has anything to offer: active tasks, or some came back.
   bool HasWork() const { return !active_.empty() || !back_classes_.empty(); }
   // A round: the active tasks and those that came back, oldest first, at most
-  // `max` (0: all): f(const Offered&). Call once per round, then EndRound.
+  // `max` (0: all; parked tasks do not count): f(const Offered&). Call once per
+  // round, then EndRound.
   struct Offered {
+    int64_t submit_us;
     int64_t seq;
     Handle handle;
     // No node but those grown since the last round can have room for it
@@ -76,6 +83,7 @@ class Backlog {
   };
   template <typename F>
   void Offer(size_t max, F&& f) {
+    in_round_ = true;
     Gather();
     for (size_t i = 0; i < offer_.size() && (max == 0 || i < max); ++i) f(offer_[i]);
   }
@@ -93,7 +101,9 @@ class Backlog {
   static int64_t FitCount(const model::ResourceRequest& r, const NodeFree& free);
 
  private:
+  using Key = std::tuple<int64_t, int64_t, Handle>;  // submit_us, seq, handle
   struct Entry {
+    int64_t submit_us = 0;
     int64_t seq = 0;
     uint32_t cls = 0;
     bool present = false;
@@ -104,7 +114,7 @@ class Backlog {
     std::string key;
     model::ResourceRequest request;
     size_t members = 0;                            // active and parked
-    std::set<std::pair<int64_t, Handle>> parked;   // oldest first
+    std::set<Key> parked;                          // oldest first
     // The oldest `back` parked tasks come back in the next round. They stay in
     // `parked` meanwhile: most are parked again, which then moves nothing.
     int64_t back = 0;
@@ -113,6 +123,7 @@ class Backlog {
     // parked in it, or the class was full at the end of the round before and no
     // node grew to fit it since (nothing but growth makes room).
     uint64_t full_through = UINT64_MAX;
+    bool in_full_list = false;  // in full_classes_
   };
   uint32_t ClassFor(std::string key, const model::ResourceRequest& request);
   void MakeActive(Handle h);
@@ -120,17 +131,18 @@ class Backlog {
   void Gather();
 
   std::vector<Entry> entries_;                     // by handle
-  std::set<std::pair<int64_t, Handle>> active_;    // oldest first
+  std::set<Key> active_;                           // oldest first
   std::vector<Class> classes_;
   std::vector<uint32_t> free_classes_;             // ids of classes with no members
   std::unordered_map<std::string, uint32_t> by_key_;
   std::vector<uint32_t> parked_classes_;           // ids with parked tasks (maybe stale)
   std::vector<bool> listed_;                       // by class: in parked_classes_
   std::vector<uint32_t> back_classes_;             // ids with back > 0
-  std::vector<uint32_t> full_classes_;             // ids with full_through == round_ (maybe more)
+  std::vector<uint32_t> full_classes_;             // ids with full_through == round_ (and stale ones)
   std::vector<Offered> offer_;                     // this round's
   size_t size_ = 0;
   uint64_t round_ = 0;
+  bool in_round_ = false;  // between Offer and EndRound
 };
 
 }  // namespace meridian::sched

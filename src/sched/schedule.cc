@@ -1,6 +1,7 @@
 #include "sched/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -636,11 +637,25 @@ const std::vector<uint8_t>& Scheduler::Verdicts(const TaskView& view) {
   // changes (health is part of what makes a pool), so the caller's cache keeps
   // them across calls; pools added since are judged now.
   const model::ResourceRequest& r = view.task.resources;
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", fmt::join(view.job.allowed_regions, ","),
-                                fmt::join(r.accelerator_any_of, ","), r.device_count, r.device_share_milli,
-                                r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
-                                view.task.work ? view.task.work->kind : std::string(),
-                                view.task.work ? view.task.work->amount : 0.0, policy_.heterogeneity_aware);
+  std::string key;
+  key.reserve(64);
+  auto add_int = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto add_str = [&](std::string_view text) {  // length first: no separator can be forged
+    add_int(static_cast<int64_t>(text.size()));
+    key.append(text);
+  };
+  add_int(static_cast<int64_t>(view.job.allowed_regions.size()));
+  for (const std::string& region : view.job.allowed_regions) add_str(region);
+  add_int(static_cast<int64_t>(r.accelerator_any_of.size()));
+  for (const std::string& type : r.accelerator_any_of) add_str(type);
+  add_int(r.device_count);
+  add_int(r.device_share_milli);
+  add_int(r.min_device_memory_bytes);
+  add_int(r.cpu_milli);
+  add_int(r.memory_bytes);
+  add_str(view.task.work ? std::string_view(view.task.work->kind) : std::string_view());
+  add_int(std::bit_cast<int64_t>(view.task.work ? view.task.work->amount : 0.0));
+  add_int(policy_.heterogeneity_aware ? 1 : 0);
   VerdictCache& cache = s_.verdict_cache ? *s_.verdict_cache : own_verdicts_;
   std::vector<uint8_t>& v = cache.by_key[std::move(key)];
   if (v.size() < pools_.size()) compute(v.size(), &v);

@@ -221,6 +221,7 @@ class Simulation {
   int64_t free_milli_ = 0;
   std::vector<int64_t> node_free_, node_unusable_;
   std::vector<model::ResourceRequest> measured_;
+  std::vector<GpuShape> measured_shapes_;  // the same, as keys of waiting_gpu_shapes_
   std::vector<bool> dirty_;
   std::vector<uint32_t> dirty_nodes_;
   double unusable_integral_ = 0, free_integral_ = 0, waiting_s_ = 0;
@@ -265,7 +266,7 @@ void Simulation::Enqueue(uint32_t j, uint32_t t) {
     slot = static_cast<uint32_t>(waiting_.size());
     waiting_.emplace_back();
   }
-  backlog_.Add(slot, w.seq, *jr.job, task, !w.inputs.empty());
+  backlog_.Add(slot, jr.state.submit_us, w.seq, *jr.job, task, !w.inputs.empty());
   waiting_[slot] = std::move(w);
   jr.slot_of[t] = slot;
   if (task.resources.device_count > 0) ++waiting_gpu_shapes_[ShapeOf(task.resources)];
@@ -360,7 +361,6 @@ void Simulation::ScheduleRound() {
   sched::Plan plan = sched::Schedule(snap_, policy_, rng);
   MonotonicTime t1 = env_.clock().Now();
   call_us_.push_back(static_cast<double>(t1.us - t0.us));
-  if (getenv("DBG")) fprintf(stderr, "CALL %zu %zu %ld\n", snap_.queue.size(), plan.placements.size(), (long)(t1.us - t0.us));
   ++result_.sched_calls;
   result_.sched_decisions += static_cast<int64_t>(plan.placements.size() + plan.unplaced.size());
 
@@ -599,10 +599,12 @@ void Simulation::MeasureFragmentation() {
   if (!gpu_waiting_) return;
   // Per node figures are kept; all are measured again only when the shapes change.
   bool same = top.size() == measured_.size();
-  for (size_t i = 0; same && i < top.size(); ++i) same = ShapeOf(measured_[i]) == *top[i].shape;
+  for (size_t i = 0; same && i < top.size(); ++i) same = measured_shapes_[i] == *top[i].shape;
   if (!same) {
     measured_.clear();
+    measured_shapes_.clear();
     for (const auto& entry : top) {
+      measured_shapes_.push_back(*entry.shape);
       model::ResourceRequest r;
       std::tie(r.device_count, r.device_share_milli, r.cpu_milli, r.memory_bytes, r.accelerator_any_of) = *entry.shape;
       measured_.push_back(std::move(r));

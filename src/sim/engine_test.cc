@@ -221,6 +221,33 @@ TEST(SimTest, TheSameSeedGivesTheSameMetrics) {
   EXPECT_NE(OutcomesCsv(Replay(s.fleet, s.trace, "random", o1)), OutcomesCsv(Replay(s.fleet, s.trace, "random", o2)));
 }
 
+// Parking tasks with no room (sched::Backlog) saves scheduler work and changes no
+// decision: every policy, under a backlog, with failures, preemptions (tasks
+// queued again, behind younger ones of their class), nodes added and removed.
+TEST(SimTest, ParkingTasksWithNoRoomChangesNoDecision) {
+  AlibabaSlice s = LoadAlibabaSlice(150);
+  for (model::Node& n : s.fleet.fleet.nodes) n.spot = n.id.value() % 4 == 0;
+  Trace backlog = SaturatingTrace(s.trace, 900, 20, 1800 * kSecondUs, 3);
+  for (const std::string& policy : PolicyNames()) {
+    SimOptions o;
+    o.seed = 5;
+    o.node_mtbf_us = 20 * 24 * 3600 * kSecondUs;
+    o.spot_mtbp_us = 5 * 24 * 3600 * kSecondUs;
+    o.repair_us = 1800 * kSecondUs;
+    o.changes = {FleetChange{30 * kSecondUs, 5, 0}, FleetChange{3600 * kSecondUs, 0, 8}};
+    SimResult parked = Replay(s.fleet, backlog, policy, o);
+    o.park = false;
+    SimResult offered = Replay(s.fleet, backlog, policy, o);
+    EXPECT_EQ(ResultToJson(parked, false).dump(), ResultToJson(offered, false).dump()) << policy;
+    EXPECT_EQ(OutcomesCsv(parked), OutcomesCsv(offered)) << policy;
+    EXPECT_EQ(parked.placements, offered.placements) << policy;
+    EXPECT_GT(parked.task_restarts, 0) << policy;
+    EXPECT_GT(parked.peak_waiting, 200u) << policy;
+    // The point of parking: far fewer tasks offered to the scheduler.
+    EXPECT_LT(parked.sched_decisions * 3, offered.sched_decisions) << policy;
+  }
+}
+
 TEST(SimTest, UnderFailuresAndPreemptionsEveryJobEndsExactlyOnce) {
   AlibabaSlice s = LoadAlibabaSlice(150);
   for (model::Node& n : s.fleet.fleet.nodes) n.spot = n.id.value() % 3 == 0;
