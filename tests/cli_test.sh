@@ -65,8 +65,14 @@ check "sim bad fleet change" 1 "--change '2h+5'" "$bin" sim --fleet $gavel --tra
 check "sim --policy with --compare" 2 "excludes" "$bin" sim --fleet $gavel --trace $sia --policy meridian --compare meridian,random
 printf 'job,arrival_s,duration_s,gpus\nj,0,1,1\nj,0,x,1\n' >"$tmp/bad.csv"
 check "sim bad trace field" 1 "bad.csv:3: duration_s: expected a number, got 'x'" "$bin" sim --fleet $gavel --trace "$tmp/bad.csv"
-check "bench sim runs" 0 "" "$bin" bench sim --fleet $gavel --trace $sia --scale 1 --json
+check "bench sim runs" 0 "" "$bin" bench sim --fleet $gavel --trace $sia --scale 1 --saturated-jobs 0 --json
 grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench sim output"; cat "$tmp/out"; fail=1; }
+grep -q '"saturated' "$tmp/out" && { echo "FAIL bench sim ran the saturated case with --saturated-jobs 0"; fail=1; }
+check "bench sim saturated" 0 "" "$bin" bench sim --fleet tests/fleets/alibaba-gpu-2023.yaml \
+  --trace tests/fixtures/alibaba-pods-gpuspec33-400.csv --scale 1 --saturated-jobs 3000 --saturated-limit 60 --json
+grep -q '"saturated_placements_per_second"' "$tmp/out" || { echo "FAIL bench sim saturated field"; cat "$tmp/out"; fail=1; }
+grep -q '"differing_jobs": 0,' "$tmp/out" || { echo "FAIL bench sim: parking changed a decision"; cat "$tmp/out"; fail=1; }
+grep -q '"compared_jobs": 3000,' "$tmp/out" || { echo "FAIL bench sim: baseline did not finish"; cat "$tmp/out"; fail=1; }
 
 # The runtime's commands without a cluster (tests/runtime_test.cc runs real ones).
 export MERIDIAN_HOME="$tmp/no-cluster"

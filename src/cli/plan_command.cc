@@ -118,8 +118,7 @@ Status RunPlan(const PlanOptions& options, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(options.fleet));
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::LoadJob(options.job, fleet.fleet, fleet.throughput));
   for (const std::string& w : job.warnings) std::cerr << "warning: " << w << '\n';
-  sched::Policy policy;
-  policy.order = *order;
+  sched::Policy policy = sched::Policy::Meridian(*order);  // what the coordinator runs
   sched::Forecast f = sched::ForecastJob(fleet.fleet, fleet.throughput, job, policy, options.seed);
   if (options.json) {
     PrintJson(fleet.fleet, job, f, out);

@@ -49,7 +49,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<store::Stat
     : options_(std::move(options)),
       store_(std::move(store)),
       env_(env),
-      policy_(sched::Policy::WithOrder(options_.order)),
+      policy_(sched::Policy::Meridian(options_.order)),
       fleet_(SitesOnly(options_.fleet)),
       ledger_(fleet_),
       next_session_(static_cast<uint64_t>(env.clock().WallNow().us)),

@@ -53,7 +53,9 @@ struct Unplaced {
   uint32_t job = 0;
   TaskId task;
   UnplacedKind kind = UnplacedKind::kWaiting;
-  std::string reason;  // empty for kWaiting when the policy does not explain waiting
+  // Empty for a task waiting for room when the policy does not explain waiting
+  // (Policy::explain_waiting); a quota in use is always named.
+  std::string reason;
   // kWaiting for room alone: no node of any pool that passes its filters had room
   // for it, and nothing that can change without room changing (a quota, a budget,
   // a deadline, a better pool freeing soon) stood in its way. It cannot be placed

@@ -100,6 +100,23 @@ struct Policy {
     p.order = order;
     return p;
   }
+  // Meridian's policy, the one the coordinator runs, `plan` forecasts and the
+  // simulator replays as "meridian": pools scored by the job's objective; among
+  // the pools within 5% of the best's own measure (finish time, or cost for
+  // cheapest jobs) and within 2x of its other, the node that leaves the expected
+  // workload's shapes the most usable capacity, comparing at most 4 nodes with
+  // room per pool. `workload`: the expected request shapes (empty: those waiting
+  // in each call's queue).
+  static Policy Meridian(QueueOrder order = QueueOrder::kFifo, std::vector<WorkloadShape> workload = {}) {
+    Policy p;
+    p.order = order;
+    p.nodes = NodeChoice::kLeastFragmentation;
+    p.node_sample = 4;
+    p.near_best = 0.05;
+    p.near_best_secondary = 1.0;
+    p.workload = std::move(workload);
+    return p;
+  }
 };
 
 Plan Schedule(const Snapshot& snapshot, const Policy& policy, Random& rng);

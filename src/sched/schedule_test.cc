@@ -240,3 +240,80 @@ TEST(ScheduleWaitTest, ABusyNodeThatFreesSoonBeatsAFreeNodeFarFromTheData) {
 
 }  // namespace
 }  // namespace meridian::sched
+
+namespace meridian::sched {
+namespace {
+
+// needs_room says "nothing but room can change this answer": set when every pool
+// that passes the filters is full, never when a quota, a deadline or a better
+// pool freeing soon is what holds the task back.
+TEST(ScheduleParkTest, NeedsRoomOnlyWhenRoomAloneIsMissing) {
+  testing::FleetBuilder b;
+  b.Nodes(b.Site("s"), "A100", 2, 2, 0);
+  model::Fleet f = b.Build();
+  f.tenants = {model::Tenant{TenantId(0), "team", 1, 1000, 0, 0}};
+  model::Job full = testing::MakeJob("full", std::vector<model::Task>(6, testing::GpuTask("", {"A100"})));
+  model::Job quota = testing::MakeJob("quota", {testing::GpuTask("", {"A100"})});
+  quota.tenant = "team";
+  model::Job deadline = testing::MakeJob("deadline", {testing::GpuTask("", {"A100"})});
+  deadline.deadline_us = 3600 * kSecondUs;
+  static const model::ThroughputTable kEmpty;
+  Snapshot s = testing::MakeSnapshot(f, kEmpty, {&full, &quota, &deadline});
+  // The tenant already holds its one GPU elsewhere.
+  s.tenant_usage = {TenantUsage{1000, 0, 0}};
+  Random rng(1);
+  Policy p;
+  p.explain_waiting = false;
+  Plan plan = Schedule(s, p, rng);
+  ASSERT_EQ(plan.placements.size(), 4u);
+  ASSERT_EQ(plan.unplaced.size(), 4u);
+  for (const Unplaced& u : plan.unplaced) {
+    EXPECT_EQ(u.kind, UnplacedKind::kWaiting);
+    const std::string& job = s.jobs[u.job].job->name;
+    EXPECT_EQ(u.needs_room, job == "full") << job;
+    // Waiting for room is not put in words unless asked; a quota says so anyway.
+    EXPECT_EQ(u.reason, job == "quota" ? "tenant 'team' uses 1 of its 1 GPUs quota; this task needs 1 more" : "")
+        << job;
+  }
+  // With releases known, the scored policy holds out for them: still room alone.
+  s.releases.push_back(Release{60 * kSecondUs, Allocation{NodeId(0), 1000, kGiB, {0}, 1000}});
+  plan = Schedule(s, p, rng);
+  EXPECT_TRUE(plan.unplaced[0].needs_room);
+  // Infeasible tasks never need room: nothing can make them fit.
+  model::Job h100 = testing::MakeJob("h100", {testing::GpuTask("", {"H100"})});
+  Snapshot s2 = testing::MakeSnapshot(f, kEmpty, {&h100});
+  plan = Schedule(s2, p, rng);
+  ASSERT_EQ(plan.unplaced.size(), 1u);
+  EXPECT_EQ(plan.unplaced[0].kind, UnplacedKind::kInfeasible);
+  EXPECT_FALSE(plan.unplaced[0].needs_room);
+  EXPECT_EQ(plan.unplaced[0].reason, "0 of 2 nodes can run it: 2 nodes have no H100");
+}
+
+// A task the caller knows has room only on grown nodes is looked for there alone:
+// a node with room that did not grow is not looked at (the caller's knowledge
+// says it cannot have room; here it is deliberately wrong, to show the scan).
+TEST(ScheduleParkTest, RoomOnlyOnGrownLooksAtGrownNodesAlone) {
+  testing::FleetBuilder b;
+  b.Nodes(b.Site("s"), "A100", 3, 1, 0);
+  model::Fleet f = b.Build();
+  static const model::ThroughputTable kEmpty;
+  model::Job job = testing::MakeJob("j", {testing::GpuTask("a", {"A100"}), testing::GpuTask("b", {"A100"})});
+  Snapshot s = testing::MakeSnapshot(f, kEmpty, {&job});
+  for (PendingTask& p : s.queue) p.room_only_on_grown = true;
+  s.grown = {NodeId(2)};
+  Random rng(1);
+  Policy p;
+  p.explain_waiting = false;
+  Plan plan = Schedule(s, p, rng);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].allocation.node, NodeId(2));
+  ASSERT_EQ(plan.unplaced.size(), 1u);
+  EXPECT_TRUE(plan.unplaced[0].needs_room);
+  // Without the flag, every node is looked at.
+  for (PendingTask& q : s.queue) q.room_only_on_grown = false;
+  plan = Schedule(s, p, rng);
+  EXPECT_EQ(plan.placements.size(), 2u);
+}
+
+}  // namespace
+}  // namespace meridian::sched

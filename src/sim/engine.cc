@@ -902,11 +902,7 @@ std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
 StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
   sched::Policy p;
   if (name == "meridian") {
-    p.nodes = sched::NodeChoice::kLeastFragmentation;
-    p.node_sample = 4;
-    p.near_best = 0.05;
-    p.near_best_secondary = 1.0;
-    p.workload = TraceWorkload(trace);
+    p = sched::Policy::Meridian(sched::QueueOrder::kFifo, TraceWorkload(trace));
   } else if (name == "frag-aware") {
     p.pools = sched::PoolChoice::kAnyPool;
     p.nodes = sched::NodeChoice::kLeastFragmentation;
