@@ -27,9 +27,9 @@ Every figure but SCHED TIME and WALL (wall-clock) follows from the inputs and th
 seed (1). How the simulator works, the trace formats and the assumptions behind
 them: [simulator.md](simulator.md).
 
-Policies: **meridian** (the scheduler's scored choice by the job's objective, with
-fragmentation-aware packing among the pools within 5% of the best finish time and
-2x of its cost), **frag-aware** (the same packing over every node, no scoring),
+Policies: **meridian** (the policy the coordinator runs: the scheduler's scored
+choice by the job's objective, with fragmentation-aware packing among the pools
+within 5% of the best finish time and 2x of its cost), **frag-aware** (the same packing over every node, no scoring),
 and the baselines **first-fit**, **best-fit** (fewest free GPUs left), **random**,
 **agnostic** (Meridian's scoring believing every GPU type equally fast and equally
 priced) and **cheapest-region** (lowest hourly price per device first).
@@ -101,11 +101,13 @@ cat <<'SPEED'
 
 `meridian bench sim`: the default trace at its size and 100 times over (every node
 and every job), on one core, against the same replay with the pools built in every
-scheduler call.
+scheduler call; then the saturated case (20,000 jobs of the trace's shapes arriving
+100/s, 30 min mean run) with waiting tasks parked by request shape, against the same
+replay offering every waiting task to every call (stopped after 60 s).
 
 ```
 SPEED
-"$bin" bench sim
+"$bin" bench sim --saturated-limit 60
 echo '```'
 } >"$tmp"
 mv "$tmp" "$out"

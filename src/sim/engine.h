@@ -54,7 +54,8 @@ struct SimOptions {
   int32_t max_restarts = 10;
   std::vector<FleetChange> changes;
   // Queue order of the policy is the policy's; at most this many waiting tasks are
-  // offered to one scheduler call, oldest first (0: all).
+  // offered to one scheduler call, oldest first (0: all); parked ones (`park`)
+  // are not offered and do not count.
   size_t max_offered = 0;
   // Points of the utilisation series kept for the report.
   size_t series_points = 240;
