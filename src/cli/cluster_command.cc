@@ -439,7 +439,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.reconcile_grace).status().WithPrefix("--reconcile-grace"));
   MERIDIAN_RETURN_IF_ERROR(ParseDurationUs(o.retain_for).status().WithPrefix("--retain-for"));
   if (o.retain_jobs < 0) return InvalidArgumentError("--retain-jobs: expected 0 (no limit) or more");
-  MERIDIAN_ASSIGN_OR_RETURN(std::string fleet_text, spec::ReadFileToString(fleet_path));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string fleet_text, spec::ReadFileToString(fleet_path, spec::kMaxYamlFileBytes));
   // A cluster remembers the fleet it was made from: starting it again from another
   // would keep the old nodes and state under the new name.
   const fs::path made_from = dir / "fleet.yaml";

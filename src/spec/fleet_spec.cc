@@ -210,6 +210,12 @@ Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& p
   MERIDIAN_RETURN_IF_ERROR(ParseSiteRef(r, g, path, *fleet, &proto.site));
   int64_t count = 1;
   MERIDIAN_RETURN_IF_ERROR(r.Int(g, "count", path, 1, kMaxNodes, &count));
+  // The cap is checked before the group is expanded, not at the node after it.
+  if (static_cast<int64_t>(fleet->nodes.size()) + count > kMaxNodes) {
+    return r.Error(g["count"], Field(path, "count"),
+                   fmt::format("node group '{}' of {} nodes would make the fleet larger than {} nodes (it has {})",
+                               proto.group, count, kMaxNodes, fleet->nodes.size()));
+  }
   MERIDIAN_RETURN_IF_ERROR(ParseNodeFields(r, g, path, &proto));
   MERIDIAN_RETURN_IF_ERROR(r.Enum(g, "health", path,
                                   {{"healthy", model::NodeHealth::kHealthy},
@@ -435,7 +441,7 @@ StatusOr<FleetSpec> ParseFleet(std::string_view text, std::string_view file,
 }
 
 StatusOr<FleetSpec> LoadFleet(const std::string& path) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxYamlFileBytes));
   std::string dir = std::filesystem::path(path).parent_path().string();
   return ParseFleet(text, path, dir);
 }
@@ -459,7 +465,7 @@ StatusOr<NodeConfig> ParseNodeConfig(std::string_view text, std::string_view fil
 }
 
 StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxYamlFileBytes));
   return ParseNodeConfig(text, path);
 }
 

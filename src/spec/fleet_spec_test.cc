@@ -1,11 +1,14 @@
 #include "spec/fleet_spec.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/units.h"
+#include "spec/yaml_reader.h"
 
 namespace meridian::spec {
 namespace {
@@ -127,12 +130,34 @@ INSTANTIATE_TEST_SUITE_P(
         BadFleet{"negative budget", "$120.50", "$-1", "must not be negative"},
         BadFleet{"zero throughput", "A100: 250", "A100: 0", "must be positive"},
         BadFleet{"list where a value goes", "memory: 2GiB", "memory: [2GiB]",
-                 "nodes[1].memory: expected a single value"}),
+                 "nodes[1].memory: expected a single value"},
+        // Refused before the million nodes are made, not at the node after them.
+        BadFleet{"group past the node cap", "    cpu: 500m\n", "    count: 999998\n    cpu: 500m\n",
+                 "fleet.yaml:16:12: nodes[1].count: node group 'cpu' of 999998 nodes would make the fleet larger than "
+                 "1000000 nodes (it has 3)"}),
     [](const ::testing::TestParamInfo<BadFleet>& info) {
       std::string n = info.param.name;
       for (char& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+// A YAML tree takes about 90 times its text: a fleet file is bounded before it is
+// parsed (a 50 MB one took 4.6 GB).
+TEST(FleetSpecTest, AnOversizedFleetFileIsRefusedBeforeParsing) {
+  const std::string path = ::testing::TempDir() + "/huge-fleet.yaml";
+  {
+    std::ofstream out(path);
+    out << "sites: [{name: a}]\nnodes:\n";
+    const std::string line = "  - {name: n, site: a, cpu: 1, memory: 1GiB}  # padding padding padding padding\n";
+    for (int64_t written = 0; written <= kMaxYamlFileBytes; written += static_cast<int64_t>(line.size())) out << line;
+  }
+  StatusOr<FleetSpec> spec = LoadFleet(path);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("over the 8388608-byte limit"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("huge-fleet.yaml"));
+  std::filesystem::remove(path);
+}
 
 TEST(FleetSpecTest, MissingFileIsNotFound) {
   StatusOr<FleetSpec> spec = LoadFleet("/nonexistent/fleet.yaml");

@@ -484,7 +484,7 @@ StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model
 
 StatusOr<Job> LoadJob(const std::string& path, const model::Fleet& fleet,
                       const model::ThroughputTable& throughput) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxYamlFileBytes));
   return ParseJob(text, path, fleet, throughput);
 }
 

@@ -23,6 +23,9 @@ StatusOr<YAML::Node> ParseYaml(std::string_view text, std::string_view file);
 // Spec, trace and table files are read whole: at most this much, and only regular
 // files (a path like /dev/zero would read forever).
 inline constexpr int64_t kMaxSpecFileBytes = int64_t{256} << 20;
+// YAML files (fleets, jobs) are smaller: a YAML tree takes about 90 times its text
+// in memory. A fleet larger than this lists its nodes in node_lists (CSV).
+inline constexpr int64_t kMaxYamlFileBytes = int64_t{8} << 20;
 StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes = kMaxSpecFileBytes);
 
 // "a.b" / "a[3]" helpers for field paths.
