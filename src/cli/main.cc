@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   CLI::App* sim_cmd = app.add_subcommand("sim", "Replay a workload trace on a fleet with the real scheduler, on a virtual clock");
   sim_cmd->add_option("--fleet", sim.fleet, "Fleet file (YAML)")->required();
   sim_cmd->add_option("--trace", sim.trace, "Trace: Alibaba GPU 2023 pod list, Sia/Philly workload or Meridian CSV")->required();
-  sim_cmd->add_option("--trace-format", sim.trace_format, "auto (from the header), alibaba, sia or csv");
+  sim_cmd->add_option("--trace-format", sim.trace_format, "auto (from the header), alibaba, sia, gavel or csv");
   sim_cmd->add_option("--policy", sim.policy,
                       "meridian, frag-aware, first-fit, best-fit, random, agnostic or cheapest-region (default meridian)");
   sim_cmd->add_option("--compare", sim.compare, "Several policies on the same input, comma-separated")->delimiter(',');

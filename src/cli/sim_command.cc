@@ -20,8 +20,10 @@ StatusOr<sim::TraceFormat> ParseTraceFormat(std::string_view name) {
   if (name == "auto") return sim::TraceFormat::kAuto;
   if (name == "alibaba") return sim::TraceFormat::kAlibaba;
   if (name == "sia") return sim::TraceFormat::kSiaPhilly;
+  if (name == "gavel") return sim::TraceFormat::kGavel;
   if (name == "csv") return sim::TraceFormat::kGeneric;
-  return InvalidArgumentError(fmt::format("--trace-format: unknown format '{}' (known: auto, alibaba, sia, csv)", name));
+  return InvalidArgumentError(
+      fmt::format("--trace-format: unknown format '{}' (known: auto, alibaba, sia, gavel, csv)", name));
 }
 
 // "2h:+100" adds 100 nodes two hours after the first arrival; "5h:-50" removes 50.

@@ -10,6 +10,7 @@
 #include "common/units.h"
 #include "model/accelerators.h"
 #include "spec/csv.h"
+#include "spec/gavel.h"
 #include "spec/yaml_reader.h"
 
 namespace meridian::sim {
@@ -183,10 +184,11 @@ StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const 
     if (app == Applications().end()) {
       return t.Error(r, c_app, "unknown application (known: cifar10, imagenet, bert, deepspeech2, yolov3)");
     }
-    MERIDIAN_ASSIGN_OR_RETURN(int64_t arrival_s, t.Int(r, c_time));
+    // Sia's newer workloads give fractional seconds ("487.661836").
+    MERIDIAN_ASSIGN_OR_RETURN(double arrival_s, t.Double(r, c_time));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t replicas, t.Int(r, c_replicas));
     MERIDIAN_ASSIGN_OR_RETURN(int64_t batch, t.Int(r, c_batch));
-    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_time, static_cast<double>(arrival_s)));
+    MERIDIAN_RETURN_IF_ERROR(CheckSeconds(t, r, c_time, arrival_s));
     if (replicas < 1 || replicas > 1024) return t.Error(r, c_replicas, "expected 1 to 1024 replicas");
     if (batch < 1) return t.Error(r, c_batch, "expected a batch size >= 1");
     const double per_replica = static_cast<double>(batch) / static_cast<double>(replicas);
@@ -212,7 +214,7 @@ StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const 
       if (replicas > 1) task.gang = "replicas";
       job->tasks.push_back(std::move(task));
     }
-    trace.jobs.push_back(TraceJob{arrival_s * kSecondUs, std::move(job)});
+    trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)), std::move(job)});
   }
   SortByArrival(&trace);
   return trace;
@@ -356,6 +358,78 @@ StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, con
   return trace;
 }
 
+StatusOr<Trace> ParseGavelTrace(std::string_view text, const std::string& file,
+                                const model::ThroughputTable& throughput) {
+  // job_type, command, working_directory, num_steps_arg, needs_data_dir,
+  // total_steps, scale_factor, priority_weight, SLO, arrival_time.
+  constexpr size_t kFields = 10;
+  Trace trace;
+  trace.name = Stem(file);
+  trace.format = "gavel";
+  size_t line_no = 0;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    auto error = [&](std::string_view what) {
+      return InvalidArgumentError(fmt::format("{}:{}: {}", file, line_no, what));
+    };
+    std::vector<std::string_view> f;
+    for (size_t from = 0;;) {
+      const size_t tab = line.find('\t', from);
+      f.push_back(line.substr(from, tab == std::string_view::npos ? std::string_view::npos : tab - from));
+      if (tab == std::string_view::npos || f.size() > kFields) break;
+      from = tab + 1;
+    }
+    if (f.size() != kFields) {
+      return error(fmt::format("expected {} tab-separated fields (Gavel's trace format), got {}", kFields, f.size()));
+    }
+    auto number = [&](std::string_view field, std::string_view name) -> StatusOr<double> {
+      std::optional<double> v = spec::ParseFiniteDouble(field);
+      if (!v) return error(fmt::format("{}: expected a number, got '{}'", name, field));
+      return *v;
+    };
+    const std::string kind = spec::NormaliseGavelModel(f[0]);
+    if (!throughput.HasKind(kind)) {
+      return error(fmt::format("job type '{}': the throughput table has no kind '{}' (load Gavel's table in the fleet)",
+                               f[0], kind));
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(double steps, number(f[5], "total_steps"));
+    MERIDIAN_ASSIGN_OR_RETURN(double scale, number(f[6], "scale_factor"));
+    MERIDIAN_ASSIGN_OR_RETURN(double arrival_s, number(f[9], "arrival_time"));
+    if (steps < 1 || steps > 1e15) return error(fmt::format("total_steps: expected 1 to 1e15, got '{}'", f[5]));
+    if (scale < 1 || scale > 1024 || scale != std::floor(scale)) {
+      return error(fmt::format("scale_factor: expected a whole number of GPUs from 1 to 1024, got '{}'", f[6]));
+    }
+    if (arrival_s < 0 || arrival_s > static_cast<double>(kMaxTraceSeconds)) {
+      return error(fmt::format("arrival_time: expected seconds from 0 to {}, got '{}'", kMaxTraceSeconds, f[9]));
+    }
+    auto job = std::make_shared<model::Job>();
+    job->id = JobId(static_cast<uint32_t>(trace.jobs.size()));
+    job->name = fmt::format("{}-{}", kind, trace.jobs.size());
+    const int replicas = static_cast<int>(scale);
+    for (int i = 0; i < replicas; ++i) {
+      model::Task task;
+      task.id = TaskId(static_cast<uint32_t>(i));
+      task.name = fmt::format("replica-{}", i);
+      // Synchronous data parallelism: every replica takes each of the job's steps.
+      task.work = model::WorkAmount{kind, steps};
+      task.resources.device_count = 1;
+      task.resources.accelerator_any_of = throughput.DeviceTypes(kind);
+      task.resources.cpu_milli = 1000;
+      if (replicas > 1) task.gang = "replicas";
+      job->tasks.push_back(std::move(task));
+    }
+    trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)), std::move(job)});
+  }
+  if (trace.jobs.empty()) return InvalidArgumentError(fmt::format("{}: no jobs", file));
+  SortByArrival(&trace);
+  return trace;
+}
+
 StatusOr<Trace> LoadTrace(const std::string& path, TraceFormat format, const model::Fleet& fleet,
                           const model::ThroughputTable& throughput) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string text, spec::ReadFileToString(path));
@@ -367,16 +441,19 @@ StatusOr<Trace> LoadTrace(const std::string& path, TraceFormat format, const mod
       format = TraceFormat::kSiaPhilly;
     } else if (head.find("arrival_s") != std::string_view::npos) {
       format = TraceFormat::kGeneric;
+    } else if (std::count(head.begin(), head.end(), '\t') == 9) {
+      format = TraceFormat::kGavel;  // no header: ten tab-separated fields
     } else {
       return InvalidArgumentError(fmt::format(
           "{}:1: cannot tell the trace format from the header; expected an Alibaba GPU 2023 pod list, a "
-          "Sia/Philly workload or a Meridian CSV trace (docs/simulator.md)",
+          "Sia/Philly workload, a Gavel trace or a Meridian CSV trace (docs/simulator.md)",
           path));
     }
   }
   switch (format) {
     case TraceFormat::kAlibaba: return ParseAlibabaPods(std::move(text), path);
     case TraceFormat::kSiaPhilly: return ParseSiaPhilly(std::move(text), path, throughput);
+    case TraceFormat::kGavel: return ParseGavelTrace(text, path, throughput);
     default: return ParseGenericTrace(std::move(text), path, fleet);
   }
 }

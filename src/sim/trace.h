@@ -8,6 +8,9 @@
 //   Sia/Philly (Jayaram Subramanya et al., SOSP 2023): one gang per training job,
 //     one replica per GPU; the work is a number of training steps whose speed per
 //     GPU type comes from Gavel's measurements (Narayanan et al., OSDI 2020).
+//   Gavel (Narayanan et al., OSDI 2020): Gavel's own trace files, ten
+//     tab-separated fields per job, no header; a job of scale factor k is a gang of
+//     k replicas, each running the job's total steps at its device's rate.
 //   Generic: one row per task, docs/simulator.md.
 //
 // Thread-safety: value types; a Trace's jobs are immutable and shared by copies.
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -42,7 +46,7 @@ struct Trace {
   size_t TaskCount() const;
 };
 
-enum class TraceFormat { kAuto, kAlibaba, kSiaPhilly, kGeneric };
+enum class TraceFormat { kAuto, kAlibaba, kSiaPhilly, kGavel, kGeneric };
 
 // Reads a trace; kAuto tells the format from the header. `throughput` gives the
 // Sia/Philly jobs their work kinds (Gavel's). `fleet` resolves site names used by
@@ -53,6 +57,8 @@ StatusOr<Trace> LoadTrace(const std::string& path, TraceFormat format, const mod
 StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file);
 StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const model::ThroughputTable& throughput);
 StatusOr<Trace> ParseGenericTrace(std::string text, const std::string& file, const model::Fleet& fleet);
+StatusOr<Trace> ParseGavelTrace(std::string_view text, const std::string& file,
+                                const model::ThroughputTable& throughput);
 
 // `factor` copies of every job, arriving with the original (sharing its Job).
 Trace ScaleJobs(const Trace& trace, int factor);

@@ -1,5 +1,7 @@
 // Trace readers: what each published format turns into, and one clear error per
 // kind of bad input, naming the file, line and column.
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -97,6 +99,24 @@ TEST(SiaTraceTest, OneGangPerJobWithItsShareOfTheSamples) {
   EXPECT_EQ(y.tasks[0].work->kind, "cyclegan");
 }
 
+// Sia's newer workloads have fractional times; they keep their microseconds.
+TEST(SiaTraceTest, FractionalTimesAreReadToTheMicrosecond) {
+  StatusOr<Trace> t = ParseSiaPhilly("name,time,application,num_replicas,batch_size\n"
+                                     "a,487.661836,cifar10,1,128\n"
+                                     "b,0.5,yolov3,1,1\n",
+                                     "w.csv", GavelLike());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ(t->jobs.size(), 2u);
+  EXPECT_EQ(t->jobs[0].arrival_us, 500'000);
+  EXPECT_EQ(t->jobs[1].arrival_us, 487'661'836);
+  EXPECT_THAT(ErrorOf(ParseSiaPhilly("name,time,application,num_replicas,batch_size\nx,-0.5,cifar10,1,1\n", "w.csv",
+                                     GavelLike())),
+              HasSubstr("w.csv:2: time: expected seconds from 0 to"));
+  EXPECT_THAT(ErrorOf(ParseSiaPhilly("name,time,application,num_replicas,batch_size\nx,inf,cifar10,1,1\n", "w.csv",
+                                     GavelLike())),
+              HasSubstr("w.csv:2: time:"));
+}
+
 TEST(SiaTraceTest, RejectsUnknownApplicationsAndKindsTheTableLacks) {
   EXPECT_THAT(ErrorOf(ParseSiaPhilly("name,time,application,num_replicas,batch_size\nx,1,gpt5,1,1\n", "w.csv",
                                      GavelLike())),
@@ -107,6 +127,40 @@ TEST(SiaTraceTest, RejectsUnknownApplicationsAndKindsTheTableLacks) {
   EXPECT_THAT(ErrorOf(ParseSiaPhilly("name,time,application,num_replicas,batch_size\nx,1,cifar10,0,64\n", "w.csv",
                                      GavelLike())),
               HasSubstr("num_replicas: expected 1 to 1024 replicas, got '0'"));
+}
+
+// Gavel's own trace files: ten tab-separated fields, no header.
+TEST(GavelTraceTest, OneGangPerJobOfItsScaleFactor) {
+  const std::string text =
+      "ResNet-18 (batch size 128)\tcd a && python3 main.py\tdir\t--num_steps\t1\t5000\t4\t1\t-1\t12.5\n"
+      "CycleGAN\tpython3 cyclegan.py\tdir\t--n_steps\t0\t300\t1\t1\tNone\t0\n";
+  StatusOr<Trace> t = ParseGavelTrace(text, "gavel.trace", GavelLike());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->format, "gavel");
+  ASSERT_EQ(t->jobs.size(), 2u);
+  const model::Job& cyclegan = *t->jobs[0].job;
+  EXPECT_EQ(t->jobs[0].arrival_us, 0);
+  ASSERT_EQ(cyclegan.tasks.size(), 1u);
+  EXPECT_TRUE(cyclegan.tasks[0].gang.empty());
+  EXPECT_EQ(cyclegan.tasks[0].work->kind, "cyclegan");
+  EXPECT_DOUBLE_EQ(cyclegan.tasks[0].work->amount, 300);
+  const model::Job& resnet = *t->jobs[1].job;
+  EXPECT_EQ(t->jobs[1].arrival_us, 12'500'000);
+  ASSERT_EQ(resnet.tasks.size(), 4u);
+  EXPECT_EQ(resnet.tasks[3].gang, "replicas");
+  EXPECT_EQ(resnet.tasks[2].work->kind, "resnet-18-b128");
+  EXPECT_DOUBLE_EQ(resnet.tasks[2].work->amount, 5000);
+  EXPECT_EQ(resnet.tasks[0].resources.accelerator_any_of, (std::vector<std::string>{"K80", "V100"}));
+
+  EXPECT_THAT(ErrorOf(ParseGavelTrace("A3C\tx\n", "g.trace", GavelLike())),
+              HasSubstr("g.trace:1: expected 10 tab-separated fields (Gavel's trace format), got 2"));
+  EXPECT_THAT(ErrorOf(ParseGavelTrace("A3C\tc\td\ta\t0\t10\t1\t1\t-1\t0\n", "g.trace", GavelLike())),
+              HasSubstr("g.trace:1: job type 'A3C': the throughput table has no kind 'a3c'"));
+  EXPECT_THAT(ErrorOf(ParseGavelTrace("CycleGAN\tc\td\ta\t0\t10\t3.5\t1\t-1\t0\n", "g.trace", GavelLike())),
+              HasSubstr("scale_factor: expected a whole number of GPUs from 1 to 1024, got '3.5'"));
+  EXPECT_THAT(ErrorOf(ParseGavelTrace("CycleGAN\tc\td\ta\t0\t10\t1\t1\t-1\tnan\n", "g.trace", GavelLike())),
+              HasSubstr("g.trace:1: arrival_time: expected a number, got 'nan'"));
+  EXPECT_THAT(ErrorOf(ParseGavelTrace("\n\n", "g.trace", GavelLike())), HasSubstr("g.trace: no jobs"));
 }
 
 TEST(GenericTraceTest, ReadsDagsInputsAndDefaults) {
@@ -167,6 +221,24 @@ TEST(TraceTest, AutoDetectsTheFormatOrSaysWhatItExpected) {
   model::Fleet fleet;
   model::ThroughputTable tt;
   EXPECT_THAT(ErrorOf(LoadTrace("/nonexistent/trace.csv", TraceFormat::kAuto, fleet, tt)), HasSubstr("trace.csv"));
+  // A Gavel trace has no header: ten tab-separated fields tell it.
+  const std::string gavel = ::testing::TempDir() + "/philly.trace";
+  {
+    std::ofstream out(gavel);
+    out << "CycleGAN\tc\td\ta\t0\t10\t1\t1\t-1\t7.25\n";
+  }
+  StatusOr<Trace> t = LoadTrace(gavel, TraceFormat::kAuto, fleet, GavelLike());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->format, "gavel");
+  EXPECT_EQ(t->jobs[0].arrival_us, 7'250'000);
+  const std::string odd = ::testing::TempDir() + "/odd.csv";
+  {
+    std::ofstream out(odd);
+    out << "a,b\n1,2\n";
+  }
+  EXPECT_THAT(ErrorOf(LoadTrace(odd, TraceFormat::kAuto, fleet, tt)),
+              HasSubstr("odd.csv:1: cannot tell the trace format from the header; expected an Alibaba GPU 2023 pod "
+                        "list, a Sia/Philly workload, a Gavel trace or a Meridian CSV trace"));
 }
 
 TEST(TraceTest, ScaleAndFillShareTheJobs) {

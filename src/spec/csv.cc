@@ -85,6 +85,13 @@ StatusOr<int64_t> CsvTable::IntOr(size_t r, size_t column, int64_t fallback) con
   return Int(r, column);
 }
 
+std::optional<double> ParseFiniteDouble(std::string_view s) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 StatusOr<double> CsvTable::Double(size_t r, size_t column) const {
   std::string_view s = rows_[r][column];
   double v = 0;

@@ -51,6 +51,10 @@ class CsvTable {
 };
 
 // Splits on `sep`, dropping empty pieces: "A100|T4" -> {"A100", "T4"}.
+// A whole field as a finite number ("1.5", "1e3"); nothing for "", "nan", "inf"
+// or trailing text.
+std::optional<double> ParseFiniteDouble(std::string_view s);
+
 std::vector<std::string> SplitList(std::string_view text, char sep);
 
 }  // namespace meridian::spec
