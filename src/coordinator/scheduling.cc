@@ -676,6 +676,7 @@ std::vector<model::ObjectRef> Coordinator::InputsForScheduling(const JobRt& job,
       ref.size_bytes = it->second.size;
     }
     ref.locations.push_back(*site);
+    ref.residency = job.job->tasks[d.value()].output_residency;  // derived data stays where its sources may be
     if (!model::OutputWholeInline(dep.output, dep.output_object)) ref.object_id = dep.output_object;
     inputs.push_back(std::move(ref));
   }

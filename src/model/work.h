@@ -73,6 +73,12 @@ struct Task {
   std::vector<ObjectRef> inputs;
   std::vector<TaskId> after;         // dependencies; their outputs are inputs too
   int64_t output_bytes = 0;          // estimated size of what it writes
+  // Where its output may be processed (the residency of ObjectRef): what is
+  // derived from data bound to places stays bound to them. The rules of its inputs
+  // and its dependencies' outputs: one list when they agree, else the names of the
+  // fleet's sites that satisfy every one. Empty: anywhere (or the job says
+  // `output_residency: anywhere`).
+  std::vector<std::string> output_residency;
   int32_t retries = 0;
   int64_t timeout_us = 0;            // 0: none
   std::string gang;                  // tasks of one gang are placed all-or-nothing
@@ -90,6 +96,8 @@ struct Job {
   std::optional<int64_t> deadline_us;       // relative to submission
   std::optional<int64_t> budget_micro_usd;  // for the whole job
   std::vector<std::string> allowed_regions; // site names, regions or prefixes; empty: any
+  // false: outputs are free of their inputs' residency (`output_residency: anywhere`).
+  bool outputs_inherit_residency = true;
   std::vector<Dataset> datasets;
   std::vector<Task> tasks;
   // What the spec says that will not do what its author likely meant, located

@@ -72,9 +72,9 @@ PendingTask DryRun::Pending(TaskId id, int64_t seq) const {
   p.inputs = t.inputs;
   for (TaskId d : t.after) {
     const model::Task& dep = job_.tasks[d.value()];
-    if (dep.output_bytes == 0) continue;
+    if (dep.output_bytes == 0 && dep.output_residency.empty()) continue;
     const Placement& where = *out_.tasks[d.value()].placement;
-    p.inputs.push_back(model::ObjectRef{dep.name + ".out", dep.output_bytes, {where.site}, {}});
+    p.inputs.push_back(model::ObjectRef{dep.name + ".out", dep.output_bytes, {where.site}, dep.output_residency});
   }
   return p;
 }

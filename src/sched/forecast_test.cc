@@ -103,6 +103,29 @@ TEST_F(ForecastTest, HoldsOutForTheLocalDeviceWhenMovingTheDataTakesLonger) {
   }
 }
 
+// An output derived from data that may be processed only at site a is an input
+// bound to a too: the task after it may not pull it to c's A100.
+TEST_F(ForecastTest, ResidencyFollowsDerivedData) {
+  model::Task clean = testing::GpuTask("clean", {"T4"});
+  clean.duration_us = 10 * kSecondUs;
+  clean.output_bytes = kGB;
+  clean.inputs = {model::ObjectRef{"raw", kGB, {a_}, {"a"}}};
+  clean.output_residency = {"a"};  // as the job spec derives it
+  model::Task train = testing::GpuTask("train", {"A100"});
+  train.duration_us = 20 * kSecondUs;
+  train.after = {TaskId(0)};
+  model::Job job = testing::MakeJob("j", {clean, train});
+  Forecast f = ForecastJob(fleet_, tt_, job, Policy{}, 1);
+  ASSERT_TRUE(f.tasks[0].placement);
+  EXPECT_FALSE(f.tasks[1].placement);
+  EXPECT_THAT(f.tasks[1].reason, HasSubstr("where input 'clean.out' may not be processed (residency)"));
+  // Freed by the job (no derived residency), it goes to the A100.
+  job.tasks[0].output_residency.clear();
+  f = ForecastJob(fleet_, tt_, job, Policy{}, 1);
+  ASSERT_TRUE(f.complete());
+  EXPECT_EQ(f.tasks[1].placement->site, c_);
+}
+
 TEST_F(ForecastTest, SameSeedSameForecast) {
   std::vector<model::Task> tasks(6, testing::GpuTask("", {"T4", "A100"}));
   model::Job job = testing::MakeJob("j", tasks);

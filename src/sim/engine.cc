@@ -255,7 +255,7 @@ void Simulation::Enqueue(uint32_t j, uint32_t t) {
   for (TaskId dep : task.after) {
     const model::Task& d = jr.job->tasks[dep.value()];
     w.inputs.push_back(model::ObjectRef{fmt::format("{}/{}.out", jr.job->name, d.name), d.output_bytes,
-                                        {jr.output_site[dep.value()]}, {}});
+                                        {jr.output_site[dep.value()]}, d.output_residency});
   }
   jr.tasks[t] = TaskState::kQueued;
   uint32_t slot;

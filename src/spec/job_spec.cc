@@ -56,6 +56,8 @@ class JobParser {
   Status Expand();
   Status Link();
   Status CheckAcyclic() const;
+  // Task::output_residency of every task, from its inputs and dependencies.
+  void DeriveOutputResidency();
   // Adds the inner levels of a reduce tree over `level`; returns the last level.
   std::vector<TaskId> ReduceTree(const TaskTemplate& tmpl, std::vector<TaskId> level);
   // Whether `name` is a dataset: declared in the spec, or found by the resolver (and
@@ -122,6 +124,8 @@ Status JobParser::ParseHeader(const YAML::Node& root) {
     job_.budget_micro_usd = b;
   }
   MERIDIAN_RETURN_IF_ERROR(r_.StringList(root, "regions", "", &job_.allowed_regions));
+  MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "output_residency", "", {{"inherit", true}, {"anywhere", false}},
+                                   &job_.outputs_inherit_residency));
   return ParseRegionRules(root["regions"], "regions", job_.allowed_regions);
 }
 
@@ -406,6 +410,56 @@ std::vector<TaskId> JobParser::ReduceTree(const TaskTemplate& tmpl, std::vector<
   return level;
 }
 
+void JobParser::DeriveOutputResidency() {
+  // Depth first over dependencies (the graph is acyclic: Link checked it), each
+  // task once.
+  std::vector<uint8_t> state(job_.tasks.size(), 0);  // 0 new, 1 on the stack, 2 done
+  std::vector<size_t> stack;
+  for (size_t root = 0; root < job_.tasks.size(); ++root) {
+    if (state[root] != 0) continue;
+    stack.push_back(root);
+    while (!stack.empty()) {
+      const size_t i = stack.back();
+      Task& t = job_.tasks[i];
+      if (state[i] == 0) {
+        state[i] = 1;
+        for (TaskId d : t.after) {
+          if (state[d.value()] == 0) stack.push_back(d.value());
+        }
+        continue;
+      }
+      stack.pop_back();
+      if (state[i] == 2) continue;
+      state[i] = 2;
+      std::vector<const std::vector<std::string>*> lists;
+      for (const model::ObjectRef& in : t.inputs) {
+        if (!in.residency.empty()) lists.push_back(&in.residency);
+      }
+      for (TaskId d : t.after) {
+        if (!job_.tasks[d.value()].output_residency.empty()) lists.push_back(&job_.tasks[d.value()].output_residency);
+      }
+      if (lists.empty()) continue;
+      bool agree = true;
+      for (const auto* l : lists) agree &= *l == *lists.front();
+      if (agree) {
+        t.output_residency = *lists.front();
+        continue;
+      }
+      // Several rules: the sites that satisfy every one, by name.
+      for (const model::Site& site : fleet_.sites) {
+        bool ok = true;
+        for (const auto* l : lists) {
+          ok &= std::any_of(l->begin(), l->end(),
+                            [&](const std::string& rule) { return model::SiteMatchesRegionRule(site, rule); });
+        }
+        if (ok) t.output_residency.push_back(site.name);
+      }
+      // No site satisfies them all: the task cannot run, nor anything after it.
+      if (t.output_residency.empty()) t.output_residency = *lists.front();
+    }
+  }
+}
+
 Status JobParser::CheckAcyclic() const {
   // Kahn's algorithm over templates; whatever is left is on a cycle.
   std::vector<int> indegree(templates_.size(), 0);
@@ -438,7 +492,8 @@ Status JobParser::CheckAcyclic() const {
 }
 
 StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
-  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"name", "tenant", "priority", "objective", "deadline", "budget", "regions", "datasets", "tasks"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"name", "tenant", "priority", "objective", "deadline", "budget", "regions",
+                                              "output_residency", "datasets", "tasks"}));
   MERIDIAN_RETURN_IF_ERROR(ParseHeader(root));
   MERIDIAN_RETURN_IF_ERROR(ParseDatasets(root));
   YAML::Node tasks = root["tasks"];
@@ -458,6 +513,7 @@ StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
   }
   MERIDIAN_RETURN_IF_ERROR(Expand());
   MERIDIAN_RETURN_IF_ERROR(Link());
+  if (job_.outputs_inherit_residency) DeriveOutputResidency();
   // Cost and deadlines are weighed by each task's time; without one it counts as zero.
   const bool weighs_time = job_.objective != model::Objective::kFastest || job_.deadline_us || job_.budget_micro_usd;
   for (const TaskTemplate& tmpl : templates_) {

@@ -172,6 +172,39 @@ TEST_F(JobSpecTest, LargeReduceTreesKeepEveryMergeWhole) {
   }
 }
 
+// What is derived from data bound to places stays bound to them: outputs carry
+// their inputs' and dependencies' residency, unless the job frees them.
+TEST_F(JobSpecTest, OutputsInheritTheResidencyOfWhatTheyAreMadeFrom) {
+  const std::string text = R"(name: derived
+tasks:
+  - name: clean
+    kernel: sum
+    inputs: [{name: raw, size: 1GiB, at: eu-west, residency: [eu]}]
+  - name: mix
+    kernel: sum
+    inputs: [{name: other, size: 1GiB, at: [us-east, eu-west], residency: [eu-west, us-east]}]
+    after: [clean]
+  - name: free
+    kernel: sum
+  - name: report
+    kernel: sum
+    after: [mix, free]
+)";
+  StatusOr<model::Job> job = Parse(text);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->FindTask("clean")->output_residency, std::vector<std::string>{"eu"});
+  // Two different rules: the sites that satisfy both, by name.
+  EXPECT_EQ(job->FindTask("mix")->output_residency, std::vector<std::string>{"eu-west"});
+  EXPECT_TRUE(job->FindTask("free")->output_residency.empty());
+  EXPECT_EQ(job->FindTask("report")->output_residency, std::vector<std::string>{"eu-west"});
+
+  StatusOr<model::Job> freed = Parse("output_residency: anywhere\n" + text);
+  ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+  for (const model::Task& t : freed->tasks) EXPECT_TRUE(t.output_residency.empty()) << t.name;
+  EXPECT_THAT(Parse("output_residency: nowhere\n" + text).status().message(),
+              HasSubstr("job.yaml:1:19: output_residency: expected inherit or anywhere, got 'nowhere'"));
+}
+
 TEST_F(JobSpecTest, TasksWithoutATimeUnderACostObjectiveAreWarnedAbout) {
   // `cheapest` (or a deadline, or a budget) weighs each task's time; a task with no
   // duration or work was priced at $0 without a word.
