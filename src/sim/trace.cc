@@ -167,6 +167,31 @@ StatusOr<Trace> ParseAlibabaPods(std::string text, const std::string& file) {
   return trace;
 }
 
+namespace {
+
+// A training job: `replicas` one-GPU replicas (a gang when more than one), each
+// doing `work` on any device type the table knows its kind for.
+std::shared_ptr<const model::Job> ReplicaGang(uint32_t id, std::string name, int replicas, const model::WorkAmount& work,
+                                              const model::ThroughputTable& throughput) {
+  auto job = std::make_shared<model::Job>();
+  job->id = JobId(id);
+  job->name = std::move(name);
+  for (int i = 0; i < replicas; ++i) {
+    model::Task task;
+    task.id = TaskId(static_cast<uint32_t>(i));
+    task.name = fmt::format("replica-{}", i);
+    task.work = work;
+    task.resources.device_count = 1;
+    task.resources.accelerator_any_of = throughput.DeviceTypes(work.kind);
+    task.resources.cpu_milli = 1000;
+    if (replicas > 1) task.gang = "replicas";
+    job->tasks.push_back(std::move(task));
+  }
+  return job;
+}
+
+}  // namespace
+
 StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const model::ThroughputTable& throughput) {
   MERIDIAN_ASSIGN_OR_RETURN(spec::CsvTable t, spec::CsvTable::Parse(std::move(text), file));
   MERIDIAN_ASSIGN_OR_RETURN(size_t c_name, t.RequireColumn("name"));
@@ -200,21 +225,10 @@ StatusOr<Trace> ParseSiaPhilly(std::string text, const std::string& file, const 
     }
     // Each replica processes its share of the samples in steps of Gavel's batch.
     const double steps_per_replica = app->samples / (static_cast<double>(replicas) * gavel_batch);
-    auto job = std::make_shared<model::Job>();
-    job->id = JobId(static_cast<uint32_t>(r));
-    job->name = std::string(t.field(r, c_name));
-    for (int64_t i = 0; i < replicas; ++i) {
-      model::Task task;
-      task.id = TaskId(static_cast<uint32_t>(i));
-      task.name = fmt::format("replica-{}", i);
-      task.work = model::WorkAmount{kind, steps_per_replica};
-      task.resources.device_count = 1;
-      task.resources.accelerator_any_of = throughput.DeviceTypes(kind);
-      task.resources.cpu_milli = 1000;
-      if (replicas > 1) task.gang = "replicas";
-      job->tasks.push_back(std::move(task));
-    }
-    trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)), std::move(job)});
+    trace.jobs.push_back(TraceJob{
+        static_cast<int64_t>(std::llround(arrival_s * kSecondUs)),
+        ReplicaGang(static_cast<uint32_t>(r), std::string(t.field(r, c_name)), static_cast<int>(replicas),
+                    model::WorkAmount{kind, steps_per_replica}, throughput)});
   }
   SortByArrival(&trace);
   return trace;
@@ -407,23 +421,11 @@ StatusOr<Trace> ParseGavelTrace(std::string_view text, const std::string& file,
     if (arrival_s < 0 || arrival_s > static_cast<double>(kMaxTraceSeconds)) {
       return error(fmt::format("arrival_time: expected seconds from 0 to {}, got '{}'", kMaxTraceSeconds, f[9]));
     }
-    auto job = std::make_shared<model::Job>();
-    job->id = JobId(static_cast<uint32_t>(trace.jobs.size()));
-    job->name = fmt::format("{}-{}", kind, trace.jobs.size());
-    const int replicas = static_cast<int>(scale);
-    for (int i = 0; i < replicas; ++i) {
-      model::Task task;
-      task.id = TaskId(static_cast<uint32_t>(i));
-      task.name = fmt::format("replica-{}", i);
-      // Synchronous data parallelism: every replica takes each of the job's steps.
-      task.work = model::WorkAmount{kind, steps};
-      task.resources.device_count = 1;
-      task.resources.accelerator_any_of = throughput.DeviceTypes(kind);
-      task.resources.cpu_milli = 1000;
-      if (replicas > 1) task.gang = "replicas";
-      job->tasks.push_back(std::move(task));
-    }
-    trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)), std::move(job)});
+    // Synchronous data parallelism: every replica takes each of the job's steps.
+    const uint32_t id = static_cast<uint32_t>(trace.jobs.size());
+    trace.jobs.push_back(TraceJob{static_cast<int64_t>(std::llround(arrival_s * kSecondUs)),
+                                  ReplicaGang(id, fmt::format("{}-{}", kind, id), static_cast<int>(scale),
+                                              model::WorkAmount{kind, steps}, throughput)});
   }
   if (trace.jobs.empty()) return InvalidArgumentError(fmt::format("{}: no jobs", file));
   SortByArrival(&trace);
