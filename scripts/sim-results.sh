@@ -58,7 +58,11 @@ published the trace: tasks arrive in trace order (repeated as needed) and never
 end, one that finds no room is turned away, until the GPU demand that arrived is
 1.3 times the capacity of the 1,213 nodes (6,212 GPUs,
 `examples/fleets/alibaba-gpu-2023.yaml`). The FGD paper reports up to 49% fewer
-unallocated GPUs than best-fit.
+unallocated GPUs than best-fit. **frag-aware** is FGD as published: its typical
+tasks keyed by CPU, GPU count, GPU share and GPU type and weighted by frequency (the
+16 most frequent; tasks without a GPU included, and placed by the same measure), every
+node compared; its line against best-fit is the figure to set beside FGD's 49%.
+**meridian** packs the same way among the near-best pools, 4 nodes compared per pool.
 
 FRAG
 for t in default gpuspec33 multigpu20; do

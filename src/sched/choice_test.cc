@@ -3,6 +3,7 @@
 // packing, each pinned on a fleet small enough to work out by hand.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "sched/filters.h"
@@ -86,12 +87,66 @@ TEST(UnusableDeviceMilliTest, CountsWhatAShapeCannotUse) {
   model::ResourceRequest two = whole;
   two.device_count = 2;
   NodeFree f{4000, 0, {1000, 300, 600, 0}};
-  EXPECT_EQ(UnusableDeviceMilli(whole, f), 900);   // the partly used ones
-  EXPECT_EQ(UnusableDeviceMilli(half, f), 300);    // only the 300 is too small
-  EXPECT_EQ(UnusableDeviceMilli(two, f), 1900);    // two whole ones are not there
+  EXPECT_EQ(UnusableDeviceMilli(whole, f, "T4"), 900);   // the partly used ones
+  EXPECT_EQ(UnusableDeviceMilli(half, f, "T4"), 300);    // only the 300 is too small
+  EXPECT_EQ(UnusableDeviceMilli(two, f, "T4"), 1900);    // two whole ones are not there
   NodeFree no_cpu{0, 0, {1000, 1000}};
-  EXPECT_EQ(UnusableDeviceMilli(whole, no_cpu), 2000);
-  EXPECT_EQ(UnusableDeviceMilli(whole, NodeFree{4000, 0, {0, 0}}), 0);
+  EXPECT_EQ(UnusableDeviceMilli(whole, no_cpu, "T4"), 2000);
+  EXPECT_EQ(UnusableDeviceMilli(whole, NodeFree{4000, 0, {0, 0}}, "T4"), 0);
+  // FGD: a type the shape does not accept loses it every free device; a shape that
+  // needs no device loses none where its CPU fits, and all where it does not.
+  model::ResourceRequest a100 = whole;
+  a100.accelerator_any_of = {"A100"};
+  EXPECT_EQ(UnusableDeviceMilli(a100, f, "T4"), 1900);
+  EXPECT_EQ(UnusableDeviceMilli(a100, f, "A100"), 900);
+  model::ResourceRequest cpu_only;
+  cpu_only.device_count = 0;
+  cpu_only.cpu_milli = 2000;
+  EXPECT_EQ(UnusableDeviceMilli(cpu_only, f, "T4"), 0);
+  EXPECT_EQ(UnusableDeviceMilli(cpu_only, NodeFree{1000, 0, {1000, 300}}, "T4"), 1300);
+}
+
+TEST(WorkloadTest, FgdTypicalTasksByCpuDevicesShareAndTypeWeightedByFrequency) {
+  model::ResourceRequest a = testing::GpuTask("", {"T4"}, 1, 500).resources;
+  model::ResourceRequest b = a;
+  b.memory_bytes = 64 * kGiB;  // memory is not part of the key
+  model::ResourceRequest c = testing::GpuTask("", {"A100"}, 1, 500).resources;
+  model::ResourceRequest cpu = testing::CpuTask("", 4000).resources;
+  std::vector<WorkloadShape> w = FgdWorkload({&a, &b, &c, &cpu, &cpu, &cpu});
+  ASSERT_EQ(w.size(), 3u);
+  std::map<std::string, double> weight;
+  for (const WorkloadShape& s : w) {
+    const std::string key = s.request.device_count == 0 ? "cpu" : s.request.accelerator_any_of.at(0);
+    weight[key] = s.weight;
+    EXPECT_EQ(s.request.memory_bytes, 0);
+  }
+  EXPECT_EQ(weight, (std::map<std::string, double>{{"A100", 1}, {"T4", 2}, {"cpu", 3}}));
+}
+
+// FGD places tasks that need no device by fragmentation too: on a node where its
+// CPU would leave the free GPU to no GPU task, it is a poor fit.
+TEST(FragmentationTest, ACpuTaskAvoidsStrandingAFreeGpu) {
+  testing::FleetBuilder b;
+  SiteId s = b.Site("dc");
+  b.Nodes(s, "T4", 2, 1, 1'000'000, /*cpu_milli=*/8000);
+  model::Fleet fleet = b.Build();
+  model::ThroughputTable tt;
+  model::Job job = testing::MakeJob("j", {testing::CpuTask("c", 4000)});
+  Snapshot snap = testing::MakeSnapshot(fleet, tt, {&job});
+  // Node 0: 4 cores and its GPU free; node 1: 8 cores and its GPU free.
+  snap.free.Take(Allocation{NodeId(0), 4000, 0, {}, 0});
+  Policy p = With(NodeChoice::kLeastFragmentation);
+  model::ResourceRequest gpu_shape = testing::GpuTask("", {"T4"}, 1, 1000).resources;
+  gpu_shape.cpu_milli = 2000;
+  p.workload = {WorkloadShape{gpu_shape, 1}};
+  Random rng(1);
+  Plan plan = Schedule(snap, p, rng);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  // Best fit takes node 0 (the fewest cores left), which strands node 0's T4.
+  EXPECT_EQ(plan.placements[0].allocation.node, NodeId(1));
+  plan = Schedule(snap, With(NodeChoice::kBestFit), rng);
+  ASSERT_EQ(plan.placements.size(), 1u);
+  EXPECT_EQ(plan.placements[0].allocation.node, NodeId(0));
 }
 
 TEST(FragmentationTest, DependsOnTheWorkloadWhereBestFitDoesNot) {

@@ -209,11 +209,17 @@ const Filter* FindFilter(std::string_view name) {
   return nullptr;
 }
 
-int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree& free) {
+int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree& free, std::string_view device_type) {
   int64_t total = 0;
   for (int32_t f : free.device_free_milli) total += f;
   if (total == 0) return 0;
+  // A task of the shape cannot go there at all: every free device is lost to it.
   if (free.cpu_milli < shape.cpu_milli || free.memory_bytes < shape.memory_bytes) return total;
+  const auto& any = shape.accelerator_any_of;
+  if (shape.device_count > 0 && !any.empty() && std::find(any.begin(), any.end(), device_type) == any.end()) {
+    return total;
+  }
+  if (shape.device_count == 0) return 0;  // it fits and needs no device
   const int32_t need = std::min<int32_t>(shape.device_share_milli, kMilliPerUnit);
   int32_t usable = 0;
   int64_t unusable = 0;

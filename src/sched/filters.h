@@ -56,12 +56,14 @@ const Filter* FindFilter(std::string_view name);
 // devices chosen (best fit for fractional shares, to keep whole devices whole).
 bool FitsNow(const model::ResourceRequest& req, const NodeFree& free, std::vector<int32_t>* devices);
 
-// Device capacity (milli) free on the node that a task of `shape` could not use:
-// all of it when such a task does not fit at all; else, for whole-device shapes,
-// what is free on partly used devices, and for fractional ones, what is free on
-// devices with less room than the share. The fragmentation measure of Weng et al.
-// (ATC 2023) per request shape.
-int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree& free);
+// Device capacity (milli) free on a node with devices of `device_type` that a task
+// of `shape` could not use: the fragmentation measure of Weng et al. ("Beware of
+// Fragmentation", ATC 2023, FGD) per request shape. All of it when such a task
+// cannot go there at all (too little free CPU or memory, or a device type it does
+// not accept); none for a task that needs no device and fits; else, for
+// whole-device shapes, what is free on partly used devices, and for fractional
+// ones, what is free on devices with less room than the share.
+int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree& free, std::string_view device_type);
 
 // Which free resource is short on a node that does not fit: "free CPU",
 // "free memory", "free devices".

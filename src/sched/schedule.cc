@@ -101,12 +101,12 @@ std::vector<WorkloadShape> WorkloadOf(const Snapshot& s, const Policy& policy) {
   std::vector<WorkloadShape> out;
   if (!policy.workload.empty()) {
     for (const WorkloadShape& w : policy.workload) {
-      if (w.request.device_count > 0 && w.weight > 0) out.push_back(w);
+      if (w.weight > 0) out.push_back(w);
     }
   } else {
     std::vector<const model::ResourceRequest*> requests;
     for (const PendingTask& p : s.queue) requests.push_back(&s.task(p).resources);
-    out = WorkloadFromRequests(requests);
+    out = GpuDemandWorkload(requests);
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const WorkloadShape& a, const WorkloadShape& b) { return a.weight > b.weight; });
@@ -216,7 +216,8 @@ class Scheduler {
   std::optional<NodeId> ChooseNode(const std::vector<uint32_t>& pools, const model::ResourceRequest& r,
                                    std::vector<int32_t>* devices, uint32_t* pool_out);
   // Lower is better; compares nodes for kBestFit and kLeastFragmentation.
-  double NodeCost(const model::ResourceRequest& r, const NodeFree& f, const std::vector<int32_t>& devices) const;
+  double NodeCost(const model::ResourceRequest& r, const NodeFree& f, const std::vector<int32_t>& devices,
+                  std::string_view device_type) const;
   void AddRelease(int64_t at_us, const Allocation& a);
   // The releases of one pool, built on first use: most calls never need them.
   const std::multimap<int64_t, CompactRelease>& PoolReleases(uint32_t pool);
@@ -437,8 +438,8 @@ std::optional<int64_t> Scheduler::EarliestWaitUs(const Pool& pool, const model::
   return std::nullopt;
 }
 
-double Scheduler::NodeCost(const model::ResourceRequest& r, const NodeFree& f,
-                           const std::vector<int32_t>& devices) const {
+double Scheduler::NodeCost(const model::ResourceRequest& r, const NodeFree& f, const std::vector<int32_t>& devices,
+                           std::string_view device_type) const {
   NodeFree after = f;
   after.cpu_milli -= r.cpu_milli;
   after.memory_bytes -= r.memory_bytes;
@@ -448,13 +449,13 @@ double Scheduler::NodeCost(const model::ResourceRequest& r, const NodeFree& f,
   // Best fit: the least device capacity left, then the least CPU, as a tie-break
   // below one milli-device.
   const double best_fit = static_cast<double>(free_devices) + static_cast<double>(after.cpu_milli) * 1e-9;
-  if (policy_.nodes != NodeChoice::kLeastFragmentation || r.device_count == 0 || workload_.empty()) {
-    return best_fit;
-  }
+  if (policy_.nodes != NodeChoice::kLeastFragmentation || workload_.empty()) return best_fit;
+  // FGD judges tasks that need no device the same way: the CPU they take may leave
+  // the node's free devices to no one.
   double growth = 0;
   for (const WorkloadShape& w : workload_) {
-    growth += w.weight * static_cast<double>(UnusableDeviceMilli(w.request, after) -
-                                             UnusableDeviceMilli(w.request, f));
+    growth += w.weight * static_cast<double>(UnusableDeviceMilli(w.request, after, device_type) -
+                                             UnusableDeviceMilli(w.request, f, device_type));
   }
   // Fragmentation first; among equal growth, best fit (scaled well below one milli).
   return growth + best_fit * 1e-6;
@@ -491,7 +492,7 @@ std::optional<NodeId> Scheduler::ChooseNode(const std::vector<uint32_t>& pools, 
           break;
         case NodeChoice::kBestFit:
         case NodeChoice::kLeastFragmentation: {
-          double cost = NodeCost(r, f, trial);
+          double cost = NodeCost(r, f, trial, pool.device_type);
           take = !best || cost < best_cost;
           if (take) best_cost = cost;
           break;
@@ -1010,7 +1011,27 @@ Plan Scheduler::Run() {
 
 }  // namespace
 
-std::vector<WorkloadShape> WorkloadFromRequests(const std::vector<const model::ResourceRequest*>& requests) {
+std::vector<WorkloadShape> FgdWorkload(const std::vector<const model::ResourceRequest*>& requests) {
+  // FGD's typical tasks: CPU, device count, share and accepted types, each weighted
+  // by how often it occurs. Tasks that need no device count too.
+  using Key = std::tuple<int64_t, int32_t, int32_t, std::vector<std::string>>;
+  std::map<Key, double> counts;
+  for (const model::ResourceRequest* r : requests) {
+    const bool gpu = r->device_count > 0;
+    counts[Key{r->cpu_milli, r->device_count, gpu ? r->device_share_milli : 0,
+               gpu ? r->accelerator_any_of : std::vector<std::string>()}] += 1;
+  }
+  std::vector<WorkloadShape> shapes;
+  for (const auto& [key, count] : counts) {
+    model::ResourceRequest shape;
+    std::tie(shape.cpu_milli, shape.device_count, shape.device_share_milli, shape.accelerator_any_of) = key;
+    shape.memory_bytes = 0;  // FGD's typical tasks leave memory out
+    shapes.push_back(WorkloadShape{std::move(shape), count});
+  }
+  return shapes;
+}
+
+std::vector<WorkloadShape> GpuDemandWorkload(const std::vector<const model::ResourceRequest*>& requests) {
   using Host = std::pair<int64_t, int64_t>;  // cpu, memory
   std::map<std::pair<int32_t, int32_t>, std::map<Host, double>> groups;
   for (const model::ResourceRequest* r : requests) {

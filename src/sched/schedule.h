@@ -59,10 +59,16 @@ struct WorkloadShape {
   double weight = 1;
 };
 
-// The expected workload of a set of requests: the GPU ones grouped by device count
-// and share, the CPU and memory asked most within a group standing for it (so the
-// measure also sees nodes short of CPU), each group weighted by its GPU demand.
-std::vector<WorkloadShape> WorkloadFromRequests(const std::vector<const model::ResourceRequest*>& requests);
+// The expected workload of a set of requests, as FGD (Weng et al., ATC 2023) keys
+// its typical tasks: by CPU, device count, device share and accepted device types,
+// each weighted by how often it occurs; tasks that need no device included. The
+// simulator's `frag-aware` (FGD as published).
+std::vector<WorkloadShape> FgdWorkload(const std::vector<const model::ResourceRequest*>& requests);
+// Meridian's: the GPU requests grouped by device count and share, the CPU and memory
+// asked most within a group standing for it, each group weighted by its GPU demand
+// (so a rare 8-GPU shape weighs what it takes). Leaves fewer GPUs unallocated than
+// FGD's weighting when only a few nodes are compared (docs/results.md §2).
+std::vector<WorkloadShape> GpuDemandWorkload(const std::vector<const model::ResourceRequest*>& requests);
 
 struct Policy {
   QueueOrder order = QueueOrder::kFifo;
@@ -73,8 +79,8 @@ struct Policy {
   // equal candidates go by the seeded tie-break. The table still says which types
   // can run a kind, and budgets still hold.
   bool heterogeneity_aware = true;
-  // kLeastFragmentation: the expected request shapes (GPU ones are used; at most 16,
-  // heaviest first). Empty: the GPU request shapes of the snapshot's queue.
+  // kLeastFragmentation: the expected request shapes (at most 16, the heaviest
+  // first). Empty: GpuDemandWorkload of the snapshot's queue.
   std::vector<WorkloadShape> workload;
   // kLeastFragmentation and kBestFit: how many nodes with room are compared per
   // pool and placement, from the pool's cursor (0: all). Bounds a decision at

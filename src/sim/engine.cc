@@ -628,7 +628,7 @@ void Simulation::MeasureFragmentation() {
     for (const model::ResourceRequest& shape : measured_) {
       const auto& any = shape.accelerator_any_of;
       if (!any.empty() && std::find(any.begin(), any.end(), n.accelerator_type()) == any.end()) continue;
-      unusable = std::min(unusable, sched::UnusableDeviceMilli(shape, f));
+      unusable = std::min(unusable, sched::UnusableDeviceMilli(shape, f, n.accelerator_type()));
     }
     node_free_[id] = free;
     node_unusable_[id] = unusable;
@@ -888,13 +888,14 @@ std::vector<std::string> PolicyNames() {
 
 namespace {
 
-// The expected workload: the trace's GPU request shapes, as FGD assumes known.
-std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
+// The trace's request shapes as the expected workload (as FGD assumes it known):
+// FGD's typical tasks, or Meridian's GPU-demand weighting.
+std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace, bool fgd) {
   std::vector<const model::ResourceRequest*> requests;
   for (const TraceJob& j : trace.jobs) {
     for (const model::Task& t : j.job->tasks) requests.push_back(&t.resources);
   }
-  return sched::WorkloadFromRequests(requests);
+  return fgd ? sched::FgdWorkload(requests) : sched::GpuDemandWorkload(requests);
 }
 
 }  // namespace
@@ -902,11 +903,11 @@ std::vector<sched::WorkloadShape> TraceWorkload(const Trace& trace) {
 StatusOr<sched::Policy> NamedPolicy(std::string_view name, const Trace& trace) {
   sched::Policy p;
   if (name == "meridian") {
-    p = sched::Policy::Meridian(sched::QueueOrder::kFifo, TraceWorkload(trace));
+    p = sched::Policy::Meridian(sched::QueueOrder::kFifo, TraceWorkload(trace, false));
   } else if (name == "frag-aware") {
     p.pools = sched::PoolChoice::kAnyPool;
     p.nodes = sched::NodeChoice::kLeastFragmentation;
-    p.workload = TraceWorkload(trace);
+    p.workload = TraceWorkload(trace, true);
   } else if (name == "first-fit") {
     p.pools = sched::PoolChoice::kAnyPool;
     p.nodes = sched::NodeChoice::kFirstFit;
