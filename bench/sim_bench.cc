@@ -9,11 +9,10 @@
 
 namespace meridian::bench {
 
-StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options, Env& env) {
-  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
-  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace base,
-                            sim::LoadTrace(options.trace, sim::TraceFormat::kAuto, fs.fleet, fs.throughput));
-  if (base.timeless) return InvalidArgumentError(fmt::format("{}: the trace has no times to replay", options.trace));
+namespace {
+
+StatusOr<std::vector<SimBenchResult>> RunScales(const SimBenchOptions& options, const spec::FleetSpec& fs,
+                                                const sim::Trace& base, Env& env) {
   std::vector<SimBenchResult> out;
   for (size_t i = 0; i < options.scales.size(); ++i) {
     const int scale = options.scales[i];
@@ -49,8 +48,6 @@ StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options
   return out;
 }
 
-namespace {
-
 SaturatedRun RunOf(const sim::SimResult& r) {
   SaturatedRun out;
   out.placements = r.placements;
@@ -66,12 +63,8 @@ SaturatedRun RunOf(const sim::SimResult& r) {
   return out;
 }
 
-}  // namespace
-
-StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, Env& env) {
-  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
-  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace base,
-                            sim::LoadTrace(options.trace, sim::TraceFormat::kAuto, fs.fleet, fs.throughput));
+StatusOr<SaturatedResult> RunSaturated(const SimBenchOptions& options, const spec::FleetSpec& fs,
+                                       const sim::Trace& base, Env& env) {
   sim::Trace trace = sim::SaturatingTrace(base, options.saturated_jobs, options.saturated_per_second,
                                           static_cast<int64_t>(options.saturated_mean_run_s * kSecondUs),
                                           options.seed);
@@ -96,6 +89,21 @@ StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, E
     if (unparked.outcomes[j].start_us != r.outcomes[j].start_us) ++out.differing_jobs;
   }
   return out;
+}
+
+}  // namespace
+
+StatusOr<SimBenchReport> RunSimBench(const SimBenchOptions& options, Env& env) {
+  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fs, spec::LoadFleet(options.fleet));
+  MERIDIAN_ASSIGN_OR_RETURN(sim::Trace base,
+                            sim::LoadTrace(options.trace, sim::TraceFormat::kAuto, fs.fleet, fs.throughput));
+  if (base.timeless) return InvalidArgumentError(fmt::format("{}: the trace has no times to replay", options.trace));
+  SimBenchReport report;
+  MERIDIAN_ASSIGN_OR_RETURN(report.scales, RunScales(options, fs, base, env));
+  if (options.saturated_jobs > 0) {
+    MERIDIAN_ASSIGN_OR_RETURN(report.saturated, RunSaturated(options, fs, base, env));
+  }
+  return report;
 }
 
 }  // namespace meridian::bench

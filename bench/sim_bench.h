@@ -5,6 +5,7 @@
 // is O(nodes) per call).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,8 +71,13 @@ struct SimBenchResult {
   double baseline_replay_s = -1;  // -1: not run at this scale
 };
 
-StatusOr<std::vector<SimBenchResult>> RunSimBench(const SimBenchOptions& options, Env& env);
+struct SimBenchReport {
+  std::vector<SimBenchResult> scales;
+  std::optional<SaturatedResult> saturated;  // when saturated_jobs > 0
+};
 
-StatusOr<SaturatedResult> RunSaturatedSimBench(const SimBenchOptions& options, Env& env);
+// Loads the fleet and trace once, replays them at each scale, then the saturated
+// case.
+StatusOr<SimBenchReport> RunSimBench(const SimBenchOptions& options, Env& env);
 
 }  // namespace meridian::bench

@@ -55,11 +55,9 @@ Status RunBenchSim(const BenchSimOptions& options, std::ostream& out) {
   o.seed = options.seed;
   o.saturated_jobs = options.saturated_jobs;
   o.saturated_wall_limit_s = options.saturated_limit_s;
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<bench::SimBenchResult> results, bench::RunSimBench(o, Env::Default()));
-  std::optional<bench::SaturatedResult> sat;
-  if (o.saturated_jobs > 0) {
-    MERIDIAN_ASSIGN_OR_RETURN(sat, bench::RunSaturatedSimBench(o, Env::Default()));
-  }
+  MERIDIAN_ASSIGN_OR_RETURN(bench::SimBenchReport report, bench::RunSimBench(o, Env::Default()));
+  const std::vector<bench::SimBenchResult>& results = report.scales;
+  const std::optional<bench::SaturatedResult>& sat = report.saturated;
   auto run_json = [](const bench::SaturatedRun& r) {
     return nlohmann::json{{"placements", r.placements}, {"peak_waiting", r.peak_waiting}, {"finished", r.finished},
                           {"replay_s", r.replay_s}, {"sched_s", r.sched_s}, {"sched_calls", r.sched_calls},

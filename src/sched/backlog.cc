@@ -32,13 +32,12 @@ uint32_t Backlog::ClassFor(std::string key, const model::ResourceRequest& reques
   } else {
     id = static_cast<uint32_t>(classes_.size());
     classes_.emplace_back();
-    listed_.push_back(false);
   }
   Class& c = classes_[id];
   c.key = key;
   c.request = request;
   c.members = 0;
-  c.full_through = UINT64_MAX;  // in_full_list and in_back_list stay: the lists drop stale ids
+  c.full_through = UINT64_MAX;  // the in_*_list flags stay: the lists drop stale ids
   by_key_.emplace(std::move(key), id);
   return id;
 }
@@ -49,15 +48,15 @@ void Backlog::Add(Handle h, int64_t submit_us, int64_t seq, const model::Job& jo
   Entry& e = entries_[h];
   MERIDIAN_CHECK_MSG(!e.present, "a backlog handle added twice");
   const model::ResourceRequest& r = task.resources;
-  // What the filters read of a task without inputs (the scheduler's task class,
-  // less what only orders candidates); a task with inputs is a class of its own.
-  std::string key =
-      has_inputs
-          ? fmt::format("#{}", seq)
-          : fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", job.tenant, job.priority, fmt::join(job.allowed_regions, ","),
-                        fmt::join(r.accelerator_any_of, ","), r.device_count, r.device_share_milli,
-                        r.min_device_memory_bytes, r.cpu_milli, r.memory_bytes,
-                        task.work ? task.work->kind : std::string(), task.work ? task.work->amount : 0.0);
+  // What the filters read of a task without inputs, and whose and how urgent it
+  // is; a task with inputs is a class of its own.
+  std::string key;
+  if (has_inputs) {
+    key = fmt::format("#{}", seq);
+  } else {
+    key = FilterKey(job, task);
+    key += fmt::format("|{}|{}", job.priority, job.tenant);
+  }
   e.cls = ClassFor(std::move(key), r);
   e.submit_us = submit_us;
   e.seq = seq;
@@ -102,8 +101,8 @@ void Backlog::Park(Handle h) {
   active_.erase(Key{e.submit_us, e.seq, h});
   e.parked = true;
   c.parked.emplace(e.submit_us, e.seq, h);
-  if (!listed_[e.cls]) {
-    listed_[e.cls] = true;
+  if (!c.in_parked_list) {
+    c.in_parked_list = true;
     parked_classes_.push_back(e.cls);
   }
 }
@@ -130,7 +129,7 @@ void Backlog::Released(const NodeFree& free) {
       c.back = c.back > std::numeric_limits<int64_t>::max() - fit ? std::numeric_limits<int64_t>::max() : c.back + fit;
     }
     if (c.parked.empty()) {
-      listed_[id] = false;
+      c.in_parked_list = false;
     } else {
       parked_classes_[out++] = id;
     }
@@ -192,7 +191,7 @@ void Backlog::UnparkAll() {
   for (uint32_t id : parked_classes_) {
     Class& c = classes_[id];
     while (!c.parked.empty()) MakeActive(std::get<2>(*c.parked.begin()));
-    listed_[id] = false;
+    c.in_parked_list = false;
   }
   parked_classes_.clear();
 }

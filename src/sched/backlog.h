@@ -118,7 +118,8 @@ class Backlog {
     // The oldest `back` parked tasks come back in the next round. They stay in
     // `parked` meanwhile: most are parked again, which then moves nothing.
     int64_t back = 0;
-    bool in_back_list = false;  // in back_classes_
+    bool in_parked_list = false;  // in parked_classes_
+    bool in_back_list = false;    // in back_classes_
     // At the end of this round no node had room for a task of the class: one was
     // parked in it, or the class was full at the end of the round before and no
     // node grew to fit it since (nothing but growth makes room).
@@ -136,7 +137,6 @@ class Backlog {
   std::vector<uint32_t> free_classes_;             // ids of classes with no members
   std::unordered_map<std::string, uint32_t> by_key_;
   std::vector<uint32_t> parked_classes_;           // ids with parked tasks (maybe stale)
-  std::vector<bool> listed_;                       // by class: in parked_classes_
   std::vector<uint32_t> back_classes_;             // ids with back > 0
   std::vector<uint32_t> full_classes_;             // ids with full_through == round_ (and stale ones)
   std::vector<Offered> offer_;                     // this round's

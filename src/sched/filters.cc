@@ -1,5 +1,8 @@
 #include "sched/filters.h"
 
+#include <algorithm>
+#include <bit>
+
 #include <fmt/format.h>
 
 #include "common/strings.h"
@@ -231,6 +234,29 @@ int64_t UnusableDeviceMilli(const model::ResourceRequest& shape, const NodeFree&
     }
   }
   return usable < shape.device_count ? total : unusable;
+}
+
+std::string FilterKey(const model::Job& job, const model::Task& task) {
+  const model::ResourceRequest& r = task.resources;
+  std::string key;
+  key.reserve(64);
+  auto add_int = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto add_str = [&](std::string_view text) {  // length first: no separator can be forged
+    add_int(static_cast<int64_t>(text.size()));
+    key.append(text);
+  };
+  add_int(static_cast<int64_t>(job.allowed_regions.size()));
+  for (const std::string& region : job.allowed_regions) add_str(region);
+  add_int(static_cast<int64_t>(r.accelerator_any_of.size()));
+  for (const std::string& type : r.accelerator_any_of) add_str(type);
+  add_int(r.device_count);
+  add_int(r.device_share_milli);
+  add_int(r.min_device_memory_bytes);
+  add_int(r.cpu_milli);
+  add_int(r.memory_bytes);
+  add_str(task.work ? std::string_view(task.work->kind) : std::string_view());
+  add_int(std::bit_cast<int64_t>(task.work ? task.work->amount : 0.0));
+  return key;
 }
 
 bool FitsNow(const model::ResourceRequest& req, const NodeFree& free, std::vector<int32_t>* devices) {

@@ -52,6 +52,11 @@ const std::vector<std::unique_ptr<Filter>>& DefaultFilters();
 // Looks up a filter of the default pipeline by name ("device_type", ...).
 const Filter* FindFilter(std::string_view name);
 
+// What the filters read of a task without inputs, as a key: tasks with equal keys
+// get the same verdict from every pool (allowed regions, the resource request, the
+// work kind and amount).
+std::string FilterKey(const model::Job& job, const model::Task& task);
+
 // Whether one node's free resources fit the request now; on success fills the
 // devices chosen (best fit for fractional shares, to keep whole devices whole).
 bool FitsNow(const model::ResourceRequest& req, const NodeFree& free, std::vector<int32_t>* devices);

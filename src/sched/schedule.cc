@@ -1,7 +1,6 @@
 #include "sched/schedule.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -206,6 +205,12 @@ class Scheduler {
     for (auto it = g.begin(); it != mid; ++it) {
       if (f(*it)) return;
     }
+  }
+  // Whether nothing but room can change the task's answer as time passes: its job
+  // has no deadline or budget, its tenant no daily budget.
+  bool OnlyRoomMatters(size_t qi) const {
+    const JobState& js = s_.jobs[s_.queue[qi].job];
+    return !js.deadline_at_us && !js.budget_left_micro_usd && !usage_[order_.TenantOf(qi)].budget_left_micro_usd;
   }
   // For a task with room only on grown nodes: whether some pool passes its filters
   // and none of its grown nodes has room for r.
@@ -637,26 +642,8 @@ const std::vector<uint8_t>& Scheduler::Verdicts(const TaskView& view) {
   // What the filters read of a task without inputs. A pool's verdict never
   // changes (health is part of what makes a pool), so the caller's cache keeps
   // them across calls; pools added since are judged now.
-  const model::ResourceRequest& r = view.task.resources;
-  std::string key;
-  key.reserve(64);
-  auto add_int = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  auto add_str = [&](std::string_view text) {  // length first: no separator can be forged
-    add_int(static_cast<int64_t>(text.size()));
-    key.append(text);
-  };
-  add_int(static_cast<int64_t>(view.job.allowed_regions.size()));
-  for (const std::string& region : view.job.allowed_regions) add_str(region);
-  add_int(static_cast<int64_t>(r.accelerator_any_of.size()));
-  for (const std::string& type : r.accelerator_any_of) add_str(type);
-  add_int(r.device_count);
-  add_int(r.device_share_milli);
-  add_int(r.min_device_memory_bytes);
-  add_int(r.cpu_milli);
-  add_int(r.memory_bytes);
-  add_str(view.task.work ? std::string_view(view.task.work->kind) : std::string_view());
-  add_int(std::bit_cast<int64_t>(view.task.work ? view.task.work->amount : 0.0));
-  add_int(policy_.heterogeneity_aware ? 1 : 0);
+  std::string key = FilterKey(view.job, view.task);
+  key += policy_.heterogeneity_aware ? 'h' : 'a';  // the agnostic baseline's speeds differ
   VerdictCache& cache = s_.verdict_cache ? *s_.verdict_cache : own_verdicts_;
   std::vector<uint8_t>& v = cache.by_key[std::move(key)];
   if (v.size() < pools_.size()) compute(v.size(), &v);
@@ -721,8 +708,7 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
   candidates_.clear();
   rejections_.clear();
   const std::vector<uint8_t>& verdicts = Verdicts(view);
-  if (restricted_ && !policy_.explain_waiting && NoRoomOnGrown(where, verdicts, r) && !js.deadline_at_us &&
-      !js.budget_left_micro_usd && !usage_[order_.TenantOf(qi)].budget_left_micro_usd) {
+  if (restricted_ && !policy_.explain_waiting && OnlyRoomMatters(qi) && NoRoomOnGrown(where, verdicts, r)) {
     // It waits for room whatever the scores say; the same answer as the full
     // walk below would give, without scoring every pool.
     out.needs_room = true;
@@ -818,15 +804,14 @@ Attempt Scheduler::TryPlace(size_t qi, Where where) {
     rejections_.push_back(Rejection{RejectionKind::kFilter, verdicts[pool.index], pool.index, 0, 0});
   }
   out.kind = UnplacedKindOf(pools_, rejections_);
-  if (out.kind == UnplacedKind::kWaiting && !held && !js.deadline_at_us && !js.budget_left_micro_usd &&
-      !usage_[order_.TenantOf(qi)].budget_left_micro_usd) {
+  if (out.kind == UnplacedKind::kWaiting && !held && OnlyRoomMatters(qi)) {
     out.needs_room = std::all_of(rejections_.begin(), rejections_.end(), [](const Rejection& x) {
       return x.kind == RejectionKind::kBusy || x.kind == RejectionKind::kFilter || x.kind == RejectionKind::kHoldOut;
     });
     out.amount_free = out.needs_room && !wait_explained;
   }
   if (out.kind == UnplacedKind::kInfeasible || policy_.explain_waiting) {
-    ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, &out.kind, &out.reason);
+    ExplainUnplaced(view, pools_, free_, rejections_, s_.fleet->nodes.size(), s_.now_us, out.kind, &out.reason);
   }
   return out;
 }

@@ -94,7 +94,7 @@ UnplacedKind UnplacedKindOf(const std::vector<Pool>& pools, const std::vector<Re
 
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,
-                     int64_t now_us, UnplacedKind* kind, std::string* reason) {
+                     int64_t now_us, UnplacedKind kind, std::string* reason) {
   const auto& filters = DefaultFilters();
   std::map<std::string, size_t> nodes_by_phrase;
   // A pool the task would hold out for was busy too: say the hold-out only, so that
@@ -147,8 +147,7 @@ void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const Le
     }
     nodes_by_phrase[phrase] += pool.nodes.size();
   }
-  *kind = UnplacedKindOf(pools, rejections);
-  const bool waiting = *kind == UnplacedKind::kWaiting;
+  const bool waiting = kind == UnplacedKind::kWaiting;
   std::vector<std::pair<size_t, std::string>> parts;
   for (auto& [phrase, n] : nodes_by_phrase) parts.emplace_back(n, phrase);
   std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

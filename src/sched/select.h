@@ -94,9 +94,9 @@ class CandidateOrder {
 // (kInfeasible); pools emptied by PoolIndex::Move do not count.
 UnplacedKind UnplacedKindOf(const std::vector<Pool>& pools, const std::vector<Rejection>& rejections);
 
-// One reason from all rejections; kind is kWaiting if anything could change.
+// One reason from all rejections, of the kind UnplacedKindOf gave them.
 void ExplainUnplaced(const TaskView& t, const std::vector<Pool>& pools, const LedgerOverlay& free,
                      const std::vector<Rejection>& rejections, size_t total_nodes,
-                     int64_t now_us, UnplacedKind* kind, std::string* reason);
+                     int64_t now_us, UnplacedKind kind, std::string* reason);
 
 }  // namespace meridian::sched
