@@ -310,7 +310,7 @@ TEST_F(SecurityTest, ANodesCertificateSpeaksForThatNodeOnly) {
   forged.kind = model::UpdateKind::kSucceeded;
   forged.output = "attacker bytes";
   hb.updates = {forged};
-  StatusOr<bool> beat = as_node.Heartbeat(hb, 5'000'000);
+  auto beat = as_node.Heartbeat(hb, 5'000'000);
   EXPECT_EQ(beat.status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(beat.status().message().find("node us-cpu-0 reported on attempt 1 of task 0"), std::string::npos)
       << beat.status().ToString();

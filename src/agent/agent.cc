@@ -462,9 +462,12 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   hb.cpu_used_milli = executor_->cpu_allocated_milli();
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) hb.load_average = load[0];
-  StatusOr<bool> reregister = client_->Heartbeat(hb, options_.rpc_timeout_us);
+  StatusOr<rpc::NodeClient::HeartbeatAnswer> answer = client_->Heartbeat(hb, options_.rpc_timeout_us);
   lock.lock();
-  if (reregister.ok() && !*reregister) {
+  if (!answer.ok()) return answer.status();
+  // A larger fleet: the coordinator asks for fewer heartbeats.
+  if (answer->interval_us > 0) heartbeat_interval_us_ = std::max<int64_t>(answer->interval_us, 10'000);
+  if (!answer->reregister) {
     // Acknowledged: the object changes sent (newer ones came after them)...
     objects_added_.erase(objects_added_.begin(),
                          objects_added_.begin() + static_cast<std::ptrdiff_t>(
@@ -478,7 +481,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
       if (it != pending_.end() && it->second.first == seq) pending_.erase(it);
     }
   }
-  return reregister;
+  return answer->reregister;
 }
 
 std::string Agent::SessionFile() const { return (std::filesystem::path(options_.work_dir) / "session").string(); }

@@ -31,10 +31,9 @@
 namespace meridian::cli {
 namespace fs = std::filesystem;
 namespace {
-
 constexpr const char* kAddrFile = "coordinator.addr";
+}  // namespace
 
-// A one-line file (an address, a pid) without its line end.
 StatusOr<std::string> ReadSmallFile(const fs::path& path) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string s, spec::ReadFileToString(path.string()));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -63,6 +62,8 @@ std::string LogTail(const fs::path& log, size_t lines) {
   for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "\n  " + all[i];
   return out;
 }
+
+namespace {
 
 int ReadPid(const fs::path& pid_file) {
   StatusOr<std::string> s = ReadSmallFile(pid_file);

@@ -92,6 +92,13 @@ namespace meridian::cli {
 // $MERIDIAN_TLS_DIR, else the local cluster's tls/), and --token (else
 // $MERIDIAN_TOKEN, else the local cluster's admin.token). --insecure: plaintext, to a
 // coordinator started with --insecure.
+// A one-line file (an address, a pid) without its line end.
+StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path);
+// Writes `text` to a temporary file beside `path` and renames it over `path`.
+Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
+// The last `lines` lines of a log, each on a new line, indented.
+std::string LogTail(const std::filesystem::path& log, size_t lines);
+
 struct ClusterTarget {
   std::string coordinator;
   std::string dir;
@@ -336,6 +343,29 @@ struct BenchGemmOptions {
 // `meridian bench gemm`: a DGEMM through cuBLAS called directly, against the same
 // GEMM run as a Meridian task on a local cluster with this machine's GPU.
 Status RunBenchGemm(const BenchGemmOptions& options, std::ostream& out);
+
+struct BenchScaleOptions {
+  int agents = 1000;
+  int64_t tasks = 100'000;
+  int processes = 0;  // of simulated agents; 0: one per 1,250 agents (1 to 8)
+  int latency_samples = 300;
+  double idle_seconds = 5;
+  bool json = false;
+};
+// `meridian bench scale`: a coordinator with N simulated agents connected (each its
+// own gRPC connection): throughput, idle CPU, round trip, heartbeat lag; beside the
+// same with two agents, in the same run.
+Status RunBenchScale(const BenchScaleOptions& options, std::ostream& out);
+// One process of bench scale's simulated agents (hidden): registers them, writes
+// `ready_file`, serves until SIGTERM, then writes its figures to `stats_file`.
+struct BenchScaleAgentsOptions {
+  std::string coordinator;
+  int first = 0;
+  int count = 1;
+  std::string ready_file;
+  std::string stats_file;
+};
+Status RunBenchScaleAgents(const BenchScaleAgentsOptions& options);
 
 // `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
 // local cluster it starts and stops itself.

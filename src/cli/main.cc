@@ -89,6 +89,26 @@ int main(int argc, char** argv) {
 
   cli::BenchTransferOptions bench_transfer_opts;
   std::string transfer_bytes = "1GiB";
+  cli::BenchScaleOptions bench_scale_opts;
+  CLI::App* bench_scale = bench_cmd->add_subcommand(
+      "scale", "A coordinator with thousands of simulated agents: throughput, idle CPU, round trip, heartbeat lag");
+  bench_scale->add_option("--agents", bench_scale_opts.agents, "Simulated agents, each its own connection (default 1000)");
+  bench_scale->add_option("--tasks", bench_scale_opts.tasks, "No-op tasks in the throughput run (default 100000)");
+  bench_scale->add_option("--processes", bench_scale_opts.processes,
+                          "Processes the agents run in (default: one per 1,250 agents, 1 to 8)");
+  bench_scale->add_option("--samples", bench_scale_opts.latency_samples, "Round trips to time (default 300)");
+  bench_scale->add_option("--idle-seconds", bench_scale_opts.idle_seconds,
+                          "How long to measure the idle coordinator's CPU (default 5)");
+  bench_scale->add_flag("--json", bench_scale_opts.json, "Print JSON for scripts");
+  cli::BenchScaleAgentsOptions scale_agents_opts;
+  CLI::App* scale_agents = bench_cmd->add_subcommand("scale-agents", "One process of bench scale's simulated agents");
+  scale_agents->group("");  // internal: started by bench scale
+  scale_agents->add_option("--coordinator", scale_agents_opts.coordinator, "")->required();
+  scale_agents->add_option("--first", scale_agents_opts.first, "");
+  scale_agents->add_option("--count", scale_agents_opts.count, "");
+  scale_agents->add_option("--ready-file", scale_agents_opts.ready_file, "")->required();
+  scale_agents->add_option("--stats-file", scale_agents_opts.stats_file, "")->required();
+
   CLI::App* bench_transfer = bench_cmd->add_subcommand(
       "transfer", "One object between two object stores over loopback, against iperf3 in the same run");
   bench_transfer->add_option("--bytes", transfer_bytes, "Object size (default 1GiB; 512MiB, 4GiB...)");
@@ -348,6 +368,10 @@ int main(int argc, char** argv) {
     status = cli::RunBenchSched(bench, std::cout);
   } else if (bench_retention->parsed()) {
     status = cli::RunBenchRetention(bench_retention_opts, std::cout);
+  } else if (bench_scale->parsed()) {
+    status = cli::RunBenchScale(bench_scale_opts, std::cout);
+  } else if (scale_agents->parsed()) {
+    status = cli::RunBenchScaleAgents(scale_agents_opts);
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
   } else if (bench_transfer->parsed()) {

@@ -75,6 +75,13 @@ Coordinator::~Coordinator() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    for (NodeRt& n : nodes_) CloseSinkLocked(n, UnavailableError("the coordinator is shutting down"));
+    for (auto& [id, job] : jobs_) {
+      for (const std::shared_ptr<rpc::JobWatchSink>& w : job.watchers) {
+        w->Close(UnavailableError("the coordinator is shutting down"));
+      }
+      job.watchers.clear();
+    }
   }
   loop_cv_.notify_all();
   outbox_cv_.notify_all();
@@ -190,11 +197,76 @@ void Coordinator::Commit(store::StoreBatch& batch) {
     batch.spend.push_back(model::TenantSpend{tenant, spend_day_, spent_today_[tenant]});
   }
   spend_unsaved_.clear();
-  if (batch.empty()) return;
-  Status s = store_->Apply(batch);
-  // Nothing is acknowledged that is not stored; a store that cannot write stops the
-  // coordinator rather than let memory and disk disagree. Restarting reloads the store.
-  MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
+  if (!batch.empty()) {
+    Status s = store_->Apply(batch);
+    // Nothing is acknowledged that is not stored; a store that cannot write stops the
+    // coordinator rather than let memory and disk disagree. Restarting reloads the store.
+    MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
+  }
+  FlushOutboxesLocked();
+  FlushWatchersLocked();
+}
+
+void Coordinator::FlushWatchersLocked() {
+  for (uint64_t id : watch_dirty_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    JobRt& job = it->second;
+    job.watch_dirty = false;
+    const bool finished = model::IsTerminal(job.rec.status);
+    std::erase_if(job.watchers, [&](const std::shared_ptr<rpc::JobWatchSink>& w) {
+      model::JobSummary summary = SummaryOf(job);
+      if (!w->Push(summary)) return true;
+      if (finished) w->Close(OkStatus());
+      return finished;
+    });
+  }
+  watch_dirty_.clear();
+}
+
+model::AssignmentBatch& Coordinator::OutboxLocked(int32_t node) {
+  NodeRt& n = nodes_[node];
+  if (!n.outbox_dirty) {
+    n.outbox_dirty = true;
+    outbox_dirty_.push_back(node);
+  }
+  return n.outbox;
+}
+
+void Coordinator::FlushOutboxesLocked() {
+  if (outbox_dirty_.empty()) return;
+  bool waiters = false;
+  for (int32_t i : outbox_dirty_) {
+    NodeRt& n = nodes_[i];
+    n.outbox_dirty = false;
+    if (n.outbox.assignments.empty() && n.outbox.cancel.empty() && n.outbox.release_objects.empty()) continue;
+    // A stream that ended keeps nothing: the outbox waits for the next one (and what
+    // it never got is sent again: see Heartbeat).
+    if (n.sink && !n.sink->Push(n.outbox)) n.sink.reset();
+    waiters = waiters || !n.sink;
+  }
+  outbox_dirty_.clear();
+  if (waiters) outbox_cv_.notify_all();
+}
+
+void Coordinator::CloseSinkLocked(NodeRt& node, const Status& why) {
+  if (!node.sink) return;
+  node.sink->Close(why);
+  node.sink.reset();
+}
+
+int64_t Coordinator::HeartbeatIntervalLocked() const {
+  return std::max(options_.heartbeat_interval_us,
+                  static_cast<int64_t>(live_nodes_) * 1'000'000 / kIdleHeartbeatsPerSecond);
+}
+
+int64_t Coordinator::HeartbeatTimeoutLocked() const {
+  return std::max(options_.heartbeat_timeout_us, 3 * HeartbeatIntervalLocked());
+}
+
+int64_t Coordinator::HeartbeatIntervalUs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return HeartbeatIntervalLocked();
 }
 
 void Coordinator::Loop() {
@@ -204,7 +276,7 @@ void Coordinator::Loop() {
   while (!stopping_) {
     if (env_.clock().Now() >= next_check) {
       DetectFailuresLocked();
-      next_check = MonotonicTime{env_.clock().Now().us + options_.heartbeat_interval_us / 2};
+      next_check = MonotonicTime{env_.clock().Now().us + HeartbeatIntervalLocked() / 2};
     }
     if (recheck_at_ && env_.clock().Now() >= *recheck_at_) {
       recheck_at_.reset();
@@ -225,7 +297,7 @@ void Coordinator::Loop() {
       }
     }
     if (stopping_) break;
-    loop_cv_.wait_for(lock, std::chrono::microseconds(options_.heartbeat_interval_us / 2),
+    loop_cv_.wait_for(lock, std::chrono::microseconds(HeartbeatIntervalLocked() / 2),
                       [this] { return stopping_ || dirty_; });
   }
 }
@@ -302,6 +374,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
     Changed(rt);
     // Place at once rather than wake the loop: a thread hop less per job.
     ScheduleLocked();
+    FlushWatchersLocked();
   }
   loop_cv_.notify_one();
   return result;
@@ -420,7 +493,6 @@ StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
   Commit(batch);
   model::JobSummary summary = SummaryOf(job);
   RetireFinishedLocked();
-  outbox_cv_.notify_all();
   return summary;
 }
 
@@ -463,13 +535,18 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
     if (it != jobs_.end()) it->second.deleting = false;
     return s.WithPrefix(fmt::format("deleting job {}", id));
   }
-  if (it != jobs_.end()) jobs_.erase(it);
+  if (it != jobs_.end()) {
+    for (const std::shared_ptr<rpc::JobWatchSink>& w : it->second.watchers) {
+      w->Close(NotFoundError(fmt::format("job {} was deleted", id)));
+    }
+    jobs_.erase(it);
+  }
   for (const auto& [node, object] : results) {
     auto n = node_by_name_.find(node);
-    if (n != node_by_name_.end() && nodes_[n->second].alive) nodes_[n->second].outbox.release_objects.push_back(object);
+    if (n != node_by_name_.end() && nodes_[n->second].alive) OutboxLocked(n->second).release_objects.push_back(object);
   }
+  FlushOutboxesLocked();
   job_cv_.notify_all();
-  outbox_cv_.notify_all();
   MERIDIAN_LOG_INFO("job {} deleted ({} tasks, {} result objects let go)", id, summary.tasks_total, results.size());
   return summary;
 }
@@ -522,6 +599,25 @@ StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_ver
   return SummaryOf(it->second);
 }
 
+Status Coordinator::WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<rpc::JobWatchSink> sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+  JobRt& job = it->second;
+  const bool finished = model::IsTerminal(job.rec.status);
+  if (job.counts.version > after_version || finished) {
+    model::JobSummary summary = SummaryOf(job);
+    if (!sink->Push(summary)) return OkStatus();  // the reader is gone already
+  }
+  if (finished) {
+    sink->Close(OkStatus());
+    return OkStatus();
+  }
+  std::erase_if(job.watchers, [](const std::shared_ptr<rpc::JobWatchSink>& w) { return !w->open(); });
+  job.watchers.push_back(std::move(sink));
+  return OkStatus();
+}
+
 model::JobSummary Coordinator::SummaryOf(const JobRt& job) const {
   model::JobSummary s = job.counts;
   s.job = job.rec;
@@ -544,6 +640,10 @@ std::string Coordinator::TaskNameLocked(uint64_t job, uint32_t task) const {
 void Coordinator::Changed(JobRt& job) {
   job.counts.version = next_version_++;
   job_cv_.notify_all();
+  if (!job.watchers.empty() && !job.watch_dirty) {
+    job.watch_dirty = true;
+    watch_dirty_.push_back(job.rec.id);
+  }
 }
 
 // ------------------------------------------------------------------ nodes
@@ -665,11 +765,12 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   if (auto it = node_by_name_.find(reg.node.name); it != node_by_name_.end()) {
     const NodeRt& current = nodes_[it->second];
     const int64_t silent_us = env_.clock().Now().us - current.last_heartbeat.us;
-    if (current.alive && reg.previous_session != current.session && silent_us < options_.heartbeat_timeout_us) {
+    const int64_t timeout_us = HeartbeatTimeoutLocked();
+    if (current.alive && reg.previous_session != current.session && silent_us < timeout_us) {
       return FailedPreconditionError(fmt::format(
           "node {} already has a live session (heard from {} ms ago); a second agent for one node is refused: "
           "stop the other, or wait {} ms for it to be declared dead",
-          reg.node.name, silent_us / 1000, (options_.heartbeat_timeout_us - silent_us) / 1000));
+          reg.node.name, silent_us / 1000, (timeout_us - silent_us) / 1000));
     }
   }
   {
@@ -685,7 +786,9 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   last_fleet_change_ = env_.clock().Now();
   NodeRt& rt = nodes_[index];
   rt.site = reg.site;
+  if (!rt.alive) ++live_nodes_;
   rt.alive = true;
+  CloseSinkLocked(rt, FailedPreconditionError("this session is no longer the node's; register again"));
   // Random: a session cannot be guessed from an earlier one, nor match one of an
   // earlier incarnation of this coordinator.
   StatusOr<std::string> random = security::RandomHex(8);
@@ -714,7 +817,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   RetireFinishedLocked();
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;
-  reply.heartbeat_interval_us = options_.heartbeat_interval_us;
+  reply.heartbeat_interval_us = HeartbeatIntervalLocked();
   dirty_ = true;
   MERIDIAN_LOG_INFO("node {} registered at site {} (session {}, {} running)", reg.node.name, reg.site, rt.session,
                     reg.running.size());
@@ -736,6 +839,21 @@ StatusOr<model::AssignmentBatch> Coordinator::NextAssignments(uint32_t node_id, 
   model::AssignmentBatch out;
   std::swap(out, nodes_[node_id].outbox);
   return out;
+}
+
+Status Coordinator::ConnectAssignments(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::AssignmentSink> sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node_id >= nodes_.size() || nodes_[node_id].session != session) {
+    return FailedPreconditionError("this session is no longer the node's; register again");
+  }
+  NodeRt& node = nodes_[node_id];
+  CloseSinkLocked(node, FailedPreconditionError("another assignment stream of this node replaced this one"));
+  node.sink = std::move(sink);
+  node.stream_lost_at.reset();
+  // What was made while no stream was connected goes now.
+  OutboxLocked(static_cast<int32_t>(node_id));
+  FlushOutboxesLocked();
+  return OkStatus();
 }
 
 StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
@@ -772,14 +890,14 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
       for (const model::TaskUpdate& u : hb.updates) holding->insert(u.key);
     }
     if (!holding->count({job_id, t, task.rec.attempt})) {
-      node.outbox.assignments.push_back(AssignmentFor(job, task));
+      OutboxLocked(index).assignments.push_back(AssignmentFor(job, task));
       resent = true;
     }
   }
+  if (resent) FlushOutboxesLocked();
   RetireFinishedLocked();
   const bool more = dirty_;  // more ready than one call placed
   lock.unlock();
-  if (resent) outbox_cv_.notify_all();
   if (more) loop_cv_.notify_one();
   return false;
 }

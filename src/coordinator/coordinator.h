@@ -40,6 +40,14 @@
 
 namespace meridian::coordinator {
 
+// At most about this many heartbeats a second from idle agents, all together: past
+// heartbeat_interval_us x this many nodes, agents are told to beat less often, and a
+// silent node is declared dead after three of the longer intervals (or the configured
+// timeout, if longer). A killed agent is noticed sooner, whatever the interval: its
+// connection closes, and a node whose stream stays closed for the configured timeout,
+// without a heartbeat, is declared dead.
+inline constexpr int64_t kIdleHeartbeatsPerSecond = 250;
+
 struct CoordinatorOptions {
   // Sites, links, tenants and the throughput table. Nodes are not taken from here:
   // they join by registering. Empty: sites are created as agents name them.
@@ -96,13 +104,19 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
   StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) override;
+  Status WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<rpc::JobWatchSink> sink) override;
 
   // rpc::NodeApi
   StatusOr<model::RegistrationReply> Register(const model::AgentRegistration& registration) override;
   StatusOr<model::AssignmentBatch> NextAssignments(uint32_t node_id, uint64_t session,
                                                    int64_t timeout_us) override;
+  Status ConnectAssignments(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::AssignmentSink> sink) override;
   StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) override;
   StatusOr<std::string> NodeName(uint32_t node_id) override;
+  // How often agents are to heartbeat now: the configured interval, stretched with
+  // the number of live nodes so that all of them together send at most about
+  // kIdleHeartbeatsPerSecond (docs/runtime.md, "At scale").
+  int64_t HeartbeatIntervalUs();
 
   // rpc::AuthApi (auth.cc)
   StatusOr<model::Caller> Authenticate(const std::string& token) override;
@@ -173,6 +187,9 @@ class Coordinator final : public rpc::JobApi,
     // Why queued tasks were not placed in the last pass that offered them (a quota,
     // no room): in memory only, shown by GetJob; a placed task's goes.
     std::map<uint32_t, std::string> waiting;
+    // Clients watching it (JobService.Watch), pushed its summary when it changed.
+    std::vector<std::shared_ptr<rpc::JobWatchSink>> watchers;
+    bool watch_dirty = false;  // listed in watch_dirty_
   };
   struct NodeRt {
     std::string site;
@@ -182,7 +199,14 @@ class Coordinator final : public rpc::JobApi,
     int64_t registered_us = 0;
     std::set<std::string> kernels;
     std::set<std::pair<uint64_t, uint32_t>> tasks;  // held here
-    model::AssignmentBatch outbox;
+    model::AssignmentBatch outbox;  // made, not yet handed to the agent's stream
+    bool outbox_dirty = false;      // listed in outbox_dirty_
+    // The agent's assignment stream, where its work goes as it is made; null: none
+    // connected (a blocking NextAssignments takes the outbox instead).
+    std::shared_ptr<rpc::AssignmentSink> sink;
+    // When its stream was found closed with none connected since: its agent is taken
+    // for gone once that has lasted the configured heartbeat timeout with no heartbeat.
+    std::optional<MonotonicTime> stream_lost_at;
     int32_t running = 0;
     double load_average = 0;
     std::string transfer_address;
@@ -224,6 +248,19 @@ class Coordinator final : public rpc::JobApi,
                  model::RegistrationReply& reply);
   void ScheduleLocked();
   void DetectFailuresLocked();
+  // The node's outbox, marked to be handed to its stream by FlushOutboxesLocked.
+  model::AssignmentBatch& OutboxLocked(int32_t node);
+  // Hands every marked outbox to its node's stream (and wakes blocking waiters). Called
+  // by Commit, so no agent hears of anything before it is stored.
+  void FlushOutboxesLocked();
+  // Pushes the summary of every watched job that changed to its watchers (closing
+  // them once it has finished). Called by Commit, after the change is stored.
+  void FlushWatchersLocked();
+  // Ends the node's stream, if one is connected: its session is over.
+  void CloseSinkLocked(NodeRt& node, const Status& why);
+  // The heartbeat interval agents are given now, and the timeout it implies.
+  int64_t HeartbeatIntervalLocked() const;
+  int64_t HeartbeatTimeoutLocked() const;
   // Writes `batch`, with the spend rows not written yet.
   void Commit(store::StoreBatch& batch);
   // OK when every task could run on the registered fleet; else why one cannot.
@@ -328,7 +365,7 @@ class Coordinator final : public rpc::JobApi,
 
   std::mutex mu_;
   std::condition_variable loop_cv_;    // work for the loop
-  std::condition_variable outbox_cv_;  // work for the assignment streams
+  std::condition_variable outbox_cv_;  // work for blocking NextAssignments calls
   std::condition_variable job_cv_;     // a job changed (watchers)
   bool stopping_ = false;
   bool dirty_ = true;                  // something the scheduler should look at changed
@@ -337,6 +374,9 @@ class Coordinator final : public rpc::JobApi,
   sched::ResourceLedger ledger_;
   std::vector<NodeRt> nodes_;          // parallel to fleet_.nodes
   std::map<std::string, int32_t> node_by_name_;
+  std::vector<int32_t> outbox_dirty_;  // nodes whose outbox gained work since the last flush
+  std::vector<uint64_t> watch_dirty_;  // watched jobs changed since the last flush
+  int32_t live_nodes_ = 0;             // alive, for HeartbeatIntervalLocked
   std::map<uint64_t, JobRt> jobs_;
   // What tasks holding resources on nodes hold, by their job's tenant.
   std::map<std::string, sched::TenantUsage> tenant_usage_;

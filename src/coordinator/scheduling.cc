@@ -201,7 +201,7 @@ void Coordinator::ScheduleLocked() {
       job->rec.status = JobStatus::kRunning;
       batch.jobs.push_back(job->rec);
     }
-    nodes_[node].outbox.assignments.push_back(AssignmentFor(*job, *task));
+    OutboxLocked(node).assignments.push_back(AssignmentFor(*job, *task));
     // Outputs of its dependencies that travel whole in the assignment (through the
     // coordinator) are counted here, those made at other sites as bytes between the
     // sites; outputs read as objects are counted when the agent reports the fetch.
@@ -232,9 +232,9 @@ void Coordinator::ScheduleLocked() {
     EndJob(*job, JobStatus::kFailed,
            fmt::format("task '{}' can no longer run: {}", TaskName(*job, task->rec.task), u.reason), batch);
   }
-  // Stored before any agent hears of it: a restart finds every assignment it sent.
+  // Stored before any agent hears of it (Commit hands the outboxes to the streams): a
+  // restart finds every assignment it sent.
   Commit(batch);
-  if (!nodes_with_work.empty()) outbox_cv_.notify_all();
   // The window was full and something was placed: more may fit behind it.
   if (!plan.placements.empty() && offered.size() == options_.schedule_window && !ready_.empty()) dirty_ = true;
 }
@@ -515,7 +515,7 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason
     if (t.rec.output_object.empty() || t.dependents.empty()) continue;
     auto node = node_by_name_.find(t.rec.node);
     if (node != node_by_name_.end() && nodes_[node->second].alive) {
-      nodes_[node->second].outbox.release_objects.push_back(t.rec.output_object);
+      OutboxLocked(node->second).release_objects.push_back(t.rec.output_object);
     }
     auto p = producers_.find(t.rec.output_object);
     if (p != producers_.end()) {
@@ -523,7 +523,6 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason
       if (p->second.empty()) producers_.erase(p);
     }
   }
-  outbox_cv_.notify_all();
   job.rec.status = status;
   job.rec.reason = reason;
   job.rec.finished_us = WallUs();
@@ -535,7 +534,7 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason
       if (model::IsTerminal(t.rec.status)) continue;
       if (model::IsPlaced(t.rec.status)) {
         LeavePlaced(job, t);
-        if (t.node >= 0) nodes_[t.node].outbox.cancel.push_back({t.rec.job, t.rec.task, t.rec.attempt});
+        if (t.node >= 0) OutboxLocked(t.node).cancel.push_back({t.rec.job, t.rec.task, t.rec.attempt});
       } else {
         --job.counts.waiting;
         Dequeue(t);
@@ -545,7 +544,6 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason
       ++job.counts.cancelled;
       batch.tasks.push_back(t.rec);
     }
-    outbox_cv_.notify_all();
   }
   // Placed before a restart and not yet back: nothing of theirs is waited for now.
   for (auto it = orphans_.lower_bound({job.rec.id, 0}); it != orphans_.end() && it->first.first == job.rec.id;) {
@@ -599,9 +597,12 @@ std::vector<uint64_t> Coordinator::ExpiredJobsLocked() const {
 
 void Coordinator::MarkDead(int32_t index, const std::string& reason, store::StoreBatch& batch) {
   NodeRt& node = nodes_[index];
+  if (node.alive) --live_nodes_;
   node.alive = false;
   node.session = next_session_++;  // its streams and heartbeats are now stale
   node.outbox = {};
+  node.stream_lost_at.reset();
+  CloseSinkLocked(node, FailedPreconditionError("this node was declared dead; register again"));
   fleet_.nodes[index].health = model::NodeHealth::kUnhealthy;
   pools_.reset();
   MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
@@ -615,18 +616,34 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
   const std::set<std::string> objects = node.objects;
   DropAllReplicasLocked(index);
   RebuildLostLocked(objects, fmt::format("its output was lost with node {}", fleet_.nodes[index].name), batch);
-  outbox_cv_.notify_all();
   dirty_ = true;
 }
 
 void Coordinator::DetectFailuresLocked() {
   const MonotonicTime now = env_.clock().Now();
+  const int64_t timeout_us = HeartbeatTimeoutLocked();
   store::StoreBatch batch;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].alive && now.us - nodes_[i].last_heartbeat.us > options_.heartbeat_timeout_us) {
+    NodeRt& n = nodes_[i];
+    if (!n.alive) continue;
+    if (now.us - n.last_heartbeat.us > timeout_us) {
       MarkDead(static_cast<int32_t>(i),
                fmt::format("node {} sent no heartbeat for {}", fleet_.nodes[i].name,
-                           FormatDurationUs(now.us - nodes_[i].last_heartbeat.us)),
+                           FormatDurationUs(now.us - n.last_heartbeat.us)),
+               batch);
+      continue;
+    }
+    // Its agent's connection closed (a killed process's does at once): it has the
+    // configured timeout to connect again or heartbeat, however long the interval.
+    if (n.sink && !n.sink->open()) {
+      n.sink.reset();
+      n.stream_lost_at = now;
+    }
+    if (n.stream_lost_at && n.last_heartbeat < *n.stream_lost_at &&
+        now.us - n.stream_lost_at->us > options_.heartbeat_timeout_us) {
+      MarkDead(static_cast<int32_t>(i),
+               fmt::format("node {}'s connection closed {} ago and it did not come back", fleet_.nodes[i].name,
+                           FormatDurationUs(now.us - n.stream_lost_at->us)),
                batch);
     }
   }

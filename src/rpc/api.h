@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,26 @@ using TaskLog = model::TaskLog;
 inline constexpr uint32_t kMaxTasksPerPage = 10'000;
 inline constexpr int64_t kMaxTaskPageBytes = 8 << 20;
 
+// A server stream the coordinator writes to as things happen, from the thread that
+// makes them, with its own lock held: so Push never blocks; it queues and returns.
+// An AssignmentSink is a node's assignment stream (batches pushed while one is being
+// written are merged into the next write); a JobWatchSink is a client's watch of a job
+// (only the newest summary waits: a reader too slow for every change gets the latest).
+template <typename T>
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  // Writes `item`, or keeps it for the next write, and empties it; false (leaving it
+  // as it was) once the stream is closed or its reader gone.
+  virtual bool Push(T& item) = 0;
+  // Ends the stream with `status` once what was pushed is written.
+  virtual void Close(const Status& status) = 0;
+  // Whether it still takes pushes (not closed, the reader still there).
+  virtual bool open() const = 0;
+};
+using AssignmentSink = StreamSink<model::AssignmentBatch>;
+using JobWatchSink = StreamSink<model::JobSummary>;
+
 class JobApi {
  public:
   virtual ~JobApi() = default;
@@ -61,6 +82,10 @@ class JobApi {
   // Waits until the job's version passes `after_version` or `timeout_us` elapses,
   // and returns its summary then.
   virtual StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) = 0;
+  // Pushes the job's summary to `sink` whenever it changes past `after_version` (at
+  // once if it already has), and closes the sink (OK) once the job has finished and
+  // that was pushed; NotFound when the job is deleted. NotFound if there is no such job.
+  virtual Status WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<JobWatchSink> sink) = 0;
 };
 
 class NodeApi {
@@ -71,8 +96,16 @@ class NodeApi {
   // FailedPrecondition when the session is no longer the node's current one.
   virtual StatusOr<model::AssignmentBatch> NextAssignments(uint32_t node_id, uint64_t session,
                                                            int64_t timeout_us) = 0;
+  // From now on the node's work goes to `sink` as it is made (what waits is pushed at
+  // once), from whichever thread makes it: no thread waits for it. The sink is closed
+  // when another connects, when the node registers again or is declared dead
+  // (FailedPrecondition: register again), or at shutdown. FailedPrecondition when the
+  // session is no longer the node's.
+  virtual Status ConnectAssignments(uint32_t node_id, uint64_t session, std::shared_ptr<AssignmentSink> sink) = 0;
   // Applies the updates durably; returns true when the agent must register again.
   virtual StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) = 0;
+  // How often agents are to heartbeat now (it grows with the fleet).
+  virtual int64_t HeartbeatIntervalUs() = 0;
   // The name of the node registered as `node_id`; NotFound if none.
   virtual StatusOr<std::string> NodeName(uint32_t node_id) = 0;
 };

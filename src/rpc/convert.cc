@@ -78,8 +78,10 @@ Status FromGrpc(const grpc::Status& status) {
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security,
+                                           bool own_connection) {
   grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
   // Fail fast on a dead peer instead of waiting for TCP to notice.

@@ -24,7 +24,10 @@ inline constexpr int kMaxResponseBytes = 256 << 20;
 grpc::Status ToGrpc(const Status& status);
 Status FromGrpc(const grpc::Status& status);
 // A channel to `address` with Meridian's message limits and keepalive settings.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {});
+// `own_connection`: never share its TCP connection with another channel of this
+// process to the same address (gRPC shares them by default).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {},
+                                           bool own_connection = false);
 // A client context whose deadline is `timeout_us` from now.
 void SetDeadline(grpc::ClientContext& context, int64_t timeout_us);
 

@@ -41,7 +41,8 @@ StatusOr<model::RegistrationReply> NodeClient::Register(const model::AgentRegist
   return FromProto(resp);
 }
 
-StatusOr<bool> NodeClient::Heartbeat(const model::AgentHeartbeat& heartbeat, int64_t timeout_us) {
+StatusOr<NodeClient::HeartbeatAnswer> NodeClient::Heartbeat(const model::AgentHeartbeat& heartbeat,
+                                                            int64_t timeout_us) {
   v1::HeartbeatRequest req;
   ToProto(heartbeat, &req);
   v1::HeartbeatResponse resp;
@@ -49,7 +50,7 @@ StatusOr<bool> NodeClient::Heartbeat(const model::AgentHeartbeat& heartbeat, int
   SetDeadline(ctx, timeout_us);
   grpc::Status s = v1::NodeService::NewStub(channel_)->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) return FromGrpc(s).WithPrefix("heartbeat to " + address_);
-  return resp.reregister();
+  return HeartbeatAnswer{resp.reregister(), resp.heartbeat_interval_us()};
 }
 
 Status NodeClient::StreamAssignments(uint32_t node_id, uint64_t session, int64_t max_us,

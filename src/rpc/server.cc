@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "common/logging.h"
@@ -11,8 +14,6 @@
 namespace meridian::rpc {
 namespace {
 
-// How long a streaming handler waits before checking whether to stop.
-constexpr int64_t kStreamPollUs = 250'000;
 // Tasks in a GetJob page when the caller names no number.
 constexpr uint32_t kDefaultTasksPerPage = 1000;
 
@@ -32,14 +33,14 @@ class Gate {
  public:
   Gate(AuthApi& auth, bool secure) : auth_(auth), secure_(secure) {}
 
-  StatusOr<model::Caller> Admit(grpc::ServerContext* ctx, Need need, std::string_view method) const {
+  StatusOr<model::Caller> Admit(grpc::ServerContextBase* ctx, Need need, std::string_view method) const {
     StatusOr<model::Caller> c = Decide(ctx, need);
     if (!c.ok()) Refused(ctx, method, c.status());
     return c;
   }
 
   // Logs a refusal decided after Admit (a node naming another, a job of another tenant).
-  void Refused(grpc::ServerContext* ctx, std::string_view method, const Status& why) const {
+  void Refused(grpc::ServerContextBase* ctx, std::string_view method, const Status& why) const {
     MERIDIAN_LOG_WARN("audit: refused {} from {} ({}): {}", method, ctx->peer(), Identity(ctx), why.message());
   }
 
@@ -59,13 +60,13 @@ class Gate {
   }
 
  private:
-  static std::string Identity(grpc::ServerContext* ctx) {
+  static std::string Identity(grpc::ServerContextBase* ctx) {
     std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
     std::vector<grpc::string_ref> cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
     return cn.empty() ? "no certificate" : "certificate " + std::string(cn.front().data(), cn.front().size());
   }
 
-  StatusOr<model::Caller> Decide(grpc::ServerContext* ctx, Need need) const {
+  StatusOr<model::Caller> Decide(grpc::ServerContextBase* ctx, Need need) const {
     if (!secure_) return model::Caller{"", "", model::Role::kAdmin, "", true};
     std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
     std::vector<grpc::string_ref> cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
@@ -110,6 +111,157 @@ class Gate {
   const bool secure_;
 };
 
+// How each kind of pushed stream folds a new item into one not yet written.
+void Fold(model::AssignmentBatch&& from, model::AssignmentBatch& into) {
+  for (model::TaskAssignment& a : from.assignments) into.assignments.push_back(std::move(a));
+  into.cancel.insert(into.cancel.end(), from.cancel.begin(), from.cancel.end());
+  for (std::string& o : from.release_objects) into.release_objects.push_back(std::move(o));
+}
+void Fold(model::JobSummary&& from, model::JobSummary& into) { into = std::move(from); }
+
+template <typename T, typename Proto>
+class PushStream;
+
+// A server stream written by pushes (StreamSink): an item pushed is written at once
+// from the pushing thread, or, while a write is in flight, folded into the next one.
+// Shared by the pusher and the stream's reactor, so it outlives whichever ends first;
+// the reactor is used only until Finish.
+template <typename T, typename Proto>
+class PushSink final : public StreamSink<T> {
+ public:
+  explicit PushSink(PushStream<T, Proto>* reactor) : reactor_(reactor) {}
+
+  bool Push(T& item) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closing_ || gone_) return false;
+    if (pending_) {
+      Fold(std::move(item), *pending_);
+    } else {
+      pending_ = std::move(item);
+    }
+    item = T{};
+    if (!writing_) WriteNext(lock);
+    return true;
+  }
+  void Close(const Status& status) override { End(ToGrpc(status), false); }
+  bool open() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !closing_ && !gone_;
+  }
+
+  // From the reactor: a write is done (not ok: the reader is gone).
+  void WriteDone(bool ok) {
+    std::unique_lock<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) gone_ = true;
+    if (!gone_ && pending_) {
+      WriteNext(lock);
+    } else {
+      FinishIfIdle(lock);
+    }
+  }
+  // Ends the stream: after what is pending is written, or (`now`: the reader is gone,
+  // or shutdown) after the write in flight.
+  void End(const grpc::Status& status, bool now) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (!closing_ && !gone_) end_status_ = status;
+    closing_ = true;
+    gone_ = gone_ || now;
+    if (gone_ || !pending_) FinishIfIdle(lock);
+  }
+
+ private:
+  // With the lock held and no write in flight: takes what is pending and writes it,
+  // converting and starting the write outside the lock.
+  void WriteNext(std::unique_lock<std::mutex>& lock) {
+    T next = std::move(*pending_);
+    pending_.reset();
+    writing_ = true;
+    lock.unlock();
+    // Only this writer touches out_ until the write is done.
+    out_.Clear();
+    ToProto(next, &out_);
+    reactor_->StartWrite(&out_);
+  }
+  void FinishIfIdle(std::unique_lock<std::mutex>& lock) {
+    if (writing_ || finished_ || !closing_) return;
+    finished_ = true;
+    const grpc::Status status = end_status_;
+    lock.unlock();
+    reactor_->Finish(status);
+  }
+
+  mutable std::mutex mu_;
+  PushStream<T, Proto>* const reactor_;
+  std::optional<T> pending_;
+  bool writing_ = false;   // a write in flight (out_ is its message)
+  bool closing_ = false;   // takes nothing more; finishes once pending_ is written
+  bool gone_ = false;      // the reader is gone: finishes after the write in flight
+  bool finished_ = false;  // Finish called: the reactor may be gone
+  grpc::Status end_status_;
+  Proto out_;
+};
+
+template <typename T, typename Proto>
+class PushStream final : public grpc::ServerWriteReactor<Proto> {
+ public:
+  PushStream() : sink_(std::make_shared<PushSink<T, Proto>>(this)) {}
+  const std::shared_ptr<PushSink<T, Proto>>& sink() const { return sink_; }
+  void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
+  void OnCancel() override { sink_->End(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"), true); }
+  void OnDone() override { delete this; }
+  // A stream refused before it starts.
+  static PushStream* Refused(const Status& why) {
+    auto* s = new PushStream();
+    s->sink_->End(ToGrpc(why), true);
+    return s;
+  }
+
+ private:
+  const std::shared_ptr<PushSink<T, Proto>> sink_;
+};
+
+using AssignmentStream = PushStream<model::AssignmentBatch, v1::AssignmentBatch>;
+using WatchStream = PushStream<model::JobSummary, v1::JobInfo>;
+
+// The open pushed streams, to end them first at shutdown.
+class StreamRegistry {
+ public:
+  template <typename Sink>
+  void Add(const std::shared_ptr<Sink>& sink) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (++adds_ % 1024 == 0) {
+      std::erase_if(streams_, [](const Entry& e) { return !e.open(); });
+    }
+    std::weak_ptr<Sink> weak = sink;
+    streams_.push_back(Entry{[weak] {
+                               std::shared_ptr<Sink> s = weak.lock();
+                               return s && s->open();
+                             },
+                             [weak] {
+                               if (std::shared_ptr<Sink> s = weak.lock()) {
+                                 s->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"),
+                                        true);
+                               }
+                             }});
+  }
+  void EndAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : streams_) e.end();
+    streams_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::function<bool()> open;
+    std::function<void()> end;
+  };
+  std::mutex mu_;
+  std::vector<Entry> streams_;
+  uint64_t adds_ = 0;
+};
+
 namespace {
 
 // The caller, or the refusal as the call's answer.
@@ -128,10 +280,10 @@ namespace {
     }                                            \
   } while (false)
 
-class JobServiceImpl final : public v1::JobService::Service {
+class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service> {
  public:
-  JobServiceImpl(JobApi& api, const Gate& gate, const std::atomic<bool>& stopping)
-      : api_(api), gate_(gate), stopping_(stopping) {}
+  JobServiceImpl(JobApi& api, const Gate& gate, const std::atomic<bool>& stopping, StreamRegistry& streams)
+      : api_(api), gate_(gate), stopping_(stopping), streams_(streams) {}
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Submit");
@@ -190,35 +342,44 @@ class JobServiceImpl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                     grpc::ServerWriter<v1::JobInfo>* writer) override {
-    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Watch");
-    MERIDIAN_CHECK_CALL(ctx, "JobService.Watch", gate_.CheckTenant(caller, api_, req->job_id()));
-    uint64_t version = req->after_version();
-    while (!ctx->IsCancelled() && !stopping_.load()) {
-      StatusOr<model::JobSummary> s = api_.WaitJob(req->job_id(), version, kStreamPollUs);
-      if (!s.ok()) return ToGrpc(s.status());
-      if (s->version > version) {
-        version = s->version;
-        v1::JobInfo info;
-        ToProto(*s, &info);
-        if (!writer->Write(info)) return grpc::Status::OK;
-      }
-      if (model::IsTerminal(s->job.status)) return grpc::Status::OK;
+  // Pushed by the coordinator as the job changes: no thread waits on a watch.
+  grpc::ServerWriteReactor<v1::JobInfo>* Watch(grpc::CallbackServerContext* ctx,
+                                              const v1::WatchJobRequest* req) override {
+    StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kView, "JobService.Watch");
+    if (!caller.ok()) return WatchStream::Refused(caller.status());
+    if (Status own = gate_.CheckTenant(*caller, api_, req->job_id()); !own.ok()) {
+      gate_.Refused(ctx, "JobService.Watch", own);
+      return WatchStream::Refused(own);
     }
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+    if (stopping_.load()) return WatchStream::Refused(UnavailableError("the coordinator is shutting down"));
+    auto* stream = new WatchStream();
+    streams_.Add(stream->sink());
+    if (Status s = api_.WatchJob(req->job_id(), req->after_version(), stream->sink()); !s.ok()) {
+      stream->sink()->End(ToGrpc(s), true);
+    }
+    return stream;
   }
 
  private:
   JobApi& api_;
   const Gate& gate_;
   const std::atomic<bool>& stopping_;
+  StreamRegistry& streams_;
 };
 
-class NodeServiceImpl final : public v1::NodeService::Service {
+}  // namespace
+
+namespace {
+
+// An agent's stream and heartbeats run on gRPC's callback API: no thread per agent,
+// no hand-off to a pool per heartbeat. Join and Register are synchronous handlers.
+class NodeServiceImpl final
+    : public v1::NodeService::WithCallbackMethod_Heartbeat<
+          v1::NodeService::WithCallbackMethod_Assignments<v1::NodeService::Service>> {
  public:
-  NodeServiceImpl(NodeApi& api, AuthApi& auth, const Gate& gate, const std::atomic<bool>& stopping)
-      : api_(api), auth_(auth), gate_(gate), stopping_(stopping) {}
+  NodeServiceImpl(NodeApi& api, AuthApi& auth, const Gate& gate, const std::atomic<bool>& stopping,
+                  StreamRegistry& streams)
+      : api_(api), auth_(auth), gate_(gate), stopping_(stopping), streams_(streams) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kJoin, "NodeService.Join");
@@ -248,28 +409,30 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Assignments(grpc::ServerContext* ctx, const v1::AssignmentsRequest* req,
-                           grpc::ServerWriter<v1::AssignmentBatch>* writer) override {
-    MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Assignments");
-    if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
-      gate_.Refused(ctx, "NodeService.Assignments", own);
-      return ToGrpc(FailedPreconditionError(own.message() + "; register again"));
+  grpc::ServerWriteReactor<v1::AssignmentBatch>* Assignments(grpc::CallbackServerContext* ctx,
+                                                              const v1::AssignmentsRequest* req) override {
+    Status admitted = Admitted(ctx, req->node_id());
+    if (admitted.ok() && stopping_.load()) admitted = UnavailableError("the coordinator is shutting down");
+    if (!admitted.ok()) return AssignmentStream::Refused(admitted);
+    auto* stream = new AssignmentStream();
+    streams_.Add(stream->sink());
+    if (Status s = api_.ConnectAssignments(req->node_id(), req->session(), stream->sink()); !s.ok()) {
+      stream->sink()->End(ToGrpc(s), true);
     }
-    while (!ctx->IsCancelled() && !stopping_.load()) {
-      StatusOr<model::AssignmentBatch> b = api_.NextAssignments(req->node_id(), req->session(), kStreamPollUs);
-      if (!b.ok()) return ToGrpc(b.status());
-      if (b->assignments.empty() && b->cancel.empty()) continue;
-      v1::AssignmentBatch out;
-      ToProto(*b, &out);
-      if (!writer->Write(out)) {
-        // The agent is gone; what was taken is recovered by failure detection.
-        return grpc::Status::OK;
-      }
-    }
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+    return stream;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(Beat(ctx, req, resp));
+    return reactor;
+  }
+
+ private:
+  // Runs on a gRPC callback thread: it takes the coordinator's lock for as long as
+  // applying the reports takes, never waits for anything else.
+  grpc::Status Beat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
     MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Heartbeat");
     if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
       // An id from before a coordinator restart, or another node's: nothing of it is
@@ -284,10 +447,21 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     }
     if (!reregister.ok()) return ToGrpc(reregister.status());
     resp->set_reregister(*reregister);
+    resp->set_heartbeat_interval_us(api_.HeartbeatIntervalUs());
     return grpc::Status::OK;
   }
 
- private:
+  // Whether a node's certificate may open node `node_id`'s stream (logged if not).
+  Status Admitted(grpc::CallbackServerContext* ctx, uint32_t node_id) {
+    StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kNode, "NodeService.Assignments");
+    if (!caller.ok()) return caller.status();
+    if (Status own = OwnNode(*caller, node_id); !own.ok()) {
+      gate_.Refused(ctx, "NodeService.Assignments", own);
+      return FailedPreconditionError(own.message() + "; register again");
+    }
+    return OkStatus();
+  }
+
   // A node's certificate speaks for that node's id only. (After a coordinator restart
   // ids are given anew: an agent that has not registered again holds a stale one.)
   Status OwnNode(const model::Caller& caller, uint32_t node_id) {
@@ -302,6 +476,7 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   AuthApi& auth_;
   const Gate& gate_;
   const std::atomic<bool>& stopping_;
+  StreamRegistry& streams_;
 };
 
 class AdminServiceImpl final : public v1::AdminService::Service {
@@ -464,8 +639,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   std::unique_ptr<Server> s(new Server());
   s->gate_ = std::make_unique<Gate>(auth, secure);
   s->object_service_ = std::make_unique<ObjectServiceImpl>(objects, *s->gate_);
-  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_);
-  s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, auth, *s->gate_, s->stopping_);
+  s->streams_ = std::make_unique<StreamRegistry>();
+  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_, *s->streams_);
+  s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, auth, *s->gate_, s->stopping_, *s->streams_);
   s->admin_service_ = std::make_unique<AdminServiceImpl>(admin, auth, *s->gate_);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
@@ -500,6 +676,9 @@ Server::~Server() { Shutdown(); }
 
 void Server::Shutdown() {
   if (!server_ || stopping_.exchange(true)) return;
+  // Streams that wait on nothing but the coordinator end first, so the server need
+  // not wait for them.
+  streams_->EndAll();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 

@@ -28,6 +28,7 @@ class Service;
 namespace meridian::rpc {
 
 class Gate;
+class StreamRegistry;
 
 struct ServerSecurity {
   security::TlsCredentials tls;  // the coordinator's certificate and the CA bundle
@@ -53,6 +54,7 @@ class Server {
   std::atomic<bool> stopping_{false};
   int port_ = 0;
   std::unique_ptr<Gate> gate_;
+  std::unique_ptr<StreamRegistry> streams_;
   std::unique_ptr<grpc::Service> job_service_;
   std::unique_ptr<grpc::Service> node_service_;
   std::unique_ptr<grpc::Service> admin_service_;
