@@ -186,7 +186,7 @@ StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::st
 
 SqliteStateStore::~SqliteStateStore() {
   for (sqlite3_stmt* st : {insert_job_, update_job_, put_task_, put_attempt_, put_log_, put_name_, put_label_, put_token_,
-                           put_spend_}) {
+                           put_spend_, begin_, commit_, rollback_, next_job_, set_next_job_}) {
     sqlite3_finalize(st);
   }
   sqlite3_close(db_);
@@ -205,6 +205,22 @@ Status SqliteStateStore::Exec(const char* sql) {
     return UnavailableError(fmt::format("state store {}: {}", path_, msg));
   }
   return OkStatus();
+}
+
+Status SqliteStateStore::Step(sqlite3_stmt* st, const char* what) {
+  const int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE ? OkStatus() : Fail(what);
+}
+
+Status SqliteStateStore::Begin() { return begin_ ? Step(begin_, "begin") : Exec("BEGIN IMMEDIATE"); }
+Status SqliteStateStore::CommitTransaction() { return commit_ ? Step(commit_, "commit") : Exec("COMMIT"); }
+void SqliteStateStore::Rollback() {
+  if (rollback_) {
+    Step(rollback_, "rollback").IgnoreError();
+  } else {
+    Rollback();
+  }
 }
 
 Status SqliteStateStore::Migrate(int max_version) {
@@ -246,6 +262,11 @@ Status SqliteStateStore::Prepare() {
       {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
       {&put_token_, "INSERT OR REPLACE INTO tokens VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
       {&put_spend_, "INSERT OR REPLACE INTO tenant_spend VALUES (?1,?2,?3)"},
+      {&begin_, "BEGIN IMMEDIATE"},
+      {&commit_, "COMMIT"},
+      {&rollback_, "ROLLBACK"},
+      {&next_job_, "SELECT value FROM counters WHERE name = 'next_job'"},
+      {&set_next_job_, "UPDATE counters SET value = ?1 WHERE name = 'next_job'"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -301,19 +322,15 @@ Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
 
 StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) {
   std::lock_guard<std::mutex> lock(mu_);
-  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  MERIDIAN_RETURN_IF_ERROR(Begin());
   Status s = OkStatus();
-  {
-    Stmt next;
-    if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_job'", -1, &next.st, nullptr) !=
-            SQLITE_OK ||
-        sqlite3_step(next.st) != SQLITE_ROW) {
-      s = Fail("allocate job id");
-    } else {
-      job.id = static_cast<uint64_t>(sqlite3_column_int64(next.st, 0));
-    }
+  if (sqlite3_step(next_job_) != SQLITE_ROW) {
+    s = Fail("allocate job id");
+  } else {
+    job.id = static_cast<uint64_t>(sqlite3_column_int64(next_job_, 0));
   }
-  if (s.ok()) s = Exec(fmt::format("UPDATE counters SET value = {} WHERE name = 'next_job'", job.id + 1).c_str());
+  sqlite3_reset(next_job_);
+  if (s.ok() && !Binder(set_next_job_).Int(static_cast<int64_t>(job.id + 1)).Done()) s = Fail("allocate job id");
   if (s.ok() && !Binder(insert_job_)
                      .Int(static_cast<int64_t>(job.id)).Str(job.name).Str(job.tenant)
                      .Str(job.spec_yaml).Str(job.spec_name)
@@ -335,17 +352,17 @@ StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::
     }
   }
   if (!s.ok()) {
-    Exec("ROLLBACK").IgnoreError();
+    Rollback();
     return s;
   }
-  MERIDIAN_RETURN_IF_ERROR(Exec("COMMIT"));
+  MERIDIAN_RETURN_IF_ERROR(CommitTransaction());
   return job.id;
 }
 
 Status SqliteStateStore::Apply(const StoreBatch& batch) {
   if (batch.empty()) return OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
-  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  MERIDIAN_RETURN_IF_ERROR(Begin());
   Status s = OkStatus();
   for (size_t i = 0; s.ok() && i < batch.tasks.size(); ++i) s = PutTask(batch.tasks[i]);
   for (size_t i = 0; s.ok() && i < batch.jobs.size(); ++i) s = PutJobStatus(batch.jobs[i]);
@@ -366,10 +383,10 @@ Status SqliteStateStore::Apply(const StoreBatch& batch) {
     if (!Binder(put_spend_).Str(t.tenant).Int(t.day).Int(t.micro_usd).Done()) s = Fail("write tenant spend");
   }
   if (!s.ok()) {
-    Exec("ROLLBACK").IgnoreError();
+    Rollback();
     return s;
   }
-  return Exec("COMMIT");
+  return CommitTransaction();
 }
 
 Status SqliteStateStore::Query(Stmt& stmt, const std::string& sql, const char* what) {
@@ -539,17 +556,17 @@ StatusOr<std::optional<uint32_t>> SqliteStateStore::FindTask(uint64_t job, const
 
 Status SqliteStateStore::DeleteJob(uint64_t job) {
   std::lock_guard<std::mutex> lock(mu_);
-  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  MERIDIAN_RETURN_IF_ERROR(Begin());
   Status s = OkStatus();
   for (const char* table : {"task_logs", "attempts", "task_labels", "tasks"}) {
     if (s.ok()) s = Exec(fmt::format("DELETE FROM {} WHERE job = {}", table, job).c_str());
   }
   if (s.ok()) s = Exec(fmt::format("DELETE FROM jobs WHERE id = {}", job).c_str());
   if (!s.ok()) {
-    Exec("ROLLBACK").IgnoreError();
+    Rollback();
     return s;
   }
-  return Exec("COMMIT");
+  return CommitTransaction();
 }
 
 }  // namespace meridian::store

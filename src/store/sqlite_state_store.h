@@ -50,6 +50,12 @@ class SqliteStateStore final : public StateStore {
   explicit SqliteStateStore(std::string path) : path_(std::move(path)) {}
   struct Stmt;
   Status Exec(const char* sql);
+  // BEGIN IMMEDIATE, COMMIT and ROLLBACK, prepared once (Exec's before Prepare).
+  Status Begin();
+  Status CommitTransaction();
+  void Rollback();
+  // Steps a prepared statement that returns no rows, and resets it.
+  Status Step(sqlite3_stmt* st, const char* what);
   // Prepares `sql` into `stmt`; `what` names the read in the error.
   Status Query(Stmt& stmt, const std::string& sql, const char* what);
   Status Migrate(int max_version);
@@ -74,6 +80,11 @@ class SqliteStateStore final : public StateStore {
   sqlite3_stmt* put_token_ = nullptr;
   sqlite3_stmt* put_spend_ = nullptr;
   sqlite3_stmt* put_label_ = nullptr;
+  sqlite3_stmt* begin_ = nullptr;
+  sqlite3_stmt* commit_ = nullptr;
+  sqlite3_stmt* rollback_ = nullptr;
+  sqlite3_stmt* next_job_ = nullptr;
+  sqlite3_stmt* set_next_job_ = nullptr;
 };
 
 }  // namespace meridian::store
