@@ -79,14 +79,15 @@ Status FromGrpc(const grpc::Status& status) {
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security,
-                                           bool own_connection) {
+                                           const ChannelOptions& options) {
   grpc::ChannelArguments args;
-  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!options.bandwidth_probe) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
   // Fail fast on a dead peer instead of waiting for TCP to notice.
   args.SetString("grpc.optimization_target", "latency");
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_us / 1000));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
   // Reconnect to a restarted coordinator within a heartbeat or two: retries 100 ms
   // apart at first, at most 1 s (gRPC backs off to 120 s by default).

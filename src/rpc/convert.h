@@ -23,11 +23,26 @@ inline constexpr int kMaxResponseBytes = 256 << 20;
 
 grpc::Status ToGrpc(const Status& status);
 Status FromGrpc(const grpc::Status& status);
+struct ChannelOptions {
+  // Never share its TCP connection with another channel of this process to the same
+  // address (gRPC shares them by default).
+  bool own_connection = false;
+  // How often an idle connection is pinged to find a dead peer. An agent's channel
+  // pings once a minute (its heartbeats and the renewal of its stream find a dead
+  // coordinator too), so thousands of idle agents do not keep the coordinator busy
+  // answering pings; a client's every 10 s.
+  int64_t keepalive_us = 10'000'000;
+  // gRPC's bandwidth probe: a ping after data arrives, to size its flow-control window.
+  // Worth it for large answers over long links; an agent's small messages only double
+  // what each costs the coordinator.
+  bool bandwidth_probe = true;
+};
+inline constexpr int64_t kAgentKeepaliveUs = 60'000'000;
+// An agent's channel to its coordinator.
+inline constexpr ChannelOptions kAgentChannel{false, kAgentKeepaliveUs, false};
 // A channel to `address` with Meridian's message limits and keepalive settings.
-// `own_connection`: never share its TCP connection with another channel of this
-// process to the same address (gRPC shares them by default).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {},
-                                           bool own_connection = false);
+                                           const ChannelOptions& options = {});
 // A client context whose deadline is `timeout_us` from now.
 void SetDeadline(grpc::ClientContext& context, int64_t timeout_us);
 

@@ -8,7 +8,7 @@
 namespace meridian::rpc {
 
 NodeClient::NodeClient(const std::string& address, const security::TlsCredentials& tls)
-    : address_(address), channel_(MakeChannel(address, ChannelSecurity{tls, ""})) {}
+    : address_(address), channel_(MakeChannel(address, ChannelSecurity{tls, ""}, kAgentChannel)) {}
 
 StatusOr<std::pair<std::string, std::string>> JoinCluster(const std::string& address, const std::string& ca_pem,
                                                           const std::string& token, const std::string& node,

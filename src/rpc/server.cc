@@ -371,10 +371,13 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1:
 
 namespace {
 
-// An agent's assignment stream runs on gRPC's callback API (no thread per agent);
-// the unary calls are synchronous handlers, which answer sooner than callback ones
-// (gRPC 1.51 runs those on another thread).
-class NodeServiceImpl final : public v1::NodeService::WithCallbackMethod_Assignments<v1::NodeService::Service> {
+// An agent's assignment stream and its heartbeats run on gRPC's callback API: no
+// thread per agent, and no synchronous thread pool that thousands of agents
+// heartbeating at once would make grow and shrink. Join and Register, rare, are
+// synchronous handlers.
+class NodeServiceImpl final
+    : public v1::NodeService::WithCallbackMethod_Heartbeat<
+          v1::NodeService::WithCallbackMethod_Assignments<v1::NodeService::Service>> {
  public:
   NodeServiceImpl(NodeApi& api, AuthApi& auth, const Gate& gate, const std::atomic<bool>& stopping,
                   StreamRegistry& streams)
@@ -421,7 +424,17 @@ class NodeServiceImpl final : public v1::NodeService::WithCallbackMethod_Assignm
     return stream;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(Beat(ctx, req, resp));
+    return reactor;
+  }
+
+ private:
+  // Runs on a gRPC callback thread: it takes the coordinator's lock for as long as
+  // applying the reports takes, and never waits for anything else.
+  grpc::Status Beat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
     MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Heartbeat");
     if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
       // An id from before a coordinator restart, or another node's: nothing of it is
@@ -440,7 +453,6 @@ class NodeServiceImpl final : public v1::NodeService::WithCallbackMethod_Assignm
     return grpc::Status::OK;
   }
 
- private:
   // Whether a node's certificate may open node `node_id`'s stream (logged if not).
   Status Admitted(grpc::CallbackServerContext* ctx, uint32_t node_id) {
     StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kNode, "NodeService.Assignments");
@@ -651,6 +663,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 4);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
   builder.AddChannelArgument("grpc.optimization_target", "latency");
+  // No bandwidth probe (a ping after data arrives): thousands of agents' small
+  // heartbeats would each cost a ping round trip more.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->admin_service_.get());

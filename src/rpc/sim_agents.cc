@@ -234,7 +234,9 @@ StatusOr<std::unique_ptr<SimAgents>> SimAgents::Start(const SimAgentsOptions& op
     a->stopping = &sim->stopping_;
     a->name = fmt::format("{}-{}", options.name_prefix, options.first + i);
     // Each its own connection, as separate machines would have.
-    a->channel = MakeChannel(options.coordinator, ChannelSecurity{}, /*own_connection=*/true);
+    ChannelOptions own = kAgentChannel;
+    own.own_connection = true;
+    a->channel = MakeChannel(options.coordinator, ChannelSecurity{}, own);
     a->stub = v1::NodeService::NewStub(a->channel);
     sim->agents_.push_back(std::move(a));
   }

@@ -1,0 +1,248 @@
+// What the coordinator pushes and when it learns an agent is gone, at fleet scale:
+// assignments pushed to the streams of the nodes that got work (and no other), job
+// summaries pushed to watchers, streams closed when a session ends, heartbeats that
+// grow rarer as the fleet grows, and a closed connection noticed without them.
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_test_util.h"
+#include "testing/in_memory_state_store.h"
+
+namespace meridian::coordinator {
+namespace {
+
+// A stream that records what is pushed to it, as the gRPC server's would write it.
+template <typename T>
+class RecordingSink final : public rpc::StreamSink<T> {
+ public:
+  bool Push(T& item) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || gone_) return false;
+    pushed_.push_back(std::move(item));
+    item = T{};
+    return true;
+  }
+  void Close(const Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    close_status_ = status;
+  }
+  bool open() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !closed_ && !gone_;
+  }
+  // The reader went away (the agent's connection closed).
+  void Drop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone_ = true;
+  }
+  std::vector<T> pushed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pushed_;
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+  Status close_status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return close_status_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<T> pushed_;
+  bool closed_ = false;
+  bool gone_ = false;
+  Status close_status_ = OkStatus();
+};
+
+using AssignmentRecorder = RecordingSink<model::AssignmentBatch>;
+using WatchRecorder = RecordingSink<model::JobSummary>;
+
+size_t Assignments(const AssignmentRecorder& sink) {
+  size_t n = 0;
+  for (const model::AssignmentBatch& b : sink.pushed()) n += b.assignments.size();
+  return n;
+}
+
+TEST_F(CoordinatorTest, WorkIsPushedToTheStreamsOfTheNodesThatGotItAndNoOther) {
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  model::RegistrationReply n2 = Register(Node("n2"));
+  auto s1 = std::make_shared<AssignmentRecorder>();
+  auto s2 = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n1.node_id, n1.session, s1).ok());
+  ASSERT_TRUE(coord_->ConnectAssignments(n2.node_id, n2.session, s2).ok());
+  // Three tasks of 3 cores: a 4-core node takes one at a time, so each node gets work.
+  auto r = coord_->Submit("name: three\ntasks:\n  - {name: t, kernel: noop, count: 3, resources: {cpu: 3}}\n",
+                          "three.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Pushed during Submit itself, before it returned: nothing had to poll for it.
+  EXPECT_EQ(Assignments(*s1) + Assignments(*s2), 2u);
+  EXPECT_EQ(Assignments(*s1), 1u);
+  EXPECT_EQ(Assignments(*s2), 1u);
+  // n1 finishes: the third task goes to n1 only.
+  const model::TaskKey k1 = s1->pushed().at(0).assignments.at(0).key;
+  Report(n1, {Done(k1, "")});
+  EXPECT_EQ(Assignments(*s1), 2u);
+  EXPECT_EQ(Assignments(*s2), 1u);
+  EXPECT_EQ(s1->pushed().size(), 2u);
+  EXPECT_EQ(s2->pushed().size(), 1u);
+}
+
+TEST_F(CoordinatorTest, WorkMadeWhileNoStreamIsConnectedGoesWhenOneConnects) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto sink = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, sink).ok());
+  ASSERT_EQ(Assignments(*sink), 1u);
+  EXPECT_EQ(sink->pushed()[0].assignments[0].key.job, r->job_id);
+}
+
+TEST_F(CoordinatorTest, AStreamOfAnEndedSessionIsClosedAndRefused) {
+  Start();
+  model::RegistrationReply old = Register(Node("n1"));
+  auto first = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(old.node_id, old.session, first).ok());
+  // A second stream of the same session replaces the first.
+  auto second = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(old.node_id, old.session, second).ok());
+  EXPECT_TRUE(first->closed());
+  EXPECT_EQ(first->close_status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(second->closed());
+  // The agent registers again (it restarted): the old session's stream is closed, so
+  // the agent behind it registers again too; a stream of the old session is refused.
+  model::AgentRegistration again = Node("n1");
+  again.previous_session = old.session;
+  model::RegistrationReply fresh = Register(again);
+  EXPECT_TRUE(second->closed());
+  EXPECT_EQ(second->close_status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second->close_status().message(), "this session is no longer the node's; register again");
+  auto stale = std::make_shared<AssignmentRecorder>();
+  EXPECT_EQ(coord_->ConnectAssignments(old.node_id, old.session, stale).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(coord_->ConnectAssignments(fresh.node_id, fresh.session, stale).ok());
+}
+
+TEST_F(CoordinatorTest, ANodeWhoseConnectionClosedIsDeadAfterTheTimeoutThoughHeartbeatsAreRare) {
+  Start();
+  // 300 nodes: heartbeats every 1.2 s (4 ms a node), a silent node dead after 3.6 s;
+  // a closed connection counts after the configured timeout (1 s in these tests).
+  std::vector<model::RegistrationReply> nodes;
+  for (int i = 0; i < 300; ++i) nodes.push_back(Register(Node("n" + std::to_string(i))));
+  ASSERT_EQ(coord_->HeartbeatIntervalUs(), 1'200'000);
+  auto s0 = std::make_shared<AssignmentRecorder>();
+  auto s1 = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(nodes[0].node_id, nodes[0].session, s0).ok());
+  ASSERT_TRUE(coord_->ConnectAssignments(nodes[1].node_id, nodes[1].session, s1).ok());
+  auto alive = [&](const std::string& name) {
+    for (const model::NodeView& v : coord_->ListNodes()) {
+      if (v.node.name == name) return v.alive;
+    }
+    return false;
+  };
+  // Both connections close; n1's agent still heartbeats (its stream is being renewed),
+  // n0's is gone (killed). The loop looks every 600 ms (of the fake clock; it wakes
+  // every 600 ms of real time to see).
+  s0->Drop();
+  s1->Drop();
+  auto step = [&] {
+    env_.fake().Advance(600'000);
+    Report(nodes[1], {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  };
+  step();  // the closed streams are noticed
+  step();  // 0.6 s since: within the configured timeout
+  EXPECT_TRUE(alive("n0"));
+  // Past the configured timeout since n0's connection closed, with no heartbeat: dead,
+  // long before its heartbeats would have said so. n1 heartbeated: alive; n2, silent
+  // as long (1.8 s) but with no stream that closed, is within its 3.6 s.
+  step();
+  EXPECT_TRUE(Eventually([&] { return !alive("n0"); }));
+  EXPECT_TRUE(alive("n1"));
+  EXPECT_TRUE(alive("n2"));
+}
+
+TEST_F(CoordinatorTest, HeartbeatsGrowRarerAsTheFleetGrows) {
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [](CoordinatorOptions& o) {
+    o.heartbeat_interval_us = 200'000;
+    o.heartbeat_timeout_us = 2'000'000;
+  });
+  // Up to 50 nodes (200 ms x 250/s): the configured interval.
+  for (int i = 0; i < 50; ++i) {
+    model::RegistrationReply r = Register(Node("n" + std::to_string(i)));
+    EXPECT_EQ(r.heartbeat_interval_us, 200'000);
+  }
+  EXPECT_EQ(coord_->HeartbeatIntervalUs(), 200'000);
+  // Past that, 4 ms a node: 250 idle heartbeats a second in all.
+  for (int i = 50; i < 1000; ++i) Register(Node("n" + std::to_string(i)));
+  EXPECT_EQ(coord_->HeartbeatIntervalUs(), 4'000'000);
+  model::RegistrationReply last = Register(Node("n1000"));
+  EXPECT_EQ(last.heartbeat_interval_us, 4'004'000);
+  // A node silent for 3 s is still alive at that interval (3 intervals: 12 s).
+  env_.fake().Advance(3'000'000);
+  Report(last, {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  size_t alive = 0;
+  for (const model::NodeView& v : coord_->ListNodes()) alive += v.alive ? 1 : 0;
+  EXPECT_EQ(alive, 1001u);
+}
+
+TEST_F(CoordinatorTest, AWatchIsPushedEachChangeAndClosedOnceTheJobHasFinished) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit("name: two\ntasks:\n  - {name: a, kernel: noop}\n  - {name: b, kernel: noop, after: [a]}\n",
+                          "two.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto watch = std::make_shared<WatchRecorder>();
+  ASSERT_TRUE(coord_->WatchJob(r->job_id, 0, watch).ok());
+  // What it is now, at once.
+  ASSERT_EQ(watch->pushed().size(), 1u);
+  EXPECT_EQ(watch->pushed()[0].job.status, model::JobStatus::kRunning);
+  std::vector<model::TaskAssignment> a = Next(n);
+  ASSERT_EQ(a.size(), 1u);
+  Report(n, {Done(a[0].key, "")});
+  // One push per commit that changed it: a's result, then b's placement.
+  ASSERT_EQ(watch->pushed().size(), 3u);
+  EXPECT_EQ(watch->pushed()[1].succeeded, 1);
+  EXPECT_EQ(watch->pushed()[1].running, 0);
+  EXPECT_EQ(watch->pushed()[2].running, 1);
+  EXPECT_FALSE(watch->closed());
+  std::vector<model::TaskAssignment> b = Next(n);
+  ASSERT_EQ(b.size(), 1u);
+  Report(n, {Done(b[0].key, "")});
+  ASSERT_EQ(watch->pushed().size(), 4u);
+  EXPECT_EQ(watch->pushed()[3].job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(watch->pushed()[3].succeeded, 2);
+  EXPECT_TRUE(watch->closed());
+  EXPECT_TRUE(watch->close_status().ok());
+  // A watch of a finished job gets its summary and is closed at once; of no job, NotFound.
+  auto late = std::make_shared<WatchRecorder>();
+  ASSERT_TRUE(coord_->WatchJob(r->job_id, 0, late).ok());
+  ASSERT_EQ(late->pushed().size(), 1u);
+  EXPECT_EQ(late->pushed()[0].job.status, model::JobStatus::kSucceeded);
+  EXPECT_TRUE(late->closed());
+  EXPECT_EQ(coord_->WatchJob(r->job_id + 1, 0, std::make_shared<WatchRecorder>()).code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, AWatchOfACancelledJobIsPushedItsEndAndClosed) {
+  Start();
+  Register(Node("n1"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok());
+  auto watch = std::make_shared<WatchRecorder>();
+  ASSERT_TRUE(coord_->WatchJob(r->job_id, 0, watch).ok());
+  ASSERT_TRUE(coord_->CancelJob(r->job_id).ok());
+  EXPECT_TRUE(watch->closed());
+  EXPECT_TRUE(watch->close_status().ok());
+  EXPECT_EQ(watch->pushed().back().job.status, model::JobStatus::kCancelled);
+}
+
+}  // namespace
+}  // namespace meridian::coordinator
