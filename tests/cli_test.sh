@@ -89,4 +89,14 @@ grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench tasks output"; cat
 # It stops the cluster it started: no process of it is left behind.
 for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
 [ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench tasks left processes running:"; pgrep -af meridian-bench-; fail=1; }
+# A coordinator with 40 simulated agents (and the 2-agent baseline): every task it
+# placed was run once (4,000 + 20 warm-up + 20 round trips), no agent lost its session.
+check "bench scale runs" 0 "" "$bin" bench scale --agents 40 --tasks 4000 --samples 20 --idle-seconds 0.5 --json
+for want in '"agents": 40,' '"tasks": 4000,' '"tasks_done": 4040,' '"reregistered": 0,' '"stream_ends": 0,' \
+            '"heartbeat_errors": 0,' '"coordinator_cpu_idle_fraction"' '"round_trip_p50_ms"' '"tasks_per_second"'; do
+  grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench scale output lacks $want"; cat "$tmp/out"; fail=1; }
+done
+check "bench scale refuses no agents" 1 "--agents: expected 1 to 20000" "$bin" bench scale --agents 0
+for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
+[ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench scale left processes running:"; pgrep -af meridian-bench-; fail=1; }
 exit $fail

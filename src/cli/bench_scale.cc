@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -86,6 +87,8 @@ struct ScaleFigures {
   int agents = 0;
   int processes = 0;
   double connect_s = 0;
+  double heartbeat_interval_s = 0;  // the longest the coordinator gave the agents
+  double idle_window_s = 0;         // how long the idle CPU was measured
   double idle_cpu_fraction = 0;
   double busy_cpu_fraction = 0;
   double total_s = 0, throughput = 0;
@@ -102,6 +105,8 @@ struct ScaleFigures {
             {"tasks_per_second", throughput},
             {"seconds", total_s},
             {"coordinator_cpu_idle_fraction", idle_cpu_fraction},
+            {"idle_seconds", idle_window_s},
+            {"heartbeat_interval_seconds", heartbeat_interval_s},
             {"coordinator_cpu_busy_fraction", busy_cpu_fraction},
             {"coordinator_rss_mib", rss_mib},
             {"coordinator_peak_rss_mib", peak_rss_mib},
@@ -110,6 +115,7 @@ struct ScaleFigures {
             {"placement_us", Quantiles(placement_us)},
             {"heartbeat_lag_us", Quantiles(lag)},
             {"idle_heartbeat_us", Quantiles(idle)},
+            {"tasks_done", agent_stats.tasks_done},
             {"heartbeats", agent_stats.heartbeats},
             {"heartbeat_errors", agent_stats.heartbeat_errors},
             {"reregistered", agent_stats.reregistered},
@@ -203,6 +209,16 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
                                        root / fmt::format("agents-{}.log", p), "a process of simulated agents"));
   }
   f.connect_s = std::chrono::duration<double>(Clock::now() - connect_start).count();
+  // The heartbeat interval the coordinator gives this many agents: the idle CPU is
+  // measured over one whole interval at least, so every agent heartbeats once in it.
+  for (int p = 0; p < f.processes; ++p) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::string ready, ReadSmallFile(root / fmt::format("ready-{}", p)));
+    std::istringstream in(ready);
+    int64_t count = 0, interval_us = 0;
+    in >> count >> interval_us;
+    f.heartbeat_interval_s = std::max(f.heartbeat_interval_s, static_cast<double>(interval_us) / 1e6);
+  }
+  f.idle_window_s = std::max(o.idle_seconds, f.heartbeat_interval_s);
 
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c,
                             ConnectClient(ClusterTarget{address, "", "", "", true}, 60'000'000));
@@ -217,7 +233,7 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   {
     MERIDIAN_ASSIGN_OR_RETURN(double cpu0, CpuSeconds(coord));
     const Clock::time_point t0 = Clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_seconds));
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.idle_window_s));
     MERIDIAN_ASSIGN_OR_RETURN(double cpu1, CpuSeconds(coord));
     f.idle_cpu_fraction = (cpu1 - cpu0) / std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -268,8 +284,9 @@ void Print(const ScaleFigures& f, std::ostream& out) {
                      f.processes, f.connect_s);
   out << fmt::format("  throughput        {:>9.0f} tasks/s   ({:.2f} s; coordinator CPU {:.0f}% of a core meanwhile)\n",
                      f.throughput, f.total_s, 100 * f.busy_cpu_fraction);
-  out << fmt::format("  coordinator idle  {:>9.1f}% of a core with every agent connected and idle\n",
-                     100 * f.idle_cpu_fraction);
+  out << fmt::format("  coordinator idle  {:>9.1f}% of a core with every agent connected and idle ({:.0f} s; "
+                     "agents heartbeat every {:.1f} s)\n",
+                     100 * f.idle_cpu_fraction, f.idle_window_s, f.heartbeat_interval_s);
   out << fmt::format("  round trip        p50 {:>6.0f} us   p99 {:>6.0f} us   (submit -> client sees it done)\n",
                      Percentile(f.round_trip_us, 0.5), Percentile(f.round_trip_us, 0.99));
   out << fmt::format("  placement         p50 {:>6.0f} us   p99 {:>6.0f} us   (submitted -> assigned)\n",
@@ -342,7 +359,8 @@ Status RunBenchScaleAgents(const BenchScaleAgentsOptions& o) {
   options.count = o.count;
   StatusOr<std::unique_ptr<rpc::SimAgents>> sim = rpc::SimAgents::Start(options);
   if (!sim.ok()) return sim.status();
-  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.ready_file, fmt::format("{}\n", o.count)));
+  MERIDIAN_RETURN_IF_ERROR(
+      WriteFileAtomically(o.ready_file, fmt::format("{} {}\n", o.count, (*sim)->heartbeat_interval_us())));
   int sig = 0;
   sigwait(&signals, &sig);
   rpc::SimAgentsStats s = (*sim)->Stop();

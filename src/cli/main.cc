@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
                           "Processes the agents run in (default: one per 1,250 agents, 1 to 8)");
   bench_scale->add_option("--samples", bench_scale_opts.latency_samples, "Round trips to time (default 300)");
   bench_scale->add_option("--idle-seconds", bench_scale_opts.idle_seconds,
-                          "How long to measure the idle coordinator's CPU (default 5)");
+                          "How long at least to measure the idle coordinator's CPU (default 5; at least one heartbeat interval)");
   bench_scale->add_flag("--json", bench_scale_opts.json, "Print JSON for scripts");
   cli::BenchScaleAgentsOptions scale_agents_opts;
   CLI::App* scale_agents = bench_cmd->add_subcommand("scale-agents", "One process of bench scale's simulated agents");

@@ -172,16 +172,15 @@ class PushSink final : public StreamSink<T> {
   }
 
  private:
-  // With the lock held and no write in flight: takes what is pending and writes it,
-  // converting and starting the write outside the lock.
+  // With the lock held and no write in flight: converts what is pending into the
+  // message (under the lock, so the next writer's use of it is ordered after this
+  // one's) and starts writing it outside the lock (its completion may run inline).
   void WriteNext(std::unique_lock<std::mutex>& lock) {
-    T next = std::move(*pending_);
+    out_.Clear();
+    ToProto(*pending_, &out_);
     pending_.reset();
     writing_ = true;
     lock.unlock();
-    // Only this writer touches out_ until the write is done.
-    out_.Clear();
-    ToProto(next, &out_);
     reactor_->StartWrite(&out_);
   }
   void FinishIfIdle(std::unique_lock<std::mutex>& lock) {

@@ -270,6 +270,15 @@ StatusOr<std::unique_ptr<SimAgents>> SimAgents::Start(const SimAgentsOptions& op
 
 SimAgents::~SimAgents() { Stop(); }
 
+int64_t SimAgents::heartbeat_interval_us() const {
+  int64_t longest = 0;
+  for (const std::unique_ptr<Agent>& a : agents_) {
+    std::lock_guard<std::mutex> lock(a->mu);
+    longest = std::max(longest, a->interval_us);
+  }
+  return longest;
+}
+
 void SimAgents::TimerLoop() {
   while (!stopping_.load()) {
     const int64_t now = NowUs();

@@ -56,6 +56,8 @@ class SimAgents {
 
   // Ends the streams and waits for calls in flight; the figures since Start.
   SimAgentsStats Stop();
+  // The longest heartbeat interval the coordinator has given any of them.
+  int64_t heartbeat_interval_us() const;
 
   struct Agent;  // sim_agents.cc
 
