@@ -14,6 +14,13 @@
 namespace meridian::cli {
 namespace fs = std::filesystem;
 
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
 std::string OneSiteFleet(int agents) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return "sites:\n  - {name: local, kind: dc, provider: onprem, region: local}\n" +

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/temp_dir.h"
@@ -15,6 +16,9 @@ class Client;
 }
 
 namespace meridian::cli {
+
+// The value at quantile `p` (0..1) of `v`, nearest rank; 0 for none.
+double Percentile(std::vector<double> v, double p);
 
 // A fleet of `agents` nodes at one site, each with this machine's cores.
 std::string OneSiteFleet(int agents);

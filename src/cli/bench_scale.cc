@@ -34,13 +34,6 @@ using Clock = std::chrono::steady_clock;
 // Agents per simulated-agent process.
 constexpr int kAgentsPerProcess = 1250;
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
 nlohmann::json Quantiles(const std::vector<double>& v) {
   return {{"p50", Percentile(v, 0.5)}, {"p99", Percentile(v, 0.99)}};
 }
@@ -138,18 +131,6 @@ StatusOr<rpc::SimAgentsStats> ReadAgentStats(const fs::path& path) {
   s.idle_heartbeat_us = j.value("idle_heartbeat_us", std::vector<int64_t>{});
   s.heartbeat_lag_us = j.value("heartbeat_lag_us", std::vector<int64_t>{});
   return s;
-}
-
-void Merge(rpc::SimAgentsStats& into, const rpc::SimAgentsStats& s) {
-  into.agents += s.agents;
-  into.tasks_done += s.tasks_done;
-  into.batches += s.batches;
-  into.heartbeats += s.heartbeats;
-  into.heartbeat_errors += s.heartbeat_errors;
-  into.reregistered += s.reregistered;
-  into.stream_ends += s.stream_ends;
-  into.idle_heartbeat_us.insert(into.idle_heartbeat_us.end(), s.idle_heartbeat_us.begin(), s.idle_heartbeat_us.end());
-  into.heartbeat_lag_us.insert(into.heartbeat_lag_us.end(), s.heartbeat_lag_us.begin(), s.heartbeat_lag_us.end());
 }
 
 // Waits until `path` exists (a process is ready), the process exits, or the time is up.
@@ -271,7 +252,7 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   for (int p = 0; p < f.processes; ++p) {
     Processes::End(agent_pids[p], 60);
     MERIDIAN_ASSIGN_OR_RETURN(rpc::SimAgentsStats s, ReadAgentStats(root / fmt::format("stats-{}.json", p)));
-    Merge(f.agent_stats, s);
+    f.agent_stats.Add(s);
   }
   Processes::End(coord, 10);
   return f;

@@ -223,6 +223,18 @@ void SimAgents::Agent::BeatLocked(bool due) {
   });
 }
 
+void SimAgentsStats::Add(const SimAgentsStats& other) {
+  agents += other.agents;
+  tasks_done += other.tasks_done;
+  batches += other.batches;
+  heartbeats += other.heartbeats;
+  heartbeat_errors += other.heartbeat_errors;
+  reregistered += other.reregistered;
+  stream_ends += other.stream_ends;
+  idle_heartbeat_us.insert(idle_heartbeat_us.end(), other.idle_heartbeat_us.begin(), other.idle_heartbeat_us.end());
+  heartbeat_lag_us.insert(heartbeat_lag_us.end(), other.heartbeat_lag_us.begin(), other.heartbeat_lag_us.end());
+}
+
 SimAgents::SimAgents(SimAgentsOptions options) : options_(std::move(options)) {}
 
 StatusOr<std::unique_ptr<SimAgents>> SimAgents::Start(const SimAgentsOptions& options) {
@@ -320,20 +332,11 @@ SimAgentsStats SimAgents::Stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  total.agents = static_cast<int>(agents_.size());
   for (const std::unique_ptr<Agent>& a : agents_) {
     std::lock_guard<std::mutex> lock(a->mu);
-    const SimAgentsStats& s = a->stats;
-    total.tasks_done += s.tasks_done;
-    total.batches += s.batches;
-    total.heartbeats += s.heartbeats;
-    total.heartbeat_errors += s.heartbeat_errors;
-    total.reregistered += s.reregistered;
-    total.stream_ends += s.stream_ends;
-    total.idle_heartbeat_us.insert(total.idle_heartbeat_us.end(), s.idle_heartbeat_us.begin(),
-                                   s.idle_heartbeat_us.end());
-    total.heartbeat_lag_us.insert(total.heartbeat_lag_us.end(), s.heartbeat_lag_us.begin(), s.heartbeat_lag_us.end());
+    total.Add(a->stats);
   }
+  total.agents = static_cast<int>(agents_.size());
   return total;
 }
 

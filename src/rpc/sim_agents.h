@@ -46,6 +46,9 @@ struct SimAgentsStats {
   std::vector<int64_t> idle_heartbeat_us;
   // From a heartbeat being due to its answer (the heartbeat lag the coordinator sees).
   std::vector<int64_t> heartbeat_lag_us;
+
+  // Adds another's counts and samples (its agents included) to these.
+  void Add(const SimAgentsStats& other);
 };
 
 class SimAgents {
