@@ -261,11 +261,11 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
 void Print(const ScaleFigures& f, std::ostream& out) {
   std::vector<double> lag(f.agent_stats.heartbeat_lag_us.begin(), f.agent_stats.heartbeat_lag_us.end());
   std::vector<double> idle(f.agent_stats.idle_heartbeat_us.begin(), f.agent_stats.idle_heartbeat_us.end());
-  out << fmt::format("  {} agents in {} processes, all connected and registered in {:.1f} s\n", f.agents,
-                     f.processes, f.connect_s);
+  out << fmt::format("  {} agents in {} process{}, all connected and registered in {:.1f} s\n", f.agents,
+                     f.processes, f.processes == 1 ? "" : "es", f.connect_s);
   out << fmt::format("  throughput        {:>9.0f} tasks/s   ({:.2f} s; coordinator CPU {:.0f}% of a core meanwhile)\n",
                      f.throughput, f.total_s, 100 * f.busy_cpu_fraction);
-  out << fmt::format("  coordinator idle  {:>9.1f}% of a core with every agent connected and idle ({:.0f} s; "
+  out << fmt::format("  coordinator idle  {:>9.1f}% of a core with every agent connected and idle ({:.1f} s; "
                      "agents heartbeat every {:.1f} s)\n",
                      100 * f.idle_cpu_fraction, f.idle_window_s, f.heartbeat_interval_s);
   out << fmt::format("  round trip        p50 {:>6.0f} us   p99 {:>6.0f} us   (submit -> client sees it done)\n",
