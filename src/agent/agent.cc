@@ -404,7 +404,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
     links_.clear();
     for (const model::EmulatedLink& l : reply->links) links_[l.to_site] = l;
   }
-  heartbeat_interval_us_ = std::max<int64_t>(reply->heartbeat_interval_us, 10'000);
+  heartbeat_interval_us_ = reply->heartbeat_interval_us;  // bounded by rpc::FromProto
   need_register_ = false;
   for (const model::TaskKey& k : reply->cancel) executor_->Cancel(k);
   // A fresh stream for the new session.
@@ -466,7 +466,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   if (!answer.ok()) return answer.status();
   // A larger fleet: the coordinator asks for fewer heartbeats.
-  if (answer->interval_us > 0) heartbeat_interval_us_ = std::max<int64_t>(answer->interval_us, 10'000);
+  if (answer->interval_us > 0) heartbeat_interval_us_ = answer->interval_us;
   if (!answer->reregister) {
     // Acknowledged: the object changes sent (newer ones came after them)...
     objects_added_.erase(objects_added_.begin(),

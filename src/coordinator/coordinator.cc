@@ -214,9 +214,10 @@ void Coordinator::FlushWatchersLocked() {
     JobRt& job = it->second;
     job.watch_dirty = false;
     const bool finished = model::IsTerminal(job.rec.status);
+    const model::JobSummary summary = SummaryOf(job);
     std::erase_if(job.watchers, [&](const std::shared_ptr<rpc::JobWatchSink>& w) {
-      model::JobSummary summary = SummaryOf(job);
-      if (!w->Push(summary)) return true;
+      model::JobSummary copy = summary;  // a sink takes what it is pushed
+      if (!w->Push(copy)) return true;
       if (finished) w->Close(OkStatus());
       return finished;
     });
@@ -255,18 +256,13 @@ void Coordinator::CloseSinkLocked(NodeRt& node, const Status& why) {
   node.sink.reset();
 }
 
-int64_t Coordinator::HeartbeatIntervalLocked() const {
-  return std::max(options_.heartbeat_interval_us,
-                  static_cast<int64_t>(live_nodes_) * 1'000'000 / kIdleHeartbeatsPerSecond);
-}
-
-int64_t Coordinator::HeartbeatTimeoutLocked() const {
-  return std::max(options_.heartbeat_timeout_us, 3 * HeartbeatIntervalLocked());
-}
-
 int64_t Coordinator::HeartbeatIntervalUs() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return HeartbeatIntervalLocked();
+  return std::max(options_.heartbeat_interval_us,
+                  static_cast<int64_t>(live_nodes_.load()) * 1'000'000 / kIdleHeartbeatsPerSecond);
+}
+
+int64_t Coordinator::HeartbeatTimeoutUs() {
+  return std::max(options_.heartbeat_timeout_us, 3 * HeartbeatIntervalUs());
 }
 
 void Coordinator::Loop() {
@@ -276,7 +272,7 @@ void Coordinator::Loop() {
   while (!stopping_) {
     if (env_.clock().Now() >= next_check) {
       DetectFailuresLocked();
-      next_check = MonotonicTime{env_.clock().Now().us + HeartbeatIntervalLocked() / 2};
+      next_check = MonotonicTime{env_.clock().Now().us + HeartbeatIntervalUs() / 2};
     }
     if (recheck_at_ && env_.clock().Now() >= *recheck_at_) {
       recheck_at_.reset();
@@ -297,7 +293,7 @@ void Coordinator::Loop() {
       }
     }
     if (stopping_) break;
-    loop_cv_.wait_for(lock, std::chrono::microseconds(HeartbeatIntervalLocked() / 2),
+    loop_cv_.wait_for(lock, std::chrono::microseconds(HeartbeatIntervalUs() / 2),
                       [this] { return stopping_ || dirty_; });
   }
 }
@@ -765,7 +761,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   if (auto it = node_by_name_.find(reg.node.name); it != node_by_name_.end()) {
     const NodeRt& current = nodes_[it->second];
     const int64_t silent_us = env_.clock().Now().us - current.last_heartbeat.us;
-    const int64_t timeout_us = HeartbeatTimeoutLocked();
+    const int64_t timeout_us = HeartbeatTimeoutUs();
     if (current.alive && reg.previous_session != current.session && silent_us < timeout_us) {
       return FailedPreconditionError(fmt::format(
           "node {} already has a live session (heard from {} ms ago); a second agent for one node is refused: "
@@ -817,7 +813,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   RetireFinishedLocked();
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;
-  reply.heartbeat_interval_us = HeartbeatIntervalLocked();
+  reply.heartbeat_interval_us = HeartbeatIntervalUs();
   dirty_ = true;
   MERIDIAN_LOG_INFO("node {} registered at site {} (session {}, {} running)", reg.node.name, reg.site, rt.session,
                     reg.running.size());

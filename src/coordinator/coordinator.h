@@ -18,6 +18,7 @@
 // guards the state. A background thread runs scheduling and failure detection.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -115,8 +116,8 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<std::string> NodeName(uint32_t node_id) override;
   // How often agents are to heartbeat now: the configured interval, stretched with
   // the number of live nodes so that all of them together send at most about
-  // kIdleHeartbeatsPerSecond (docs/runtime.md, "At scale").
-  int64_t HeartbeatIntervalUs();
+  // kIdleHeartbeatsPerSecond (docs/runtime.md, "At scale"). Takes no lock.
+  int64_t HeartbeatIntervalUs() override;
 
   // rpc::AuthApi (auth.cc)
   StatusOr<model::Caller> Authenticate(const std::string& token) override;
@@ -258,9 +259,8 @@ class Coordinator final : public rpc::JobApi,
   void FlushWatchersLocked();
   // Ends the node's stream, if one is connected: its session is over.
   void CloseSinkLocked(NodeRt& node, const Status& why);
-  // The heartbeat interval agents are given now, and the timeout it implies.
-  int64_t HeartbeatIntervalLocked() const;
-  int64_t HeartbeatTimeoutLocked() const;
+  // How long a node may stay silent at the current heartbeat interval.
+  int64_t HeartbeatTimeoutUs();
   // Writes `batch`, with the spend rows not written yet.
   void Commit(store::StoreBatch& batch);
   // OK when every task could run on the registered fleet; else why one cannot.
@@ -376,7 +376,8 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, int32_t> node_by_name_;
   std::vector<int32_t> outbox_dirty_;  // nodes whose outbox gained work since the last flush
   std::vector<uint64_t> watch_dirty_;  // watched jobs changed since the last flush
-  int32_t live_nodes_ = 0;             // alive, for HeartbeatIntervalLocked
+  // Alive nodes, for HeartbeatIntervalUs: written under mu_, read without it.
+  std::atomic<int32_t> live_nodes_{0};
   std::map<uint64_t, JobRt> jobs_;
   // What tasks holding resources on nodes hold, by their job's tenant.
   std::map<std::string, sched::TenantUsage> tenant_usage_;

@@ -621,7 +621,7 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
 
 void Coordinator::DetectFailuresLocked() {
   const MonotonicTime now = env_.clock().Now();
-  const int64_t timeout_us = HeartbeatTimeoutLocked();
+  const int64_t timeout_us = HeartbeatTimeoutUs();
   store::StoreBatch batch;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     NodeRt& n = nodes_[i];

@@ -317,7 +317,7 @@ model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
   model::RegistrationReply r;
   r.node_id = in.node_id();
   r.session = in.session();
-  r.heartbeat_interval_us = in.heartbeat_interval_us();
+  r.heartbeat_interval_us = HeartbeatIntervalFromWire(in.heartbeat_interval_us());
   for (const v1::TaskKey& k : in.cancel()) r.cancel.push_back(FromProto(k));
   for (const v1::EmulatedLink& l : in.links()) {
     r.links.push_back(model::EmulatedLink{l.to_site(), l.rtt_us(), l.bandwidth_bps(), l.egress_micro_usd_per_gb()});

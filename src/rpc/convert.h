@@ -4,6 +4,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,10 @@ struct ChannelOptions {
 inline constexpr int64_t kAgentKeepaliveUs = 60'000'000;
 // An agent's channel to its coordinator.
 inline constexpr ChannelOptions kAgentChannel{false, kAgentKeepaliveUs, false};
+// A heartbeat interval a coordinator sent, kept within 10 ms and 10 minutes whatever
+// the message says.
+inline int64_t HeartbeatIntervalFromWire(int64_t us) { return std::clamp<int64_t>(us, 10'000, 600'000'000); }
+
 // A channel to `address` with Meridian's message limits and keepalive settings.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {},
                                            const ChannelOptions& options = {});

@@ -50,7 +50,8 @@ StatusOr<NodeClient::HeartbeatAnswer> NodeClient::Heartbeat(const model::AgentHe
   SetDeadline(ctx, timeout_us);
   grpc::Status s = v1::NodeService::NewStub(channel_)->Heartbeat(&ctx, req, &resp);
   if (!s.ok()) return FromGrpc(s).WithPrefix("heartbeat to " + address_);
-  return HeartbeatAnswer{resp.reregister(), resp.heartbeat_interval_us()};
+  const int64_t interval = resp.heartbeat_interval_us();
+  return HeartbeatAnswer{resp.reregister(), interval > 0 ? HeartbeatIntervalFromWire(interval) : 0};
 }
 
 Status NodeClient::StreamAssignments(uint32_t node_id, uint64_t session, int64_t max_us,

@@ -160,7 +160,7 @@ void SimAgents::Agent::RegisterAgainLocked() {
 void SimAgents::Agent::Registered(const v1::RegisterResponse& resp) {
   node_id = resp.node_id();
   session = resp.session();
-  interval_us = std::max<int64_t>(resp.heartbeat_interval_us(), 10'000);
+  interval_us = HeartbeatIntervalFromWire(resp.heartbeat_interval_us());
   next_beat_us = NowUs() + interval_us;
   need_register = false;
   done.clear();  // the registration said nothing runs here: what was assigned is lost
@@ -209,7 +209,7 @@ void SimAgents::Agent::BeatLocked(bool due) {
       ++stats.heartbeats;
       if (call->req.updates_size() == 0) stats.idle_heartbeat_us.push_back(now - call->sent_us);
       if (call->due_us > 0) stats.heartbeat_lag_us.push_back(now - call->due_us);
-      if (call->resp.heartbeat_interval_us() > 0) interval_us = std::max<int64_t>(call->resp.heartbeat_interval_us(), 10'000);
+      if (call->resp.heartbeat_interval_us() > 0) interval_us = HeartbeatIntervalFromWire(call->resp.heartbeat_interval_us());
       next_beat_us = now + interval_us;
       if (call->resp.reregister()) {
         need_register = true;
