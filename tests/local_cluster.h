@@ -145,11 +145,9 @@ class LocalCluster {
 
   // Submits the spec and waits for the job to end.
   StatusOr<model::JobView> RunJob(const std::string& spec, const std::string& name = "job.yaml") {
-    StatusOr<rpc::SubmitResult> r = client_->Submit(spec, name);
-    if (!r.ok()) return r.status();
-    StatusOr<model::JobSummary> s = client_->Watch(r->job_id, [](const model::JobSummary&) { return true; });
+    StatusOr<model::JobSummary> s = client_->SubmitAndWatch(spec, name, nullptr, [](const model::JobSummary&) { return true; });
     if (!s.ok()) return s.status();
-    return client_->GetJob(r->job_id, true);
+    return client_->GetJob(s->job.id, true);
   }
 
  private:

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
@@ -220,6 +221,10 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
       {"a dataset nobody put",
        {"submit", cluster_->WriteFile("nodata.yaml", "name: x\ntasks:\n  - {name: a, kernel: wordcount, map: {over: dataset://nope}}\n")},
        "expected dataset://NAME of a dataset declared here or put in the cluster"},
+      {"malformed spec, run", {"run", cluster_->WriteFile("bad-run.yaml", "name: x\ntasks: [\n")}, "bad-run.yaml:"},
+      {"unknown kernel, run",
+       {"run", cluster_->WriteFile("kernel-run.yaml", "name: x\ntasks:\n  - {name: a, kernel: nosuch}\n")},
+       "unknown kernel 'nosuch'"},
       {"unknown job", {"job", "get", "999"}, "no job 999"},
       {"unknown job cancel", {"job", "cancel", "999"}, "no job 999"},
   };
@@ -260,6 +265,49 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
   EXPECT_NE(dead.exit_code, 0);
   EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;
   EXPECT_EQ(std::count(dead.err.begin(), dead.err.end(), '\n'), 1) << dead.err;
+}
+
+// SubmitAndWatch: the acceptance first (once), then the job's summaries to its end,
+// in one call; a small job is stored on the server's callback thread, a large one
+// (more than 256 tasks) by a worker, and both end the same way. A refused spec gets
+// its error, no acceptance and no job.
+TEST_F(RuntimeTest, SubmitAndWatchAcceptsThenFollowsItsJobToItsEnd) {
+  for (int tasks : {3, 600}) {
+    std::vector<std::string> seen;  // "accepted" or a job state, in order
+    rpc::SubmitResult accepted;
+    StatusOr<model::JobSummary> end = cluster_->client().SubmitAndWatch(
+        fmt::format("name: sw{}\ntasks:\n  - {{name: n, kernel: noop, count: {}, resources: {{cpu: 10m}}}}\n", tasks,
+                    tasks),
+        "sw.yaml",
+        [&](const rpc::SubmitResult& r) {
+          accepted = r;
+          seen.push_back("accepted");
+        },
+        [&](const model::JobSummary& s) {
+          seen.push_back(std::string(model::JobStatusName(s.job.status)));
+          return true;
+        });
+    ASSERT_TRUE(end.ok()) << tasks << ": " << end.status().ToString();
+    ASSERT_GE(seen.size(), 2u) << tasks;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), "accepted"), 1) << tasks;
+    EXPECT_EQ(seen.front(), "accepted") << tasks;
+    EXPECT_EQ(seen.back(), "succeeded") << tasks;
+    EXPECT_EQ(accepted.name, fmt::format("sw{}", tasks));
+    EXPECT_EQ(accepted.tasks, tasks);
+    EXPECT_EQ(end->job.id, accepted.job_id);
+    EXPECT_EQ(end->tasks_total, tasks);
+    EXPECT_EQ(end->succeeded, tasks);
+  }
+  const size_t before = JobCount();
+  bool accepted = false;
+  StatusOr<model::JobSummary> refused = cluster_->client().SubmitAndWatch(
+      "name: x\ntasks:\n  - {name: a, kernel: nosuch}\n", "kernel.yaml",
+      [&](const rpc::SubmitResult&) { accepted = true; }, [](const model::JobSummary&) { return true; });
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("unknown kernel 'nosuch'"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_FALSE(accepted);
+  EXPECT_EQ(JobCount(), before);
 }
 
 TEST_F(RuntimeTest, CommandsGetTheirEnvironmentAndReportExitCodesLogsAndTimeouts) {

@@ -108,8 +108,27 @@ TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
   EXPECT_EQ(As(viewer->secret).CreateToken("val", "team-v", model::Role::kAdmin, 0).status().code(),
             StatusCode::kPermissionDenied);
 
+  // SubmitAndWatch (what `meridian run` calls) is refused alike, accepting nothing.
+  auto submit_and_watch = [&](const std::string& token) {
+    bool accepted = false;
+    Status s = As(token)
+                   .SubmitAndWatch(kJob, "j.yaml", [&](const rpc::SubmitResult&) { accepted = true; },
+                                   [](const model::JobSummary&) { return true; })
+                   .status();
+    EXPECT_FALSE(accepted);
+    return s;
+  };
+  EXPECT_EQ(submit_and_watch("").code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(submit_and_watch(revoked->secret).message(), "token " + revoked->record.id + " was revoked");
+  Status viewer_run = submit_and_watch(viewer->secret);
+  EXPECT_EQ(viewer_run.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(viewer_run.message(), "user val (viewer, tenant team-v) may not submit or change");
+
   // The CLI says the same in one line and exits non-zero.
   const std::string job_file = cluster_->WriteFile("j.yaml", kJob);
+  CommandResult run = Meridian({"run", job_file, "--dir", cluster_->dir(), "--token", viewer->secret});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err, "meridian: user val (viewer, tenant team-v) may not submit or change\n");
   CommandResult cli = Meridian({"submit", job_file, "--dir", cluster_->dir(), "--token", viewer->secret});
   EXPECT_EQ(cli.exit_code, 1);
   EXPECT_EQ(cli.err, "meridian: user val (viewer, tenant team-v) may not submit or change\n");
@@ -117,6 +136,7 @@ TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
   // Each refusal is in the coordinator's audit log, with what the caller proved.
   const std::string log = ReadFile(cluster_->dir() + "/logs/coordinator.log");
   EXPECT_NE(log.find("audit: refused JobService.Submit from ipv4:127.0.0.1:"), std::string::npos);
+  EXPECT_NE(log.find("audit: refused JobService.SubmitAndWatch from ipv4:127.0.0.1:"), std::string::npos);
   EXPECT_NE(log.find("(certificate client:admin): token " + revoked->record.id + " was revoked"), std::string::npos);
 }
 
@@ -143,6 +163,12 @@ TEST_F(SecurityTest, TenantsSeeAndChangeOnlyTheirOwnJobs) {
   StatusOr<rpc::SubmitResult> other =
       As(bob->secret).Submit("name: x\ntenant: team-a\ntasks:\n  - {name: a, kernel: sum}\n", "x.yaml");
   EXPECT_EQ(other.status().code(), StatusCode::kPermissionDenied);
+  StatusOr<model::JobSummary> other_run = As(bob->secret).SubmitAndWatch(
+      "name: x\ntenant: team-a\ntasks:\n  - {name: a, kernel: sum}\n", "x.yaml", nullptr,
+      [](const model::JobSummary&) { return true; });
+  EXPECT_EQ(other_run.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(other_run.status().message().find("your credential is of tenant 'team-b'"), std::string::npos)
+      << other_run.status().ToString();
   EXPECT_EQ(Store(), before);
   // An admin acts for whichever tenant the spec names; that tenant then sees the job.
   StatusOr<rpc::SubmitResult> for_bob =

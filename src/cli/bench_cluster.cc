@@ -32,6 +32,11 @@ std::string NoopJob(const std::string& name, int64_t tasks) {
                      tasks);
 }
 
+StatusOr<model::JobSummary> RunJob(client::Client& c, const std::string& spec, const std::string& name,
+                                   const std::function<void(const rpc::SubmitResult&)>& accepted) {
+  return c.SubmitAndWatch(spec, name, accepted, [](const model::JobSummary&) { return true; });
+}
+
 StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& fleet_yaml, bool real_gpus,
                                                             bool insecure) {
   std::unique_ptr<BenchCluster> c(new BenchCluster());

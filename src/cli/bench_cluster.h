@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "common/temp_dir.h"
+#include "model/run_state.h"
+#include "rpc/api.h"
 
 namespace meridian::client {
 class Client;
@@ -25,6 +28,10 @@ std::string OneSiteFleet(int agents);
 // A job named `name` of `tasks` no-op tasks of 10 milli-cores each (a 2-core node
 // takes 200 at once).
 std::string NoopJob(const std::string& name, int64_t tasks);
+// Submits a job and follows it to its end in one call (SubmitAndWatch); `accepted`,
+// when given, is called once the job is stored.
+StatusOr<model::JobSummary> RunJob(client::Client& c, const std::string& spec, const std::string& name,
+                                   const std::function<void(const rpc::SubmitResult&)>& accepted = nullptr);
 
 class BenchCluster {
  public:

@@ -205,8 +205,7 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
                             ConnectClient(ClusterTarget{address, "", "", "", true}, 60'000'000));
   const std::string one = NoopJob("round-trip", 1);
   for (int i = 0; i < 20; ++i) {  // warm up: connections, the first scheduling passes
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(one, "one.yaml"));
-    MERIDIAN_RETURN_IF_ERROR(c->Watch(r.job_id, [](const model::JobSummary&) { return true; }).status());
+    MERIDIAN_RETURN_IF_ERROR(RunJob(*c, one, "one.yaml").status());
   }
 
   // Every agent connected and idle: the coordinator's share of one core.
@@ -223,9 +222,7 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   {
     MERIDIAN_ASSIGN_OR_RETURN(double cpu0, CpuSeconds(coord));
     const Clock::time_point t0 = Clock::now();
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult job, c->Submit(NoopJob("noop", o.tasks), "noop.yaml"));
-    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done,
-                              c->Watch(job.job_id, [](const model::JobSummary&) { return true; }));
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, RunJob(*c, NoopJob("noop", o.tasks), "noop.yaml"));
     f.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
     MERIDIAN_ASSIGN_OR_RETURN(double cpu1, CpuSeconds(coord));
     f.busy_cpu_fraction = (cpu1 - cpu0) / f.total_s;
@@ -239,10 +236,9 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   // placement, from the job's submission to its task's assignment.
   for (int i = 0; i < o.latency_samples; ++i) {
     const Clock::time_point a = Clock::now();
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(one, "one.yaml"));
-    MERIDIAN_RETURN_IF_ERROR(c->Watch(r.job_id, [](const model::JobSummary&) { return true; }).status());
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary r, RunJob(*c, one, "one.yaml"));
     f.round_trip_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
-    MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c->GetJob(r.job_id, true));
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c->GetJob(r.job.id, true));
     f.placement_us.push_back(static_cast<double>(v.tasks.front().record.started_us - v.summary.job.submitted_us));
   }
   MERIDIAN_ASSIGN_OR_RETURN(ProcessMemory mem, ReadProcessMemory(coord));

@@ -50,17 +50,14 @@ StatusOr<TaskFigures> Measure(const BenchTasksOptions& o, bool insecure) {
   client::Client& c = *connected;
 
   // Warm up: connections, the coordinator's first scheduling pass.
-  for (int i = 0; i < 20; ++i) {
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c.Submit(one, "one.yaml"));
-    MERIDIAN_RETURN_IF_ERROR(c.Watch(r.job_id, [](const model::JobSummary&) { return true; }).status());
-  }
+  for (int i = 0; i < 20; ++i) MERIDIAN_RETURN_IF_ERROR(RunJob(c, one, "one.yaml").status());
 
   // Throughput: submission of one job of N tasks to the last one's completion.
   TaskFigures f;
   Clock::time_point t0 = Clock::now();
-  MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult job, c.Submit(spec, "noop.yaml"));
-  Clock::time_point t_ack = Clock::now();
-  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, c.Watch(job.job_id, [](const model::JobSummary&) { return true; }));
+  Clock::time_point t_ack;
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done,
+                            RunJob(c, spec, "noop.yaml", [&](const rpc::SubmitResult&) { t_ack = Clock::now(); }));
   Clock::time_point t1 = Clock::now();
   if (done.job.status != model::JobStatus::kSucceeded) {
     return InternalError(fmt::format("the benchmark job {}: {}", model::JobStatusName(done.job.status), done.job.reason));
@@ -73,11 +70,11 @@ StatusOr<TaskFigures> Measure(const BenchTasksOptions& o, bool insecure) {
   // sees it finished; and inside the cluster, from assignment to committed result.
   for (int i = 0; i < o.latency_samples; ++i) {
     Clock::time_point a = Clock::now();
-    MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c.Submit(one, "one.yaml"));
-    f.submit_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
-    MERIDIAN_RETURN_IF_ERROR(c.Watch(r.job_id, [](const model::JobSummary&) { return true; }).status());
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary r, RunJob(c, one, "one.yaml", [&](const rpc::SubmitResult&) {
+      f.submit_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+    }));
     f.client_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
-    MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c.GetJob(r.job_id, true));
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c.GetJob(r.job.id, true));
     const model::TaskRecord& t = v.tasks.front().record;
     f.cluster_us.push_back(static_cast<double>(t.finished_us - t.started_us));
   }

@@ -281,13 +281,16 @@ Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
 Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
-  MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
-  for (const std::string& w : r.warnings) progress << "warning: " << w << '\n';
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  const bool show = !o.no_progress && !o.json;
-  if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
   StatusOr<int64_t> reconnect_for = ParseDurationUs(o.reconnect_for);
   if (!reconnect_for.ok()) return reconnect_for.status().WithPrefix("--reconnect-for");
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const bool show = !o.no_progress && !o.json;
+  rpc::SubmitResult r;
+  auto on_accepted = [&](const rpc::SubmitResult& accepted) {
+    r = accepted;
+    for (const std::string& w : r.warnings) progress << "warning: " << w << '\n';
+    if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
+  };
   auto start = std::chrono::steady_clock::now();
   auto last_line = start - std::chrono::seconds(10);
   // The job is stored: a coordinator that restarts carries on with it, and so do we.
@@ -295,7 +298,8 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
     progress << (tty ? "\n" : "") << fmt::format("lost the coordinator ({}); reconnecting for up to {}\n", why.message(),
                                                    FormatDurationUs(*reconnect_for));
   };
-  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary last, c->Watch(r.job_id, [&](const model::JobSummary& s) {
+  // Submitted and followed in one call; the job is stored once accepted.
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary last, c->SubmitAndWatch(yaml, o.job, on_accepted, [&](const model::JobSummary& s) {
     if (!show) return true;
     auto now = std::chrono::steady_clock::now();
     bool done = model::IsTerminal(s.job.status);

@@ -82,7 +82,9 @@ Status Client::Explain(const Status& s) const {
   }
 }
 
-StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const std::string& spec_name) {
+namespace {
+
+StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& spec_yaml, const std::string& spec_name) {
   // The server would refuse it too; say so before sending it.
   if (spec_yaml.size() + spec_name.size() + 64 > static_cast<size_t>(rpc::kMaxRequestBytes)) {
     return ResourceExhaustedError(fmt::format("{} is {}; the coordinator accepts specs of at most {}", spec_name,
@@ -92,9 +94,60 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   v1::SubmitJobRequest req;
   req.set_spec_yaml(spec_yaml);
   req.set_spec_name(spec_name);
+  return req;
+}
+
+rpc::SubmitResult FromProto(const v1::SubmitJobResponse& resp) {
+  return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
+}
+
+}  // namespace
+
+StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const std::string& spec_name) {
+  MERIDIAN_ASSIGN_OR_RETURN(v1::SubmitJobRequest req, SubmitRequest(spec_yaml, spec_name));
   v1::SubmitJobResponse resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Submit, req, &resp, timeout_us_ * 3));
-  return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
+  return FromProto(resp);
+}
+
+StatusOr<model::JobSummary> Client::SubmitAndWatch(const std::string& spec_yaml, const std::string& spec_name,
+                                                   const std::function<void(const rpc::SubmitResult&)>& on_accepted,
+                                                   const std::function<bool(const model::JobSummary&)>& on_change,
+                                                   int64_t reconnect_for_us,
+                                                   const std::function<void(const Status&)>& on_lost) {
+  MERIDIAN_ASSIGN_OR_RETURN(v1::SubmitJobRequest req, SubmitRequest(spec_yaml, spec_name));
+  std::optional<uint64_t> id;  // once accepted
+  std::optional<model::JobSummary> last;
+  {
+    grpc::ClientContext ctx;
+    // The acceptance comes within Submit's own limit; the job's end, as a watch's.
+    rpc::SetDeadline(ctx, 60'000'000);
+    auto reader = v1::JobService::NewStub(Channel())->SubmitAndWatch(&ctx, req);
+    v1::SubmitProgress p;
+    while (reader->Read(&p)) {
+      if (p.has_accepted() && !id) {
+        id = p.accepted().job_id();
+        if (on_accepted) on_accepted(FromProto(p.accepted()));
+      }
+      if (!p.has_job() || !id) continue;
+      last = rpc::FromProto(p.job()).summary;
+      if (!on_change(*last)) {
+        ctx.TryCancel();
+        reader->Finish().IgnoreError();
+        return *last;
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (!id) {
+      if (st.ok()) return UnavailableError("the coordinator ended the submission without accepting the job");
+      return Explain(rpc::FromGrpc(st));
+    }
+    if (last && model::IsTerminal(last->job.status)) return *last;
+  }
+  // The job is stored and goes on, whatever ended this stream (its minute passed, the
+  // coordinator restarts): follow it as Watch does, from its summary now, and with
+  // Watch's answer to what went wrong.
+  return Watch(*id, on_change, reconnect_for_us, on_lost);
 }
 
 StatusOr<model::JobView> Client::GetJobPage(uint64_t id, uint32_t first_task, uint32_t max_tasks) {

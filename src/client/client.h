@@ -58,6 +58,15 @@ class Client {
   StatusOr<model::JobSummary> Watch(uint64_t id, const std::function<bool(const model::JobSummary&)>& on_change,
                                     int64_t reconnect_for_us = 0,
                                     const std::function<void(const Status&)>& on_lost = nullptr);
+  // Submit, then Watch, in one call (a round trip less): on_accepted is called once the
+  // job is stored, before any summary; then as Watch. Lost after the job was accepted,
+  // it follows the job as Watch does; lost before, it says so (the job may or may not
+  // have been stored, as with Submit).
+  StatusOr<model::JobSummary> SubmitAndWatch(const std::string& spec_yaml, const std::string& spec_name,
+                                             const std::function<void(const rpc::SubmitResult&)>& on_accepted,
+                                             const std::function<bool(const model::JobSummary&)>& on_change,
+                                             int64_t reconnect_for_us = 0,
+                                             const std::function<void(const Status&)>& on_lost = nullptr);
   StatusOr<std::vector<model::NodeView>> Nodes();
   // The tenants the caller may see (all, for an admin), with their use now.
   StatusOr<std::vector<model::TenantView>> Tenants();

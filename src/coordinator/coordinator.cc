@@ -302,6 +302,13 @@ void Coordinator::Loop() {
 
 StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, const std::string& spec_name,
                                                 const std::string& tenant) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::optional<rpc::SubmitResult> r, SubmitSmall(spec_yaml, spec_name, tenant, 0));
+  return std::move(*r);
+}
+
+StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::string& spec_yaml,
+                                                                   const std::string& spec_name,
+                                                                   const std::string& tenant, int64_t max_tasks) {
   model::Fleet sites;
   std::map<std::string, model::Dataset> datasets;
   {
@@ -310,8 +317,10 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
     // A job reads its tenant's datasets only (an admin's, any).
     datasets = DatasetsForJobsLocked(tenant);
   }
-  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput,
-                                                           ResolverFor(datasets)));
+  StatusOr<model::Job> parsed =
+      spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput, ResolverFor(datasets), max_tasks);
+  if (max_tasks > 0 && parsed.status().code() == StatusCode::kOutOfRange) return std::optional<rpc::SubmitResult>();
+  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, std::move(parsed));
   if (!tenant.empty()) {
     // The credential says whose job it is; a spec cannot charge it to someone else.
     if (job.tenant != tenant && job.tenant != model::Job{}.tenant) {
@@ -373,7 +382,7 @@ StatusOr<rpc::SubmitResult> Coordinator::Submit(const std::string& spec_yaml, co
     FlushWatchersLocked();
   }
   loop_cv_.notify_one();
-  return result;
+  return std::optional<rpc::SubmitResult>(std::move(result));
 }
 
 Status Coordinator::CheckFeasible(const model::Job& job) const {

@@ -231,6 +231,33 @@ TEST_F(CoordinatorTest, AWatchIsPushedEachChangeAndClosedOnceTheJobHasFinished) 
   EXPECT_EQ(coord_->WatchJob(r->job_id + 1, 0, std::make_shared<WatchRecorder>()).code(), StatusCode::kNotFound);
 }
 
+// What the server's callback thread may do in place: a job of at most `max_tasks`
+// tasks is stored and placed as Submit would; a larger one is found while its spec
+// is read and nothing is stored (a worker submits it); a bad spec is refused alike.
+TEST_F(CoordinatorTest, SubmitSmallStoresOnlyJobsWithinItsBound) {
+  Start();
+  Register(Node("n1"));
+  auto small = coord_->SubmitSmall("name: s\ntasks:\n  - {name: a, kernel: noop, count: 4}\n", "s.yaml", "", 4);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  ASSERT_TRUE(small->has_value());
+  EXPECT_EQ((*small)->tasks, 4);
+  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  for (const char* spec : {"name: l\ntasks:\n  - {name: a, kernel: noop, count: 5}\n",
+                           "name: l\ntasks:\n  - {name: a, kernel: noop, count: 3}\n  - {name: b, kernel: noop, count: 2}\n"}) {
+    auto large = coord_->SubmitSmall(spec, "l.yaml", "", 4);
+    ASSERT_TRUE(large.ok()) << large.status().ToString();
+    EXPECT_FALSE(large->has_value()) << spec;
+  }
+  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  auto bad = coord_->SubmitSmall("name: b\ntasks:\n  - {name: a, kernel: nosuch}\n", "b.yaml", "", 4);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  // Without a bound, the same large job is stored.
+  auto unbounded = coord_->SubmitSmall("name: l\ntasks:\n  - {name: a, kernel: noop, count: 5}\n", "l.yaml", "", 0);
+  ASSERT_TRUE(unbounded.ok() && unbounded->has_value()) << unbounded.status().ToString();
+  EXPECT_EQ((*unbounded)->tasks, 5);
+  EXPECT_EQ(coord_->ListJobs(0, "").size(), 2u);
+}
+
 TEST_F(CoordinatorTest, AWatchOfACancelledJobIsPushedItsEndAndClosed) {
   Start();
   Register(Node("n1"));

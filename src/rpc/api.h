@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ class JobApi {
   // empty: the spec's own (an insecure coordinator, or a test).
   virtual StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name,
                                         const std::string& tenant) = 0;
+  // Submit, for a job of at most `max_tasks` tasks: one with more is found while its
+  // spec is read, before any task is made, and nothing (nullopt) is stored. What a
+  // caller that must not be held long (gRPC's callback threads) does in place.
+  virtual StatusOr<std::optional<SubmitResult>> SubmitSmall(const std::string& spec_yaml,
+                                                            const std::string& spec_name, const std::string& tenant,
+                                                            int64_t max_tasks) = 0;
   // The job, and up to `max_tasks` of its tasks from index `first_task` (fewer when
   // their outputs are large: JobView::next_task says where to go on).
   virtual StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) = 0;

@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -41,8 +44,14 @@ class Gate {
 
   // Logs a refusal decided after Admit (a node naming another, a job of another tenant).
   void Refused(grpc::ServerContextBase* ctx, std::string_view method, const Status& why) const {
-    MERIDIAN_LOG_WARN("audit: refused {} from {} ({}): {}", method, ctx->peer(), Identity(ctx), why.message());
+    Refused(Who(ctx), method, why);
   }
+  // The same, for work that goes on after the call's context may be gone: `who` is
+  // what Who(ctx) said.
+  static void Refused(const std::string& who, std::string_view method, const Status& why) {
+    MERIDIAN_LOG_WARN("audit: refused {} from {}: {}", method, who, why.message());
+  }
+  static std::string Who(grpc::ServerContextBase* ctx) { return fmt::format("{} ({})", ctx->peer(), Identity(ctx)); }
 
   // A job call by `c` on job `id`: an admin may touch any; others their tenant's only.
   Status CheckTenant(const model::Caller& c, JobApi& jobs, uint64_t id) const {
@@ -118,6 +127,27 @@ void Fold(model::AssignmentBatch&& from, model::AssignmentBatch& into) {
   for (std::string& o : from.release_objects) into.release_objects.push_back(std::move(o));
 }
 void Fold(model::JobSummary&& from, model::JobSummary& into) { into = std::move(from); }
+
+// What a SubmitAndWatch stream carries: first that the job was accepted, then its
+// summary after each change (the newest only, as a watch).
+struct SubmitProgress {
+  std::optional<SubmitResult> accepted;
+  std::optional<model::JobSummary> job;
+};
+void Fold(SubmitProgress&& from, SubmitProgress& into) {
+  if (from.accepted) into.accepted = std::move(from.accepted);
+  if (from.job) into.job = std::move(from.job);
+}
+void ToProto(const SubmitResult& r, v1::SubmitJobResponse* out) {
+  out->set_job_id(r.job_id);
+  out->set_name(r.name);
+  out->set_tasks(r.tasks);
+  for (const std::string& w : r.warnings) out->add_warnings(w);
+}
+void ToProto(const SubmitProgress& p, v1::SubmitProgress* out) {
+  if (p.accepted) ToProto(*p.accepted, out->mutable_accepted());
+  if (p.job) ToProto(*p.job, out->mutable_job());
+}
 
 template <typename T, typename Proto>
 class PushStream;
@@ -223,6 +253,74 @@ class PushStream final : public grpc::ServerWriteReactor<Proto> {
 
 using AssignmentStream = PushStream<model::AssignmentBatch, v1::AssignmentBatch>;
 using WatchStream = PushStream<model::JobSummary, v1::JobInfo>;
+using SubmitStream = PushStream<SubmitProgress, v1::SubmitProgress>;
+
+// A SubmitAndWatch stream as the job's watch: each summary pushed goes after the
+// acceptance (or folded into it, while that is still being written).
+class SubmitWatchSink final : public JobWatchSink {
+ public:
+  explicit SubmitWatchSink(std::shared_ptr<PushSink<SubmitProgress, v1::SubmitProgress>> stream)
+      : stream_(std::move(stream)) {}
+  bool Push(model::JobSummary& summary) override {
+    SubmitProgress p;
+    p.job = std::move(summary);
+    if (stream_->Push(p)) return true;
+    summary = std::move(*p.job);
+    return false;
+  }
+  void Close(const Status& status) override { stream_->Close(status); }
+  bool open() const override { return stream_->open(); }
+
+ private:
+  const std::shared_ptr<PushSink<SubmitProgress, v1::SubmitProgress>> stream_;
+};
+
+// A few threads that run work handed to them in turn, off gRPC's threads.
+class Workers {
+ public:
+  explicit Workers(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Serve(); });
+  }
+  ~Workers() { Stop(); }
+  void Run(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_one();
+  }
+  // Runs what was handed over, then joins the threads.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Serve() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      std::function<void()> work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
 
 // The open pushed streams, to end them first at shutdown.
 class StreamRegistry {
@@ -279,10 +377,13 @@ namespace {
     }                                            \
   } while (false)
 
-class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service> {
+class JobServiceImpl final
+    : public v1::JobService::WithCallbackMethod_SubmitAndWatch<
+          v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service>> {
  public:
-  JobServiceImpl(JobApi& api, const Gate& gate, const std::atomic<bool>& stopping, StreamRegistry& streams)
-      : api_(api), gate_(gate), stopping_(stopping), streams_(streams) {}
+  JobServiceImpl(JobApi& api, const Gate& gate, const std::atomic<bool>& stopping, StreamRegistry& streams,
+                 Workers& workers)
+      : api_(api), gate_(gate), stopping_(stopping), streams_(streams), workers_(workers) {}
 
   grpc::Status Submit(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Submit");
@@ -291,12 +392,43 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1:
     StatusOr<SubmitResult> r = api_.Submit(req->spec_yaml(), req->spec_name(), Gate::TenantScope(caller));
     if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.Submit", r.status());
     if (!r.ok()) return ToGrpc(r.status());
-    resp->set_job_id(r->job_id);
-    resp->set_name(r->name);
-    resp->set_tasks(r->tasks);
-    for (const std::string& w : r->warnings) resp->add_warnings(w);
+    ToProto(*r, resp);
     return grpc::Status::OK;
   }
+
+  // Submit, then the job's watch on the same stream: the client learns its job ended
+  // without a second call. A small job is stored and placed here, on gRPC's callback
+  // thread, as a unary Submit is on a synchronous one; a large one (it takes seconds
+  // to store, and callback threads serve the agents' heartbeats) by a worker.
+  grpc::ServerWriteReactor<v1::SubmitProgress>* SubmitAndWatch(grpc::CallbackServerContext* ctx,
+                                                              const v1::SubmitJobRequest* req) override {
+    StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kSubmit, "JobService.SubmitAndWatch");
+    if (!caller.ok()) return SubmitStream::Refused(caller.status());
+    if (stopping_.load()) return SubmitStream::Refused(UnavailableError("the coordinator is shutting down"));
+    auto* stream = new SubmitStream();
+    streams_.Add(stream->sink());
+    const std::string tenant = Gate::TenantScope(*caller);
+    if (req->spec_yaml().size() <= kInPlaceSpecBytes) {
+      StatusOr<std::optional<SubmitResult>> r =
+          api_.SubmitSmall(req->spec_yaml(), req->spec_name(), tenant, kInPlaceTasks);
+      if (!r.ok() || r->has_value()) {
+        if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.SubmitAndWatch", r.status());
+        Accepted(stream->sink(), r.ok() ? StatusOr<SubmitResult>(std::move(**r)) : r.status());
+        return stream;
+      }
+    }
+    // The call's request and context may be gone before the work is done (the client
+    // gave up, the coordinator stops): the work keeps what it needs of them.
+    workers_.Run([this, spec = req->spec_yaml(), name = req->spec_name(), sink = stream->sink(), tenant,
+                  who = Gate::Who(ctx)] {
+      if (!sink->open()) return;  // the client gave up before it began
+      StatusOr<SubmitResult> r = api_.Submit(spec, name, tenant);
+      if (r.status().code() == StatusCode::kPermissionDenied) Gate::Refused(who, "JobService.SubmitAndWatch", r.status());
+      Accepted(sink, std::move(r));
+    });
+    return stream;
+  }
+
 
   grpc::Status Get(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Get");
@@ -360,10 +492,33 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1:
   }
 
  private:
+  // What SubmitAndWatch does on the callback thread: a spec this small, of a job of
+  // this many tasks at most (a few milliseconds to read and store).
+  static constexpr size_t kInPlaceSpecBytes = 64 << 10;
+  static constexpr int64_t kInPlaceTasks = 256;
+
+  // SubmitAndWatch, once the submission is decided: the acceptance, then the job's
+  // summaries; or the refusal.
+  void Accepted(const std::shared_ptr<PushSink<SubmitProgress, v1::SubmitProgress>>& sink,
+                StatusOr<SubmitResult> r) {
+    if (!r.ok()) {
+      sink->Close(r.status());
+      return;
+    }
+    const uint64_t id = r->job_id;
+    SubmitProgress accepted;
+    accepted.accepted = std::move(*r);
+    sink->Push(accepted);
+    if (Status s = api_.WatchJob(id, 0, std::make_shared<SubmitWatchSink>(sink)); !s.ok()) {
+      sink->Close(s);  // deleted already (by its owner, or retention): after the acceptance
+    }
+  }
+
   JobApi& api_;
   const Gate& gate_;
   const std::atomic<bool>& stopping_;
   StreamRegistry& streams_;
+  Workers& workers_;
 };
 
 }  // namespace
@@ -641,7 +796,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   s->gate_ = std::make_unique<Gate>(auth, secure);
   s->object_service_ = std::make_unique<ObjectServiceImpl>(objects, *s->gate_);
   s->streams_ = std::make_unique<StreamRegistry>();
-  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_, *s->streams_);
+  // Submissions stored at once (SubmitAndWatch); more wait their turn.
+  s->workers_ = std::make_unique<Workers>(4);
+  s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_, *s->streams_, *s->workers_);
   s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, auth, *s->gate_, s->stopping_, *s->streams_);
   s->admin_service_ = std::make_unique<AdminServiceImpl>(admin, auth, *s->gate_);
   grpc::ServerBuilder builder;
@@ -684,6 +841,9 @@ void Server::Shutdown() {
   // not wait for them.
   streams_->EndAll();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Submissions under way finish (their streams are ended: nobody hears of them, as
+  // with a unary Submit cut off); those not begun are dropped.
+  workers_->Stop();
 }
 
 }  // namespace meridian::rpc

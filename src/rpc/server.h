@@ -29,6 +29,7 @@ namespace meridian::rpc {
 
 class Gate;
 class StreamRegistry;
+class Workers;
 
 struct ServerSecurity {
   security::TlsCredentials tls;  // the coordinator's certificate and the CA bundle
@@ -55,6 +56,7 @@ class Server {
   int port_ = 0;
   std::unique_ptr<Gate> gate_;
   std::unique_ptr<StreamRegistry> streams_;
+  std::unique_ptr<Workers> workers_;
   std::unique_ptr<grpc::Service> job_service_;
   std::unique_ptr<grpc::Service> node_service_;
   std::unique_ptr<grpc::Service> admin_service_;

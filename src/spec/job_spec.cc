@@ -37,8 +37,8 @@ struct TaskTemplate {
 class JobParser {
  public:
   JobParser(const Reader& r, const model::Fleet& fleet, const model::ThroughputTable& throughput,
-            const DatasetResolver& resolver)
-      : r_(r), fleet_(fleet), throughput_(throughput), resolver_(resolver) {}
+            const DatasetResolver& resolver, int64_t max_tasks)
+      : r_(r), fleet_(fleet), throughput_(throughput), resolver_(resolver), max_tasks_(max_tasks) {}
 
   StatusOr<Job> Parse(const YAML::Node& root);
 
@@ -68,6 +68,7 @@ class JobParser {
   const model::Fleet& fleet_;
   const model::ThroughputTable& throughput_;
   const DatasetResolver& resolver_;
+  const int64_t max_tasks_;  // 0: kMaxTasks only
   // Mutable: datasets the resolver finds join them while tasks are parsed.
   mutable Job job_;
   mutable std::map<std::string, size_t> dataset_index_;
@@ -346,6 +347,9 @@ Status JobParser::Expand() {
     if (job_.tasks.size() + n > static_cast<size_t>(kMaxTasks)) {
       return r_.Error(tmpl.node, tmpl.path, fmt::format("a job holds at most {} tasks after expansion", kMaxTasks));
     }
+    if (max_tasks_ > 0 && job_.tasks.size() + n > static_cast<size_t>(max_tasks_)) {
+      return OutOfRangeError(fmt::format("{}: the job has more than {} tasks", r_.file(), max_tasks_));
+    }
     for (size_t k = 0; k < n; ++k) {
       Task task = tmpl.task;
       task.id = TaskId(static_cast<uint32_t>(job_.tasks.size()));
@@ -531,10 +535,10 @@ StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
 }  // namespace
 
 StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model::Fleet& fleet,
-                       const model::ThroughputTable& throughput, const DatasetResolver& resolver) {
+                       const model::ThroughputTable& throughput, const DatasetResolver& resolver, int64_t max_tasks) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
-  JobParser parser(r, fleet, throughput, resolver);
+  JobParser parser(r, fleet, throughput, resolver, max_tasks);
   return parser.Parse(root);
 }
 

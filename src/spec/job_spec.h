@@ -23,9 +23,11 @@ namespace meridian::spec {
 // as objects (ObjectRef::object_id set) with the sites holding them; nullopt if none.
 using DatasetResolver = std::function<std::optional<model::Dataset>(const std::string& name)>;
 
+// `max_tasks` (when positive) bounds the job's tasks below the limit of every job:
+// a job that would expand past it is OutOfRange, found before its tasks are made.
 StatusOr<model::Job> ParseJob(std::string_view text, std::string_view file,
                               const model::Fleet& fleet, const model::ThroughputTable& throughput,
-                              const DatasetResolver& resolver = {});
+                              const DatasetResolver& resolver = {}, int64_t max_tasks = 0);
 StatusOr<model::Job> LoadJob(const std::string& path, const model::Fleet& fleet,
                              const model::ThroughputTable& throughput);
 
