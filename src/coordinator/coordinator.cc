@@ -92,7 +92,9 @@ Coordinator::~Coordinator() {
 Status Coordinator::LoadState() {
   MERIDIAN_ASSIGN_OR_RETURN(store::LoadedState state, store_->Load());
   std::lock_guard<std::mutex> lock(mu_);
+  next_job_id_ = state.next_job_id;
   for (model::JobRecord& rec : state.jobs) {
+    next_job_id_ = std::max(next_job_id_, rec.id + 1);
     JobRt& job = jobs_[rec.id];
     job.rec = std::move(rec);
     if (model::IsTerminal(job.rec.status)) {
@@ -191,6 +193,11 @@ Status Coordinator::LoadState() {
 }
 
 void Coordinator::Commit(store::StoreBatch& batch) {
+  if (!new_jobs_.empty()) {
+    batch.new_jobs.insert(batch.new_jobs.begin(), std::make_move_iterator(new_jobs_.begin()),
+                          std::make_move_iterator(new_jobs_.end()));
+    new_jobs_.clear();
+  }
   for (model::TenantSpend& row : spend_rows_) batch.spend.push_back(std::move(row));
   spend_rows_.clear();
   for (const std::string& tenant : spend_unsaved_) {
@@ -331,10 +338,6 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
     }
     job.tenant = tenant;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    MERIDIAN_RETURN_IF_ERROR(CheckFeasible(job));
-  }
   model::JobRecord rec;
   rec.name = job.name;
   rec.tenant = job.tenant;
@@ -351,41 +354,71 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
   for (const model::Task& t : job.tasks) {
     for (TaskId d : t.after) tasks[d.value()].result = false;
   }
-  // Durable first; only then does the job exist for anyone.
-  MERIDIAN_ASSIGN_OR_RETURN(uint64_t id, store_->CreateJob(rec, tasks));
-  rec.id = id;
-  const size_t n = tasks.size();
-  std::vector<store::NewTask>().swap(tasks);  // a large job's names: not held twice
-  rpc::SubmitResult result{id, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
+  rpc::SubmitResult result{0, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
+  // Durable first; only then does the job exist for anyone. A small job is stored in
+  // the same transaction as its first placements, under the lock; a large one (its
+  // rows take long to write) before, outside it.
+  const bool small = tasks.size() <= kStoredWithPlacementsTasks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    JobRt& rt = jobs_[id];
-    rt.rec = std::move(rec);
-    rt.job = std::make_unique<model::Job>(std::move(job));
-    rt.tasks.resize(n);
-    rt.counts.tasks_total = static_cast<int32_t>(n);
-    rt.counts.waiting = rt.counts.tasks_total;
-    for (size_t i = 0; i < n; ++i) {
-      TaskRt& t = rt.tasks[i];
-      t.rec.job = id;
-      t.rec.task = static_cast<uint32_t>(i);
-      t.rec.status = rt.job->tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
-      t.deps_left = static_cast<int32_t>(rt.job->tasks[i].after.size());
-      for (TaskId d : rt.job->tasks[i].after) rt.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
+    std::unique_lock<std::mutex> lock(mu_);
+    MERIDIAN_RETURN_IF_ERROR(CheckFeasibleLocked(job));
+    rec.id = result.job_id = next_job_id_++;
+    if (!small) {
+      lock.unlock();
+      MERIDIAN_RETURN_IF_ERROR(store_->CreateJob(rec, tasks).status());
+      std::vector<store::NewTask>().swap(tasks);  // a large job's names: not held twice
+      lock.lock();
+    } else {
+      new_jobs_.push_back(store::NewJob{rec, std::move(tasks)});
     }
-    for (TaskRt& t : rt.tasks) {
-      if (t.rec.status == TaskStatus::kQueued) Enqueue(t);
-    }
-    Changed(rt);
+    InstallJobLocked(std::move(rec), std::move(job));
     // Place at once rather than wake the loop: a thread hop less per job.
     ScheduleLocked();
+    if (!new_jobs_.empty()) {  // nothing placed: stored alone
+      store::StoreBatch batch;
+      Commit(batch);
+    }
     FlushWatchersLocked();
   }
   loop_cv_.notify_one();
   return std::optional<rpc::SubmitResult>(std::move(result));
 }
 
-Status Coordinator::CheckFeasible(const model::Job& job) const {
+void Coordinator::InstallJobLocked(model::JobRecord rec, model::Job job) {
+  const uint64_t id = rec.id;
+  const size_t n = job.tasks.size();
+  JobRt& rt = jobs_[id];
+  rt.rec = std::move(rec);
+  rt.job = std::make_unique<model::Job>(std::move(job));
+  rt.tasks.resize(n);
+  rt.counts.tasks_total = static_cast<int32_t>(n);
+  rt.counts.waiting = rt.counts.tasks_total;
+  for (size_t i = 0; i < n; ++i) {
+    TaskRt& t = rt.tasks[i];
+    t.rec.job = id;
+    t.rec.task = static_cast<uint32_t>(i);
+    t.rec.status = rt.job->tasks[i].after.empty() ? TaskStatus::kQueued : TaskStatus::kBlocked;
+    t.deps_left = static_cast<int32_t>(rt.job->tasks[i].after.size());
+    for (TaskId d : rt.job->tasks[i].after) rt.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
+  }
+  for (TaskRt& t : rt.tasks) {
+    if (t.rec.status == TaskStatus::kQueued) Enqueue(t);
+  }
+  Changed(rt);
+}
+
+void Coordinator::FleetChangedLocked() {
+  pools_.reset();
+  fleet_kernels_.reset();
+  empty_ledger_.reset();
+}
+
+const sched::PoolIndex& Coordinator::PoolsLocked() {
+  if (!pools_) pools_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  return *pools_;
+}
+
+Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
   if (fleet_.nodes.empty()) {
     return FailedPreconditionError("the cluster has no nodes yet: start agents (meridian up) and submit again");
   }
@@ -403,8 +436,13 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
       }
     }
   }
-  std::set<std::string> kernels;
-  for (const NodeRt& n : nodes_) kernels.insert(n.kernels.begin(), n.kernels.end());
+  // What the fleet offers is worked out once after it changes, not per job: with
+  // thousands of nodes it is most of a submission's work.
+  if (!fleet_kernels_) {
+    fleet_kernels_.emplace();
+    for (const NodeRt& n : nodes_) fleet_kernels_->insert(n.kernels.begin(), n.kernels.end());
+  }
+  const std::set<std::string>& kernels = *fleet_kernels_;
   for (const model::Task& t : job.tasks) {
     if (!t.kernel.empty() && !kernels.count(t.kernel)) {
       return InvalidArgumentError(
@@ -416,7 +454,10 @@ Status Coordinator::CheckFeasible(const model::Job& job) const {
   sched::Snapshot snap;
   snap.fleet = &fleet_;
   snap.throughput = &options_.throughput;
-  snap.free = sched::ResourceLedger(fleet_);
+  PoolsLocked();
+  snap.pools = pools_;
+  if (!empty_ledger_) empty_ledger_.emplace(fleet_);
+  snap.free = *empty_ledger_;
   snap.jobs.push_back(sched::JobState::Submitted(job, 0));
   std::vector<const model::ResourceRequest*> seen;
   for (const model::Task& t : job.tasks) {
@@ -787,7 +828,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   node.site = site;
   store::StoreBatch batch;
   const int32_t index = UpsertNode(std::move(node), batch);
-  pools_.reset();
+  FleetChangedLocked();
   last_fleet_change_ = env_.clock().Now();
   NodeRt& rt = nodes_[index];
   rt.site = reg.site;

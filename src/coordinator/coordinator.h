@@ -49,6 +49,11 @@ namespace meridian::coordinator {
 // without a heartbeat, is declared dead.
 inline constexpr int64_t kIdleHeartbeatsPerSecond = 250;
 
+// A job of at most this many tasks is stored in the same transaction as its first
+// placements, under the coordinator's lock (one commit less on its way); a larger one
+// is stored first, outside the lock, since its rows take long to write.
+inline constexpr size_t kStoredWithPlacementsTasks = 1'000;
+
 struct CoordinatorOptions {
   // Sites, links, tenants and the throughput table. Nodes are not taken from here:
   // they join by registering. Empty: sites are created as agents name them.
@@ -263,10 +268,16 @@ class Coordinator final : public rpc::JobApi,
   void CloseSinkLocked(NodeRt& node, const Status& why);
   // How long a node may stay silent at the current heartbeat interval.
   int64_t HeartbeatTimeoutUs();
-  // Writes `batch`, with the spend rows not written yet.
+  // Writes `batch`, with the jobs created and the spend rows not written yet.
   void Commit(store::StoreBatch& batch);
+  // The submitted job, stored, in memory: its tasks queued (or blocked on others).
+  void InstallJobLocked(model::JobRecord rec, model::Job job);
   // OK when every task could run on the registered fleet; else why one cannot.
-  Status CheckFeasible(const model::Job& job) const;
+  Status CheckFeasibleLocked(const model::Job& job);
+  // The fleet's pools (made when first needed after it changed).
+  const sched::PoolIndex& PoolsLocked();
+  // Forgets what was worked out from the fleet: a node registered or died.
+  void FleetChangedLocked();
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
   void Enqueue(TaskRt& task);
   void Dequeue(TaskRt& task);
@@ -372,7 +383,9 @@ class Coordinator final : public rpc::JobApi,
   bool stopping_ = false;
   bool dirty_ = true;                  // something the scheduler should look at changed
   model::Fleet fleet_;                 // sites from the options, nodes as they register
-  std::shared_ptr<const sched::PoolIndex> pools_;
+  std::shared_ptr<const sched::PoolIndex> pools_;  // these three: see FleetChangedLocked
+  std::optional<std::set<std::string>> fleet_kernels_;  // the kernels of every node
+  std::optional<sched::ResourceLedger> empty_ledger_;   // the fleet's resources, all free
   sched::ResourceLedger ledger_;
   std::vector<NodeRt> nodes_;          // parallel to fleet_.nodes
   std::map<std::string, int32_t> node_by_name_;
@@ -390,6 +403,10 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, int64_t> running_estimate_;
   std::set<std::string> spend_unsaved_;           // tenants whose spend the store lacks
   std::vector<model::TenantSpend> spend_rows_;    // of days past, not stored yet
+  uint64_t next_job_id_ = 1;                      // the next job's (ids are never reused)
+  // Jobs submitted and in memory, to be stored by the next Commit with their first
+  // placements (mu_ is held until then: nobody sees them before they are stored).
+  std::vector<store::NewJob> new_jobs_;
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards

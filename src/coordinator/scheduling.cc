@@ -121,7 +121,7 @@ void Coordinator::LeavePlaced(JobRt& job, TaskRt& task) {
 void Coordinator::ScheduleLocked() {
   dirty_ = false;
   if (ready_.empty()) return;
-  if (!pools_) pools_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
+  PoolsLocked();
   sched::Snapshot snap;
   snap.now_us = env_.clock().Now().us;
   snap.fleet = &fleet_;
@@ -604,7 +604,7 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
   node.stream_lost_at.reset();
   CloseSinkLocked(node, FailedPreconditionError("this node was declared dead; register again"));
   fleet_.nodes[index].health = model::NodeHealth::kUnhealthy;
-  pools_.reset();
+  FleetChangedLocked();
   MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
                     node.tasks.size());
   std::vector<std::pair<uint64_t, uint32_t>> held(node.tasks.begin(), node.tasks.end());

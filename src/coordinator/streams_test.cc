@@ -2,10 +2,13 @@
 // assignments pushed to the streams of the nodes that got work (and no other), job
 // summaries pushed to watchers, streams closed when a session ends, heartbeats that
 // grow rarer as the fleet grows, and a closed connection noticed without them.
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "coordinator/coordinator.h"
@@ -256,6 +259,54 @@ TEST_F(CoordinatorTest, SubmitSmallStoresOnlyJobsWithinItsBound) {
   ASSERT_TRUE(unbounded.ok() && unbounded->has_value()) << unbounded.status().ToString();
   EXPECT_EQ((*unbounded)->tasks, 5);
   EXPECT_EQ(coord_->ListJobs(0, "").size(), 2u);
+}
+
+// A small job is stored in the same commit as its first placements (one commit less
+// on its way to an agent), a large one alone first; either way its id is the
+// coordinator's, past every id the store gave out, and nothing is pushed before it
+// is stored.
+TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) {
+  auto owned = std::make_unique<testing::InMemoryStateStore>();
+  testing::InMemoryStateStore* store = owned.get();
+  model::JobRecord old;
+  old.name = "old";
+  old.id = 41;
+  old.status = model::JobStatus::kSucceeded;
+  ASSERT_TRUE(store->CreateJob(old, {}).ok());  // a job stored before: ids go on past it
+  Start(std::move(owned));
+  // Finished long ago, it goes at the first retention pass (its id is not given again).
+  for (int i = 0; i < 200 && !coord_->ListJobs(0, "").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(coord_->ListJobs(0, "").empty());
+  model::RegistrationReply n = Register(Node("n1"));
+  auto sink = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, sink).ok());
+  const int before = store->commits();
+  auto small = coord_->Submit("name: s\ntasks:\n  - {name: a, kernel: noop, count: 3}\n", "s.yaml", "");
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->job_id, 42u);
+  EXPECT_EQ(store->commits(), before + 1);
+  EXPECT_EQ(Assignments(*sink), 3u);
+  store::LoadedState stored = *store->Load();
+  ASSERT_EQ(stored.jobs.size(), 1u);
+  EXPECT_EQ(stored.jobs[0].id, 42u);
+  ASSERT_EQ(stored.tasks.size(), 3u);
+  EXPECT_EQ(stored.tasks[0].status, model::TaskStatus::kAssigned);
+
+  const std::string large = fmt::format("name: l\ntasks:\n  - {{name: a, kernel: noop, count: {}, resources: {{cpu: 1}}}}\n",
+                                        kStoredWithPlacementsTasks + 1);
+  const int between = store->commits();
+  auto big = coord_->Submit(large, "l.yaml", "");
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(big->job_id, 43u);
+  EXPECT_EQ(store->commits(), between + 2);  // the job and its tasks; then what was placed
+  EXPECT_EQ(store->Load()->next_job_id, 44u);
+  // A job with nothing placed (no room) is stored all the same.
+  auto waiting = coord_->Submit("name: w\ntasks:\n  - {name: a, kernel: noop, resources: {cpu: 1}}\n", "w.yaml", "");
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  EXPECT_EQ(store->Load()->jobs.back().id, waiting->job_id);
+  EXPECT_EQ(store->Load()->jobs.back().name, "w");
 }
 
 TEST_F(CoordinatorTest, AWatchOfACancelledJobIsPushedItsEndAndClosed) {

@@ -266,7 +266,7 @@ Status SqliteStateStore::Prepare() {
       {&commit_, "COMMIT"},
       {&rollback_, "ROLLBACK"},
       {&next_job_, "SELECT value FROM counters WHERE name = 'next_job'"},
-      {&set_next_job_, "UPDATE counters SET value = ?1 WHERE name = 'next_job'"},
+      {&set_next_job_, "UPDATE counters SET value = MAX(value, ?1) WHERE name = 'next_job'"},
   };
   for (auto& s : statements) {
     if (sqlite3_prepare_v3(db_, s.sql, -1, SQLITE_PREPARE_PERSISTENT, s.st, nullptr) != SQLITE_OK) {
@@ -324,33 +324,12 @@ StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(Begin());
   Status s = OkStatus();
-  if (sqlite3_step(next_job_) != SQLITE_ROW) {
-    s = Fail("allocate job id");
-  } else {
-    job.id = static_cast<uint64_t>(sqlite3_column_int64(next_job_, 0));
+  if (job.id == 0) {
+    StatusOr<uint64_t> next = NextJobId();
+    s = next.status();
+    if (s.ok()) job.id = *next;
   }
-  sqlite3_reset(next_job_);
-  if (s.ok() && !Binder(set_next_job_).Int(static_cast<int64_t>(job.id + 1)).Done()) s = Fail("allocate job id");
-  if (s.ok() && !Binder(insert_job_)
-                     .Int(static_cast<int64_t>(job.id)).Str(job.name).Str(job.tenant)
-                     .Str(job.spec_yaml).Str(job.spec_name)
-                     .Str(std::string(model::JobStatusName(job.status)))
-                     .Str(job.reason).Int(job.submitted_us).Int(job.finished_us)
-                     .Done()) {
-    s = Fail("write job");
-  }
-  model::TaskRecord t;
-  t.job = job.id;
-  for (size_t i = 0; s.ok() && i < tasks.size(); ++i) {
-    t.task = static_cast<uint32_t>(i);
-    t.status = tasks[i].status;
-    s = PutTask(t);
-    if (s.ok() && !Binder(put_label_)
-                       .Int(static_cast<int64_t>(job.id)).Int(t.task).Str(tasks[i].name).Int(tasks[i].result ? 1 : 0)
-                       .Done()) {
-      s = Fail("write task name");
-    }
-  }
+  if (s.ok()) s = InsertJob(job, tasks);
   if (!s.ok()) {
     Rollback();
     return s;
@@ -359,11 +338,52 @@ StatusOr<uint64_t> SqliteStateStore::CreateJob(model::JobRecord job, const std::
   return job.id;
 }
 
+StatusOr<uint64_t> SqliteStateStore::NextJobId() {
+  Status s = OkStatus();
+  uint64_t id = 0;
+  if (sqlite3_step(next_job_) != SQLITE_ROW) {
+    s = Fail("read the next job id");
+  } else {
+    id = static_cast<uint64_t>(sqlite3_column_int64(next_job_, 0));
+  }
+  sqlite3_reset(next_job_);
+  if (!s.ok()) return s;
+  return id;
+}
+
+Status SqliteStateStore::InsertJob(const model::JobRecord& job, const std::vector<NewTask>& tasks) {
+  if (!Binder(set_next_job_).Int(static_cast<int64_t>(job.id + 1)).Done()) return Fail("allocate job id");
+  if (!Binder(insert_job_)
+           .Int(static_cast<int64_t>(job.id)).Str(job.name).Str(job.tenant)
+           .Str(job.spec_yaml).Str(job.spec_name)
+           .Str(std::string(model::JobStatusName(job.status)))
+           .Str(job.reason).Int(job.submitted_us).Int(job.finished_us)
+           .Done()) {
+    return Fail("write job");
+  }
+  model::TaskRecord t;
+  t.job = job.id;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    t.task = static_cast<uint32_t>(i);
+    t.status = tasks[i].status;
+    MERIDIAN_RETURN_IF_ERROR(PutTask(t));
+    if (!Binder(put_label_)
+             .Int(static_cast<int64_t>(job.id)).Int(t.task).Str(tasks[i].name).Int(tasks[i].result ? 1 : 0)
+             .Done()) {
+      return Fail("write task name");
+    }
+  }
+  return OkStatus();
+}
+
 Status SqliteStateStore::Apply(const StoreBatch& batch) {
   if (batch.empty()) return OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(Begin());
   Status s = OkStatus();
+  for (size_t i = 0; s.ok() && i < batch.new_jobs.size(); ++i) {
+    s = InsertJob(batch.new_jobs[i].record, batch.new_jobs[i].tasks);
+  }
   for (size_t i = 0; s.ok() && i < batch.tasks.size(); ++i) s = PutTask(batch.tasks[i]);
   for (size_t i = 0; s.ok() && i < batch.jobs.size(); ++i) s = PutJobStatus(batch.jobs[i]);
   for (size_t i = 0; s.ok() && i < batch.attempts.size(); ++i) s = PutAttempt(batch.attempts[i]);
@@ -468,6 +488,7 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
     out.spend.push_back(model::TenantSpend{Text(spend.st, 0), sqlite3_column_int64(spend.st, 1),
                                            sqlite3_column_int64(spend.st, 2)});
   }
+  MERIDIAN_ASSIGN_OR_RETURN(out.next_job_id, NextJobId());
   return out;
 }
 

@@ -62,6 +62,10 @@ class SqliteStateStore final : public StateStore {
   Status Prepare();
   Status Fail(const char* what) const;
   Status PutTask(const model::TaskRecord& t);
+  // Within a transaction: the counter's value; the job and its tasks, moving the
+  // counter past the job's id.
+  StatusOr<uint64_t> NextJobId();
+  Status InsertJob(const model::JobRecord& job, const std::vector<NewTask>& tasks);
   Status PutJobStatus(const model::JobRecord& j);
   Status PutAttempt(const model::AttemptRecord& a);
   Status PutLog(const model::TaskLogRecord& l);

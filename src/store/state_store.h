@@ -20,6 +20,21 @@
 
 namespace meridian::store {
 
+// A task as its job is created: its name in the job and whether it is a result
+// (nothing in the job reads its output), kept so a job's tasks can be listed without
+// its spec, and the status it starts in.
+struct NewTask {
+  std::string name;
+  bool result = false;
+  model::TaskStatus status = model::TaskStatus::kQueued;
+};
+
+// A job as it is created, task i being tasks[i].
+struct NewJob {
+  model::JobRecord record;
+  std::vector<NewTask> tasks;
+};
+
 // Writes committed together. Records are upserts keyed by their ids.
 struct StoreBatch {
   std::vector<model::JobRecord> jobs;  // status, reason and finish time (the spec is not rewritten)
@@ -29,10 +44,13 @@ struct StoreBatch {
   std::vector<model::ObjectName> names;  // inserted; names are never reused
   std::vector<model::TokenRecord> tokens;  // API tokens (hashes only), upserted by id
   std::vector<model::TenantSpend> spend = {};  // upserted by (tenant, day)
+  // Jobs created, each with the id its coordinator gave it; written before the rest
+  // (which may place their tasks).
+  std::vector<NewJob> new_jobs = {};
 
   bool empty() const {
-    return jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty() && tokens.empty() &&
-           spend.empty();
+    return new_jobs.empty() && jobs.empty() && tasks.empty() && attempts.empty() && logs.empty() && names.empty() &&
+           tokens.empty() && spend.empty();
   }
 };
 
@@ -46,24 +64,18 @@ struct LoadedState {
   std::vector<model::ObjectName> names;        // by (name, shard)
   std::vector<model::TokenRecord> tokens;      // by id
   std::vector<model::TenantSpend> spend;       // by (tenant, day)
+  // The id the next job is to have: past every id given out, deleted jobs' too.
+  uint64_t next_job_id = 1;
   // Finished jobs' task counts by status, and retries (attempts beyond the first).
   std::map<uint64_t, model::JobSummary> finished_counts;
-};
-
-// A task as its job is created: its name in the job and whether it is a result
-// (nothing in the job reads its output), kept so a job's tasks can be listed without
-// its spec, and the status it starts in.
-struct NewTask {
-  std::string name;
-  bool result = false;
-  model::TaskStatus status = model::TaskStatus::kQueued;
 };
 
 class StateStore {
  public:
   virtual ~StateStore() = default;
-  // Gives the job the next id (never one a deleted job had) and stores it with its
-  // tasks, task i being tasks[i].
+  // Stores the job with its tasks, task i being tasks[i], under the id it has (given
+  // by its coordinator from LoadedState::next_job_id on), or, when that is 0, the next
+  // one (never one a deleted job had). Either way the next id given out is past it.
   virtual StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) = 0;
   virtual Status Apply(const StoreBatch& batch) = 0;
   virtual StatusOr<LoadedState> Load() = 0;

@@ -220,6 +220,45 @@ TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
   EXPECT_EQ(*store_->CreateJob(Job("c"), {}), b + 1);
 }
 
+// A coordinator gives job ids itself (from Load's next_job_id on) and stores a small
+// job in the same batch as its first placements: the job's rows go first, then the
+// batch's task updates; the next id given out is past every id stored, whichever way.
+TEST_P(StateStoreSuite, AJobCreatedInABatchIsStoredWithItsPlacementsUnderItsOwnId) {
+  EXPECT_EQ(store_->Load()->next_job_id, 1u);
+  StoreBatch batch;
+  model::JobRecord j = Job("placed");
+  j.id = 7;
+  batch.new_jobs.push_back(NewJob{j, NewTasks(2)});
+  model::TaskRecord placed = Task(1);
+  placed.job = 7;
+  placed.status = model::TaskStatus::kAssigned;
+  placed.node = "n1";
+  placed.attempt = 1;
+  batch.tasks.push_back(placed);
+  batch.attempts.push_back({7, 1, 1, "n1", "s", "running", "", 0, 10, 0});
+  ASSERT_TRUE(store_->Apply(batch).ok());
+  LoadedState s = *store_->Load();
+  EXPECT_EQ(s.next_job_id, 8u);
+  ASSERT_EQ(s.jobs.size(), 1u);
+  EXPECT_EQ(s.jobs[0].id, 7u);
+  EXPECT_EQ(s.jobs[0].name, "placed");
+  ASSERT_EQ(s.tasks.size(), 2u);
+  EXPECT_EQ(s.tasks[0].status, model::TaskStatus::kQueued);
+  EXPECT_EQ(s.tasks[1].status, model::TaskStatus::kAssigned);
+  EXPECT_EQ(s.tasks[1].node, "n1");
+  ASSERT_EQ(s.attempts.size(), 1u);
+  EXPECT_EQ(*store_->FindTask(7, "t1"), std::optional<uint32_t>(1));
+  // CreateJob with an id keeps it and moves the counter past it; an id below the
+  // counter does not move it back; without an id, the counter's.
+  model::JobRecord big = Job("big");
+  big.id = 12;
+  EXPECT_EQ(*store_->CreateJob(big, NewTasks(1)), 12u);
+  big.id = 9;
+  EXPECT_EQ(*store_->CreateJob(big, NewTasks(1)), 9u);
+  EXPECT_EQ(store_->Load()->next_job_id, 13u);
+  EXPECT_EQ(*store_->CreateJob(Job("next"), {}), 13u);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StateStoreSuite,
     ::testing::Values(

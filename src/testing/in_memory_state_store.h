@@ -18,20 +18,15 @@ class InMemoryStateStore final : public store::StateStore {
  public:
   StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<store::NewTask>& tasks) override {
     std::lock_guard<std::mutex> lock(mu_);
-    job.id = next_job_++;
-    jobs_[job.id] = job;
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      model::TaskRecord t;
-      t.job = job.id;
-      t.task = static_cast<uint32_t>(i);
-      t.status = tasks[i].status;
-      tasks_[{t.job, t.task}] = t;
-      labels_[{t.job, t.task}] = tasks[i];
-    }
+    if (job.id == 0) job.id = next_job_;
+    InsertJobLocked(job, tasks);
+    ++commits_;
     return job.id;
   }
   Status Apply(const store::StoreBatch& batch) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!batch.empty()) ++commits_;
+    for (const store::NewJob& j : batch.new_jobs) InsertJobLocked(j.record, j.tasks);
     for (const model::TaskRecord& t : batch.tasks) tasks_[{t.job, t.task}] = t;
     for (const model::JobRecord& j : batch.jobs) {
       auto it = jobs_.find(j.id);
@@ -66,6 +61,7 @@ class InMemoryStateStore final : public store::StateStore {
     for (const auto& [k, n] : names_) out.names.push_back(n);
     for (const auto& [id, t] : tokens_) out.tokens.push_back(t);
     for (const auto& [k, t] : spend_) out.spend.push_back(t);
+    out.next_job_id = next_job_;
     return out;
   }
   StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
@@ -111,14 +107,33 @@ class InMemoryStateStore final : public store::StateStore {
     return OkStatus();
   }
 
+  // How many transactions were committed (CreateJob, and Apply of a non-empty batch).
+  int commits() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return commits_;
+  }
+
  private:
+  void InsertJobLocked(const model::JobRecord& job, const std::vector<store::NewTask>& tasks) {
+    next_job_ = std::max(next_job_, job.id + 1);
+    jobs_[job.id] = job;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      model::TaskRecord t;
+      t.job = job.id;
+      t.task = static_cast<uint32_t>(i);
+      t.status = tasks[i].status;
+      tasks_[{t.job, t.task}] = t;
+      labels_[{t.job, t.task}] = tasks[i];
+    }
+  }
   store::NewTask LabelOf(uint64_t job, uint32_t task) const {
     auto it = labels_.find({job, task});
     return it == labels_.end() ? store::NewTask{} : it->second;
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   uint64_t next_job_ = 1;
+  int commits_ = 0;
   std::map<std::pair<uint64_t, uint32_t>, store::NewTask> labels_;
   std::map<std::pair<std::string, int32_t>, model::ObjectName> names_;
   std::map<std::pair<std::string, int64_t>, model::TenantSpend> spend_;
