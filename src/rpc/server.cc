@@ -275,19 +275,28 @@ class SubmitWatchSink final : public JobWatchSink {
   const std::shared_ptr<PushSink<SubmitProgress, v1::SubmitProgress>> stream_;
 };
 
-// A few threads that run work handed to them in turn, off gRPC's threads.
+// SubmitAndWatch's workers, for jobs too large to store on a callback thread, and how
+// many such submissions may wait for one (each holds its spec, up to 16 MiB).
+constexpr int kSubmissionWorkers = 4;
+constexpr size_t kMaxSubmissionsWaiting = 64;
+
+// A few threads that run work handed to them in turn, off gRPC's threads; at most
+// `max_waiting` pieces of work wait.
 class Workers {
  public:
-  explicit Workers(int threads) {
+  Workers(int threads, size_t max_waiting) : max_waiting_(max_waiting) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Serve(); });
   }
   ~Workers() { Stop(); }
-  void Run(std::function<void()> work) {
+  // False, and nothing queued, when max_waiting already wait (or it is stopping).
+  bool Run(std::function<void()> work) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || queue_.size() >= max_waiting_) return false;
       queue_.push_back(std::move(work));
     }
     cv_.notify_one();
+    return true;
   }
   // Runs what was handed over, then joins the threads.
   void Stop() {
@@ -315,6 +324,7 @@ class Workers {
     }
   }
 
+  const size_t max_waiting_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
@@ -419,16 +429,19 @@ class JobServiceImpl final
     }
     // The call's request and context may be gone before the work is done (the client
     // gave up, the coordinator stops): the work keeps what it needs of them.
-    workers_.Run([this, spec = req->spec_yaml(), name = req->spec_name(), sink = stream->sink(), tenant,
-                  who = Gate::Who(ctx)] {
+    const bool queued = workers_.Run([this, spec = req->spec_yaml(), name = req->spec_name(), sink = stream->sink(),
+                                      tenant, who = Gate::Who(ctx)] {
       if (!sink->open()) return;  // the client gave up before it began
       StatusOr<SubmitResult> r = api_.Submit(spec, name, tenant);
       if (r.status().code() == StatusCode::kPermissionDenied) Gate::Refused(who, "JobService.SubmitAndWatch", r.status());
       Accepted(sink, std::move(r));
     });
+    if (!queued) {
+      stream->sink()->Close(ResourceExhaustedError(fmt::format(
+          "the coordinator has {} large submissions waiting to be stored; submit again shortly", kMaxSubmissionsWaiting)));
+    }
     return stream;
   }
-
 
   grpc::Status Get(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::JobInfo* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Get");
@@ -796,8 +809,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   s->gate_ = std::make_unique<Gate>(auth, secure);
   s->object_service_ = std::make_unique<ObjectServiceImpl>(objects, *s->gate_);
   s->streams_ = std::make_unique<StreamRegistry>();
-  // Submissions stored at once (SubmitAndWatch); more wait their turn.
-  s->workers_ = std::make_unique<Workers>(4);
+  // Large submissions (SubmitAndWatch) stored at once; a few more wait their turn.
+  s->workers_ = std::make_unique<Workers>(kSubmissionWorkers, kMaxSubmissionsWaiting);
   s->job_service_ = std::make_unique<JobServiceImpl>(jobs, *s->gate_, s->stopping_, *s->streams_, *s->workers_);
   s->node_service_ = std::make_unique<NodeServiceImpl>(nodes, auth, *s->gate_, s->stopping_, *s->streams_);
   s->admin_service_ = std::make_unique<AdminServiceImpl>(admin, auth, *s->gate_);
