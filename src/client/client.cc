@@ -101,6 +101,29 @@ rpc::SubmitResult FromProto(const v1::SubmitJobResponse& resp) {
   return rpc::SubmitResult{resp.job_id(), resp.name(), resp.tasks(), {resp.warnings().begin(), resp.warnings().end()}};
 }
 
+// Reads a stream of a job's summaries (Watch's, SubmitAndWatch's) to its end: `take`
+// sees each message and returns the summary it carries, if any; on_change gets each
+// one, until it says stop (the stream is then cancelled). `last` is the newest.
+// Returns the stream's status, or nullopt when on_change stopped it.
+template <typename Message>
+std::optional<grpc::Status> FollowSummaries(
+    grpc::ClientContext& ctx, grpc::ClientReader<Message>& reader,
+    const std::function<const v1::JobInfo*(const Message&)>& take,
+    const std::function<bool(const model::JobSummary&)>& on_change, std::optional<model::JobSummary>& last) {
+  Message m;
+  while (reader.Read(&m)) {
+    const v1::JobInfo* info = take(m);
+    if (!info) continue;
+    last = rpc::FromProto(*info).summary;
+    if (!on_change(*last)) {
+      ctx.TryCancel();
+      reader.Finish().IgnoreError();
+      return std::nullopt;
+    }
+  }
+  return reader.Finish();
+}
+
 }  // namespace
 
 StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const std::string& spec_name) {
@@ -120,24 +143,21 @@ StatusOr<model::JobSummary> Client::SubmitAndWatch(const std::string& spec_yaml,
   std::optional<model::JobSummary> last;
   {
     grpc::ClientContext ctx;
-    // The acceptance comes within Submit's own limit; the job's end, as a watch's.
+    // A stream lasts a minute at most, as a watch's; Watch follows a longer job.
     rpc::SetDeadline(ctx, 60'000'000);
     auto reader = v1::JobService::NewStub(Channel())->SubmitAndWatch(&ctx, req);
-    v1::SubmitProgress p;
-    while (reader->Read(&p)) {
-      if (p.has_accepted() && !id) {
-        id = p.accepted().job_id();
-        if (on_accepted) on_accepted(FromProto(p.accepted()));
-      }
-      if (!p.has_job() || !id) continue;
-      last = rpc::FromProto(p.job()).summary;
-      if (!on_change(*last)) {
-        ctx.TryCancel();
-        reader->Finish().IgnoreError();
-        return *last;
-      }
-    }
-    grpc::Status st = reader->Finish();
+    std::optional<grpc::Status> ended = FollowSummaries<v1::SubmitProgress>(
+        ctx, *reader,
+        [&](const v1::SubmitProgress& p) -> const v1::JobInfo* {
+          if (p.has_accepted() && !id) {
+            id = p.accepted().job_id();
+            if (on_accepted) on_accepted(FromProto(p.accepted()));
+          }
+          return p.has_job() && id ? &p.job() : nullptr;
+        },
+        on_change, last);
+    if (!ended) return *last;
+    const grpc::Status& st = *ended;
     if (!id) {
       if (st.ok()) return UnavailableError("the coordinator ended the submission without accepting the job");
       return Explain(rpc::FromGrpc(st));
@@ -242,20 +262,17 @@ StatusOr<model::JobSummary> Client::Watch(uint64_t id, const std::function<bool(
     req.set_job_id(id);
     req.set_after_version(version);
     auto reader = v1::JobService::NewStub(Channel())->Watch(&ctx, req);
-    v1::JobInfo info;
-    while (reader->Read(&info)) {
-      lost = false;
-      backoff_us = 200'000;
-      model::JobSummary s = rpc::FromProto(info).summary;
-      version = s.version;
-      last = s;
-      if (!on_change(s)) {
-        ctx.TryCancel();
-        reader->Finish().IgnoreError();
-        return *last;
-      }
-    }
-    grpc::Status st = reader->Finish();
+    std::optional<grpc::Status> ended = FollowSummaries<v1::JobInfo>(
+        ctx, *reader,
+        [&](const v1::JobInfo& info) {
+          lost = false;
+          backoff_us = 200'000;
+          version = info.version();
+          return &info;
+        },
+        on_change, last);
+    if (!ended) return *last;
+    const grpc::Status st = *ended;
     if (last && model::IsTerminal(last->job.status)) return *last;
     if (st.ok() || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) continue;
     const Status error = Explain(rpc::FromGrpc(st));

@@ -413,9 +413,9 @@ void Coordinator::FleetChangedLocked() {
   empty_ledger_.reset();
 }
 
-const sched::PoolIndex& Coordinator::PoolsLocked() {
+const std::shared_ptr<const sched::PoolIndex>& Coordinator::PoolsLocked() {
   if (!pools_) pools_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
-  return *pools_;
+  return pools_;
 }
 
 Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
@@ -454,8 +454,7 @@ Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
   sched::Snapshot snap;
   snap.fleet = &fleet_;
   snap.throughput = &options_.throughput;
-  PoolsLocked();
-  snap.pools = pools_;
+  snap.pools = PoolsLocked();
   if (!empty_ledger_) empty_ledger_.emplace(fleet_);
   snap.free = *empty_ledger_;
   snap.jobs.push_back(sched::JobState::Submitted(job, 0));

@@ -275,7 +275,7 @@ class Coordinator final : public rpc::JobApi,
   // OK when every task could run on the registered fleet; else why one cannot.
   Status CheckFeasibleLocked(const model::Job& job);
   // The fleet's pools (made when first needed after it changed).
-  const sched::PoolIndex& PoolsLocked();
+  const std::shared_ptr<const sched::PoolIndex>& PoolsLocked();
   // Forgets what was worked out from the fleet: a node registered or died.
   void FleetChangedLocked();
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;

@@ -121,12 +121,11 @@ void Coordinator::LeavePlaced(JobRt& job, TaskRt& task) {
 void Coordinator::ScheduleLocked() {
   dirty_ = false;
   if (ready_.empty()) return;
-  PoolsLocked();
   sched::Snapshot snap;
   snap.now_us = env_.clock().Now().us;
   snap.fleet = &fleet_;
   snap.throughput = &options_.throughput;
-  snap.pools = pools_;
+  snap.pools = PoolsLocked();
   snap.free = ledger_;
   // What each tenant's running tasks hold, for quotas and fair shares (the fleet's
   // tenants by index; the last entry is everyone the fleet does not list).
