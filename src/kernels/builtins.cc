@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/chain.h"
 #include "kernels/ops.h"
 
 namespace meridian::kernels::builtin {
@@ -367,6 +368,21 @@ StatusOr<std::string> MatMul(const KernelContext& ctx) {
   // Checksums only: the output is the same on every run (the CPU and a GPU agree
   // to rounding, since they add in different orders).
   return fmt::format("matmul n={} sum={:.9e} frobenius={:.9e}", n, r.sum, r.frobenius);
+}
+
+StatusOr<std::string> ChainVerify(const KernelContext& ctx) {
+  MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "chain-verify", {}));
+  if (ctx.inputs.empty()) return InvalidArgumentError("chain-verify needs inputs: shards of blocks, or reports to merge");
+  MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
+  std::vector<chain::Report> parts;
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    const std::string& in = ctx.inputs[k];
+    StatusOr<chain::Report> r = chain::IsReport(in) ? chain::ParseReport(in) : chain::Verify(in, *ops, ctx.stop);
+    if (!r.ok()) return r.status().WithPrefix(fmt::format("input {}", k));
+    parts.push_back(*std::move(r));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(chain::Report merged, chain::Merge(std::move(parts)));
+  return chain::FormatReport(merged);
 }
 
 }  // namespace meridian::kernels::builtin

@@ -18,5 +18,6 @@ StatusOr<std::string> Histogram(const KernelContext& ctx);
 StatusOr<std::string> WordCount(const KernelContext& ctx);
 StatusOr<std::string> MatMul(const KernelContext& ctx);
 StatusOr<std::string> LogStats(const KernelContext& ctx);
+StatusOr<std::string> ChainVerify(const KernelContext& ctx);
 
 }  // namespace meridian::kernels::builtin

@@ -16,6 +16,9 @@ const std::vector<KernelInfo>& AllKernels() {
       {"logstats",
        "summarises log lines (timestamp service status latency_ms bytes) per service and status; merges summaries",
        builtin::LogStats, false},
+      {"chain-verify",
+       "verifies blocks of signed transfers (signatures, Merkle roots, links; docs/chain.md); merges reports",
+       builtin::ChainVerify, true},
   };
   return kernels;
 }

@@ -27,7 +27,7 @@ struct KernelRun {
 };
 
 TEST(KernelsTest, RegistryNamesTheBuiltIns) {
-  for (const char* name : {"noop", "sum", "sort", "histogram", "wordcount", "matmul", "logstats"}) {
+  for (const char* name : {"noop", "sum", "sort", "histogram", "wordcount", "matmul", "logstats", "chain-verify"}) {
     EXPECT_NE(FindKernel(name), nullptr) << name;
   }
   EXPECT_EQ(FindKernel("nope"), nullptr);

@@ -57,7 +57,15 @@ class Ops {
   // B[i] = gen::Signed(seed, 2i + 1) (row-major, double precision); checksums of C.
   virtual StatusOr<MatMulResult> MatMul(int64_t n, uint64_t seed, int64_t repeat,
                                         const std::atomic<bool>& stop) const = 0;
+  // digests[32 i, 32 i + 32) = SHA-256(SHA-256(message i)) for the messages of `length`
+  // bytes laid end to end in `messages`; digests holds 32 bytes per message. The CPU
+  // uses libsodium; a GPU hashes one message per thread (kernels/sha256.h). Identical
+  // on both.
+  virtual Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const = 0;
 };
+
+// The argument checks every Sha256d makes (whole messages, room for the digests).
+Status CheckSha256dArgs(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests);
 
 const Ops& CpuOps();
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <sodium.h>
 
 #include "kernels/generate.h"
 #include "kernels/ops.h"
@@ -15,6 +16,10 @@ Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
 
 class CpuOpsImpl final : public Ops {
  public:
+  // libsodium chooses its implementations for this CPU once, before any use (and may be
+  // asked again: it is idempotent and thread-safe).
+  CpuOpsImpl() { MERIDIAN_CHECK(sodium_init() >= 0); }
+
   std::string name() const override { return "cpu"; }
   bool is_gpu() const override { return false; }
 
@@ -92,9 +97,32 @@ class CpuOpsImpl final : public Ops {
     out.frobenius = std::sqrt(sq);
     return out;
   }
+
+  Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckSha256dArgs(messages, length, digests));
+    const size_t count = messages.size() / length;
+    uint8_t first[crypto_hash_sha256_BYTES];
+    for (size_t i = 0; i < count; ++i) {
+      crypto_hash_sha256(first, messages.data() + i * length, length);
+      crypto_hash_sha256(digests.data() + i * crypto_hash_sha256_BYTES, first, sizeof(first));
+    }
+    return OkStatus();
+  }
 };
 
 }  // namespace
+
+Status CheckSha256dArgs(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) {
+  if (length == 0 || messages.size() % length != 0) {
+    return InvalidArgumentError(fmt::format("{} bytes are not whole messages of {} bytes", messages.size(), length));
+  }
+  if (digests.size() != messages.size() / length * 32) {
+    return InvalidArgumentError(
+        fmt::format("{} messages need {} bytes of digests, not {}", messages.size() / length,
+                    messages.size() / length * 32, digests.size()));
+  }
+  return OkStatus();
+}
 
 const Ops& CpuOps() {
   static const CpuOpsImpl ops;

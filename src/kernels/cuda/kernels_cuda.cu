@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/generate.h"
+#include "kernels/sha256.h"
 
 namespace meridian::kernels::cuda {
 namespace {
@@ -146,6 +147,16 @@ __global__ void ChecksumPartials(const double* c, size_t count, SumAndSquares* p
   __shared__ typename Reduce::TempStorage temp;
   SumAndSquares total = Reduce(temp).Reduce(acc, AddSumAndSquares());
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// ---- sha256d ----
+
+// One message per thread: the same code as the host's kernels/sha256.h.
+__global__ void Sha256dKernel(const uint8_t* messages, size_t length, size_t count, uint8_t* digests) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    sha256::DoubleDigest(messages + i * length, length, digests + i * sha256::kDigestBytes);
+  }
 }
 
 // cuBLAS, opened once.
@@ -339,6 +350,20 @@ std::string MatMul(int device, int64_t n, uint64_t seed, int64_t repeat, const s
     *sum_squares += p.squares;
   }
   return {};
+}
+
+std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t count, uint8_t* digests) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  if (count == 0) return {};
+  DeviceBuffer<uint8_t> in, out;
+  MERIDIAN_CUDA_TRY(in.Allocate(length * count));
+  MERIDIAN_CUDA_TRY(out.Allocate(sha256::kDigestBytes * count));
+  MERIDIAN_CUDA_TRY(
+      cudaMemcpyAsync(in.ptr, messages, length * count, cudaMemcpyHostToDevice, cudaStreamPerThread));
+  Sha256dKernel<<<Blocks(count, 4096), kThreads, 0, cudaStreamPerThread>>>(in.ptr, length, count, out.ptr);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(digests, out.ptr, sha256::kDigestBytes * count, cudaMemcpyDeviceToHost,
+                                    cudaStreamPerThread));
+  return Finish("sha256d");
 }
 
 }  // namespace meridian::kernels::cuda

@@ -37,4 +37,8 @@ std::string Histogram(int device, const double* values, size_t n, uint64_t seed,
 std::string MatMul(int device, int64_t n, uint64_t seed, int64_t repeat, const std::atomic<bool>* stop, double* sum,
                    double* sum_squares, double* gemm_seconds);
 
+// digests[32 i .. 32 i + 32) = SHA-256(SHA-256(messages[length i .. length (i + 1))))
+// for i < count.
+std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t count, uint8_t* digests);
+
 }  // namespace meridian::kernels::cuda

@@ -51,6 +51,11 @@ class CudaOps final : public Ops {
     return r;
   }
 
+  Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckSha256dArgs(messages, length, digests));
+    return Check(cuda::Sha256d(device_, messages.data(), length, messages.size() / length, digests.data()), nullptr);
+  }
+
  private:
   Status Check(const std::string& error, const std::atomic<bool>* stop) const {
     if (stop != nullptr && stop->load()) return Status(StatusCode::kCancelled, "stopped");
