@@ -51,12 +51,14 @@ StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& f
   up.insecure = insecure;
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(RunUp(up, up_log));
-  MERIDIAN_ASSIGN_OR_RETURN(c->address_, ResolveCoordinator(ClusterTarget{"", c->dir_->path() + "/cluster"}));
+  MERIDIAN_ASSIGN_OR_RETURN(c->address_, ResolveCoordinator(c->target()));
   return c;
 }
 
+ClusterTarget BenchCluster::target() const { return ClusterTarget{"", dir_->path() + "/cluster"}; }
+
 StatusOr<std::unique_ptr<client::Client>> BenchCluster::Connect(int64_t timeout_us) const {
-  return ConnectClient(ClusterTarget{"", dir_->path() + "/cluster"}, timeout_us);
+  return ConnectClient(target(), timeout_us);
 }
 
 int BenchCluster::coordinator_pid() const {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "common/status.h"
 #include "common/temp_dir.h"
 #include "model/run_state.h"
@@ -47,6 +48,8 @@ class BenchCluster {
   StatusOr<std::unique_ptr<client::Client>> Connect(int64_t timeout_us) const;
   // The coordinator process's pid (0 if its pid file cannot be read).
   int coordinator_pid() const;
+  // How the CLI's commands reach this cluster (its directory).
+  ClusterTarget target() const;
   // A scratch directory removed with the cluster.
   std::string scratch_dir() const { return dir_->path(); }
 

@@ -367,6 +367,43 @@ struct BenchScaleAgentsOptions {
 };
 Status RunBenchScaleAgents(const BenchScaleAgentsOptions& options);
 
+struct ChainGenerateOptions {
+  std::string out;  // a new or empty directory
+  uint64_t seed = 1;
+  int64_t blocks = 100;
+  int64_t transactions_per_block = 1000;
+  int64_t accounts = 1000;
+  int64_t forged = 3;
+  int64_t tampered = 1;
+  int64_t shards = 0;  // 0: one per block, at most 8
+  std::vector<std::string> sites;  // shard i in out/sites[i % n]/ (for data put --by-site)
+  bool json = false;
+};
+struct ChainGenerated {
+  int64_t blocks = 0;
+  uint64_t transactions = 0;
+  int64_t bytes = 0;
+  std::vector<std::string> shards;  // the files written
+  std::string expected_report;      // what chain-verify must output for the whole chain
+};
+// Makes the chain (workloads/chain) and writes its shards.
+StatusOr<ChainGenerated> GenerateChain(const ChainGenerateOptions& options);
+// `meridian chain generate`: the same, printing what verification must report.
+Status RunChainGenerate(const ChainGenerateOptions& options, std::ostream& out);
+
+struct BenchVerifyOptions {
+  int agents = 2;
+  int64_t blocks = 200;
+  int64_t transactions_per_block = 500;
+  int64_t shards = 0;  // 0: four per agent
+  int repeat = 2;
+  bool json = false;
+};
+// `meridian bench verify`: Ed25519 signatures checked per second by chain-verify on a
+// local cluster of `agents` one-core agents, beside libsodium in one process on one
+// core and on all cores, in the same run.
+Status RunBenchVerify(const BenchVerifyOptions& options, std::ostream& out);
+
 // `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
 // local cluster it starts and stops itself.
 Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);

@@ -123,6 +123,16 @@ int main(int argc, char** argv) {
   bench_gemm->add_option("--n", bench_gemm_opts.n, "Matrix size n (n x n, default 8192)");
   bench_gemm->add_option("--repeat", bench_gemm_opts.repeat, "Products per run (default 50)");
   bench_gemm->add_flag("--json", bench_gemm_opts.json, "Print JSON for scripts");
+  cli::BenchVerifyOptions bench_verify_opts;
+  CLI::App* bench_verify = bench_cmd->add_subcommand(
+      "verify", "Signatures/s of chain-verify on a local cluster, against libsodium in one process, same run");
+  bench_verify->add_option("--agents", bench_verify_opts.agents, "One-core agents (default 2)");
+  bench_verify->add_option("--blocks", bench_verify_opts.blocks, "Blocks in the chain (default 200)");
+  bench_verify->add_option("--transactions-per-block", bench_verify_opts.transactions_per_block,
+                           "Transactions in each block (default 500)");
+  bench_verify->add_option("--shards", bench_verify_opts.shards, "Shards, one task each (default: four per agent)");
+  bench_verify->add_option("--repeat", bench_verify_opts.repeat, "Runs of each measurement; the best counts (default 2)");
+  bench_verify->add_flag("--json", bench_verify_opts.json, "Print JSON for scripts");
 
   // ---- the runtime
   const std::string target_help = "Coordinator HOST:PORT (default: $MERIDIAN_COORDINATOR, else the local cluster's)";
@@ -298,6 +308,24 @@ int main(int argc, char** argv) {
   data_ls_cmd->add_option("name", data_ls.name, "One dataset (default: all)");
   data_ls_cmd->add_flag("--json", data_ls.json, "Print JSON for scripts");
 
+  CLI::App* chain_cmd = app.add_subcommand("chain", "The transaction-verification workload (docs/chain.md)");
+  chain_cmd->require_subcommand(1);
+  cli::ChainGenerateOptions chain_gen;
+  CLI::App* chain_gen_cmd = chain_cmd->add_subcommand(
+      "generate", "Write a realistic chain of signed transfers, with a few bad ones, as shards to put and verify");
+  chain_gen_cmd->add_option("--out", chain_gen.out, "A new directory for the shards")->required();
+  chain_gen_cmd->add_option("--blocks", chain_gen.blocks, "Blocks (default 100)");
+  chain_gen_cmd->add_option("--transactions-per-block", chain_gen.transactions_per_block,
+                            "Transactions in each block (default 1000)");
+  chain_gen_cmd->add_option("--accounts", chain_gen.accounts, "Accounts with keys (default 1000)");
+  chain_gen_cmd->add_option("--forged", chain_gen.forged, "Transactions signed by someone else (default 3)");
+  chain_gen_cmd->add_option("--tampered", chain_gen.tampered, "Transactions altered after sealing (default 1)");
+  chain_gen_cmd->add_option("--shards", chain_gen.shards, "Shard files (default: one per block, at most 8)");
+  chain_gen_cmd->add_option("--sites", chain_gen.sites, "Spread the shards over OUT/SITE/ directories (for data put --by-site)")
+      ->delimiter(',');
+  chain_gen_cmd->add_option("--seed", chain_gen.seed, "Seed; the same seed writes the same bytes (default 1)");
+  chain_gen_cmd->add_flag("--json", chain_gen.json, "Print JSON for scripts");
+
   CLI::App* certs_cmd = app.add_subcommand("certs", "The cluster's CA and certificates, as files");
   certs_cmd->require_subcommand(1);
   cli::CertsOptions certs;
@@ -384,6 +412,10 @@ int main(int argc, char** argv) {
     }
   } else if (bench_gemm->parsed()) {
     status = cli::RunBenchGemm(bench_gemm_opts, std::cout);
+  } else if (bench_verify->parsed()) {
+    status = cli::RunBenchVerify(bench_verify_opts, std::cout);
+  } else if (chain_gen_cmd->parsed()) {
+    status = cli::RunChainGenerate(chain_gen, std::cout);
   } else if (coord_cmd->parsed()) {
     status = cli::RunCoordinator(coord);
   } else if (agent_cmd->parsed()) {

@@ -36,10 +36,6 @@ BlockHeader ParseHeader(const uint8_t* p) {
   return h;
 }
 
-bool FindingLess(const Finding& a, const Finding& b) {
-  return std::tuple(a.height, static_cast<int>(a.kind), a.index) < std::tuple(b.height, static_cast<int>(b.kind), b.index);
-}
-
 // The findings between a run of blocks ending at `last` (hash `head`) and the next
 // run starting at `first` (naming `prev`).
 void CheckLink(uint64_t last, const Hash& head, uint64_t first, const Hash& prev, std::vector<Finding>& out) {
@@ -100,6 +96,10 @@ std::vector<std::string_view> Fields(std::string_view line) {
 }
 
 }  // namespace
+
+bool operator<(const Finding& a, const Finding& b) {
+  return std::tuple(a.height, static_cast<int>(a.kind), a.index) < std::tuple(b.height, static_cast<int>(b.kind), b.index);
+}
 
 std::array<uint8_t, kTxBodyBytes> TxBody(const Transaction& tx) {
   std::array<uint8_t, kTxBodyBytes> b{};
@@ -289,7 +289,7 @@ StatusOr<Report> Verify(std::string_view data, const Ops& ops, const std::atomic
       }
     }
   }
-  std::sort(r.findings.begin(), r.findings.end(), FindingLess);
+  std::sort(r.findings.begin(), r.findings.end());
   return r;
 }
 
@@ -389,7 +389,7 @@ StatusOr<Report> ParseReport(std::string_view text) {
     }
     r.findings.push_back(finding);
   }
-  std::sort(r.findings.begin(), r.findings.end(), FindingLess);
+  std::sort(r.findings.begin(), r.findings.end());
   return r;
 }
 
@@ -415,7 +415,7 @@ StatusOr<Report> Merge(std::vector<Report> parts) {
     out.transactions += p.transactions;
     out.findings.insert(out.findings.end(), p.findings.begin(), p.findings.end());
   }
-  std::sort(out.findings.begin(), out.findings.end(), FindingLess);
+  std::sort(out.findings.begin(), out.findings.end());
   return out;
 }
 

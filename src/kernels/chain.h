@@ -90,6 +90,8 @@ struct Finding {
   uint64_t height = 0;  // kGap: the first missing height
   uint64_t index = 0;   // kSignature: the transaction's index in its block; kGap: the last missing height
   friend bool operator==(const Finding&, const Finding&) = default;
+  // A report's order: by height, then kind, then index.
+  friend bool operator<(const Finding& a, const Finding& b);
 };
 
 // What a verification found over blocks [first, last].

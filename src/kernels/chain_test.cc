@@ -224,11 +224,8 @@ TEST(ChainVerifyTest, FindsBadSignaturesTamperedTransfersAndBrokenLinksByPositio
                                      {Finding::Kind::kSignature, 12, 4},
                                      {Finding::Kind::kMerkle, 12, 0},
                                      {Finding::Kind::kLink, 12, 0}};
-  std::vector<Finding> sorted = want;
-  std::sort(sorted.begin(), sorted.end(), [](const Finding& a, const Finding& b) {
-    return std::tuple(a.height, static_cast<int>(a.kind), a.index) < std::tuple(b.height, static_cast<int>(b.kind), b.index);
-  });
-  EXPECT_EQ(r->findings, sorted);
+  EXPECT_TRUE(std::is_sorted(want.begin(), want.end()));
+  EXPECT_EQ(r->findings, want);
   const std::string text = FormatReport(*r);
   EXPECT_NE(text.find("bad_signatures=2 bad_merkle=1 bad_links=1 first=10 last=13"), std::string::npos) << text;
   EXPECT_NE(text.find("\nsignature 11 2\nsignature 12 4\nmerkle 12\nlink 12\n"), std::string::npos) << text;
