@@ -30,8 +30,8 @@ check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-his
 grep -q "Total: 13 of 13 tasks placed" "$tmp/out" || { echo "FAIL plan output:"; cat "$tmp/out"; fail=1; }
 check "plan as JSON" 0 "" "$bin" plan --fleet $fleet examples/jobs/transcode.yaml --json
 grep -q '"device_type": "L4"' "$tmp/out" || { echo "FAIL json output:"; cat "$tmp/out"; fail=1; }
-# (log-analytics reads a dataset put in a running cluster, which plan does not see.)
-check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*|*log-analytics*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
+# (log-analytics and chain-verify read datasets put in a running cluster, which plan does not see.)
+check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*|*log-analytics*|*chain-verify*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
 check "infeasible job" 1 "3 of 3 tasks of job 'too-big' cannot be placed" "$bin" plan --fleet $fleet examples/jobs/infeasible.yaml
 grep -q "giant \[infeasible\]: 0 of 16 nodes can run it: 14 nodes have no H100" "$tmp/out" || { echo "FAIL infeasible reason:"; cat "$tmp/out"; fail=1; }
 check "missing job file" 1 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml
@@ -99,4 +99,21 @@ done
 check "bench scale refuses no agents" 1 "--agents: expected 1 to 20000" "$bin" bench scale --agents 0
 for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
 [ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench scale left processes running:"; pgrep -af meridian-bench-; fail=1; }
+# The chain workload: the same seed writes the same bytes; bad options change nothing.
+check "chain generate" 0 "" "$bin" chain generate --out "$tmp/chain" --blocks 5 --transactions-per-block 20 --accounts 10 --forged 2 --tampered 1 --seed 9
+grep -q "^chain-verify blocks=5 transactions=100 bad_signatures=3 bad_merkle=1 bad_links=0 first=0 last=4 " "$tmp/out" \
+  || { echo "FAIL chain generate output:"; cat "$tmp/out"; fail=1; }
+[ "$(ls "$tmp/chain" | wc -l)" -eq 5 ] || { echo "FAIL chain generate: expected 5 shards"; ls -l "$tmp/chain"; fail=1; }
+check "chain generate again" 0 "" "$bin" chain generate --out "$tmp/chain2" --blocks 5 --transactions-per-block 20 --accounts 10 --forged 2 --tampered 1 --seed 9
+cmp -s <(cat "$tmp"/chain/*) <(cat "$tmp"/chain2/*) || { echo "FAIL chain generate is not deterministic"; fail=1; }
+check "chain generate into a used directory" 1 "is not empty: give a new directory" "$bin" chain generate --out "$tmp/chain"
+check "chain generate with too many bad ones" 1 "forged: 101 is outside [0, 100]" "$bin" chain generate --out "$tmp/chain3" --blocks 5 --transactions-per-block 20 --forged 101
+[ ! -e "$tmp/chain3" ] || { echo "FAIL a refused chain generate wrote files"; fail=1; }
+check "bench verify runs" 0 "" "$bin" bench verify --blocks 8 --transactions-per-block 50 --repeat 1 --json
+for want in '"signatures": 400,' '"report_matches": true' '"ratio":' '"ratio_to_all_cores":'; do
+  grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench verify output lacks $want"; cat "$tmp/out"; fail=1; }
+done
+for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
+[ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench verify left processes running:"; pgrep -af meridian-bench-; fail=1; }
+check "chain generate with more shards than blocks" 1 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
 exit $fail

@@ -55,7 +55,8 @@ declare -A allowed=(
   [coordinator]="coordinator sched store spec rpc security model common"
   [agent]="agent kernels objects rpc security model common"
   [client]="client rpc security objects spec model common meridian"
-  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security"
+  [workloads]="workloads client kernels common model spec"
+  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security workloads"
   [bench]="bench sched sim spec model common"
   [tests]="client rpc security objects spec model common meridian"
   [fuzz]="spec sim sched objects rpc model common meridian"
@@ -74,6 +75,7 @@ declare -A forbidden=(
   [store]="grpc cuda"
   [objects]="grpc sqlite3 cuda"
   [security]="grpc sqlite3 cuda yaml-cpp nlohmann"
+  [workloads]="grpc sqlite3 cuda"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"
