@@ -59,7 +59,7 @@ declare -A allowed=(
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security workloads"
   [bench]="bench sched sim spec model common"
   [tests]="client rpc security objects spec model common meridian"
-  [fuzz]="spec sim sched objects rpc model common meridian"
+  [fuzz]="spec sim sched objects rpc kernels model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client
 # stubs and the tests that speak the protocol use it.)
