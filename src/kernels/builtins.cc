@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels/chain.h"
+#include "kernels/kernel_args.h"
 #include "kernels/ops.h"
 
 namespace meridian::kernels::builtin {
@@ -19,55 +20,6 @@ namespace {
 constexpr std::string_view kHistogramHeader = "histogram ";
 constexpr std::string_view kWordCountHeader = "wordcount\n";
 constexpr int64_t kMaxGenerated = 100'000'000;
-
-Status CheckArgs(const KernelContext& ctx, std::string_view kernel, std::initializer_list<std::string_view> known) {
-  for (const auto& [name, value] : ctx.args) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      return InvalidArgumentError(fmt::format("kernel {} has no argument '{}' (it takes: {})", kernel, name,
-                                              list.empty() ? "none" : list));
-    }
-  }
-  return OkStatus();
-}
-
-StatusOr<int64_t> ParseInt(std::string_view text, std::string_view what) {
-  std::string s(text);
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE) {
-    return InvalidArgumentError(fmt::format("{}: expected an integer, got '{}'", what, text));
-  }
-  return static_cast<int64_t>(v);
-}
-
-StatusOr<double> ParseDouble(std::string_view text, std::string_view what) {
-  std::string s(text);
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
-    return InvalidArgumentError(fmt::format("{}: expected a number, got '{}'", what, text));
-  }
-  return v;
-}
-
-StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_t def, int64_t min, int64_t max) {
-  auto it = ctx.args.find(std::string(name));
-  if (it == ctx.args.end()) return def;
-  MERIDIAN_ASSIGN_OR_RETURN(int64_t v, ParseInt(it->second, fmt::format("argument '{}'", name)));
-  if (v < min || v > max) {
-    return InvalidArgumentError(fmt::format("argument '{}': {} is outside [{}, {}]", name, v, min, max));
-  }
-  return v;
-}
-
-StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def) {
-  auto it = ctx.args.find(std::string(name));
-  if (it == ctx.args.end()) return def;
-  return ParseDouble(it->second, fmt::format("argument '{}'", name));
-}
 
 // Calls fn(token) for each whitespace-separated token of `text`.
 template <typename Fn>
@@ -105,12 +57,6 @@ std::string Int128String(__int128 v) {
   }
   if (negative) digits.push_back('-');
   return std::string(digits.rbegin(), digits.rend());
-}
-
-// The device the task was given: its GPU when it has one, else the CPU.
-StatusOr<const Ops*> OpsFor(const KernelContext& ctx) {
-  if (ctx.gpu < 0) return &CpuOps();
-  return GpuOps(ctx.gpu);
 }
 
 }  // namespace

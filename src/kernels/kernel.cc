@@ -1,6 +1,7 @@
 #include "kernels/kernel.h"
 
 #include "kernels/builtins.h"
+#include "kernels/quantum.h"
 
 namespace meridian::kernels {
 
@@ -19,6 +20,12 @@ const std::vector<KernelInfo>& AllKernels() {
       {"chain-verify",
        "verifies blocks of signed transfers (signatures, Merkle roots, links; docs/chain.md); merges reports",
        builtin::ChainVerify, true},
+      {"qsim", "simulates an OpenQASM 2.0 circuit (state vector); outputs probabilities, sampled counts or amplitudes",
+       builtin::QSim, true},
+      {"qaoa-evaluate", "QAOA for MaxCut: the expected cut at one point of the optimiser's grid (its copy index)",
+       builtin::QaoaEvaluate, true},
+      {"qaoa-optimize", "QAOA for MaxCut: the best point of a round, and the next, finer grid around it",
+       builtin::QaoaOptimize, false},
   };
   return kernels;
 }

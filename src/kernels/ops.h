@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/qgate.h"
 
 namespace meridian::kernels {
 
@@ -35,6 +36,9 @@ struct MatMulResult {
 // Generated matrices are at most this size on the CPU (the reference is O(n^3)).
 inline constexpr int64_t kMaxCpuMatMulN = 4096;
 inline constexpr int64_t kMaxGpuMatMulN = 32768;
+// State vectors of 16 bytes an amplitude: 16 GiB at 30 qubits, 64 GiB at 32.
+inline constexpr int32_t kMaxCpuQubits = 30;
+inline constexpr int32_t kMaxGpuQubits = 32;
 
 class Ops {
  public:
@@ -62,8 +66,17 @@ class Ops {
   // uses libsodium; a GPU hashes one message per thread (kernels/sha256.h). Identical
   // on both.
   virtual Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const = 0;
+  // The state of `qubits` qubits after `gates` (kernels/qgate.h), from |0...0>: 2^qubits
+  // amplitudes as (re, im) pairs in `state`. Every amplitude sees the same operations in
+  // the same order, unfused, on the CPU (threads, gates on low qubits applied block by
+  // block in cache) and a GPU (a thread per amplitude pair): identical results.
+  virtual Status Simulate(int32_t qubits, std::span<const QGate> gates, std::vector<double>& state,
+                          const std::atomic<bool>& stop) const = 0;
 };
 
+// The argument checks every Simulate makes: each gate's target and controls are qubits
+// of the state, and the target is not one of its controls.
+Status CheckGates(int32_t qubits, std::span<const QGate> gates);
 // The argument checks every Sha256d makes (whole messages, room for the digests).
 Status CheckSha256dArgs(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests);
 

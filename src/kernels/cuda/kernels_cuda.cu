@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/generate.h"
+#include "kernels/qgate.h"
 #include "kernels/sha256.h"
 
 namespace meridian::kernels::cuda {
@@ -156,6 +157,15 @@ __global__ void Sha256dKernel(const uint8_t* messages, size_t length, size_t cou
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     sha256::DoubleDigest(messages + i * length, length, digests + i * sha256::kDigestBytes);
+  }
+}
+
+// ---- state-vector simulation ----
+
+__global__ void ApplyGateKernel(double* state, uint64_t pairs, QGate g) {
+  for (uint64_t p = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; p < pairs;
+       p += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    qsim::ApplyPair(state, p, g);
   }
 }
 
@@ -364,6 +374,28 @@ std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t c
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(digests, out.ptr, sha256::kDigestBytes * count, cudaMemcpyDeviceToHost,
                                     cudaStreamPerThread));
   return Finish("sha256d");
+}
+
+std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t count, double* state,
+                     const std::atomic<bool>* stop) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  const uint64_t amplitudes = uint64_t{1} << qubits, pairs = amplitudes / 2;
+  DeviceBuffer<double> d;
+  MERIDIAN_CUDA_TRY(d.Allocate(2 * amplitudes));
+  MERIDIAN_CUDA_TRY(cudaMemsetAsync(d.ptr, 0, 2 * amplitudes * sizeof(double), cudaStreamPerThread));
+  const double one = 1.0;
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d.ptr, &one, sizeof(one), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  const int blocks = Blocks(pairs, 65536);
+  for (size_t k = 0; k < count; ++k) {
+    if ((k & 63) == 0 && Stopped(stop)) {
+      cudaStreamSynchronize(cudaStreamPerThread);
+      return "stopped";
+    }
+    ApplyGateKernel<<<blocks, kThreads, 0, cudaStreamPerThread>>>(d.ptr, pairs, gates[k]);
+  }
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(state, d.ptr, 2 * amplitudes * sizeof(double), cudaMemcpyDeviceToHost,
+                                    cudaStreamPerThread));
+  return Finish("simulate");
 }
 
 }  // namespace meridian::kernels::cuda

@@ -1,6 +1,7 @@
 // The CUDA side of kernels/ops.h, as a plain C++ interface compiled by nvcc
-// (kernels_cuda.cu) and used by ops_cuda.cc. No project headers cross this line, so
-// the CUDA compiler sees only the standard library.
+// (kernels_cuda.cu) and used by ops_cuda.cc. Only the plain host-and-device headers
+// (generate.h, qgate.h, sha256.h) cross this line, so the CUDA compiler sees no more
+// of the project than those.
 //
 // Every function makes `device` current on the calling thread, works on the thread's
 // own stream (cudaStreamPerThread), waits for the result, and returns an empty string
@@ -13,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "kernels/qgate.h"
 
 namespace meridian::kernels::cuda {
 
@@ -40,5 +43,10 @@ std::string MatMul(int device, int64_t n, uint64_t seed, int64_t repeat, const s
 // digests[32 i .. 32 i + 32) = SHA-256(SHA-256(messages[length i .. length (i + 1))))
 // for i < count.
 std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t count, uint8_t* digests);
+
+// state[0 .. 2^(qubits+1)) = the (re, im) amplitudes after gates[0..count) from |0...0>,
+// one gate after another on the device, a thread per amplitude pair.
+std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t count, double* state,
+                     const std::atomic<bool>* stop);
 
 }  // namespace meridian::kernels::cuda

@@ -56,6 +56,16 @@ class CudaOps final : public Ops {
     return Check(cuda::Sha256d(device_, messages.data(), length, messages.size() / length, digests.data()), nullptr);
   }
 
+  Status Simulate(int32_t qubits, std::span<const QGate> gates, std::vector<double>& state,
+                  const std::atomic<bool>& stop) const override {
+    if (qubits < 1 || qubits > kMaxGpuQubits) {
+      return InvalidArgumentError(fmt::format("{} qubits: a GPU simulates 1 to {}", qubits, kMaxGpuQubits));
+    }
+    MERIDIAN_RETURN_IF_ERROR(CheckGates(qubits, gates));
+    state.assign(uint64_t{2} << qubits, 0.0);
+    return Check(cuda::Simulate(device_, qubits, gates.data(), gates.size(), state.data(), &stop), &stop);
+  }
+
  private:
   Status Check(const std::string& error, const std::atomic<bool>* stop) const {
     if (stop != nullptr && stop->load()) return Status(StatusCode::kCancelled, "stopped");

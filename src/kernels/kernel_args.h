@@ -1,0 +1,27 @@
+// The argument handling every built-in kernel shares: unknown arguments refused by
+// name, integers and numbers parsed and bounded, and the device a task was given.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "common/status.h"
+#include "kernels/kernel.h"
+#include "kernels/ops.h"
+
+namespace meridian::kernels {
+
+// An error naming the first argument not in `known`, and the ones the kernel takes.
+Status CheckArgs(const KernelContext& ctx, std::string_view kernel, std::initializer_list<std::string_view> known);
+StatusOr<int64_t> ParseInt(std::string_view text, std::string_view what);
+StatusOr<double> ParseDouble(std::string_view text, std::string_view what);
+// Argument `name` as an integer in [min, max], or `def` when absent.
+StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_t def, int64_t min, int64_t max);
+StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def);
+// The device the task was given: its GPU when it has one, else the CPU.
+StatusOr<const Ops*> OpsFor(const KernelContext& ctx);
+
+}  // namespace meridian::kernels
