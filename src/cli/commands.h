@@ -404,6 +404,16 @@ struct BenchVerifyOptions {
 // core and on all cores, in the same run.
 Status RunBenchVerify(const BenchVerifyOptions& options, std::ostream& out);
 
+struct BenchQsimOptions {
+  std::vector<int> qubits = {20, 22, 24};
+  int layers = 4;
+  int repeat = 3;
+  bool json = false;
+};
+// `meridian bench qsim`: gates/s of the state-vector simulator on the CPU (and a GPU),
+// beside a plain numpy simulation of the same circuit, in the same run.
+Status RunBenchQsim(const BenchQsimOptions& options, std::ostream& out);
+
 // `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
 // local cluster it starts and stops itself.
 Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);

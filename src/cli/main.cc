@@ -133,6 +133,13 @@ int main(int argc, char** argv) {
   bench_verify->add_option("--shards", bench_verify_opts.shards, "Shards, one task each (default: four per agent)");
   bench_verify->add_option("--repeat", bench_verify_opts.repeat, "Runs of each measurement; the best counts (default 2)");
   bench_verify->add_flag("--json", bench_verify_opts.json, "Print JSON for scripts");
+  cli::BenchQsimOptions bench_qsim_opts;
+  CLI::App* bench_qsim = bench_cmd->add_subcommand(
+      "qsim", "Gates/s of the state-vector simulator (CPU, and GPU if any) against numpy on the same circuit, same run");
+  bench_qsim->add_option("--qubits", bench_qsim_opts.qubits, "Circuit sizes (default 20,22,24)")->delimiter(',');
+  bench_qsim->add_option("--layers", bench_qsim_opts.layers, "Layers of gates (default 4)");
+  bench_qsim->add_option("--repeat", bench_qsim_opts.repeat, "Timed runs of Meridian's simulation after an untimed one; the best counts (default 3)");
+  bench_qsim->add_flag("--json", bench_qsim_opts.json, "Print JSON for scripts");
 
   // ---- the runtime
   const std::string target_help = "Coordinator HOST:PORT (default: $MERIDIAN_COORDINATOR, else the local cluster's)";
@@ -412,6 +419,8 @@ int main(int argc, char** argv) {
     }
   } else if (bench_gemm->parsed()) {
     status = cli::RunBenchGemm(bench_gemm_opts, std::cout);
+  } else if (bench_qsim->parsed()) {
+    status = cli::RunBenchQsim(bench_qsim_opts, std::cout);
   } else if (bench_verify->parsed()) {
     status = cli::RunBenchVerify(bench_verify_opts, std::cout);
   } else if (chain_gen_cmd->parsed()) {

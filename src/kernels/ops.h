@@ -67,9 +67,11 @@ class Ops {
   // on both.
   virtual Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const = 0;
   // The state of `qubits` qubits after `gates` (kernels/qgate.h), from |0...0>: 2^qubits
-  // amplitudes as (re, im) pairs in `state`. Every amplitude sees the same operations in
-  // the same order, unfused, on the CPU (threads, gates on low qubits applied block by
-  // block in cache) and a GPU (a thread per amplitude pair): identical results.
+  // amplitudes as (re, im) pairs in `state` (its memory reused when it has the room).
+  // Every amplitude sees the same operations in the same order, never a fused
+  // multiply-add, on the CPU (threads, runs of gates tile by tile in cache:
+  // cpu/statevector.h) and a GPU (a thread per amplitude pair): equal values, bit for
+  // bit but for the sign of a zero.
   virtual Status Simulate(int32_t qubits, std::span<const QGate> gates, std::vector<double>& state,
                           const std::atomic<bool>& stop) const = 0;
 };

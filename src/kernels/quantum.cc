@@ -214,6 +214,24 @@ std::string QaoaCircuit(const Graph& g, const std::vector<double>& gammas, const
   return q;
 }
 
+std::string LayeredCircuit(int32_t qubits, int32_t layers, uint64_t seed) {
+  std::string q = fmt::format("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[{}];\n", qubits);
+  uint64_t draw = 0;
+  for (int32_t l = 0; l < layers; ++l) {
+    for (int32_t k = 0; k < qubits; ++k) {
+      static constexpr const char* kRotations[] = {"rx", "ry", "rz"};
+      const uint64_t which = gen::Bits(seed, draw++) % 4;
+      if (which == 3) {
+        q += fmt::format("h q[{}];\n", k);
+      } else {
+        q += fmt::format("{}({:.17g}) q[{}];\n", kRotations[which], gen::Unit(seed, draw++) * 2 * M_PI, k);
+      }
+    }
+    for (int32_t k = l % 2; k + 1 < qubits; k += 2) q += fmt::format("cx q[{}],q[{}];\n", k, k + 1);
+  }
+  return q;
+}
+
 namespace builtin {
 
 StatusOr<std::string> QSim(const KernelContext& ctx) {

@@ -38,6 +38,11 @@ int32_t CutSize(const Graph& g, uint64_t assignment);
 // The QAOA circuit of depth p = gammas.size() for MaxCut on g, as OpenQASM 2.0.
 std::string QaoaCircuit(const Graph& g, const std::vector<double>& gammas, const std::vector<double>& betas);
 
+// A circuit for measuring simulators (bench qsim, the tests): `layers` layers, each a
+// seeded rx, ry, rz or h on every qubit, then CXs between neighbours (even pairs in
+// even layers, odd pairs in odd ones). Only gates a plain numpy simulation also knows.
+std::string LayeredCircuit(int32_t qubits, int32_t layers, uint64_t seed);
+
 namespace builtin {
 StatusOr<std::string> QSim(const KernelContext& ctx);
 StatusOr<std::string> QaoaEvaluate(const KernelContext& ctx);

@@ -138,26 +138,12 @@ TEST(QasmTest, GroverFindsTheMarkedStateWithItsKnownProbability) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(std::norm(amps[i]), i == 5 ? 121.0 / 128 : 1.0 / 128, 1e-14) << i;
 }
 
-// A circuit of `layers` layers of seeded rotations on every qubit and CXs between
-// neighbours, as bench qsim makes them.
-std::string Layered(int qubits, int layers, uint64_t seed) {
-  std::string body;
-  uint64_t draw = 0;
-  for (int l = 0; l < layers; ++l) {
-    for (int q = 0; q < qubits; ++q) {
-      const char* gate[] = {"rx", "ry", "rz", "h"};
-      const int which = static_cast<int>(gen::Bits(seed, draw++) % 4);
-      body += which == 3 ? fmt::format("h q[{}];\n", q)
-                         : fmt::format("{}({:.17g}) q[{}];\n", gate[which], gen::Unit(seed, draw++) * 2 * M_PI, q);
-    }
-    for (int q = l % 2; q + 1 < qubits; q += 2) body += fmt::format("cx q[{}],q[{}];\n", q, q + 1);
-  }
-  return Qasm(qubits, body);
-}
-
 TEST(QsimCpuTest, BlocksAndThreadsGiveTheBitsOfOneGateAtATime) {
-  // 16 qubits: threads, and runs of gates on qubits below 13 applied block by block.
-  StatusOr<Circuit> c = ParseQasm(Layered(16, 6, 5));
+  // 16 qubits: threads, and runs of gates applied tile by tile, with controls and
+  // targets on either side of the tiles' low qubits.
+  StatusOr<Circuit> c = ParseQasm(LayeredCircuit(16, 6, 5) +
+                                  "ccx q[15],q[9],q[2];\ncswap q[3],q[14],q[7];\ncu1(0.3) q[12],q[1];\ncry(1.1) q[0],q[13];\n"
+                                  "h q;\ncx q[8],q[7];\nrzz(0.7) q[10],q[11];\n");
   ASSERT_TRUE(c.ok()) << c.status().message();
   std::vector<double> fast;
   ASSERT_TRUE(CpuOps().Simulate(16, c->gates, fast, no_stop).ok());
@@ -262,7 +248,7 @@ TEST(GpuQsimTest, TheGpuStateIsTheCpuStateBitForBit) {
   StatusOr<const Ops*> gpu = GpuOps(0);
   if (!gpu.ok()) GTEST_SKIP() << gpu.status().message();
   for (int qubits : {1, 5, 14, 20}) {
-    StatusOr<Circuit> c = ParseQasm(Layered(qubits, 5, 11));
+    StatusOr<Circuit> c = ParseQasm(LayeredCircuit(qubits, 5, 11));
     ASSERT_TRUE(c.ok());
     std::vector<QGate> fused = FuseGates(c->gates);
     std::vector<double> on_gpu, on_cpu;
@@ -272,7 +258,7 @@ TEST(GpuQsimTest, TheGpuStateIsTheCpuStateBitForBit) {
     EXPECT_TRUE(on_gpu == on_cpu) << qubits << " qubits";
   }
   const KernelInfo* k = FindKernel("qsim");
-  std::map<std::string, std::string> args = {{"circuit", Layered(12, 4, 2)}, {"output", "amplitudes"}, {"top", "100"}};
+  std::map<std::string, std::string> args = {{"circuit", LayeredCircuit(12, 4, 2)}, {"output", "amplitudes"}, {"top", "100"}};
   std::vector<std::string> none;
   StatusOr<std::string> cpu = k->run({args, none, 0, no_stop, -1});
   StatusOr<std::string> on_gpu = k->run({args, none, 0, no_stop, 0});

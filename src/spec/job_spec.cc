@@ -17,6 +17,8 @@ using model::Job;
 using model::Task;
 
 constexpr int64_t kMaxTasks = 1'000'000;
+// A task's resources.qubits: as many as the OpenQASM reader takes (kernels/qasm.h).
+constexpr int64_t kMaxSimulatedQubits = 40;
 constexpr std::string_view kDatasetScheme = "dataset://";
 
 // A task as written, before map/replica expansion.
@@ -183,7 +185,7 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
   if (!res) return OkStatus();
   std::string rpath = Field(path, "resources");
   MERIDIAN_RETURN_IF_ERROR(
-      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "cpu", "memory"}));
+      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "qubits", "cpu", "memory"}));
   if (YAML::Node acc = res["accelerator"]) {
     std::string apath = Field(rpath, "accelerator");
     std::vector<std::string> types;
@@ -204,6 +206,11 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
     }
     req->device_count = 1;
   }
+  // A state-vector simulation of N qubits holds 2^N amplitudes of 16 bytes on its
+  // device: that much device memory at least, on one device unless told otherwise.
+  int64_t qubits = 0;
+  MERIDIAN_RETURN_IF_ERROR(r_.Int(res, "qubits", rpath, 1, kMaxSimulatedQubits, &qubits));
+  if (qubits > 0 && req->device_count == 0) req->device_count = 1;
   int64_t count = req->device_count;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(res, "count", rpath, 0, 64, &count));
   req->device_count = static_cast<int32_t>(count);
@@ -213,10 +220,11 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
     return r_.Error(res["share"], Field(rpath, "share"), "expected a share of each device in (0, 1], such as 0.5 or 250m");
   }
   req->device_share_milli = static_cast<int32_t>(share);
-  if (req->device_count == 0 && (res["share"] || res["min_memory"] || res["accelerator"])) {
-    return r_.Error(res, rpath, "'accelerator', 'share' and 'min_memory' need 'count' of at least 1");
+  if (req->device_count == 0 && (res["share"] || res["min_memory"] || res["accelerator"] || res["qubits"])) {
+    return r_.Error(res, rpath, "'accelerator', 'share', 'min_memory' and 'qubits' need 'count' of at least 1");
   }
   MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "min_memory", rpath, ParseBytes, &req->min_device_memory_bytes));
+  if (qubits > 0) req->min_device_memory_bytes = std::max(req->min_device_memory_bytes, int64_t{16} << qubits);
   MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "cpu", rpath, ParseMilli, &req->cpu_milli));
   return r_.Unit(res, "memory", rpath, ParseBytes, &req->memory_bytes);
 }

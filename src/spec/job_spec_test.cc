@@ -219,6 +219,22 @@ TEST_F(JobSpecTest, TasksWithoutATimeUnderACostObjectiveAreWarnedAbout) {
   EXPECT_TRUE(fast->warnings.empty());
 }
 
+TEST_F(JobSpecTest, QubitsAskForTheDeviceMemoryOfTheirStateVector) {
+  // 2^30 amplitudes of 16 bytes: 16 GiB of one device, more than a T4's own.
+  StatusOr<model::Job> job = Parse(
+      "name: q\ntasks:\n  - {name: a, kernel: qsim, resources: {qubits: 30}}\n"
+      "  - {name: b, kernel: qsim, resources: {qubits: 20, min_memory: 1GiB, accelerator: A100}}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->tasks[0].resources.device_count, 1);
+  EXPECT_EQ(job->tasks[0].resources.min_device_memory_bytes, 16 * kGiB);
+  EXPECT_EQ(job->tasks[1].resources.min_device_memory_bytes, 1 * kGiB);  // the larger of the two
+  EXPECT_EQ(job->tasks[1].resources.accelerator_any_of, std::vector<std::string>{"A100"});
+  StatusOr<model::Job> big = Parse("name: q\ntasks:\n  - {name: a, kernel: qsim, resources: {qubits: 41}}\n");
+  EXPECT_THAT(big.status().message(), HasSubstr("tasks[0].resources.qubits: expected an integer from 1 to 40, got 41"));
+  StatusOr<model::Job> none = Parse("name: q\ntasks:\n  - {name: a, kernel: qsim, resources: {qubits: 4, count: 0}}\n");
+  EXPECT_THAT(none.status().message(), HasSubstr("'accelerator', 'share', 'min_memory' and 'qubits' need 'count' of at least 1"));
+}
+
 TEST_P(BadJobTest, RejectsWithLocatedMessageAndLoadsNothing) {
   const BadJob& c = GetParam();
   std::string text = kJob;

@@ -2,14 +2,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
 
 #include <fmt/format.h>
 #include <sodium.h>
 
-#include <thread>
-
-#include "common/parallel.h"
+#include "kernels/cpu/statevector.h"
 #include "kernels/generate.h"
 #include "kernels/ops.h"
 
@@ -17,17 +14,6 @@ namespace meridian::kernels {
 namespace {
 
 Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
-
-// Gates whose qubits are all below this are applied block by block: 2^13 amplitudes,
-// 128 KiB, stay in a core's cache while a run of such gates passes over them.
-constexpr int32_t kBlockQubits = 13;
-// Below this many qubits a gate is too little work to share between threads.
-constexpr int32_t kThreadedQubits = 14;
-
-// Calls fn(begin, end) over [0, count) cut into `parts` ranges, on up to `parts` threads.
-void InParts(uint64_t count, unsigned parts, const std::function<void(uint64_t, uint64_t)>& fn) {
-  ParallelFor(parts, parts, [&](size_t k) { fn(count * k / parts, count * (k + 1) / parts); });
-}
 
 class CpuOpsImpl final : public Ops {
  public:
@@ -120,39 +106,7 @@ class CpuOpsImpl final : public Ops {
           fmt::format("{} qubits: the CPU simulates 1 to {} (16 bytes an amplitude); ask for a GPU", qubits, kMaxCpuQubits));
     }
     MERIDIAN_RETURN_IF_ERROR(CheckGates(qubits, gates));
-    const uint64_t amplitudes = uint64_t{1} << qubits, pairs = amplitudes / 2;
-    state.assign(2 * amplitudes, 0.0);
-    state[0] = 1.0;
-    const unsigned threads = qubits >= kThreadedQubits ? std::max(1u, std::thread::hardware_concurrency()) : 1;
-    const int32_t block = std::min(qubits, kBlockQubits);
-    auto local = [&](const QGate& g) {
-      return static_cast<int32_t>(g.target) < block && (g.controls >> block) == 0;
-    };
-    double* s = state.data();
-    for (size_t g = 0; g < gates.size();) {
-      if (stop.load()) return Stopped();
-      size_t end = g;
-      while (end < gates.size() && local(gates[end])) ++end;
-      if (end - g >= 2) {
-        // A run of gates inside blocks: all of them on one block, then the next.
-        const uint64_t block_pairs = uint64_t{1} << (block - 1);
-        InParts(amplitudes >> block, threads, [&](uint64_t first, uint64_t last) {
-          for (uint64_t b = first; b < last; ++b) {
-            for (size_t k = g; k < end; ++k) {
-              for (uint64_t p = b * block_pairs; p < (b + 1) * block_pairs; ++p) qsim::ApplyPair(s, p, gates[k]);
-            }
-          }
-        });
-        g = end;
-        continue;
-      }
-      const QGate& one = gates[g];
-      InParts(pairs, threads, [&](uint64_t first, uint64_t last) {
-        for (uint64_t p = first; p < last; ++p) qsim::ApplyPair(s, p, one);
-      });
-      ++g;
-    }
-    return OkStatus();
+    return SimulateOnCpu(qubits, gates, state, stop);
   }
 
   Status Sha256d(std::span<const uint8_t> messages, size_t length, std::span<uint8_t> digests) const override {
