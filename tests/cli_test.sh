@@ -30,8 +30,14 @@ check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-his
 grep -q "Total: 13 of 13 tasks placed" "$tmp/out" || { echo "FAIL plan output:"; cat "$tmp/out"; fail=1; }
 check "plan as JSON" 0 "" "$bin" plan --fleet $fleet examples/jobs/transcode.yaml --json
 grep -q '"device_type": "L4"' "$tmp/out" || { echo "FAIL json output:"; cat "$tmp/out"; fail=1; }
-# (log-analytics and chain-verify read datasets put in a running cluster, which plan does not see.)
-check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*|*log-analytics*|*chain-verify*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
+# (log-analytics and chain-verify read datasets put in a running cluster, which plan
+# does not see; circuits and qaoa-maxcut ask for the quantum lab's simulators.)
+check "every example job but the infeasible one plans" 0 "" bash -c "for j in examples/jobs/*.yaml; do case \$j in *infeasible*|*log-analytics*|*chain-verify*|*circuits*|*qaoa*) continue;; esac; $bin plan --fleet $fleet \$j >/dev/null || exit 1; done"
+check "quantum jobs plan on the quantum lab" 0 "" bash -c "$bin plan --fleet tests/fleets/quantum-lab.yaml examples/jobs/circuits.yaml && $bin plan --fleet tests/fleets/quantum-lab.yaml examples/jobs/qaoa-maxcut.yaml"
+grep -q "Total: 156 of 156 tasks placed" "$tmp/out" || { echo "FAIL qaoa plan:"; cat "$tmp/out"; fail=1; }
+printf 'name: big\ntasks:\n  - {name: q32, kernel: qsim, resources: {qubits: 32}, args: {circuit: x}}\n' >"$tmp/q32.yaml"
+check "a circuit too large for every device" 1 "1 of 1 tasks of job 'big' cannot be placed" "$bin" plan --fleet tests/fleets/quantum-lab.yaml "$tmp/q32.yaml"
+grep -q "2 nodes have QPU-SIM devices with 4 GiB each, under the 64 GiB asked for" "$tmp/out" || { echo "FAIL q32 reason:"; cat "$tmp/out"; fail=1; }
 check "infeasible job" 1 "3 of 3 tasks of job 'too-big' cannot be placed" "$bin" plan --fleet $fleet examples/jobs/infeasible.yaml
 grep -q "giant \[infeasible\]: 0 of 16 nodes can run it: 14 nodes have no H100" "$tmp/out" || { echo "FAIL infeasible reason:"; cat "$tmp/out"; fail=1; }
 check "missing job file" 1 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml
@@ -115,5 +121,10 @@ for want in '"signatures": 400,' '"report_matches": true' '"ratio":' '"ratio_to_
 done
 for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
 [ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench verify left processes running:"; pgrep -af meridian-bench-; fail=1; }
+check "bench qsim runs" 0 "" "$bin" bench qsim --qubits 8,10 --layers 2 --repeat 1 --json
+for want in '"qubits": 8,' '"qubits": 10,' '"ratio":' '"gates_per_second"'; do
+  grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench qsim output lacks $want"; cat "$tmp/out"; fail=1; }
+done
+check "bench qsim refuses 40 qubits" 1 "--qubits: 40 is outside [2, 30]" "$bin" bench qsim --qubits 40
 check "chain generate with more shards than blocks" 1 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
 exit $fail

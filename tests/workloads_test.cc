@@ -72,5 +72,51 @@ TEST(WorkloadsTest, AChainSpreadOverThreeSitesIsVerifiedWhereItsShardsLie) {
       << bad->summary.job.reason;
 }
 
+TEST(WorkloadsTest, QaoaRunsAsRoundsOfCircuitsOnSimulatorsAndReachesTheOptimum) {
+  LocalCluster cluster(SourceDir() + "/tests/fleets/quantum-lab.yaml");
+  ASSERT_TRUE(cluster.Up());
+  StatusOr<model::JobView> v = cluster.RunJob(ReadAll(SourceDir() + "/examples/jobs/qaoa-maxcut.yaml"));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  EXPECT_EQ(v->tasks.size(), 156u);  // 6 rounds of 25 circuits and an optimiser step
+  // Every circuit ran on a simulator device (the QPU-SIM boxes or the A100).
+  for (const model::TaskView& t : v->tasks) {
+    if (t.name.rfind("round", 0) != 0) continue;
+    EXPECT_TRUE(t.record.node.rfind("qsim-box-", 0) == 0 || t.record.node == "cloud-a100") << t.name << " on " << t.record.node;
+  }
+  // After six rounds the grid is 1/32 of the first: the expected cut is within 1e-3 of
+  // one layer's best, 4.110068884448432 (a dense numpy search), and the most likely
+  // assignment is a best cut, 5 of 6 edges, the classical answer beside it.
+  const model::TaskView* last = TaskNamed(*v, "step6");
+  ASSERT_NE(last, nullptr);
+  const std::string& out = last->record.output;
+  EXPECT_EQ(out.rfind("qaoa-search round=7 ", 0), 0u) << out;
+  const size_t at = out.find(" expectation=");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NEAR(std::stod(out.substr(at + 13)), 4.110068884448432, 1e-3) << out;
+  EXPECT_NE(out.find(" likely=00101 likely_cut=5 max_cut=5 edges=6\n"), std::string::npos) << out;
+
+  // Circuits as tasks: GHZ's counts of 1,000 shots and Grover's answer.
+  StatusOr<model::JobView> c = cluster.RunJob(ReadAll(SourceDir() + "/examples/jobs/circuits.yaml"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->summary.job.status, model::JobStatus::kSucceeded) << c->summary.job.reason;
+  const model::TaskView* ghz = TaskNamed(*c, "ghz");
+  ASSERT_NE(ghz, nullptr);
+  EXPECT_EQ(ghz->record.output.rfind("qsim qubits=12 clbits=12 gates=12 fused=12 output=counts\n", 0), 0u)
+      << ghz->record.output;
+  int64_t shots = 0;
+  for (const char* outcome : {"000000000000 ", "111111111111 "}) {
+    const size_t p = ghz->record.output.find(outcome);
+    ASSERT_NE(p, std::string::npos) << ghz->record.output;
+    shots += std::stoll(ghz->record.output.substr(p + 13));
+  }
+  EXPECT_EQ(shots, 1000) << ghz->record.output;
+  const model::TaskView* grover = TaskNamed(*c, "grover");
+  ASSERT_NE(grover, nullptr);
+  EXPECT_EQ(grover->record.output,
+            "qsim qubits=3 clbits=3 gates=43 fused=19 output=probabilities\n101 0.9453125\n000 0.0078125\n"
+            "001 0.0078125\n");
+}
+
 }  // namespace
 }  // namespace meridian::testing

@@ -109,13 +109,17 @@ StatusOr<Simulated> Simulate(const KernelContext& ctx, std::string_view qasm) {
 int32_t OutcomeBits(const Circuit& c) { return c.measures.empty() ? c.qubits : c.clbits; }
 
 std::vector<std::pair<uint64_t, double>> TopOutcomes(const Circuit& c, const std::vector<double>& state, size_t top) {
-  // Worst kept outcome on top: least probable, then the larger outcome.
-  auto worse = [](const std::pair<uint64_t, double>& a, const std::pair<uint64_t, double>& b) {
-    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  // Probabilities are ranked to within the noise (1e-15), so that outcomes equally
+  // likely but for rounding are listed by outcome, the same on every device. The
+  // worst kept outcome is on top of the heap: least probable, then the larger outcome.
+  auto rank = [](double p) { return std::llround(p / kNoise); };
+  auto worse = [&](const std::pair<uint64_t, double>& a, const std::pair<uint64_t, double>& b) {
+    const int64_t ra = rank(a.second), rb = rank(b.second);
+    return ra != rb ? ra > rb : a.first < b.first;
   };
   std::priority_queue<std::pair<uint64_t, double>, std::vector<std::pair<uint64_t, double>>, decltype(worse)> kept(worse);
   auto offer = [&](uint64_t outcome, double p) {
-    if (p < kNoise || top == 0) return;
+    if (rank(p) == 0 || top == 0) return;
     if (kept.size() < top) {
       kept.emplace(outcome, p);
     } else if (worse({outcome, p}, kept.top())) {

@@ -18,7 +18,8 @@
 namespace meridian::kernels {
 
 // The probability of each outcome of the circuit's measured bits (all its qubits, as
-// bits 0..n-1, when it measures none), largest first, ties by outcome; at most `top`.
+// bits 0..n-1, when it measures none), largest first, those within 1e-15 of each other
+// by outcome; at most `top`, none below 1e-15 (rounding noise).
 std::vector<std::pair<uint64_t, double>> TopOutcomes(const Circuit& c, const std::vector<double>& state, size_t top);
 // `shots` outcomes drawn from that distribution with the counter-based generator
 // (seeded, so the same on every machine); (outcome, count), most frequent first.
