@@ -77,6 +77,11 @@ double Checksum(const std::vector<double>& state) {
   return sum;
 }
 
+// A rate with the digits that matter: 1.3, 41.2, 2406.
+std::string Rate(double per_second) {
+  return per_second < 100 ? fmt::format("{:.1f}", per_second) : fmt::format("{:.0f}", per_second);
+}
+
 std::string Python() {
   return std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";  // Debian's, with its numpy
 }
@@ -171,12 +176,12 @@ Status RunBenchQsim(const BenchQsimOptions& o, std::ostream& out) {
       MERIDIAN_ASSIGN_OR_RETURN(Timed g, RunOps(**gpu, c, o.repeat));
       row["gpu"] = {{"device", (*gpu)->name()}, {"seconds", g.seconds}, {"gates_per_second", gates / g.seconds},
                     {"checksum_matches", std::abs(g.checksum - cpu.checksum) <= 1e-9 * scale}};
-      gpu_text = fmt::format("{:>10.0f} /s", gates / g.seconds);
+      gpu_text = fmt::format("{:>10} /s", Rate(gates / g.seconds));
     }
     sizes.push_back(row);
     if (!o.json) {
-      out << fmt::format("  {:>6}  {:>6}  {:>11.0f} /s  {:>11.0f} /s  {:>6.1f}x  {}\n", q, c.gates.size(),
-                         gates / cpu.seconds, gates / numpy.seconds, ratio, gpu_text);
+      out << fmt::format("  {:>6}  {:>6}  {:>11} /s  {:>11} /s  {:>6.1f}x  {}\n", q, c.gates.size(), Rate(gates / cpu.seconds),
+                         Rate(gates / numpy.seconds), ratio, gpu_text);
     }
   }
   if (o.json) {

@@ -134,13 +134,7 @@ Status RunBenchVerify(const BenchVerifyOptions& o, std::ostream& out) {
   std::ostringstream put_log;
   MERIDIAN_RETURN_IF_ERROR(RunDataPut(put, put_log));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, cluster->Connect(600'000'000));
-  kc::Report expected;
-  expected.blocks = chain.blocks.size();
-  expected.transactions = chain.transactions;
-  expected.last = chain.blocks.size() - 1;
-  expected.head = chain.head;
-  expected.findings = chain.expected;
-  const std::string want = kc::FormatReport(expected);
+  const std::string want = workloads::chain::ExpectedReport(chain);
   std::vector<double> runs;
   for (int r = 0; r < o.repeat; ++r) {
     std::string report;

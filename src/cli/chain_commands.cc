@@ -10,7 +10,6 @@
 #include "workloads/chain/generate.h"
 
 namespace meridian::cli {
-namespace kc = kernels::chain;
 
 StatusOr<ChainGenerated> GenerateChain(const ChainGenerateOptions& o) {
   namespace fs = std::filesystem;
@@ -20,25 +19,12 @@ StatusOr<ChainGenerated> GenerateChain(const ChainGenerateOptions& o) {
     return AlreadyExistsError(fmt::format("{} is not empty: give a new directory, so that only this chain's shards are in it",
                                           o.out));
   }
-  workloads::chain::GenerateOptions g;
-  g.seed = o.seed;
-  g.blocks = o.blocks;
-  g.transactions_per_block = o.transactions_per_block;
-  g.accounts = o.accounts;
-  g.forged = o.forged;
-  g.tampered = o.tampered;
-  MERIDIAN_ASSIGN_OR_RETURN(workloads::chain::GeneratedChain chain, workloads::chain::Generate(g));
-  const int64_t shards = o.shards > 0 ? o.shards : std::min<int64_t>(o.blocks, 8);
+  MERIDIAN_ASSIGN_OR_RETURN(workloads::chain::GeneratedChain chain, workloads::chain::Generate(o.chain));
+  const int64_t shards = o.shards > 0 ? o.shards : std::min<int64_t>(o.chain.blocks, 8);
   ChainGenerated out;
   MERIDIAN_ASSIGN_OR_RETURN(out.shards, workloads::chain::WriteShards(chain, o.out, shards, o.sites));
   for (const std::string& b : chain.blocks) out.bytes += static_cast<int64_t>(b.size());
-  kc::Report expected;
-  expected.blocks = chain.blocks.size();
-  expected.transactions = chain.transactions;
-  expected.last = chain.blocks.size() - 1;
-  expected.head = chain.head;
-  expected.findings = chain.expected;
-  out.expected_report = kc::FormatReport(expected);
+  out.expected_report = workloads::chain::ExpectedReport(chain);
   out.transactions = chain.transactions;
   out.blocks = static_cast<int64_t>(chain.blocks.size());
   return out;
@@ -49,15 +35,15 @@ Status RunChainGenerate(const ChainGenerateOptions& o, std::ostream& out) {
   if (o.json) {
     nlohmann::json j = {{"dir", o.out},         {"blocks", g.blocks},
                         {"transactions", g.transactions}, {"bytes", g.bytes},
-                        {"shards", g.shards},    {"forged", o.forged},
-                        {"tampered", o.tampered}, {"expected_report", g.expected_report}};
+                        {"shards", g.shards},    {"forged", o.chain.forged},
+                        {"tampered", o.chain.tampered}, {"expected_report", g.expected_report}};
     out << j.dump(2) << '\n';
     return OkStatus();
   }
   out << fmt::format("wrote {} blocks of {} transactions ({}) as {} shards under {}\n", g.blocks,
-                     o.transactions_per_block, FormatBytes(g.bytes), g.shards.size(), o.out);
+                     o.chain.transactions_per_block, FormatBytes(g.bytes), g.shards.size(), o.out);
   out << fmt::format("planted {} forged and {} tampered transactions; verifying the whole chain must report:\n",
-                     o.forged, o.tampered);
+                     o.chain.forged, o.chain.tampered);
   out << g.expected_report;
   return OkStatus();
 }

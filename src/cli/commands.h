@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "workloads/chain/generate.h"
 
 namespace meridian::client {
 class Client;
@@ -369,12 +370,7 @@ Status RunBenchScaleAgents(const BenchScaleAgentsOptions& options);
 
 struct ChainGenerateOptions {
   std::string out;  // a new or empty directory
-  uint64_t seed = 1;
-  int64_t blocks = 100;
-  int64_t transactions_per_block = 1000;
-  int64_t accounts = 1000;
-  int64_t forged = 3;
-  int64_t tampered = 1;
+  workloads::chain::GenerateOptions chain;
   int64_t shards = 0;  // 0: one per block, at most 8
   std::vector<std::string> sites;  // shard i in out/sites[i % n]/ (for data put --by-site)
   bool json = false;

@@ -321,16 +321,16 @@ int main(int argc, char** argv) {
   CLI::App* chain_gen_cmd = chain_cmd->add_subcommand(
       "generate", "Write a realistic chain of signed transfers, with a few bad ones, as shards to put and verify");
   chain_gen_cmd->add_option("--out", chain_gen.out, "A new directory for the shards")->required();
-  chain_gen_cmd->add_option("--blocks", chain_gen.blocks, "Blocks (default 100)");
-  chain_gen_cmd->add_option("--transactions-per-block", chain_gen.transactions_per_block,
+  chain_gen_cmd->add_option("--blocks", chain_gen.chain.blocks, "Blocks (default 100)");
+  chain_gen_cmd->add_option("--transactions-per-block", chain_gen.chain.transactions_per_block,
                             "Transactions in each block (default 1000)");
-  chain_gen_cmd->add_option("--accounts", chain_gen.accounts, "Accounts with keys (default 1000)");
-  chain_gen_cmd->add_option("--forged", chain_gen.forged, "Transactions signed by someone else (default 3)");
-  chain_gen_cmd->add_option("--tampered", chain_gen.tampered, "Transactions altered after sealing (default 1)");
+  chain_gen_cmd->add_option("--accounts", chain_gen.chain.accounts, "Accounts with keys (default 1000)");
+  chain_gen_cmd->add_option("--forged", chain_gen.chain.forged, "Transactions signed by someone else (default 3)");
+  chain_gen_cmd->add_option("--tampered", chain_gen.chain.tampered, "Transactions altered after sealing (default 1)");
   chain_gen_cmd->add_option("--shards", chain_gen.shards, "Shard files (default: one per block, at most 8)");
   chain_gen_cmd->add_option("--sites", chain_gen.sites, "Spread the shards over OUT/SITE/ directories (for data put --by-site)")
       ->delimiter(',');
-  chain_gen_cmd->add_option("--seed", chain_gen.seed, "Seed; the same seed writes the same bytes (default 1)");
+  chain_gen_cmd->add_option("--seed", chain_gen.chain.seed, "Seed; the same seed writes the same bytes (default 1)");
   chain_gen_cmd->add_flag("--json", chain_gen.json, "Print JSON for scripts");
 
   CLI::App* certs_cmd = app.add_subcommand("certs", "The cluster's CA and certificates, as files");

@@ -142,6 +142,16 @@ StatusOr<GeneratedChain> Generate(const GenerateOptions& o) {
   return out;
 }
 
+std::string ExpectedReport(const GeneratedChain& chain) {
+  kc::Report r;
+  r.blocks = chain.blocks.size();
+  r.transactions = chain.transactions;
+  r.last = chain.blocks.empty() ? 0 : chain.blocks.size() - 1;
+  r.head = chain.head;
+  r.findings = chain.expected;
+  return kc::FormatReport(r);
+}
+
 StatusOr<std::vector<std::string>> WriteShards(const GeneratedChain& chain, const std::string& dir, int64_t shards,
                                                const std::vector<std::string>& sites) {
   const int64_t blocks = static_cast<int64_t>(chain.blocks.size());

@@ -40,6 +40,8 @@ struct GeneratedChain {
 
 // Checks the options (an error names the one out of bounds) and makes the chain.
 StatusOr<GeneratedChain> Generate(const GenerateOptions& o);
+// What chain-verify must output for the whole chain (kernels/chain.h's format).
+std::string ExpectedReport(const GeneratedChain& chain);
 
 // Writes the chain as `shards` files of consecutive blocks (as even as they divide)
 // under `dir`, named blocks-FIRST-LAST.mbk; with sites, shard i goes in
