@@ -113,6 +113,15 @@ TEST(WorkloadsTest, QaoaRunsAsRoundsOfCircuitsOnSimulatorsAndReachesTheOptimum) 
   EXPECT_EQ(shots, 1000) << ghz->record.output;
   const model::TaskView* grover = TaskNamed(*c, "grover");
   ASSERT_NE(grover, nullptr);
+  // A circuit whose task asked for no memory is refused before its state is made.
+  StatusOr<model::JobView> bare = cluster.RunJob(
+      "name: bare\ntasks:\n  - {name: a, kernel: qsim, args: {circuit: \"OPENQASM 2.0; qreg q[4]; h q;\"}}\n");
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->summary.job.status, model::JobStatus::kFailed);
+  EXPECT_NE(bare->summary.job.reason.find(
+                "kernel qsim: 4 qubits need 256 B of state; this task was given 0 B (ask for it: resources: {qubits: 4})"),
+            std::string::npos)
+      << bare->summary.job.reason;
   EXPECT_EQ(grover->record.output,
             "qsim qubits=3 clbits=3 gates=43 fused=19 output=probabilities\n101 0.9453125\n000 0.0078125\n"
             "001 0.0078125\n");

@@ -325,6 +325,14 @@ void Executor::StoreOutput(model::TaskUpdate& u) {
   if (o.ok()) u.output_object = *o;
 }
 
+int64_t Executor::KernelMemory(const model::TaskAllocation& a) const {
+  if (a.devices.empty()) return a.memory_bytes;
+  auto it = options_.device_memory_bytes.find(a.devices.front());
+  if (it == options_.device_memory_bytes.end()) return a.memory_bytes;
+  const int64_t share = a.device_share_milli > 0 ? a.device_share_milli : 1000;
+  return static_cast<int64_t>(static_cast<__int128>(it->second) * share / 1000);
+}
+
 void Executor::RunKernel(Running_& task) {
   const model::TaskAssignment& a = task.assignment;
   model::TaskUpdate u;
@@ -340,7 +348,8 @@ void Executor::RunKernel(Running_& task) {
   } else if (GatherInputs(task, inputs, u)) {
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
-    StatusOr<std::string> out = kernel->run(kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu});
+    StatusOr<std::string> out =
+        kernel->run(kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu, KernelMemory(a.allocation)});
     if (task.stop.load()) {
       u.kind = model::UpdateKind::kCancelled;
       u.reason = "cancelled while running";

@@ -68,6 +68,9 @@ struct ExecutorOptions {
   // task_uid_base + a hash of the tenant's name modulo 100,000, their task directory
   // that user's alone (0700). 0: as the agent's user (the agent must be root to switch).
   int task_uid_base = 0;
+  // Each device's memory, by its index on the node: what a kernel given the device may
+  // hold (KernelContext::memory_bytes).
+  std::map<int32_t, int64_t> device_memory_bytes = {};
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.
@@ -94,6 +97,8 @@ class Executor {
   };
   void KernelWorker();
   void RunKernel(Running_& task);
+  // What a kernel with this allocation may hold (KernelContext::memory_bytes).
+  int64_t KernelMemory(const model::TaskAllocation& a) const;
   void RunCommand(Running_& task);
   // The task's inputs: its input objects then its dependencies' outputs, fetching
   // those that are objects several at a time. False when the task cannot run, with

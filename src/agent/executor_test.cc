@@ -26,12 +26,13 @@ class ExecutorTest : public ::testing::Test {
     Reset(nullptr, nullptr);
   }
   void Reset(FetchFn fetch, StoreFn store, FetchTogetherFn together = nullptr, PaceFn pace = nullptr,
-             int task_uid_base = 0) {
+             int task_uid_base = 0, std::map<int32_t, int64_t> device_memory = {}) {
     exec_.reset();
     ExecutorOptions o{dir_.string(), "n1", "s1", false, 2, std::move(fetch), std::move(store)};
     o.fetch_together = std::move(together);
     o.pace_inline = std::move(pace);
     o.task_uid_base = task_uid_base;
+    o.device_memory_bytes = std::move(device_memory);
     exec_ = std::make_unique<Executor>(std::move(o),
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
@@ -100,6 +101,36 @@ TEST_F(ExecutorTest, KernelsRunWithTheirArgsAndInputs) {
   model::TaskUpdate f = Final(bad.key);
   EXPECT_EQ(f.kind, model::UpdateKind::kFailed);
   EXPECT_NE(f.reason.find("no argument 'bogus'"), std::string::npos) << f.reason;
+}
+
+TEST_F(ExecutorTest, AKernelHoldsNoMoreThanTheMemoryItsTaskWasGiven) {
+  // Device 0 has 2 MiB; a task given half of it may hold 1 MiB: a 16-qubit state
+  // (2^16 amplitudes of 16 bytes), not a 17-qubit one.
+  Reset(nullptr, nullptr, nullptr, nullptr, 0, {{0, 2 << 20}});
+  auto circuit = [](int qubits) {
+    return "OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[" + std::to_string(qubits) + "];\nh q;\n";
+  };
+  model::TaskAssignment fits = Task(0, {}, "qsim");
+  fits.args = {{"circuit", circuit(16)}, {"top", "1"}};
+  fits.allocation.devices = {0};
+  fits.allocation.device_share_milli = 500;
+  model::TaskAssignment big = fits;
+  big.key.task = 1;
+  big.args["circuit"] = circuit(17);
+  // Without a device, its own memory request is the bound.
+  model::TaskAssignment host = Task(2, {}, "qsim");
+  host.args = {{"circuit", circuit(10)}};
+  host.allocation.memory_bytes = 8 << 10;
+  for (const model::TaskAssignment* a : {&fits, &big, &host}) ASSERT_TRUE(exec_->Start(*a));
+  EXPECT_EQ(Final(fits.key).kind, model::UpdateKind::kSucceeded);
+  model::TaskUpdate refused = Final(big.key);
+  EXPECT_EQ(refused.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(refused.reason, "kernel qsim: 17 qubits need 2 MiB of state; this task was given 1 MiB (ask for it: "
+                            "resources: {qubits: 17})");
+  model::TaskUpdate small = Final(host.key);
+  EXPECT_EQ(small.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(small.reason, "kernel qsim: 10 qubits need 16 KiB of state; this task was given 8 KiB (ask for it: "
+                          "resources: {qubits: 10})");
 }
 
 TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {

@@ -29,6 +29,10 @@ struct KernelContext {
   const std::atomic<bool>& stop;
   // The CUDA device the task was given, or -1 for the CPU (no GPU, or an emulated one).
   int32_t gpu = -1;
+  // What the task may hold for its data: the memory of the device it was given (its
+  // share of it), else its own memory request. Kernels whose working set the task
+  // chooses (qsim's state vector) refuse more. -1: no bound (a caller in this process).
+  int64_t memory_bytes = -1;
 };
 
 using KernelFn = StatusOr<std::string> (*)(const KernelContext&);

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/units.h"
 #include "kernels/generate.h"
 #include "kernels/kernel_args.h"
 
@@ -98,6 +99,14 @@ StatusOr<Simulated> Simulate(const KernelContext& ctx, std::string_view qasm) {
   StatusOr<Circuit> c = ParseQasm(qasm);
   if (!c.ok()) return c.status().WithPrefix("circuit");
   s.circuit = *std::move(c);
+  // The state is what the task chose to hold: within what it was given, checked before
+  // anything is allocated.
+  const int64_t need = int64_t{16} << s.circuit.qubits;
+  if (ctx.memory_bytes >= 0 && need > ctx.memory_bytes) {
+    return ResourceExhaustedError(fmt::format(
+        "{} qubits need {} of state; this task was given {} (ask for it: resources: {{qubits: {}}})",
+        s.circuit.qubits, FormatBytes(need), FormatBytes(ctx.memory_bytes), s.circuit.qubits));
+  }
   s.fused = FuseGates(s.circuit.gates);
   MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
   MERIDIAN_RETURN_IF_ERROR(ops->Simulate(s.circuit.qubits, s.fused, s.state, ctx.stop));
