@@ -35,12 +35,11 @@ uint64_t Deposit(uint64_t v, uint64_t mask) {
 
 // g on n consecutive pairs whose |0> amplitudes start at a and |1> amplitudes at b: the
 // same operations, in the same order, as qsim::ApplyPair on each, in loops the compiler
-// vectorises (AVX2 where the CPU has it, chosen at load time; never FMA, which would
-// round differently from ApplyPair). A real matrix (H, RY, X) skips the products with
-// its zero imaginary parts, which only ever add or subtract a zero: the same values
-// (at most the sign of a zero amplitude differs).
-__attribute__((target_clones("avx2", "default")))
-void ApplyContiguous(double* __restrict a, double* __restrict b, uint64_t n, const QGate& g) {
+// vectorises (never with FMA, which would round differently from ApplyPair). A real
+// matrix (H, RY, X) skips the products with its zero imaginary parts, which only ever
+// add or subtract a zero: the same values (at most the sign of a zero amplitude differs).
+[[gnu::always_inline]] inline void ContiguousBody(double* __restrict a, double* __restrict b, uint64_t n,
+                                                  const QGate& g) {
   const double m0 = g.m[0], m1 = g.m[1], m2 = g.m[2], m3 = g.m[3], m4 = g.m[4], m5 = g.m[5], m6 = g.m[6], m7 = g.m[7];
   if (g.diagonal) {
     for (uint64_t k = 0; k < n; ++k) {
@@ -66,6 +65,23 @@ void ApplyContiguous(double* __restrict a, double* __restrict b, uint64_t n, con
       b[2 * k] = (m4 * ar - m5 * ai) + (m6 * br - m7 * bi);
       b[2 * k + 1] = (m4 * ai + m5 * ar) + (m6 * bi + m7 * br);
     }
+  }
+}
+
+// The body compiled twice, for AVX2 and for any x86-64, chosen once at run time. (Not
+// by target_clones: its ifunc resolver runs before ThreadSanitizer is set up.)
+[[gnu::target("avx2")]] void ContiguousAvx2(double* __restrict a, double* __restrict b, uint64_t n, const QGate& g) {
+  ContiguousBody(a, b, n, g);
+}
+void ContiguousPlain(double* __restrict a, double* __restrict b, uint64_t n, const QGate& g) {
+  ContiguousBody(a, b, n, g);
+}
+void ApplyContiguous(double* a, double* b, uint64_t n, const QGate& g) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    ContiguousAvx2(a, b, n, g);
+  } else {
+    ContiguousPlain(a, b, n, g);
   }
 }
 
