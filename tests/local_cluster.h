@@ -52,8 +52,9 @@ inline CommandResult Meridian(const std::vector<std::string>& args) {
   p.argv = {MeridianBinary()};
   p.argv.insert(p.argv.end(), args.begin(), args.end());
   p.env = CurrentEnvironment();
-  // The processes it starts (and those `up` starts) check leaks with tests/lsan.supp.
-  p.env.push_back("LSAN_OPTIONS=suppressions=" +
+  // The processes it starts (and those `up` starts) check leaks with tests/lsan.supp,
+  // without listing the suppressions that matched on stderr: tests count its lines.
+  p.env.push_back("LSAN_OPTIONS=print_suppressions=0:suppressions=" +
                   std::filesystem::absolute(SourceDir() + "/tests/lsan.supp").string());
   p.timeout_us = 120'000'000;
   p.max_stdout_head = 16 << 20;
