@@ -31,8 +31,9 @@ bool MeasuresAllInOrder(const Circuit& c) {
   return true;
 }
 
+// The classical bits that basis state `index` writes (callers take the index itself
+// when MeasuresAllInOrder, which is worth asking once, not per amplitude).
 uint64_t OutcomeOf(const Circuit& c, uint64_t index) {
-  if (MeasuresAllInOrder(c)) return index;
   uint64_t v = 0;
   for (const auto& [q, b] : c.measures) {
     if ((index >> q) & 1) v |= uint64_t{1} << b;
@@ -166,6 +167,7 @@ std::vector<std::pair<uint64_t, int64_t>> SampleOutcomes(const Circuit& c, const
   for (int64_t k = 0; k < shots; ++k) u[k] = gen::Unit(seed, static_cast<uint64_t>(k)) * total;
   std::sort(u.begin(), u.end());
   std::map<uint64_t, int64_t> counts;
+  const bool identity = MeasuresAllInOrder(c);
   double cumulative = 0;
   size_t k = 0;
   for (uint64_t i = 0; i < amplitudes && k < u.size(); ++i) {
@@ -176,7 +178,7 @@ std::vector<std::pair<uint64_t, int64_t>> SampleOutcomes(const Circuit& c, const
       ++k;
       ++here;
     }
-    if (here > 0) counts[OutcomeOf(c, i)] += static_cast<int64_t>(here);
+    if (here > 0) counts[identity ? i : OutcomeOf(c, i)] += static_cast<int64_t>(here);
   }
   std::vector<std::pair<uint64_t, int64_t>> out(counts.begin(), counts.end());
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
