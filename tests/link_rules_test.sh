@@ -50,15 +50,16 @@ declare -A allowed=(
   [kernels]="kernels common"
   [store]="store model common"
   [security]="security common"
+  [http]="http security common"
   [objects]="objects security common"
   [rpc]="rpc security model common meridian"
-  [coordinator]="coordinator sched store spec rpc security model common"
-  [agent]="agent kernels objects rpc security model common"
+  [coordinator]="coordinator sched store spec rpc http security model common"
+  [agent]="agent kernels objects rpc http security model common"
   [client]="client rpc security objects spec model common meridian"
   [workloads]="workloads client kernels common model spec"
-  [cli]="cli spec sched sim model common bench coordinator agent client store rpc kernels objects security workloads"
+  [cli]="cli spec sched sim model common bench coordinator agent client store rpc http kernels objects security workloads"
   [bench]="bench sched sim spec model common"
-  [tests]="client rpc security objects spec model common meridian"
+  [tests]="client rpc http security objects spec model common meridian"
   [fuzz]="spec sim sched objects rpc kernels model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client
@@ -75,6 +76,7 @@ declare -A forbidden=(
   [store]="grpc cuda"
   [objects]="grpc sqlite3 cuda"
   [security]="grpc sqlite3 cuda yaml-cpp nlohmann"
+  [http]="grpc sqlite3 cuda yaml-cpp"
   [workloads]="grpc sqlite3 cuda"
 )
 # CUDA headers belong in kernels/cuda/ alone.

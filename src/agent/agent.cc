@@ -276,6 +276,7 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
 
 Agent::~Agent() {
   Stop();
+  if (metrics_server_) metrics_server_->Shutdown();  // its handlers read what follows
   transfer_.reset();  // its connections may still store objects, which reports under mu_
   executor_.reset();  // reports land in pending_, which dies with us
   if (stream_thread_.joinable()) stream_thread_.join();
@@ -300,6 +301,15 @@ bool Agent::Sleep(std::unique_lock<std::mutex>& lock, int64_t us) {
 void Agent::OnUpdate(model::TaskUpdate update) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (update.kind != model::UpdateKind::kRunning) {
+      static constexpr std::string_view kOutcome[] = {"running", "succeeded", "failed", "cancelled"};
+      ++attempts_ended_[std::string(kOutcome[static_cast<int>(update.kind)])];
+      for (const model::InputTransfer& t : update.transfers) {
+        auto& [bytes, seconds] = fetched_[t.from_site];
+        bytes += t.bytes;
+        seconds += t.seconds;
+      }
+    }
     pending_[update.key] = {++update_seq_, std::move(update)};
   }
   cv_.notify_all();
@@ -356,6 +366,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   reg.site = options_.site;
   reg.kernels = kernels::KernelNames();
   reg.transfer_address = transfer_ ? transfer_->address() : "";
+  reg.metrics_url = metrics_server_ ? metrics_server_->url() : "";
   reg.previous_session = session_;
   if (objects_) {
     // The full list replaces what the coordinator knew; deltas before it are moot.
@@ -383,6 +394,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
   lock.lock();
+  connected_ = reply.ok();
   if (!reply.ok()) return reply.status();
   // The registration carried every finished attempt: they are acknowledged.
   for (const model::TaskUpdate& u : reg.unacked) pending_.erase(u.key);
@@ -463,8 +475,11 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   hb.cpu_used_milli = executor_->cpu_allocated_milli();
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) hb.load_average = load[0];
+  const MonotonicTime sent_at = env_.clock().Now();
   StatusOr<rpc::NodeClient::HeartbeatAnswer> answer = client_->Heartbeat(hb, options_.rpc_timeout_us);
+  heartbeat_latency_.ObserveUs(env_.clock().Now().us - sent_at.us);
   lock.lock();
+  connected_ = answer.ok();
   if (!answer.ok()) return answer.status();
   // A larger fleet: the coordinator asks for fewer heartbeats.
   if (answer->interval_us > 0) heartbeat_interval_us_ = answer->interval_us;
@@ -489,6 +504,36 @@ std::string Agent::SessionFile() const { return (std::filesystem::path(options_.
 
 Status Agent::Run() {
   MERIDIAN_RETURN_IF_ERROR(StartObjects());
+  if (!options_.metrics_listen.empty() && metrics_server_ == nullptr) {
+    http::ServerOptions so;
+    so.listen = options_.metrics_listen;
+    so.tls = options_.tls;
+    const bool open = !options_.tls.enabled();
+    std::vector<http::Route> routes;
+    routes.push_back({"/metrics", [this, open](const http::Request& r) {
+                        // A monitoring certificate, or the coordinator's (which reads them for scrapers:
+                        // coordinator/http_api.h).
+                        if (!open && r.peer_certificate.rfind("monitor:", 0) != 0 &&
+                            r.peer_certificate != "coordinator") {
+                          const std::string why =
+                              "an agent's metrics need a monitoring certificate of the cluster's CA (meridian certs "
+                              "issue monitor --name NAME)";
+                          MERIDIAN_LOG_WARN("audit: refused GET {} from {} ({}): {}", r.path, r.peer,
+                                            r.peer_certificate.empty() ? "no certificate"
+                                                                       : "certificate " + r.peer_certificate,
+                                            why);
+                          return http::TextResponse(r.peer_certificate.empty() ? 401 : 403, why);
+                        }
+                        http::Exposition e;
+                        WriteMetrics(e);
+                        http::Response out;
+                        out.content_type = std::string(http::kMetricsContentType);
+                        out.body = e.text();
+                        return out;
+                      }});
+    MERIDIAN_ASSIGN_OR_RETURN(metrics_server_, http::Server::Start(std::move(so), std::move(routes)));
+    MERIDIAN_LOG_INFO("metrics at {}/metrics", metrics_server_->url());
+  }
   std::unique_lock<std::mutex> lock(mu_);
   {
     std::ifstream in(SessionFile());
@@ -532,6 +577,62 @@ Status Agent::Run() {
     if (*reregister) need_register_ = true;
   }
   return OkStatus();
+}
+
+void Agent::WriteMetrics(http::Exposition& out) {
+  const std::vector<model::TaskKey> running = executor_ ? executor_->Running() : std::vector<model::TaskKey>{};
+  const int64_t cpu_held_milli = executor_ ? executor_->cpu_allocated_milli() : 0;
+  const objects::StoreStats store = objects_ ? objects_->stats() : objects::StoreStats{};
+  const std::map<std::string, objects::LinkCounters> sent =
+      transfer_ ? transfer_->sent() : std::map<std::string, objects::LinkCounters>{};
+  const int64_t refused = transfer_ ? transfer_->refused() : 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  // No node or site labels: a scraper's target carries them (the coordinator's
+  // /sd/nodes names both).
+  const http::Labels node;
+  auto with = [](std::string_view k, std::string v) { return http::Labels{{k, std::move(v)}}; };
+  out.Family("meridian_agent_connected", "gauge", "1 when the coordinator answered the agent's last call, else 0.");
+  out.Sample("meridian_agent_connected", node, connected_ ? 1 : 0);
+  out.Family("meridian_agent_tasks_running", "gauge", "Task attempts running on this node.");
+  out.Sample("meridian_agent_tasks_running", node, static_cast<double>(running.size()));
+  out.Family("meridian_agent_cpu_allocated_cores", "gauge", "CPU cores the running attempts hold.");
+  out.Sample("meridian_agent_cpu_allocated_cores", node, static_cast<double>(cpu_held_milli) / 1000);
+  out.Family("meridian_agent_devices", "gauge", "Accelerators of this node, by type and whether they are emulated.");
+  std::map<std::pair<std::string, bool>, int> devices;
+  for (const model::Device& d : options_.node.devices) ++devices[{d.type, d.emulated}];
+  for (const auto& [k, n] : devices) {
+    http::Labels l = with("type", k.first);
+    l.emplace_back("emulated", k.second ? "true" : "false");
+    out.Sample("meridian_agent_devices", l, n);
+  }
+  out.Family("meridian_agent_task_attempts_total", "counter", "Task attempts ended here, by outcome.");
+  for (const auto& [outcome, n] : attempts_ended_) {
+    out.Sample("meridian_agent_task_attempts_total", with("outcome", outcome), static_cast<double>(n));
+  }
+  out.Family("meridian_agent_pending_reports", "gauge", "Task reports not yet acknowledged by the coordinator.");
+  out.Sample("meridian_agent_pending_reports", node, static_cast<double>(pending_.size()));
+  heartbeat_latency_.Write(out, "meridian_agent_heartbeat_seconds", "Round trip of one heartbeat to the coordinator.");
+  out.Family("meridian_agent_objects", "gauge", "Objects this node's store holds.");
+  out.Sample("meridian_agent_objects", node, static_cast<double>(store.objects));
+  out.Family("meridian_agent_object_bytes", "gauge", "Bytes of objects this node holds, in memory or only on disk.");
+  out.Sample("meridian_agent_object_bytes", with("tier", "memory"), static_cast<double>(store.memory_bytes));
+  out.Sample("meridian_agent_object_bytes", with("tier", "disk"), static_cast<double>(store.spilled_bytes));
+  out.Family("meridian_agent_sent_bytes_total", "counter", "Object bytes this node's transfer server sent, by destination site.");
+  for (const auto& [site, c] : sent) {
+    out.Sample("meridian_agent_sent_bytes_total", with("to_site", site), static_cast<double>(c.bytes));
+  }
+  out.Family("meridian_agent_fetched_bytes_total", "counter", "Input bytes this node's tasks fetched, by source site.");
+  for (const auto& [site, f] : fetched_) {
+    out.Sample("meridian_agent_fetched_bytes_total", with("from_site", site), static_cast<double>(f.first));
+  }
+  out.Family("meridian_agent_fetch_seconds_total", "counter",
+             "Time this node's tasks spent fetching inputs, by source site (bytes over seconds: throughput).");
+  for (const auto& [site, f] : fetched_) {
+    out.Sample("meridian_agent_fetch_seconds_total", with("from_site", site), f.second);
+  }
+  out.Family("meridian_agent_transfer_refused_total", "counter",
+             "Transfer connections refused: no certificate of the CA, or a bad or missing ticket.");
+  out.Sample("meridian_agent_transfer_refused_total", node, static_cast<double>(refused));
 }
 
 }  // namespace meridian::agent

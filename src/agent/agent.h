@@ -19,6 +19,8 @@
 #include "agent/executor.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "http/metrics.h"
+#include "http/server.h"
 #include "model/fleet.h"
 #include "model/run_state.h"
 #include "objects/link_clock.h"
@@ -48,6 +50,10 @@ struct AgentOptions {
   // Commands run as their tenant's user from this uid up (ExecutorOptions); 0: as
   // the agent's user.
   int task_uid_base = 0;
+  // Where its Prometheus /metrics listens (HTTPS with the node's certificate; plain
+  // HTTP when insecure), port 0 for a free one; empty: no listener. Only a monitoring
+  // certificate of the cluster's CA ("monitor:NAME") or the coordinator's may read it.
+  std::string metrics_listen;
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated
@@ -64,6 +70,8 @@ class Agent {
   // Opens the object store and starts the transfer server (Run does it first).
   Status StartObjects();
   void Stop();
+  // Its figures in Prometheus's text format (docs/observability.md).
+  void WriteMetrics(http::Exposition& out);
 
  private:
   Status RegisterLocked(std::unique_lock<std::mutex>& lock);
@@ -128,6 +136,13 @@ class Agent {
   std::map<std::string, model::EmulatedLink> links_;  // from this site, by destination
   std::shared_ptr<rpc::NodeClient> stream_client_;
   std::thread stream_thread_;
+
+  std::unique_ptr<http::Server> metrics_server_;  // started by Run when metrics_listen is set
+  // Metrics, under mu_ (the histogram without).
+  bool connected_ = false;                           // the last registration or heartbeat was answered
+  std::map<std::string, uint64_t> attempts_ended_;   // by outcome
+  std::map<std::string, std::pair<int64_t, double>> fetched_;  // from site: bytes, seconds
+  http::LatencyHistogram heartbeat_latency_;         // a heartbeat's round trip
 };
 
 }  // namespace meridian::agent

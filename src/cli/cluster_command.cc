@@ -21,6 +21,7 @@
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/http_api.h"
 #include "rpc/node_client.h"
 #include "rpc/server.h"
 #include "security/pki.h"
@@ -32,6 +33,7 @@ namespace meridian::cli {
 namespace fs = std::filesystem;
 namespace {
 constexpr const char* kAddrFile = "coordinator.addr";
+constexpr const char* kHttpAddrFile = "http.addr";  // the coordinator's HTTPS listener: "https://host:port"
 }  // namespace
 
 StatusOr<std::string> ReadSmallFile(const fs::path& path) {
@@ -200,12 +202,33 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
                             rpc::Server::Start(o.listen, *coord, *coord, *coord, *coord, *coord, security));
   std::string host = o.listen.substr(0, o.listen.rfind(':'));
   std::string address = fmt::format("{}:{}", host, server->port());
+  std::unique_ptr<http::Server> http_server;
+  if (o.http_listen != "none") {
+    coordinator::HttpOptions ho;
+    ho.listen = o.http_listen;
+    if (ho.listen.empty()) {
+      const bool fixed = o.listen.substr(o.listen.rfind(':') + 1) != "0";
+      ho.listen = fmt::format("{}:{}", host, fixed ? server->port() + 1 : 0);
+    }
+    ho.tls = security.tls;
+    ho.insecure = o.insecure;
+    StatusOr<std::unique_ptr<http::Server>> started = coordinator::StartHttp(*coord, ho);
+    if (!started.ok()) {
+      server->Shutdown();
+      return started.status().WithPrefix("--http-listen");
+    }
+    http_server = std::move(*started);
+    if (!o.http_addr_file.empty()) {
+      MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.http_addr_file, http_server->url() + "\n"));
+    }
+  }
   if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
-  MERIDIAN_LOG_INFO("coordinator listening on {} ({}; state in {})", address,
+  MERIDIAN_LOG_INFO("coordinator listening on {} ({}; state in {}){}", address,
                     o.insecure ? "INSECURE: no TLS, no authentication" : "TLS, client certificates and tokens",
-                    o.state_dir);
+                    o.state_dir, http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
   int sig = WaitForTerminationSignal();
   MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
+  if (http_server) http_server->Shutdown();
   server->Shutdown();
   return OkStatus();
 }
@@ -255,6 +278,9 @@ Status RunAgent(const AgentCommandOptions& o) {
   options.kernel_threads = o.kernel_threads;
   MERIDIAN_ASSIGN_OR_RETURN(options.object_memory_bytes, ParseBytes(o.object_memory));
   options.transfer_host = o.transfer_host;
+  if (o.metrics_listen != "none") {
+    options.metrics_listen = o.metrics_listen.empty() ? o.transfer_host + ":0" : o.metrics_listen;
+  }
   options.link_clocks_file = o.link_clocks;
   options.insecure_transfers = o.insecure;
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
@@ -317,9 +343,16 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
   // It keeps the address it first got, so agents find a restarted one.
   StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
   std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
+  // And its HTTPS listener's, so a Prometheus pointed at it finds it again.
+  StatusOr<std::string> previous_http = ReadSmallFile(dir / kHttpAddrFile);
+  std::string http_listen = "127.0.0.1:0";
+  if (previous_http.ok() && previous_http->find("://") != std::string::npos) {
+    http_listen = previous_http->substr(previous_http->find("://") + 3);
+  }
   Component coord{"coordinator",
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
-                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--heartbeat-timeout",
+                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--http-listen", http_listen,
+                   "--http-addr-file", (dir / kHttpAddrFile).string(), "--heartbeat-timeout",
                    o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--retain-jobs",
                    std::to_string(o.retain_jobs), "--retain-for", o.retain_for, "--emulate-wan"},
                   dir / "logs" / "coordinator.log"};
@@ -448,7 +481,8 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     std::ostringstream ignored;
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
-    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile, "tls", "admin.token",
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile, kHttpAddrFile, "tls",
+                            "admin.token",
                             "join.token", "insecure"}) {
       fs::remove_all(dir / sub, rm);
     }
@@ -493,9 +527,14 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n",
                      dir.string(), coord.first, nodes.size(), fleet.fleet.sites.size(),
                      agents + (coord.second ? 1 : 0));
-  out << (o.insecure ? "INSECURE: no TLS and no tokens; anyone on this machine can run commands through it\n\n"
-                     : fmt::format("TLS with the cluster's own CA ({}/tls); your admin token is {}/admin.token\n\n",
+  out << (o.insecure ? "INSECURE: no TLS and no tokens; anyone on this machine can run commands through it\n"
+                     : fmt::format("TLS with the cluster's own CA ({}/tls); your admin token is {}/admin.token\n",
                                    dir.string(), dir.string()));
+  if (StatusOr<std::string> http = ReadSmallFile(dir / kHttpAddrFile); http.ok() && !http->empty()) {
+    out << fmt::format("metrics at {}/metrics{}\n", *http,
+                       o.insecure ? "" : fmt::format(" (certificate {}/tls/monitor.crt, or the admin token)", dir.string()));
+  }
+  out << "\n";
   PrintCluster(nodes, out);
   out << "\nnext: meridian run examples/jobs/sensor-histograms.yaml   (meridian down stops it)\n";
   return OkStatus();

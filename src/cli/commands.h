@@ -118,6 +118,10 @@ struct CoordinatorCommandOptions {
   std::string listen = "127.0.0.1:7070";
   std::string fleet;
   std::string addr_file;  // written once listening: "host:port"
+  // The HTTP(S) listener (/metrics): empty, the API's host and the port after its
+  // (a free one when the API's is 0); "none": no listener.
+  std::string http_listen;
+  std::string http_addr_file;  // written once listening: "https://host:port"
   std::string heartbeat_timeout = "2s";
   // After a restart, how long tasks placed before it wait for their agents to come
   // back before they are run elsewhere.
@@ -151,6 +155,8 @@ struct AgentCommandOptions {
   int kernel_threads = 0;
   std::string object_memory = "1GiB";
   std::string transfer_host = "127.0.0.1";
+  // Its /metrics listener: empty, the transfer host with a free port; "none": none.
+  std::string metrics_listen;
   std::string link_clocks;  // file of emulated links' clocks shared by a local cluster's agents
   // Where the cluster's ca.crt is, and the node's certificate once it joined
   // (node.crt, node.key); with no certificate there yet, the join token's file.

@@ -467,6 +467,7 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
                         {"requests", x.requests}, {"egress_micro_usd", x.egress_micro_usd}});
       }
       j.back()["sent"] = sent;
+      j.back()["metrics_url"] = n.metrics_url;
     }
     out << j.dump(2) << '\n';
     return OkStatus();

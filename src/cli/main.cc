@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)");
   coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
   coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");
+  coord_cmd->add_option("--http-listen", coord.http_listen,
+                        "Address of its HTTPS listener for /metrics (default: the API's host, the port after the "
+                        "API's; none: no listener)");
+  coord_cmd->add_option("--http-addr-file", coord.http_addr_file, "Write the URL of its HTTPS listener to this file");
   coord_cmd->add_option("--heartbeat-timeout", coord.heartbeat_timeout, "A node silent this long is dead (default 2s)");
   coord_cmd->add_option("--reconcile-grace", coord.reconcile_grace,
                         "After a restart, how long tasks wait for their agents to return before they run elsewhere "
@@ -200,6 +204,9 @@ int main(int argc, char** argv) {
                         "senders at one site share each link's bandwidth (meridian up sets it)");
   agent_cmd->add_option("--transfer-host", agent.transfer_host,
                         "Address the object transfer server listens on (default 127.0.0.1; its port is chosen)");
+  agent_cmd->add_option("--metrics-listen", agent.metrics_listen,
+                        "Address of its HTTPS /metrics listener (default: the transfer host, a free port; none: no "
+                        "listener)");
   agent_cmd->add_option("--tls-dir", agent.tls_dir,
                         "Holds the cluster's ca.crt, and the node's certificate once it joined (node.crt, node.key)");
   agent_cmd->add_option("--join-token-file", agent.join_token_file,

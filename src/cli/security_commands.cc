@@ -87,7 +87,13 @@ std::string CommaList(const std::vector<std::string>& v) {
 
 Status MakeClusterCerts(const std::string& dir_path, const std::vector<std::string>& coordinator_hosts) {
   const fs::path dir(dir_path);
-  if (fs::exists(dir / "ca.crt")) return OkStatus();
+  if (fs::exists(dir / "ca.crt")) {
+    // A cluster made before monitoring certificates existed gets one now.
+    if (fs::exists(dir / "monitor.crt") || !fs::exists(dir / "ca.key")) return OkStatus();
+    MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair ca, ReadCa(dir));
+    MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair monitor, security::Issue(ca, {"monitor:local", {}, 365 * kDayUs, false}));
+    return WritePair(dir, "monitor", monitor);
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
@@ -98,6 +104,9 @@ Status MakeClusterCerts(const std::string& dir_path, const std::vector<std::stri
   MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair client, security::Issue(ca, {"client:admin", {}, 365 * kDayUs, false}));
   MERIDIAN_RETURN_IF_ERROR(WritePair(dir, "coordinator", coord));
   MERIDIAN_RETURN_IF_ERROR(WritePair(dir, "client", client));
+  // For Prometheus (or curl) to read /metrics of the coordinator and the agents.
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair monitor, security::Issue(ca, {"monitor:local", {}, 365 * kDayUs, false}));
+  MERIDIAN_RETURN_IF_ERROR(WritePair(dir, "monitor", monitor));
   // The CA last: its presence says the directory is complete.
   MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "ca.key", ca.key_pem, true));
   return WritePrivateFile(dir / "ca.crt", ca.cert_pem, false);
@@ -131,23 +140,30 @@ Status RunCertsInit(const CertsOptions& o, std::ostream& out) {
 
 Status RunCertsIssue(const CertsOptions& o, std::ostream& out) {
   if (o.dir.empty()) return InvalidArgumentError("--dir is required");
-  if (o.kind != "coordinator" && o.kind != "client") {
+  if (o.kind != "coordinator" && o.kind != "client" && o.kind != "monitor") {
     return InvalidArgumentError(fmt::format(
-        "'{}': expected coordinator or client (nodes get theirs by joining with a token)", o.kind));
+        "'{}': expected coordinator, client or monitor (nodes get theirs by joining with a token)", o.kind));
   }
   MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair ca, ReadCa(o.dir));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t ttl, Ttl(o.ttl, 365 * kDayUs));
   const bool coordinator = o.kind == "coordinator";
-  if (!coordinator && o.name.empty()) return InvalidArgumentError("a client certificate needs --name USER");
+  const bool monitor = o.kind == "monitor";
+  if (!coordinator && o.name.empty()) {
+    return InvalidArgumentError(monitor ? "a monitoring certificate needs --name NAME (say, prometheus)"
+                                        : "a client certificate needs --name USER");
+  }
+  if (monitor) MERIDIAN_RETURN_IF_ERROR(model::CheckName(o.name, "--name"));
   std::vector<std::string> hosts = o.hosts;
   if (coordinator) {
     for (const char* h : {"127.0.0.1", "localhost"}) {
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
     }
   }
-  const std::string cn = coordinator ? "coordinator" : "client:" + o.name;
+  const std::string cn = coordinator ? "coordinator" : (monitor ? "monitor:" : "client:") + o.name;
   MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair kp, security::Issue(ca, {cn, hosts, ttl, coordinator}));
-  const std::string file = coordinator ? "coordinator" : (o.name == "admin" ? "client" : o.name);
+  const std::string file = coordinator ? "coordinator"
+                           : monitor   ? (o.name == "local" ? "monitor" : "monitor-" + o.name)
+                           : (o.name == "admin" ? "client" : o.name);
   MERIDIAN_RETURN_IF_ERROR(WritePair(o.dir, file, kp));
   out << fmt::format("issued {}.crt and {}.key in {} for '{}'{}\n", file, file, o.dir, cn,
                      hosts.empty() ? "" : " (hosts " + CommaList(hosts) + ")");

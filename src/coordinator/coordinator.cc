@@ -205,7 +205,9 @@ void Coordinator::Commit(store::StoreBatch& batch) {
   }
   spend_unsaved_.clear();
   if (!batch.empty()) {
+    const MonotonicTime start = env_.clock().Now();
     Status s = store_->Apply(batch);
+    commit_latency_.ObserveUs(env_.clock().Now().us - start.us);
     // Nothing is acknowledged that is not stored; a store that cannot write stops the
     // coordinator rather than let memory and disk disagree. Restarting reloads the store.
     MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
@@ -372,6 +374,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
       new_jobs_.push_back(store::NewJob{rec, std::move(tasks)});
     }
     InstallJobLocked(std::move(rec), std::move(job));
+    ++jobs_submitted_;
     // Place at once rather than wake the loop: a thread hop less per job.
     ScheduleLocked();
     if (!new_jobs_.empty()) {  // nothing placed: stored alone
@@ -806,6 +809,13 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   if (reg.site.empty()) return InvalidArgumentError(fmt::format("node '{}' names no site", reg.node.name));
   MERIDIAN_RETURN_IF_ERROR(model::CheckName(reg.site, fmt::format("node '{}': site", reg.node.name)));
   MERIDIAN_RETURN_IF_ERROR(CheckAgainstFleet(reg));
+  if (!reg.metrics_url.empty() &&
+      (reg.metrics_url.size() > 256 ||
+       (reg.metrics_url.rfind("http://", 0) != 0 && reg.metrics_url.rfind("https://", 0) != 0) ||
+       reg.metrics_url.find_first_of(" \t\r\n\"<>") != std::string::npos)) {
+    return InvalidArgumentError(fmt::format("node '{}': metrics URL: expected http(s)://HOST:PORT of at most 256 bytes",
+                                            reg.node.name));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = node_by_name_.find(reg.node.name); it != node_by_name_.end()) {
     const NodeRt& current = nodes_[it->second];
@@ -843,6 +853,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
   rt.transfer_address = reg.transfer_address;
+  rt.metrics_url = reg.metrics_url;
   rt.unreachable_until = MonotonicTime{};  // a new incarnation, at a new address
   // Objects it held before and no longer does went with its restart (after a restart of
   // ours it held none that we knew of): outputs still needed are made again at once,
@@ -1066,6 +1077,7 @@ std::vector<model::NodeView> Coordinator::ListNodes() {
     v.load_average = rt.load_average;
     v.registered_us = rt.registered_us;
     for (const auto& [site, t] : rt.traffic) v.sent.push_back(t);
+    v.metrics_url = rt.metrics_url;
     out.push_back(std::move(v));
   }
   return out;

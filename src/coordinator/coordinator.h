@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "http/metrics.h"
 #include "model/fleet.h"
 #include "model/run_state.h"
 #include "model/throughput.h"
@@ -147,6 +148,16 @@ class Coordinator final : public rpc::JobApi,
   // job's are in the store only). For metrics and tests.
   size_t TasksInMemory();
 
+  // Its figures in Prometheus's text format, for /metrics (metrics.cc; the names and
+  // what each means: docs/observability.md). Holds the lock for one pass over jobs
+  // and nodes (not over tasks).
+  void WriteMetrics(http::Exposition& out);
+  // Where node `name`'s agent serves /metrics, and its site. NotFound: no such node;
+  // FailedPrecondition: its agent serves none, or it is dead.
+  StatusOr<std::pair<std::string, std::string>> NodeMetricsUrl(const std::string& name);
+  // Every live node with a /metrics listener: name, site.
+  std::vector<std::pair<std::string, std::string>> NodesWithMetrics();
+
   // rpc::ObjectApi (objects.cc): the directory of objects and their replicas.
   StatusOr<model::ObjectLocation> Locate(const model::Caller& caller, const std::string& ref, uint64_t job_id,
                                          const std::string& task) override;
@@ -171,6 +182,7 @@ class Coordinator final : public rpc::JobApi,
     std::vector<uint32_t> dependents;
     int32_t deps_left = 0;
     int64_t seq = -1;        // key in ready_ while queued
+    int64_t queued_us = 0;   // monotonic: when it last joined the queue (placement latency)
     int32_t node = -1;       // index in nodes_ while it holds resources there
     int32_t input_losses = 0;  // attempts stopped because an input could not be fetched
     // The estimated cost of this attempt, counted against its tenant's budget while
@@ -218,6 +230,7 @@ class Coordinator final : public rpc::JobApi,
     int32_t running = 0;
     double load_average = 0;
     std::string transfer_address;
+    std::string metrics_url;  // its agent's /metrics; empty: none
     std::set<std::string> objects;                       // ids of the objects it holds
     // A task could not reach its transfer server: until then its replicas are not
     // offered (it is dead and about to be declared so, or cut off for a while), so
@@ -428,6 +441,14 @@ class Coordinator final : public rpc::JobApi,
   std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)
   Random rng_;
   std::thread loop_;
+
+  // Metrics: counters under mu_, histograms without it.
+  uint64_t jobs_submitted_ = 0;
+  uint64_t placements_ = 0;
+  std::map<std::string, uint64_t> attempts_ended_;  // by outcome
+  http::LatencyHistogram placement_latency_;        // a task's time in the queue, to its placement
+  http::LatencyHistogram schedule_pass_;            // one scheduling call that had tasks to offer
+  http::LatencyHistogram commit_latency_;           // one state-store transaction
 
   // API tokens by id: a lock of their own, taken on every authenticated call.
   std::mutex auth_mu_;

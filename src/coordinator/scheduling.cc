@@ -27,6 +27,7 @@ using model::TaskStatus;
 
 void Coordinator::Enqueue(TaskRt& task) {
   task.seq = next_seq_++;
+  task.queued_us = env_.clock().Now().us;
   ready_[task.seq] = {task.rec.job, task.rec.task};
   dirty_ = true;
 }
@@ -159,7 +160,10 @@ void Coordinator::ScheduleLocked() {
                                             it->first});
     offered.emplace_back(&job, &task);
   }
+  const MonotonicTime pass_start = env_.clock().Now();
   sched::Plan plan = sched::Schedule(snap, policy_, rng_);
+  const MonotonicTime pass_end = env_.clock().Now();
+  if (!snap.queue.empty()) schedule_pass_.ObserveUs(pass_end.us - pass_start.us);
   if (plan.placements.empty() && plan.unplaced.empty()) return;
 
   store::StoreBatch batch;
@@ -169,6 +173,8 @@ void Coordinator::ScheduleLocked() {
     auto [job, task] = offered[p.queue_index];
     const int32_t node = static_cast<int32_t>(p.allocation.node.value());
     Dequeue(*task);
+    ++placements_;
+    placement_latency_.ObserveUs(pass_end.us - task->queued_us);
     job->waiting.erase(task->rec.task);
     model::TaskRecord& r = task->rec;
     r.status = TaskStatus::kAssigned;
@@ -307,6 +313,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
 void Coordinator::EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason,
                              int32_t exit_code) {
   if (task.attempt_outcome.empty()) return;
+  ++attempts_ended_[outcome];
   task.attempt_outcome = outcome;
   task.attempt_reason = reason;
   task.attempt_exit_code = exit_code;

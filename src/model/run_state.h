@@ -168,6 +168,7 @@ struct NodeView {
   double load_average = 0;
   int64_t registered_us = 0;
   std::vector<LinkTraffic> sent;  // what its transfer server sent, by destination site
+  std::string metrics_url;        // its agent's /metrics listener; empty: none
 };
 
 // ---- between the coordinator and its agents
@@ -321,6 +322,7 @@ struct AgentRegistration {
   std::string transfer_address;     // host:port of its object transfer server
   std::vector<HeldObject> objects;  // every object it holds
   uint64_t previous_session = 0;    // the session this agent held before, if any
+  std::string metrics_url;          // its /metrics listener ("https://host:port"); empty: none
 };
 
 struct RegistrationReply {

@@ -283,6 +283,7 @@ void ToProto(const model::AgentRegistration& r, v1::RegisterRequest* out) {
   out->set_transfer_address(r.transfer_address);
   for (const model::HeldObject& o : r.objects) ToProto(o, out->add_objects());
   out->set_previous_session(r.previous_session);
+  out->set_metrics_url(r.metrics_url);
 }
 
 model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
@@ -294,6 +295,7 @@ model::AgentRegistration FromProto(const v1::RegisterRequest& in) {
   for (const v1::TaskUpdate& u : in.unacked()) r.unacked.push_back(FromProto(u));
   r.transfer_address = in.transfer_address();
   r.previous_session = in.previous_session();
+  r.metrics_url = in.metrics_url();
   for (const v1::HeldObject& o : in.objects()) r.objects.push_back(FromProto(o));
   return r;
 }
@@ -527,6 +529,7 @@ void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
   out->set_load_average(n.load_average);
   out->set_registered_us(n.registered_us);
   for (const model::LinkTraffic& t : n.sent) ToProto(t, out->add_sent());
+  out->set_metrics_url(n.metrics_url);
 }
 
 model::NodeView FromProto(const v1::NodeInfo& in) {
@@ -545,6 +548,7 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
   for (const v1::LinkTraffic& t : in.sent()) {
     n.sent.push_back(FromProto(t));
   }
+  n.metrics_url = in.metrics_url();
   return n;
 }
 

@@ -97,24 +97,12 @@ class TlsStreamImpl final : public ByteStream {
   std::string identity_;
 };
 
-// A context requiring TLS 1.3 and a peer certificate of the CA in `c`.
-StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
-  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-  if (ctx == nullptr) return InternalError("TLS: " + SslError());
+// Loads `c` into `ctx`: the CA bundle whose certificates peers must show, and this
+// process's certificate and key.
+Status LoadInto(SSL_CTX* ctx, const TlsCredentials& c) {
   auto fail = [&](std::string_view what) {
-    SSL_CTX_free(ctx);
     return InvalidArgumentError(fmt::format("TLS: {}: {}", what, SslError()));
   };
-  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
-  SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
-  // No session resumption: no tickets to send after the handshake.
-  SSL_CTX_set_num_tickets(ctx, 0);
-  // AES-128-GCM first (AES instructions make it the fastest here), then the others.
-  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
-  // Kernel TLS where the kernel has it: the bulk path then encrypts in sendfile-like
-  // writes without an extra copy; elsewhere OpenSSL does it in user space.
-  SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   BIO* bio = BIO_new_mem_buf(c.ca_pem.data(), static_cast<int>(c.ca_pem.size()));
   int cas = 0;
@@ -142,10 +130,48 @@ StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
     return fail("this process's key");
   }
   EVP_PKEY_free(key);
+  return OkStatus();
+}
+
+// A context requiring TLS 1.3 and a peer certificate of the CA in `c`.
+StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (ctx == nullptr) return InternalError("TLS: " + SslError());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  // No session resumption: no tickets to send after the handshake.
+  SSL_CTX_set_num_tickets(ctx, 0);
+  // AES-128-GCM first (AES instructions make it the fastest here), then the others.
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  // Kernel TLS where the kernel has it: the bulk path then encrypts in sendfile-like
+  // writes without an extra copy; elsewhere OpenSSL does it in user space.
+  SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  Status loaded = LoadInto(ctx, c);
+  if (!loaded.ok()) {
+    SSL_CTX_free(ctx);
+    return loaded;
+  }
   return ctx;
 }
 
 }  // namespace
+
+Status ConfigureHttpsServer(ssl_ctx_st* ctx, const TlsCredentials& credentials) {
+  if (!credentials.enabled()) return InvalidArgumentError("TLS: no CA certificate");
+  IgnoreBrokenPipes();
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  // A certificate is asked for, not required: a browser shows none. One that is shown
+  // must be of the CA, or the handshake fails.
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  return LoadInto(ctx, credentials);
+}
+
+std::string VerifiedPeerName(ssl_st* ssl) {
+  if (ssl == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) return {};
+  return PeerName(ssl);
+}
 
 StatusOr<TlsCredentials> LoadCredentials(const std::string& dir, const std::string& name) {
   namespace fs = std::filesystem;

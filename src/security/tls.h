@@ -15,6 +15,7 @@
 #include "common/status.h"
 
 struct ssl_ctx_st;
+struct ssl_st;
 
 namespace meridian::security {
 
@@ -29,6 +30,15 @@ struct TlsCredentials {
 // Reads `dir`/ca.crt, `dir`/NAME.crt and `dir`/NAME.key; checks that the key is the
 // certificate's and that the certificate is one of the CA's, still valid.
 StatusOr<TlsCredentials> LoadCredentials(const std::string& dir, const std::string& name);
+
+// Sets up `ctx` for an HTTPS listener (metrics, the dashboard): TLS 1.2 or later, as
+// browsers and Prometheus speak it, with this process's certificate. A client
+// certificate is asked for but not required (a browser has none; its requests carry
+// a token instead); one that is shown must be of the CA in `credentials`.
+Status ConfigureHttpsServer(ssl_ctx_st* ctx, const TlsCredentials& credentials);
+// The common name of the certificate the peer of `ssl` showed, verified against the
+// CA; empty when it showed none.
+std::string VerifiedPeerName(ssl_st* ssl);
 
 class TlsContext {
  public:

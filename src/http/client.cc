@@ -1,0 +1,82 @@
+#include "http/client.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "common/strings.h"
+
+namespace meridian::http {
+namespace {
+
+bool HeaderIs(std::string_view line, std::string_view name, std::string_view* value) {
+  if (line.size() <= name.size() || line[name.size()] != ':') return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(line[i])) != std::tolower(static_cast<unsigned char>(name[i]))) {
+      return false;
+    }
+  }
+  std::string_view v = line.substr(name.size() + 1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  *value = v;
+  return true;
+}
+
+}  // namespace
+
+StatusOr<Response> Get(ByteStream& stream, const std::string& host, const std::string& path, size_t max_body) {
+  const std::string request =
+      fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n", path, host);
+  MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(request.data(), request.size()));
+  // The head, a byte at a time: it is small, and nothing past it may be consumed.
+  std::string head;
+  while (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0) {
+    if (head.size() >= kMaxHeaderBytes) {
+      return DataLossError(fmt::format("{}: the answer's headers pass {} bytes", stream.peer(), kMaxHeaderBytes));
+    }
+    char c = 0;
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(&c, 1));
+    head += c;
+  }
+  std::string_view rest(head);
+  const size_t eol = rest.find("\r\n");
+  const std::string_view status_line = rest.substr(0, eol);
+  rest.remove_prefix(eol + 2);
+  Response out;
+  int status = 0;
+  if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12 ||
+      std::from_chars(status_line.data() + 9, status_line.data() + 12, status).ec != std::errc() || status < 100 ||
+      status > 599) {
+    return DataLossError(fmt::format("{}: not an HTTP answer: {:?}", stream.peer(), status_line.substr(0, 80)));
+  }
+  out.status = status;
+  out.content_type.clear();
+  int64_t length = -1;
+  while (!rest.empty()) {
+    const size_t end = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, end);
+    rest.remove_prefix(end + 2);
+    std::string_view value;
+    if (HeaderIs(line, "Content-Length", &value)) {
+      if (std::from_chars(value.data(), value.data() + value.size(), length).ec != std::errc() || length < 0) {
+        return DataLossError(fmt::format("{}: a bad Content-Length {:?}", stream.peer(), value));
+      }
+    } else if (HeaderIs(line, "Content-Type", &value)) {
+      out.content_type = std::string(value);
+    } else if (HeaderIs(line, "Transfer-Encoding", &value)) {
+      return DataLossError(fmt::format("{}: a body of Transfer-Encoding {:?}; expected a Content-Length", stream.peer(),
+                                       value));
+    }
+  }
+  if (length < 0) return DataLossError(fmt::format("{}: the answer has no Content-Length", stream.peer()));
+  if (static_cast<uint64_t>(length) > max_body) {
+    return DataLossError(fmt::format("{}: an answer of {} bytes, more than the {} allowed", stream.peer(), length,
+                                     max_body));
+  }
+  out.body.resize(static_cast<size_t>(length));
+  MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(out.body.data(), out.body.size()));
+  return out;
+}
+
+}  // namespace meridian::http

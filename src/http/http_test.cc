@@ -1,0 +1,178 @@
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "http/metrics.h"
+#include "http/server.h"
+#include "security/pki.h"
+
+namespace meridian::http {
+namespace {
+
+constexpr int64_t kDay = int64_t{86'400} * 1'000'000;
+
+TEST(ExpositionTest, WritesFamiliesSamplesAndEscapedLabels) {
+  Exposition out;
+  out.Family("meridian_tasks", "gauge", "Tasks by state.\nSecond line \\ here");
+  out.Sample("meridian_tasks", {{"state", "queued"}}, 3);
+  out.Sample("meridian_tasks", {{"state", "a\"b\\c\nd"}, {"site", "eu"}}, 0.25);
+  out.Counter("meridian_placements_total", "Placements.", 2.5e20);
+  out.Gauge("meridian_ratio", "A ratio.", std::numeric_limits<double>::infinity());
+  EXPECT_EQ(out.text(),
+            "# HELP meridian_tasks Tasks by state.\\nSecond line \\\\ here\n"
+            "# TYPE meridian_tasks gauge\n"
+            "meridian_tasks{state=\"queued\"} 3\n"
+            "meridian_tasks{state=\"a\\\"b\\\\c\\nd\",site=\"eu\"} 0.25\n"
+            "# HELP meridian_placements_total Placements.\n"
+            "# TYPE meridian_placements_total counter\n"
+            "meridian_placements_total 2.5e+20\n"
+            "# HELP meridian_ratio A ratio.\n"
+            "# TYPE meridian_ratio gauge\n"
+            "meridian_ratio +Inf\n");
+}
+
+TEST(LatencyHistogramTest, BucketsAreCumulativeAndSumIsInSeconds) {
+  LatencyHistogram h;
+  h.ObserveUs(40);          // <= 50 us
+  h.ObserveUs(100);         // <= 100 us (bounds are inclusive)
+  h.ObserveUs(3'000);       // <= 5 ms
+  h.ObserveUs(60'000'000);  // above 10 s
+  h.ObserveUs(-5);          // a clock step back counts as 0
+  Exposition out;
+  h.Write(out, "meridian_x_seconds", "X.");
+  const std::string& t = out.text();
+  EXPECT_NE(t.find("# TYPE meridian_x_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"5e-05\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"0.0001\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"0.0025\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"0.005\"} 4\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"10\"} 4\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_bucket{le=\"+Inf\"} 5\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_sum 60.00314\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("meridian_x_seconds_count 5\n"), std::string::npos) << t;
+  EXPECT_EQ(h.count(), 5u);
+}
+
+std::vector<Route> EchoRoutes() {
+  return {{"/metrics", [](const Request& r) {
+             Response out = TextResponse(200, "cert=" + r.peer_certificate + " token=" + r.bearer_token);
+             return out;
+           }},
+          {"/api/jobs/([0-9]+)", [](const Request& r) { return TextResponse(200, "job " + r.matches.at(1)); }}};
+}
+
+TEST(HttpServerTest, PlainServesRoutesAndRefusesWhatItDoesNotKnow) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start({}, EchoRoutes());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->url(), "http://127.0.0.1:" + std::to_string((*s)->port()));
+  httplib::Client c("127.0.0.1", (*s)->port());
+  httplib::Result r = c.Get("/metrics", {{"Authorization", "Bearer mrd_abc"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "cert= token=mrd_abc\n");
+  r = c.Get("/api/jobs/42");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "job 42\n");
+  r = c.Get("/api/jobs/x");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(r->body, "no such page\n");
+  r = c.Post("/metrics", std::string(kMaxBodyBytes + 1, 'x'), "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+}
+
+TEST(HttpServerTest, ABadListenAddressIsNamed) {
+  ServerOptions o;
+  o.listen = "127.0.0.1";
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(o, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "HTTP listen address '127.0.0.1': expected HOST:PORT");
+  o.listen = "127.0.0.1:70000";
+  s = Server::Start(o, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "HTTP listen address '127.0.0.1:70000': the port must be 0 to 65535");
+}
+
+struct Pem {
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  ~Pem() {
+    X509_free(cert);
+    EVP_PKEY_free(key);
+  }
+};
+
+void Load(const security::KeyPair& kp, Pem& out) {
+  BIO* b = BIO_new_mem_buf(kp.cert_pem.data(), static_cast<int>(kp.cert_pem.size()));
+  out.cert = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  b = BIO_new_mem_buf(kp.key_pem.data(), static_cast<int>(kp.key_pem.size()));
+  out.key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+}
+
+X509_STORE* StoreOf(const std::string& ca_pem) {
+  X509_STORE* store = X509_STORE_new();
+  BIO* b = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
+  X509* ca = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  X509_STORE_add_cert(store, ca);
+  X509_free(ca);
+  return store;
+}
+
+TEST(HttpServerTest, HttpsVerifiesAClientCertificateWhenOneIsShown) {
+  StatusOr<security::KeyPair> ca = security::MakeCa("test-ca", 30 * kDay);
+  StatusOr<security::KeyPair> other_ca = security::MakeCa("other-ca", 30 * kDay);
+  ASSERT_TRUE(ca.ok() && other_ca.ok());
+  StatusOr<security::KeyPair> server_kp = security::Issue(*ca, {"coordinator", {"127.0.0.1"}, kDay, true});
+  StatusOr<security::KeyPair> client_kp = security::Issue(*ca, {"client:prometheus", {}, kDay, false});
+  StatusOr<security::KeyPair> stranger_kp = security::Issue(*other_ca, {"client:mallory", {}, kDay, false});
+  ASSERT_TRUE(server_kp.ok() && client_kp.ok() && stranger_kp.ok());
+  ServerOptions o;
+  o.tls = {ca->cert_pem, server_kp->cert_pem, server_kp->key_pem};
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(o, EchoRoutes());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->url(), "https://127.0.0.1:" + std::to_string((*s)->port()));
+
+  {  // No certificate, as a browser: served, with no name.
+    httplib::SSLClient c("127.0.0.1", (*s)->port());
+    c.set_ca_cert_store(StoreOf(ca->cert_pem));
+    c.enable_server_certificate_verification(true);
+    httplib::Result r = c.Get("/metrics", {{"Authorization", "Bearer t1"}});
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->body, "cert= token=t1\n");
+  }
+  {  // A certificate of the CA: its name reaches the handler.
+    Pem p;
+    Load(*client_kp, p);
+    httplib::SSLClient c("127.0.0.1", (*s)->port(), p.cert, p.key);
+    c.set_ca_cert_store(StoreOf(ca->cert_pem));
+    c.enable_server_certificate_verification(true);
+    httplib::Result r = c.Get("/metrics");
+    ASSERT_TRUE(r) << httplib::to_string(r.error());
+    EXPECT_EQ(r->body, "cert=client:prometheus token=\n");
+  }
+  {  // A certificate of another CA: the handshake fails.
+    Pem p;
+    Load(*stranger_kp, p);
+    httplib::SSLClient c("127.0.0.1", (*s)->port(), p.cert, p.key);
+    c.enable_server_certificate_verification(false);
+    httplib::Result r = c.Get("/metrics");
+    EXPECT_FALSE(r);
+  }
+  {  // Plain HTTP to the HTTPS port: no answer.
+    httplib::Client c("127.0.0.1", (*s)->port());
+    c.set_read_timeout(2, 0);
+    httplib::Result r = c.Get("/metrics");
+    EXPECT_TRUE(!r || r->status == 400);
+  }
+}
+
+}  // namespace
+}  // namespace meridian::http

@@ -1,0 +1,98 @@
+// A small HTTP(S) server for what is read over HTTP rather than gRPC: Prometheus's
+// /metrics on the coordinator and every agent, and the coordinator's dashboard.
+// Built on cpp-httplib (Debian's libcpp-httplib-dev).
+//
+// Security (docs/security.md): with TLS credentials every connection is HTTPS with
+// this process's certificate; a client certificate of the cluster's CA may be shown
+// (and is then verified) but is not required, since a browser has none: each
+// handler decides who may read it, from the request's verified certificate name or
+// its bearer token. Without credentials it serves plain HTTP (an insecure cluster).
+//
+// Bounds: a request's line and headers are at most 8 KiB each, its body at most
+// kMaxBodyBytes; a connection idle or slow past the read timeout is closed; at most
+// `threads` requests are served at once and at most kMaxQueuedConnections wait for
+// a thread (past that, accepting waits: the kernel's backlog holds the rest).
+//
+// Thread-safety: handlers run on the server's threads, several at once. Shutdown may
+// be called from any thread, once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "security/tls.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace meridian::http {
+
+inline constexpr size_t kMaxBodyBytes = 64 << 10;
+inline constexpr size_t kMaxQueuedConnections = 64;
+
+struct Request {
+  std::string method;
+  std::string path;
+  std::vector<std::string> matches;  // the route's capture groups, matches[0] the path
+  std::vector<std::pair<std::string, std::string>> params;  // the query's
+  std::string bearer_token;   // from "Authorization: Bearer ...", else empty
+  std::string peer_certificate;  // common name of a verified client certificate, else empty
+  std::string peer;           // address:port
+  std::string host;           // the Host header: how the client reached this server
+  std::string Param(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// A response with `status` and a one-line plain-text body (an error's reason).
+Response TextResponse(int status, std::string text);
+
+using Handler = std::function<Response(const Request&)>;
+
+struct Route {
+  std::string pattern;  // a regular expression the whole path must match (GET only)
+  Handler handler;
+};
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  security::TlsCredentials tls;        // empty: plain HTTP
+  int threads = 2;
+  int read_timeout_s = 5;
+};
+
+class Server {
+ public:
+  static StatusOr<std::unique_ptr<Server>> Start(ServerOptions options, std::vector<Route> routes);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }
+  // host:port as clients reach it.
+  std::string address() const;
+  // "https://host:port" (or http://).
+  std::string url() const;
+  void Shutdown();
+
+ private:
+  Server() = default;
+  std::string host_;
+  int port_ = 0;
+  bool tls_ = false;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace meridian::http
