@@ -10,7 +10,11 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   libxxhash-dev libssl-dev libsodium-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
   clang libclang-rt-14-dev
+  chromium
 )
+# Node.js and npm build the dashboard; this kind of machine may have them without
+# Debian's packages (a newer Node.js), which serve as well.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# The dashboard, for its browser test (tests/dashboard_test.sh).
+scripts/build-web.sh
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer: every test"
 cmake --preset asan >/dev/null

@@ -212,6 +212,16 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
     }
     ho.tls = security.tls;
     ho.insecure = o.insecure;
+    if (o.web_dir.empty()) {
+      if (fs::exists(fs::path(MERIDIAN_WEB_DIR) / "index.html")) ho.web_dir = MERIDIAN_WEB_DIR;
+    } else if (o.web_dir != "none") {
+      if (!fs::exists(fs::path(o.web_dir) / "index.html")) {
+        server->Shutdown();
+        return InvalidArgumentError(fmt::format("--web-dir {}: no index.html there (scripts/build-web.sh builds web/dist)",
+                                                o.web_dir));
+      }
+      ho.web_dir = o.web_dir;
+    }
     StatusOr<std::unique_ptr<http::Server>> started = coordinator::StartHttp(*coord, ho);
     if (!started.ok()) {
       server->Shutdown();

@@ -122,6 +122,9 @@ struct CoordinatorCommandOptions {
   // (a free one when the API's is 0); "none": no listener.
   std::string http_listen;
   std::string http_addr_file;  // written once listening: "https://host:port"
+  // The built dashboard served under "/": empty, web/dist of the source tree if it
+  // was built; "none": no dashboard.
+  std::string web_dir;
   std::string heartbeat_timeout = "2s";
   // After a restart, how long tasks placed before it wait for their agents to come
   // back before they are run elsewhere.

@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
                         "Address of its HTTPS listener for /metrics (default: the API's host, the port after the "
                         "API's; none: no listener)");
   coord_cmd->add_option("--http-addr-file", coord.http_addr_file, "Write the URL of its HTTPS listener to this file");
+  coord_cmd->add_option("--web-dir", coord.web_dir,
+                        "The built dashboard to serve on the HTTPS listener (default: web/dist of the source tree, "
+                        "when scripts/build-web.sh built it; none: no dashboard)");
   coord_cmd->add_option("--heartbeat-timeout", coord.heartbeat_timeout, "A node silent this long is dead (default 2s)");
   coord_cmd->add_option("--reconcile-grace", coord.reconcile_grace,
                         "After a restart, how long tasks wait for their agents to return before they run elsewhere "

@@ -157,6 +157,8 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<std::pair<std::string, std::string>> NodeMetricsUrl(const std::string& name);
   // Every live node with a /metrics listener: name, site.
   std::vector<std::pair<std::string, std::string>> NodesWithMetrics();
+  // The fleet's sites and links (nodes apart: ListNodes has them), for the dashboard.
+  model::Fleet SitesAndLinks();
 
   // rpc::ObjectApi (objects.cc): the directory of objects and their replicas.
   StatusOr<model::ObjectLocation> Locate(const model::Caller& caller, const std::string& ref, uint64_t job_id,

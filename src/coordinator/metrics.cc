@@ -144,6 +144,14 @@ StatusOr<std::pair<std::string, std::string>> Coordinator::NodeMetricsUrl(const 
   return std::make_pair(rt.metrics_url, rt.site);
 }
 
+model::Fleet Coordinator::SitesAndLinks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  model::Fleet out;
+  out.sites = fleet_.sites;
+  out.links = fleet_.links;
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> Coordinator::NodesWithMetrics() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<std::string, std::string>> out;

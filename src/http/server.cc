@@ -171,6 +171,16 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
     out.status = 500;
     out.set_content("internal error\n", "text/plain; charset=utf-8");
   });
+  if (!options.static_dir.empty()) {
+    // The page may load only its own scripts and talk only to this server.
+    httplib::Headers headers{{"Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"},
+                             {"X-Content-Type-Options", "nosniff"},
+                             {"Referrer-Policy", "no-referrer"},
+                             {"Cache-Control", "no-cache"}};
+    if (!srv.set_mount_point("/", options.static_dir, headers)) {
+      return InvalidArgumentError(fmt::format("cannot serve files from {}: no such directory", options.static_dir));
+    }
+  }
   if (port == 0) {
     port = srv.bind_to_any_port(s->host_);
     if (port <= 0) return UnavailableError(fmt::format("HTTP: cannot listen on {}", options.listen));

@@ -70,6 +70,9 @@ struct ServerOptions {
   security::TlsCredentials tls;        // empty: plain HTTP
   int threads = 2;
   int read_timeout_s = 5;
+  // Files served as they are under "/" (a built web front end); paths that would
+  // leave the directory are refused. Empty: none. Routes take precedence.
+  std::string static_dir;
 };
 
 class Server {

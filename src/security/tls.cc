@@ -165,6 +165,10 @@ Status ConfigureHttpsServer(ssl_ctx_st* ctx, const TlsCredentials& credentials) 
   // A certificate is asked for, not required: a browser shows none. One that is shown
   // must be of the CA, or the handshake fails.
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  // A browser resumes its session on its next connections; OpenSSL refuses that
+  // (a failed handshake) unless sessions that verified a peer are tied to a context.
+  static constexpr unsigned char kSessionContext[] = "meridian-https";
+  SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof(kSessionContext) - 1);
   return LoadInto(ctx, credentials);
 }
 
