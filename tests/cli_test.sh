@@ -40,12 +40,12 @@ check "a circuit too large for every device" 1 "1 of 1 tasks of job 'big' cannot
 grep -q "2 nodes have QPU-SIM devices with 4 GiB each, under the 64 GiB asked for" "$tmp/out" || { echo "FAIL q32 reason:"; cat "$tmp/out"; fail=1; }
 check "infeasible job" 1 "3 of 3 tasks of job 'too-big' cannot be placed" "$bin" plan --fleet $fleet examples/jobs/infeasible.yaml
 grep -q "giant \[infeasible\]: 0 of 16 nodes can run it: 14 nodes have no H100" "$tmp/out" || { echo "FAIL infeasible reason:"; cat "$tmp/out"; fail=1; }
-check "missing job file" 1 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml
+check "missing job file" 2 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml
 printf 'name: x\ntasks:\n  - name: a\n    kernel: sum\n    resources: {cpu: 2, gpus: 1}\n' >"$tmp/bad.yaml"
-check "unknown field" 1 "bad.yaml:5:25: tasks[0].resources: unknown field 'gpus'" "$bin" plan --fleet $fleet "$tmp/bad.yaml"
+check "unknown field" 2 "bad.yaml:5:25: tasks[0].resources: unknown field 'gpus'" "$bin" plan --fleet $fleet "$tmp/bad.yaml"
 printf 'name: x\ntasks:\n  - name: a\n    kernel: sum\n    duration: 10 parsecs\n' >"$tmp/unit.yaml"
-check "wrong unit" 1 "unit.yaml:5:15: tasks[0].duration: unknown unit 'parsecs'" "$bin" plan --fleet $fleet "$tmp/unit.yaml"
-check "bad queue order" 1 "--order: expected fifo, priority or fair" "$bin" plan --fleet $fleet --order lifo examples/jobs/transcode.yaml
+check "wrong unit" 2 "unit.yaml:5:15: tasks[0].duration: unknown unit 'parsecs'" "$bin" plan --fleet $fleet "$tmp/unit.yaml"
+check "bad queue order" 2 "--order: expected fifo, priority or fair" "$bin" plan --fleet $fleet --order lifo examples/jobs/transcode.yaml
 check "missing --fleet" 2 "--fleet is required" "$bin" plan examples/jobs/transcode.yaml
 check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
@@ -62,15 +62,15 @@ check "sim again with the same seed" 0 "" "$bin" sim --fleet $gavel --trace $sia
 cmp -s "$tmp/r1/jobs-meridian.csv" "$tmp/r2/jobs-meridian.csv" || { echo "FAIL sim not deterministic for one seed"; fail=1; }
 check "sim fill experiment" 0 "" "$bin" sim --fleet tests/fleets/alibaba-gpu-2023.yaml --trace tests/fixtures/alibaba-pods-multigpu20.csv --fill 1.1 --compare best-fit,meridian
 grep -q "TURNED AWAY" "$tmp/out" || { echo "FAIL fill output"; cat "$tmp/out"; fail=1; }
-check "sim unknown policy" 1 "unknown policy 'lifo'" "$bin" sim --fleet $gavel --trace $sia --policy lifo
-check "sim missing trace" 1 "no-such-trace.csv" "$bin" sim --fleet $gavel --trace no-such-trace.csv
+check "sim unknown policy" 2 "unknown policy 'lifo'" "$bin" sim --fleet $gavel --trace $sia --policy lifo
+check "sim missing trace" 2 "no-such-trace.csv" "$bin" sim --fleet $gavel --trace no-such-trace.csv
 printf 'a,b\n1,2\n' >"$tmp/odd.csv"
-check "sim unknown trace format" 1 "cannot tell the trace format" "$bin" sim --fleet $gavel --trace "$tmp/odd.csv"
-check "sim time-less trace needs --fill" 1 "replay it with --fill" "$bin" sim --fleet tests/fleets/alibaba-gpu-2023.yaml --trace tests/fixtures/alibaba-pods-multigpu20.csv
-check "sim bad fleet change" 1 "--change '2h+5'" "$bin" sim --fleet $gavel --trace $sia --change 2h+5
+check "sim unknown trace format" 2 "cannot tell the trace format" "$bin" sim --fleet $gavel --trace "$tmp/odd.csv"
+check "sim time-less trace needs --fill" 2 "replay it with --fill" "$bin" sim --fleet tests/fleets/alibaba-gpu-2023.yaml --trace tests/fixtures/alibaba-pods-multigpu20.csv
+check "sim bad fleet change" 2 "--change '2h+5'" "$bin" sim --fleet $gavel --trace $sia --change 2h+5
 check "sim --policy with --compare" 2 "excludes" "$bin" sim --fleet $gavel --trace $sia --policy meridian --compare meridian,random
 printf 'job,arrival_s,duration_s,gpus\nj,0,1,1\nj,0,x,1\n' >"$tmp/bad.csv"
-check "sim bad trace field" 1 "bad.csv:3: duration_s: expected a number, got 'x'" "$bin" sim --fleet $gavel --trace "$tmp/bad.csv"
+check "sim bad trace field" 2 "bad.csv:3: duration_s: expected a number, got 'x'" "$bin" sim --fleet $gavel --trace "$tmp/bad.csv"
 check "bench sim runs" 0 "" "$bin" bench sim --fleet $gavel --trace $sia --scale 1 --saturated-jobs 0 --json
 grep -q '"tasks_per_second"' "$tmp/out" || { echo "FAIL bench sim output"; cat "$tmp/out"; fail=1; }
 grep -q '"saturated' "$tmp/out" && { echo "FAIL bench sim ran the saturated case with --saturated-jobs 0"; fail=1; }
@@ -83,11 +83,16 @@ grep -q '"compared_jobs": 3000,' "$tmp/out" || { echo "FAIL bench sim: baseline 
 # The runtime's commands without a cluster (tests/runtime_test.cc runs real ones).
 export MERIDIAN_HOME="$tmp/no-cluster"
 unset MERIDIAN_COORDINATOR
-check "jobs without a cluster" 1 "no coordinator: no local cluster in $tmp/no-cluster" "$bin" jobs
-check "down without a cluster" 1 "no local cluster in $tmp/no-cluster" "$bin" down
-check "up refuses a large fleet" 1 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet tests/fleets/alibaba-gpu-2023.yaml
-check "up with a bad fleet" 1 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml
-check "agent with a bad node file" 1 "node.yaml:1:1: missing required field 'site'" bash -c "printf 'name: n\ncpu: 2\nmemory: 1GiB\n' >$tmp/node.yaml; $bin agent --coordinator 127.0.0.1:1 --config $tmp/node.yaml"
+check "jobs without a cluster" 3 "no coordinator: no local cluster in $tmp/no-cluster" "$bin" jobs
+check "status without a cluster" 3 "no coordinator: no local cluster in $tmp/no-cluster" "$bin" status --json
+check "status with a dead coordinator" 3 "cannot reach the coordinator at 127.0.0.1:1" "$bin" status --coordinator 127.0.0.1:1 --insecure
+check "version" 0 "" "$bin" --version
+grep -qE '^meridian [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7,}(\+dirty)?\)$' "$tmp/out" || { echo "FAIL --version output:"; cat "$tmp/out"; fail=1; }
+check "a bad flag is a bad request" 2 "--no-such-flag" "$bin" jobs --no-such-flag
+check "down without a cluster" 2 "no local cluster in $tmp/no-cluster" "$bin" down
+check "up refuses a large fleet" 2 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet tests/fleets/alibaba-gpu-2023.yaml
+check "up with a bad fleet" 2 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml
+check "agent with a bad node file" 2 "node.yaml:1:1: missing required field 'site'" bash -c "printf 'name: n\ncpu: 2\nmemory: 1GiB\n' >$tmp/node.yaml; $bin agent --coordinator 127.0.0.1:1 --config $tmp/node.yaml"
 bench_procs() { pgrep -f "meridian-bench-" | wc -l; }
 before=$(bench_procs)
 check "bench tasks runs" 0 "" "$bin" bench tasks --agents 2 --tasks 2000 --samples 20 --json
@@ -102,7 +107,7 @@ for want in '"agents": 40,' '"tasks": 4000,' '"tasks_done": 4040,' '"reregistere
             '"heartbeat_errors": 0,' '"coordinator_cpu_idle_fraction"' '"round_trip_p50_ms"' '"tasks_per_second"'; do
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench scale output lacks $want"; cat "$tmp/out"; fail=1; }
 done
-check "bench scale refuses no agents" 1 "--agents: expected 1 to 20000" "$bin" bench scale --agents 0
+check "bench scale refuses no agents" 2 "--agents: expected 1 to 20000" "$bin" bench scale --agents 0
 for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
 [ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench scale left processes running:"; pgrep -af meridian-bench-; fail=1; }
 # The chain workload: the same seed writes the same bytes; bad options change nothing.
@@ -112,8 +117,8 @@ grep -q "^chain-verify blocks=5 transactions=100 bad_signatures=3 bad_merkle=1 b
 [ "$(ls "$tmp/chain" | wc -l)" -eq 5 ] || { echo "FAIL chain generate: expected 5 shards"; ls -l "$tmp/chain"; fail=1; }
 check "chain generate again" 0 "" "$bin" chain generate --out "$tmp/chain2" --blocks 5 --transactions-per-block 20 --accounts 10 --forged 2 --tampered 1 --seed 9
 cmp -s <(cat "$tmp"/chain/*) <(cat "$tmp"/chain2/*) || { echo "FAIL chain generate is not deterministic"; fail=1; }
-check "chain generate into a used directory" 1 "is not empty: give a new directory" "$bin" chain generate --out "$tmp/chain"
-check "chain generate with too many bad ones" 1 "forged: 101 is outside [0, 100]" "$bin" chain generate --out "$tmp/chain3" --blocks 5 --transactions-per-block 20 --forged 101
+check "chain generate into a used directory" 2 "is not empty: give a new directory" "$bin" chain generate --out "$tmp/chain"
+check "chain generate with too many bad ones" 2 "forged: 101 is outside [0, 100]" "$bin" chain generate --out "$tmp/chain3" --blocks 5 --transactions-per-block 20 --forged 101
 [ ! -e "$tmp/chain3" ] || { echo "FAIL a refused chain generate wrote files"; fail=1; }
 check "bench verify runs" 0 "" "$bin" bench verify --blocks 8 --transactions-per-block 50 --repeat 1 --json
 for want in '"signatures": 400,' '"report_matches": true' '"ratio":' '"ratio_to_all_cores":'; do
@@ -125,6 +130,6 @@ check "bench qsim runs" 0 "" "$bin" bench qsim --qubits 8,10 --layers 2 --repeat
 for want in '"qubits": 8,' '"qubits": 10,' '"ratio":' '"gates_per_second"'; do
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench qsim output lacks $want"; cat "$tmp/out"; fail=1; }
 done
-check "bench qsim refuses 40 qubits" 1 "--qubits: 40 is outside [2, 30]" "$bin" bench qsim --qubits 40
-check "chain generate with more shards than blocks" 1 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
+check "bench qsim refuses 40 qubits" 2 "--qubits: 40 is outside [2, 30]" "$bin" bench qsim --qubits 40
+check "chain generate with more shards than blocks" 2 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
 exit $fail

@@ -86,10 +86,10 @@ TEST(DataPlaneTest, ObjectsRoundTripBetweenSitesByteExact) {
   EXPECT_EQ(got.out, "hello, objects\n");
   CommandResult again = Meridian({"objects", "put", cluster.WriteFile("other.txt", "x"), "--name", "greeting",
                                   "--dir", cluster.dir()});
-  EXPECT_NE(again.exit_code, 0);
+  EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.err.find("the name 'greeting' is taken"), std::string::npos) << again.err;
   CommandResult missing = Meridian({"objects", "get", "nothing-here", "--dir", cluster.dir()});
-  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("no object named 'nothing-here'"), std::string::npos) << missing.err;
 }
 

@@ -203,6 +203,19 @@ TEST(ObservabilityTest, TheCoordinatorsMetricsAnswerMonitorsAndAdminsOnly) {
   // A user's certificate without a token is no one.
   Got cert_only = Fetch(cluster, http + "/metrics", "client", "");
   EXPECT_EQ(cert_only.status, 401);
+  // `meridian status` names both URLs (the dashboard's once web/ is built).
+  CommandResult status = Meridian({"status", "--json", "--dir", cluster.dir()});
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  nlohmann::json st = nlohmann::json::parse(status.out);
+  EXPECT_EQ(st["metrics_url"], http + "/metrics");
+  if (std::filesystem::exists(SourceDir() + "/web/dist/index.html")) {
+    EXPECT_EQ(st["dashboard_url"], http + "/");
+  } else {
+    EXPECT_TRUE(st["dashboard_url"].is_null()) << status.out;
+  }
+  EXPECT_EQ(st["nodes_alive"], 4);
+  EXPECT_EQ(st["sites"], 3);
+  EXPECT_EQ(st["role"], "admin");
   Got forged = Fetch(cluster, http + "/metrics", "", "mrd_0123456789abcdef_forged");
   EXPECT_EQ(forged.status, 401);
   Got sd = Fetch(cluster, http + "/sd/nodes", "", viewer->secret);

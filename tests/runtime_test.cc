@@ -232,7 +232,7 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
     c.args.push_back("--dir");
     c.args.push_back(cluster_->dir());
     CommandResult r = Meridian(c.args);
-    EXPECT_NE(r.exit_code, 0) << c.name;
+    EXPECT_EQ(r.exit_code, 2) << c.name << " is a bad request";
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.name << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << " should be one line: " << r.err;
     EXPECT_EQ(JobCount(), before) << c.name << " changed the jobs";
@@ -262,7 +262,7 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
     EXPECT_EQ(JobCount(), before);
   }
   CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1", "--dir", cluster_->dir()});
-  EXPECT_NE(dead.exit_code, 0);
+  EXPECT_EQ(dead.exit_code, 3) << "an unreachable coordinator";
   EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;
   EXPECT_EQ(std::count(dead.err.begin(), dead.err.end(), '\n'), 1) << dead.err;
 }
@@ -383,7 +383,7 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
       },
       20));
   CommandResult early = Meridian({"job", "delete", std::to_string(r->job_id), "--dir", cluster_->dir()});
-  EXPECT_NE(early.exit_code, 0);
+  EXPECT_EQ(early.exit_code, 2);
   EXPECT_NE(early.err.find("is running: cancel it first"), std::string::npos) << early.err;
   CommandResult c = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_EQ(c.exit_code, 0) << c.err;
@@ -403,14 +403,14 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
       },
       10));
   CommandResult again = Meridian({"job", "cancel", std::to_string(r->job_id), "--dir", cluster_->dir()});
-  EXPECT_NE(again.exit_code, 0);
+  EXPECT_EQ(again.exit_code, 2);
   EXPECT_NE(again.err.find("already cancelled"), std::string::npos) << again.err;
   // Finished, it can be deleted, with its tasks and attempts.
   CommandResult gone = Meridian({"job", "delete", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_EQ(gone.exit_code, 0) << gone.err;
   EXPECT_NE(gone.out.find("deleted: 4 tasks"), std::string::npos) << gone.out;
   CommandResult get = Meridian({"job", "get", std::to_string(r->job_id), "--dir", cluster_->dir()});
-  EXPECT_NE(get.exit_code, 0);
+  EXPECT_EQ(get.exit_code, 2);
   EXPECT_NE(get.err.find("no job " + std::to_string(r->job_id)), std::string::npos) << get.err;
 }
 
@@ -609,7 +609,7 @@ TEST_F(RuntimeTest, RunFollowsItsJobAcrossACoordinatorRestart) {
 
 TEST_F(RuntimeTest, UpRefusesAnotherFleetInTheSameDirectoryUnlessRecreated) {
   CommandResult other = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/one-node.yaml", "--dir", cluster_->dir()});
-  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_EQ(other.exit_code, 2);
   EXPECT_NE(other.err.find("was made from another fleet; 'meridian up --recreate' deletes it"), std::string::npos)
       << other.err;
   auto nodes = cluster_->client().Nodes();

@@ -127,10 +127,10 @@ TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
   // The CLI says the same in one line and exits non-zero.
   const std::string job_file = cluster_->WriteFile("j.yaml", kJob);
   CommandResult run = Meridian({"run", job_file, "--dir", cluster_->dir(), "--token", viewer->secret});
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 4);
   EXPECT_EQ(run.err, "meridian: user val (viewer, tenant team-v) may not submit or change\n");
   CommandResult cli = Meridian({"submit", job_file, "--dir", cluster_->dir(), "--token", viewer->secret});
-  EXPECT_EQ(cli.exit_code, 1);
+  EXPECT_EQ(cli.exit_code, 4);
   EXPECT_EQ(cli.err, "meridian: user val (viewer, tenant team-v) may not submit or change\n");
   EXPECT_EQ(Store(), before);
   // Each refusal is in the coordinator's audit log, with what the caller proved.
@@ -239,7 +239,7 @@ TEST_F(SecurityTest, ObjectsAndDatasetsAreReadByTheirTenantOnly) {
   EXPECT_FALSE((*store)->Contains(q3_id));
   // The CLI: one line, non-zero.
   CommandResult get = Meridian({"objects", "get", "q3", "--dir", cluster_->dir(), "--token", bob->secret});
-  EXPECT_EQ(get.exit_code, 1);
+  EXPECT_EQ(get.exit_code, 4);
   EXPECT_EQ(get.err, "meridian: object 'q3' is not of tenant 'team-b': user bob (submitter, tenant team-b) may not read it\n");
   EXPECT_EQ(Store(), before);
   const std::string log = ReadFile(cluster_->dir() + "/logs/coordinator.log");

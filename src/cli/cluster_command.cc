@@ -36,6 +36,30 @@ constexpr const char* kAddrFile = "coordinator.addr";
 constexpr const char* kHttpAddrFile = "http.addr";  // the coordinator's HTTPS listener: "https://host:port"
 }  // namespace
 
+int ExitCode(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kAborted:
+      return kExitJobFailed;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kResourceExhausted:
+      return kExitBadRequest;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+      return kExitUnreachable;
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kPermissionDenied:
+      return kExitRefused;
+    default:
+      return kExitInternal;
+  }
+}
+
 StatusOr<std::string> ReadSmallFile(const fs::path& path) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string s, spec::ReadFileToString(path.string()));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -87,7 +111,7 @@ StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target) {
   fs::path dir = target.dir.empty() ? DefaultClusterDir() : target.dir;
   StatusOr<std::string> addr = ReadSmallFile(dir / kAddrFile);
   if (!addr.ok() || addr->empty()) {
-    return FailedPreconditionError(fmt::format(
+    return UnavailableError(fmt::format(
         "no coordinator: no local cluster in {} (start one with 'meridian up') and no --coordinator HOST:PORT",
         dir.string()));
   }
@@ -228,6 +252,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
       return started.status().WithPrefix("--http-listen");
     }
     http_server = std::move(*started);
+    coord->SetEndpoints(rpc::HttpEndpoints{http_server->url(), !ho.web_dir.empty()});
     if (!o.http_addr_file.empty()) {
       MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.http_addr_file, http_server->url() + "\n"));
     }
@@ -543,6 +568,10 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   if (StatusOr<std::string> http = ReadSmallFile(dir / kHttpAddrFile); http.ok() && !http->empty()) {
     out << fmt::format("metrics at {}/metrics{}\n", *http,
                        o.insecure ? "" : fmt::format(" (certificate {}/tls/monitor.crt, or the admin token)", dir.string()));
+    // The coordinator serves the dashboard when it was built (RunCoordinator's default).
+    if (fs::exists(fs::path(MERIDIAN_WEB_DIR) / "index.html")) {
+      out << fmt::format("dashboard at {}/{}\n", *http, o.insecure ? "" : " (sign in with a token: meridian token create)");
+    }
   }
   out << "\n";
   PrintCluster(nodes, out);

@@ -113,6 +113,14 @@ StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);
 // A client of the target's coordinator, with its credentials.
 StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us = 10'000'000);
 
+// Exit codes (docs/runtime.md, "Exit codes"): what a script can tell apart.
+inline constexpr int kExitJobFailed = 1;    // the job failed or was cancelled; plan: it cannot be placed
+inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
+inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered
+inline constexpr int kExitRefused = 4;      // no valid credential, or not allowed
+inline constexpr int kExitInternal = 5;     // anything else: a bug, damaged data
+int ExitCode(const Status& status);
+
 struct CoordinatorCommandOptions {
   std::string state_dir;
   std::string listen = "127.0.0.1:7070";
@@ -277,6 +285,9 @@ struct NodesOptions {
   bool json = false;
 };
 Status RunNodes(const NodesOptions& options, std::ostream& out);
+// The cluster at a glance: the coordinator, who you are to it, nodes, jobs, and the
+// URLs of its metrics and dashboard.
+Status RunStatus(const NodesOptions& options, std::ostream& out);
 
 struct ObjectsPutOptions {
   ClusterTarget target;

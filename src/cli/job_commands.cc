@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -441,6 +443,64 @@ Status RunJobLogs(const JobOptions& o, std::ostream& out) {
       out << "--- stderr ---\n" << l.record.stderr_tail << (l.record.stderr_tail.back() == '\n' ? "" : "\n");
     }
   }
+  return OkStatus();
+}
+
+Status RunStatus(const NodesOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  rpc::HttpEndpoints http;
+  MERIDIAN_ASSIGN_OR_RETURN(model::Caller me, c->WhoAmI(&http));
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes, c->Nodes());
+  // The newest jobs the caller may see, counted by status.
+  constexpr int32_t kNewest = 1000;
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::JobSummary> jobs, c->ListJobs(kNewest));
+  std::map<std::string, int> by_status;
+  for (const model::JobSummary& j : jobs) ++by_status[std::string(model::JobStatusName(j.job.status))];
+  int alive = 0;
+  std::set<std::string> sites;
+  std::map<std::string, std::pair<int, double>> devices;  // type -> count, busy
+  for (const model::NodeView& n : nodes) {
+    sites.insert(n.site);
+    if (!n.alive) continue;
+    ++alive;
+    for (const model::Device& d : n.node.devices) ++devices[d.type].first;
+    if (!n.node.devices.empty()) devices[n.node.devices.front().type].second += n.devices_allocated_milli / 1000.0;
+  }
+  const std::string metrics_url = http.url.empty() ? "" : http.url + "/metrics";
+  const std::string dashboard_url = http.url.empty() || !http.dashboard ? "" : http.url + "/";
+  if (o.json) {
+    json j{{"coordinator", c->address()},
+           {"user", me.user},
+           {"tenant", me.tenant},
+           {"role", model::RoleName(me.role)},
+           {"nodes", nodes.size()},
+           {"nodes_alive", alive},
+           {"sites", sites.size()},
+           {"jobs", by_status},
+           {"metrics_url", metrics_url.empty() ? json(nullptr) : json(metrics_url)},
+           {"dashboard_url", dashboard_url.empty() ? json(nullptr) : json(dashboard_url)}};
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  std::string device_text;
+  for (const auto& [type, d] : devices) {
+    device_text += fmt::format("{}{} {} ({:g} busy)", device_text.empty() ? "" : ", ", type, d.first, d.second);
+  }
+  std::string job_text;
+  for (const auto& [status, n] : by_status) job_text += fmt::format("{}{} {}", job_text.empty() ? "" : ", ", n, status);
+  out << fmt::format("coordinator  {} ({})\n", c->address(),
+                     me.user == "(insecure coordinator)" ? "INSECURE" : fmt::format("you are {} ({}, tenant {})", me.user,
+                                                                                    model::RoleName(me.role), me.tenant));
+  out << fmt::format("nodes        {} alive of {}, at {} sites{}\n", alive, nodes.size(), sites.size(),
+                     device_text.empty() ? "" : "; " + device_text);
+  out << fmt::format("jobs         {}{}\n", job_text.empty() ? "none" : job_text,
+                     jobs.size() == kNewest ? fmt::format(" (of the newest {})", kNewest) : "");
+  out << fmt::format("metrics      {}\n", metrics_url.empty() ? "(no HTTPS listener)" : metrics_url);
+  out << fmt::format("dashboard    {}\n", dashboard_url.empty()
+                                                ? (http.url.empty() ? "(no HTTPS listener)"
+                                                                    : "(not built: ./scripts/build-web.sh, then restart "
+                                                                      "the coordinator)")
+                                                : dashboard_url);
   return OkStatus();
 }
 

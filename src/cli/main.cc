@@ -7,11 +7,18 @@
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "version.h"
 
 int main(int argc, char** argv) {
   using namespace meridian;
   CLI::App app{"Meridian: one pool of accelerators over data centres, clouds and edge sites"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("meridian {} (commit {})", MERIDIAN_VERSION, MERIDIAN_COMMIT),
+                       "Print the version and the commit it was built from");
+  app.footer(
+      "Exit codes: 0 done; 1 the job failed or was cancelled (plan: it cannot be placed); 2 a bad request (flags, "
+      "a malformed spec, a missing file or job); 3 the coordinator cannot be reached; 4 refused (credentials, "
+      "permissions); 5 an internal error.");
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
 
@@ -390,13 +397,18 @@ int main(int argc, char** argv) {
   CLI::App* nodes_cmd = app.add_subcommand("nodes", "Nodes: sites, devices (real or emulated), what they run");
   add_target(nodes_cmd, nodes.target);
   nodes_cmd->add_flag("--json", nodes.json, "Print JSON for scripts");
+  cli::NodesOptions status_opts;
+  CLI::App* status_cmd =
+      app.add_subcommand("status", "The cluster at a glance: coordinator, nodes, jobs, metrics and dashboard URLs");
+  add_target(status_cmd, status_opts.target);
+  status_cmd->add_flag("--json", status_opts.json, "Print JSON for scripts (metrics_url, dashboard_url, ...)");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::cerr << "meridian: " << e.what() << " (see meridian --help)\n";
-    return 2;
+    return cli::kExitBadRequest;
   }
   if (Status s = InitLogging(log_level); !s.ok()) {
     std::cerr << "meridian: " << s.message() << '\n';
@@ -469,6 +481,8 @@ int main(int argc, char** argv) {
     status = cli::RunDataList(data_ls, std::cout);
   } else if (nodes_cmd->parsed()) {
     status = cli::RunNodes(nodes, std::cout);
+  } else if (status_cmd->parsed()) {
+    status = cli::RunStatus(status_opts, std::cout);
   } else if (certs_init_cmd->parsed()) {
     status = cli::RunCertsInit(certs, std::cout);
   } else if (certs_issue_cmd->parsed()) {
@@ -491,7 +505,7 @@ int main(int argc, char** argv) {
   if (!status.ok()) {
     std::cout.flush();
     std::cerr << "meridian: " << status.message() << '\n';
-    return 1;
+    return cli::ExitCode(status);
   }
   return 0;
 }

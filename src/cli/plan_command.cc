@@ -126,7 +126,8 @@ Status RunPlan(const PlanOptions& options, std::ostream& out) {
     PrintHuman(fleet.fleet, job, f, out);
   }
   if (!f.complete()) {
-    return FailedPreconditionError(fmt::format("{} of {} tasks of job '{}' cannot be placed (see above)",
+    // The job would fail: the exit code of a failed job (docs/runtime.md, "Exit codes").
+    return AbortedError(fmt::format("{} of {} tasks of job '{}' cannot be placed (see above)",
                                                f.tasks.size() - f.placed, f.tasks.size(), job.name));
   }
   return OkStatus();

@@ -344,10 +344,11 @@ StatusOr<model::TokenRecord> Client::RevokeToken(const std::string& id) {
   return rpc::FromProto(resp);
 }
 
-StatusOr<model::Caller> Client::WhoAmI() {
+StatusOr<model::Caller> Client::WhoAmI(rpc::HttpEndpoints* endpoints) {
   v1::WhoAmIRequest req;
   v1::WhoAmIResponse resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp));
+  if (endpoints != nullptr) *endpoints = rpc::HttpEndpoints{resp.http_url().substr(0, 256), resp.dashboard()};
   model::Caller c;
   c.user = resp.user();
   c.tenant = resp.tenant();

@@ -76,7 +76,8 @@ class Client {
                                       int64_t ttl_us);
   StatusOr<std::vector<model::TokenRecord>> Tokens();
   StatusOr<model::TokenRecord> RevokeToken(const std::string& id);
-  StatusOr<model::Caller> WhoAmI();
+  // Who the coordinator takes this client for; and, when asked, where it serves HTTP.
+  StatusOr<model::Caller> WhoAmI(rpc::HttpEndpoints* endpoints = nullptr);
 
   // The object directory (the bytes move over the transfer protocol, objects/).
   // An object of this client's tenant, with a read ticket for the transfer servers;

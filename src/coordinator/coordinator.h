@@ -139,6 +139,9 @@ class Coordinator final : public rpc::JobApi,
   // rpc::AdminApi
   std::vector<model::NodeView> ListNodes() override;
   std::vector<model::TenantView> ListTenants() override;
+  rpc::HttpEndpoints Endpoints() override;
+  // Set once its HTTPS listener is up (cli's RunCoordinator).
+  void SetEndpoints(rpc::HttpEndpoints endpoints);
 
   // The index of job `id`'s task called `task`, from memory or the store; NotFound
   // names the job or the task missing.
@@ -451,6 +454,9 @@ class Coordinator final : public rpc::JobApi,
   http::LatencyHistogram placement_latency_;        // a task's time in the queue, to its placement
   http::LatencyHistogram schedule_pass_;            // one scheduling call that had tasks to offer
   http::LatencyHistogram commit_latency_;           // one state-store transaction
+
+  std::mutex endpoints_mu_;
+  rpc::HttpEndpoints endpoints_;  // guarded by endpoints_mu_
 
   // API tokens by id: a lock of their own, taken on every authenticated call.
   std::mutex auth_mu_;

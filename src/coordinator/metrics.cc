@@ -144,6 +144,16 @@ StatusOr<std::pair<std::string, std::string>> Coordinator::NodeMetricsUrl(const 
   return std::make_pair(rt.metrics_url, rt.site);
 }
 
+rpc::HttpEndpoints Coordinator::Endpoints() {
+  std::lock_guard<std::mutex> lock(endpoints_mu_);
+  return endpoints_;
+}
+
+void Coordinator::SetEndpoints(rpc::HttpEndpoints endpoints) {
+  std::lock_guard<std::mutex> lock(endpoints_mu_);
+  endpoints_ = std::move(endpoints);
+}
+
 model::Fleet Coordinator::SitesAndLinks() {
   std::lock_guard<std::mutex> lock(mu_);
   model::Fleet out;

@@ -171,12 +171,19 @@ class ObjectApi {
   virtual std::vector<model::DatasetView> ListDatasets(const model::Caller& caller) = 0;
 };
 
+// Where the coordinator serves HTTP(S): metrics, and the dashboard when it has one.
+struct HttpEndpoints {
+  std::string url;  // "https://host:port"; empty: no listener
+  bool dashboard = false;
+};
+
 class AdminApi {
  public:
   virtual ~AdminApi() = default;
   virtual std::vector<model::NodeView> ListNodes() = 0;
   // The fleet's tenants and any other with an active job, by name.
   virtual std::vector<model::TenantView> ListTenants() = 0;
+  virtual HttpEndpoints Endpoints() = 0;
 };
 
 }  // namespace meridian::rpc

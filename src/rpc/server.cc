@@ -704,6 +704,9 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     resp->set_user(caller.insecure ? "(insecure coordinator)" : caller.user);
     resp->set_tenant(caller.tenant);
     resp->set_role(std::string(model::RoleName(caller.role)));
+    const HttpEndpoints http = api_.Endpoints();
+    resp->set_http_url(http.url);
+    resp->set_dashboard(http.dashboard);
     return grpc::Status::OK;
   }
 
