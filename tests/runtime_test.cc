@@ -414,6 +414,52 @@ TEST_F(RuntimeTest, CancellingAJobKillsItsRunningTasks) {
   EXPECT_NE(get.err.find("no job " + std::to_string(r->job_id)), std::string::npos) << get.err;
 }
 
+// Ctrl-C on `meridian run`: by default the job goes on and the user is told how to
+// follow it; with --cancel-on-interrupt it is cancelled. Either way the exit is 130.
+TEST_F(RuntimeTest, CtrlCOnRunLeavesTheJobRunningOrCancelsIt) {
+  const std::string job = cluster_->WriteFile("sleepy.yaml", "name: sleepy\ntasks:\n  - {name: wait, command: [sleep, '60']}\n");
+  auto interrupted_run = [&](std::vector<std::string> extra) {
+    // SIGINT three seconds in, as a terminal's Ctrl-C sends it.
+    std::vector<std::string> args = {"--preserve-status", "-s", "INT", "3", MeridianBinary(), "run", job, "--dir",
+                                     cluster_->dir()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ProcessOptions p;
+    p.argv = {"timeout"};
+    p.argv.insert(p.argv.end(), args.begin(), args.end());
+    p.env = CurrentEnvironment();
+    p.env.push_back("LSAN_OPTIONS=print_suppressions=0:suppressions=" + SourceDir() + "/tests/lsan.supp");
+    p.timeout_us = 60'000'000;
+    std::atomic<bool> stop{false};
+    return RunProcess(p, stop);
+  };
+  auto newest = [&] {
+    auto jobs = cluster_->client().ListJobs(1);
+    EXPECT_TRUE(jobs.ok() && !jobs->empty());
+    return jobs->front();
+  };
+  StatusOr<ProcessResult> kept = interrupted_run({});
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->exit_code, 130) << kept->stderr_tail;
+  const uint64_t id = newest().job.id;
+  const std::string n = std::to_string(id);
+  EXPECT_NE(kept->stderr_tail.find("meridian: interrupted: job " + n + " goes on; follow it with 'meridian job get " + n +
+                                   "', stop it with 'meridian job cancel " + n + "'"),
+            std::string::npos)
+      << kept->stderr_tail;
+  EXPECT_EQ(newest().job.status, model::JobStatus::kRunning);
+  ASSERT_TRUE(cluster_->client().Cancel(id).ok());
+
+  StatusOr<ProcessResult> cancelled = interrupted_run({"--cancel-on-interrupt"});
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->exit_code, 130) << cancelled->stderr_tail;
+  const model::JobSummary second = newest();
+  EXPECT_NE(second.job.id, id);
+  EXPECT_NE(cancelled->stderr_tail.find("meridian: interrupted: job " + std::to_string(second.job.id) + " cancelled"),
+            std::string::npos)
+      << cancelled->stderr_tail;
+  EXPECT_EQ(second.job.status, model::JobStatus::kCancelled);
+}
+
 TEST_F(RuntimeTest, JobGetReadsAJobOfManyTasksAPageAtATime) {
   StatusOr<model::JobView> v = cluster_->RunJob(
       "name: many\ntasks:\n  - {name: n, kernel: noop, count: 4500, resources: {cpu: 10m}}\n");

@@ -257,6 +257,8 @@ struct RunJobOptions {
   std::string output_dir;  // write each result's whole output here (fetched from its object)
   // How long to keep trying when the coordinator cannot be reached (it restarts).
   std::string reconnect_for = "5m";
+  // Ctrl-C cancels the job too (else it goes on without us).
+  bool cancel_on_interrupt = false;
 };
 // `meridian run`: submit, follow with a progress bar on stderr, print the results.
 // A job that does not succeed is an error.

@@ -2,6 +2,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <iostream>
 #include <algorithm>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "cli/table.h"
 #include "client/client.h"
 #include "common/env.h"
+#include "common/subprocess.h"
 #include "common/units.h"
 #include "spec/yaml_reader.h"
 
@@ -282,40 +286,115 @@ Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
 
 Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
-  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   StatusOr<int64_t> reconnect_for = ParseDurationUs(o.reconnect_for);
   if (!reconnect_for.ok()) return reconnect_for.status().WithPrefix("--reconnect-for");
+  // Ctrl-C and SIGTERM are taken by a thread of ours (below), in every thread the
+  // client starts from here on.
+  BlockTerminationSignals();
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   const bool tty = isatty(STDERR_FILENO) != 0;
   const bool show = !o.no_progress && !o.json;
+  // What the progress line, the ticker and the interrupt handler share.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
   rpc::SubmitResult r;
-  auto on_accepted = [&](const rpc::SubmitResult& accepted) {
-    r = accepted;
-    for (const std::string& w : r.warnings) progress << "warning: " << w << '\n';
-    if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
-  };
-  auto start = std::chrono::steady_clock::now();
+  std::optional<model::JobSummary> latest;
+  const auto start = std::chrono::steady_clock::now();
   auto last_line = start - std::chrono::seconds(10);
-  // The job is stored: a coordinator that restarts carries on with it, and so do we.
-  auto on_lost = [&](const Status& why) {
-    progress << (tty ? "\n" : "") << fmt::format("lost the coordinator ({}); reconnecting for up to {}\n", why.message(),
-                                                   FormatDurationUs(*reconnect_for));
-  };
-  // Submitted and followed in one call; the job is stored once accepted.
-  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary last, c->SubmitAndWatch(yaml, o.job, on_accepted, [&](const model::JobSummary& s) {
-    if (!show) return true;
-    auto now = std::chrono::steady_clock::now();
-    bool done = model::IsTerminal(s.job.status);
-    if (!tty && !done && now - last_line < std::chrono::seconds(1)) return true;
+  // The bar, the counts, where tasks run and the time so far: redrawn in place on a
+  // terminal, else a line at a time. Called with mu held.
+  auto draw = [&](const model::JobSummary& s, bool done) {
+    const auto now = std::chrono::steady_clock::now();
     last_line = now;
     const int width = 30;
-    int filled = s.tasks_total > 0 ? static_cast<int>(int64_t{width} * s.succeeded / s.tasks_total) : 0;
-    double secs = std::chrono::duration<double>(now - start).count();
+    const int filled = s.tasks_total > 0 ? static_cast<int>(int64_t{width} * s.succeeded / s.tasks_total) : 0;
+    const double secs = std::chrono::duration<double>(now - start).count();
     std::string line = fmt::format("[{}{}] {}  {:.1f}s", std::string(filled, '#'), std::string(width - filled, '.'),
                                    Counts(s), secs);
     if (!s.running_by_site.empty()) line += "  at: " + Sites(s.running_by_site);
     progress << (tty ? "\r\033[K" : "") << line << (tty && !done ? "" : "\n") << std::flush;
-    return true;
-  }, *reconnect_for, on_lost));
+  };
+  auto on_accepted = [&](const rpc::SubmitResult& accepted) {
+    std::lock_guard<std::mutex> lock(mu);
+    r = accepted;
+    for (const std::string& w : r.warnings) progress << "warning: " << w << '\n';
+    if (show) progress << fmt::format("job {} ({}): {} tasks submitted to {}\n", r.job_id, r.name, r.tasks, c->address());
+  };
+  // The job is stored: a coordinator that restarts carries on with it, and so do we.
+  auto on_lost = [&](const Status& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    progress << (tty ? "\n" : "") << fmt::format("lost the coordinator ({}); reconnecting for up to {}\n", why.message(),
+                                                   FormatDurationUs(*reconnect_for));
+  };
+  // The clock ticks though nothing happens: every second on a terminal, every ten
+  // seconds in a log.
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!finished) {
+      cv.wait_for(lock, std::chrono::seconds(1));
+      if (finished || !show || !latest || model::IsTerminal(latest->job.status)) continue;
+      if (tty || std::chrono::steady_clock::now() - last_line >= std::chrono::seconds(10)) draw(*latest, false);
+    }
+  });
+  // Ctrl-C leaves the job running (it is the coordinator's now) unless
+  // --cancel-on-interrupt: either way the user is told, and the exit is 130.
+  std::thread interrupter([&] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (finished) return;
+      }
+      const int sig = WaitForTerminationSignalFor(200'000);
+      if (sig == 0) continue;
+      std::unique_lock<std::mutex> lock(mu);
+      if (finished) return;
+      std::string message;
+      if (r.job_id == 0) {
+        message = "interrupted before the coordinator accepted the job; 'meridian jobs' shows whether it did";
+      } else if (o.cancel_on_interrupt) {
+        const uint64_t id = r.job_id;
+        lock.unlock();
+        StatusOr<model::JobSummary> cancelled = c->Cancel(id);
+        lock.lock();
+        message = cancelled.ok() ? fmt::format("interrupted: job {} cancelled", id)
+                                 : fmt::format("interrupted; cancelling job {} failed: {}", id,
+                                               cancelled.status().message());
+      } else {
+        message = fmt::format(
+            "interrupted: job {} goes on; follow it with 'meridian job get {}', stop it with 'meridian job cancel {}'",
+            r.job_id, r.job_id, r.job_id);
+      }
+      progress << (tty ? "\n" : "") << "meridian: " << message << std::endl;
+      out.flush();
+      std::_Exit(128 + sig);
+    }
+  });
+  auto stop_threads = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      finished = true;
+    }
+    cv.notify_all();
+    ticker.join();
+    interrupter.join();
+  };
+  // Submitted and followed in one call; the job is stored once accepted.
+  StatusOr<model::JobSummary> followed = c->SubmitAndWatch(
+      yaml, o.job, on_accepted,
+      [&](const model::JobSummary& s) {
+        std::lock_guard<std::mutex> lock(mu);
+        latest = s;
+        if (!show) return true;
+        const bool done = model::IsTerminal(s.job.status);
+        if (!tty && !done && std::chrono::steady_clock::now() - last_line < std::chrono::seconds(1)) return true;
+        draw(s, done);
+        return true;
+      },
+      *reconnect_for, on_lost);
+  stop_threads();
+  if (!followed.ok()) return followed.status();
+  const model::JobSummary last = *followed;
   if (o.json) {
     MERIDIAN_RETURN_IF_ERROR(StreamJobJson(*c, r.job_id, out));
   } else {

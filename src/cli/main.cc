@@ -259,6 +259,8 @@ int main(int argc, char** argv) {
   add_target(run_cmd, run.target);
   run_cmd->add_flag("--json", run.json, "Print the finished job as JSON");
   run_cmd->add_flag("--no-progress", run.no_progress, "No progress bar");
+  run_cmd->add_flag("--cancel-on-interrupt", run.cancel_on_interrupt,
+                    "Ctrl-C cancels the job (by default it goes on, and you are told how to follow it)");
   run_cmd->add_option("--reconnect-for", run.reconnect_for,
                       "Keep following the job this long while the coordinator cannot be reached (default 5m)");
   run_cmd->add_option("--output-dir", run.output_dir,

@@ -330,6 +330,16 @@ int WaitForTerminationSignal() {
   return sig;
 }
 
+int WaitForTerminationSignalFor(int64_t timeout_us) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec ts{static_cast<time_t>(timeout_us / 1'000'000), static_cast<long>((timeout_us % 1'000'000) * 1000)};
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
 StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
   if (argv.empty()) return InvalidArgumentError("an empty command");
   int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -104,6 +104,8 @@ StatusOr<ChildUsage> RunAndMeasure(const std::vector<std::string>& argv, const s
 // WaitForTerminationSignal then returns the first that arrives.
 void BlockTerminationSignals();
 int WaitForTerminationSignal();
+// The same, giving up after `timeout_us`: 0 when none came.
+int WaitForTerminationSignalFor(int64_t timeout_us);
 
 // Makes a write to a connection its peer closed fail with EPIPE instead of killing
 // the process with SIGPIPE (libraries such as OpenSSL write with plain write()).
