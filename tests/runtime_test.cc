@@ -460,6 +460,36 @@ TEST_F(RuntimeTest, CtrlCOnRunLeavesTheJobRunningOrCancelsIt) {
   EXPECT_EQ(second.job.status, model::JobStatus::kCancelled);
 }
 
+// `job resubmit`: a finished job's spec (read back from the store once the job has
+// retired) runs again as a new job; unknown ids are a bad request.
+TEST_F(RuntimeTest, AJobIsResubmittedFromItsStoredSpec) {
+  StatusOr<model::JobView> first = cluster_->RunJob(
+      "name: again\ntasks:\n  - {name: hello, command: [sh, -c, 'echo hi from $MERIDIAN_TASK'], count: 3}\n",
+      "again.yaml");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->summary.job.status, model::JobStatus::kSucceeded);
+  const std::string id = std::to_string(first->summary.job.id);
+  CommandResult r = Meridian({"job", "resubmit", id, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["name"], "again");
+  EXPECT_EQ(j["tasks"], 3);
+  const uint64_t second = j["id"];
+  EXPECT_GT(second, first->summary.job.id);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto s = cluster_->client().GetJob(second, false);
+        return s.ok() && s->summary.job.status == model::JobStatus::kSucceeded && s->summary.succeeded == 3;
+      },
+      30));
+  CommandResult text = Meridian({"job", "resubmit", id, "--dir", cluster_->dir()});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.rfind("job " + id + " resubmitted as job ", 0), 0u) << text.out;
+  CommandResult missing = Meridian({"job", "resubmit", "999", "--dir", cluster_->dir()});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.err, "meridian: no job 999\n");
+}
+
 TEST_F(RuntimeTest, JobGetReadsAJobOfManyTasksAPageAtATime) {
   StatusOr<model::JobView> v = cluster_->RunJob(
       "name: many\ntasks:\n  - {name: n, kernel: noop, count: 4500, resources: {cpu: 10m}}\n");

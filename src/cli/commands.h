@@ -281,6 +281,8 @@ Status RunJobGet(const JobOptions& options, std::ostream& out);
 Status RunJobCancel(const JobOptions& options, std::ostream& out);
 Status RunJobDelete(const JobOptions& options, std::ostream& out);
 Status RunJobLogs(const JobOptions& options, std::ostream& out);
+// Submits job ID's spec again, as a new job.
+Status RunJobResubmit(const JobOptions& options, std::ostream& out);
 
 struct NodesOptions {
   ClusterTarget target;

@@ -270,17 +270,35 @@ Status SaveResults(client::Client& c, uint64_t id, const std::string& dir, std::
 
 }  // namespace
 
+namespace {
+
+// What submit and resubmit print of an accepted job.
+void PrintSubmitted(const rpc::SubmitResult& r, bool as_json, const std::string& what, std::ostream& out) {
+  for (const std::string& w : r.warnings) std::cerr << "warning: " << w << '\n';
+  if (as_json) {
+    out << json{{"id", r.job_id}, {"name", r.name}, {"tasks", r.tasks}, {"warnings", r.warnings}}.dump(2) << '\n';
+  } else {
+    out << fmt::format("{} job {} ({}, {} tasks); follow it with: meridian job get {}\n", what, r.job_id, r.name,
+                       r.tasks, r.job_id);
+  }
+}
+
+}  // namespace
+
 Status RunSubmit(const SubmitOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string yaml, spec::ReadFileToString(o.job));
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(yaml, o.job));
-  for (const std::string& w : r.warnings) std::cerr << "warning: " << w << '\n';
-  if (o.json) {
-    out << json{{"id", r.job_id}, {"name", r.name}, {"tasks", r.tasks}, {"warnings", r.warnings}}.dump(2) << '\n';
-  } else {
-    out << fmt::format("submitted job {} ({}, {} tasks); follow it with: meridian job get {}\n", r.job_id, r.name,
-                       r.tasks, r.job_id);
-  }
+  PrintSubmitted(r, o.json, "submitted", out);
+  return OkStatus();
+}
+
+Status RunJobResubmit(const JobOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(auto spec, c->JobSpec(o.id));
+  // The same spec, checked again against today's fleet and datasets: a new job.
+  MERIDIAN_ASSIGN_OR_RETURN(rpc::SubmitResult r, c->Submit(spec.first, spec.second));
+  PrintSubmitted(r, o.json, fmt::format("job {} resubmitted as", o.id), out);
   return OkStatus();
 }
 

@@ -272,16 +272,18 @@ int main(int argc, char** argv) {
   jobs_cmd->add_option("--limit", jobs.limit, "At most this many (default 20; 0: all)");
   jobs_cmd->add_flag("--json", jobs.json, "Print JSON for scripts");
 
-  CLI::App* job_cmd = app.add_subcommand("job", "One job: get, cancel, delete, logs");
+  CLI::App* job_cmd = app.add_subcommand("job", "One job: get, cancel, delete, logs, resubmit");
   job_cmd->require_subcommand(1);
-  cli::JobOptions job_get, job_cancel, job_delete, job_logs;
+  cli::JobOptions job_get, job_cancel, job_delete, job_logs, job_resubmit;
   CLI::App* job_get_cmd = job_cmd->add_subcommand("get", "A job, its tasks, where they ran and their attempts");
   CLI::App* job_cancel_cmd = job_cmd->add_subcommand("cancel", "Cancel a job; running tasks are killed");
   CLI::App* job_delete_cmd = job_cmd->add_subcommand(
       "delete", "Delete a finished job: its tasks, attempts and logs, and the results it kept on nodes");
   CLI::App* job_logs_cmd = job_cmd->add_subcommand("logs", "Output of a job's command tasks");
+  CLI::App* job_resubmit_cmd =
+      job_cmd->add_subcommand("resubmit", "Submit a job's spec again as a new job (checked against today's fleet)");
   for (auto [cmd, o] : {std::pair{job_get_cmd, &job_get}, {job_cancel_cmd, &job_cancel},
-                        {job_delete_cmd, &job_delete}, {job_logs_cmd, &job_logs}}) {
+                        {job_delete_cmd, &job_delete}, {job_logs_cmd, &job_logs}, {job_resubmit_cmd, &job_resubmit}}) {
     cmd->add_option("id", o->id, "Job id")->required();
     add_target(cmd, o->target);
     cmd->add_flag("--json", o->json, "Print JSON for scripts");
@@ -469,6 +471,8 @@ int main(int argc, char** argv) {
     status = cli::RunJobCancel(job_cancel, std::cout);
   } else if (job_delete_cmd->parsed()) {
     status = cli::RunJobDelete(job_delete, std::cout);
+  } else if (job_resubmit_cmd->parsed()) {
+    status = cli::RunJobResubmit(job_resubmit, std::cout);
   } else if (job_logs_cmd->parsed()) {
     status = cli::RunJobLogs(job_logs, std::cout);
   } else if (objects_put_cmd->parsed()) {

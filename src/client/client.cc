@@ -236,6 +236,14 @@ StatusOr<model::JobSummary> Client::Delete(uint64_t id) {
   return OnJob<v1::DeleteJobRequest>(id, &v1::JobService::Stub::Delete);
 }
 
+StatusOr<std::pair<std::string, std::string>> Client::JobSpec(uint64_t id) {
+  v1::GetJobSpecRequest req;
+  req.set_job_id(id);
+  v1::JobSpec resp;
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::GetSpec, req, &resp));
+  return std::make_pair(resp.spec_yaml(), resp.spec_name());
+}
+
 StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string& task) {
   v1::GetLogsRequest req;
   req.set_job_id(id);

@@ -49,6 +49,8 @@ class Client {
   Status ForEachTaskPage(uint64_t id, uint32_t page_size, const std::function<Status(const model::JobView&)>& on_page);
   StatusOr<std::vector<model::JobSummary>> ListJobs(int32_t limit);
   StatusOr<model::JobSummary> Cancel(uint64_t id);
+  // The spec job `id` was submitted with, and its file name.
+  StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id);
   StatusOr<model::JobSummary> Delete(uint64_t id);
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task);
   // Calls on_change with the job's summary now and after every change until it ends

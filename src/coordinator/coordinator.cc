@@ -618,6 +618,17 @@ StatusOr<uint32_t> Coordinator::FindTaskIndex(uint64_t id, const std::string& ta
   return *index;
 }
 
+StatusOr<std::pair<std::string, std::string>> Coordinator::JobSpec(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
+    // A job not yet retired holds its spec; a retired one's is in the store only.
+    if (!it->second.rec.spec_yaml.empty()) return std::make_pair(it->second.rec.spec_yaml, it->second.rec.spec_name);
+  }
+  return store_->JobSpec(id);
+}
+
 StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
   std::optional<uint32_t> index;
   if (!task.empty()) {

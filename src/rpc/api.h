@@ -85,6 +85,8 @@ class JobApi {
   // Removes a finished job, its tasks, attempts and logs, and lets go of the results
   // it kept on nodes. FailedPrecondition while it has not finished.
   virtual StatusOr<model::JobSummary> DeleteJob(uint64_t id) = 0;
+  // The spec job `id` was submitted with, and its file name.
+  virtual StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id) = 0;
   virtual StatusOr<std::vector<TaskLog>> Logs(uint64_t id, const std::string& task) = 0;
   // Waits until the job's version passes `after_version` or `timeout_us` elapses,
   // and returns its summary then.

@@ -486,6 +486,16 @@ class JobServiceImpl final
     return grpc::Status::OK;
   }
 
+  grpc::Status GetSpec(grpc::ServerContext* ctx, const v1::GetJobSpecRequest* req, v1::JobSpec* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.GetSpec");
+    MERIDIAN_CHECK_CALL(ctx, "JobService.GetSpec", gate_.CheckTenant(caller, api_, req->job_id()));
+    StatusOr<std::pair<std::string, std::string>> spec = api_.JobSpec(req->job_id());
+    if (!spec.ok()) return ToGrpc(spec.status());
+    resp->set_spec_yaml(std::move(spec->first));
+    resp->set_spec_name(std::move(spec->second));
+    return grpc::Status::OK;
+  }
+
   // Pushed by the coordinator as the job changes: no thread waits on a watch.
   grpc::ServerWriteReactor<v1::JobInfo>* Watch(grpc::CallbackServerContext* ctx,
                                               const v1::WatchJobRequest* req) override {

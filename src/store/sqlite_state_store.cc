@@ -575,6 +575,19 @@ StatusOr<std::optional<uint32_t>> SqliteStateStore::FindTask(uint64_t job, const
   return std::optional<uint32_t>(static_cast<uint32_t>(sqlite3_column_int64(q.st, 0)));
 }
 
+StatusOr<std::pair<std::string, std::string>> SqliteStateStore::JobSpec(uint64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt q;
+  MERIDIAN_RETURN_IF_ERROR(Query(q, "SELECT spec_yaml, spec_name FROM jobs WHERE id = ?1", "read a job's spec"));
+  sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
+  if (sqlite3_step(q.st) != SQLITE_ROW) return NotFoundError(fmt::format("no job {}", job));
+  auto text = [&](int col) {
+    const unsigned char* p = sqlite3_column_text(q.st, col);
+    return std::string(p ? reinterpret_cast<const char*>(p) : "", static_cast<size_t>(sqlite3_column_bytes(q.st, col)));
+  };
+  return std::make_pair(text(0), text(1));
+}
+
 Status SqliteStateStore::DeleteJob(uint64_t job) {
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(Begin());

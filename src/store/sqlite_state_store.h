@@ -44,6 +44,7 @@ class SqliteStateStore final : public StateStore {
   StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
                                                   int64_t max_bytes) override;
   StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) override;
+  StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t job) override;
   Status DeleteJob(uint64_t job) override;
 
  private:

@@ -88,6 +88,8 @@ class StateStore {
                                                           int64_t max_bytes) = 0;
   // The index of the job's task called `name`, if it has one.
   virtual StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) = 0;
+  // The job's spec as submitted, and its file name. NotFound: no such job.
+  virtual StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t job) = 0;
   // Removes the job, its tasks, attempts and logs. Its id is not given out again.
   virtual Status DeleteJob(uint64_t job) = 0;
 };

@@ -216,6 +216,9 @@ TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
   EXPECT_TRUE(store_->TaskPage(b, 0, 10, 1 << 20)->empty());
   EXPECT_TRUE(store_->Logs(b, std::nullopt)->empty());
   EXPECT_EQ(*store_->FindTask(b, "t1"), std::nullopt);
+  EXPECT_EQ(store_->JobSpec(b).status().message(), "no job " + std::to_string(b));
+  // The one left keeps its spec, as submitted.
+  EXPECT_EQ(*store_->JobSpec(a), std::make_pair(std::string("name: a\n"), std::string("a.yaml")));
   // The newest job was deleted: its id is still not given out again.
   EXPECT_EQ(*store_->CreateJob(Job("c"), {}), b + 1);
 }

@@ -97,6 +97,12 @@ class InMemoryStateStore final : public store::StateStore {
     }
     return std::optional<uint32_t>();
   }
+  StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return NotFoundError("no job " + std::to_string(job));
+    return std::make_pair(it->second.spec_yaml, it->second.spec_name);
+  }
   Status DeleteJob(uint64_t job) override {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.erase(job);
