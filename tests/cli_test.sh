@@ -89,6 +89,14 @@ check "status with a dead coordinator" 3 "cannot reach the coordinator at 127.0.
 check "version" 0 "" "$bin" --version
 grep -qE '^meridian [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7,}(\+dirty)?\)$' "$tmp/out" || { echo "FAIL --version output:"; cat "$tmp/out"; fail=1; }
 check "a bad flag is a bad request" 2 "--no-such-flag" "$bin" jobs --no-such-flag
+check "bash completion" 0 "" "$bin" completion bash
+complete_words() {  # the completions bash offers after the words given
+  bash -c "source '$tmp/out'; COMP_WORDS=($*); COMP_CWORD=\$((\${#COMP_WORDS[@]} - 1)); _meridian; echo \"\${COMPREPLY[*]}\""
+}
+[ "$(complete_words meridian job re)" = "resubmit" ] || { echo "FAIL completion of 'job re': $(complete_words meridian job re)"; fail=1; }
+[ "$(complete_words meridian --log-level debug st)" = "status" ] || { echo "FAIL completion of 'st'"; fail=1; }
+[ "$(complete_words meridian run x.yaml --cancel)" = "--cancel-on-interrupt" ] || { echo "FAIL completion of run's flag"; fail=1; }
+check "completion for another shell" 2 "shell: fish not in {bash}" "$bin" completion fish
 check "down without a cluster" 2 "no local cluster in $tmp/no-cluster" "$bin" down
 check "up refuses a large fleet" 2 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet tests/fleets/alibaba-gpu-2023.yaml
 check "up with a bad fleet" 2 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml

@@ -12,6 +12,10 @@
 #include "common/status.h"
 #include "workloads/chain/generate.h"
 
+namespace CLI {
+class App;
+}
+
 namespace meridian::client {
 class Client;
 }
@@ -112,6 +116,9 @@ std::string DefaultClusterDir();
 StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);
 // A client of the target's coordinator, with its credentials.
 StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us = 10'000'000);
+
+// A bash completion script for `app`'s subcommands and options.
+std::string BashCompletion(CLI::App& app);
 
 // Exit codes (docs/runtime.md, "Exit codes"): what a script can tell apart.
 inline constexpr int kExitJobFailed = 1;    // the job failed or was cancelled; plan: it cannot be placed

@@ -407,6 +407,11 @@ int main(int argc, char** argv) {
   add_target(status_cmd, status_opts.target);
   status_cmd->add_flag("--json", status_opts.json, "Print JSON for scripts (metrics_url, dashboard_url, ...)");
 
+  std::string completion_shell;
+  CLI::App* completion_cmd =
+      app.add_subcommand("completion", "Print a shell completion script: source <(meridian completion bash)");
+  completion_cmd->add_option("shell", completion_shell, "bash")->required()->check(CLI::IsMember({"bash"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -419,7 +424,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   Status status;
-  if (plan_cmd->parsed()) {
+  if (completion_cmd->parsed()) {
+    std::cout << cli::BashCompletion(app);
+  } else if (plan_cmd->parsed()) {
     status = cli::RunPlan(plan, std::cout);
   } else if (sim_cmd->parsed()) {
     status = cli::RunSim(sim, std::cout);
