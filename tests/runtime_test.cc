@@ -320,6 +320,9 @@ tasks:
   - name: gpu
     command: [sh, -c, 'echo "$MERIDIAN_DEVICE_TYPE emulated=$MERIDIAN_EMULATED visible=[$CUDA_VISIBLE_DEVICES]"']
     resources: {accelerator: {any_of: [A100]}, count: 1}
+  - name: env
+    command: [sh, -c, 'echo "$MODEL_NAME|$BATCH|$LANG_NOTE|$PATH"']
+    env: {MODEL_NAME: resnet-50, BATCH: "64", LANG_NOTE: "a b  'c'", PATH: /usr/bin:/bin}
 )");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   ASSERT_EQ(ok->summary.job.status, model::JobStatus::kSucceeded) << ok->summary.job.reason;
@@ -327,6 +330,8 @@ tasks:
   EXPECT_EQ(hello->record.output, "hello from hello at " + hello->record.site + "\n");
   const model::TaskView* gpu = Task(*ok, "gpu");
   EXPECT_EQ(gpu->record.output, "A100 emulated=1 visible=[]\n");
+  // The spec's `env` as written, in place of the agent's own PATH.
+  EXPECT_EQ(Task(*ok, "env")->record.output, "resnet-50|64|a b  'c'|/usr/bin:/bin\n");
   EXPECT_EQ(gpu->record.site, "eu-west");
   EXPECT_TRUE(gpu->record.emulated);
 

@@ -435,10 +435,14 @@ void Executor::RunCommand(Running_& task) {
   p.max_tail = model::kMaxTaskLogTailBytes;
   p.record_file = fmt::format("{}/{}-{}-{}", RecordsDir(options_.work_dir), a.key.job, a.key.task, a.key.attempt);
   if (cgroups_) p.cgroup = cgroups_->TaskCgroup(fmt::format("task-{}-{}-{}", a.key.job, a.key.task, a.key.attempt));
-  // The agent's environment without its own settings (a token, certificates' places).
+  // The agent's environment without its own settings (a token, certificates' places),
+  // nor what the spec's `env` sets instead.
   for (std::string& e : CurrentEnvironment()) {
-    if (e.rfind("MERIDIAN_", 0) != 0 && e.rfind("HOME=", 0) != 0) p.env.push_back(std::move(e));
+    if (e.rfind("MERIDIAN_", 0) == 0 || e.rfind("HOME=", 0) == 0) continue;
+    if (a.env.count(e.substr(0, e.find('='))) > 0) continue;
+    p.env.push_back(std::move(e));
   }
+  for (const auto& [k, v] : a.env) p.env.push_back(k + "=" + v);
   p.env.push_back("HOME=" + dir.string());
   const std::string devices = Indices(a.allocation.devices);
   p.env.push_back(fmt::format("MERIDIAN_JOB_ID={}", a.key.job));

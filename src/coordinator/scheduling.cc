@@ -264,6 +264,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   a.kernel = spec.kernel;
   a.command = spec.command;
   a.args = spec.args;
+  a.env = spec.env;
   for (TaskId d : spec.after) {
     const model::TaskRecord& dep = job.tasks[d.value()].rec;
     a.inputs.push_back(dep.output);

@@ -233,6 +233,7 @@ struct TaskAssignment {
   std::string kernel;
   std::vector<std::string> command;
   std::map<std::string, std::string> args;
+  std::map<std::string, std::string> env;  // a command's environment variables (the spec's `env`)
   std::vector<std::string> inputs;  // outputs of its dependencies, in order
   std::vector<ObjectLocation> input_objects;  // objects it reads (before `inputs`), and where they are
   // Parallel to `inputs`: where a dependency's output is an object, its location (and

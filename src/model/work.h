@@ -84,6 +84,9 @@ struct Task {
   std::string gang;                  // tasks of one gang are placed all-or-nothing
   // Parameters for the kernel (or MERIDIAN_ARG_* for a command), as written.
   std::map<std::string, std::string> args;
+  // Environment variables a command runs with, as written (names checked by the
+  // parser: not Meridian's own, HOME or CUDA_VISIBLE_DEVICES).
+  std::map<std::string, std::string> env;
   uint32_t index = 0;                // copy number within its template (map, count, replicas)
 };
 

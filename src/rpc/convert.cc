@@ -237,6 +237,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   out->set_kernel(a.kernel);
   for (const std::string& c : a.command) out->add_command(c);
   for (const auto& [k, v] : a.args) (*out->mutable_args())[k] = v;
+  for (const auto& [k, v] : a.env) (*out->mutable_env())[k] = v;
   for (const std::string& i : a.inputs) out->add_inputs(i);
   out->set_device_type(a.device_type);
   AllocationToProto(a.allocation, out);
@@ -255,6 +256,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.kernel = in.kernel();
   a.command.assign(in.command().begin(), in.command().end());
   for (const auto& [k, v] : in.args()) a.args[k] = v;
+  for (const auto& [k, v] : in.env()) a.env[k] = v;
   a.inputs.assign(in.inputs().begin(), in.inputs().end());
   a.device_type = in.device_type();
   a.allocation.cpu_milli = in.cpu_milli();

@@ -20,6 +20,9 @@ constexpr int64_t kMaxTasks = 1'000'000;
 // A task's resources.qubits: as many as the OpenQASM reader takes (kernels/qasm.h).
 constexpr int64_t kMaxSimulatedQubits = 40;
 constexpr std::string_view kDatasetScheme = "dataset://";
+// A command's `env`: at most this many variables, each value at most this long.
+constexpr size_t kMaxEnvVars = 64;
+constexpr size_t kMaxEnvValueBytes = 4096;
 
 // A task as written, before map/replica expansion.
 struct TaskTemplate {
@@ -54,6 +57,8 @@ class JobParser {
   Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
   Status ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
   Status ParseArgs(const YAML::Node& t, const std::string& path, std::map<std::string, std::string>* args) const;
+  // A command's `env` (after its kernel or command is known).
+  Status ParseEnv(const YAML::Node& t, const std::string& path, Task& task) const;
   Status ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
   Status Expand();
   Status Link();
@@ -293,8 +298,42 @@ Status JobParser::ParseArgs(const YAML::Node& t, const std::string& path,
   return OkStatus();
 }
 
+Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& task) const {
+  YAML::Node e = t["env"];
+  if (!e) return OkStatus();
+  const std::string epath = Field(path, "env");
+  if (!e.IsMap()) return r_.Error(e, epath, "expected a map of NAME: value");
+  if (!task.kernel.empty()) return r_.Error(e, epath, "only a command has an environment (a kernel reads 'args')");
+  if (e.size() > kMaxEnvVars) {
+    return r_.Error(e, epath, fmt::format("at most {} variables, got {}", kMaxEnvVars, e.size()));
+  }
+  for (auto it = e.begin(); it != e.end(); ++it) {
+    std::string k, v;
+    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->first, epath, &k));
+    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->second, Field(epath, k), &v));
+    const bool name_ok = !k.empty() && k.size() <= 128 && !std::isdigit(static_cast<unsigned char>(k[0])) &&
+                         std::all_of(k.begin(), k.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                         });
+    if (!name_ok) {
+      return r_.Error(it->first, Field(epath, k),
+                      "a variable's name is letters, digits and '_' (not first), at most 128 of them");
+    }
+    if (k.rfind("MERIDIAN_", 0) == 0 || k == "HOME" || k == "CUDA_VISIBLE_DEVICES") {
+      return r_.Error(it->first, Field(epath, k),
+                      fmt::format("{} is Meridian's to set (MERIDIAN_*, HOME, CUDA_VISIBLE_DEVICES)", k));
+    }
+    if (v.size() > kMaxEnvValueBytes || v.find('\0') != std::string::npos) {
+      return r_.Error(it->second, Field(epath, k),
+                      fmt::format("a value is at most {} bytes, without NUL", kMaxEnvValueBytes));
+    }
+    if (!task.env.emplace(k, v).second) return r_.Error(it->first, Field(epath, k), "repeated variable");
+  }
+  return OkStatus();
+}
+
 Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
-  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args", "env"}));
   Task& task = tmpl->task;
   MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(t, "name", path, &task.name));
   if (task.name.find('/') != std::string::npos) return r_.Error(t["name"], Field(path, "name"), "must not contain '/'");
@@ -338,6 +377,7 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     return r_.Error(t["count"], Field(path, "count"), "give at most one of 'count', 'replicas' or 'map'");
   }
   MERIDIAN_RETURN_IF_ERROR(ParseArgs(t, path, &task.args));
+  MERIDIAN_RETURN_IF_ERROR(ParseEnv(t, path, task));
   MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
   int64_t retries = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));

@@ -120,6 +120,50 @@ struct BadJob {
 
 class BadJobTest : public JobSpecTest, public ::testing::WithParamInterface<BadJob> {};
 
+TEST_F(JobSpecTest, ACommandsEnvIsKeptAsWrittenAndItsNamesAreChecked) {
+  StatusOr<model::Job> ok = Parse(
+      "name: e\ntasks:\n  - {name: a, command: [env], env: {MODEL: resnet, BATCH: 64, _X1: 'a b'}, count: 2}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_EQ(ok->tasks.size(), 2u);
+  for (const model::Task& t : ok->tasks) {
+    EXPECT_EQ(t.env, (std::map<std::string, std::string>{{"BATCH", "64"}, {"MODEL", "resnet"}, {"_X1", "a b"}}));
+  }
+  struct Bad {
+    std::string env;
+    std::string error;
+  };
+  const std::vector<Bad> bad = {
+      {"{MERIDIAN_TASK: x}", "job.yaml:3:37: tasks[0].env.MERIDIAN_TASK: MERIDIAN_TASK is Meridian's to set "
+                             "(MERIDIAN_*, HOME, CUDA_VISIBLE_DEVICES)"},
+      {"{HOME: /root}", "job.yaml:3:37: tasks[0].env.HOME: HOME is Meridian's to set (MERIDIAN_*, HOME, "
+                        "CUDA_VISIBLE_DEVICES)"},
+      {"{1X: y}", "job.yaml:3:37: tasks[0].env.1X: a variable's name is letters, digits and '_' (not first), at "
+                  "most 128 of them"},
+      {"{A-B: y}", "job.yaml:3:37: tasks[0].env.A-B: a variable's name is letters, digits and '_' (not first), at "
+                   "most 128 of them"},
+      {"[A, B]", "job.yaml:3:36: tasks[0].env: expected a map of NAME: value"},
+  };
+  for (const Bad& b : bad) {
+    StatusOr<model::Job> j = Parse("name: e\ntasks:\n  - {name: a, command: [env], env: " + b.env + "}\n");
+    ASSERT_FALSE(j.ok()) << b.env;
+    EXPECT_EQ(j.status().message(), b.error) << b.env;
+  }
+  StatusOr<model::Job> kernel = Parse("name: e\ntasks:\n  - {name: a, kernel: sum, env: {A: b}}\n");
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_EQ(kernel.status().message(),
+            "job.yaml:3:33: tasks[0].env: only a command has an environment (a kernel reads 'args')");
+  std::string many = "{";
+  for (int i = 0; i < 65; ++i) many += (i ? ", V" : "V") + std::to_string(i) + ": x";
+  StatusOr<model::Job> too_many = Parse("name: e\ntasks:\n  - {name: a, command: [env], env: " + many + "}}\n");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().message(), "job.yaml:3:36: tasks[0].env: at most 64 variables, got 65");
+  StatusOr<model::Job> long_value =
+      Parse("name: e\ntasks:\n  - {name: a, command: [env], env: {A: " + std::string(4097, 'x') + "}}\n");
+  ASSERT_FALSE(long_value.ok());
+  EXPECT_EQ(long_value.status().message(),
+            "job.yaml:3:40: tasks[0].env.A: a value is at most 4096 bytes, without NUL");
+}
+
 TEST_F(JobSpecTest, ReduceWithAFanInBuildsATree) {
   StatusOr<model::Job> job = Parse(
       "name: tree\ntasks:\n  - {name: part, kernel: sum, count: 10}\n"
