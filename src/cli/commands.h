@@ -82,6 +82,7 @@ struct SimOptions {
   std::string out;
   bool json = false;
   bool markdown = false;
+  bool no_progress = false;  // no progress line on stderr
   std::string relative_to;  // a compared policy the others are measured against
 };
 // `meridian sim`: replay a trace on a fleet under one or several policies.

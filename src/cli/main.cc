@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--out", sim.out, "Directory for metrics.json, report.html and per-job CSVs");
   sim_cmd->add_flag("--json", sim.json, "Print JSON for scripts");
   sim_cmd->add_flag("--markdown", sim.markdown, "Print the table as Markdown (docs/results.md)");
+  sim_cmd->add_flag("--no-progress", sim.no_progress, "No progress line on stderr during long replays");
   sim_cmd->add_option("--relative-to", sim.relative_to, "With --compare: one line per policy against this one");
   sim_cmd->get_option("--compare")->excludes(sim_cmd->get_option("--policy"));
 

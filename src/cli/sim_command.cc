@@ -1,5 +1,8 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -216,6 +219,21 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
     policy.order = *order;
     named.push_back(std::move(policy));
   }
+  // A long replay says how far it is on stderr: in place every second on a terminal,
+  // a line every ten seconds in a log.
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  bool drew = false;
+  if (!options.no_progress) {
+    so.progress_every_s = tty ? 1 : 10;
+    so.on_progress = [&](const sim::SimProgress& p) {
+      std::cerr << (tty ? "\r\033[K" : "")
+                << fmt::format("sim: {}: {} of {} jobs arrived, {} of {} simulated, {:.0f} s", so.policy_name,
+                               p.arrived, p.jobs, FormatDurationUs(static_cast<int64_t>(p.simulated_s * 1e6)),
+                               FormatDurationUs(static_cast<int64_t>(p.span_s * 1e6)), p.wall_s)
+                << (tty ? "" : "\n") << std::flush;
+      drew = true;
+    };
+  }
   std::vector<sim::SimResult> results;
   for (size_t i = 0; i < policies.size(); ++i) {
     so.policy_name = policies[i];
@@ -223,6 +241,7 @@ Status RunSim(const SimOptions& options, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(sim::SimResult r, sim::Simulate(fleet, throughput, trace, so, Env::Default()));
     results.push_back(std::move(r));
   }
+  if (drew && tty) std::cerr << "\r\033[K" << std::flush;
   const std::string title = fmt::format("Meridian simulation: {} on {}", trace.name, options.fleet);
   if (!options.out.empty()) MERIDIAN_RETURN_IF_ERROR(sim::WriteReport(results, title, options.out));
   if (options.json) {

@@ -169,6 +169,8 @@ class Simulation {
   sched::Policy policy_;
 
   std::priority_queue<Event, std::vector<Event>, Later> events_;
+  uint64_t rounds_ = 0;          // scheduling rounds, for progress
+  double next_progress_s_ = 0;   // real time of the next progress call
   uint64_t next_seq_ = 0;
   int64_t now_us_ = 0;
   int64_t last_us_ = 0;
@@ -759,6 +761,19 @@ SimResult Simulation::Run() {
         static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs > options_.wall_limit_s) {
       result_.stopped_early = true;
       break;
+    }
+    // The clock is read every 4096 rounds only: a round can take under a microsecond.
+    if (options_.on_progress && (++rounds_ & 4095) == 0) {
+      const double wall_s = static_cast<double>(env_.clock().Now().us - wall0.us) / kSecondUs;
+      if (next_progress_s_ == 0) next_progress_s_ = options_.progress_every_s;  // nothing in the first period
+      if (wall_s >= next_progress_s_) {
+        next_progress_s_ = wall_s + options_.progress_every_s;
+        const int64_t first = trace_.jobs.empty() ? 0 : trace_.jobs.front().arrival_us;
+        const int64_t last = trace_.jobs.empty() ? 0 : trace_.jobs.back().arrival_us;
+        options_.on_progress(SimProgress{static_cast<double>(now_us_ - first) / kSecondUs,
+                                         static_cast<double>(last - first) / kSecondUs,
+                                         trace_.jobs.size() - arrivals_left_, trace_.jobs.size(), wall_s});
+      }
     }
     MeasureFragmentation();
     const double util = healthy_gpu_milli_ > 0

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +38,15 @@ struct FleetChange {
   int64_t at_us = 0;
   int32_t add = 0;     // copies of existing nodes (round-robin over the fleet)
   int32_t remove = 0;  // the newest healthy nodes leave; their tasks are requeued
+};
+
+// How far a replay has come, for a progress line on a long run.
+struct SimProgress {
+  double simulated_s = 0;    // virtual time since the first arrival
+  double span_s = 0;         // from the first arrival to the last
+  size_t arrived = 0;        // jobs arrived so far
+  size_t jobs = 0;           // in the trace
+  double wall_s = 0;         // real time so far
 };
 
 struct SimOptions {
@@ -73,6 +83,10 @@ struct SimOptions {
   // Stop the replay once it has run this long on the real clock (0: never); the
   // result says so (stopped_early). For benchmarks of replays that may not end.
   double wall_limit_s = 0;
+  // Called with the replay's progress about every `progress_every_s` of real time
+  // (not at all when empty), from the replaying thread.
+  std::function<void(const SimProgress&)> on_progress;
+  double progress_every_s = 1;
 };
 
 struct Percentiles {

@@ -2,6 +2,7 @@
 // its bookkeeping under faults: every job finishes exactly once or is reported
 // infeasible with its reason.
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -68,6 +69,33 @@ TEST(SimTest, FifoOnOneGpuMatchesTheHandWorkedTimes) {
   EXPECT_DOUBLE_EQ(r.gpu_utilisation, 1.0);
   // 30 s on a $1/h node.
   EXPECT_NEAR(static_cast<double>(r.compute_cost_micro_usd), 30.0 * 1e6 / 3600, 2);
+}
+
+TEST(SimTest, ALongReplayReportsItsProgressAndTheReportChangesNothing) {
+  // 10,000 jobs a second apart, each half a second on the one GPU: 20,000 rounds.
+  spec::FleetSpec f = Fleet(kOneGpu);
+  std::string csv = "job,arrival_s,duration_s,gpus\n";
+  for (int i = 0; i < 10'000; ++i) csv += fmt::format("j{},{},0.5,1\n", i, i);
+  Trace t = Csv(csv, f.fleet);
+  std::vector<SimProgress> seen;
+  SimOptions o;
+  o.progress_every_s = 1e-9;  // at every check (each 4,096 rounds)
+  o.on_progress = [&](const SimProgress& p) { seen.push_back(p); };
+  SimResult with = Replay(f, t, "meridian", o);
+  SimResult without = Replay(f, t);
+  EXPECT_EQ(ResultToJson(with, false).dump(), ResultToJson(without, false).dump());
+  ASSERT_GE(seen.size(), 4u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].jobs, 10'000u);
+    EXPECT_DOUBLE_EQ(seen[i].span_s, 9'999);
+    EXPECT_LE(seen[i].arrived, 10'000u);
+    // A job arrives each simulated second, and the clock is where the last arrived.
+    EXPECT_NEAR(seen[i].simulated_s, static_cast<double>(seen[i].arrived) - 1, 1) << i;
+    if (i > 0) {
+      EXPECT_GT(seen[i].arrived, seen[i - 1].arrived);
+      EXPECT_GE(seen[i].wall_s, seen[i - 1].wall_s);
+    }
+  }
 }
 
 TEST(SimTest, FractionsShareOneGpu) {
