@@ -40,6 +40,15 @@ check "a circuit too large for every device" 1 "1 of 1 tasks of job 'big' cannot
 grep -q "2 nodes have QPU-SIM devices with 4 GiB each, under the 64 GiB asked for" "$tmp/out" || { echo "FAIL q32 reason:"; cat "$tmp/out"; fail=1; }
 check "infeasible job" 1 "3 of 3 tasks of job 'too-big' cannot be placed" "$bin" plan --fleet $fleet examples/jobs/infeasible.yaml
 grep -q "giant \[infeasible\]: 0 of 16 nodes can run it: 14 nodes have no H100" "$tmp/out" || { echo "FAIL infeasible reason:"; cat "$tmp/out"; fail=1; }
+printf 'name: lab\ntasks:\n  - {name: a, kernel: noop, resources: {labels: {camera-line: "3"}, spot: never}}\n' >"$tmp/labels.yaml"
+check "a label selector picks its nodes" 0 "" "$bin" plan --fleet $fleet "$tmp/labels.yaml"
+grep -q "^a     factory  factory-t4-" "$tmp/out" || { echo "FAIL labelled plan:"; cat "$tmp/out"; fail=1; }
+printf 'name: lab\ntasks:\n  - {name: a, kernel: noop, resources: {labels: {camera-line: "9"}}}\n' >"$tmp/labels9.yaml"
+check "a label no node has" 1 "1 of 1 tasks of job 'lab' cannot be placed" "$bin" plan --fleet $fleet "$tmp/labels9.yaml"
+grep -qF "14 nodes have no label camera-line; 2 nodes have camera-line=3, not 9" "$tmp/out" || { echo "FAIL label reason:"; cat "$tmp/out"; fail=1; }
+printf 'name: lab\ntasks:\n  - {name: a, kernel: noop, resources: {spot: only}}\n' >"$tmp/spot.yaml"
+check "spot only on a fleet without spot nodes" 1 "cannot be placed" "$bin" plan --fleet $fleet "$tmp/spot.yaml"
+grep -qF "16 nodes are not spot nodes, and the task takes only those" "$tmp/out" || { echo "FAIL spot reason:"; cat "$tmp/out"; fail=1; }
 check "missing job file" 2 "no-such-job.yaml: no such file" "$bin" plan --fleet $fleet no-such-job.yaml
 printf 'name: x\ntasks:\n  - name: a\n    kernel: sum\n    resources: {cpu: 2, gpus: 1}\n' >"$tmp/bad.yaml"
 check "unknown field" 2 "bad.yaml:5:25: tasks[0].resources: unknown field 'gpus'" "$bin" plan --fleet $fleet "$tmp/bad.yaml"

@@ -21,6 +21,9 @@ std::string_view ObjectiveName(Objective objective);
 std::optional<Objective> ParseObjective(std::string_view name);
 
 // What one task needs from one node.
+// Whether a task may run on spot (preemptible) nodes.
+enum class SpotRule { kAny, kNever, kOnly };
+
 struct ResourceRequest {
   // Acceptable accelerator types (canonical names). Empty with device_count > 0
   // means any accelerator type.
@@ -33,6 +36,9 @@ struct ResourceRequest {
   int64_t min_device_memory_bytes = 0;
   int64_t cpu_milli = 1000;
   int64_t memory_bytes = 0;
+  // Only nodes whose labels hold every one of these (key: value); empty: any node.
+  std::map<std::string, std::string> node_labels;
+  SpotRule spot = SpotRule::kAny;
 
   friend bool operator==(const ResourceRequest&, const ResourceRequest&) = default;
 };

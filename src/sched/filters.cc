@@ -117,6 +117,43 @@ class RegionFilter final : public Filter {
   }
 };
 
+class LabelFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "node_labels"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    for (const auto& [k, v] : t.task.resources.node_labels) {
+      auto it = p.labels.find(k);
+      if (it == p.labels.end() || it->second != v) return false;
+    }
+    return true;
+  }
+  std::string Explain(const TaskView& t, const Pool& p) const override {
+    for (const auto& [k, v] : t.task.resources.node_labels) {
+      auto it = p.labels.find(k);
+      if (it == p.labels.end()) return fmt::format("have no label {}", k);
+      if (it->second != v) return fmt::format("have {}={}, not {}", k, it->second, v);
+    }
+    return "have the labels asked for";
+  }
+};
+
+class SpotFilter final : public Filter {
+ public:
+  std::string_view name() const override { return "spot"; }
+  UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
+  bool Check(const TaskView& t, const Pool& p) const override {
+    switch (t.task.resources.spot) {
+      case model::SpotRule::kNever: return !p.spot;
+      case model::SpotRule::kOnly: return p.spot;
+      default: return true;
+    }
+  }
+  std::string Explain(const TaskView&, const Pool& p) const override {
+    return p.spot ? "are spot nodes, which the task never takes" : "are not spot nodes, and the task takes only those";
+  }
+};
+
 class ResidencyFilter final : public Filter {
  public:
   std::string_view name() const override { return "data_residency"; }
@@ -190,6 +227,8 @@ std::vector<std::unique_ptr<Filter>> MakeDefaultFilters() {
   f.push_back(std::make_unique<CpuFilter>());
   f.push_back(std::make_unique<MemoryFilter>());
   f.push_back(std::make_unique<RegionFilter>());
+  f.push_back(std::make_unique<LabelFilter>());
+  f.push_back(std::make_unique<SpotFilter>());
   f.push_back(std::make_unique<ResidencyFilter>());
   f.push_back(std::make_unique<ThroughputKnownFilter>());
   f.push_back(std::make_unique<ComputeBoundedFilter>());
@@ -254,6 +293,12 @@ std::string FilterKey(const model::Job& job, const model::Task& task) {
   add_int(r.min_device_memory_bytes);
   add_int(r.cpu_milli);
   add_int(r.memory_bytes);
+  add_int(static_cast<int64_t>(r.node_labels.size()));
+  for (const auto& [k, v] : r.node_labels) {
+    add_str(k);
+    add_str(v);
+  }
+  add_int(static_cast<int64_t>(r.spot));
   add_str(task.work ? std::string_view(task.work->kind) : std::string_view());
   add_int(std::bit_cast<int64_t>(task.work ? task.work->amount : 0.0));
   return key;

@@ -9,7 +9,7 @@ PoolIndex::Key PoolIndex::KeyOf(const model::Node& n) {
   bool emulated = !n.devices.empty() && n.devices.front().emulated;
   return Key{n.site.value(), std::string(n.accelerator_type()), static_cast<int32_t>(n.devices.size()),
              dev_mem, n.cpu_milli, n.memory_bytes, n.price_micro_usd_per_hour, static_cast<int>(n.health),
-             n.spot, emulated};
+             n.spot, emulated, n.labels};
 }
 
 uint32_t PoolIndex::PoolFor(const model::Node& n) {
@@ -30,6 +30,7 @@ uint32_t PoolIndex::PoolFor(const model::Node& n) {
   p.health = n.health;
   p.spot = n.spot;
   p.emulated = !n.devices.empty() && n.devices.front().emulated;
+  p.labels = n.labels;
   pools.push_back(std::move(p));
   return it->second;
 }

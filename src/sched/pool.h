@@ -33,6 +33,7 @@ struct Pool {
   model::NodeHealth health = model::NodeHealth::kHealthy;
   bool spot = false;
   bool emulated = false;
+  std::map<std::string, std::string> labels;  // the nodes' (pools are keyed by them)
   std::vector<NodeId> nodes;     // in fleet order
 };
 
@@ -63,7 +64,8 @@ class PoolIndex {
   void Move(const model::Fleet& fleet, NodeId node);
 
  private:
-  using Key = std::tuple<uint32_t, std::string, int32_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+  using Key = std::tuple<uint32_t, std::string, int32_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool,
+                         std::map<std::string, std::string>>;
   static Key KeyOf(const model::Node& n);
   uint32_t PoolFor(const model::Node& n);
 

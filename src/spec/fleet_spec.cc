@@ -182,20 +182,6 @@ Status ParseSiteRef(const Reader& r, const YAML::Node& map, const std::string& p
   return OkStatus();
 }
 
-Status ParseLabels(const Reader& r, const YAML::Node& g, const std::string& path,
-                   std::map<std::string, std::string>* labels) {
-  YAML::Node l = g["labels"];
-  if (!l) return OkStatus();
-  if (!l.IsMap()) return r.Error(l, Field(path, "labels"), "expected a map of label: value");
-  for (auto it = l.begin(); it != l.end(); ++it) {
-    std::string k, v;
-    MERIDIAN_RETURN_IF_ERROR(r.Scalar(it->first, Field(path, "labels"), &k));
-    MERIDIAN_RETURN_IF_ERROR(r.Scalar(it->second, Field(Field(path, "labels"), k), &v));
-    (*labels)[k] = v;
-  }
-  return OkStatus();
-}
-
 Status ParseNodeFields(const Reader& r, const YAML::Node& g, const std::string& path, model::Node* node);
 
 Status ParseNodeGroup(const Reader& r, const YAML::Node& g, const std::string& path,
@@ -244,7 +230,7 @@ Status ParseNodeFields(const Reader& r, const YAML::Node& g, const std::string& 
   MERIDIAN_RETURN_IF_ERROR(
       r.Unit(g, "price", path, ParsePriceMicroUsdPerHour, &node->price_micro_usd_per_hour));
   MERIDIAN_RETURN_IF_ERROR(r.Bool(g, "spot", path, &node->spot));
-  return ParseLabels(r, g, path, &node->labels);
+  return r.StringMap(g, "labels", path, "label: value", "label", &node->labels);
 }
 
 Status ParseNodeList(const Reader& r, const YAML::Node& l, const std::string& path,

@@ -56,7 +56,6 @@ class JobParser {
   Status ParseResources(const YAML::Node& t, const std::string& path, model::ResourceRequest* req) const;
   Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
   Status ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
-  Status ParseArgs(const YAML::Node& t, const std::string& path, std::map<std::string, std::string>* args) const;
   // A command's `env` (after its kernel or command is known).
   Status ParseEnv(const YAML::Node& t, const std::string& path, Task& task) const;
   Status ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
@@ -190,7 +189,12 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
   if (!res) return OkStatus();
   std::string rpath = Field(path, "resources");
   MERIDIAN_RETURN_IF_ERROR(
-      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "qubits", "cpu", "memory"}));
+      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "qubits", "cpu", "memory", "labels", "spot"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.StringMap(res, "labels", rpath, "label: value", "label", &req->node_labels));
+  MERIDIAN_RETURN_IF_ERROR(r_.Enum(res, "spot", rpath,
+                                   {{"any", model::SpotRule::kAny}, {"never", model::SpotRule::kNever},
+                                    {"only", model::SpotRule::kOnly}},
+                                   &req->spot));
   if (YAML::Node acc = res["accelerator"]) {
     std::string apath = Field(rpath, "accelerator");
     std::vector<std::string> types;
@@ -283,21 +287,6 @@ Status JobParser::ParseInputs(const YAML::Node& t, const std::string& path, Task
   return OkStatus();
 }
 
-Status JobParser::ParseArgs(const YAML::Node& t, const std::string& path,
-                            std::map<std::string, std::string>* args) const {
-  YAML::Node a = t["args"];
-  if (!a) return OkStatus();
-  std::string apath = Field(path, "args");
-  if (!a.IsMap()) return r_.Error(a, apath, "expected a map of name: value");
-  for (auto it = a.begin(); it != a.end(); ++it) {
-    std::string k, v;
-    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->first, apath, &k));
-    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->second, Field(apath, k), &v));
-    if (!args->emplace(k, v).second) return r_.Error(it->first, Field(apath, k), "repeated argument");
-  }
-  return OkStatus();
-}
-
 Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& task) const {
   YAML::Node e = t["env"];
   if (!e) return OkStatus();
@@ -307,10 +296,10 @@ Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& t
   if (e.size() > kMaxEnvVars) {
     return r_.Error(e, epath, fmt::format("at most {} variables, got {}", kMaxEnvVars, e.size()));
   }
+  MERIDIAN_RETURN_IF_ERROR(r_.StringMap(t, "env", path, "NAME: value", "variable", &task.env));
   for (auto it = e.begin(); it != e.end(); ++it) {
-    std::string k, v;
-    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->first, epath, &k));
-    MERIDIAN_RETURN_IF_ERROR(r_.Scalar(it->second, Field(epath, k), &v));
+    const std::string k = it->first.Scalar();
+    const std::string& v = task.env.at(k);
     const bool name_ok = !k.empty() && k.size() <= 128 && !std::isdigit(static_cast<unsigned char>(k[0])) &&
                          std::all_of(k.begin(), k.end(), [](char c) {
                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
@@ -327,7 +316,6 @@ Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& t
       return r_.Error(it->second, Field(epath, k),
                       fmt::format("a value is at most {} bytes, without NUL", kMaxEnvValueBytes));
     }
-    if (!task.env.emplace(k, v).second) return r_.Error(it->first, Field(epath, k), "repeated variable");
   }
   return OkStatus();
 }
@@ -376,7 +364,7 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
   if (t["count"] && (t["replicas"] || t["map"])) {
     return r_.Error(t["count"], Field(path, "count"), "give at most one of 'count', 'replicas' or 'map'");
   }
-  MERIDIAN_RETURN_IF_ERROR(ParseArgs(t, path, &task.args));
+  MERIDIAN_RETURN_IF_ERROR(r_.StringMap(t, "args", path, "name: value", "argument", &task.args));
   MERIDIAN_RETURN_IF_ERROR(ParseEnv(t, path, task));
   MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
   int64_t retries = 0;

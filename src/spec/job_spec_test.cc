@@ -164,6 +164,25 @@ TEST_F(JobSpecTest, ACommandsEnvIsKeptAsWrittenAndItsNamesAreChecked) {
             "job.yaml:3:40: tasks[0].env.A: a value is at most 4096 bytes, without NUL");
 }
 
+TEST_F(JobSpecTest, NodeLabelsAndSpotRulesAreRead) {
+  StatusOr<model::Job> ok = Parse(
+      "name: l\ntasks:\n  - {name: a, kernel: sum, resources: {labels: {zone: a, tier: \"1\"}, spot: never}}\n"
+      "  - {name: b, kernel: sum, resources: {spot: only}}\n  - {name: c, kernel: sum}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->tasks[0].resources.node_labels, (std::map<std::string, std::string>{{"tier", "1"}, {"zone", "a"}}));
+  EXPECT_EQ(ok->tasks[0].resources.spot, model::SpotRule::kNever);
+  EXPECT_EQ(ok->tasks[1].resources.spot, model::SpotRule::kOnly);
+  EXPECT_EQ(ok->tasks[2].resources.spot, model::SpotRule::kAny);
+  EXPECT_TRUE(ok->tasks[2].resources.node_labels.empty());
+  StatusOr<model::Job> bad = Parse("name: l\ntasks:\n  - {name: a, kernel: sum, resources: {spot: maybe}}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("tasks[0].resources.spot"));
+  StatusOr<model::Job> list = Parse("name: l\ntasks:\n  - {name: a, kernel: sum, resources: {labels: [zone]}}\n");
+  ASSERT_FALSE(list.ok());
+  EXPECT_THAT(std::string(list.status().message()),
+              ::testing::HasSubstr("tasks[0].resources.labels: expected a map of label: value"));
+}
+
 TEST_F(JobSpecTest, ReduceWithAFanInBuildsATree) {
   StatusOr<model::Job> job = Parse(
       "name: tree\ntasks:\n  - {name: part, kernel: sum, count: 10}\n"

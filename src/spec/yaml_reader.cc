@@ -174,6 +174,21 @@ Status Reader::Bool(const YAML::Node& map, std::string_view key, std::string_vie
   return OkStatus();
 }
 
+Status Reader::StringMap(const YAML::Node& map, std::string_view key, std::string_view path, std::string_view shape,
+                         std::string_view what, std::map<std::string, std::string>* out) const {
+  YAML::Node m = map[std::string(key)];
+  if (!m) return OkStatus();
+  const std::string field = Field(path, key);
+  if (!m.IsMap()) return Error(m, field, fmt::format("expected a map of {}", shape));
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    std::string k, v;
+    MERIDIAN_RETURN_IF_ERROR(Scalar(it->first, field, &k));
+    MERIDIAN_RETURN_IF_ERROR(Scalar(it->second, Field(field, k), &v));
+    if (!out->emplace(k, v).second) return Error(it->first, Field(field, k), fmt::format("repeated {}", what));
+  }
+  return OkStatus();
+}
+
 Status Reader::StringList(const YAML::Node& map, std::string_view key, std::string_view path,
                           std::vector<std::string>* out) const {
   YAML::Node v = map[std::string(key)];

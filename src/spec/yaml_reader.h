@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,10 @@ class Reader {
                 double* out) const;
   Status Bool(const YAML::Node& map, std::string_view key, std::string_view path,
               bool* out) const;
+  // A map of scalars to scalars ("expected a map of `shape`" otherwise); a key given
+  // twice is an error ("repeated `what`").
+  Status StringMap(const YAML::Node& map, std::string_view key, std::string_view path, std::string_view shape,
+                   std::string_view what, std::map<std::string, std::string>* out) const;
   // A scalar or a sequence of scalars.
   Status StringList(const YAML::Node& map, std::string_view key, std::string_view path,
                     std::vector<std::string>* out) const;
