@@ -169,13 +169,7 @@ TEST(DataPlaneTest, SmallInputsFromOneHolderComeInOneRequest) {
   ASSERT_TRUE(cluster.Up());
   // Six 16 KiB shards at the factory, read by one task that needs an A100 (eu-west):
   // one request over the 25 ms link for all six, not two for each.
-  std::filesystem::create_directories(cluster.dir() + "/parts");
-  for (int i = 0; i < 6; ++i) {
-    std::ofstream(cluster.dir() + "/parts/" + std::to_string(i) + ".txt") << std::string(16 << 10, static_cast<char>('a' + i));
-  }
-  CommandResult put = Meridian({"data", "put", cluster.dir() + "/parts", "--name", "parts", "--site", "factory",
-                                "--dir", cluster.dir()});
-  ASSERT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_TRUE(cluster.PutLetterShards("parts", "factory", 6, 16 << 10));
   StatusOr<model::JobView> v = cluster.RunJob(
       "name: gather\ntasks:\n  - {name: gather, kernel: wordcount, inputs: [dataset://parts], "
       "resources: {accelerator: A100}}\n");

@@ -144,6 +144,19 @@ class LocalCluster {
     return path;
   }
 
+  // Puts dataset `name` at `site`: `shards` files of `bytes` each, the i-th all of
+  // the letter 'a' + i. True when `meridian data put` succeeded.
+  bool PutLetterShards(const std::string& name, const std::string& site, int shards, size_t bytes) const {
+    const std::string dir = dir_ + "/" + name;
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < shards; ++i) {
+      std::ofstream(dir + "/" + std::to_string(i) + ".txt") << std::string(bytes, static_cast<char>('a' + i));
+    }
+    CommandResult put = Meridian({"data", "put", dir, "--name", name, "--site", site, "--dir", dir_});
+    EXPECT_EQ(put.exit_code, 0) << put.err;
+    return put.exit_code == 0;
+  }
+
   // Submits the spec and waits for the job to end.
   StatusOr<model::JobView> RunJob(const std::string& spec, const std::string& name = "job.yaml") {
     StatusOr<model::JobSummary> s = client_->SubmitAndWatch(spec, name, nullptr, [](const model::JobSummary&) { return true; });

@@ -85,13 +85,7 @@ TEST(ObservabilityTest, MetricsOfTheCoordinatorAndEveryAgentCountWhatAJobDid) {
 
   // Six 16 KiB shards at the factory, read by one task that needs an A100 (eu-west),
   // and eight no-op tasks.
-  std::filesystem::create_directories(cluster.dir() + "/parts");
-  for (int i = 0; i < 6; ++i) {
-    std::ofstream(cluster.dir() + "/parts/" + std::to_string(i) + ".txt") << std::string(16 << 10, static_cast<char>('a' + i));
-  }
-  CommandResult put = Meridian({"data", "put", cluster.dir() + "/parts", "--name", "parts", "--site", "factory",
-                                "--dir", cluster.dir()});
-  ASSERT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_TRUE(cluster.PutLetterShards("parts", "factory", 6, 16 << 10));
   StatusOr<model::JobView> v = cluster.RunJob(
       "name: gather\ntasks:\n  - {name: gather, kernel: wordcount, inputs: [dataset://parts], "
       "resources: {accelerator: A100}}\n  - {name: noop, kernel: noop, count: 8}\n");
