@@ -1,5 +1,6 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -96,6 +97,15 @@ TEST(HttpServerTest, ABadListenAddressIsNamed) {
   s = Server::Start(o, {});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(), "HTTP listen address '127.0.0.1:70000': the port must be 0 to 65535");
+  o.listen = "127.0.0.1:80x";  // not a port, though it starts like one
+  s = Server::Start(o, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "HTTP listen address '127.0.0.1:80x': the port must be 0 to 65535");
+  o.listen = "[::1]:0";  // an IPv6 address, bracketed
+  s = Server::Start(o, {});
+  if (!s.ok() && access("/proc/net/if_inet6", F_OK) != 0) GTEST_SKIP() << "this machine has no IPv6";
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->url(), "http://[::1]:" + std::to_string((*s)->port()));
 }
 
 struct Pem {

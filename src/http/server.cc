@@ -2,6 +2,8 @@
 
 #include <openssl/ssl.h>
 
+#include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -81,7 +83,6 @@ Request Translate(const httplib::Request& in) {
   r.method = in.method;
   r.path = in.path;
   for (const auto& m : in.matches) r.matches.push_back(m.str());
-  for (const auto& [k, v] : in.params) r.params.emplace_back(k, v);
   const std::string auth = in.get_header_value("Authorization");
   constexpr std::string_view kBearer = "Bearer ";
   if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
@@ -94,13 +95,6 @@ Request Translate(const httplib::Request& in) {
 }
 
 }  // namespace
-
-std::string Request::Param(std::string_view name) const {
-  for (const auto& [k, v] : params) {
-    if (k == name) return v;
-  }
-  return {};
-}
 
 Response TextResponse(int status, std::string text) {
   Response r;
@@ -117,10 +111,14 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
   }
   std::unique_ptr<Server> s(new Server());
   s->host_ = options.listen.substr(0, colon);
-  int port = 0;
-  try {
-    port = std::stoi(options.listen.substr(colon + 1));
-  } catch (const std::exception&) {
+  // "[::1]:8080": the brackets are the address's, not the host's.
+  if (s->host_.size() > 2 && s->host_.front() == '[' && s->host_.back() == ']') {
+    s->host_ = s->host_.substr(1, s->host_.size() - 2);
+  }
+  int port = -1;
+  const std::string_view digits = std::string_view(options.listen).substr(colon + 1);
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), port).ptr != digits.data() + digits.size() ||
+      digits.empty()) {
     port = -1;
   }
   if (port < 0 || port > 65535) {
@@ -189,6 +187,14 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
   }
   s->port_ = port;
   s->thread_ = std::thread([&srv] { srv.listen_after_bind(); });
+  // Running before it is handed out: a stop() that came before the loop started
+  // would be missed, and Shutdown would wait on it for ever.
+  for (int i = 0; i < 5000 && !srv.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!srv.is_running()) {
+    srv.stop();
+    s->thread_.join();
+    return UnavailableError(fmt::format("HTTP: the listener on {} did not start", options.listen));
+  }
   return s;
 }
 

@@ -40,12 +40,10 @@ struct Request {
   std::string method;
   std::string path;
   std::vector<std::string> matches;  // the route's capture groups, matches[0] the path
-  std::vector<std::pair<std::string, std::string>> params;  // the query's
   std::string bearer_token;   // from "Authorization: Bearer ...", else empty
   std::string peer_certificate;  // common name of a verified client certificate, else empty
   std::string peer;           // address:port
   std::string host;           // the Host header: how the client reached this server
-  std::string Param(std::string_view name) const;
 };
 
 struct Response {
