@@ -515,21 +515,14 @@ Status Agent::Run() {
                         // coordinator/http_api.h).
                         if (!open && r.peer_certificate.rfind("monitor:", 0) != 0 &&
                             r.peer_certificate != "coordinator") {
-                          const std::string why =
-                              "an agent's metrics need a monitoring certificate of the cluster's CA (meridian certs "
-                              "issue monitor --name NAME)";
-                          MERIDIAN_LOG_WARN("audit: refused GET {} from {} ({}): {}", r.path, r.peer,
-                                            r.peer_certificate.empty() ? "no certificate"
-                                                                       : "certificate " + r.peer_certificate,
-                                            why);
-                          return http::TextResponse(r.peer_certificate.empty() ? 401 : 403, why);
+                          return http::Refused(r, r.peer_certificate.empty() ? 401 : 403,
+                                               "an agent's metrics need a monitoring certificate of the cluster's "
+                                               "CA (meridian certs issue monitor --name NAME)",
+                                               false);
                         }
                         http::Exposition e;
                         WriteMetrics(e);
-                        http::Response out;
-                        out.content_type = std::string(http::kMetricsContentType);
-                        out.body = e.text();
-                        return out;
+                        return http::MetricsResponse(e.text());
                       }});
     MERIDIAN_ASSIGN_OR_RETURN(metrics_server_, http::Server::Start(std::move(so), std::move(routes)));
     MERIDIAN_LOG_INFO("metrics at {}/metrics", metrics_server_->url());

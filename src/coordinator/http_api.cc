@@ -17,11 +17,7 @@ constexpr size_t kMaxNodeMetricsBytes = 16 << 20;
 constexpr int64_t kNodeMetricsTimeoutUs = 5'000'000;
 
 http::Response Refuse(const http::Request& r, int status, const std::string& why) {
-  MERIDIAN_LOG_WARN("audit: refused GET {} from {} ({}): {}", r.path, r.peer,
-                    r.peer_certificate.empty() ? "no certificate" : "certificate " + r.peer_certificate, why);
-  http::Response out = http::TextResponse(status, why);
-  if (status == 401) out.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"meridian\"");
-  return out;
+  return http::Refused(r, status, why, true);
 }
 
 // Whether the request may read the whole cluster's figures: nullopt if so, else the
@@ -43,13 +39,6 @@ std::optional<http::Response> CheckMonitor(Coordinator& coord, const http::Reque
                               caller->Describe()));
   }
   return std::nullopt;
-}
-
-http::Response MetricsResponse(std::string body) {
-  http::Response out;
-  out.content_type = std::string(http::kMetricsContentType);
-  out.body = std::move(body);
-  return out;
 }
 
 // Reads node `name`'s /metrics from its agent: over TLS with the coordinator's
@@ -256,7 +245,7 @@ StatusOr<std::unique_ptr<http::Server>> StartHttp(Coordinator& coord, const Http
                       if (std::optional<http::Response> refused = CheckMonitor(coord, r, insecure)) return *refused;
                       http::Exposition e;
                       coord.WriteMetrics(e);
-                      return MetricsResponse(e.text());
+                      return http::MetricsResponse(e.text());
                     }});
   // An agent's metrics, read by the coordinator for a scraper that trusts the
   // coordinator's host name (an agent's certificate names its node, not a host).
@@ -271,7 +260,7 @@ StatusOr<std::unique_ptr<http::Server>> StartHttp(Coordinator& coord, const Http
                         return http::TextResponse(502, fmt::format("node '{}' answered {}: {}", r.matches.at(1),
                                                                    got->status, got->body.substr(0, 200)));
                       }
-                      return MetricsResponse(std::move(got->body));
+                      return http::MetricsResponse(std::move(got->body));
                     }});
   // Prometheus's HTTP service discovery (http_sd_configs): every live agent, as a
   // target behind this listener.

@@ -12,6 +12,7 @@
 #include <httplib.h>
 
 #include "common/logging.h"
+#include "http/metrics.h"
 
 namespace meridian::http {
 namespace {
@@ -102,6 +103,21 @@ Response TextResponse(int status, std::string text) {
   r.body = std::move(text);
   r.body += '\n';
   return r;
+}
+
+Response Refused(const Request& r, int status, const std::string& why, bool bearer) {
+  MERIDIAN_LOG_WARN("audit: refused GET {} from {} ({}): {}", r.path, r.peer,
+                    r.peer_certificate.empty() ? "no certificate" : "certificate " + r.peer_certificate, why);
+  Response out = TextResponse(status, why);
+  if (bearer && status == 401) out.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"meridian\"");
+  return out;
+}
+
+Response MetricsResponse(std::string body) {
+  Response out;
+  out.content_type = std::string(kMetricsContentType);
+  out.body = std::move(body);
+  return out;
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vector<Route> routes) {

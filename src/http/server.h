@@ -56,6 +56,12 @@ struct Response {
 // A response with `status` and a one-line plain-text body (an error's reason).
 Response TextResponse(int status, std::string text);
 
+// A refusal with `status` and `why`, logged as the gRPC API's are ("audit: refused GET
+// /metrics from PEER (certificate NAME): why"). `bearer`: a 401 says a token would do.
+Response Refused(const Request& r, int status, const std::string& why, bool bearer);
+// Prometheus's text format, as its content type says.
+Response MetricsResponse(std::string body);
+
 using Handler = std::function<Response(const Request&)>;
 
 struct Route {
