@@ -11,8 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -463,6 +465,76 @@ TEST_F(RuntimeTest, CtrlCOnRunLeavesTheJobRunningOrCancelsIt) {
             std::string::npos)
       << cancelled->stderr_tail;
   EXPECT_EQ(second.job.status, model::JobStatus::kCancelled);
+}
+
+// `job logs -f`: a command's output is printed while it runs (it waits for the test
+// to let it finish), each byte once, with a header whenever the stream changes; the
+// command returns when the job ends.
+TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
+  // Where the task (which may run as a tenant's user) can see the file the test makes.
+  char tmpl[] = "/tmp/meridian-gate-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string gate_dir = tmpl;
+  std::filesystem::permissions(gate_dir, std::filesystem::perms(0755));
+  const std::string gate = gate_dir + "/go";
+  StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
+      "name: chatty\ntasks:\n  - {name: talk, command: [sh, -c, 'echo first; echo warn >&2; "
+      "while [ ! -e " + gate + " ]; do sleep 0.05; done; echo second']}\n",
+      "chatty.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::mutex mu;
+  std::string printed;
+  StatusOr<ProcessResult> follow = UnavailableError("not run");
+  std::thread follower([&] {
+    ProcessOptions p;
+    p.argv = {MeridianBinary(), "job", "logs", std::to_string(r->job_id), "-f", "--dir", cluster_->dir()};
+    p.env = CurrentEnvironment();
+    p.env.push_back("LSAN_OPTIONS=print_suppressions=0:suppressions=" + SourceDir() + "/tests/lsan.supp");
+    p.timeout_us = 120'000'000;
+    p.output_interval_us = 50'000;
+    p.on_output = [&](const OutputSoFar& o) {
+      std::lock_guard<std::mutex> lock(mu);
+      printed += o.stdout_new;
+    };
+    std::atomic<bool> stop{false};
+    follow = RunProcess(p, stop);
+  });
+  const bool first_seen = WaitFor(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return printed.find("warn\n") != std::string::npos;
+      },
+      60);
+  StatusOr<model::JobView> job = cluster_->client().GetJob(r->job_id, true);
+  std::ofstream(gate) << "go";
+  follower.join();
+  std::filesystem::remove_all(gate_dir);
+  ASSERT_TRUE(first_seen) << printed;
+  // Seen while the task still waited for the gate.
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->summary.job.status, model::JobStatus::kRunning);
+  ASSERT_EQ(job->tasks.size(), 1u);
+  const std::string node = job->tasks[0].record.node;
+  ASSERT_TRUE(follow.ok()) << follow.status().ToString();
+  EXPECT_EQ(follow->exit_code, 0) << follow->stderr_tail;
+  EXPECT_EQ(follow->stdout_head, "==> talk attempt 1 on " + node + " <==\nfirst\n==> talk attempt 1 on " + node +
+                                     " (stderr) <==\nwarn\n==> talk attempt 1 on " + node + " <==\nsecond\n");
+  // The plain listing: the finished attempt's log.
+  CommandResult logs = Meridian({"job", "logs", std::to_string(r->job_id), "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  nlohmann::json j = nlohmann::json::parse(logs.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["stdout"], "first\nsecond\n");
+  EXPECT_EQ(j[0]["stdout_bytes"], 13);
+  EXPECT_EQ(j[0]["running"], false);
+  // -f of a failed job: its output, then exit 1 with the reason.
+  StatusOr<model::JobView> failed =
+      cluster_->RunJob("name: sad\ntasks:\n  - {name: s, command: [sh, -c, 'echo bye; exit 4']}\n");
+  ASSERT_TRUE(failed.ok());
+  CommandResult sad = Meridian({"job", "logs", std::to_string(failed->summary.job.id), "-f", "--dir", cluster_->dir()});
+  EXPECT_EQ(sad.exit_code, 1);
+  EXPECT_EQ(sad.out, "==> s attempt 1 on " + failed->tasks[0].record.node + " <==\nbye\n");
+  EXPECT_NE(sad.err.find("failed: task 's' failed after 1 attempt: exit code 4"), std::string::npos) << sad.err;
 }
 
 // `job resubmit`: a finished job's spec (read back from the store once the job has

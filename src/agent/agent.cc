@@ -310,6 +310,30 @@ void Agent::OnUpdate(model::TaskUpdate update) {
         seconds += t.seconds;
       }
     }
+    auto it = pending_.find(update.key);
+    if (update.kind == model::UpdateKind::kRunning && it != pending_.end()) {
+      const model::TaskUpdate& before = it->second.second;
+      if (before.kind != model::UpdateKind::kRunning) return;  // it ended already
+      // Output not yet acknowledged goes again with what came since (the newest
+      // part of it: a log is a tail); the coordinator skips what it has.
+      auto join = [](const std::string& old_part, std::string& new_part) {
+        std::string joined = old_part + new_part;
+        if (joined.size() > model::kMaxTaskLogTailBytes) joined.erase(0, joined.size() - model::kMaxTaskLogTailBytes);
+        new_part = std::move(joined);
+      };
+      if (update.stdout_bytes > before.stdout_bytes) {
+        join(before.stdout_tail, update.stdout_tail);
+      } else {
+        update.stdout_tail = before.stdout_tail;
+        update.stdout_bytes = before.stdout_bytes;
+      }
+      if (update.stderr_bytes > before.stderr_bytes) {
+        join(before.stderr_tail, update.stderr_tail);
+      } else {
+        update.stderr_tail = before.stderr_tail;
+        update.stderr_bytes = before.stderr_bytes;
+      }
+    }
     pending_[update.key] = {++update_seq_, std::move(update)};
   }
   cv_.notify_all();
@@ -455,11 +479,16 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   std::vector<std::pair<model::TaskKey, uint64_t>> sent;
   size_t report_bytes = 0;
-  for (const auto& [key, entry] : pending_) {
-    report_bytes += ReportBytes(entry.second);
-    if (!hb.updates.empty() && report_bytes > kMaxReportBytesPerMessage) break;  // the next beat takes the rest
-    hb.updates.push_back(entry.second);
-    sent.emplace_back(key, entry.first);
+  // Ended attempts first, then running ones (their output so far): live logs never
+  // hold back a result.
+  for (bool ended : {true, false}) {
+    for (const auto& [key, entry] : pending_) {
+      if ((entry.second.kind != model::UpdateKind::kRunning) != ended) continue;
+      report_bytes += ReportBytes(entry.second);
+      if (!hb.updates.empty() && report_bytes > kMaxReportBytesPerMessage) break;  // the next beat takes the rest
+      hb.updates.push_back(entry.second);
+      sent.emplace_back(key, entry.first);
+    }
   }
   const size_t added = std::min(objects_added_.size(), kMaxObjectChangesPerMessage);
   const size_t removed = std::min(objects_removed_.size(), kMaxObjectChangesPerMessage);

@@ -466,6 +466,19 @@ void Executor::RunCommand(Running_& task) {
   running.key = a.key;
   running.kind = model::UpdateKind::kRunning;
   on_update_(std::move(running));
+  // Its output as it comes (`job logs -f`): a report of what is new, at most one a
+  // second, which the agent sends with its next heartbeat.
+  p.output_interval_us = options_.live_output_interval_us;
+  p.on_output = [this, key = a.key](const OutputSoFar& o) {
+    model::TaskUpdate live;
+    live.key = key;
+    live.kind = model::UpdateKind::kRunning;
+    live.stdout_tail = o.stdout_new;
+    live.stderr_tail = o.stderr_new;
+    live.stdout_bytes = o.stdout_bytes;
+    live.stderr_bytes = o.stderr_bytes;
+    on_update_(std::move(live));
+  };
   StatusOr<ProcessResult> r = ec ? StatusOr<ProcessResult>(UnavailableError(
                                        fmt::format("cannot create {}: {}", dir.string(), ec.message())))
                                  : RunProcess(p, task.stop);
@@ -476,6 +489,8 @@ void Executor::RunCommand(Running_& task) {
   } else {
     u.stdout_tail = r->stdout_tail;
     u.stderr_tail = r->stderr_tail;
+    u.stdout_bytes = r->stdout_bytes;
+    u.stderr_bytes = r->stderr_bytes;
     u.exit_code = r->exit_code;
     if (r->stopped) {
       u.kind = model::UpdateKind::kCancelled;

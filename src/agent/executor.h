@@ -71,6 +71,8 @@ struct ExecutorOptions {
   // Each device's memory, by its index on the node: what a kernel given the device may
   // hold (KernelContext::memory_bytes).
   std::map<int32_t, int64_t> device_memory_bytes = {};
+  // How often a running command's new output is reported (live logs).
+  int64_t live_output_interval_us = 1'000'000;
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.

@@ -284,6 +284,7 @@ struct JobOptions {
   uint64_t id = 0;
   std::string task;
   bool json = false;
+  bool follow = false;  // logs: print output as it comes until the job ends
 };
 Status RunJobGet(const JobOptions& options, std::ostream& out);
 Status RunJobCancel(const JobOptions& options, std::ostream& out);

@@ -31,6 +31,8 @@ using nlohmann::json;
 
 // Tasks asked for in one call when a command reads all of a job's.
 constexpr uint32_t kTasksPerPage = 2000;
+// How often `job logs -f` asks for new output.
+constexpr int kFollowPollMs = 500;
 
 StatusOr<std::unique_ptr<client::Client>> Connect(const ClusterTarget& target) { return ConnectClient(target); }
 
@@ -517,24 +519,87 @@ Status RunJobCancel(const JobOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+namespace {
+
+// `job logs -f`: prints each attempt's output as it comes, once, with a header (as
+// tail -f gives one) whenever the stream printed changes; what scrolled out of a log's
+// tail before it was read is counted, not hidden. Returns when the job has ended and
+// its last output is printed.
+Status FollowLogs(client::Client& c, const JobOptions& o, std::ostream& out) {
+  // What was printed of each stream: (task, attempt, stderr?) -> bytes.
+  std::map<std::tuple<uint32_t, int32_t, bool>, int64_t> printed;
+  std::tuple<uint32_t, int32_t, bool> last_source{UINT32_MAX, 0, false};
+  bool at_line_start = true;
+  bool ended = false;
+  while (true) {
+    // The job's state before its logs: once it reads ended, its last logs are stored.
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobView job, c.GetJob(o.id, false));
+    ended = model::IsTerminal(job.summary.job.status);
+    MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, c.Logs(o.id, o.task));
+    for (const rpc::TaskLog& l : logs) {
+      for (bool err : {false, true}) {
+        const std::string& tail = err ? l.record.stderr_tail : l.record.stdout_tail;
+        int64_t total = err ? l.record.stderr_bytes : l.record.stdout_bytes;
+        total = std::max<int64_t>(total, static_cast<int64_t>(tail.size()));  // 0 in older stores
+        const auto key = std::make_tuple(l.record.task, l.record.attempt, err);
+        int64_t& done = printed[key];
+        if (total <= done) continue;
+        if (key != last_source) {
+          if (!at_line_start) out << '\n';
+          out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
+                             err ? " (stderr)" : "");
+          last_source = key;
+        }
+        const int64_t tail_start = total - static_cast<int64_t>(tail.size());
+        if (done < tail_start) {
+          out << fmt::format("[meridian: {} not shown: it scrolled out of the log's last {} before it was read]\n",
+                             FormatBytes(tail_start - done), FormatBytes(static_cast<int64_t>(model::kMaxTaskLogTailBytes)));
+          done = tail_start;
+        }
+        const std::string_view fresh = std::string_view(tail).substr(static_cast<size_t>(done - tail_start));
+        out << fresh;
+        at_line_start = fresh.empty() ? at_line_start : fresh.back() == '\n';
+        done = total;
+      }
+    }
+    out.flush();
+    if (ended) {
+      if (!at_line_start) out << '\n';
+      const model::JobRecord& j = job.summary.job;
+      if (j.status == model::JobStatus::kSucceeded) return OkStatus();
+      return AbortedError(
+          fmt::format("job {} {}{}", j.id, model::JobStatusName(j.status), j.reason.empty() ? "" : ": " + j.reason));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFollowPollMs));
+  }
+}
+
+}  // namespace
+
 Status RunJobLogs(const JobOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
+  if (o.follow) return FollowLogs(*c, o, out);
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, c->Logs(o.id, o.task));
   if (o.json) {
     json j = json::array();
     for (const rpc::TaskLog& l : logs) {
       j.push_back({{"task", l.task}, {"attempt", l.record.attempt}, {"node", l.record.node},
-                   {"stdout", l.record.stdout_tail}, {"stderr", l.record.stderr_tail}});
+                   {"stdout", l.record.stdout_tail}, {"stderr", l.record.stderr_tail},
+                   {"stdout_bytes", std::max<int64_t>(l.record.stdout_bytes, l.record.stdout_tail.size())},
+                   {"stderr_bytes", std::max<int64_t>(l.record.stderr_bytes, l.record.stderr_tail.size())},
+                   {"running", l.running}});
     }
     out << j.dump(2) << '\n';
     return OkStatus();
   }
   if (logs.empty()) {
-    out << fmt::format("no logs for job {}{} (built-in kernels write none; commands' output appears here once they end)\n",
+    out << fmt::format("no logs for job {}{} (built-in kernels write none; a running command's output appears "
+                       "here within about a second; -f follows it)\n",
                        o.id, o.task.empty() ? "" : " task " + o.task);
   }
   for (const rpc::TaskLog& l : logs) {
-    out << fmt::format("==> {} attempt {} on {} <==\n", l.task, l.record.attempt, l.record.node);
+    out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
+                       l.running ? " (running)" : "");
     if (!l.record.stdout_tail.empty()) out << l.record.stdout_tail << (l.record.stdout_tail.back() == '\n' ? "" : "\n");
     if (!l.record.stderr_tail.empty()) {
       out << "--- stderr ---\n" << l.record.stderr_tail << (l.record.stderr_tail.back() == '\n' ? "" : "\n");

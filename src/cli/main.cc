@@ -290,6 +290,10 @@ int main(int argc, char** argv) {
     cmd->add_flag("--json", o->json, "Print JSON for scripts");
   }
   job_logs_cmd->add_option("--task", job_logs.task, "Only this task");
+  job_logs_cmd
+      ->add_flag("-f,--follow", job_logs.follow,
+                 "Print output as it comes (within about a second) until the job ends; exit 1 if it failed")
+      ->excludes(job_logs_cmd->get_option("--json"));
 
   cli::NodesOptions nodes;
   CLI::App* objects_cmd = app.add_subcommand("objects", "Objects held by the agents: put, get, ls");

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -34,8 +35,11 @@ struct Capture {
   std::string head;
   std::string tail;
   bool truncated = false;
+  int64_t total = 0;
+  int64_t told = 0;  // of total, what on_output was given
 
   void Add(const char* data, size_t n) {
+    total += static_cast<int64_t>(n);
     if (head.size() < max_head) {
       size_t take = std::min(n, max_head - head.size());
       head.append(data, take);
@@ -47,6 +51,13 @@ struct Capture {
     if (tail.size() > 2 * max_tail) tail.erase(0, tail.size() - max_tail);
   }
   std::string Tail() const { return tail.size() > max_tail ? tail.substr(tail.size() - max_tail) : tail; }
+  // What came since the last call: the newest max_tail bytes of it at most.
+  std::string TakeNew() {
+    const size_t n = static_cast<size_t>(std::min<int64_t>({total - told, static_cast<int64_t>(max_tail),
+                                                            static_cast<int64_t>(tail.size())}));
+    told = total;
+    return tail.substr(tail.size() - n);
+  }
 };
 
 std::string FindInPath(const std::string& name) {
@@ -247,7 +258,15 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  int64_t next_told_us = NowUs() + options.output_interval_us;
   while (open_fds > 0) {
+    if (options.on_output && NowUs() >= next_told_us) {
+      next_told_us = NowUs() + options.output_interval_us;
+      if (out.total > out.told || err.total > err.told) {
+        OutputSoFar so_far{out.TakeNew(), err.TakeNew(), out.total, err.total};
+        options.on_output(so_far);
+      }
+    }
     if (!killed && (stop.load() || (deadline > 0 && NowUs() >= deadline))) {
       result.stopped = stop.load();
       result.timed_out = !result.stopped;
@@ -288,6 +307,8 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   result.stdout_truncated = out.truncated;
   result.stdout_tail = out.Tail();
   result.stderr_tail = err.Tail();
+  result.stdout_bytes = out.total;
+  result.stderr_bytes = err.total;
   return result;
 }
 

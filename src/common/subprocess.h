@@ -11,12 +11,21 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace meridian {
+
+// Output a running child wrote (ProcessOptions::on_output).
+struct OutputSoFar {
+  std::string stdout_new;
+  std::string stderr_new;
+  int64_t stdout_bytes = 0;  // in all, up to the end of stdout_new
+  int64_t stderr_bytes = 0;
+};
 
 struct ProcessOptions {
   std::vector<std::string> argv;  // argv[0] without '/' is looked up in PATH
@@ -43,6 +52,13 @@ struct ProcessOptions {
   // of memory (memory.max), and CPU in milli-cores (cpu.max). 0: none.
   int64_t memory_max_bytes = 0;
   int64_t cpu_max_milli = 0;
+  // Told of output while the child runs, at most every `output_interval_us` and only
+  // when there is some: what came since the last call (at most max_tail bytes of each
+  // stream: the newest) and how many bytes each stream has had in all, so a reader can
+  // tell what it missed. Called on RunProcess's thread; the last bytes of all come in
+  // the result, not here.
+  std::function<void(const OutputSoFar&)> on_output;
+  int64_t output_interval_us = 1'000'000;
 };
 
 struct ProcessResult {
@@ -56,6 +72,8 @@ struct ProcessResult {
   std::string stdout_head;
   std::string stdout_tail;
   std::string stderr_tail;
+  int64_t stdout_bytes = 0;   // what it wrote in all, of which the tails are the end
+  int64_t stderr_bytes = 0;
 };
 
 // Starts the program and waits for it. An error only when it cannot be started

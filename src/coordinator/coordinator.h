@@ -195,6 +195,9 @@ class Coordinator final : public rpc::JobApi,
     // it runs (the egress part apart); when it ends, what it ran counts instead.
     int64_t charged_micro_usd = 0;
     int64_t charged_egress_micro_usd = 0;
+    // The running attempt's output so far, from its agent's reports (`job logs -f`);
+    // null until it writes some, gone when the attempt ends (the store has its log).
+    std::unique_ptr<model::TaskLogRecord> live;
   };
   struct JobRt {
     model::JobRecord rec;
@@ -322,6 +325,7 @@ class Coordinator final : public rpc::JobApi,
   void RetireFinishedLocked();
   // Finished jobs the retention policy says go now, oldest first.
   std::vector<uint64_t> ExpiredJobsLocked() const;
+  void AddLiveOutput(TaskRt& task, const model::TaskUpdate& u);
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
   // The record of the task's latest attempt, to be stored.
   static model::AttemptRecord LatestAttempt(const TaskRt& task);

@@ -75,6 +75,69 @@ TEST_F(RetentionTest, AFinishedJobLeavesMemoryAndIsReadBackFromTheStore) {
   EXPECT_EQ(coord_->Logs(id, "zzz").status().code(), StatusCode::kNotFound);
 }
 
+// A running attempt's output, reported piece by piece with each stream's running
+// total: read as it stands, each byte once whatever the agent sends again, a gap
+// counted; once the attempt ends, its stored log replaces it.
+TEST_F(RetentionTest, ARunningAttemptsOutputIsReadAsItComes) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit("name: live\ntasks:\n  - {name: t, command: [sh, -c, 'x']}\n", "live.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<model::TaskAssignment> a = Next(n);
+  ASSERT_EQ(a.size(), 1u);
+  auto live = [&](std::string out, int64_t out_total, std::string err, int64_t err_total) {
+    model::TaskUpdate u;
+    u.key = a[0].key;
+    u.kind = model::UpdateKind::kRunning;
+    u.stdout_tail = std::move(out);
+    u.stdout_bytes = out_total;
+    u.stderr_tail = std::move(err);
+    u.stderr_bytes = err_total;
+    return u;
+  };
+  auto only_log = [&] {
+    StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(r->job_id, "t");
+    EXPECT_TRUE(logs.ok()) << logs.status().ToString();
+    EXPECT_EQ(logs.ok() ? logs->size() : 0, 1u);
+    return logs.ok() && logs->size() == 1 ? (*logs)[0] : rpc::TaskLog{};
+  };
+  Report(n, {live("one\n", 4, "", 0)});
+  rpc::TaskLog l = only_log();
+  EXPECT_TRUE(l.running);
+  EXPECT_EQ(l.record.node, "n1");
+  EXPECT_EQ(l.record.stdout_tail, "one\n");
+  EXPECT_EQ(l.record.stdout_bytes, 4);
+  // Sent again with what came since (its acknowledgement was lost): no byte twice.
+  Report(n, {live("one\ntwo\n", 8, "warn\n", 5)});
+  l = only_log();
+  EXPECT_EQ(l.record.stdout_tail, "one\ntwo\n");
+  EXPECT_EQ(l.record.stdout_bytes, 8);
+  EXPECT_EQ(l.record.stderr_tail, "warn\n");
+  // A duplicate changes nothing; a report after a gap starts the tail afresh, its
+  // total saying what was missed.
+  Report(n, {live("two\n", 8, "", 5)});
+  EXPECT_EQ(only_log().record.stdout_tail, "one\ntwo\n");
+  Report(n, {live("ten\n", 40, "", 5)});
+  l = only_log();
+  EXPECT_EQ(l.record.stdout_tail, "ten\n");
+  EXPECT_EQ(l.record.stdout_bytes, 40);
+  EXPECT_EQ(l.record.stderr_tail, "warn\n");
+  // A report of more than a tail holds keeps the tail's bound.
+  Report(n, {live(std::string(model::kMaxTaskLogTailBytes + 10, 'x'), 40 + model::kMaxTaskLogTailBytes + 10, "", 5)});
+  l = only_log();
+  EXPECT_EQ(l.record.stdout_tail, std::string(model::kMaxTaskLogTailBytes, 'x'));
+  EXPECT_EQ(l.record.stdout_bytes, 40 + static_cast<int64_t>(model::kMaxTaskLogTailBytes) + 10);
+  // Ended: the stored log, whole, and nothing live.
+  model::TaskUpdate done = Done(a[0].key, "");
+  done.stdout_tail = "the end\n";
+  done.stdout_bytes = 70'000;
+  Report(n, {done});
+  l = only_log();
+  EXPECT_FALSE(l.running);
+  EXPECT_EQ(l.record.stdout_tail, "the end\n");
+  EXPECT_EQ(l.record.stdout_bytes, 70'000);
+}
+
 TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResults) {
   Start();
   model::RegistrationReply n = Register(Node("n1"));

@@ -311,8 +311,43 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   return a;
 }
 
+namespace {
+
+// Appends `part`, which ends at byte `part_end` of its stream, to a tail that ends at
+// `total`: what it has already is skipped (a report sent again), and a gap (output
+// the agent could not report in time) starts the tail afresh, so that the tail is
+// always the stream's last bytes, whole.
+void AppendTail(std::string& tail, int64_t& total, std::string_view part, int64_t part_end) {
+  if (part.size() > model::kMaxTaskLogTailBytes) part.remove_prefix(part.size() - model::kMaxTaskLogTailBytes);
+  const int64_t part_start = part_end - static_cast<int64_t>(part.size());
+  if (part_end <= total || part_start < 0) return;
+  if (part_start > total) {
+    tail.clear();
+  } else {
+    part.remove_prefix(static_cast<size_t>(total - part_start));
+  }
+  tail.append(part);
+  total = part_end;
+  if (tail.size() > model::kMaxTaskLogTailBytes) tail.erase(0, tail.size() - model::kMaxTaskLogTailBytes);
+}
+
+}  // namespace
+
+void Coordinator::AddLiveOutput(TaskRt& task, const model::TaskUpdate& u) {
+  if (!task.live || task.live->attempt != task.rec.attempt) {
+    task.live = std::make_unique<model::TaskLogRecord>();
+    task.live->job = task.rec.job;
+    task.live->task = task.rec.task;
+    task.live->attempt = task.rec.attempt;
+    task.live->node = task.rec.node;
+  }
+  AppendTail(task.live->stdout_tail, task.live->stdout_bytes, u.stdout_tail, u.stdout_bytes);
+  AppendTail(task.live->stderr_tail, task.live->stderr_bytes, u.stderr_tail, u.stderr_bytes);
+}
+
 void Coordinator::EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason,
                              int32_t exit_code) {
+  task.live.reset();
   if (task.attempt_outcome.empty()) return;
   ++attempts_ended_[outcome];
   task.attempt_outcome = outcome;
@@ -339,7 +374,13 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   if (u.kind != model::UpdateKind::kRunning) {
     for (const model::InputTransfer& t : u.transfers) AddTraffic(job, t.from_site, t.to_site, t.bytes);
     if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) {
-      batch.logs.push_back({u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail});
+      model::TaskLogRecord& log = batch.logs.emplace_back(
+          model::TaskLogRecord{u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail,
+                               u.stdout_bytes, u.stderr_bytes});
+      // A log is a tail, whatever an agent sends.
+      for (std::string* t : {&log.stdout_tail, &log.stderr_tail}) {
+        if (t->size() > model::kMaxTaskLogTailBytes) t->erase(0, t->size() - model::kMaxTaskLogTailBytes);
+      }
     }
   }
   if (!model::IsPlaced(task.rec.status)) {
@@ -353,6 +394,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   }
   switch (u.kind) {
     case model::UpdateKind::kRunning:
+      if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) AddLiveOutput(task, u);
       if (task.rec.status == TaskStatus::kAssigned) {
         task.rec.status = TaskStatus::kRunning;
         batch.tasks.push_back(task.rec);

@@ -91,11 +91,18 @@ struct TaskLogRecord {
   std::string node;
   std::string stdout_tail;
   std::string stderr_tail;
+  // Bytes each stream had in all, of which the tails are the end (0 in stores
+  // written before they were kept: the tails' sizes then).
+  int64_t stdout_bytes = 0;
+  int64_t stderr_bytes = 0;
 };
-// A log with the name of its task.
+// A log with the name of its task. `running`: the attempt runs still and this is
+// its output so far, held in the coordinator's memory (the store has it once the
+// attempt ends).
 struct TaskLog {
   std::string task;
   TaskLogRecord record;
+  bool running = false;
 };
 
 // A job as reported to users.
@@ -276,8 +283,13 @@ struct TaskUpdate {
   int32_t exit_code = 0;
   std::string reason;
   std::string output;
+  // With kRunning: the output that came since the last report (the newest part of
+  // it); otherwise the end of each stream. The byte counts are each stream's total
+  // up to the tail's end.
   std::string stdout_tail;
   std::string stderr_tail;
+  int64_t stdout_bytes = 0;
+  int64_t stderr_bytes = 0;
   std::vector<InputTransfer> transfers;  // the input objects it fetched
   HeldObject output_object;              // its output, stored on the node (id empty if none)
   // With kCancelled: inputs that could not be fetched; the attempt is lost, not failed.

@@ -194,6 +194,8 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
   out->set_output(update.output);
   out->set_stdout_tail(update.stdout_tail);
   out->set_stderr_tail(update.stderr_tail);
+  out->set_stdout_bytes(update.stdout_bytes);
+  out->set_stderr_bytes(update.stderr_bytes);
   for (const model::InputTransfer& t : update.transfers) {
     v1::InputTransfer* p = out->add_transfers();
     p->set_object_id(t.object_id);
@@ -219,6 +221,8 @@ model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
   u.output = in.output();
   u.stdout_tail = in.stdout_tail();
   u.stderr_tail = in.stderr_tail();
+  u.stdout_bytes = in.stdout_bytes();
+  u.stderr_bytes = in.stderr_bytes();
   for (const v1::InputTransfer& t : in.transfers()) {
     u.transfers.push_back(model::InputTransfer{t.object_id(), t.from_site(), t.to_site(), t.bytes(), t.seconds()});
   }
@@ -560,6 +564,9 @@ void ToProto(const TaskLog& log, v1::TaskLog* out) {
   out->set_node(log.record.node);
   out->set_stdout_tail(log.record.stdout_tail);
   out->set_stderr_tail(log.record.stderr_tail);
+  out->set_stdout_bytes(log.record.stdout_bytes);
+  out->set_stderr_bytes(log.record.stderr_bytes);
+  out->set_running(log.running);
 }
 
 TaskLog FromProto(const v1::TaskLog& in) {
@@ -569,6 +576,9 @@ TaskLog FromProto(const v1::TaskLog& in) {
   log.record.node = in.node();
   log.record.stdout_tail = in.stdout_tail();
   log.record.stderr_tail = in.stderr_tail();
+  log.record.stdout_bytes = in.stdout_bytes();
+  log.record.stderr_bytes = in.stderr_bytes();
+  log.running = in.running();
   return log;
 }
 

@@ -72,6 +72,12 @@ constexpr const char* kMigrations[] = {
       tenant TEXT NOT NULL, day INTEGER NOT NULL, micro_usd INTEGER NOT NULL,
       PRIMARY KEY (tenant, day)) WITHOUT ROWID;
     )sql",
+    // 8: how many bytes each stream of a log had in all (its tails are the end), so a
+    // reader following the output knows what it has seen (0: unknown, before 8).
+    R"sql(
+    ALTER TABLE task_logs ADD COLUMN stdout_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE task_logs ADD COLUMN stderr_bytes INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 // Jobs whose tasks a restarted coordinator takes back into memory.
 constexpr const char* kUnfinished = "('queued', 'running')";
@@ -257,7 +263,7 @@ Status SqliteStateStore::Prepare() {
       {&update_job_, "UPDATE jobs SET status=?2, reason=?3, finished_us=?4 WHERE id=?1"},
       {&put_task_, "INSERT OR REPLACE INTO tasks VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"},
       {&put_attempt_, "INSERT OR REPLACE INTO attempts VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
-      {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6)"},
+      {&put_log_, "INSERT OR REPLACE INTO task_logs VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
       {&put_name_, "INSERT INTO object_names VALUES (?1,?2,?3,?4,?5)"},
       {&put_label_, "INSERT OR REPLACE INTO task_labels VALUES (?1,?2,?3,?4)"},
       {&put_token_, "INSERT OR REPLACE INTO tokens VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"},
@@ -316,6 +322,7 @@ Status SqliteStateStore::PutLog(const model::TaskLogRecord& l) {
   bool ok = Binder(put_log_)
                 .Int(static_cast<int64_t>(l.job)).Int(l.task).Int(l.attempt)
                 .Str(l.node).Bytes(l.stdout_tail).Bytes(l.stderr_tail)
+                .Int(l.stdout_bytes).Int(l.stderr_bytes)
                 .Done();
   return ok ? OkStatus() : Fail("write log");
 }
@@ -497,7 +504,8 @@ StatusOr<std::vector<model::TaskLog>> SqliteStateStore::Logs(uint64_t job, std::
   Stmt q;
   MERIDIAN_RETURN_IF_ERROR(
       Query(q,
-            fmt::format("SELECT l.*, COALESCE(n.name, '') FROM task_logs l "
+            fmt::format("SELECT l.job, l.task, l.attempt, l.node, l.stdout, l.stderr, COALESCE(n.name, ''), "
+                        "l.stdout_bytes, l.stderr_bytes FROM task_logs l "
                         "LEFT JOIN task_labels n ON n.job = l.job AND n.task = l.task "
                         "WHERE l.job = ?1 {} ORDER BY l.task, l.attempt",
                         task ? "AND l.task = ?2" : ""),
@@ -509,7 +517,8 @@ StatusOr<std::vector<model::TaskLog>> SqliteStateStore::Logs(uint64_t job, std::
     out.push_back(model::TaskLog{
         Text(q.st, 6), model::TaskLogRecord{static_cast<uint64_t>(sqlite3_column_int64(q.st, 0)),
                                             static_cast<uint32_t>(sqlite3_column_int64(q.st, 1)),
-                                            sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5)}});
+                                            sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5),
+                                            sqlite3_column_int64(q.st, 7), sqlite3_column_int64(q.st, 8)}});
   }
   return out;
 }

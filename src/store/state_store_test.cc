@@ -108,7 +108,7 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   batch.jobs.push_back(j);
   batch.attempts.push_back({id, 1, 1, "n0", "s0", "failed", "exit code 3", 3, 1, 2});
   batch.attempts.push_back({id, 1, 2, "n1", "s1", "succeeded", "", 0, 5, 9});
-  batch.logs.push_back({id, 1, 1, "n0", "out", "err"});
+  batch.logs.push_back({id, 1, 1, "n0", "out", "err", 70'000, 3});
   batch.names.push_back({"q3", -1, {std::string(32, 'a'), 22}, "team-a"});
   batch.names.push_back({"frames", 0, {std::string(32, 'b'), 7}, "team-b"});
   batch.spend.push_back({"team-a", 20'000, 4'000'000});
@@ -149,6 +149,8 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   ASSERT_TRUE(logs.ok());
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].record.stderr_tail, "err");
+  EXPECT_EQ((*logs)[0].record.stdout_bytes, 70'000);  // more than its tail: the rest is counted
+  EXPECT_EQ((*logs)[0].record.stderr_bytes, 3);
   EXPECT_TRUE(store_->Logs(id, 0)->empty());
   // Names keep their tenant: who may read what they name.
   ASSERT_EQ(s.names.size(), 2u);
