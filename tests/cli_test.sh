@@ -55,7 +55,8 @@ check "unknown field" 2 "bad.yaml:5:25: tasks[0].resources: unknown field 'gpus'
 printf 'name: x\ntasks:\n  - name: a\n    kernel: sum\n    duration: 10 parsecs\n' >"$tmp/unit.yaml"
 check "wrong unit" 2 "unit.yaml:5:15: tasks[0].duration: unknown unit 'parsecs'" "$bin" plan --fleet $fleet "$tmp/unit.yaml"
 check "bad queue order" 2 "--order: expected fifo, priority or fair" "$bin" plan --fleet $fleet --order lifo examples/jobs/transcode.yaml
-check "missing --fleet" 2 "--fleet is required" "$bin" plan examples/jobs/transcode.yaml
+check "plan with no fleet file and no cluster" 3 "no local cluster in $tmp/none (start one with 'meridian up') and no --coordinator HOST:PORT; or plan offline with --fleet FLEET.yaml" env MERIDIAN_HOME="$tmp/none" "$bin" plan examples/jobs/transcode.yaml
+check "plan on a fleet file and a cluster at once" 2 "--fleet excludes --dir" "$bin" plan --fleet $fleet --dir "$tmp" examples/jobs/transcode.yaml
 check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
 

@@ -170,6 +170,23 @@ TEST(DataPlaneTest, SmallInputsFromOneHolderComeInOneRequest) {
   // Six 16 KiB shards at the factory, read by one task that needs an A100 (eu-west):
   // one request over the 25 ms link for all six, not two for each.
   ASSERT_TRUE(cluster.PutLetterShards("parts", "factory", 6, 16 << 10));
+  const std::string gather = cluster.WriteFile(
+      "gather.yaml",
+      "name: gather\ntasks:\n  - {name: gather, kernel: wordcount, inputs: [dataset://parts], "
+      "resources: {accelerator: A100}}\n");
+  // `plan` against the live cluster sees the dataset where it is and the nodes alive.
+  CommandResult plan = Meridian({"plan", gather, "--json", "--dir", cluster.dir()});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const nlohmann::json planned = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(planned["tasks"][0]["placement"]["node"], "eu-a100") << plan.out;
+  EXPECT_EQ(planned["tasks"][0]["placement"]["transfers"].size(), 6u) << plan.out;
+  ASSERT_EQ(planned["links"].size(), 1u) << plan.out;
+  EXPECT_EQ(planned["links"][0]["from"], "factory");
+  EXPECT_EQ(planned["links"][0]["to"], "eu-west");
+  EXPECT_EQ(planned["links"][0]["bytes"], 6 * (16 << 10));
+  CommandResult unknown = Meridian({"plan", cluster.WriteFile("nope.yaml", "name: nope\ntasks:\n  - {name: n, kernel: wordcount, inputs: [dataset://nope]}\n"), "--dir", cluster.dir()});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("nope"), std::string::npos) << unknown.err;
   StatusOr<model::JobView> v = cluster.RunJob(
       "name: gather\ntasks:\n  - {name: gather, kernel: wordcount, inputs: [dataset://parts], "
       "resources: {accelerator: A100}}\n");
@@ -194,6 +211,23 @@ TEST(DataPlaneTest, SmallInputsFromOneHolderComeInOneRequest) {
   EXPECT_EQ(sent["transfers"], 6);
   EXPECT_EQ(sent["requests"], 1);
   EXPECT_EQ(sent["bytes"], 6 * (16 << 10));
+  // With the only A100's agent dead, the plan says the task has nowhere to run.
+  cluster.Kill9("agent-eu-a100");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto nodes = cluster.client().Nodes();
+        if (!nodes.ok()) return false;
+        for (const model::NodeView& n : *nodes) {
+          if (n.node.name == "eu-a100") return !n.alive;
+        }
+        return false;
+      },
+      30));
+  CommandResult stranded = Meridian({"plan", gather, "--dir", cluster.dir()});
+  EXPECT_EQ(stranded.exit_code, 1) << stranded.err;
+  EXPECT_NE(stranded.out.find("gather [infeasible]"), std::string::npos) << stranded.out;
+  EXPECT_NE(stranded.out.find("; the live cluster (its nodes as if idle): 3 nodes at 3 sites"), std::string::npos) << stranded.out;
+  EXPECT_NE(stranded.err.find("1 of 1 tasks of job 'gather' cannot be placed"), std::string::npos) << stranded.err;
 }
 
 TEST(DataPlaneTest, DataMovesWhenTheLinkIsFastAndTheRemoteGpuMuchFaster) {

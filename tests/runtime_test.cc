@@ -472,11 +472,7 @@ TEST_F(RuntimeTest, CtrlCOnRunLeavesTheJobRunningOrCancelsIt) {
 // command returns when the job ends.
 TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
   // Where the task (which may run as a tenant's user) can see the file the test makes.
-  char tmpl[] = "/tmp/meridian-gate-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string gate_dir = tmpl;
-  std::filesystem::permissions(gate_dir, std::filesystem::perms(0755));
-  const std::string gate = gate_dir + "/go";
+  const std::string gate = cluster_->SharedPath("go");
   StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(
       "name: chatty\ntasks:\n  - {name: talk, command: [sh, -c, 'echo first; echo warn >&2; "
       "while [ ! -e " + gate + " ]; do sleep 0.05; done; echo second']}\n",
@@ -508,7 +504,6 @@ TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
   StatusOr<model::JobView> job = cluster_->client().GetJob(r->job_id, true);
   std::ofstream(gate) << "go";
   follower.join();
-  std::filesystem::remove_all(gate_dir);
   ASSERT_TRUE(first_seen) << printed;
   // Seen while the task still waited for the gate.
   ASSERT_TRUE(job.ok()) << job.status().ToString();

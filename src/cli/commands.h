@@ -33,14 +33,25 @@ struct JobOutput {
 StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
                                        std::string* from = nullptr, const JobOutput& output = {});
 
+// Which cluster a client command talks to, and with what credentials.
+struct ClusterTarget {
+  std::string coordinator;
+  std::string dir;
+  std::string tls_dir = {};
+  std::string token = {};
+  bool insecure = false;
+};
+
 struct PlanOptions {
-  std::string fleet;
+  std::string fleet;     // a fleet file: plan offline; empty: ask `target`'s coordinator
+  ClusterTarget target;
   std::string job;
   std::string order = "fifo";
   uint64_t seed = 1;
   bool json = false;
 };
-// `meridian plan --fleet FLEET.yaml JOB.yaml`: the dry run.
+// `meridian plan JOB.yaml [--fleet FLEET.yaml | --dir D | --coordinator A]`: the dry
+// run, offline on a fleet file or by a live coordinator on its nodes and datasets.
 Status RunPlan(const PlanOptions& options, std::ostream& out);
 
 struct BenchSchedOptions {
@@ -105,13 +116,6 @@ Status WriteFileAtomically(const std::filesystem::path& path, const std::string&
 // The last `lines` lines of a log, each on a new line, indented.
 std::string LogTail(const std::filesystem::path& log, size_t lines);
 
-struct ClusterTarget {
-  std::string coordinator;
-  std::string dir;
-  std::string tls_dir = {};
-  std::string token = {};
-  bool insecure = false;
-};
 // ${MERIDIAN_HOME}, else ~/.meridian: where `meridian up` keeps a local cluster.
 std::string DefaultClusterDir();
 StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);

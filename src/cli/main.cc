@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
 
   cli::PlanOptions plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "Dry run: where each task of a job would run, when, and at what cost");
-  plan_cmd->add_option("--fleet", plan.fleet, "Fleet file (YAML)")->required();
+  CLI::Option* plan_fleet = plan_cmd->add_option(
+      "--fleet", plan.fleet, "Plan offline on this fleet file (YAML); without it the cluster's coordinator plans on its live nodes and datasets");
   plan_cmd->add_option("job", plan.job, "Job file (YAML)")->required();
   plan_cmd->add_option("--order", plan.order, "Queue order: fifo, priority or fair");
   plan_cmd->add_option("--seed", plan.seed, "Seed for tie-breaking between equally good placements");
@@ -163,6 +164,11 @@ int main(int argc, char** argv) {
                     "variable: others can read command lines");
     cmd->add_flag("--insecure", t.insecure, "Plaintext, to a coordinator started with --insecure");
   };
+
+  add_target(plan_cmd, plan.target);
+  for (const char* o : {"--coordinator", "--dir", "--tls-dir", "--token", "--insecure"}) {
+    plan_fleet->excludes(plan_cmd->get_option(o));
+  }
 
   cli::CoordinatorCommandOptions coord;
   CLI::App* coord_cmd = app.add_subcommand("coordinator", "Run a coordinator: jobs, nodes, scheduling, state");

@@ -5,107 +5,105 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "client/client.h"
 #include "common/units.h"
 #include "sched/forecast.h"
 #include "spec/fleet_spec.h"
 #include "spec/job_spec.h"
+#include "spec/yaml_reader.h"
 
 namespace meridian::cli {
 namespace {
 
-std::string Devices(const model::Fleet& fleet, const sched::Placement& p) {
-  if (p.allocation.devices.empty()) return fmt::format("{} cores", FormatMilli(p.allocation.cpu_milli));
-  std::string out = fmt::format("{} x{}", p.device_type, p.allocation.devices.size());
-  if (p.allocation.device_share_milli < 1000) out += fmt::format(" ({})", FormatMilli(p.allocation.device_share_milli));
-  if (fleet.node(p.allocation.node).devices.front().emulated) out += " emulated";
+std::string Devices(const model::PlannedTask& p) {
+  if (p.devices.empty()) return fmt::format("{} cores", FormatMilli(p.cpu_milli));
+  std::string out = fmt::format("{} x{}", p.device_type, p.devices.size());
+  if (p.device_share_milli < 1000) out += fmt::format(" ({})", FormatMilli(p.device_share_milli));
+  if (p.emulated) out += " emulated";
   return out;
 }
 
-nlohmann::json PlacementJson(const model::Fleet& fleet, const sched::Placement& p) {
+nlohmann::json PlacementJson(const model::PlannedTask& p) {
   nlohmann::json transfers = nlohmann::json::array();
-  for (const sched::Transfer& t : p.transfers) {
-    transfers.push_back({{"object", t.object}, {"from", fleet.site(t.from).name}, {"to", fleet.site(t.to).name},
-                         {"bytes", t.bytes}, {"time_us", t.time_us}, {"cost_micro_usd", t.cost_micro_usd}});
+  for (const model::PlannedTransfer& t : p.transfers) {
+    transfers.push_back({{"object", t.object}, {"from", t.from_site}, {"to", t.to_site}, {"bytes", t.bytes},
+                         {"time_us", t.time_us}, {"cost_micro_usd", t.cost_micro_usd}});
   }
-  const model::Node& node = fleet.node(p.allocation.node);
-  return {{"site", fleet.site(p.site).name}, {"node", node.name}, {"device_type", p.device_type},
-          {"devices", p.allocation.devices}, {"device_share_milli", p.allocation.device_share_milli},
-          {"emulated", !node.devices.empty() && node.devices.front().emulated},
-          {"cpu_milli", p.allocation.cpu_milli}, {"memory_bytes", p.allocation.memory_bytes},
+  return {{"site", p.site}, {"node", p.node}, {"device_type", p.device_type},
+          {"devices", p.devices}, {"device_share_milli", p.device_share_milli},
+          {"emulated", p.emulated},
+          {"cpu_milli", p.cpu_milli}, {"memory_bytes", p.memory_bytes},
           {"start_us", p.start_us}, {"transfer_us", p.transfer_us}, {"compute_us", p.compute_us},
           {"finish_us", p.finish_us}, {"compute_cost_micro_usd", p.compute_cost_micro_usd},
           {"egress_cost_micro_usd", p.egress_cost_micro_usd}, {"transfers", transfers}};
 }
 
-void PrintJson(const model::Fleet& fleet, const model::Job& job, const sched::Forecast& f, std::ostream& out) {
+void PrintJson(const model::PlanReport& r, std::ostream& out) {
   nlohmann::json tasks = nlohmann::json::array();
-  for (const sched::TaskForecast& t : f.tasks) {
-    nlohmann::json j = {{"task", job.tasks[t.task.value()].name}, {"outcome", sched::OutcomeName(t.outcome)}};
-    if (t.placement) {
-      j["placement"] = PlacementJson(fleet, *t.placement);
+  for (const model::PlannedTask& t : r.tasks) {
+    nlohmann::json j = {{"task", t.name}, {"outcome", t.outcome}};
+    if (t.placed()) {
+      j["placement"] = PlacementJson(t);
     } else {
       j["reason"] = t.reason;
     }
     tasks.push_back(std::move(j));
   }
   nlohmann::json links = nlohmann::json::array();
-  for (const auto& [key, use] : f.links) {
-    links.push_back({{"from", fleet.site(key.first).name}, {"to", fleet.site(key.second).name},
-                     {"bytes", use.bytes}, {"cost_micro_usd", use.cost_micro_usd}, {"transfers", use.transfers}});
+  for (const model::PlannedLink& l : r.links) {
+    links.push_back({{"from", l.from_site}, {"to", l.to_site}, {"bytes", l.bytes},
+                     {"cost_micro_usd", l.cost_micro_usd}, {"transfers", l.transfers}});
   }
   nlohmann::json doc = {
-      {"job", job.name}, {"objective", model::ObjectiveName(job.objective)}, {"tasks", tasks}, {"links", links},
-      {"totals", {{"tasks", f.tasks.size()}, {"placed", f.placed}, {"makespan_us", f.makespan_us},
-                  {"cost_micro_usd", f.cost_micro_usd()}, {"compute_cost_micro_usd", f.compute_cost_micro_usd},
-                  {"egress_cost_micro_usd", f.egress_cost_micro_usd}}}};
-  if (job.budget_micro_usd) doc["budget_micro_usd"] = *job.budget_micro_usd;
-  if (job.deadline_us) doc["deadline_us"] = *job.deadline_us;
+      {"job", r.job}, {"objective", r.objective}, {"tasks", tasks}, {"links", links},
+      {"totals", {{"tasks", r.tasks.size()}, {"placed", r.placed}, {"makespan_us", r.makespan_us},
+                  {"cost_micro_usd", r.cost_micro_usd()}, {"compute_cost_micro_usd", r.compute_cost_micro_usd},
+                  {"egress_cost_micro_usd", r.egress_cost_micro_usd}}}};
+  if (r.budget_micro_usd) doc["budget_micro_usd"] = *r.budget_micro_usd;
+  if (r.deadline_us) doc["deadline_us"] = *r.deadline_us;
   out << doc.dump(2) << '\n';
 }
 
-void PrintHuman(const model::Fleet& fleet, const model::Job& job, const sched::Forecast& f, std::ostream& out) {
-  out << fmt::format("Plan for job '{}': objective {}", job.name, model::ObjectiveName(job.objective));
-  if (job.deadline_us) out << ", deadline " << FormatDurationUs(*job.deadline_us);
-  if (job.budget_micro_usd) out << ", budget " << FormatMicroUsd(*job.budget_micro_usd);
-  out << fmt::format("; fleet of {} nodes at {} sites\n\n", fleet.nodes.size(), fleet.sites.size());
+void PrintHuman(const model::PlanReport& r, const std::string& against, std::ostream& out) {
+  out << fmt::format("Plan for job '{}': objective {}", r.job, r.objective);
+  if (r.deadline_us) out << ", deadline " << FormatDurationUs(*r.deadline_us);
+  if (r.budget_micro_usd) out << ", budget " << FormatMicroUsd(*r.budget_micro_usd);
+  out << fmt::format("; {}: {} nodes at {} sites\n\n", against, r.fleet_nodes, r.fleet_sites);
   Table t({"TASK", "SITE", "NODE", "DEVICES", "START", "FINISH", "COST", "INPUTS MOVED"});
-  for (const sched::TaskForecast& tf : f.tasks) {
-    if (!tf.placement) continue;
-    const sched::Placement& p = *tf.placement;
+  for (const model::PlannedTask& p : r.tasks) {
+    if (!p.placed()) continue;
     std::string moved = "-";
     if (!p.transfers.empty()) {
       int64_t bytes = 0;
       std::string from;
-      for (const sched::Transfer& x : p.transfers) {
+      for (const model::PlannedTransfer& x : p.transfers) {
         bytes += x.bytes;
-        if (from.find(fleet.site(x.from).name) == std::string::npos) from += (from.empty() ? "" : ",") + fleet.site(x.from).name;
+        if (from.find(x.from_site) == std::string::npos) from += (from.empty() ? "" : ",") + x.from_site;
       }
       moved = fmt::format("{} from {} ({})", FormatBytes(bytes), from, FormatDurationUs(p.transfer_us));
     }
-    t.Add({job.tasks[tf.task.value()].name, fleet.site(p.site).name, fleet.node(p.allocation.node).name,
-           Devices(fleet, p), FormatDurationUs(p.start_us), FormatDurationUs(p.finish_us),
-           FormatMicroUsd(p.cost_micro_usd()), moved});
+    t.Add({p.name, p.site, p.node, Devices(p), FormatDurationUs(p.start_us), FormatDurationUs(p.finish_us),
+           FormatMicroUsd(p.compute_cost_micro_usd + p.egress_cost_micro_usd), moved});
   }
   t.Print(out);
-  if (!f.links.empty()) {
+  if (!r.links.empty()) {
     out << "\nData over links:\n";
     Table l({"FROM", "TO", "BYTES", "TRANSFERS", "EGRESS"});
-    for (const auto& [key, use] : f.links) {
-      l.Add({fleet.site(key.first).name, fleet.site(key.second).name, FormatBytes(use.bytes),
-             std::to_string(use.transfers), FormatMicroUsd(use.cost_micro_usd)});
+    for (const model::PlannedLink& use : r.links) {
+      l.Add({use.from_site, use.to_site, FormatBytes(use.bytes), std::to_string(use.transfers),
+             FormatMicroUsd(use.cost_micro_usd)});
     }
     l.Print(out, "  ");
   }
-  if (f.placed < f.tasks.size()) {
+  if (!r.complete()) {
     out << "\nNot placed:\n";
-    for (const sched::TaskForecast& tf : f.tasks) {
-      if (tf.placement) continue;
-      out << fmt::format("  {} [{}]: {}\n", job.tasks[tf.task.value()].name, sched::OutcomeName(tf.outcome), tf.reason);
+    for (const model::PlannedTask& p : r.tasks) {
+      if (!p.placed()) out << fmt::format("  {} [{}]: {}\n", p.name, p.outcome, p.reason);
     }
   }
   out << fmt::format("\nTotal: {} of {} tasks placed; finishes after {}; cost {} (compute {}, egress {})\n",
-                     f.placed, f.tasks.size(), FormatDurationUs(f.makespan_us), FormatMicroUsd(f.cost_micro_usd()),
-                     FormatMicroUsd(f.compute_cost_micro_usd), FormatMicroUsd(f.egress_cost_micro_usd));
+                     r.placed, r.tasks.size(), FormatDurationUs(r.makespan_us), FormatMicroUsd(r.cost_micro_usd()),
+                     FormatMicroUsd(r.compute_cost_micro_usd), FormatMicroUsd(r.egress_cost_micro_usd));
 }
 
 }  // namespace
@@ -115,20 +113,37 @@ Status RunPlan(const PlanOptions& options, std::ostream& out) {
   if (!order) {
     return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", options.order));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(options.fleet));
-  MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::LoadJob(options.job, fleet.fleet, fleet.throughput));
-  for (const std::string& w : job.warnings) std::cerr << "warning: " << w << '\n';
-  sched::Policy policy = sched::Policy::Meridian(*order);  // what the coordinator runs
-  sched::Forecast f = sched::ForecastJob(fleet.fleet, fleet.throughput, job, policy, options.seed);
-  if (options.json) {
-    PrintJson(fleet.fleet, job, f, out);
+  model::PlanReport report;
+  std::string against;
+  if (!options.fleet.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(options.fleet));
+    MERIDIAN_ASSIGN_OR_RETURN(model::Job job, spec::LoadJob(options.job, fleet.fleet, fleet.throughput));
+    sched::Policy policy = sched::Policy::Meridian(*order);  // what the coordinator runs
+    sched::Forecast f = sched::ForecastJob(fleet.fleet, fleet.throughput, job, policy, options.seed);
+    report = sched::Describe(fleet.fleet, job, f);
+    against = "fleet " + options.fleet;
   } else {
-    PrintHuman(fleet.fleet, job, f, out);
+    // The live cluster's nodes and datasets: the coordinator plans it.
+    MERIDIAN_ASSIGN_OR_RETURN(std::string spec, spec::ReadFileToString(options.job));
+    StatusOr<model::PlanReport> planned = UnavailableError("not asked");
+    StatusOr<std::unique_ptr<client::Client>> c = ConnectClient(options.target);
+    planned = c.ok() ? (*c)->Plan(spec, options.job, options.order, options.seed) : c.status();
+    if (planned.status().code() == StatusCode::kUnavailable) {
+      return UnavailableError(planned.status().message() + "; or plan offline with --fleet FLEET.yaml");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(report, std::move(planned));
+    against = "the live cluster (its nodes as if idle)";
   }
-  if (!f.complete()) {
+  for (const std::string& w : report.warnings) std::cerr << "warning: " << w << '\n';
+  if (options.json) {
+    PrintJson(report, out);
+  } else {
+    PrintHuman(report, against, out);
+  }
+  if (!report.complete()) {
     // The job would fail: the exit code of a failed job (docs/runtime.md, "Exit codes").
     return AbortedError(fmt::format("{} of {} tasks of job '{}' cannot be placed (see above)",
-                                               f.tasks.size() - f.placed, f.tasks.size(), job.name));
+                                    report.tasks.size() - report.placed, report.tasks.size(), report.job));
   }
   return OkStatus();
 }

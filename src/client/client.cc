@@ -133,6 +133,17 @@ StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const s
   return FromProto(resp);
 }
 
+StatusOr<model::PlanReport> Client::Plan(const std::string& spec_yaml, const std::string& spec_name,
+                                         const std::string& order, uint64_t seed) {
+  v1::PlanJobRequest req;
+  MERIDIAN_ASSIGN_OR_RETURN(*req.mutable_job(), SubmitRequest(spec_yaml, spec_name));
+  req.set_order(order);
+  req.set_seed(seed);
+  v1::PlanJobResponse resp;
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Plan, req, &resp, timeout_us_ * 3));
+  return rpc::FromProto(resp);
+}
+
 StatusOr<model::JobSummary> Client::SubmitAndWatch(const std::string& spec_yaml, const std::string& spec_name,
                                                    const std::function<void(const rpc::SubmitResult&)>& on_accepted,
                                                    const std::function<bool(const model::JobSummary&)>& on_change,

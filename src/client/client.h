@@ -38,6 +38,9 @@ class Client {
   StatusOr<std::shared_ptr<const security::TlsContext>> TransferTls();
 
   StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name);
+  // Where the spec's tasks would run on the live nodes, when and at what cost (JobApi::Plan).
+  StatusOr<model::PlanReport> Plan(const std::string& spec_yaml, const std::string& spec_name,
+                                   const std::string& order, uint64_t seed);
   // The job; with include_tasks, every task too, fetched a page at a time (a job of
   // millions of tasks: use ForEachTaskPage instead, which holds one page at a time).
   StatusOr<model::JobView> GetJob(uint64_t id, bool include_tasks);

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "common/units.h"
+#include "sched/forecast.h"
 #include "security/ticket.h"
 #include "spec/job_spec.h"
 
@@ -33,6 +34,9 @@ spec::DatasetResolver ResolverFor(const std::map<std::string, model::Dataset>& d
     return it->second;
   };
 }
+
+// The most tasks a dry run on the coordinator expands (it runs on an RPC thread).
+constexpr int64_t kMaxPlanTasks = 100'000;
 
 // How often the loop looks for finished jobs the retention policy lets go.
 constexpr int64_t kRetentionCheckUs = 1'000'000;
@@ -385,6 +389,33 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
   }
   loop_cv_.notify_one();
   return std::optional<rpc::SubmitResult>(std::move(result));
+}
+
+StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, const std::string& spec_name,
+                                              const std::string& tenant, const std::string& order_name,
+                                              uint64_t seed) {
+  std::optional<sched::QueueOrder> order = order_name.empty() ? options_.order : sched::ParseQueueOrder(order_name);
+  if (!order) return InvalidArgumentError(fmt::format("order: expected fifo, priority or fair, got '{}'", order_name));
+  model::Fleet fleet;
+  std::map<std::string, model::Dataset> datasets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fleet = SitesOnly(fleet_);
+    // The nodes alive now, numbered afresh; what they run is not counted (the dry run
+    // starts from an idle fleet, as `plan --fleet` does).
+    for (size_t i = 0; i < fleet_.nodes.size(); ++i) {
+      if (!nodes_[i].alive) continue;
+      model::Node& n = fleet.nodes.emplace_back(fleet_.nodes[i]);
+      n.id = NodeId(static_cast<uint32_t>(fleet.nodes.size() - 1));
+    }
+    datasets = DatasetsForJobsLocked(tenant);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(
+      model::Job job, spec::ParseJob(spec_yaml, spec_name, SitesOnly(fleet), options_.throughput,
+                                     ResolverFor(datasets), kMaxPlanTasks));
+  const sched::Forecast f =
+      sched::ForecastJob(fleet, options_.throughput, job, sched::Policy::Meridian(*order), seed);
+  return sched::Describe(fleet, job, f);
 }
 
 void Coordinator::InstallJobLocked(model::JobRecord rec, model::Job job) {

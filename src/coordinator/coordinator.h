@@ -112,6 +112,8 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
   StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
+  StatusOr<model::PlanReport> Plan(const std::string& spec_yaml, const std::string& spec_name,
+                                   const std::string& tenant, const std::string& order, uint64_t seed) override;
   StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id) override;
   StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) override;
   Status WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<rpc::JobWatchSink> sink) override;

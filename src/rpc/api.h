@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "model/auth.h"
+#include "model/plan_report.h"
 #include "model/run_state.h"
 #include "security/tls.h"
 
@@ -74,6 +75,11 @@ class JobApi {
   virtual StatusOr<std::optional<SubmitResult>> SubmitSmall(const std::string& spec_yaml,
                                                             const std::string& spec_name, const std::string& tenant,
                                                             int64_t max_tasks) = 0;
+  // A dry run of the spec on the live nodes (as if idle) and `tenant`'s datasets (an
+  // empty tenant: any): where each task would run, when and at what cost. Nothing is
+  // stored. `order`: fifo, priority or fair.
+  virtual StatusOr<model::PlanReport> Plan(const std::string& spec_yaml, const std::string& spec_name,
+                                           const std::string& tenant, const std::string& order, uint64_t seed) = 0;
   // The job, and up to `max_tasks` of its tasks from index `first_task` (fewer when
   // their outputs are large: JobView::next_task says where to go on).
   virtual StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) = 0;

@@ -582,6 +582,99 @@ TaskLog FromProto(const v1::TaskLog& in) {
   return log;
 }
 
+void ToProto(const model::PlanReport& r, v1::PlanJobResponse* out) {
+  out->set_job(r.job);
+  out->set_objective(r.objective);
+  if (r.deadline_us) out->set_deadline_us(*r.deadline_us);
+  if (r.budget_micro_usd) out->set_budget_micro_usd(*r.budget_micro_usd);
+  out->set_fleet_nodes(r.fleet_nodes);
+  out->set_fleet_sites(r.fleet_sites);
+  for (const model::PlannedTask& t : r.tasks) {
+    v1::PlannedTask* p = out->add_tasks();
+    p->set_name(t.name);
+    p->set_outcome(t.outcome);
+    p->set_reason(t.reason);
+    p->set_site(t.site);
+    p->set_node(t.node);
+    p->set_device_type(t.device_type);
+    for (int32_t d : t.devices) p->add_devices(d);
+    p->set_device_share_milli(t.device_share_milli);
+    p->set_emulated(t.emulated);
+    p->set_cpu_milli(t.cpu_milli);
+    p->set_memory_bytes(t.memory_bytes);
+    p->set_start_us(t.start_us);
+    p->set_transfer_us(t.transfer_us);
+    p->set_compute_us(t.compute_us);
+    p->set_finish_us(t.finish_us);
+    p->set_compute_cost_micro_usd(t.compute_cost_micro_usd);
+    p->set_egress_cost_micro_usd(t.egress_cost_micro_usd);
+    for (const model::PlannedTransfer& x : t.transfers) {
+      v1::PlannedTransfer* q = p->add_transfers();
+      q->set_object(x.object);
+      q->set_from_site(x.from_site);
+      q->set_to_site(x.to_site);
+      q->set_bytes(x.bytes);
+      q->set_time_us(x.time_us);
+      q->set_cost_micro_usd(x.cost_micro_usd);
+    }
+  }
+  for (const model::PlannedLink& l : r.links) {
+    v1::PlannedLink* p = out->add_links();
+    p->set_from_site(l.from_site);
+    p->set_to_site(l.to_site);
+    p->set_bytes(l.bytes);
+    p->set_cost_micro_usd(l.cost_micro_usd);
+    p->set_transfers(l.transfers);
+  }
+  out->set_placed(r.placed);
+  out->set_makespan_us(r.makespan_us);
+  out->set_compute_cost_micro_usd(r.compute_cost_micro_usd);
+  out->set_egress_cost_micro_usd(r.egress_cost_micro_usd);
+  for (const std::string& w : r.warnings) out->add_warnings(w);
+}
+
+model::PlanReport FromProto(const v1::PlanJobResponse& in) {
+  model::PlanReport r;
+  r.job = in.job();
+  r.objective = in.objective();
+  if (in.has_deadline_us()) r.deadline_us = in.deadline_us();
+  if (in.has_budget_micro_usd()) r.budget_micro_usd = in.budget_micro_usd();
+  r.fleet_nodes = in.fleet_nodes();
+  r.fleet_sites = in.fleet_sites();
+  for (const v1::PlannedTask& p : in.tasks()) {
+    model::PlannedTask& t = r.tasks.emplace_back();
+    t.name = p.name();
+    t.outcome = p.outcome();
+    t.reason = p.reason();
+    t.site = p.site();
+    t.node = p.node();
+    t.device_type = p.device_type();
+    t.devices.assign(p.devices().begin(), p.devices().end());
+    t.device_share_milli = p.device_share_milli();
+    t.emulated = p.emulated();
+    t.cpu_milli = p.cpu_milli();
+    t.memory_bytes = p.memory_bytes();
+    t.start_us = p.start_us();
+    t.transfer_us = p.transfer_us();
+    t.compute_us = p.compute_us();
+    t.finish_us = p.finish_us();
+    t.compute_cost_micro_usd = p.compute_cost_micro_usd();
+    t.egress_cost_micro_usd = p.egress_cost_micro_usd();
+    for (const v1::PlannedTransfer& x : p.transfers()) {
+      t.transfers.push_back({x.object(), x.from_site(), x.to_site(), x.bytes(), x.time_us(), x.cost_micro_usd()});
+    }
+  }
+  for (const v1::PlannedLink& l : in.links()) {
+    r.links.push_back({l.from_site(), l.to_site(), l.bytes(), l.cost_micro_usd(), l.transfers()});
+  }
+  r.placed = in.placed();
+  r.makespan_us = in.makespan_us();
+  r.compute_cost_micro_usd = in.compute_cost_micro_usd();
+  r.egress_cost_micro_usd = in.egress_cost_micro_usd();
+  r.warnings.assign(in.warnings().begin(), in.warnings().end());
+  return r;
+}
+
 void ToProto(const model::DatasetView& d, v1::Dataset* out) {
   out->set_name(d.name);
   for (const model::ObjectLocation& l : d.shards) ToProto(l, out->add_shards());

@@ -92,5 +92,7 @@ void ToProto(const model::NodeView& n, v1::NodeInfo* out);
 model::NodeView FromProto(const v1::NodeInfo& in);
 void ToProto(const TaskLog& log, v1::TaskLog* out);
 TaskLog FromProto(const v1::TaskLog& in);
+void ToProto(const model::PlanReport& r, v1::PlanJobResponse* out);
+model::PlanReport FromProto(const v1::PlanJobResponse& in);
 
 }  // namespace meridian::rpc

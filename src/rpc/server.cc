@@ -486,6 +486,17 @@ class JobServiceImpl final
     return grpc::Status::OK;
   }
 
+  grpc::Status Plan(grpc::ServerContext* ctx, const v1::PlanJobRequest* req, v1::PlanJobResponse* resp) override {
+    // Whoever may submit may ask where a job would run (it reads their datasets).
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "JobService.Plan");
+    StatusOr<model::PlanReport> r = api_.Plan(req->job().spec_yaml(), req->job().spec_name(),
+                                              Gate::TenantScope(caller), req->order(), req->seed());
+    if (r.status().code() == StatusCode::kPermissionDenied) gate_.Refused(ctx, "JobService.Plan", r.status());
+    if (!r.ok()) return ToGrpc(r.status());
+    ToProto(*r, resp);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetSpec(grpc::ServerContext* ctx, const v1::GetJobSpecRequest* req, v1::JobSpec* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.GetSpec");
     MERIDIAN_CHECK_CALL(ctx, "JobService.GetSpec", gate_.CheckTenant(caller, api_, req->job_id()));

@@ -175,4 +175,53 @@ Forecast ForecastJob(const model::Fleet& fleet, const model::ThroughputTable& th
   return run.Run();
 }
 
+model::PlanReport Describe(const model::Fleet& fleet, const model::Job& job, const Forecast& f) {
+  model::PlanReport r;
+  r.job = job.name;
+  r.objective = std::string(model::ObjectiveName(job.objective));
+  r.deadline_us = job.deadline_us;
+  r.budget_micro_usd = job.budget_micro_usd;
+  r.fleet_nodes = static_cast<int32_t>(fleet.nodes.size());
+  r.fleet_sites = static_cast<int32_t>(fleet.sites.size());
+  r.warnings = job.warnings;
+  for (const TaskForecast& t : f.tasks) {
+    model::PlannedTask& p = r.tasks.emplace_back();
+    p.name = job.tasks[t.task.value()].name;
+    p.outcome = std::string(OutcomeName(t.outcome));
+    if (!t.placement) {
+      p.reason = t.reason;
+      continue;
+    }
+    const Placement& where = *t.placement;
+    const model::Node& node = fleet.node(where.allocation.node);
+    p.site = fleet.site(where.site).name;
+    p.node = node.name;
+    p.device_type = where.device_type;
+    p.devices = where.allocation.devices;
+    p.device_share_milli = where.allocation.device_share_milli;
+    p.emulated = !node.devices.empty() && node.devices.front().emulated;
+    p.cpu_milli = where.allocation.cpu_milli;
+    p.memory_bytes = where.allocation.memory_bytes;
+    p.start_us = where.start_us;
+    p.transfer_us = where.transfer_us;
+    p.compute_us = where.compute_us;
+    p.finish_us = where.finish_us;
+    p.compute_cost_micro_usd = where.compute_cost_micro_usd;
+    p.egress_cost_micro_usd = where.egress_cost_micro_usd;
+    for (const Transfer& x : where.transfers) {
+      p.transfers.push_back({x.object, fleet.site(x.from).name, fleet.site(x.to).name, x.bytes, x.time_us,
+                             x.cost_micro_usd});
+    }
+  }
+  for (const auto& [key, use] : f.links) {
+    r.links.push_back({fleet.site(key.first).name, fleet.site(key.second).name, use.bytes, use.cost_micro_usd,
+                       use.transfers});
+  }
+  r.placed = static_cast<int64_t>(f.placed);
+  r.makespan_us = f.makespan_us;
+  r.compute_cost_micro_usd = f.compute_cost_micro_usd;
+  r.egress_cost_micro_usd = f.egress_cost_micro_usd;
+  return r;
+}
+
 }  // namespace meridian::sched

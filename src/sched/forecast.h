@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/fleet.h"
+#include "model/plan_report.h"
 #include "model/throughput.h"
 #include "model/work.h"
 #include "sched/plan.h"
@@ -52,5 +53,8 @@ struct Forecast {
 
 Forecast ForecastJob(const model::Fleet& fleet, const model::ThroughputTable& throughput,
                      const model::Job& job, const Policy& policy, uint64_t seed);
+
+// The forecast by name (sites, nodes, tasks), with the job's warnings.
+model::PlanReport Describe(const model::Fleet& fleet, const model::Job& job, const Forecast& forecast);
 
 }  // namespace meridian::sched
