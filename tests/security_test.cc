@@ -107,6 +107,9 @@ TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
   EXPECT_EQ(look.status().message(), "user val (viewer, tenant team-v) may not submit or change");
   EXPECT_EQ(As(viewer->secret).CreateToken("val", "team-v", model::Role::kAdmin, 0).status().code(),
             StatusCode::kPermissionDenied);
+  // Planning reads the tenant's datasets: a submitter's right too.
+  EXPECT_EQ(As(viewer->secret).Plan(kJob, "j.yaml", "", 1).status().message(),
+            "user val (viewer, tenant team-v) may not submit or change");
 
   // SubmitAndWatch (what `meridian run` calls) is refused alike, accepting nothing.
   auto submit_and_watch = [&](const std::string& token) {
@@ -225,6 +228,14 @@ TEST_F(SecurityTest, ObjectsAndDatasetsAreReadByTheirTenantOnly) {
       b.Submit("name: steal\ntasks:\n  - {name: c, kernel: sum, map: {over: dataset://a-data}}\n", "steal.yaml");
   EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(job.status().message().find("a-data"), std::string::npos) << job.status().ToString();
+  // A plan does not see it either; its owner's does.
+  const std::string over = "name: look\ntasks:\n  - {name: c, kernel: sum, map: {over: dataset://a-data}}\n";
+  StatusOr<model::PlanReport> peek = b.Plan(over, "look.yaml", "", 1);
+  EXPECT_EQ(peek.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(peek.status().message().find("got 'dataset://a-data'"), std::string::npos) << peek.status().ToString();
+  StatusOr<model::PlanReport> owners = As(alice->secret).Plan(over, "look.yaml", "", 1);
+  ASSERT_TRUE(owners.ok()) << owners.status().ToString();
+  EXPECT_EQ(owners->tasks.size(), 1u);
   // Straight to the node holding it, with his own object's ticket: refused there too.
   char tmpl[] = "/tmp/meridian-fetch-XXXXXX";
   const std::string scratch = mkdtemp(tmpl);
