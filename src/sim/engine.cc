@@ -18,6 +18,19 @@
 namespace meridian::sim {
 namespace {
 
+// Adds `name` to a ';'-separated list unless it is there.
+void AddName(std::string& list, std::string_view name) {
+  size_t at = 0;
+  while (at <= list.size()) {
+    size_t end = list.find(';', at);
+    if (end == std::string::npos) end = list.size();
+    if (std::string_view(list).substr(at, end - at) == name) return;
+    at = end + 1;
+  }
+  if (!list.empty()) list += ';';
+  list += name;
+}
+
 enum class EventKind : uint8_t { kArrival, kStaged, kFinish, kNodeFail, kNodeRepair, kPreempt, kChange };
 
 struct Event {
@@ -464,6 +477,8 @@ void Simulation::Start(const Waiting& w, const sched::Placement& p, int64_t fini
   jr.tasks[w.task] = TaskState::kRunning;
   jr.run_of[w.task] = id;
   if (jr.outcome.start_us < 0) jr.outcome.start_us = now_us_;
+  AddName(jr.outcome.sites, fleet_.site(p.site).name);
+  AddName(jr.outcome.device_types, p.device_type.empty() ? std::string_view("CPU") : std::string_view(p.device_type));
   // The node is held while inputs arrive and while computing.
   const sched::Pool& pool = index_->pools[index_->pool_of_node[p.allocation.node.value()]];
   const int64_t held_us = finish_us - now_us_;

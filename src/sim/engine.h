@@ -104,6 +104,10 @@ struct JobOutcome {
   std::string reason;      // why it was infeasible or failed
   int32_t restarts = 0;    // task runs killed by failures or preemptions
   int64_t cost_micro_usd = 0;
+  // Where its tasks ran: the sites and the device types ("CPU" for none), each once,
+  // ';'-separated in the order first used.
+  std::string sites;
+  std::string device_types;
 };
 
 struct SeriesPoint {

@@ -155,6 +155,17 @@ nodes:
   EXPECT_DOUBLE_EQ(JctOf(r, "j"), 16.01);
   EXPECT_EQ(r.wan_bytes.at("x->y"), 125'000'000);
   EXPECT_EQ(r.egress_cost_micro_usd, 12'500);  // 0.125 GB at $0.10/GB
+  // The per-job CSV names both sites and both device types, in the order used.
+  const std::string csv = OutcomesCsv(r);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "job,arrival_s,start_s,finish_s,jct_s,outcome,restarts,cost_usd,sites,device_types,reason");
+  EXPECT_THAT(csv, HasSubstr(",finished,0,"));
+  EXPECT_THAT(csv, HasSubstr(",x;y,T4;V100,\n"));
+  // The report's bytes by link and its cost columns.
+  const std::string html = HtmlReport({r}, "dep");
+  EXPECT_THAT(html, HasSubstr("<h2>WAN bytes by link</h2>"));
+  EXPECT_THAT(html, HasSubstr("<tr><td>x-&gt;y</td><td>119.21 MiB</td></tr>"));
+  EXPECT_THAT(html, HasSubstr("<td>119.21 MiB</td><td>$0.01</td>"));
 }
 
 TEST(SimTest, AnImpossibleJobIsReportedInfeasibleWithItsReasonAndTheRestFinish) {
@@ -331,6 +342,39 @@ TEST(SimTest, HtmlReportIsSelfContained) {
   EXPECT_THAT(html, HasSubstr("first-fit"));
   EXPECT_THAT(html, ::testing::Not(HasSubstr("<script src")));
   EXPECT_THAT(html, ::testing::Not(HasSubstr("http")));
+}
+
+// A policy keeps its colour whatever the order compared, and a legend of every
+// policy stays inside the chart (one that would not fit wraps to another row).
+TEST(SimTest, APolicyHasOneColourInEveryReportAndLegendsStayInside) {
+  spec::FleetSpec f = Fleet(kOneGpu);
+  Trace t = Csv("job,arrival_s,duration_s,gpus\na,0,10,1\nb,0,10,1\n", f.fleet);
+  const SimResult meridian = Replay(f, t), best = Replay(f, t, "best-fit"), cheap = Replay(f, t, "cheapest-region");
+  const std::string one = HtmlReport({meridian, best}, "one"), other = HtmlReport({cheap, best, meridian}, "other");
+  for (const std::string* html : {&one, &other}) {
+    EXPECT_THAT(*html, HasSubstr("<td style='color:#0072b2'>&#9632; meridian</td>"));
+    EXPECT_THAT(*html, HasSubstr("<td style='color:#009e73'>&#9632; best-fit</td>"));
+  }
+  EXPECT_THAT(other, HasSubstr("<td style='color:#6b4c2a'>&#9632; cheapest-region</td>"));
+  // All seven: every entry ends left of the plot's right edge (760 - 56).
+  std::vector<SimResult> many;
+  for (const char* p : {"meridian", "frag-aware", "first-fit", "best-fit", "random", "agnostic", "cheapest-region"}) {
+    many.push_back(Replay(f, t, p));
+  }
+  const std::string html = HtmlReport(many, "many");
+  size_t at = 0;
+  int entries = 0;
+  while ((at = html.find("<text x='", at)) != std::string::npos) {
+    at += 9;
+    const double x = std::atof(html.c_str() + at);
+    const size_t close = html.find("</text>", at);
+    const std::string text = html.substr(html.find('>', at) + 1, close - html.find('>', at) - 1);
+    if (text.rfind("&#9632; ", 0) != 0) continue;
+    ++entries;
+    const double width = 28 + 7.0 * static_cast<double>(text.size() - 8);
+    EXPECT_LE(x + width, 760 - 56) << text;
+  }
+  EXPECT_EQ(entries, 14);  // seven in each of the two charts
 }
 
 TEST(SimTest, RejectsAFleetWithoutNodesAndUnknownPolicies) {

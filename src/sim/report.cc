@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -16,9 +17,21 @@ nlohmann::json PercentilesJson(const Percentiles& p) {
   return {{"mean", p.mean}, {"p50", p.p50}, {"p99", p.p99}, {"max", p.max}};
 }
 
-const char* Colour(size_t i) {
-  static const char* kColours[] = {"#1b6ac9", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c"};
-  return kColours[i % (sizeof(kColours) / sizeof(kColours[0]))];
+// One colour per policy, the same in every report whatever the order compared
+// (colour-blind-safe where the palette allows); a policy not listed gets one from
+// the rest by its name.
+std::string PolicyColour(std::string_view policy) {
+  static const std::pair<std::string_view, const char*> kKnown[] = {
+      {"meridian", "#0072b2"},  {"agnostic", "#d55e00"}, {"best-fit", "#009e73"},       {"frag-aware", "#cc79a7"},
+      {"first-fit", "#e69f00"}, {"random", "#56b4e9"},   {"cheapest-region", "#6b4c2a"},
+  };
+  for (const auto& [name, colour] : kKnown) {
+    if (name == policy) return colour;
+  }
+  static const char* kOthers[] = {"#444444", "#882255", "#117733", "#999933", "#332288", "#aa4499"};
+  uint32_t h = 2166136261u;  // FNV-1a: stable across runs and builds
+  for (char c : policy) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return kOthers[h % (sizeof(kOthers) / sizeof(kOthers[0]))];
 }
 
 std::string Escape(std::string_view s) {
@@ -35,17 +48,41 @@ std::string Escape(std::string_view s) {
   return out;
 }
 
-std::string Seconds(double s) { return FormatDurationUs(static_cast<int64_t>(s * kSecondUs)); }
+std::string Seconds(double s) {
+  return s <= 0 ? std::string("0 s") : FormatDurationUs(static_cast<int64_t>(s * kSecondUs));
+}
 
-constexpr double kW = 720, kH = 300, kLeft = 60, kRight = 20, kTop = 20, kBottom = 40;
+// A chart's size: the plot's margins leave room for the axis labels (the last x label
+// is centred on the right edge, so the right margin holds half of the widest).
+constexpr double kW = 760, kPlotH = 260, kLeft = 60, kRight = 56, kBottom = 40, kLegendRow = 18;
 
-std::string Legend(const std::vector<SimResult>& results) {
+// The legend, above the plot: entries laid out left to right, wrapping to new rows,
+// each as wide as its name (7 px a character at 12 px is generous). Returns the SVG
+// and sets `height`.
+std::string Legend(const std::vector<SimResult>& results, double& height) {
   std::string out;
-  for (size_t i = 0; i < results.size(); ++i) {
-    out += fmt::format("<text x='{}' y='{}' fill='{}' font-size='12'>&#9632; {}</text>", kLeft + 10 + 140 * (i % 4),
-                       kTop + 14 + 16 * (i / 4), Colour(i), Escape(results[i].policy));
+  double x = kLeft, row = 0;
+  for (const SimResult& r : results) {
+    const double w = 28 + 7.0 * static_cast<double>(r.policy.size());
+    if (x > kLeft && x + w > kW - kRight) {
+      x = kLeft;
+      ++row;
+    }
+    out += fmt::format("<text x='{}' y='{}' fill='{}' font-size='12'>&#9632; {}</text>", x, 14 + kLegendRow * row,
+                       PolicyColour(r.policy), Escape(r.policy));
+    x += w;
   }
+  height = kLegendRow * (row + 1) + 8;
   return out;
+}
+
+// The opening of a chart's SVG, its legend inside; `top` is where the plot starts.
+std::string ChartStart(const std::vector<SimResult>& results, double& top, double& height) {
+  double legend_h = 0;
+  std::string legend = Legend(results, legend_h);
+  top = legend_h + 6;
+  height = top + kPlotH + kBottom;
+  return fmt::format("<svg viewBox='0 0 {0} {1}' width='{0}' height='{1}' role='img'>", kW, height) + legend;
 }
 
 // JCT distribution: x = JCT on a log scale, y = fraction of finished jobs.
@@ -64,12 +101,13 @@ std::string JctChart(const std::vector<SimResult>& results) {
     return kLeft + (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) *
                        (kW - kLeft - kRight);
   };
-  auto y = [&](double f) { return kTop + (1 - f) * (kH - kTop - kBottom); };
-  std::string svg = fmt::format("<svg viewBox='0 0 {} {}' width='{}' height='{}' role='img'>", kW, kH, kW, kH);
+  double top = 0, height = 0;
+  std::string svg = ChartStart(results, top, height);
+  auto y = [&](double f) { return top + (1 - f) * (height - top - kBottom); };
   for (double d = lo; d <= hi * 1.001; d *= 10) {
     svg += fmt::format("<line x1='{0}' x2='{0}' y1='{1}' y2='{2}' stroke='#ddd'/><text x='{0}' y='{3}' "
                        "font-size='11' text-anchor='middle'>{4}</text>",
-                       x(d), kTop, kH - kBottom, kH - kBottom + 16, Escape(Seconds(d)));
+                       x(d), top, height - kBottom, height - kBottom + 16, Escape(Seconds(d)));
   }
   for (int f = 0; f <= 4; ++f) {
     svg += fmt::format("<line x1='{0}' x2='{1}' y1='{2}' y2='{2}' stroke='#ddd'/><text x='{3}' y='{4}' "
@@ -81,11 +119,11 @@ std::string JctChart(const std::vector<SimResult>& results) {
     if (q.empty()) continue;
     std::string points;
     for (size_t k = 0; k < q.size(); ++k) points += fmt::format("{:.1f},{:.1f} ", x(q[k]), y(k / 100.0));
-    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='2' points='{}'/>", Colour(i), points);
+    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='2' points='{}'/>", PolicyColour(results[i].policy), points);
   }
   svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>job completion time (log scale)</text>",
-                     (kW + kLeft) / 2, kH - 4);
-  svg += Legend(results) + "</svg>";
+                     (kW + kLeft) / 2, height - 4);
+  svg += "</svg>";
   return svg;
 }
 
@@ -101,8 +139,9 @@ std::string LineChart(const std::vector<SimResult>& results, Series series, XLab
   }
   if (t1 <= t0) return "<p>Nothing recorded.</p>";
   auto x = [&](double t) { return kLeft + (t - t0) / (t1 - t0) * (kW - kLeft - kRight); };
-  auto y = [&](double f) { return kTop + (1 - std::clamp(f, 0.0, 1.0)) * (kH - kTop - kBottom); };
-  std::string svg = fmt::format("<svg viewBox='0 0 {} {}' width='{}' height='{}' role='img'>", kW, kH, kW, kH);
+  double top = 0, height = 0;
+  std::string svg = ChartStart(results, top, height);
+  auto y = [&](double f) { return top + (1 - std::clamp(f, 0.0, 1.0)) * (height - top - kBottom); };
   for (int f = 0; f <= 4; ++f) {
     svg += fmt::format("<line x1='{0}' x2='{1}' y1='{2}' y2='{2}' stroke='#ddd'/><text x='{3}' y='{4}' "
                        "font-size='11' text-anchor='end'>{5}%</text>",
@@ -110,17 +149,17 @@ std::string LineChart(const std::vector<SimResult>& results, Series series, XLab
   }
   for (int k = 0; k <= 4; ++k) {
     double t = t0 + (t1 - t0) * k / 4;
-    svg += fmt::format("<text x='{}' y='{}' font-size='11' text-anchor='middle'>{}</text>", x(t), kH - kBottom + 16,
+    svg += fmt::format("<text x='{}' y='{}' font-size='11' text-anchor='middle'>{}</text>", x(t), height - kBottom + 16,
                        Escape(x_label(t, t0)));
   }
   for (size_t i = 0; i < results.size(); ++i) {
     std::string points;
     for (const SeriesPoint& p : series(results[i])) points += fmt::format("{:.1f},{:.1f} ", x(p.t_s), y(p.value));
-    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>", Colour(i), points);
+    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>", PolicyColour(results[i].policy), points);
   }
-  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>{}</text>", (kW + kLeft) / 2, kH - 4,
+  svg += fmt::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>{}</text>", (kW + kLeft) / 2, height - 4,
                      title);
-  svg += Legend(results) + "</svg>";
+  svg += "</svg>";
   return svg;
 }
 
@@ -141,9 +180,10 @@ std::string Page(const std::string& title, const std::string& body) {
   return fmt::format(R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{0}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
-table {{ border-collapse: collapse; font-size: 14px; }}
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 64em; }}
+table {{ border-collapse: collapse; font-size: 14px; margin-bottom: 1em; }}
 th, td {{ border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
+td {{ white-space: nowrap; }}
 th:first-child, td:first-child {{ text-align: left; }}
 </style></head><body>
 <h1>{0}</h1>
@@ -201,7 +241,7 @@ nlohmann::json ResultToJson(const SimResult& r, bool timing) {
 }
 
 std::string OutcomesCsv(const SimResult& r) {
-  std::string out = "job,arrival_s,start_s,finish_s,jct_s,outcome,restarts,cost_usd,reason\n";
+  std::string out = "job,arrival_s,start_s,finish_s,jct_s,outcome,restarts,cost_usd,sites,device_types,reason\n";
   for (const JobOutcome& o : r.outcomes) {
     auto t = [](int64_t us) { return us < 0 ? std::string() : fmt::format("{:.3f}", static_cast<double>(us) / kSecondUs); };
     std::string outcome = o.infeasible ? "infeasible"
@@ -212,9 +252,9 @@ std::string OutcomesCsv(const SimResult& r) {
     std::string reason = o.reason;
     std::replace(reason.begin(), reason.end(), ',', ';');
     std::replace(reason.begin(), reason.end(), '\n', ' ');
-    out += fmt::format("{},{},{},{},{},{},{},{:.6f},{}\n", o.name, t(o.arrival_us), t(o.start_us), t(o.finish_us),
-                       o.finish_us >= 0 ? t(o.finish_us - o.arrival_us) : std::string(), outcome, o.restarts,
-                       static_cast<double>(o.cost_micro_usd) / 1e6, reason);
+    out += fmt::format("{},{},{},{},{},{},{},{:.6f},{},{},{}\n", o.name, t(o.arrival_us), t(o.start_us),
+                       t(o.finish_us), o.finish_us >= 0 ? t(o.finish_us - o.arrival_us) : std::string(), outcome,
+                       o.restarts, static_cast<double>(o.cost_micro_usd) / 1e6, o.sites, o.device_types, reason);
   }
   return out;
 }
@@ -227,7 +267,7 @@ std::string HtmlReport(const std::vector<SimResult>& results, const std::string&
       const SimResult& r = results[i];
       rows += fmt::format("<tr><td style='color:{}'>&#9632; {}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td>"
                           "<td>{:.3f} s</td></tr>\n",
-                          Colour(i), Escape(r.policy), r.jobs - r.rejected_jobs - r.infeasible_jobs, r.rejected_jobs,
+                          PolicyColour(results[i].policy), Escape(r.policy), r.jobs - r.rejected_jobs - r.infeasible_jobs, r.rejected_jobs,
                           r.unallocated_gpus_at_full, r.unallocated_gpus_end, r.sched_total_s);
     }
     return Page(title, fmt::format(R"(<p>Fill experiment (Weng et al., ATC 2023): tasks arrive in trace order and never end; one that finds no room
@@ -247,10 +287,45 @@ is turned away. Fleet: {0} nodes, {1} GPUs; seed {2}.</p>
     rows += fmt::format(
         "<tr><td style='color:{}'>&#9632; {}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td>{:.1f}%</td><td>{:.1f}</td><td>{}</td><td>{:.3f} s</td></tr>\n",
-        Colour(i), Escape(r.policy), r.finished_jobs, r.jobs, r.infeasible_jobs, Escape(Seconds(r.jct.mean)),
+        PolicyColour(results[i].policy), Escape(r.policy), r.finished_jobs, r.jobs, r.infeasible_jobs, Escape(Seconds(r.jct.mean)),
         Escape(Seconds(r.jct.p50)), Escape(Seconds(r.jct.p99)), Escape(Seconds(r.queueing.mean)),
         Escape(Seconds(r.makespan_s)), 100 * r.gpu_utilisation, r.unusable_gpus_while_waiting,
         Escape(FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd)), r.sched_total_s);
+  }
+  // Faults, data moved and cost: what each policy paid for its times.
+  std::string faults;
+  std::set<std::string> links;
+  for (const SimResult& r : results) {
+    int64_t wan = 0;
+    for (const auto& [link, bytes] : r.wan_bytes) {
+      wan += bytes;
+      links.insert(link);
+    }
+    faults += fmt::format(
+        "<tr><td style='color:{}'>&#9632; {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        PolicyColour(r.policy), Escape(r.policy), r.failed_jobs, r.unfinished_jobs, r.node_failures, r.preemptions,
+        r.task_restarts, Escape(FormatBytes(wan)), Escape(FormatMicroUsd(r.egress_cost_micro_usd)),
+        Escape(FormatMicroUsd(r.compute_cost_micro_usd)),
+        Escape(FormatMicroUsd(r.compute_cost_micro_usd + r.egress_cost_micro_usd)));
+  }
+  // Bytes over each link, a column per policy.
+  std::string by_link;
+  if (!links.empty()) {
+    by_link = "<h2>WAN bytes by link</h2>\n<table>\n<tr><th>link</th>";
+    for (const SimResult& r : results) {
+      by_link += fmt::format("<th style='color:{}'>{}</th>", PolicyColour(r.policy), Escape(r.policy));
+    }
+    by_link += "</tr>\n";
+    for (const std::string& link : links) {
+      by_link += "<tr><td>" + Escape(link) + "</td>";
+      for (const SimResult& r : results) {
+        auto it = r.wan_bytes.find(link);
+        by_link += "<td>" + Escape(FormatBytes(it == r.wan_bytes.end() ? 0 : it->second)) + "</td>";
+      }
+      by_link += "</tr>\n";
+    }
+    by_link += "</table>\n";
   }
   std::string meta;
   if (!results.empty()) {
@@ -264,15 +339,21 @@ is turned away. Fleet: {0} nodes, {1} GPUs; seed {2}.</p>
 <th>mean queueing</th><th>makespan</th><th>GPU util.</th><th>GPUs unusable while work waits</th><th>cost</th>
 <th>scheduler time</th></tr>
 {1}</table>
-<h2>Job completion time</h2>
+<h2>Faults, data moved and cost</h2>
+<table>
+<tr><th>policy</th><th>failed jobs</th><th>unfinished</th><th>node failures</th><th>preemptions</th>
+<th>task restarts</th><th>WAN bytes</th><th>egress</th><th>compute</th><th>cost</th></tr>
+{4}</table>
+{5}<h2>Job completion time</h2>
 <p>Fraction of finished jobs done within a given time.</p>
 {2}
 <h2>GPU utilisation over time</h2>
 {3}
 <p style="font-size:12px;color:#666">Made by <code>meridian sim</code>. GPUs unusable: free GPU capacity that none of
-the waiting GPU tasks could use, averaged over the time GPU tasks waited.</p>
+the waiting GPU tasks could use, averaged over the time GPU tasks waited. Task restarts: runs killed by node
+failures or spot preemptions and queued again. Each policy has its own colour in every report.</p>
 )",
-                                 meta, rows, JctChart(results), UtilisationChart(results)));
+                                 meta, rows, JctChart(results), UtilisationChart(results), faults, by_link));
 }
 
 Status WriteReport(const std::vector<SimResult>& results, const std::string& title, const std::string& dir) {
