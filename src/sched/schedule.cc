@@ -266,12 +266,13 @@ class Scheduler {
   std::vector<size_t> busy_;  // indices into candidates_ found full, best first
   std::vector<Rejection> rejections_;
   std::vector<std::optional<int64_t>> compute_by_type_;
-  // Tasks that filters, scores and limits cannot tell apart: same request and work
-  // kind, no inputs, and either the same job or jobs alike in what the scheduler
-  // reads of them (tenant, objective, regions; no deadline or budget).
+  // Tasks that filters, scores and limits cannot tell apart: same request (with the
+  // nodes it may take: spot rule and labels) and work kind, no inputs, and either the
+  // same job or jobs alike in what the scheduler reads of them (tenant, objective,
+  // regions; no deadline or budget).
   using TaskClass = std::tuple<uint32_t, std::string_view, int, std::vector<std::string>,
                                std::vector<std::string>, int32_t, int32_t, int64_t,
-                               int64_t, int64_t, std::string>;
+                               int64_t, int64_t, std::string, int, std::map<std::string, std::string>>;
   VerdictCache own_verdicts_;  // without the caller's
   // Classes that found no place in this call, with the answer: resources only
   // shrink during a call (a rollback clears this), so the next task of the class
@@ -662,7 +663,8 @@ std::optional<Scheduler::TaskClass> Scheduler::ClassOf(size_t qi) const {
                    own ? 0 : static_cast<int>(job.objective) + 1,
                    own ? std::vector<std::string>() : job.allowed_regions, r.accelerator_any_of,
                    r.device_count, r.device_share_milli, r.min_device_memory_bytes, r.cpu_milli,
-                   r.memory_bytes, task.work ? task.work->kind : std::string()};
+                   r.memory_bytes, task.work ? task.work->kind : std::string(), static_cast<int>(r.spot),
+                   r.node_labels};
 }
 
 Placement Scheduler::MakePlacement(size_t qi, const Candidate& c, NodeId node,

@@ -75,6 +75,40 @@ TEST(ScheduleTest, UnhealthyNodesMakeATaskWaitNotFail) {
   EXPECT_THAT(plan.unplaced[0].reason, HasSubstr("1 node are unhealthy"));
 }
 
+// Tasks that differ only in which nodes they may take (spot rule, labels) are not
+// alike: one finding its nodes full says nothing of another's.
+TEST(ScheduleTest, NodeSelectorsKeepTasksApartWhenOneFindsNoRoom) {
+  testing::FleetBuilder b;
+  b.Nodes(b.Site("s"), "A100", 2, 1, 0);
+  model::Fleet f = b.Build();
+  f.nodes[0].spot = true;
+  f.nodes[1].labels = {{"zone", "b"}};
+  auto task = [](const std::string& name, model::SpotRule spot, std::map<std::string, std::string> labels) {
+    model::Task t = testing::GpuTask(name, {"A100"});
+    t.resources.spot = spot;
+    t.resources.node_labels = std::move(labels);
+    return t;
+  };
+  model::Job spot = testing::MakeJob("spot", {task("a", model::SpotRule::kOnly, {}), task("b", model::SpotRule::kOnly, {}),
+                                              task("c", model::SpotRule::kNever, {})});
+  Plan plan = RunSched(f, {&spot});
+  ASSERT_EQ(plan.placements.size(), 2u);
+  EXPECT_EQ(plan.placements[0].allocation.node.value(), 0u);
+  EXPECT_EQ(plan.placements[1].task.value(), 2u);  // c, on the on-demand node
+  EXPECT_EQ(plan.placements[1].allocation.node.value(), 1u);
+  ASSERT_EQ(plan.unplaced.size(), 1u);
+  EXPECT_EQ(plan.unplaced[0].task.value(), 1u);
+
+  model::Job zones = testing::MakeJob("zones", {task("a", model::SpotRule::kAny, {{"zone", "b"}}),
+                                                task("b", model::SpotRule::kAny, {{"zone", "b"}}),
+                                                task("c", model::SpotRule::kAny, {})});
+  plan = RunSched(f, {&zones});
+  ASSERT_EQ(plan.placements.size(), 2u);
+  EXPECT_EQ(plan.placements[0].allocation.node.value(), 1u);
+  EXPECT_EQ(plan.placements[1].task.value(), 2u);
+  EXPECT_EQ(plan.placements[1].allocation.node.value(), 0u);
+}
+
 TEST(ScheduleTest, GangIsPlacedWholeOrNotAtAll) {
   testing::FleetBuilder b;
   b.Nodes(b.Site("s"), "A100", 2, 4, 0);
