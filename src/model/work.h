@@ -21,8 +21,10 @@ std::string_view ObjectiveName(Objective objective);
 std::optional<Objective> ParseObjective(std::string_view name);
 
 // What one task needs from one node.
-// Whether a task may run on spot (preemptible) nodes.
-enum class SpotRule { kAny, kNever, kOnly };
+// Whether a task may run on spot (preemptible) nodes: never or only (filters), or
+// rather on them or rather not (preferences: a task takes the other kind when no
+// node of the kind it prefers has room now, rather than wait).
+enum class SpotRule { kAny, kNever, kOnly, kPrefer, kAvoid };
 
 struct ResourceRequest {
   // Acceptable accelerator types (canonical names). Empty with device_count > 0

@@ -569,7 +569,7 @@ std::optional<Placement> Scheduler::PlaceAmongNearBest(size_t qi, const model::R
   const double cost_slack = cost_tol * static_cast<double>(best->cost_micro_usd) + 1;
   any_pools_.clear();
   for (const Candidate& c : candidates_) {
-    if (static_cast<double>(c.finish_us - best->finish_us) <= finish_slack &&
+    if (c.dispreferred == best->dispreferred && static_cast<double>(c.finish_us - best->finish_us) <= finish_slack &&
         static_cast<double>(c.cost_micro_usd - best->cost_micro_usd) <= cost_slack) {
       any_pools_.push_back(c.pool);
     }

@@ -109,6 +109,28 @@ TEST(ScheduleTest, NodeSelectorsKeepTasksApartWhenOneFindsNoRoom) {
   EXPECT_EQ(plan.placements[1].allocation.node.value(), 0u);
 }
 
+// spot: prefer takes a spot node when one has room, and an on-demand one rather than
+// wait; spot: avoid the other way round. Under the policy the coordinator runs.
+TEST(ScheduleTest, ASpotPreferenceChoosesAmongNodesWithRoomAndNeverWaits) {
+  testing::FleetBuilder b;
+  b.Nodes(b.Site("s"), "A100", 2, 1, 0);
+  model::Fleet f = b.Build();
+  f.nodes[1].spot = true;  // node 0 on demand, node 1 spot, the same price
+  static const model::ThroughputTable kEmpty;
+  for (model::SpotRule rule : {model::SpotRule::kPrefer, model::SpotRule::kAvoid}) {
+    std::vector<model::Task> tasks(2, testing::GpuTask("t", {"A100"}));
+    for (model::Task& t : tasks) t.resources.spot = rule;
+    model::Job job = testing::MakeJob("j", tasks);
+    Snapshot snap = testing::MakeSnapshot(f, kEmpty, {&job});
+    Random rng(1);
+    Plan plan = Schedule(snap, Policy::Meridian(QueueOrder::kFifo), rng);
+    ASSERT_EQ(plan.placements.size(), 2u) << static_cast<int>(rule);
+    const uint32_t first = rule == model::SpotRule::kPrefer ? 1 : 0;
+    EXPECT_EQ(plan.placements[0].allocation.node.value(), first);
+    EXPECT_EQ(plan.placements[1].allocation.node.value(), 1 - first);  // the other kind, now
+  }
+}
+
 TEST(ScheduleTest, GangIsPlacedWholeOrNotAtAll) {
   testing::FleetBuilder b;
   b.Nodes(b.Site("s"), "A100", 2, 4, 0);

@@ -38,6 +38,8 @@ bool ScorePool(const TaskView& t, const Pool& pool, const CostContext& ctx, uint
                Candidate* c, std::vector<Rejection>* rejections) {
   c->pool = pool.index;
   c->tiebreak = tiebreak;
+  const model::SpotRule spot = t.task.resources.spot;
+  c->dispreferred = (spot == model::SpotRule::kPrefer && !pool.spot) || (spot == model::SpotRule::kAvoid && pool.spot);
   ScoreFinishTimeUs(t, pool, ctx.now_us, c);
   ScoreCostMicroUsd(t, pool, c);
   if (ctx.deadline_at_us && c->finish_us > *ctx.deadline_at_us) {

@@ -42,6 +42,9 @@ struct Candidate {
   int64_t egress_micro_usd = 0;
   int64_t cost_micro_usd = 0;
   int64_t wait_us = 0;  // until a node of the pool has room (0: now)
+  // 1 when the task would rather not run here (spot: prefer on an on-demand pool,
+  // spot: avoid on a spot one): among pools with room now, the others come first.
+  uint8_t dispreferred = 0;
 };
 
 // kTypeQuota: the tenant's quota for the pool's accelerator type is in use;
@@ -72,6 +75,8 @@ class CandidateOrder {
   CandidateOrder(model::Objective objective, const std::vector<Candidate>& candidates);
   // Called for every pair the selection compares: kept inline.
   bool Better(const Candidate& a, const Candidate& b) const {
+    // A preference orders pools with room now; it never makes a task wait.
+    if (a.dispreferred != b.dispreferred && a.wait_us == 0 && b.wait_us == 0) return a.dispreferred < b.dispreferred;
     if (objective_ == model::Objective::kCheapest) {
       return std::tie(a.cost_micro_usd, a.finish_us, a.tiebreak) <
              std::tie(b.cost_micro_usd, b.finish_us, b.tiebreak);

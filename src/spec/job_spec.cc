@@ -193,7 +193,8 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
   MERIDIAN_RETURN_IF_ERROR(r_.StringMap(res, "labels", rpath, "label: value", "label", &req->node_labels));
   MERIDIAN_RETURN_IF_ERROR(r_.Enum(res, "spot", rpath,
                                    {{"any", model::SpotRule::kAny}, {"never", model::SpotRule::kNever},
-                                    {"only", model::SpotRule::kOnly}},
+                                    {"only", model::SpotRule::kOnly}, {"prefer", model::SpotRule::kPrefer},
+                                    {"avoid", model::SpotRule::kAvoid}},
                                    &req->spot));
   if (YAML::Node acc = res["accelerator"]) {
     std::string apath = Field(rpath, "accelerator");

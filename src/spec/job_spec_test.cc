@@ -167,12 +167,15 @@ TEST_F(JobSpecTest, ACommandsEnvIsKeptAsWrittenAndItsNamesAreChecked) {
 TEST_F(JobSpecTest, NodeLabelsAndSpotRulesAreRead) {
   StatusOr<model::Job> ok = Parse(
       "name: l\ntasks:\n  - {name: a, kernel: sum, resources: {labels: {zone: a, tier: \"1\"}, spot: never}}\n"
-      "  - {name: b, kernel: sum, resources: {spot: only}}\n  - {name: c, kernel: sum}\n");
+      "  - {name: b, kernel: sum, resources: {spot: only}}\n  - {name: c, kernel: sum}\n"
+      "  - {name: d, kernel: sum, resources: {spot: prefer}}\n  - {name: e, kernel: sum, resources: {spot: avoid}}\n");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->tasks[0].resources.node_labels, (std::map<std::string, std::string>{{"tier", "1"}, {"zone", "a"}}));
   EXPECT_EQ(ok->tasks[0].resources.spot, model::SpotRule::kNever);
   EXPECT_EQ(ok->tasks[1].resources.spot, model::SpotRule::kOnly);
   EXPECT_EQ(ok->tasks[2].resources.spot, model::SpotRule::kAny);
+  EXPECT_EQ(ok->tasks[3].resources.spot, model::SpotRule::kPrefer);
+  EXPECT_EQ(ok->tasks[4].resources.spot, model::SpotRule::kAvoid);
   EXPECT_TRUE(ok->tasks[2].resources.node_labels.empty());
   StatusOr<model::Job> bad = Parse("name: l\ntasks:\n  - {name: a, kernel: sum, resources: {spot: maybe}}\n");
   ASSERT_FALSE(bad.ok());
