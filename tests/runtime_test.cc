@@ -532,6 +532,43 @@ TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
   EXPECT_NE(sad.err.find("failed: task 's' failed after 1 attempt: exit code 4"), std::string::npos) << sad.err;
 }
 
+// A task's outputs become a named dataset when its job succeeds; other jobs map over
+// it, and it outlives the job that made it.
+TEST_F(RuntimeTest, AJobsOutputsBecomeADatasetOtherJobsRead) {
+  StatusOr<model::JobView> made = cluster_->RunJob(
+      "name: make\ntasks:\n  - {name: part, command: [sh, -c, 'echo \"part $MERIDIAN_TASK_INDEX\"'], count: 3, "
+      "output_dataset: parts}\n");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  ASSERT_EQ(made->summary.job.status, model::JobStatus::kSucceeded) << made->summary.job.reason;
+  CommandResult ls = Meridian({"data", "ls", "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  nlohmann::json datasets = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(datasets.size(), 1u) << ls.out;
+  EXPECT_EQ(datasets[0]["name"], "parts");
+  EXPECT_EQ(datasets[0]["shards"].size(), 3u);
+  const std::string reader =
+      "name: read\ntasks:\n  - {name: r, command: [sh, -c, 'cat $MERIDIAN_INPUTS/0'], map: {over: dataset://parts}}\n";
+  auto read_parts = [&] {
+    StatusOr<model::JobView> v = cluster_->RunJob(reader);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    std::vector<std::string> outputs;
+    if (!v.ok()) return outputs;
+    EXPECT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+    for (const model::TaskView& t : v->tasks) outputs.push_back(t.record.output);
+    return outputs;
+  };
+  EXPECT_EQ(read_parts(), (std::vector<std::string>{"part 0\n", "part 1\n", "part 2\n"}));
+  // The job that made it goes; the dataset stays, and its name is never written again.
+  CommandResult del = Meridian({"job", "delete", std::to_string(made->summary.job.id), "--dir", cluster_->dir()});
+  ASSERT_EQ(del.exit_code, 0) << del.err;
+  EXPECT_EQ(read_parts(), (std::vector<std::string>{"part 0\n", "part 1\n", "part 2\n"}));
+  CommandResult again = Meridian({"submit", cluster_->WriteFile("again.yaml",
+                                  "name: again\ntasks:\n  - {name: p, command: [echo, x], output_dataset: parts}\n"),
+                                  "--dir", cluster_->dir()});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("tasks[0].output_dataset: dataset 'parts' exists already"), std::string::npos) << again.err;
+}
+
 // `job resubmit`: a finished job's spec (read back from the store once the job has
 // retired) runs again as a new job; unknown ids are a bad request.
 TEST_F(RuntimeTest, AJobIsResubmittedFromItsStoredSpec) {

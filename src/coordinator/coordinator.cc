@@ -152,6 +152,7 @@ Status Coordinator::LoadState() {
       continue;
     }
     job.job = std::make_unique<model::Job>(std::move(*parsed));
+    if (!model::IsTerminal(job.rec.status)) ReserveOutputDatasetsLocked(id, *job.job);
     for (size_t i = 0; i < job.tasks.size(); ++i) {
       for (TaskId d : job.job->tasks[i].after) job.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
     }
@@ -368,6 +369,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
   {
     std::unique_lock<std::mutex> lock(mu_);
     MERIDIAN_RETURN_IF_ERROR(CheckFeasibleLocked(job));
+    MERIDIAN_RETURN_IF_ERROR(CheckOutputDatasetsLocked(job, spec_name));
     rec.id = result.job_id = next_job_id_++;
     if (!small) {
       lock.unlock();
@@ -420,6 +422,7 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
 
 void Coordinator::InstallJobLocked(model::JobRecord rec, model::Job job) {
   const uint64_t id = rec.id;
+  ReserveOutputDatasetsLocked(id, job);
   const size_t n = job.tasks.size();
   JobRt& rt = jobs_[id];
   rt.rec = std::move(rec);
@@ -621,6 +624,7 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
     jobs_.erase(it);
   }
   for (const auto& [node, object] : results) {
+    if (dataset_objects_.count(object)) continue;  // a shard of a dataset outlives its job
     auto n = node_by_name_.find(node);
     if (n != node_by_name_.end() && nodes_[n->second].alive) OutboxLocked(n->second).release_objects.push_back(object);
   }

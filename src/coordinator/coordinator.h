@@ -322,6 +322,13 @@ class Coordinator final : public rpc::JobApi,
   void GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);
   void Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch);
   void EndJob(JobRt& job, model::JobStatus status, const std::string& reason, store::StoreBatch& batch);
+  // Output datasets (Task::output_dataset): a job's names must be free when it is
+  // submitted, and stay its own while it runs; when it succeeds its outputs become
+  // them (an error, which fails the job, when an output is missing).
+  Status CheckOutputDatasetsLocked(const model::Job& job, const std::string& spec_name) const;
+  void ReserveOutputDatasetsLocked(uint64_t job_id, const model::Job& job);
+  Status DefineOutputDatasetsLocked(JobRt& job, store::StoreBatch& batch);
+  void ReleaseOutputDatasetsLocked(uint64_t job_id);
   // Drops the per-task state of finished jobs with nothing left on a node. Called
   // where no TaskRt reference is live: at the end of a public call or a loop turn.
   void RetireFinishedLocked();
@@ -436,6 +443,8 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, std::string> object_names_;  // name -> id
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards
   std::map<std::string, std::string> name_tenants_;  // object or dataset name -> its tenant
+  std::set<std::string> dataset_objects_;  // ids that are shards of a dataset: never let go
+  std::map<std::string, uint64_t> output_datasets_reserved_;  // name -> the running job that will write it
   std::string ticket_key_;  // signs transfer tickets (objects/ticket.h); agents get it
 
   // Which tasks of running jobs made which output object.

@@ -288,10 +288,76 @@ void Coordinator::LoadNames(const std::vector<model::ObjectName>& names) {
       continue;
     }
     objects_[n.object.id].tenants.insert(n.tenant);
+    dataset_objects_.insert(n.object.id);
     std::vector<model::HeldObject>& shards = datasets_[n.name];
     if (shards.size() <= static_cast<size_t>(n.shard)) shards.resize(n.shard + 1);
     shards[n.shard] = n.object;
   }
+}
+
+Status Coordinator::CheckOutputDatasetsLocked(const model::Job& job, const std::string& spec_name) const {
+  for (const model::Task& t : job.tasks) {
+    const std::string& name = t.output_dataset;
+    if (name.empty() || t.index > 0) continue;  // each task's copies once
+    if (datasets_.count(name) || object_names_.count(name)) {
+      return InvalidArgumentError(fmt::format("{}: task '{}': output_dataset '{}': the name is taken (names are never "
+                                              "reused); choose another",
+                                              spec_name, t.name, name));
+    }
+    if (auto r = output_datasets_reserved_.find(name); r != output_datasets_reserved_.end()) {
+      return InvalidArgumentError(fmt::format("{}: task '{}': output_dataset '{}': job {}, still running, writes it",
+                                              spec_name, t.name, name, r->second));
+    }
+  }
+  return OkStatus();
+}
+
+void Coordinator::ReserveOutputDatasetsLocked(uint64_t job_id, const model::Job& job) {
+  for (const model::Task& t : job.tasks) {
+    if (!t.output_dataset.empty()) output_datasets_reserved_.emplace(t.output_dataset, job_id);
+  }
+}
+
+void Coordinator::ReleaseOutputDatasetsLocked(uint64_t job_id) {
+  std::erase_if(output_datasets_reserved_, [&](const auto& e) { return e.second == job_id; });
+}
+
+Status Coordinator::DefineOutputDatasetsLocked(JobRt& job, store::StoreBatch& batch) {
+  if (!job.job) return OkStatus();
+  std::map<std::string, std::vector<model::HeldObject>> made;  // by name, shards in task order
+  for (size_t i = 0; i < job.tasks.size(); ++i) {
+    const model::Task& spec = job.job->tasks[i];
+    if (spec.output_dataset.empty()) continue;
+    const TaskRt& t = job.tasks[i];
+    const std::string& id = t.rec.output_object;
+    if (id.empty()) {
+      return FailedPreconditionError(fmt::format("output_dataset '{}': task '{}' wrote no output (a dataset's shard "
+                                                 "is a task's output, kept as an object on its node)",
+                                                 spec.output_dataset, spec.name));
+    }
+    auto o = objects_.find(id);
+    if (o == objects_.end() || !HasLiveReplicaLocked(id)) {
+      return FailedPreconditionError(fmt::format("output_dataset '{}': the output of task '{}' was lost with node {}",
+                                                 spec.output_dataset, spec.name, t.rec.node));
+    }
+    made[spec.output_dataset].push_back(model::HeldObject{id, o->second.size});
+  }
+  for (const auto& [name, shards] : made) {
+    if (datasets_.count(name) || object_names_.count(name)) {
+      return FailedPreconditionError(fmt::format("output_dataset '{}': the name was taken while the job ran", name));
+    }
+  }
+  for (auto& [name, shards] : made) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i), shards[i], job.rec.tenant});
+      objects_[shards[i].id].tenants.insert(job.rec.tenant);
+      dataset_objects_.insert(shards[i].id);
+    }
+    name_tenants_[name] = job.rec.tenant;
+    MERIDIAN_LOG_INFO("job {} made dataset {} ({} shards)", job.rec.id, name, shards.size());
+    datasets_[name] = std::move(shards);
+  }
+  return OkStatus();
 }
 
 model::DatasetView Coordinator::DatasetLocked(const std::string& name) const {
@@ -324,7 +390,10 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& cal
   }
   Commit(batch);
   name_tenants_[name] = caller.tenant;
-  for (const model::HeldObject& shard : shards) objects_[shard.id].tenants.insert(caller.tenant);
+  for (const model::HeldObject& shard : shards) {
+    objects_[shard.id].tenants.insert(caller.tenant);
+    dataset_objects_.insert(shard.id);
+  }
   std::vector<model::HeldObject>& stored = datasets_[name];
   for (const model::ObjectName& n : batch.names) stored.push_back(n.object);
   return DatasetLocked(name);

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "coordinator/coordinator_test_util.h"
 #include "store/sqlite_state_store.h"
 
@@ -136,6 +138,71 @@ TEST_F(RetentionTest, ARunningAttemptsOutputIsReadAsItComes) {
   EXPECT_FALSE(l.running);
   EXPECT_EQ(l.record.stdout_tail, "the end\n");
   EXPECT_EQ(l.record.stdout_bytes, 70'000);
+}
+
+// A task's outputs become a dataset when its job succeeds: its name is the job's from
+// submission, its shards outlive the job (deleting it lets none of them go), and a job
+// whose output is missing fails saying so.
+TEST_F(RetentionTest, OutputsBecomeANamedDatasetThatOutlivesTheirJob) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  const model::Caller admin{"", "", model::Role::kAdmin, "", true};
+  const char* kSpec = "name: make\ntasks:\n  - {name: part, kernel: sum, count: 2, output_dataset: sums}\n"
+                      "  - {name: total, kernel: sum, after: [part]}\n";
+  auto r = coord_->Submit(kSpec, "make.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Taken from submission on: another job may not write it.
+  auto again = coord_->Submit(kSpec, "again.yaml", "");
+  EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(again.status().message(),
+            fmt::format("again.yaml: task 'part/0': output_dataset 'sums': job {}, still running, writes it", r->job_id));
+  std::vector<model::TaskAssignment> parts = Next(n);
+  ASSERT_EQ(parts.size(), 2u);
+  const std::string a(32, 'a'), b(32, 'b');
+  Report(n, {DoneAsObject(parts[0].key, a), DoneAsObject(parts[1].key, b)},
+         {model::HeldObject{a, 10'000}, model::HeldObject{b, 10'000}});
+  std::vector<model::TaskAssignment> total = Next(n);
+  ASSERT_EQ(total.size(), 1u);
+  Report(n, {Done(total[0].key, "2")});
+  ASSERT_EQ(coord_->WaitJob(r->job_id, 0, 0)->job.status, model::JobStatus::kSucceeded);
+  StatusOr<model::DatasetView> sums = coord_->GetDataset(admin, "sums");
+  ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+  ASSERT_EQ(sums->shards.size(), 2u);
+  EXPECT_EQ(sums->shards[0].id, a);  // in copy order
+  EXPECT_EQ(sums->shards[1].id, b);
+  ASSERT_EQ(sums->shards[0].replicas.size(), 1u);
+  // Read by dependents, yet not let go when the job ended, nor when it is deleted.
+  ASSERT_TRUE(coord_->DeleteJob(r->job_id).ok());
+  StatusOr<model::AssignmentBatch> batch = coord_->NextAssignments(n.node_id, n.session, 0);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_TRUE(batch->release_objects.empty()) << batch->release_objects.size();
+  // Now a name like any dataset's: never written again, read by jobs.
+  EXPECT_EQ(coord_->Submit(kSpec, "third.yaml", "").status().message(),
+            "third.yaml:3:57: tasks[0].output_dataset: dataset 'sums' exists already; a task's outputs make a new one");
+  // Another tenant's job does not see the dataset, but may not take its name either.
+  EXPECT_EQ(coord_->Submit(kSpec, "theirs.yaml", "other").status().message(),
+            "theirs.yaml: task 'part/0': output_dataset 'sums': the name is taken (names are never reused); choose "
+            "another");
+  EXPECT_TRUE(coord_->Submit("name: read\ntasks:\n  - {name: r, kernel: sum, map: {over: dataset://sums}}\n", "read.yaml", "").ok());
+
+  // A task that wrote nothing cannot be a shard: its job fails, saying so.
+  auto empty = coord_->Submit("name: e\ntasks:\n  - {name: quiet, kernel: sum, output_dataset: nothing}\n", "e.yaml", "");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  std::vector<model::TaskAssignment> quiet;
+  for (int i = 0; i < 3 && quiet.empty(); ++i) {
+    for (const model::TaskAssignment& x : Next(n)) {
+      if (x.key.job == empty->job_id) quiet.push_back(x);
+    }
+  }
+  ASSERT_EQ(quiet.size(), 1u);
+  Report(n, {Done(quiet[0].key, "")});
+  StatusOr<model::JobSummary> failed = coord_->WaitJob(empty->job_id, 0, 0);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->job.status, model::JobStatus::kFailed);
+  EXPECT_EQ(failed->job.reason,
+            "output_dataset 'nothing': task 'quiet' wrote no output (a dataset's shard is a task's output, kept as an "
+            "object on its node)");
+  EXPECT_EQ(coord_->GetDataset(admin, "nothing").status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResults) {

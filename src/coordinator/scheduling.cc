@@ -555,13 +555,22 @@ void Coordinator::Requeue(JobRt& job, TaskRt& task, store::StoreBatch& batch) {
   Changed(job);
 }
 
-void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& reason, store::StoreBatch& batch) {
+void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& given_reason, store::StoreBatch& batch) {
   if (model::IsTerminal(job.rec.status)) return;
+  std::string reason = given_reason;
+  if (status == JobStatus::kSucceeded) {
+    // Its outputs become the datasets it names, or it did not do what it said.
+    if (Status defined = DefineOutputDatasetsLocked(job, batch); !defined.ok()) {
+      status = JobStatus::kFailed;
+      reason = defined.message();
+    }
+  }
+  ReleaseOutputDatasetsLocked(job.rec.id);
   // Outputs kept as objects for dependents are not needed any more: the node that
-  // made each drops its reference. Results (outputs nothing read) stay, as objects
-  // on their nodes, for the client to fetch.
+  // made each drops its reference (unless a dataset holds it). Results (outputs
+  // nothing read) stay, as objects on their nodes, for the client to fetch.
   for (TaskRt& t : job.tasks) {
-    if (t.rec.output_object.empty() || t.dependents.empty()) continue;
+    if (t.rec.output_object.empty() || t.dependents.empty() || dataset_objects_.count(t.rec.output_object)) continue;
     auto node = node_by_name_.find(t.rec.node);
     if (node != node_by_name_.end() && nodes_[node->second].alive) {
       OutboxLocked(node->second).release_objects.push_back(t.rec.output_object);

@@ -96,6 +96,9 @@ struct Task {
   // parser: not Meridian's own, HOME or CUDA_VISIBLE_DEVICES).
   std::map<std::string, std::string> env;
   uint32_t index = 0;                // copy number within its template (map, count, replicas)
+  // A dataset its outputs become when the job succeeds: each copy's output one shard,
+  // in copy order (a cluster's name, never used before). Empty: none.
+  std::string output_dataset;
 };
 
 struct Job {

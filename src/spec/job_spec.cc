@@ -322,7 +322,7 @@ Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& t
 }
 
 Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
-  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args", "env"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args", "env", "output_dataset"}));
   Task& task = tmpl->task;
   MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(t, "name", path, &task.name));
   if (task.name.find('/') != std::string::npos) return r_.Error(t["name"], Field(path, "name"), "must not contain '/'");
@@ -367,6 +367,20 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
   }
   MERIDIAN_RETURN_IF_ERROR(r_.StringMap(t, "args", path, "name: value", "argument", &task.args));
   MERIDIAN_RETURN_IF_ERROR(ParseEnv(t, path, task));
+  MERIDIAN_RETURN_IF_ERROR(r_.String(t, "output_dataset", path, &task.output_dataset));
+  if (t["output_dataset"]) {
+    const std::string opath = Field(path, "output_dataset");
+    if (Status named = model::CheckName(task.output_dataset, "a dataset name"); !named.ok()) {
+      return r_.Error(t["output_dataset"], opath, named.message());
+    }
+    if (task.output_dataset.size() == 32 && task.output_dataset.find_first_not_of("0123456789abcdef") == std::string::npos) {
+      return r_.Error(t["output_dataset"], opath, "a dataset name must not read as an object id (32 hex digits)");
+    }
+    if (KnowDataset(task.output_dataset)) {
+      return r_.Error(t["output_dataset"], opath,
+                      fmt::format("dataset '{}' exists already; a task's outputs make a new one", task.output_dataset));
+    }
+  }
   MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
   int64_t retries = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));
@@ -375,6 +389,18 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
 }
 
 Status JobParser::Expand() {
+  // One task's copies make a dataset: two tasks may not write the same one.
+  std::map<std::string, const TaskTemplate*> writers;
+  for (const TaskTemplate& tmpl : templates_) {
+    const std::string& name = tmpl.task.output_dataset;
+    if (name.empty()) continue;
+    auto [it, fresh] = writers.emplace(name, &tmpl);
+    if (!fresh) {
+      return r_.Error(tmpl.node["output_dataset"], Field(tmpl.path, "output_dataset"),
+                      fmt::format("task '{}' writes dataset '{}' already; each dataset is one task's outputs",
+                                  it->second->task.name, name));
+    }
+  }
   for (TaskTemplate& tmpl : templates_) {
     std::vector<const model::ObjectRef*> shards;
     if (!tmpl.map_over.empty()) {
@@ -438,6 +464,7 @@ std::vector<TaskId> JobParser::ReduceTree(const TaskTemplate& tmpl, std::vector<
     std::vector<TaskId> next;
     for (size_t start = 0; start < level.size(); start += static_cast<size_t>(tmpl.fan_in)) {
       Task task = base;
+      task.output_dataset.clear();  // the tree's inner merges are not the task's outputs
       task.id = TaskId(static_cast<uint32_t>(job_.tasks.size()));
       task.index = static_cast<uint32_t>(next.size());
       task.name = fmt::format("{}/l{}-{}", tmpl.task.name, depth, next.size());

@@ -186,6 +186,34 @@ TEST_F(JobSpecTest, NodeLabelsAndSpotRulesAreRead) {
               ::testing::HasSubstr("tasks[0].resources.labels: expected a map of label: value"));
 }
 
+TEST_F(JobSpecTest, OutputDatasetsAreNamedOncePerJobAndOnlyOnTheTasksThatWriteThem) {
+  StatusOr<model::Job> ok = Parse(
+      "name: o\ntasks:\n  - {name: part, kernel: sum, count: 5, output_dataset: parts}\n"
+      "  - {name: merge, kernel: sum, reduce: {of: part, fan_in: 2}, output_dataset: merged}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  std::map<std::string, int> writers;
+  for (const model::Task& t : ok->tasks) ++writers[t.output_dataset];
+  EXPECT_EQ(writers["parts"], 5);
+  EXPECT_EQ(writers["merged"], 1);  // the tree's inner merges write none
+  for (const model::Task& t : ok->tasks) {
+    if (t.name == "merge") {
+      EXPECT_EQ(t.output_dataset, "merged");
+    }
+  }
+  StatusOr<model::Job> twice = Parse(
+      "name: o\ntasks:\n  - {name: a, kernel: sum, output_dataset: d}\n  - {name: b, kernel: sum, output_dataset: d}\n");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(),
+            "job.yaml:4:44: tasks[1].output_dataset: task 'a' writes dataset 'd' already; each dataset is one task's "
+            "outputs");
+  StatusOr<model::Job> bad = Parse("name: o\ntasks:\n  - {name: a, kernel: sum, output_dataset: 'a/b'}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("tasks[0].output_dataset: "));
+  StatusOr<model::Job> id = Parse("name: o\ntasks:\n  - {name: a, kernel: sum, output_dataset: " + std::string(32, 'f') + "}\n");
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(std::string(id.status().message()), ::testing::HasSubstr("must not read as an object id"));
+}
+
 TEST_F(JobSpecTest, ReduceWithAFanInBuildsATree) {
   StatusOr<model::Job> job = Parse(
       "name: tree\ntasks:\n  - {name: part, kernel: sum, count: 10}\n"
