@@ -316,23 +316,17 @@ void Agent::OnUpdate(model::TaskUpdate update) {
       if (before.kind != model::UpdateKind::kRunning) return;  // it ended already
       // Output not yet acknowledged goes again with what came since (the newest
       // part of it: a log is a tail); the coordinator skips what it has.
-      auto join = [](const std::string& old_part, std::string& new_part) {
-        std::string joined = old_part + new_part;
-        if (joined.size() > model::kMaxTaskLogTailBytes) joined.erase(0, joined.size() - model::kMaxTaskLogTailBytes);
-        new_part = std::move(joined);
+      auto merge = [&](std::string model::TaskUpdate::*tail, int64_t model::TaskUpdate::*bytes) {
+        if (update.*bytes > before.*bytes) {
+          update.*tail = before.*tail + update.*tail;
+          model::KeepLogTail(update.*tail);
+        } else {
+          update.*tail = before.*tail;
+          update.*bytes = before.*bytes;
+        }
       };
-      if (update.stdout_bytes > before.stdout_bytes) {
-        join(before.stdout_tail, update.stdout_tail);
-      } else {
-        update.stdout_tail = before.stdout_tail;
-        update.stdout_bytes = before.stdout_bytes;
-      }
-      if (update.stderr_bytes > before.stderr_bytes) {
-        join(before.stderr_tail, update.stderr_tail);
-      } else {
-        update.stderr_tail = before.stderr_tail;
-        update.stderr_bytes = before.stderr_bytes;
-      }
+      merge(&model::TaskUpdate::stdout_tail, &model::TaskUpdate::stdout_bytes);
+      merge(&model::TaskUpdate::stderr_tail, &model::TaskUpdate::stderr_bytes);
     }
     pending_[update.key] = {++update_seq_, std::move(update)};
   }

@@ -521,6 +521,12 @@ Status RunJobCancel(const JobOptions& o, std::ostream& out) {
 
 namespace {
 
+// A log stream's byte count as read: at least its tail (stores before schema 8 say 0,
+// and a count below the tail would point before it).
+int64_t StreamBytes(const std::string& tail, int64_t bytes) {
+  return std::max<int64_t>(bytes, static_cast<int64_t>(tail.size()));
+}
+
 // `job logs -f`: prints each attempt's output as it comes, once, with a header (as
 // tail -f gives one) whenever the stream printed changes; what scrolled out of a log's
 // tail before it was read is counted, not hidden. Returns when the job has ended and
@@ -539,8 +545,7 @@ Status FollowLogs(client::Client& c, const JobOptions& o, std::ostream& out) {
     for (const rpc::TaskLog& l : logs) {
       for (bool err : {false, true}) {
         const std::string& tail = err ? l.record.stderr_tail : l.record.stdout_tail;
-        int64_t total = err ? l.record.stderr_bytes : l.record.stdout_bytes;
-        total = std::max<int64_t>(total, static_cast<int64_t>(tail.size()));  // 0 in older stores
+        const int64_t total = StreamBytes(tail, err ? l.record.stderr_bytes : l.record.stdout_bytes);
         const auto key = std::make_tuple(l.record.task, l.record.attempt, err);
         int64_t& done = printed[key];
         if (total <= done) continue;
@@ -585,8 +590,8 @@ Status RunJobLogs(const JobOptions& o, std::ostream& out) {
     for (const rpc::TaskLog& l : logs) {
       j.push_back({{"task", l.task}, {"attempt", l.record.attempt}, {"node", l.record.node},
                    {"stdout", l.record.stdout_tail}, {"stderr", l.record.stderr_tail},
-                   {"stdout_bytes", std::max<int64_t>(l.record.stdout_bytes, l.record.stdout_tail.size())},
-                   {"stderr_bytes", std::max<int64_t>(l.record.stderr_bytes, l.record.stderr_tail.size())},
+                   {"stdout_bytes", StreamBytes(l.record.stdout_tail, l.record.stdout_bytes)},
+                   {"stderr_bytes", StreamBytes(l.record.stderr_tail, l.record.stderr_bytes)},
                    {"running", l.running}});
     }
     out << j.dump(2) << '\n';

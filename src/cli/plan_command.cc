@@ -125,9 +125,9 @@ Status RunPlan(const PlanOptions& options, std::ostream& out) {
   } else {
     // The live cluster's nodes and datasets: the coordinator plans it.
     MERIDIAN_ASSIGN_OR_RETURN(std::string spec, spec::ReadFileToString(options.job));
-    StatusOr<model::PlanReport> planned = UnavailableError("not asked");
     StatusOr<std::unique_ptr<client::Client>> c = ConnectClient(options.target);
-    planned = c.ok() ? (*c)->Plan(spec, options.job, options.order, options.seed) : c.status();
+    StatusOr<model::PlanReport> planned =
+        c.ok() ? (*c)->Plan(spec, options.job, options.order, options.seed) : StatusOr<model::PlanReport>(c.status());
     if (planned.status().code() == StatusCode::kUnavailable) {
       return UnavailableError(planned.status().message() + "; or plan offline with --fleet FLEET.yaml");
     }

@@ -84,6 +84,10 @@ Status Client::Explain(const Status& s) const {
 
 namespace {
 
+// Calls that read a whole spec (parse, expand, store or plan up to 100,000 tasks) get
+// this many times the client's timeout.
+constexpr int64_t kSpecCallTimeoutFactor = 3;
+
 StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& spec_yaml, const std::string& spec_name) {
   // The server would refuse it too; say so before sending it.
   if (spec_yaml.size() + spec_name.size() + 64 > static_cast<size_t>(rpc::kMaxRequestBytes)) {
@@ -129,7 +133,7 @@ std::optional<grpc::Status> FollowSummaries(
 StatusOr<rpc::SubmitResult> Client::Submit(const std::string& spec_yaml, const std::string& spec_name) {
   MERIDIAN_ASSIGN_OR_RETURN(v1::SubmitJobRequest req, SubmitRequest(spec_yaml, spec_name));
   v1::SubmitJobResponse resp;
-  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Submit, req, &resp, timeout_us_ * 3));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Submit, req, &resp, timeout_us_ * kSpecCallTimeoutFactor));
   return FromProto(resp);
 }
 
@@ -140,7 +144,7 @@ StatusOr<model::PlanReport> Client::Plan(const std::string& spec_yaml, const std
   req.set_order(order);
   req.set_seed(seed);
   v1::PlanJobResponse resp;
-  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Plan, req, &resp, timeout_us_ * 3));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Plan, req, &resp, timeout_us_ * kSpecCallTimeoutFactor));
   return rpc::FromProto(resp);
 }
 

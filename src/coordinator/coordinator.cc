@@ -678,14 +678,17 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
     const JobRt& job = it->second;
     const uint32_t first = index.value_or(0);
     const uint32_t end = index ? std::min<uint32_t>(*index + 1, job.tasks.size()) : job.tasks.size();
+    const size_t stored = logs.size();
     for (uint32_t i = first; i < end; ++i) {
       const TaskRt& t = job.tasks[i];
       if (!t.live || t.live->attempt != t.rec.attempt || !model::IsPlaced(t.rec.status)) continue;
       logs.push_back(rpc::TaskLog{"", *t.live, true});
     }
-    std::stable_sort(logs.begin(), logs.end(), [](const rpc::TaskLog& a, const rpc::TaskLog& b) {
-      return std::tie(a.record.task, a.record.attempt) < std::tie(b.record.task, b.record.attempt);
-    });
+    // Both parts are in (task, attempt) order: merged, not sorted.
+    std::inplace_merge(logs.begin(), logs.begin() + static_cast<std::ptrdiff_t>(stored), logs.end(),
+                       [](const rpc::TaskLog& a, const rpc::TaskLog& b) {
+                         return std::tie(a.record.task, a.record.attempt) < std::tie(b.record.task, b.record.attempt);
+                       });
   }
   for (rpc::TaskLog& l : logs) {
     if (l.task.empty()) l.task = TaskNameLocked(id, l.record.task);

@@ -11,10 +11,6 @@
 namespace meridian::coordinator {
 namespace {
 
-bool LooksLikeId(const std::string& ref) {
-  return ref.size() == 32 && ref.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
 // How long a ticket lets a client fetch: long enough for a large object over a slow
 // link, short enough that a leaked one soon reads nothing.
 constexpr int64_t kTicketLifeUs = 3'600'000'000;
@@ -151,7 +147,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
   // the job is no longer in memory (read back from the store).
   bool job_output = false;
   if (job_id != 0) {
-    if (!LooksLikeId(ref)) return InvalidArgumentError("a job's output is named by its object id");
+    if (!model::LooksLikeObjectId(ref)) return InvalidArgumentError("a job's output is named by its object id");
     MERIDIAN_ASSIGN_OR_RETURN(const std::string tenant, JobTenant(job_id));
     if (!caller.SeesAllTenants() && tenant != caller.tenant) {
       return PermissionDeniedError(fmt::format("job {} is not of tenant '{}': {} may not read its outputs", job_id,
@@ -178,7 +174,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
   if (auto named = object_names_.find(ref); named != object_names_.end()) {
     id = named->second;
     if (!NameIsCallersLocked(caller, ref)) return NotYours(caller, fmt::format("object '{}'", ref));
-  } else if (!LooksLikeId(ref)) {
+  } else if (!model::LooksLikeObjectId(ref)) {
     return NotFoundError(fmt::format("no object named '{}'", ref));
   }
   auto it = objects_.find(id);
@@ -225,9 +221,9 @@ StatusOr<model::ObjectReplica> Coordinator::PlacePut(const model::Caller& caller
 StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller, const std::string& id, int64_t size,
                                                     uint32_t node_id, const std::string& name,
                                                     const std::string& receipt) {
-  if (!LooksLikeId(id)) return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits)", id));
+  if (!model::LooksLikeObjectId(id)) return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits)", id));
   if (!name.empty()) MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "object name"));
-  if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("name '{}' would read as an object id", name));
+  if (model::LooksLikeObjectId(name)) return InvalidArgumentError(fmt::format("name '{}' would read as an object id", name));
   std::lock_guard<std::mutex> lock(mu_);
   if (node_id >= nodes_.size() || !nodes_[node_id].alive) {
     return FailedPreconditionError(fmt::format("node {} is not a live node", node_id));
@@ -373,7 +369,7 @@ model::DatasetView Coordinator::DatasetLocked(const std::string& name) const {
 StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& caller, const std::string& name,
                                                         const std::vector<model::HeldObject>& shards) {
   MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "dataset name"));
-  if (LooksLikeId(name)) return InvalidArgumentError(fmt::format("dataset name '{}' would read as an object id", name));
+  if (model::LooksLikeObjectId(name)) return InvalidArgumentError(fmt::format("dataset name '{}' would read as an object id", name));
   if (shards.empty()) return InvalidArgumentError("a dataset needs at least one shard");
   std::lock_guard<std::mutex> lock(mu_);
   if (datasets_.count(name) || object_names_.count(name)) {

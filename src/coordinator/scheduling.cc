@@ -328,7 +328,7 @@ void AppendTail(std::string& tail, int64_t& total, std::string_view part, int64_
   }
   tail.append(part);
   total = part_end;
-  if (tail.size() > model::kMaxTaskLogTailBytes) tail.erase(0, tail.size() - model::kMaxTaskLogTailBytes);
+  model::KeepLogTail(tail);
 }
 
 }  // namespace
@@ -377,9 +377,10 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
       model::TaskLogRecord& log = batch.logs.emplace_back(
           model::TaskLogRecord{u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail,
                                u.stdout_bytes, u.stderr_bytes});
-      // A log is a tail, whatever an agent sends.
-      for (std::string* t : {&log.stdout_tail, &log.stderr_tail}) {
-        if (t->size() > model::kMaxTaskLogTailBytes) t->erase(0, t->size() - model::kMaxTaskLogTailBytes);
+      // A log is a tail, and its count at least the tail, whatever an agent sends.
+      for (auto [tail, bytes] : {std::pair{&log.stdout_tail, &log.stdout_bytes}, {&log.stderr_tail, &log.stderr_bytes}}) {
+        *bytes = std::max<int64_t>(*bytes, static_cast<int64_t>(tail->size()));
+        model::KeepLogTail(*tail);
       }
     }
   }

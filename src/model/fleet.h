@@ -123,6 +123,12 @@ inline constexpr size_t kMaxNameLength = 253;
 // names the field in the error.
 Status CheckName(std::string_view name, std::string_view what);
 
+// Whether `ref` reads as an object id (32 lowercase hex digits): names of objects and
+// datasets must not, so that a reference means one thing.
+inline bool LooksLikeObjectId(std::string_view ref) {
+  return ref.size() == 32 && ref.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 // Checks a node's declared resources: positive CPU and memory within the limits above,
 // non-negative disk and price, at most 64 devices with sane memory and speed, bounded
 // labels. Errors name the node and the field.

@@ -186,6 +186,10 @@ struct NodeView {
 inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
 inline constexpr size_t kMaxObjectOutputBytes = size_t{1} << 30;
 inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
+// Cuts a log stream down to its last kMaxTaskLogTailBytes.
+inline void KeepLogTail(std::string& stream) {
+  if (stream.size() > kMaxTaskLogTailBytes) stream.erase(0, stream.size() - kMaxTaskLogTailBytes);
+}
 // An output kept as an object travels as its first kOutputPreviewBytes; one shorter
 // than that travels whole, and its dependents read it from the coordinator, never
 // from the object.

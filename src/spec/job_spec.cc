@@ -373,7 +373,7 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     if (Status named = model::CheckName(task.output_dataset, "a dataset name"); !named.ok()) {
       return r_.Error(t["output_dataset"], opath, named.message());
     }
-    if (task.output_dataset.size() == 32 && task.output_dataset.find_first_not_of("0123456789abcdef") == std::string::npos) {
+    if (model::LooksLikeObjectId(task.output_dataset)) {
       return r_.Error(t["output_dataset"], opath, "a dataset name must not read as an object id (32 hex digits)");
     }
     if (KnowDataset(task.output_dataset)) {
