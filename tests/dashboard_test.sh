@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The dashboard end to end: a local cluster, a job with tasks that run for seconds and
-# an input that crosses a WAN link, and the page in headless Chromium
+# The dashboard end to end: a local cluster, a job with tasks that run until the page
+# has shown them running (a gate file, so a slow machine cannot let the job end
+# unseen) and an input that crosses a WAN link, and the page in headless Chromium
 # (web/tests/dashboard.mjs) following it. Screenshots go to $3.
 set -uo pipefail
 bin=$1
@@ -25,12 +26,14 @@ cat >"$dir/job.yaml" <<'YAML'
 name: watched
 tasks:
   - {name: gather, kernel: wordcount, inputs: [dataset://parts], resources: {accelerator: A100}}
-  - {name: work, command: [sleep, "6"], count: 4}
+  - {name: work, command: [sh, -c, 'while [ ! -e "$MERIDIAN_ARG_GATE" ]; do sleep 0.1; done'], count: 4, args: {gate: GATE_PATH}}
 YAML
 # A viewer's token, as a user would have: the dashboard shows what it may see.
 token=$("$bin" token create --user dana --tenant default --role viewer --dir "$dir" | grep -o 'mrd_[A-Za-z0-9_]*' | head -1)
 [ -n "$token" ] || { echo "FAIL token create"; exit 1; }
+# The tasks run until the page has shown them running (dashboard.mjs makes the gate).
+sed -i "s|GATE_PATH|$dir/go|" "$dir/job.yaml"
 id=$("$bin" submit "$dir/job.yaml" --json --dir "$dir" | sed -n 's/.*"id": \([0-9]*\).*/\1/p')
 [ -n "$id" ] || { echo "FAIL submit"; exit 1; }
 DASHBOARD_URL="$(cat "$dir/http.addr")/" TOKEN="$token" SCREENSHOTS="$shots" NODES=4 SITES=us-east,eu-west,factory \
-  JOB_ID="$id" TASKS=5 WAN="factory>eu-west=96.0 KiB" node web/tests/dashboard.mjs
+  JOB_ID="$id" TASKS=5 GATE="$dir/go" WAN="factory>eu-west=96.0 KiB" node web/tests/dashboard.mjs

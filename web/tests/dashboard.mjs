@@ -8,8 +8,10 @@
 //   NODES, SITES    the fleet's node count and site names (comma-separated)
 //   JOB_ID, TASKS   the running job and its task count
 //   WAN             "from>to=text" a WAN matrix cell must show once the job is done
+//   GATE            a file the job's tasks wait for: made once the page has shown them
+//                   running, so that a slow machine cannot let the job end unseen
 // Exits non-zero, saying what was wrong, on the first check that fails.
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 
 const env = (k) => {
@@ -88,6 +90,8 @@ try {
   const ganttNodes = await page.locator('#gantt .gantt-node').allTextContents();
   check(ganttNodes.length > 0, `the timeline has a row per node used (${ganttNodes.join(', ')})`);
   await page.screenshot({ path: `${shots}/dashboard-running.png`, fullPage: true });
+  // Seen running: the tasks may end now.
+  if (process.env.GATE) writeFileSync(process.env.GATE, 'go');
 
   // Live: the same page, no reload, until the job ends.
   await row.locator('td.status', { hasText: 'succeeded' }).waitFor({ timeout: 60000 });
