@@ -1,10 +1,10 @@
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,10 +170,21 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     }
   }
   const pid_t parent = getpid();
-  pid_t pid = fork();
+  // vfork, not fork: fork copies the page tables of this (many-threaded, large)
+  // process and stalls its other threads while it does, and an agent starting 160
+  // tasks at once on a busy machine once stopped heartbeating for over 5 s and was
+  // declared dead. The child shares our memory until exec: it makes system calls
+  // only, writes nothing but its own stack, and no signal handler of ours may run
+  // in it (all are blocked over the vfork, set to default in it before unblocking).
+  sigset_t all_signals, caller_mask;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
+  pid_t pid = vfork();
   if (pid < 0) {
+    const int e = errno;
+    pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
     if (cgroup_procs >= 0) close(cgroup_procs);
-    return UnavailableError(fmt::format("cannot fork: {}", std::strerror(errno)));
+    return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(e)));
   }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec. If we die (SIGKILL too), so does
@@ -181,7 +192,16 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     setpgid(0, 0);
-    signal(SIGPIPE, SIG_DFL);  // see IgnoreBrokenPipes
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction sa;
+      if (sigaction(sig, nullptr, &sa) != 0) continue;  // one the C library keeps
+      // Handlers go to the default; what is ignored stays so, but SIGPIPE (see IgnoreBrokenPipes).
+      if (sa.sa_handler != SIG_DFL && (sa.sa_handler != SIG_IGN || sig == SIGPIPE)) {
+        sa.sa_handler = SIG_DFL;
+        sa.sa_flags = 0;
+        sigaction(sig, &sa, nullptr);
+      }
+    }
     if (cgroup_procs >= 0) {
       ssize_t moved = write(cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
       (void)moved;
@@ -192,13 +212,15 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     }
     // Its user last: nothing above needs to be done as it. A switch that fails must
     // not run the program as us.
-    if (options.gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(static_cast<gid_t>(options.gid)) != 0)) {
+    // Raw system calls: the C library's set*id would change the credentials of our
+    // threads too (they share its memory), and this child's alone are meant.
+    if (options.gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, options.gid) != 0)) {
       int e = errno;
       ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
       (void)ignored;
       _exit(127);
     }
-    if (options.uid >= 0 && setuid(static_cast<uid_t>(options.uid)) != 0) {
+    if (options.uid >= 0 && syscall(SYS_setuid, options.uid) != 0) {
       int e = errno;
       ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
       (void)ignored;
@@ -217,6 +239,10 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) {
       err = errno;
     } else {
+      // The program starts with no signal blocked (our threads block SIGINT and SIGTERM).
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       execve(program.c_str(), argv.data(), envp.data());
       err = errno;
     }
@@ -224,6 +250,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     (void)ignored;
     _exit(127);
   }
+  pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
   setpgid(pid, pid);
   if (cgroup_procs >= 0) close(cgroup_procs);
   close(out_pipe[1]);

@@ -1,7 +1,12 @@
 // RunProcess's output while the child runs (on_output): each byte told once, in
 // order, with the totals; what a slow reader missed is counted, never silently cut.
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -82,6 +87,103 @@ TEST(SubprocessTest, AReportOfMoreThanATailCarriesTheNewestAndTheTotal) {
   EXPECT_EQ(expected.substr(expected.size() - last.size()), last);
   EXPECT_EQ(r->stdout_bytes, 3000);
   EXPECT_EQ(r->stdout_tail, expected.substr(2900));
+}
+
+// The fields of a /proc/PID/status text: "SigBlk" -> its value.
+std::map<std::string, std::string> StatusFields(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const size_t value = line.find_first_not_of(" \t", colon + 1);
+    out[line.substr(0, colon)] = value == std::string::npos ? "" : line.substr(value);
+  }
+  return out;
+}
+
+// The agent and coordinator block SIGINT and SIGTERM in every thread (they wait for
+// them) and ignore SIGPIPE: a task's program once started with both blocked, so its
+// own SIGTERM handling never ran. It starts with none blocked and SIGPIPE default.
+TEST(SubprocessTest, AChildStartsWithNoSignalBlockedAndSigpipeDefault) {
+  sigset_t before;
+  pthread_sigmask(SIG_SETMASK, nullptr, &before);
+  BlockTerminationSignals();
+  struct sigaction old_pipe;
+  sigaction(SIGPIPE, nullptr, &old_pipe);
+  IgnoreBrokenPipes();
+  ProcessOptions p;
+  p.argv = {"cat", "/proc/self/status"};
+  std::atomic<bool> stop{false};
+  StatusOr<ProcessResult> r = RunProcess(p, stop);
+  sigset_t during;
+  pthread_sigmask(SIG_SETMASK, &before, &during);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Ours is as it was: the start left our mask alone.
+  EXPECT_EQ(sigismember(&during, SIGTERM), 1);
+  EXPECT_EQ(sigismember(&during, SIGINT), 1);
+  std::map<std::string, std::string> status = StatusFields(r->stdout_head);
+  EXPECT_EQ(status["SigBlk"], "0000000000000000") << r->stdout_head;
+  EXPECT_EQ(status["SigIgn"], "0000000000000000") << r->stdout_head;
+}
+
+// As root, a child switched to another user is that user, and the switch touches
+// neither this process nor its other threads (the child shares our memory until exec).
+TEST(SubprocessTest, AChildRunsAsItsUserAndTheCallerKeepsItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  ProcessOptions p;
+  p.argv = {"cat", "/proc/self/status"};
+  p.uid = 65534;
+  p.gid = 65534;
+  std::atomic<bool> stop{false};
+  StatusOr<ProcessResult> r = RunProcess(p, stop);
+  done = true;
+  other.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::map<std::string, std::string> child = StatusFields(r->stdout_head);
+  EXPECT_EQ(child["Uid"], "65534\t65534\t65534\t65534");
+  EXPECT_EQ(child["Gid"], "65534\t65534\t65534\t65534");
+  EXPECT_EQ(child["Groups"], "");
+  // Every thread of ours is still root.
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(entry.path() / "status");
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(StatusFields(text.str())["Uid"], "0\t0\t0\t0") << entry.path();
+  }
+  EXPECT_EQ(getuid(), 0u);
+  EXPECT_EQ(getgid(), 0u);
+}
+
+// Many threads starting children at once (as an agent starting a job's tasks): each
+// gets its own child's output, whole.
+TEST(SubprocessTest, ManyThreadsStartChildrenAtOnceEachGettingItsOwnOutput) {
+  constexpr int kThreads = 32;
+  std::vector<std::string> outputs(kThreads);
+  std::vector<int> codes(kThreads, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ProcessOptions p;
+      p.argv = {"sh", "-c", "echo child $0; exit $(($0 % 3))", std::to_string(i)};
+      std::atomic<bool> stop{false};
+      StatusOr<ProcessResult> r = RunProcess(p, stop);
+      if (!r.ok()) return;
+      outputs[i] = r->stdout_tail;
+      codes[i] = r->exit_code;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(outputs[i], "child " + std::to_string(i) + "\n");
+    EXPECT_EQ(codes[i], i % 3);
+  }
 }
 
 }  // namespace
