@@ -85,6 +85,11 @@ class LocalCluster {
   }
   ~LocalCluster() {
     Meridian({"down", "--dir", dir_});
+    // A failed test keeps its cluster's logs and state to read.
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "the cluster's logs and state are kept in %s\n", dir_.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
