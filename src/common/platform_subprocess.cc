@@ -133,6 +133,86 @@ std::string SelfExecutable() {
   return ec ? std::string() : p.string();
 }
 
+// What the child of RunProcess needs, all made before it starts.
+struct ChildSetup {
+  const ProcessOptions& options;
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  int stdout_fd, stderr_fd, exec_error_fd, cgroup_procs;
+  pid_t parent;
+};
+
+// The child tells its parent why it could not run the program, and exits.
+[[noreturn]] void ChildFails(const ChildSetup& c, int error) {
+  ssize_t ignored = write(c.exec_error_fd, &error, sizeof(error));
+  (void)ignored;
+  _exit(127);
+}
+
+// The child's side of RunProcess, up to exec; it never returns. It shares the
+// caller's memory (vfork): system calls only, nothing written but its own stack, and
+// no signal handler of ours may run in it (all signals are blocked across the vfork,
+// set to their default here, and unblocked just before exec).
+[[noreturn]] __attribute__((noinline)) void ExecChild(const ChildSetup& c) {
+  // If we die (SIGKILL too), so does it; and if we died before that was set, it goes at once.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != c.parent) _exit(127);
+  setpgid(0, 0);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) != 0) continue;  // one the C library keeps
+    // Handlers go to the default; what is ignored stays so, but SIGPIPE (see IgnoreBrokenPipes).
+    if (sa.sa_handler != SIG_DFL && (sa.sa_handler != SIG_IGN || sig == SIGPIPE)) {
+      sa.sa_handler = SIG_DFL;
+      sa.sa_flags = 0;
+      sigaction(sig, &sa, nullptr);
+    }
+  }
+  if (c.cgroup_procs >= 0) {
+    ssize_t moved = write(c.cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
+    (void)moved;
+  }
+  for (const auto& [resource, limit] : c.options.rlimits) {
+    rlimit rl{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+    setrlimit(resource, &rl);
+  }
+  // Its user last: nothing above needs to be done as it. A switch that fails must
+  // not run the program as us. Raw system calls: the C library's set*id would change
+  // the credentials of our threads too (they share its memory); this child's alone are meant.
+  const ProcessOptions& o = c.options;
+  if (o.gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, o.gid) != 0)) ChildFails(c, errno);
+  if (o.uid >= 0 && syscall(SYS_setuid, o.uid) != 0) ChildFails(c, errno);
+  if (o.uid >= 0 || o.gid >= 0) {
+    // A change of credentials clears the parent-death signal: set it again.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != c.parent) _exit(127);
+  }
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, 0);
+  dup2(c.stdout_fd, 1);
+  dup2(c.stderr_fd, 2);
+  if (!o.cwd.empty() && chdir(o.cwd.c_str()) != 0) ChildFails(c, errno);
+  // The program starts with no signal blocked (our threads block SIGINT and SIGTERM).
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(c.program, c.argv, c.envp);
+  ChildFails(c, errno);
+}
+
+// vfork, not fork: fork copies the page tables of this (many-threaded, large)
+// process and stalls its other threads while it does: an agent starting 160 tasks at
+// once on a busy machine stopped heartbeating for over 5 s and was declared dead.
+// Alone in a function of its own, so that nothing of the caller's lives across the
+// vfork (the child runs in this frame until it calls ExecChild).
+__attribute__((noinline)) pid_t VforkChild(const ChildSetup& c) {
+  const ChildSetup* volatile setup = &c;  // read back from memory by the child
+  const pid_t pid = vfork();
+  if (pid == 0) ExecChild(*setup);
+  return pid;
+}
+
 StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::atomic<bool>& stop) {
   if (options.argv.empty()) return InvalidArgumentError("an empty command");
   std::string program = FindInPath(options.argv[0]);
@@ -169,86 +249,17 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
       }
     }
   }
-  const pid_t parent = getpid();
-  // vfork, not fork: fork copies the page tables of this (many-threaded, large)
-  // process and stalls its other threads while it does, and an agent starting 160
-  // tasks at once on a busy machine once stopped heartbeating for over 5 s and was
-  // declared dead. The child shares our memory until exec: it makes system calls
-  // only, writes nothing but its own stack, and no signal handler of ours may run
-  // in it (all are blocked over the vfork, set to default in it before unblocking).
   sigset_t all_signals, caller_mask;
   sigfillset(&all_signals);
   pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
-  pid_t pid = vfork();
+  const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
+                         out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
+  const pid_t pid = VforkChild(setup);
   if (pid < 0) {
     const int e = errno;
     pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
     if (cgroup_procs >= 0) close(cgroup_procs);
     return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(e)));
-  }
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec. If we die (SIGKILL too), so does
-    // it; and if we died before that was set, it goes at once.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    setpgid(0, 0);
-    for (int sig = 1; sig < NSIG; ++sig) {
-      struct sigaction sa;
-      if (sigaction(sig, nullptr, &sa) != 0) continue;  // one the C library keeps
-      // Handlers go to the default; what is ignored stays so, but SIGPIPE (see IgnoreBrokenPipes).
-      if (sa.sa_handler != SIG_DFL && (sa.sa_handler != SIG_IGN || sig == SIGPIPE)) {
-        sa.sa_handler = SIG_DFL;
-        sa.sa_flags = 0;
-        sigaction(sig, &sa, nullptr);
-      }
-    }
-    if (cgroup_procs >= 0) {
-      ssize_t moved = write(cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
-      (void)moved;
-    }
-    for (const auto& [resource, limit] : options.rlimits) {
-      rlimit rl{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
-      setrlimit(resource, &rl);
-    }
-    // Its user last: nothing above needs to be done as it. A switch that fails must
-    // not run the program as us.
-    // Raw system calls: the C library's set*id would change the credentials of our
-    // threads too (they share its memory), and this child's alone are meant.
-    if (options.gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, options.gid) != 0)) {
-      int e = errno;
-      ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
-      (void)ignored;
-      _exit(127);
-    }
-    if (options.uid >= 0 && syscall(SYS_setuid, options.uid) != 0) {
-      int e = errno;
-      ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
-      (void)ignored;
-      _exit(127);
-    }
-    if (options.uid >= 0 || options.gid >= 0) {
-      // A change of credentials clears the parent-death signal: set it again.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-    }
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    int err = 0;
-    if (!options.cwd.empty() && chdir(options.cwd.c_str()) != 0) {
-      err = errno;
-    } else {
-      // The program starts with no signal blocked (our threads block SIGINT and SIGTERM).
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve(program.c_str(), argv.data(), envp.data());
-      err = errno;
-    }
-    ssize_t ignored = write(exec_pipe[1], &err, sizeof(err));
-    (void)ignored;
-    _exit(127);
   }
   pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
   setpgid(pid, pid);
