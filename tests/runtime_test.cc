@@ -828,8 +828,7 @@ TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterI
   // Every task started by the agent (its report of it taken), not only placed: one
   // whose assignment was still on its way when the coordinator died is rightly run
   // again, as a second attempt.
-  // Asked twice a second: a 50 ms poll of every task is load enough on a busy machine to
-  // delay the agent's heartbeats past the test cluster's 5 s timeout.
+  // Asked twice a second: each answer lists all 160 tasks.
   bool started = false;
   for (int i = 0; i < 120 && !started; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
