@@ -150,4 +150,10 @@ for want in '"qubits": 8,' '"qubits": 10,' '"ratio":' '"gates_per_second"'; do
 done
 check "bench qsim refuses 40 qubits" 2 "--qubits: 40 is outside [2, 30]" "$bin" bench qsim --qubits 40
 check "chain generate with more shards than blocks" 2 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
+# A client certificate's name is a user's: a path in it never writes outside --dir.
+check "certs init" 0 "" "$bin" certs init --dir "$tmp/pki/ca"
+check "certs issue client refuses a path" 2 "--name '../escaped': only letters, digits and - _ . @ are allowed" "$bin" certs issue client --name ../escaped --dir "$tmp/pki/ca"
+[ ! -e "$tmp/pki/escaped.key" ] && [ ! -e "$tmp/pki/escaped.crt" ] || { echo "FAIL certs issue client wrote outside --dir"; fail=1; }
+check "certs issue client for a user" 0 "" "$bin" certs issue client --name alice@corp.example --dir "$tmp/pki/ca"
+[ -s "$tmp/pki/ca/alice@corp.example.crt" ] || { echo "FAIL certs issue client wrote no alice@corp.example.crt"; ls "$tmp/pki/ca"; fail=1; }
 exit $fail

@@ -15,6 +15,8 @@
 #include "client/client.h"
 #include "common/env.h"
 #include "common/units.h"
+#include "model/auth.h"
+#include "model/fleet.h"
 #include "security/pki.h"
 #include "spec/yaml_reader.h"
 
@@ -153,6 +155,8 @@ Status RunCertsIssue(const CertsOptions& o, std::ostream& out) {
                                         : "a client certificate needs --name USER");
   }
   if (monitor) MERIDIAN_RETURN_IF_ERROR(model::CheckName(o.name, "--name"));
+  // A user's name, as its tokens have: never a path out of --dir.
+  if (o.kind == "client") MERIDIAN_RETURN_IF_ERROR(model::CheckPrincipalName(o.name, "--name"));
   std::vector<std::string> hosts = o.hosts;
   if (coordinator) {
     for (const char* h : {"127.0.0.1", "localhost"}) {

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "coordinator/coordinator.h"
+#include "model/auth.h"
 
 namespace meridian::coordinator {
 namespace {
@@ -21,18 +22,6 @@ std::optional<std::pair<std::string, std::string>> SplitToken(std::string_view t
   std::string id(token.substr(kTokenPrefix.size(), kIdHex));
   std::string secret(token.substr(kTokenPrefix.size() + kIdHex + 1));
   return std::make_pair(id, secret);
-}
-
-// Names of users and tenants: what a log line and a table can show as they are.
-Status CheckPrincipalName(const std::string& name, std::string_view what) {
-  if (name.empty() || name.size() > 64) return InvalidArgumentError(fmt::format("{}: expected 1 to 64 characters", what));
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != '@') {
-      return InvalidArgumentError(
-          fmt::format("{} '{}': only letters, digits and - _ . @ are allowed", what, name));
-    }
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -55,8 +44,8 @@ StatusOr<model::Caller> Coordinator::Authenticate(const std::string& token) {
 
 StatusOr<rpc::NewToken> Coordinator::CreateToken(const std::string& user, const std::string& tenant, model::Role role,
                                                  int64_t ttl_us) {
-  MERIDIAN_RETURN_IF_ERROR(CheckPrincipalName(user, "user"));
-  MERIDIAN_RETURN_IF_ERROR(CheckPrincipalName(tenant, "tenant"));
+  MERIDIAN_RETURN_IF_ERROR(model::CheckPrincipalName(user, "user"));
+  MERIDIAN_RETURN_IF_ERROR(model::CheckPrincipalName(tenant, "tenant"));
   if (ttl_us < 0) return InvalidArgumentError("a token's lifetime cannot be negative");
   if (role == model::Role::kAgent && (ttl_us == 0 || ttl_us > int64_t{24} * 3600 * 1'000'000)) {
     return InvalidArgumentError("a join token (role agent) must expire within 24 h (give --ttl, such as 1h)");

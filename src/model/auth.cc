@@ -1,5 +1,7 @@
 #include "model/auth.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 namespace meridian::model {
@@ -29,6 +31,16 @@ std::string Caller::Describe() const {
   if (insecure) return "an unauthenticated caller (insecure coordinator)";
   if (!node.empty()) return fmt::format("node {}", node);
   return fmt::format("user {} ({}, tenant {})", user, RoleName(role), tenant);
+}
+
+Status CheckPrincipalName(std::string_view name, std::string_view what) {
+  if (name.empty() || name.size() > 64) return InvalidArgumentError(fmt::format("{}: expected 1 to 64 characters", what));
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != '@') {
+      return InvalidArgumentError(fmt::format("{} '{}': only letters, digits and - _ . @ are allowed", what, name));
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace meridian::model

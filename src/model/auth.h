@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace meridian::model {
 
 // What a credential may do; each role can do what the ones before it can, within its
@@ -42,5 +44,9 @@ struct Caller {
   // of an insecure coordinator.
   bool SeesAllTenants() const { return insecure || role == Role::kAdmin; }
 };
+
+// A user's or a tenant's name (tokens, client certificates): 1 to 64 letters,
+// digits and - _ . @ (so never a path); `what` names it in the error.
+Status CheckPrincipalName(std::string_view name, std::string_view what);
 
 }  // namespace meridian::model
