@@ -154,9 +154,10 @@ Status RunCertsIssue(const CertsOptions& o, std::ostream& out) {
     return InvalidArgumentError(monitor ? "a monitoring certificate needs --name NAME (say, prometheus)"
                                         : "a client certificate needs --name USER");
   }
+  // A monitor's name is a node-like name, a client's a user's (as its tokens have):
+  // never a path out of --dir.
   if (monitor) MERIDIAN_RETURN_IF_ERROR(model::CheckName(o.name, "--name"));
-  // A user's name, as its tokens have: never a path out of --dir.
-  if (o.kind == "client") MERIDIAN_RETURN_IF_ERROR(model::CheckPrincipalName(o.name, "--name"));
+  if (!coordinator && !monitor) MERIDIAN_RETURN_IF_ERROR(model::CheckPrincipalName(o.name, "--name"));
   std::vector<std::string> hosts = o.hosts;
   if (coordinator) {
     for (const char* h : {"127.0.0.1", "localhost"}) {

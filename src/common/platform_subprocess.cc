@@ -255,13 +255,12 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
                          out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
   const pid_t pid = VforkChild(setup);
-  if (pid < 0) {
-    const int e = errno;
-    pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
-    if (cgroup_procs >= 0) close(cgroup_procs);
-    return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(e)));
-  }
+  const int vfork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
+  if (pid < 0) {
+    if (cgroup_procs >= 0) close(cgroup_procs);
+    return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(vfork_errno)));
+  }
   setpgid(pid, pid);
   if (cgroup_procs >= 0) close(cgroup_procs);
   close(out_pipe[1]);

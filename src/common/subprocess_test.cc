@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
