@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev libpq-dev postgresql
   libxxhash-dev libssl-dev libsodium-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
   clang libclang-rt-14-dev
   chromium

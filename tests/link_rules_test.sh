@@ -66,18 +66,18 @@ declare -A allowed=(
 # stubs and the tests that speak the protocol use it.)
 # Headers no part may use unless listed here (platform* files excepted).
 declare -A forbidden=(
-  [sched]="grpc sqlite3 cuda yaml-cpp nlohmann chrono thread fstream filesystem mutex iostream"
-  [sim]="grpc sqlite3 cuda yaml-cpp chrono thread"
-  [model]="grpc sqlite3 cuda yaml-cpp nlohmann chrono thread fstream filesystem"
-  [common]="grpc sqlite3 cuda yaml-cpp nlohmann"
+  [sched]="grpc sqlite3 libpq cuda yaml-cpp nlohmann chrono thread fstream filesystem mutex iostream"
+  [sim]="grpc sqlite3 libpq cuda yaml-cpp chrono thread"
+  [model]="grpc sqlite3 libpq cuda yaml-cpp nlohmann chrono thread fstream filesystem"
+  [common]="grpc sqlite3 libpq cuda yaml-cpp nlohmann"
   [kernels]="grpc sqlite3"
-  [coordinator]="grpc sqlite3 cuda"
-  [agent]="grpc sqlite3 cuda"
+  [coordinator]="grpc sqlite3 libpq cuda"
+  [agent]="grpc sqlite3 libpq cuda"
   [store]="grpc cuda"
-  [objects]="grpc sqlite3 cuda"
-  [security]="grpc sqlite3 cuda yaml-cpp nlohmann"
-  [http]="grpc sqlite3 cuda yaml-cpp"
-  [workloads]="grpc sqlite3 cuda"
+  [objects]="grpc sqlite3 libpq cuda"
+  [security]="grpc sqlite3 libpq cuda yaml-cpp nlohmann"
+  [http]="grpc sqlite3 libpq cuda yaml-cpp"
+  [workloads]="grpc sqlite3 libpq cuda"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"

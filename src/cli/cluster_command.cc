@@ -27,7 +27,7 @@
 #include "security/pki.h"
 #include "spec/fleet_spec.h"
 #include "spec/yaml_reader.h"
-#include "store/sqlite_state_store.h"
+#include "store/open_state_store.h"
 
 namespace meridian::cli {
 namespace fs = std::filesystem;
@@ -212,8 +212,8 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   fs::create_directories(o.state_dir, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", o.state_dir, ec.message()));
   BlockTerminationSignals();  // before any thread starts, so all inherit it
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteStateStore> store,
-                            store::SqliteStateStore::Open((fs::path(o.state_dir) / "state.db").string(), store_options));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<store::StateStore> store,
+                            store::OpenStateStore(o.state, o.state_dir, store_options));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::Coordinator> coord,
                             coordinator::Coordinator::Create(std::move(options), std::move(store), Env::Default()));
   if (!o.insecure && !o.admin_token_file.empty() && !fs::exists(o.admin_token_file)) {
@@ -260,7 +260,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
   MERIDIAN_LOG_INFO("coordinator listening on {} ({}; state in {}){}", address,
                     o.insecure ? "INSECURE: no TLS, no authentication" : "TLS, client certificates and tokens",
-                    o.state_dir, http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
+                    store::DescribeState(o.state, o.state_dir), http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
   int sig = WaitForTerminationSignal();
   MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
   if (http_server) http_server->Shutdown();

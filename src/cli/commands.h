@@ -135,6 +135,8 @@ int ExitCode(const Status& status);
 
 struct CoordinatorCommandOptions {
   std::string state_dir;
+  // Where the state is kept: empty, SQLite in state_dir; or a postgresql:// URI.
+  std::string state;
   std::string listen = "127.0.0.1:7070";
   std::string fleet;
   std::string addr_file;  // written once listening: "host:port"

@@ -172,7 +172,15 @@ int main(int argc, char** argv) {
 
   cli::CoordinatorCommandOptions coord;
   CLI::App* coord_cmd = app.add_subcommand("coordinator", "Run a coordinator: jobs, nodes, scheduling, state");
-  coord_cmd->add_option("--state-dir", coord.state_dir, "Directory of the state store (SQLite)")->required();
+  coord_cmd->add_option("--state-dir", coord.state_dir,
+                        "Directory of the coordinator's files: the SQLite state store, unless --state names another")
+      ->required();
+  coord_cmd
+      ->add_option("--state", coord.state,
+                   "A PostgreSQL server to keep the state in, as a URI: postgresql://user@host:5432/db?sslmode=verify-full "
+                   "(its password from PGPASSFILE or PGPASSWORD, not the URI, which ps shows; default: SQLite in "
+                   "--state-dir)")
+      ->envname("MERIDIAN_STATE");
   coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)");
   coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
   coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");

@@ -1,5 +1,7 @@
-// One suite for every StateStore, plus what only the SQLite store promises:
-// durability across reopening, WAL mode, and schema migrations.
+// One suite for every StateStore, plus what only the SQLite store promises
+// (durability across reopening, WAL mode, schema migrations) and what only the
+// PostgreSQL store does (a real server started by the test: passwords, a lost
+// connection, big batches in one transaction).
 #include <sqlite3.h>
 
 #include <filesystem>
@@ -8,8 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include "store/open_state_store.h"
+#include "store/postgres_state_store.h"
 #include "store/sqlite_state_store.h"
 #include "testing/in_memory_state_store.h"
+#include "testing/postgres_server.h"
 
 namespace meridian::store {
 namespace {
@@ -44,6 +49,29 @@ std::vector<NewTask> NewTasks(uint32_t n) {
   std::vector<NewTask> out;
   for (uint32_t i = 0; i < n; ++i) out.push_back({"t" + std::to_string(i), false, model::TaskStatus::kQueued});
   return out;
+}
+
+// One server for the whole test process (each test is a process of its own under
+// CTest), a new database for each store made from it.
+testing::PostgresServer* Postgres() {
+  static std::unique_ptr<testing::PostgresServer> server = [] {
+    StatusOr<std::unique_ptr<testing::PostgresServer>> s = testing::PostgresServer::Start();
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status().ToString();
+      return std::unique_ptr<testing::PostgresServer>();
+    }
+    return std::move(*s);
+  }();
+  return server.get();
+}
+
+// A new database on the test's server: its name.
+std::string NewDatabase() {
+  static int n = 0;
+  const std::string name = "meridian_" + std::to_string(++n);
+  Status s = Postgres() ? Postgres()->CreateDatabase(name) : UnavailableError("no server");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return name;
 }
 
 struct StoreFactory {
@@ -264,6 +292,74 @@ TEST_P(StateStoreSuite, AJobCreatedInABatchIsStoredWithItsPlacementsUnderItsOwnI
   EXPECT_EQ(*store_->CreateJob(Job("next"), {}), 13u);
 }
 
+// What users wrote comes back byte for byte: NULs and bytes that are not UTF-8 in a
+// spec, a job's and a task's name, a reason, an output and a log are neither cut
+// nor changed.
+TEST_P(StateStoreSuite, WhatUsersWroteComesBackByteForByte) {
+  const std::string odd("a\0b\xff\xfe c\n", 9);
+  model::JobRecord j = Job("j" + odd);
+  j.spec_yaml = "name: x\n# " + odd;
+  j.spec_name = odd + ".yaml";
+  std::vector<NewTask> tasks = NewTasks(1);
+  tasks[0].name = "t" + odd;
+  const uint64_t id = *store_->CreateJob(j, tasks);
+  StoreBatch batch;
+  model::TaskRecord t = Task(0);
+  t.job = id;
+  t.status = model::TaskStatus::kFailed;
+  t.reason = "r" + odd;
+  t.output = odd + odd;
+  batch.tasks.push_back(t);
+  batch.attempts.push_back({id, 0, 1, "n", "s", "failed", "why" + odd, 2, 1, 2});
+  batch.logs.push_back({id, 0, 1, "n", "out" + odd, "err" + odd, 12, 12});
+  j.id = id;
+  j.status = model::JobStatus::kFailed;
+  j.reason = "because" + odd;
+  batch.jobs.push_back(j);
+  ASSERT_TRUE(store_->Apply(batch).ok());
+  LoadedState s = *store_->Load();
+  ASSERT_EQ(s.jobs.size(), 1u);
+  EXPECT_EQ(s.jobs[0].name, "j" + odd);
+  EXPECT_EQ(s.jobs[0].reason, "because" + odd);
+  EXPECT_EQ(*store_->JobSpec(id), std::make_pair("name: x\n# " + odd, odd + ".yaml"));
+  std::vector<model::TaskView> page = *store_->TaskPage(id, 0, 1, 1 << 20);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0].name, "t" + odd);
+  EXPECT_EQ(page[0].record.reason, "r" + odd);
+  EXPECT_EQ(page[0].record.output, odd + odd);
+  ASSERT_EQ(page[0].history.size(), 1u);
+  EXPECT_EQ(page[0].history[0].reason, "why" + odd);
+  std::vector<model::TaskLog> logs = *store_->Logs(id, 0);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0].task, "t" + odd);
+  EXPECT_EQ(logs[0].record.stdout_tail, "out" + odd);
+  EXPECT_EQ(logs[0].record.stderr_tail, "err" + odd);
+  EXPECT_EQ(*store_->FindTask(id, "t" + odd), std::optional<uint32_t>(0));
+}
+
+// A batch far bigger than any one round trip carries (a coordinator's commit after a
+// burst of reports) is stored whole.
+TEST_P(StateStoreSuite, ABigBatchIsStoredWhole) {
+  const uint64_t id = *store_->CreateJob(Job("big"), NewTasks(3000));
+  StoreBatch batch;
+  for (uint32_t i = 0; i < 3000; ++i) {
+    model::TaskRecord t = Task(i);
+    t.job = id;
+    t.status = model::TaskStatus::kRunning;
+    t.node = "n" + std::to_string(i % 7);
+    t.attempt = 1;
+    batch.tasks.push_back(t);
+    batch.attempts.push_back({id, i, 1, t.node, "s", "running", "", 0, i, 0});
+  }
+  ASSERT_TRUE(store_->Apply(batch).ok());
+  LoadedState s = *store_->Load();
+  ASSERT_EQ(s.tasks.size(), 3000u);
+  ASSERT_EQ(s.attempts.size(), 3000u);
+  EXPECT_EQ(s.tasks[2999].node, "n" + std::to_string(2999 % 7));
+  EXPECT_EQ(s.tasks[2999].status, model::TaskStatus::kRunning);
+  EXPECT_EQ(s.attempts[1234].started_us, 1234);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StateStoreSuite,
     ::testing::Values(
@@ -275,6 +371,13 @@ INSTANTIATE_TEST_SUITE_P(
         StoreFactory{"in_memory",
                      [](const fs::path&) -> std::unique_ptr<StateStore> {
                        return std::make_unique<testing::InMemoryStateStore>();
+                     }},
+        StoreFactory{"postgresql",
+                     [](const fs::path&) -> std::unique_ptr<StateStore> {
+                       if (Postgres() == nullptr) return nullptr;
+                       auto s = PostgresStateStore::Open(Postgres()->Uri(NewDatabase()), {});
+                       EXPECT_TRUE(s.ok()) << s.status().ToString();
+                       return s.ok() ? std::move(*s) : nullptr;
                      }}),
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; });
 
@@ -346,6 +449,122 @@ TEST_F(SqliteStoreTest, AnUnwritableDirectoryIsAClearError) {
   auto s = SqliteStateStore::Open((dir_ / "missing" / "state.db").string(), {});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("missing/state.db"), std::string::npos) << s.status().ToString();
+}
+
+class PostgresStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(Postgres(), nullptr);
+    db_ = NewDatabase();
+  }
+  std::string Uri() const { return Postgres()->Uri(db_); }
+  std::string db_;
+};
+
+TEST_F(PostgresStoreTest, ACommittedJobSurvivesReconnecting) {
+  {
+    auto s = *PostgresStateStore::Open(Uri(), {});
+    EXPECT_EQ(s->schema_version(), PostgresStateStore::LatestSchemaVersion());
+    ASSERT_TRUE(s->CreateJob(Job("kept"), NewTasks(2)).ok());
+  }
+  auto s = *PostgresStateStore::Open(Uri(), {});
+  LoadedState l = *s->Load();
+  ASSERT_EQ(l.jobs.size(), 1u);
+  EXPECT_EQ(l.jobs[0].name, "kept");
+  EXPECT_EQ(l.tasks.size(), 2u);
+  EXPECT_EQ(l.next_job_id, 2u);
+}
+
+// Over TCP the server asks for a password: the right one opens the store; a wrong one
+// is one clear error that names the server but not the password.
+TEST_F(PostgresStoreTest, APasswordIsCheckedAndNeverShown) {
+  auto good = PostgresStateStore::Open(Postgres()->TcpUri(db_, Postgres()->password()), {});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ASSERT_TRUE((*good)->CreateJob(Job("over-tcp"), {}).ok());
+  auto bad = PostgresStateStore::Open(Postgres()->TcpUri(db_, "not-the-password"), {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
+  const std::string m = bad.status().message();
+  EXPECT_NE(m.find("password authentication failed for user \"meridian\""), std::string::npos) << m;
+  EXPECT_NE(m.find("postgresql://meridian:***@127.0.0.1:"), std::string::npos) << m;
+  EXPECT_EQ(m.find("not-the-password"), std::string::npos) << m;
+  EXPECT_EQ(PostgresStateStore::Redact("postgresql://u:secret@h:5432/db?sslmode=verify-full"),
+            "postgresql://u:***@h:5432/db?sslmode=verify-full");
+  EXPECT_EQ(PostgresStateStore::Redact("postgresql://u@h/db"), "postgresql://u@h/db");
+  EXPECT_EQ(PostgresStateStore::Redact("postgresql:///db?host=/run/x"), "postgresql:///db?host=/run/x");
+}
+
+// The server ends the store's connection (a restart, a failover, an idle timeout):
+// the next call connects again and works.
+TEST_F(PostgresStoreTest, ALostConnectionIsMadeAgainAtTheNextCall) {
+  auto s = *PostgresStateStore::Open(Uri(), {});
+  const uint64_t a = *s->CreateJob(Job("before"), NewTasks(1));
+  ASSERT_EQ(*Postgres()->Execute(db_, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                       "WHERE application_name = 'meridian-coordinator'"),
+            "1");
+  // Its server process is gone, and has said so to the store's socket.
+  for (int i = 0; i < 100 && *Postgres()->Execute(db_, "SELECT count(*) FROM pg_stat_activity "
+                                                       "WHERE application_name = 'meridian-coordinator'") != "0";
+       ++i) {
+    usleep(50'000);
+  }
+  const uint64_t b = *s->CreateJob(Job("after"), NewTasks(1));
+  EXPECT_EQ(b, a + 1);
+  EXPECT_EQ(s->Load()->jobs.size(), 2u);
+}
+
+// A batch is one transaction, however many round trips it takes: a row the server
+// refuses at its end (text that is not UTF-8 where only identifiers go) leaves
+// every row before it unwritten, and the error names what was refused.
+TEST_F(PostgresStoreTest, ABatchThatFailsAtItsEndChangesNothing) {
+  auto s = *PostgresStateStore::Open(Uri(), {});
+  const uint64_t id = *s->CreateJob(Job("atomic"), NewTasks(2000));
+  StoreBatch batch;
+  for (uint32_t i = 0; i < 2000; ++i) {
+    model::TaskRecord t = Task(i);
+    t.job = id;
+    t.status = model::TaskStatus::kRunning;
+    t.node = i == 1999 ? std::string("n\xff") : "n";
+    batch.tasks.push_back(t);
+  }
+  Status applied = s->Apply(batch);
+  ASSERT_FALSE(applied.ok());
+  EXPECT_NE(applied.message().find("invalid byte sequence for encoding \"UTF8\": 0xff"), std::string::npos)
+      << applied.ToString();
+  LoadedState l = *s->Load();
+  ASSERT_EQ(l.tasks.size(), 2000u);
+  for (const model::TaskRecord& t : l.tasks) ASSERT_EQ(t.status, model::TaskStatus::kQueued) << t.task;
+  // The connection is still good for the next batch.
+  batch.tasks.back().node = "n";
+  ASSERT_TRUE(s->Apply(batch).ok());
+  EXPECT_EQ(s->Load()->tasks[1999].status, model::TaskStatus::kRunning);
+}
+
+TEST_F(PostgresStoreTest, RefusesASchemaNewerThanItKnows) {
+  { auto s = *PostgresStateStore::Open(Uri(), {}); }
+  ASSERT_TRUE(Postgres()->Execute(db_, "UPDATE meridian_schema SET version = 99").ok());
+  auto s = PostgresStateStore::Open(Uri(), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("has schema version 99, newer than this build's 1"), std::string::npos)
+      << s.status().ToString();
+}
+
+TEST_F(PostgresStoreTest, OpenStateStoreChoosesByTheStateItIsGiven) {
+  auto pg = OpenStateStore(Uri(), "/nonexistent", {});
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  EXPECT_NE(dynamic_cast<PostgresStateStore*>(pg->get()), nullptr);
+  auto full = OpenStateStore(Uri(), "/nonexistent", {.sync = SqliteStateStore::Sync::kFull});
+  EXPECT_EQ(full.status().code(), StatusCode::kInvalidArgument);
+  auto wrong = OpenStateStore("mysql://u:pw@h/db", "/nonexistent", {});
+  EXPECT_EQ(wrong.status().message(),
+            "--state: expected a postgresql:// URI (or no --state, for SQLite in --state-dir), got 'mysql://u:***@h/db'");
+  const fs::path dir = TempDir();
+  auto sqlite = OpenStateStore("", dir.string(), {});
+  ASSERT_TRUE(sqlite.ok());
+  EXPECT_NE(dynamic_cast<SqliteStateStore*>(sqlite->get()), nullptr);
+  EXPECT_TRUE(fs::exists(dir / "state.db"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
