@@ -59,7 +59,7 @@ declare -A allowed=(
   [workloads]="workloads client kernels common model spec"
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc http kernels objects security workloads"
   [bench]="bench sched sim spec model common"
-  [tests]="client rpc http security objects spec model common meridian"
+  [tests]="client rpc http security objects spec model common testing meridian"
   [fuzz]="spec sim sched objects rpc kernels model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "local_cluster.h"
+#include "testing/postgres_server.h"
 #include "meridian/v1/meridian.grpc.pb.h"
 
 namespace meridian::testing {
@@ -133,34 +134,36 @@ tasks:
   EXPECT_NE(get.out.find("lost"), std::string::npos) << get.out;
 }
 
-TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) {
-  const std::string ran = cluster_->SharedPath("ran.txt");
+// Jobs running and one acknowledged just before the coordinator is killed -9: after
+// it starts again, each ends as it should, and no task ran twice.
+void ExpectACoordinatorRestartLosesNothingAndRerunsNothing(LocalCluster& cluster) {
+  const std::string ran = cluster.SharedPath("ran.txt");
   // Each task notes that it started, then works a while: a task run twice shows up twice.
-  StatusOr<rpc::SubmitResult> first = cluster_->client().Submit(
+  StatusOr<rpc::SubmitResult> first = cluster.client().Submit(
       "name: notes\ntasks:\n  - name: note\n    count: 12\n    resources: {cpu: 2}\n"
       "    command: [sh, -c, 'echo \"$MERIDIAN_TASK\" >> " + ran + "; sleep 1']\n",
       "notes.yaml");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_TRUE(WaitFor(
       [&] {
-        auto s = cluster_->client().GetJob(first->job_id, false);
+        auto s = cluster.client().GetJob(first->job_id, false);
         return s.ok() && s->summary.succeeded >= 1 && s->summary.running >= 1;
       },
       30));
   // Acknowledged just before the crash: it must not be lost.
-  StatusOr<rpc::SubmitResult> second = cluster_->client().Submit(
+  StatusOr<rpc::SubmitResult> second = cluster.client().Submit(
       "name: after\ntasks:\n  - {name: s, kernel: sum, args: {from: 1, to: 101}}\n", "after.yaml");
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  cluster_->Kill9("coordinator");
+  cluster.Kill9("coordinator");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_TRUE(cluster_->Up());
+  ASSERT_TRUE(cluster.Up());
 
   for (uint64_t id : {first->job_id, second->job_id}) {
-    auto done = cluster_->client().Watch(id, [](const model::JobSummary&) { return true; });
+    auto done = cluster.client().Watch(id, [](const model::JobSummary&) { return true; });
     ASSERT_TRUE(done.ok()) << done.status().ToString();
     EXPECT_EQ(done->job.status, model::JobStatus::kSucceeded) << "job " << id << ": " << done->job.reason;
   }
-  auto sum = cluster_->client().GetJob(second->job_id, true);
+  auto sum = cluster.client().GetJob(second->job_id, true);
   ASSERT_TRUE(sum.ok());
   EXPECT_EQ(sum->tasks.front().record.output, "5050");
   std::map<std::string, int> starts;
@@ -168,6 +171,29 @@ TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) 
   for (std::string line; std::getline(in, line);) ++starts[line];
   EXPECT_EQ(starts.size(), 12u);
   for (const auto& [task, n] : starts) EXPECT_EQ(n, 1) << task << " ran " << n << " times";
+}
+
+TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) {
+  ExpectACoordinatorRestartLosesNothingAndRerunsNothing(*cluster_);
+}
+
+// The same with the state on a PostgreSQL server (a real one, started here): the
+// coordinator (of `meridian up`, told by MERIDIAN_STATE) keeps nothing in a file.
+TEST(RuntimePostgresTest, ACoordinatorOnPostgresqlKilledAndRestartedLosesNothingAndRerunsNothing) {
+  StatusOr<std::unique_ptr<PostgresServer>> pg = PostgresServer::Start();
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  ASSERT_TRUE((*pg)->CreateDatabase("meridian").ok());
+  ASSERT_EQ(setenv("MERIDIAN_STATE", (*pg)->Uri("meridian").c_str(), 1), 0);
+  LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
+  ASSERT_TRUE(cluster.Up());
+  ExpectACoordinatorRestartLosesNothingAndRerunsNothing(cluster);
+  EXPECT_FALSE(std::filesystem::exists(cluster.dir() + "/state/state.db"));
+  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), "2");
+  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM tasks WHERE status = 'succeeded'"), "13");
+  std::ifstream log(cluster.dir() + "/logs/coordinator.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("state in postgresql:///meridian?host="), std::string::npos) << text.substr(0, 2000);
+  unsetenv("MERIDIAN_STATE");
 }
 
 TEST_F(RuntimeTest, AnAgentThatRestartsRegistersAgain) {
