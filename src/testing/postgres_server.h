@@ -10,9 +10,7 @@
 #pragma once
 
 #include <libpq-fe.h>
-#include <netinet/in.h>
 #include <pwd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "common/net.h"
 #include "common/status.h"
 #include "common/subprocess.h"
 
@@ -146,19 +145,10 @@ class PostgresServer {
     return OkStatus();
   }
 
+  // A port free now (the server takes it a moment later).
   static int FreePort() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    int port = 0;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      port = ntohs(a.sin_port);
-    }
-    close(fd);
-    return port;
+    StatusOr<std::unique_ptr<TcpListener>> l = TcpListener::Listen("127.0.0.1", 0);
+    return l.ok() ? (*l)->port() : 0;
   }
 
   const std::string dir_;
