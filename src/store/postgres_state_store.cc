@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "common/logging.h"
+#include "store/postgres_connection.h"
 
 namespace meridian::store {
 namespace {
@@ -56,7 +56,28 @@ constexpr const char* kMigrations[] = {
       tenant TEXT NOT NULL, day BIGINT NOT NULL, micro_usd BIGINT NOT NULL,
       PRIMARY KEY (tenant, day));
     )sql",
+    // 2: who leads (PostgresLease): one row, whose epoch is the fencing token that
+    // every write of a leader checks in its own transaction (meridian_fence). The
+    // check holds the row for the transaction, so a standby's takeover waits for a
+    // write in flight, and every write after the takeover fails.
+    R"sql(
+    CREATE TABLE leader_lease (
+      id BIGINT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);
+    INSERT INTO leader_lease VALUES (1, '', 0, '-infinity');
+    CREATE FUNCTION meridian_fence(mine BIGINT) RETURNS BIGINT LANGUAGE plpgsql AS $fn$
+    DECLARE current BIGINT;
+    BEGIN
+      SELECT epoch INTO current FROM leader_lease WHERE id = 1 FOR SHARE;
+      IF current IS DISTINCT FROM mine THEN
+        RAISE EXCEPTION 'fenced off: this coordinator led epoch %, and epoch % leads now', mine, current
+          USING ERRCODE = 'MF001';
+      END IF;
+      RETURN current;
+    END $fn$;
+    )sql",
 };
+// The SQLSTATE of meridian_fence's refusal.
+constexpr const char* kFencedOff = "MF001";
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));
 // Taken while migrating, so that coordinators starting together migrate once.
 constexpr int64_t kMigrationLock = 0x4d6572696469616e;  // "Meridian"
@@ -93,7 +114,7 @@ enum Statement {
   kNextJob, kTakeNextJob, kSetNextJob,
   kDeleteLogs, kDeleteAttempts, kDeleteLabels, kDeleteTasks, kDeleteJob,
   kJobs, kUnfinishedTasks, kUnfinishedAttempts, kFinishedCounts, kNames, kTokens, kSpend,
-  kLogsOfJob, kLogsOfTask, kTaskPage, kPageAttempts, kFindTask, kJobSpec,
+  kLogsOfJob, kLogsOfTask, kTaskPage, kPageAttempts, kFindTask, kJobSpec, kFence,
   kStatementCount
 };
 
@@ -163,6 +184,7 @@ std::vector<std::string> StatementTexts() {
   s[kPageAttempts] = "SELECT * FROM attempts WHERE job = $1 AND task BETWEEN $2 AND $3 ORDER BY task, attempt";
   s[kFindTask] = "SELECT task FROM task_labels WHERE job = $1 AND name = $2";
   s[kJobSpec] = "SELECT spec_yaml, spec_name FROM jobs WHERE id = $1";
+  s[kFence] = "SELECT meridian_fence($1)";
   return s;
 }
 
@@ -185,22 +207,12 @@ std::vector<int32_t> SplitInts(std::string_view s) {
   return out;
 }
 
-// libpq's messages end in a newline; ours do not.
-std::string Trimmed(const char* message) {
-  std::string m = message ? message : "";
-  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-  return m.empty() ? "unknown error" : m;
-}
-
 // Whether a connection with nothing in flight has something to read: the server's
 // notice that it ends the session, or the end itself. Either way it is not to be used.
 bool IdleConnectionEnded(PGconn* conn) {
   pollfd p{PQsocket(conn), POLLIN, 0};
   return poll(&p, 1, 0) != 0;
 }
-
-// The server's notices (a connection ending, a warning) go to the log, not stderr.
-void LogNotice(void*, const char* message) { MERIDIAN_LOG_WARN("state store: {}", Trimmed(message)); }
 
 }  // namespace
 
@@ -311,7 +323,7 @@ PostgresStateStore::~PostgresStateStore() { PQfinish(conn_); }
 
 Status PostgresStateStore::Error(const std::string& what) const {
   return UnavailableError(
-      fmt::format("state store {}: {}: {}", shown_, what, Trimmed(conn_ ? PQerrorMessage(conn_) : "out of memory")));
+      fmt::format("state store {}: {}: {}", shown_, what, PostgresMessage(conn_ ? PQerrorMessage(conn_) : "out of memory")));
 }
 
 Status PostgresStateStore::EnsureConnected() {
@@ -323,16 +335,11 @@ Status PostgresStateStore::EnsureConnected() {
   }
   prepared_ = false;
   if (conn_ == nullptr) {
-    // Defaults first: what the URI says wins (expand_dbname).
-    const char* keys[] = {"connect_timeout", "application_name", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "dbname", nullptr};
-    const char* values[] = {"10", "meridian-coordinator", "10", "5", "3", uri_.c_str(), nullptr};
-    conn_ = PQconnectdbParams(keys, values, 1);
+    conn_ = ConnectPostgres(uri_, "meridian-coordinator");
   } else {
     PQreset(conn_);
   }
   if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) return Error("connect");
-  PQsetNoticeProcessor(conn_, LogNotice, nullptr);
   MERIDIAN_RETURN_IF_ERROR(Migrate());
   MERIDIAN_RETURN_IF_ERROR(Prepare());
   prepared_ = true;
@@ -420,6 +427,16 @@ Status PostgresStateStore::RunPipeline(const std::vector<Step>& steps, const cha
       if (PQsendQueryParams(conn_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 1) != 1) return note(what);
       ++sent;
     }
+    if (from == 0 && fence_epoch_ > 0) {
+      Params fence;
+      fence.Int(fence_epoch_);
+      std::vector<const char*> values = fence.values();
+      if (PQsendQueryPrepared(conn_, fmt::format("m{}", int{kFence}).c_str(), 1, values.data(), fence.lengths(),
+                              fence.formats(), 1) != 1) {
+        return note(what);
+      }
+      ++sent;
+    }
     for (size_t i = from; i < to; ++i) {
       const Params& p = steps[i].params;
       std::vector<const char*> values = p.values();
@@ -440,8 +457,10 @@ Status PostgresStateStore::RunPipeline(const std::vector<Step>& steps, const cha
         const ExecStatusType st = PQresultStatus(r);
         if (st == PGRES_FATAL_ERROR) {
           if (first_error.ok()) {
-            first_error = UnavailableError(
-                fmt::format("state store {}: {}: {}", shown_, what, Trimmed(PQresultErrorMessage(r))));
+            const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+            std::string m = fmt::format("state store {}: {}: {}", shown_, what, PostgresMessage(PQresultErrorMessage(r)));
+            first_error = state != nullptr && std::string(state) == kFencedOff ? FailedPreconditionError(m)
+                                                                               : UnavailableError(m);
           }
         } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED) {
           note(what);

@@ -46,6 +46,13 @@ class PostgresStateStore final : public StateStore {
   ~PostgresStateStore() override;
 
   int schema_version() const { return schema_version_; }
+  // From now on every write checks, in its own transaction, that `epoch` (a
+  // PostgresLease's) still leads; one from a coordinator that lost the lease fails
+  // with FailedPrecondition and changes nothing. 0: no check (one coordinator).
+  void SetFence(int64_t epoch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fence_epoch_ = epoch;
+  }
 
   StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) override;
   Status Apply(const StoreBatch& batch) override;
@@ -108,6 +115,7 @@ class PostgresStateStore final : public StateStore {
   pg_conn* conn_ = nullptr;
   bool prepared_ = false;
   int schema_version_ = 0;
+  int64_t fence_epoch_ = 0;
 };
 
 }  // namespace meridian::store

@@ -8,9 +8,11 @@
 #include <functional>
 #include <random>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "store/open_state_store.h"
+#include "store/postgres_lease.h"
 #include "store/postgres_state_store.h"
 #include "store/sqlite_state_store.h"
 #include "testing/in_memory_state_store.h"
@@ -546,7 +548,9 @@ TEST_F(PostgresStoreTest, RefusesASchemaNewerThanItKnows) {
   auto s = PostgresStateStore::Open(Uri(), {});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.status().message().find("has schema version 99, newer than this build's 1"), std::string::npos)
+  EXPECT_NE(s.status().message().find(fmt::format("has schema version 99, newer than this build's {}",
+                                                 PostgresStateStore::LatestSchemaVersion())),
+            std::string::npos)
       << s.status().ToString();
 }
 
@@ -565,6 +569,58 @@ TEST_F(PostgresStoreTest, OpenStateStoreChoosesByTheStateItIsGiven) {
   EXPECT_NE(dynamic_cast<SqliteStateStore*>(sqlite->get()), nullptr);
   EXPECT_TRUE(fs::exists(dir / "state.db"));
   fs::remove_all(dir);
+}
+
+// Several coordinators on one store: one holds the lease at a time, a new holder
+// gets a new epoch, and the one that lost it learns so at its next renewal.
+TEST_F(PostgresStoreTest, OneCoordinatorAtATimeHoldsTheLease) {
+  auto store = *PostgresStateStore::Open(Uri(), {});
+  auto a = *PostgresLease::Open(Uri(), {.holder = "a", .ttl_us = 60'000'000});
+  auto b = *PostgresLease::Open(Uri(), {.holder = "b", .ttl_us = 60'000'000});
+  EXPECT_EQ(*a->TryAcquire(), 1);
+  EXPECT_EQ(*b->TryAcquire(), 0);
+  EXPECT_TRUE(a->Renew().ok());
+  EXPECT_EQ(b->Describe()->substr(0, 29), "a (epoch 1, expires in 60.0 s");
+  ASSERT_TRUE(a->Release().ok());
+  EXPECT_EQ(*b->TryAcquire(), 2);
+  Status renewed = a->Renew();
+  EXPECT_EQ(renewed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(renewed.message().substr(0, 52), "lost the lease of epoch 1: held by b (epoch 2, expir");
+  EXPECT_EQ(*a->TryAcquire(), 0);
+}
+
+// A leader that lost its lease without knowing it (stalled past its time to live)
+// writes nothing: its next batch is refused in its own transaction, whole.
+TEST_F(PostgresStoreTest, WritesOfADeposedLeaderAreFencedOff) {
+  auto old_store = *PostgresStateStore::Open(Uri(), {});
+  auto old_lease = *PostgresLease::Open(Uri(), {.holder = "old", .ttl_us = 200'000});
+  ASSERT_EQ(*old_lease->TryAcquire(), 1);
+  old_store->SetFence(1);
+  const uint64_t id = *old_store->CreateJob(Job("before"), NewTasks(2));
+  usleep(400'000);  // the old leader stalls; its lease expires
+  auto new_store = *PostgresStateStore::Open(Uri(), {});
+  auto new_lease = *PostgresLease::Open(Uri(), {.holder = "new", .ttl_us = 60'000'000});
+  ASSERT_EQ(*new_lease->TryAcquire(), 2);
+  new_store->SetFence(2);
+
+  StoreBatch late;
+  model::TaskRecord t = Task(0);
+  t.job = id;
+  t.status = model::TaskStatus::kSucceeded;
+  late.tasks.push_back(t);
+  Status fenced = old_store->Apply(late);
+  EXPECT_EQ(fenced.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(fenced.message().find("fenced off: this coordinator led epoch 1, and epoch 2 leads now"),
+            std::string::npos)
+      << fenced.ToString();
+  EXPECT_EQ(old_store->CreateJob(Job("late"), {}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old_store->DeleteJob(id).code(), StatusCode::kFailedPrecondition);
+  LoadedState l = *new_store->Load();
+  ASSERT_EQ(l.jobs.size(), 1u);
+  EXPECT_EQ(l.tasks[0].status, model::TaskStatus::kQueued);
+  // The new leader writes.
+  EXPECT_TRUE(new_store->Apply(late).ok());
+  EXPECT_EQ(*new_store->CreateJob(Job("next"), {}), id + 1);
 }
 
 }  // namespace
