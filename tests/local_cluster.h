@@ -95,12 +95,16 @@ class LocalCluster {
   }
 
   const std::string& dir() const { return dir_; }
+  // More arguments for `meridian up` (e.g. {"--coordinators", "2"}).
+  void AddUpArgs(const std::vector<std::string>& args) { up_args_.insert(up_args_.end(), args.begin(), args.end()); }
 
   // Starts whatever is not running; true once every node is registered.
   bool Up() {
     // Generous for a loaded CI machine running sanitized builds side by side: a node
     // taken for dead by mistake would run a task twice and fail the exactly-once checks.
-    CommandResult r = Meridian({"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s"});
+    std::vector<std::string> args = {"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s"};
+    args.insert(args.end(), up_args_.begin(), up_args_.end());
+    CommandResult r = Meridian(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     if (r.exit_code != 0) return false;
     std::ifstream in(dir_ + "/coordinator.addr");
@@ -171,6 +175,7 @@ class LocalCluster {
 
  private:
   std::string fleet_;
+  std::vector<std::string> up_args_;
   std::string dir_;
   std::string address_;
   std::unique_ptr<client::Client> client_;

@@ -12,12 +12,15 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/agent.h"
 #include "cli/commands.h"
+#include "cli/leadership.h"
 #include "cli/table.h"
 #include "client/client.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
@@ -28,6 +31,7 @@
 #include "spec/fleet_spec.h"
 #include "spec/yaml_reader.h"
 #include "store/open_state_store.h"
+#include "store/postgres_state_store.h"
 
 namespace meridian::cli {
 namespace fs = std::filesystem;
@@ -214,6 +218,22 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   BlockTerminationSignals();  // before any thread starts, so all inherit it
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<store::StateStore> store,
                             store::OpenStateStore(o.state, o.state_dir, store_options));
+  // On PostgreSQL, several coordinators may share the store: this one leads only while
+  // it holds the lease (a standby until then), and its writes are fenced by its epoch.
+  std::unique_ptr<Leadership> leadership;
+  if (auto* pg = dynamic_cast<store::PostgresStateStore*>(store.get())) {
+    StatusOr<int64_t> lease_ttl = ParseDurationUs(o.lease_ttl);
+    if (!lease_ttl.ok() || *lease_ttl < 500'000) {
+      return InvalidArgumentError("--lease-ttl: expected a duration of at least 500ms, such as 3s");
+    }
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    MERIDIAN_ASSIGN_OR_RETURN(
+        leadership, Leadership::Await(o.state, fmt::format("{} ({}, pid {})", o.listen, host, getpid()), *lease_ttl));
+    if (leadership == nullptr) return OkStatus();  // stopped while a standby
+    pg->SetFence(leadership->epoch());
+    leadership->StartRenewing();
+  }
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<coordinator::Coordinator> coord,
                             coordinator::Coordinator::Create(std::move(options), std::move(store), Env::Default()));
   if (!o.insecure && !o.admin_token_file.empty() && !fs::exists(o.admin_token_file)) {
@@ -262,9 +282,11 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
                     o.insecure ? "INSECURE: no TLS, no authentication" : "TLS, client certificates and tokens",
                     store::DescribeState(o.state, o.state_dir), http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
   int sig = WaitForTerminationSignal();
-  MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
+  std::optional<std::string> lost = leadership ? leadership->lost() : std::nullopt;
+  if (!lost) MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
   if (http_server) http_server->Shutdown();
   server->Shutdown();
+  if (lost) return AbortedError("no longer the leader: " + *lost);
   return OkStatus();
 }
 
@@ -372,25 +394,18 @@ StatusOr<std::pair<int, bool>> Ensure(const fs::path& dir, const Component& c) {
 
 namespace {
 
-// Starts the coordinator unless it runs; returns its address and whether it started.
-StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, const std::string& fleet,
-                                                        const UpOptions& o, const std::string& self) {
-  // It keeps the address it first got, so agents find a restarted one.
-  StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
-  std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
-  // And its HTTPS listener's, so a Prometheus pointed at it finds it again.
-  StatusOr<std::string> previous_http = ReadSmallFile(dir / kHttpAddrFile);
-  std::string http_listen = "127.0.0.1:0";
-  if (previous_http.ok() && previous_http->find("://") != std::string::npos) {
-    http_listen = previous_http->substr(previous_http->find("://") + 3);
-  }
-  Component coord{"coordinator",
+// The coordinator called `name`, listening on `listen` and writing it to `addr_file`
+// once it does (a standby does not listen until it leads).
+Component CoordinatorComponent(const fs::path& dir, const std::string& fleet, const UpOptions& o,
+                               const std::string& self, const std::string& name, const std::string& listen,
+                               const std::string& http_listen, const fs::path& addr_file) {
+  Component coord{name,
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
-                   listen, "--fleet", fleet, "--addr-file", (dir / kAddrFile).string(), "--http-listen", http_listen,
+                   listen, "--fleet", fleet, "--addr-file", addr_file.string(), "--http-listen", http_listen,
                    "--http-addr-file", (dir / kHttpAddrFile).string(), "--heartbeat-timeout",
                    o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--retain-jobs",
                    std::to_string(o.retain_jobs), "--retain-for", o.retain_for, "--emulate-wan"},
-                  dir / "logs" / "coordinator.log"};
+                  dir / "logs" / (name + ".log")};
   if (o.insecure) {
     coord.argv.push_back("--insecure");
   } else {
@@ -400,17 +415,88 @@ StatusOr<std::pair<std::string, bool>> StartCoordinator(const fs::path& dir, con
     }
   }
   if (o.real_gpus) coord.argv.push_back("--accept-node-devices");
-  std::error_code ec;
-  if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
-  MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
-  for (int i = 0; i < 500; ++i) {
-    StatusOr<std::string> a = ReadSmallFile(dir / kAddrFile);
-    if (a.ok() && !a->empty()) return std::make_pair(*a, pid.second);
-    if (ChildExited(pid.first)) break;
+  return coord;
+}
+
+// Waits (10 s, and a lease's life when several share the store) until one of
+// `addr_files` is written; its content.
+StatusOr<std::string> WaitForListening(const std::vector<fs::path>& addr_files, const std::vector<int>& pids,
+                                       const std::vector<Component>& coords) {
+  for (int i = 0; i < 650; ++i) {
+    for (const fs::path& f : addr_files) {
+      StatusOr<std::string> a = ReadSmallFile(f);
+      if (a.ok() && !a->empty()) return *a;
+    }
+    if (std::all_of(pids.begin(), pids.end(), [](int pid) { return ChildExited(pid); })) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return UnavailableError(fmt::format("the coordinator did not start; its log ({}) ends:{}", coord.log.string(),
-                                      LogTail(coord.log, 5)));
+  std::string tails;
+  for (const Component& c : coords) tails += fmt::format("\n{} ({}) ends:{}", c.name, c.log.string(), LogTail(c.log, 5));
+  return UnavailableError("no coordinator started to lead; their logs:" + tails);
+}
+
+// Starts the coordinators that do not run; returns the address clients and agents
+// use (with several, all of them, comma-separated) and whether any started.
+StatusOr<std::pair<std::string, bool>> StartCoordinators(const fs::path& dir, const std::string& fleet,
+                                                         const UpOptions& o, const std::string& self) {
+  std::error_code ec;
+  if (o.coordinators <= 1) {
+    // It keeps the address it first got, so agents find a restarted one.
+    StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
+    std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
+    // And its HTTPS listener's, so a Prometheus pointed at it finds it again.
+    StatusOr<std::string> previous_http = ReadSmallFile(dir / kHttpAddrFile);
+    std::string http_listen = "127.0.0.1:0";
+    if (previous_http.ok() && previous_http->find("://") != std::string::npos) {
+      http_listen = previous_http->substr(previous_http->find("://") + 3);
+    }
+    Component coord = CoordinatorComponent(dir, fleet, o, self, "coordinator", listen, http_listen, dir / kAddrFile);
+    if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
+    MERIDIAN_ASSIGN_OR_RETURN(std::string address, WaitForListening({dir / kAddrFile}, {pid.first}, {coord}));
+    return std::make_pair(address, pid.second);
+  }
+  // Several share a PostgreSQL store, one leading: each has a fixed address, chosen
+  // once, that agents and clients know all of.
+  std::vector<std::string> addresses;
+  if (StatusOr<std::string> kept = ReadSmallFile(dir / kAddrFile); kept.ok() && !kept->empty()) {
+    for (size_t from = 0; from <= kept->size();) {
+      const size_t comma = std::min(kept->find(',', from), kept->size());
+      addresses.push_back(kept->substr(from, comma - from));
+      from = comma + 1;
+    }
+  }
+  if (addresses.size() != static_cast<size_t>(o.coordinators)) {
+    if (!addresses.empty() && ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) {
+      return FailedPreconditionError(fmt::format(
+          "the local cluster in {} runs {} coordinator(s); 'meridian down' first to change how many",
+          dir.string(), addresses.size()));
+    }
+    addresses.clear();
+    for (int i = 0; i < o.coordinators; ++i) {
+      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> free, TcpListener::Listen("127.0.0.1", 0));
+      addresses.push_back(fmt::format("127.0.0.1:{}", free->port()));
+    }
+  }
+  const std::string joined = fmt::format("{}", fmt::join(addresses, ","));
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / kAddrFile, joined + "\n"));
+  fs::create_directories(dir / "listening", ec);
+  std::vector<fs::path> files;
+  std::vector<int> pids;
+  std::vector<Component> coords;
+  bool started = false;
+  for (int i = 0; i < o.coordinators; ++i) {
+    const std::string name = i == 0 ? "coordinator" : fmt::format("coordinator-{}", i + 1);
+    files.push_back(dir / "listening" / (name + ".addr"));
+    coords.push_back(
+        CoordinatorComponent(dir, fleet, o, self, name, addresses[static_cast<size_t>(i)], "127.0.0.1:0", files.back()));
+    if (!ProcessRunning(ReadPid(dir / "pids" / (name + ".pid")), dir.string())) fs::remove(files.back(), ec);
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coords.back()));
+    pids.push_back(pid.first);
+    started = started || pid.second;
+  }
+  MERIDIAN_RETURN_IF_ERROR(WaitForListening(files, pids, coords).status());
+  return std::make_pair(joined, started);
 }
 
 // Starts the agents of the fleet's nodes that do not run; returns how many started.
@@ -491,6 +577,14 @@ void PrintCluster(const std::vector<model::NodeView>& nodes, std::ostream& out) 
 }  // namespace
 
 Status RunUp(const UpOptions& o, std::ostream& out) {
+  if (o.coordinators > 1) {
+    const char* state = std::getenv("MERIDIAN_STATE");
+    if (state == nullptr || !store::PostgresStateStore::IsUri(state)) {
+      return InvalidArgumentError(
+          "--coordinators: several coordinators share a PostgreSQL store; name it in MERIDIAN_STATE "
+          "(postgresql://...)");
+    }
+  }
   std::string fleet_path = o.fleet.empty() ? "examples/fleets/three-sites.yaml" : o.fleet;
   if (o.fleet.empty() && !fs::exists(fleet_path)) {
     return InvalidArgumentError("give a fleet file: meridian up --fleet FLEET.yaml");
@@ -516,7 +610,8 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     std::ostringstream ignored;
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
-    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "fleet.yaml", kAddrFile, kHttpAddrFile, "tls",
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kAddrFile,
+                            kHttpAddrFile, "tls",
                             "admin.token",
                             "join.token", "insecure"}) {
       fs::remove_all(dir / sub, rm);
@@ -545,7 +640,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     MERIDIAN_RETURN_IF_ERROR(MakeClusterCerts((dir / "tls").string(), {"127.0.0.1", "localhost", "::1"}));
   }
   const std::string self = SelfExecutable();
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinator(dir, fs::absolute(fleet_path).string(), o, self));
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinators(dir, fs::absolute(fleet_path).string(), o, self));
   rpc::ChannelSecurity security;
   if (!o.insecure) {
     MERIDIAN_ASSIGN_OR_RETURN(security, client::LoadClusterCredentials(dir.string()));

@@ -135,8 +135,10 @@ int ExitCode(const Status& status);
 
 struct CoordinatorCommandOptions {
   std::string state_dir;
-  // Where the state is kept: empty, SQLite in state_dir; or a postgresql:// URI.
+  // Where the state is kept: empty, SQLite in state_dir; or a postgresql:// URI,
+  // which several coordinators may share (one leads, holding a lease this long).
   std::string state;
+  std::string lease_ttl = "3s";
   std::string listen = "127.0.0.1:7070";
   std::string fleet;
   std::string addr_file;  // written once listening: "host:port"
@@ -203,6 +205,9 @@ struct UpOptions {
   int retain_jobs = 10'000;
   std::string retain_for = "30d";
   int max_nodes = 64;
+  // Coordinators to run: more than one share a PostgreSQL store (MERIDIAN_STATE), one
+  // leading and the others standing by.
+  int coordinators = 1;
   // Stop and delete a cluster already in `dir` (its state too) and start afresh.
   bool recreate = false;
   bool quiet = false;

@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
                    "(its password from PGPASSFILE or PGPASSWORD, not the URI, which ps shows; default: SQLite in "
                    "--state-dir)")
       ->envname("MERIDIAN_STATE");
+  coord_cmd->add_option("--lease-ttl", coord.lease_ttl,
+                        "With --state: coordinators sharing the store wait while one leads; a leader that has not "
+                        "renewed its lease for this long is replaced (default 3s)");
   coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)");
   coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
   coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");
@@ -252,6 +255,10 @@ int main(int argc, char** argv) {
                      "The coordinator keeps this many finished jobs (default 10000; 0: all)");
   up_cmd->add_option("--retain-for", up.retain_for,
                      "The coordinator deletes a finished job this long after it finished (default 30d; 0: never)");
+  up_cmd->add_option("--coordinators", up.coordinators,
+                     "Coordinators to run (default 1): more share a PostgreSQL store, given as MERIDIAN_STATE, one "
+                     "leading and the others ready to take over")
+      ->check(CLI::Range(1, 9));
   up_cmd->add_flag("--recreate", up.recreate,
                    "Stop and delete the cluster already in the directory (its jobs and objects too) and start afresh");
   up_cmd->add_flag("--real-gpus", up.real_gpus,

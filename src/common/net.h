@@ -63,6 +63,10 @@ class TcpStream final : public ByteStream {
   std::string peer_;
 };
 
+// `host`'s address (an IPv4 one where it has one) with `port`, as "a.b.c.d:port" or
+// "[v6]:port".
+StatusOr<std::string> ResolveNumeric(const std::string& host, int port);
+
 class TcpListener {
  public:
   // Listens on host:port; port 0 picks a free one (see port()).

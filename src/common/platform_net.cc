@@ -53,6 +53,24 @@ Status Resolve(const std::string& host, int port, bool passive, AddrInfo& out) {
 
 }  // namespace
 
+StatusOr<std::string> ResolveNumeric(const std::string& host, int port) {
+  AddrInfo ai;
+  MERIDIAN_RETURN_IF_ERROR(Resolve(host, port, false, ai));
+  const addrinfo* a = ai.list;
+  // An IPv4 address where the host has one: the first of the list otherwise.
+  for (const addrinfo* p = ai.list; p != nullptr; p = p->ai_next) {
+    if (p->ai_family == AF_INET) {
+      a = p;
+      break;
+    }
+  }
+  char text[NI_MAXHOST];
+  if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
+    return UnavailableError("cannot resolve " + host);
+  }
+  return a->ai_family == AF_INET6 ? fmt::format("[{}]:{}", text, port) : fmt::format("{}:{}", text, port);
+}
+
 StatusOr<std::unique_ptr<TcpStream>> TcpStream::Connect(const std::string& host, int port, int64_t timeout_us) {
   AddrInfo ai;
   MERIDIAN_RETURN_IF_ERROR(Resolve(host, port, false, ai));

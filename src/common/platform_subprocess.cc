@@ -398,6 +398,8 @@ int WaitForTerminationSignalFor(int64_t timeout_us) {
   return sig > 0 ? sig : 0;
 }
 
+void RaiseTerminationSignal() { kill(getpid(), SIGTERM); }
+
 StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path) {
   if (argv.empty()) return InvalidArgumentError("an empty command");
   int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

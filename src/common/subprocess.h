@@ -124,6 +124,8 @@ void BlockTerminationSignals();
 int WaitForTerminationSignal();
 // The same, giving up after `timeout_us`: 0 when none came.
 int WaitForTerminationSignalFor(int64_t timeout_us);
+// Sends this process SIGTERM: a thread that must stop it wakes the one waiting above.
+void RaiseTerminationSignal();
 
 // Makes a write to a connection its peer closed fail with EPIPE instead of killing
 // the process with SIGPIPE (libraries such as OpenSSL write with plain write()).

@@ -1,6 +1,9 @@
 #include "rpc/convert.h"
 
+#include <charconv>
 #include <chrono>
+
+#include "common/net.h"
 
 namespace meridian::rpc {
 
@@ -78,9 +81,50 @@ Status FromGrpc(const grpc::Status& status) {
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
 }
 
+namespace {
+
+// gRPC's target for `address`: one "host:port" as it is; several, comma-separated
+// (coordinators sharing a store, one of them leading), as one list of numeric
+// addresses that gRPC's pick_first policy tries in turn, reconnecting to whichever
+// answers (a standby does not listen until it leads). They share one certificate,
+// checked against the first's host name.
+std::string ChannelTarget(const std::string& address, grpc::ChannelArguments& args) {
+  if (address.find(',') == std::string::npos) return address;
+  std::string resolved;
+  bool v6 = false;
+  std::string first_host;
+  for (std::string_view rest = address; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string one(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = one.rfind(':');
+    if (colon == std::string::npos || colon == 0) return address;  // gRPC names what is wrong
+    std::string host = one.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    int port = 0;
+    const std::string port_text = one.substr(colon + 1);
+    if (std::from_chars(port_text.data(), port_text.data() + port_text.size(), port).ec != std::errc()) {
+      return address;
+    }
+    StatusOr<std::string> numeric = ResolveNumeric(host, port);
+    if (!numeric.ok()) return address;
+    if (first_host.empty()) first_host = host;
+    const bool is_v6 = numeric->front() == '[';
+    if (!resolved.empty() && is_v6 != v6) return address;  // one family per list
+    v6 = is_v6;
+    resolved += (resolved.empty() ? "" : ",") + *numeric;
+  }
+  args.SetSslTargetNameOverride(first_host);
+  args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, first_host);
+  return (v6 ? "ipv6:" : "ipv4:") + resolved;
+}
+
+}  // namespace
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security,
                                            const ChannelOptions& options) {
   grpc::ChannelArguments args;
+  const std::string target = ChannelTarget(address, args);
   if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (!options.bandwidth_probe) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
@@ -97,7 +141,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Cha
   // HTTP/2 handshake). At 100 ms, as it once was, a coordinator across a WAN link of
   // over 100 ms, or a busy one, could never be reached.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10'000);
-  if (!security.tls.enabled()) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!security.tls.enabled()) return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = security.tls.ca_pem;
   ssl.pem_private_key = security.tls.key_pem;
@@ -106,7 +150,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Cha
   if (!security.token.empty()) {
     creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(security.token));
   }
-  return grpc::CreateCustomChannel(address, creds, args);
+  return grpc::CreateCustomChannel(target, creds, args);
 }
 
 void SetDeadline(grpc::ClientContext& context, int64_t timeout_us) {

@@ -14,9 +14,10 @@ void LogNotice(void*, const char* message) { MERIDIAN_LOG_WARN("state store: {}"
 
 pg_conn* ConnectPostgres(const std::string& uri, const char* application) {
   // Defaults first: what the URI says wins (expand_dbname).
+  // Only warnings and errors come back as notices ("already exists, skipping" does not).
   const char* keys[] = {"connect_timeout", "application_name", "keepalives_idle", "keepalives_interval",
-                        "keepalives_count", "dbname", nullptr};
-  const char* values[] = {"10", application, "10", "5", "3", uri.c_str(), nullptr};
+                        "keepalives_count", "options", "dbname", nullptr};
+  const char* values[] = {"10", application, "10", "5", "3", "-c client_min_messages=warning", uri.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, 1);
   if (conn != nullptr) PQsetNoticeProcessor(conn, LogNotice, nullptr);
   return conn;
