@@ -152,6 +152,12 @@ check "bench qsim refuses 40 qubits" 2 "--qubits: 40 is outside [2, 30]" "$bin" 
 check "chain generate with more shards than blocks" 2 "shards: 6 is outside [1, 5]" "$bin" chain generate --out "$tmp/chain4" --blocks 5 --transactions-per-block 2 --forged 0 --tampered 0 --shards 6
 # A client certificate's name is a user's: a path in it never writes outside --dir.
 check "certs init" 0 "" "$bin" certs init --dir "$tmp/pki/ca"
+# Several coordinators need a shared PostgreSQL store; a state that is not one is named.
+check "several coordinators without PostgreSQL" 2 "--coordinators: several coordinators share a PostgreSQL store; name it in MERIDIAN_STATE (postgresql://...)" env -u MERIDIAN_STATE "$bin" up --coordinators 2 --dir "$tmp/ha"
+test ! -e "$tmp/ha" || { echo "FAIL up --coordinators 2 made $tmp/ha"; fail=1; }
+check "a state that is not PostgreSQL" 2 "--state: expected a postgresql:// URI (or no --state, for SQLite in --state-dir), got 'mysql://root:***@db/meridian'" "$bin" coordinator --insecure --state-dir "$tmp/st" --state mysql://root:hunter2@db/meridian
+grep -q hunter2 "$tmp/err" && { echo "FAIL the password was shown"; fail=1; }
+check "sync full is SQLite's" 2 "--sync applies to the SQLite store" "$bin" coordinator --insecure --state-dir "$tmp/st" --state postgresql:///nowhere --sync full
 check "certs issue client refuses a path" 2 "--name '../escaped': only letters, digits and - _ . @ are allowed" "$bin" certs issue client --name ../escaped --dir "$tmp/pki/ca"
 [ ! -e "$tmp/pki/escaped.key" ] && [ ! -e "$tmp/pki/escaped.crt" ] || { echo "FAIL certs issue client wrote outside --dir"; fail=1; }
 check "certs issue client for a user" 0 "" "$bin" certs issue client --name alice@corp.example --dir "$tmp/pki/ca"
