@@ -57,7 +57,9 @@ void Leadership::RenewLoop() {
     if (stopping_) break;
     lock.unlock();
     const MonotonicTime asked = clock.Now();
-    Status renewed = lease_->Renew();
+    // No longer than the time left before it must stop: a server that stopped
+    // answering cannot hold it past its lease.
+    Status renewed = lease_->Renew(std::max<int64_t>(last_ok.us + give_up_us - asked.us, 1'000));
     lock.lock();
     if (renewed.ok()) {
       last_ok = asked;

@@ -32,8 +32,9 @@ class PostgresLease {
   // Takes the lease if it is free (expired, given up, or never held): its new epoch;
   // 0 when another holds it.
   StatusOr<int64_t> TryAcquire();
-  // Extends the lease this object holds. FailedPrecondition: another took it.
-  Status Renew();
+  // Extends the lease this object holds, waiting at most `timeout_us` for the
+  // server. FailedPrecondition: another took it; Unavailable: no answer in time.
+  Status Renew(int64_t timeout_us);
   // Gives it up at once (a clean shutdown), so a standby need not wait for it to
   // expire.
   Status Release();
@@ -43,8 +44,11 @@ class PostgresLease {
 
  private:
   PostgresLease(std::string uri, Options options);
-  // The first row's first value of a statement with parameters (text), or "" for none.
-  StatusOr<std::string> Query(const char* sql, std::initializer_list<std::string> params, const char* what);
+  // The first row's first value of a statement with parameters (text), or "" for
+  // none; Unavailable when the server has not answered within `timeout_us` (each
+  // call but Renew waits a third of the lease's life).
+  StatusOr<std::string> Query(const char* sql, std::initializer_list<std::string> params, const char* what,
+                              int64_t timeout_us);
 
   const std::string uri_;
   const std::string shown_;

@@ -2,11 +2,14 @@
 // (durability across reopening, WAL mode, schema migrations) and what only the
 // PostgreSQL store does (a real server started by the test: passwords, a lost
 // connection, big batches in one transaction).
+#include <signal.h>
 #include <sqlite3.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -579,11 +582,11 @@ TEST_F(PostgresStoreTest, OneCoordinatorAtATimeHoldsTheLease) {
   auto b = *PostgresLease::Open(Uri(), {.holder = "b", .ttl_us = 60'000'000});
   EXPECT_EQ(*a->TryAcquire(), 1);
   EXPECT_EQ(*b->TryAcquire(), 0);
-  EXPECT_TRUE(a->Renew().ok());
+  EXPECT_TRUE(a->Renew(5'000'000).ok());
   EXPECT_EQ(b->Describe()->substr(0, 29), "a (epoch 1, expires in 60.0 s");
   ASSERT_TRUE(a->Release().ok());
   EXPECT_EQ(*b->TryAcquire(), 2);
-  Status renewed = a->Renew();
+  Status renewed = a->Renew(5'000'000);
   EXPECT_EQ(renewed.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(renewed.message().substr(0, 52), "lost the lease of epoch 1: held by b (epoch 2, expir");
   EXPECT_EQ(*a->TryAcquire(), 0);
@@ -621,6 +624,41 @@ TEST_F(PostgresStoreTest, WritesOfADeposedLeaderAreFencedOff) {
   // The new leader writes.
   EXPECT_TRUE(new_store->Apply(late).ok());
   EXPECT_EQ(*new_store->CreateJob(Job("next"), {}), id + 1);
+}
+
+// A server that stops answering (a partition, a hung host) cannot keep a leader
+// waiting past the time it has left: the renewal gives up on time, and the next one,
+// once the server answers again, goes through on a new connection.
+TEST_F(PostgresStoreTest, ARenewalTheServerDoesNotAnswerGivesUpOnTime) {
+  auto store = *PostgresStateStore::Open(Uri(), {});
+  auto lease = *PostgresLease::Open(Uri(), {.holder = "a", .ttl_us = 60'000'000});
+  ASSERT_EQ(*lease->TryAcquire(), 1);
+  const std::string backend = *Postgres()->Execute(
+      db_, "SELECT pid FROM pg_stat_activity WHERE application_name = 'meridian-lease'");
+  ASSERT_FALSE(backend.empty());
+  ASSERT_EQ(kill(std::stoi(backend), SIGSTOP), 0);
+  Status hung = lease->Renew(300'000);
+  kill(std::stoi(backend), SIGCONT);
+  EXPECT_EQ(hung.code(), StatusCode::kUnavailable);
+  EXPECT_NE(hung.message().find("renew the lease: no answer within 0.30 s"), std::string::npos) << hung.ToString();
+  EXPECT_TRUE(lease->Renew(5'000'000).ok());
+}
+
+// Coordinators started together on a new database migrate it once, under the lock.
+TEST_F(PostgresStoreTest, CoordinatorsStartingTogetherMigrateOnce) {
+  std::vector<std::thread> threads;
+  std::atomic<int> opened{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto s = PostgresStateStore::Open(Uri(), {});
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      if (s.ok() && (*s)->schema_version() == PostgresStateStore::LatestSchemaVersion()) ++opened;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(opened.load(), 4);
+  EXPECT_EQ(*Postgres()->Execute(db_, "SELECT count(*) FROM meridian_schema"), "1");
+  EXPECT_EQ(*Postgres()->Execute(db_, "SELECT count(*) FROM leader_lease"), "1");
 }
 
 }  // namespace

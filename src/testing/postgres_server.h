@@ -68,7 +68,8 @@ class PostgresServer {
       if (PQping(s->Uri("postgres").c_str()) == PQPING_OK) return s;
       usleep(100'000);
     }
-    return UnavailableError("PostgreSQL did not start: " + s->exit_message_);
+    return UnavailableError(s->exited_ ? "PostgreSQL did not start: " + s->exit_message_
+                                       : "PostgreSQL did not answer within 30 s");
   }
 
   ~PostgresServer() {
