@@ -185,17 +185,27 @@ TEST_F(RuntimeTest, ACoordinatorKilledAndRestartedLosesNothingAndRerunsNothing) 
 
 // The same with the state on a PostgreSQL server (a real one, started here): the
 // coordinator (of `meridian up`, told by MERIDIAN_STATE) keeps nothing in a file.
-TEST(RuntimePostgresTest, ACoordinatorOnPostgresqlKilledAndRestartedLosesNothingAndRerunsNothing) {
+// A PostgreSQL server with a database "meridian", named in MERIDIAN_STATE for the
+// `meridian up` that follows (its coordinators inherit it); null on failure.
+std::unique_ptr<PostgresServer> PostgresForUp() {
   StatusOr<std::unique_ptr<PostgresServer>> pg = PostgresServer::Start();
-  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
-  ASSERT_TRUE((*pg)->CreateDatabase("meridian").ok());
-  ASSERT_EQ(setenv("MERIDIAN_STATE", (*pg)->Uri("meridian").c_str(), 1), 0);
+  EXPECT_TRUE(pg.ok()) << pg.status().ToString();
+  if (!pg.ok()) return nullptr;
+  Status made = (*pg)->CreateDatabase("meridian");
+  EXPECT_TRUE(made.ok()) << made.ToString();
+  if (!made.ok() || setenv("MERIDIAN_STATE", (*pg)->Uri("meridian").c_str(), 1) != 0) return nullptr;
+  return std::move(*pg);
+}
+
+TEST(RuntimePostgresTest, ACoordinatorOnPostgresqlKilledAndRestartedLosesNothingAndRerunsNothing) {
+  std::unique_ptr<PostgresServer> pg = PostgresForUp();
+  ASSERT_NE(pg, nullptr);
   LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
   ASSERT_TRUE(cluster.Up());
   ExpectACoordinatorCrashLosesNothingAndRerunsNothing(cluster, [&] { KillAndRestart(cluster); });
   EXPECT_FALSE(std::filesystem::exists(cluster.dir() + "/state/state.db"));
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), "2");
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM tasks WHERE status = 'succeeded'"), "13");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), "2");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT count(*) FROM tasks WHERE status = 'succeeded'"), "13");
   std::ifstream log(cluster.dir() + "/logs/coordinator.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("state in postgresql:///meridian?host="), std::string::npos) << text.substr(0, 2000);
@@ -207,10 +217,8 @@ TEST(RuntimePostgresTest, ACoordinatorOnPostgresqlKilledAndRestartedLosesNothing
 // state, the agents and the client follow it to its address, and every job ends
 // with its exact answer, no task run or committed twice. Prints the takeover time.
 TEST(RuntimePostgresTest, AStandbyTakesOverFromALeaderKilledMidJob) {
-  StatusOr<std::unique_ptr<PostgresServer>> pg = PostgresServer::Start();
-  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
-  ASSERT_TRUE((*pg)->CreateDatabase("meridian").ok());
-  ASSERT_EQ(setenv("MERIDIAN_STATE", (*pg)->Uri("meridian").c_str(), 1), 0);
+  std::unique_ptr<PostgresServer> pg = PostgresForUp();
+  ASSERT_NE(pg, nullptr);
   LocalCluster cluster(SourceDir() + "/tests/fleets/local-three-sites.yaml");
   cluster.AddUpArgs({"--coordinators", "2"});
   ASSERT_TRUE(cluster.Up());
@@ -243,11 +251,11 @@ TEST(RuntimePostgresTest, AStandbyTakesOverFromALeaderKilledMidJob) {
                 led_s, agents_s);
   });
   EXPECT_TRUE(ProcessRunning(cluster.Pid(standby), cluster.dir()));
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT epoch FROM leader_lease"), "2");
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM tasks WHERE status = 'succeeded'"), "13");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT epoch FROM leader_lease"), "2");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT count(*) FROM tasks WHERE status = 'succeeded'"), "13");
   // Committed once: one attempt per task, in its record and in the history.
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT max(attempt) FROM tasks"), "1");
-  EXPECT_EQ(*(*pg)->Execute("meridian", "SELECT count(*) FROM attempts"), "13");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT max(attempt) FROM tasks"), "1");
+  EXPECT_EQ(*pg->Execute("meridian", "SELECT count(*) FROM attempts"), "13");
   unsetenv("MERIDIAN_STATE");
 }
 

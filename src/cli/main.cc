@@ -151,7 +151,9 @@ int main(int argc, char** argv) {
   bench_qsim->add_flag("--json", bench_qsim_opts.json, "Print JSON for scripts");
 
   // ---- the runtime
-  const std::string target_help = "Coordinator HOST:PORT (default: $MERIDIAN_COORDINATOR, else the local cluster's)";
+  const std::string target_help =
+      "Coordinator HOST:PORT, or several comma-separated (coordinators sharing a store: whichever leads answers) "
+      "(default: $MERIDIAN_COORDINATOR, else the local cluster's)";
   const std::string dir_help = "Local cluster directory (default $MERIDIAN_HOME or ~/.meridian)";
   auto add_target = [&](CLI::App* cmd, cli::ClusterTarget& t) {
     cmd->add_option("--coordinator", t.coordinator, target_help);
@@ -220,7 +222,11 @@ int main(int argc, char** argv) {
 
   cli::AgentCommandOptions agent;
   CLI::App* agent_cmd = app.add_subcommand("agent", "Run an agent for one node");
-  agent_cmd->add_option("--coordinator", agent.coordinator, "Coordinator HOST:PORT")->required();
+  agent_cmd
+      ->add_option("--coordinator", agent.coordinator,
+                   "Coordinator HOST:PORT, or several comma-separated (coordinators sharing a store: the agent follows "
+                   "whichever leads)")
+      ->required();
   agent_cmd->add_option("--config", agent.config, "Node file (YAML): name, site, cpu, memory, devices, price")->required();
   agent_cmd->add_option("--site", agent.site, "Site, overriding the node file's");
   agent_cmd->add_option("--work-dir", agent.work_dir, "Where task directories go");

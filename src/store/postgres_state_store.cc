@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "store/columns.h"
+
 #include "store/postgres_connection.h"
 
 namespace meridian::store {
@@ -103,7 +105,6 @@ std::string Upsert(const char* table, std::initializer_list<const char*> columns
                      key_cols, sets);
 }
 
-constexpr const char* kUnfinished = "('queued', 'running')";
 constexpr const char* kTaskColumns[] = {"job", "task", "status", "attempt", "failures", "losses", "node", "site",
                                         "device_type", "emulated", "cpu_milli", "memory_bytes", "devices",
                                         "device_share_milli", "reason", "output", "started_us", "finished_us",
@@ -154,15 +155,16 @@ std::vector<std::string> StatementTexts() {
   s[kDeleteJob] = "DELETE FROM jobs WHERE id = $1";
   s[kJobs] = "SELECT * FROM jobs ORDER BY id";
   s[kUnfinishedTasks] = fmt::format(
-      "SELECT t.* FROM tasks t JOIN jobs j ON j.id = t.job WHERE j.status IN {} ORDER BY t.job, t.task", kUnfinished);
+      "SELECT t.* FROM tasks t JOIN jobs j ON j.id = t.job WHERE j.status IN {} ORDER BY t.job, t.task",
+      kUnfinishedStatuses);
   s[kUnfinishedAttempts] = fmt::format(
       "SELECT a.* FROM attempts a JOIN jobs j ON j.id = a.job WHERE j.status IN {} "
       "ORDER BY a.job, a.task, a.attempt",
-      kUnfinished);
+      kUnfinishedStatuses);
   s[kFinishedCounts] = fmt::format(
       "SELECT t.job, t.status, COUNT(*), SUM(GREATEST(t.attempt - 1, 0))::BIGINT "
       "FROM tasks t JOIN jobs j ON j.id = t.job WHERE j.status NOT IN {} GROUP BY t.job, t.status",
-      kUnfinished);
+      kUnfinishedStatuses);
   // Byte order, as SQLite sorts, whatever the database's collation.
   s[kNames] = "SELECT * FROM object_names ORDER BY name COLLATE \"C\", shard";
   s[kTokens] = "SELECT * FROM tokens ORDER BY id COLLATE \"C\"";
@@ -186,25 +188,6 @@ std::vector<std::string> StatementTexts() {
   s[kJobSpec] = "SELECT spec_yaml, spec_name FROM jobs WHERE id = $1";
   s[kFence] = "SELECT meridian_fence($1)";
   return s;
-}
-
-std::string JoinInts(const std::vector<int32_t>& v) {
-  std::string out;
-  for (int32_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
-  return out;
-}
-
-std::vector<int32_t> SplitInts(std::string_view s) {
-  std::vector<int32_t> out;
-  if (s.empty()) return out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string_view::npos) comma = s.size();
-    out.push_back(static_cast<int32_t>(std::stol(std::string(s.substr(start, comma - start)))));
-    start = comma + 1;
-  }
-  return out;
 }
 
 // Whether a connection with nothing in flight has something to read: the server's
@@ -252,7 +235,7 @@ class PostgresStateStore::Result {
     t.emulated = Int(row, col + 9) != 0;
     t.allocation.cpu_milli = Int(row, col + 10);
     t.allocation.memory_bytes = Int(row, col + 11);
-    t.allocation.devices = SplitInts(Str(row, col + 12));
+    t.allocation.devices = SplitDevices(Str(row, col + 12));
     t.allocation.device_share_milli = static_cast<int>(Int(row, col + 13));
     t.reason = Str(row, col + 14);
     t.output = Str(row, col + 15);
@@ -488,7 +471,7 @@ void PostgresStateStore::AddTask(std::vector<Step>& steps, const model::TaskReco
       .Int(t.attempt).Int(t.failures).Int(t.losses)
       .Str(t.node).Str(t.site).Str(t.device_type).Int(t.emulated ? 1 : 0)
       .Int(t.allocation.cpu_milli).Int(t.allocation.memory_bytes)
-      .Str(JoinInts(t.allocation.devices)).Int(t.allocation.device_share_milli)
+      .Str(JoinDevices(t.allocation.devices)).Int(t.allocation.device_share_milli)
       .Str(t.reason).Str(t.output).Int(t.started_us).Int(t.finished_us).Str(t.output_object);
   steps.push_back({kPutTask, std::move(p)});
 }

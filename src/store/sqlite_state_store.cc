@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "store/columns.h"
+
 
 namespace meridian::store {
 namespace {
@@ -79,28 +81,7 @@ constexpr const char* kMigrations[] = {
     ALTER TABLE task_logs ADD COLUMN stderr_bytes INTEGER NOT NULL DEFAULT 0;
     )sql",
 };
-// Jobs whose tasks a restarted coordinator takes back into memory.
-constexpr const char* kUnfinished = "('queued', 'running')";
 constexpr int kLatest = static_cast<int>(std::size(kMigrations));
-
-std::string JoinInts(const std::vector<int32_t>& v) {
-  std::string out;
-  for (int32_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
-  return out;
-}
-
-std::vector<int32_t> SplitInts(std::string_view s) {
-  std::vector<int32_t> out;
-  if (s.empty()) return out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string_view::npos) comma = s.size();
-    out.push_back(static_cast<int32_t>(std::stol(std::string(s.substr(start, comma - start)))));
-    start = comma + 1;
-  }
-  return out;
-}
 
 std::string Text(sqlite3_stmt* st, int col) {
   const unsigned char* p = sqlite3_column_text(st, col);
@@ -127,7 +108,7 @@ model::TaskRecord ReadTask(sqlite3_stmt* st, int col) {
   t.emulated = sqlite3_column_int(st, col + 9) != 0;
   t.allocation.cpu_milli = sqlite3_column_int64(st, col + 10);
   t.allocation.memory_bytes = sqlite3_column_int64(st, col + 11);
-  t.allocation.devices = SplitInts(Text(st, col + 12));
+  t.allocation.devices = SplitDevices(Text(st, col + 12));
   t.allocation.device_share_milli = sqlite3_column_int(st, col + 13);
   t.reason = Text(st, col + 14);
   t.output = Blob(st, col + 15);
@@ -289,7 +270,7 @@ Status SqliteStateStore::PutTask(const model::TaskRecord& t) {
                 .Int(t.attempt).Int(t.failures).Int(t.losses)
                 .Str(t.node).Str(t.site).Str(t.device_type).Int(t.emulated ? 1 : 0)
                 .Int(t.allocation.cpu_milli).Int(t.allocation.memory_bytes)
-                .Str(JoinInts(t.allocation.devices)).Int(t.allocation.device_share_milli)
+                .Str(JoinDevices(t.allocation.devices)).Int(t.allocation.device_share_milli)
                 .Str(t.reason).Bytes(t.output).Int(t.started_us).Int(t.finished_us).Str(t.output_object)
                 .Done();
   return ok ? OkStatus() : Fail("write task");
@@ -443,14 +424,14 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
   MERIDIAN_RETURN_IF_ERROR(Query(tasks,
                                  fmt::format("SELECT t.* FROM tasks t JOIN jobs j ON j.id = t.job "
                                              "WHERE j.status IN {} ORDER BY t.job, t.task",
-                                             kUnfinished),
+                                             kUnfinishedStatuses),
                                  "read tasks"));
   while (sqlite3_step(tasks.st) == SQLITE_ROW) out.tasks.push_back(ReadTask(tasks.st, 0));
   Stmt attempts;
   MERIDIAN_RETURN_IF_ERROR(Query(attempts,
                                  fmt::format("SELECT a.* FROM attempts a JOIN jobs j ON j.id = a.job "
                                              "WHERE j.status IN {} ORDER BY a.job, a.task, a.attempt",
-                                             kUnfinished),
+                                             kUnfinishedStatuses),
                                  "read attempts"));
   while (sqlite3_step(attempts.st) == SQLITE_ROW) out.attempts.push_back(ReadAttempt(attempts.st));
   Stmt counts;
@@ -458,7 +439,7 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
                                  fmt::format("SELECT t.job, t.status, COUNT(*), SUM(MAX(t.attempt - 1, 0)) "
                                              "FROM tasks t JOIN jobs j ON j.id = t.job "
                                              "WHERE j.status NOT IN {} GROUP BY t.job, t.status",
-                                             kUnfinished),
+                                             kUnfinishedStatuses),
                                  "count finished jobs' tasks"));
   while (sqlite3_step(counts.st) == SQLITE_ROW) {
     model::JobSummary& c = out.finished_counts[static_cast<uint64_t>(sqlite3_column_int64(counts.st, 0))];
