@@ -209,7 +209,19 @@ TEST(RuntimePostgresTest, ACoordinatorOnPostgresqlKilledAndRestartedLosesNothing
   std::ifstream log(cluster.dir() + "/logs/coordinator.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("state in postgresql:///meridian?host="), std::string::npos) << text.substr(0, 2000);
+  // The cluster remembers its store: `up` without it (which would start the
+  // coordinator on an empty SQLite file) is refused, and changes nothing.
   unsetenv("MERIDIAN_STATE");
+  const int coordinator = cluster.Pid("coordinator");
+  CommandResult again = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/local-three-sites.yaml", "--dir",
+                                  cluster.dir()});
+  EXPECT_EQ(again.exit_code, 2) << again.err;
+  EXPECT_NE(again.err.find("keeps its state in postgresql:///meridian?host="), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find(", not SQLite (state/state.db): set MERIDIAN_STATE to that store again"),
+            std::string::npos)
+      << again.err;
+  EXPECT_EQ(cluster.Pid("coordinator"), coordinator);
+  EXPECT_TRUE(ProcessRunning(coordinator, cluster.dir()));
 }
 
 // Two coordinators share a PostgreSQL store; the leader is killed -9 mid-job and

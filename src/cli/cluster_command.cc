@@ -37,6 +37,8 @@ namespace meridian::cli {
 namespace fs = std::filesystem;
 namespace {
 constexpr const char* kAddrFile = "coordinator.addr";
+constexpr const char* kStateStoreFile = "state-store";  // where the state is: kSqliteStore or a URI (no password)
+constexpr const char* kSqliteStore = "SQLite (state/state.db)";
 constexpr const char* kHttpAddrFile = "http.addr";  // the coordinator's HTTPS listener: "https://host:port"
 }  // namespace
 
@@ -280,7 +282,8 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   if (!o.addr_file.empty()) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.addr_file, address + "\n"));
   MERIDIAN_LOG_INFO("coordinator listening on {} ({}; state in {}){}", address,
                     o.insecure ? "INSECURE: no TLS, no authentication" : "TLS, client certificates and tokens",
-                    store::DescribeState(o.state, o.state_dir), http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
+                    store::DescribeState(o.state, o.state_dir),
+                    http_server ? "; metrics at " + http_server->url() + "/metrics" : "");
   int sig = WaitForTerminationSignal();
   std::optional<std::string> lost = leadership ? leadership->lost() : std::nullopt;
   if (!lost) MERIDIAN_LOG_INFO("signal {}: shutting down", sig);
@@ -436,11 +439,22 @@ StatusOr<std::string> WaitForListening(const std::vector<fs::path>& addr_files, 
 }
 
 // Starts the coordinators that do not run; returns the address clients and agents
-// use (with several, all of them, comma-separated) and whether any started.
-StatusOr<std::pair<std::string, bool>> StartCoordinators(const fs::path& dir, const std::string& fleet,
+// use (with several, all of them, comma-separated) and how many started.
+StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, const std::string& fleet,
                                                          const UpOptions& o, const std::string& self) {
   std::error_code ec;
-  if (o.coordinators <= 1) {
+  // A cluster made with several keeps them: a plain `up` starts what of them died.
+  std::vector<std::string> addresses;
+  if (StatusOr<std::string> kept = ReadSmallFile(dir / kAddrFile); kept.ok() && kept->find(',') != std::string::npos) {
+    for (size_t from = 0; from <= kept->size();) {
+      const size_t comma = std::min(kept->find(',', from), kept->size());
+      addresses.push_back(kept->substr(from, comma - from));
+      from = comma + 1;
+    }
+  }
+  const int coordinators = o.coordinators == 1 && !addresses.empty() ? static_cast<int>(addresses.size())
+                                                                     : o.coordinators;
+  if (coordinators <= 1) {
     // It keeps the address it first got, so agents find a restarted one.
     StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
     std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
@@ -454,26 +468,18 @@ StatusOr<std::pair<std::string, bool>> StartCoordinators(const fs::path& dir, co
     if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
     MERIDIAN_ASSIGN_OR_RETURN(std::string address, WaitForListening({dir / kAddrFile}, {pid.first}, {coord}));
-    return std::make_pair(address, pid.second);
+    return std::make_pair(address, pid.second ? 1 : 0);
   }
   // Several share a PostgreSQL store, one leading: each has a fixed address, chosen
   // once, that agents and clients know all of.
-  std::vector<std::string> addresses;
-  if (StatusOr<std::string> kept = ReadSmallFile(dir / kAddrFile); kept.ok() && !kept->empty()) {
-    for (size_t from = 0; from <= kept->size();) {
-      const size_t comma = std::min(kept->find(',', from), kept->size());
-      addresses.push_back(kept->substr(from, comma - from));
-      from = comma + 1;
-    }
-  }
-  if (addresses.size() != static_cast<size_t>(o.coordinators)) {
+  if (addresses.size() != static_cast<size_t>(coordinators)) {
     if (!addresses.empty() && ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) {
       return FailedPreconditionError(fmt::format(
           "the local cluster in {} runs {} coordinator(s); 'meridian down' first to change how many",
           dir.string(), addresses.size()));
     }
     addresses.clear();
-    for (int i = 0; i < o.coordinators; ++i) {
+    for (int i = 0; i < coordinators; ++i) {
       MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> free, TcpListener::Listen("127.0.0.1", 0));
       addresses.push_back(fmt::format("127.0.0.1:{}", free->port()));
     }
@@ -484,8 +490,8 @@ StatusOr<std::pair<std::string, bool>> StartCoordinators(const fs::path& dir, co
   std::vector<fs::path> files;
   std::vector<int> pids;
   std::vector<Component> coords;
-  bool started = false;
-  for (int i = 0; i < o.coordinators; ++i) {
+  int started = 0;
+  for (int i = 0; i < coordinators; ++i) {
     const std::string name = i == 0 ? "coordinator" : fmt::format("coordinator-{}", i + 1);
     files.push_back(dir / "listening" / (name + ".addr"));
     coords.push_back(
@@ -493,7 +499,7 @@ StatusOr<std::pair<std::string, bool>> StartCoordinators(const fs::path& dir, co
     if (!ProcessRunning(ReadPid(dir / "pids" / (name + ".pid")), dir.string())) fs::remove(files.back(), ec);
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coords.back()));
     pids.push_back(pid.first);
-    started = started || pid.second;
+    started += pid.second ? 1 : 0;
   }
   MERIDIAN_RETURN_IF_ERROR(WaitForListening(files, pids, coords).status());
   return std::make_pair(joined, started);
@@ -606,12 +612,17 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   // A cluster remembers the fleet it was made from: starting it again from another
   // would keep the old nodes and state under the new name.
   const fs::path made_from = dir / "fleet.yaml";
+  // And the store its coordinators keep the state in (a password never written): one
+  // started on another would find no jobs, or two would lead on one SQLite file.
+  const char* state_env = std::getenv("MERIDIAN_STATE");
+  const std::string store_now =
+      state_env != nullptr && *state_env != '\0' ? store::PostgresStateStore::Redact(state_env) : kSqliteStore;
   if (o.recreate && fs::exists(dir / "pids")) {
     std::ostringstream ignored;
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
-    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kAddrFile,
-                            kHttpAddrFile, "tls",
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kStateStoreFile,
+                            kAddrFile, kHttpAddrFile, "tls",
                             "admin.token",
                             "join.token", "insecure"}) {
       fs::remove_all(dir / sub, rm);
@@ -623,6 +634,12 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
         "the local cluster in {} was made from another fleet; 'meridian up --recreate' deletes it (jobs and "
         "objects too) and starts one from {}, or give another --dir",
         dir.string(), fleet_path));
+  } else if (StatusOr<std::string> kept_store = ReadSmallFile(dir / kStateStoreFile);
+             before.ok() && kept_store.ok() && *kept_store != store_now) {
+    return FailedPreconditionError(fmt::format(
+        "the local cluster in {} keeps its state in {}, not {}: set MERIDIAN_STATE to that store again{}, or "
+        "'meridian up --recreate' deletes the cluster's files and starts it on the store given",
+        dir.string(), *kept_store, store_now, *kept_store == kSqliteStore ? " (unset it, for SQLite)" : ""));
   } else if (before.ok() && fs::exists(dir / "insecure") != o.insecure) {
     return FailedPreconditionError(fmt::format(
         "the local cluster in {} was made {} --insecure; 'meridian up --recreate{}' deletes it (jobs and objects "
@@ -634,6 +651,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   for (const char* sub : {"state", "logs", "nodes", "work", "pids"}) fs::create_directories(dir / sub, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
   MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(made_from, fleet_text));
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / kStateStoreFile, store_now));
   if (o.insecure) {
     MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / "insecure", "made with 'meridian up --insecure': no TLS, no tokens\n"));
   } else {
@@ -656,7 +674,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   if (o.quiet) return OkStatus();
   out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n",
                      dir.string(), coord.first, nodes.size(), fleet.fleet.sites.size(),
-                     agents + (coord.second ? 1 : 0));
+                     agents + coord.second);
   out << (o.insecure ? "INSECURE: no TLS and no tokens; anyone on this machine can run commands through it\n"
                      : fmt::format("TLS with the cluster's own CA ({}/tls); your admin token is {}/admin.token\n",
                                    dir.string(), dir.string()));
