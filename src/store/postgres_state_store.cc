@@ -220,35 +220,15 @@ class PostgresStateStore::Result {
   std::string Str(int row, int col) const {
     return std::string(PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col)));
   }
-  // A row of `tasks`, its columns from `col` on.
-  model::TaskRecord Task(int row, int col) const {
-    model::TaskRecord t;
-    t.job = static_cast<uint64_t>(Int(row, col + 0));
-    t.task = static_cast<uint32_t>(Int(row, col + 1));
-    t.status = model::ParseTaskStatus(Str(row, col + 2)).value_or(model::TaskStatus::kQueued);
-    t.attempt = static_cast<int>(Int(row, col + 3));
-    t.failures = static_cast<int>(Int(row, col + 4));
-    t.losses = static_cast<int>(Int(row, col + 5));
-    t.node = Str(row, col + 6);
-    t.site = Str(row, col + 7);
-    t.device_type = Str(row, col + 8);
-    t.emulated = Int(row, col + 9) != 0;
-    t.allocation.cpu_milli = Int(row, col + 10);
-    t.allocation.memory_bytes = Int(row, col + 11);
-    t.allocation.devices = SplitDevices(Str(row, col + 12));
-    t.allocation.device_share_milli = static_cast<int>(Int(row, col + 13));
-    t.reason = Str(row, col + 14);
-    t.output = Str(row, col + 15);
-    t.started_us = Int(row, col + 16);
-    t.finished_us = Int(row, col + 17);
-    t.output_object = Str(row, col + 18);
-    return t;
-  }
-  model::AttemptRecord Attempt(int row) const {
-    return model::AttemptRecord{static_cast<uint64_t>(Int(row, 0)), static_cast<uint32_t>(Int(row, 1)),
-                                static_cast<int>(Int(row, 2)), Str(row, 3), Str(row, 4), Str(row, 5), Str(row, 6),
-                                static_cast<int>(Int(row, 7)), Int(row, 8), Int(row, 9)};
-  }
+  // Row `row`, as the shared decoders read it (columns.h).
+  struct Row {
+    const Result& r;
+    int row;
+    int64_t Int(int col) const { return r.Int(row, col); }
+    std::string Str(int col) const { return r.Str(row, col); }
+  };
+  model::TaskRecord Task(int row, int col) const { return TaskFromRow(Row{*this, row}, col); }
+  model::AttemptRecord Attempt(int row) const { return AttemptFromRow(Row{*this, row}); }
 
  private:
   PGresult* r_;
@@ -403,34 +383,32 @@ Status PostgresStateStore::RunPipeline(const std::vector<Step>& steps, const cha
     if (first_error.ok()) first_error = Error(where);
     prepared_ = false;
   };
+  // Queue one statement: SQL text without parameters, or a prepared one.
+  auto send_text = [&](const char* sql) {
+    return PQsendQueryParams(conn_, sql, 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
+  };
+  auto send = [&](int statement, const Params& p) {
+    std::vector<const char*> values = p.values();
+    return PQsendQueryPrepared(conn_, fmt::format("m{}", statement).c_str(), p.size(), values.data(), p.lengths(),
+                               p.formats(), 1) == 1;
+  };
   // One chunk: statements sent, a sync, every result read back.
   auto run_chunk = [&](size_t from, size_t to, bool begin, bool commit) {
     size_t sent = 0;
     if (begin) {
-      if (PQsendQueryParams(conn_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 1) != 1) return note(what);
+      if (!send_text("BEGIN")) return note(what);
       ++sent;
     }
     if (from == 0 && fence_epoch_ > 0) {
-      Params fence;
-      fence.Int(fence_epoch_);
-      std::vector<const char*> values = fence.values();
-      if (PQsendQueryPrepared(conn_, fmt::format("m{}", int{kFence}).c_str(), 1, values.data(), fence.lengths(),
-                              fence.formats(), 1) != 1) {
-        return note(what);
-      }
+      if (!send(kFence, Params().Int(fence_epoch_))) return note(what);
       ++sent;
     }
     for (size_t i = from; i < to; ++i) {
-      const Params& p = steps[i].params;
-      std::vector<const char*> values = p.values();
-      if (PQsendQueryPrepared(conn_, fmt::format("m{}", steps[i].statement).c_str(), p.size(), values.data(),
-                              p.lengths(), p.formats(), 1) != 1) {
-        return note(what);
-      }
+      if (!send(steps[i].statement, steps[i].params)) return note(what);
       ++sent;
     }
     if (commit) {
-      if (PQsendQueryParams(conn_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1) != 1) return note(what);
+      if (!send_text("COMMIT")) return note(what);
       ++sent;
     }
     if (PQpipelineSync(conn_) != 1) return note(what);
@@ -553,13 +531,19 @@ Status PostgresStateStore::Apply(const StoreBatch& batch) {
   return RunPipeline(steps, "apply a batch");
 }
 
+Status PostgresStateStore::InSnapshot(const std::function<Status()>& read) {
+  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "begin").status());
+  Status s = read();
+  Exec(s.ok() ? "COMMIT" : "ROLLBACK", "end a read").status().IgnoreError();
+  return s;
+}
+
 StatusOr<LoadedState> PostgresStateStore::Load() {
   std::lock_guard<std::mutex> lock(mu_);
   MERIDIAN_RETURN_IF_ERROR(EnsureConnected());
+  LoadedState out;
   // One snapshot: every table as of the same commit.
-  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "begin").status());
-  StatusOr<LoadedState> out = [&]() -> StatusOr<LoadedState> {
-    LoadedState out;
+  MERIDIAN_RETURN_IF_ERROR(InSnapshot([&]() -> Status {
     MERIDIAN_ASSIGN_OR_RETURN(Result jobs, Run(kJobs, Params(), "read jobs"));
     for (int i = 0; i < jobs.rows(); ++i) {
       model::JobRecord j;
@@ -611,9 +595,8 @@ StatusOr<LoadedState> PostgresStateStore::Load() {
     MERIDIAN_ASSIGN_OR_RETURN(Result next, Run(kNextJob, Params(), "read the next job id"));
     if (next.rows() != 1) return Error("read the next job id");
     out.next_job_id = static_cast<uint64_t>(next.Int(0, 0));
-    return out;
-  }();
-  Exec(out.ok() ? "COMMIT" : "ROLLBACK", "end a read").status().IgnoreError();
+    return OkStatus();
+  }));
   return out;
 }
 
@@ -641,8 +624,7 @@ StatusOr<std::vector<model::TaskView>> PostgresStateStore::TaskPage(uint64_t job
   if (limit == 0) return out;
   MERIDIAN_RETURN_IF_ERROR(EnsureConnected());
   // One snapshot: the tasks and their attempts as of the same commit.
-  MERIDIAN_RETURN_IF_ERROR(Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "begin").status());
-  Status s = [&]() -> Status {
+  MERIDIAN_RETURN_IF_ERROR(InSnapshot([&]() -> Status {
     MERIDIAN_ASSIGN_OR_RETURN(
         Result r, Run(kTaskPage, Params().Int(static_cast<int64_t>(job)).Int(first).Int(limit).Int(max_bytes),
                       "read tasks"));
@@ -665,9 +647,7 @@ StatusOr<std::vector<model::TaskView>> PostgresStateStore::TaskPage(uint64_t job
       if (k < out.size() && out[k].record.task == rec.task) out[k].history.push_back(std::move(rec));
     }
     return OkStatus();
-  }();
-  Exec(s.ok() ? "COMMIT" : "ROLLBACK", "end a read").status().IgnoreError();
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 

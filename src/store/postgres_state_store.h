@@ -14,6 +14,7 @@
 // Thread-safety: one connection guarded by a mutex.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,6 +100,8 @@ class PostgresStateStore final : public StateStore {
   Status Error(const std::string& what) const;
   // Runs one SQL text, no parameters.
   StatusOr<Result> Exec(const std::string& sql, const char* what);
+  // Runs `read` in one read-only snapshot (every table as of one commit).
+  Status InSnapshot(const std::function<Status()>& read);
   // Runs a prepared statement, results in binary.
   StatusOr<Result> Run(int statement, const Params& params, const char* what);
   // Sends `steps` in one pipeline ending in a sync: without an open transaction,

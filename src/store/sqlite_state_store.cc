@@ -93,37 +93,15 @@ std::string Blob(sqlite3_stmt* st, int col) {
   return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(st, col)) : std::string();
 }
 
-// A row of `tasks`, its columns from `col` on.
-model::TaskRecord ReadTask(sqlite3_stmt* st, int col) {
-  model::TaskRecord t;
-  t.job = static_cast<uint64_t>(sqlite3_column_int64(st, col + 0));
-  t.task = static_cast<uint32_t>(sqlite3_column_int64(st, col + 1));
-  t.status = model::ParseTaskStatus(Text(st, col + 2)).value_or(model::TaskStatus::kQueued);
-  t.attempt = sqlite3_column_int(st, col + 3);
-  t.failures = sqlite3_column_int(st, col + 4);
-  t.losses = sqlite3_column_int(st, col + 5);
-  t.node = Text(st, col + 6);
-  t.site = Text(st, col + 7);
-  t.device_type = Text(st, col + 8);
-  t.emulated = sqlite3_column_int(st, col + 9) != 0;
-  t.allocation.cpu_milli = sqlite3_column_int64(st, col + 10);
-  t.allocation.memory_bytes = sqlite3_column_int64(st, col + 11);
-  t.allocation.devices = SplitDevices(Text(st, col + 12));
-  t.allocation.device_share_milli = sqlite3_column_int(st, col + 13);
-  t.reason = Text(st, col + 14);
-  t.output = Blob(st, col + 15);
-  t.started_us = sqlite3_column_int64(st, col + 16);
-  t.finished_us = sqlite3_column_int64(st, col + 17);
-  t.output_object = Text(st, col + 18);
-  return t;
-}
+// A statement's current row, as the shared decoders read it (columns.h).
+struct SqliteRow {
+  sqlite3_stmt* st;
+  int64_t Int(int col) const { return sqlite3_column_int64(st, col); }
+  std::string Str(int col) const { return Blob(st, col); }
+};
 
-model::AttemptRecord ReadAttempt(sqlite3_stmt* st) {
-  return model::AttemptRecord{
-      static_cast<uint64_t>(sqlite3_column_int64(st, 0)), static_cast<uint32_t>(sqlite3_column_int64(st, 1)),
-      sqlite3_column_int(st, 2), Text(st, 3), Text(st, 4), Text(st, 5), Text(st, 6), sqlite3_column_int(st, 7),
-      sqlite3_column_int64(st, 8), sqlite3_column_int64(st, 9)};
-}
+model::TaskRecord ReadTask(sqlite3_stmt* st, int col) { return TaskFromRow(SqliteRow{st}, col); }
+model::AttemptRecord ReadAttempt(sqlite3_stmt* st) { return AttemptFromRow(SqliteRow{st}); }
 
 // Binds values to ?1, ?2, ... in order.
 class Binder {
