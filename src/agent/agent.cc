@@ -29,25 +29,11 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return OkStatus();
 }
 
-// Reports ride in heartbeats and registrations. Each message carries at most this
-// much of them, and at most this many object changes; the rest go in the next
-// heartbeat, sent at once. So no amount of output, nor of reports saved up while the
-// coordinator was away, makes a message too large to deliver (the limit is 16 MiB).
-constexpr size_t kMaxReportBytesPerMessage = 4 << 20;
-constexpr size_t kMaxObjectChangesPerMessage = 20'000;
-
 // Inputs this small that one holder has are fetched in one batch (one round trip on
 // the link for all); larger ones one by one, several at once.
 constexpr int64_t kBatchInputBytes = int64_t{1} << 20;
 // Holders fetched from at once, a batch each.
 constexpr size_t kMaxBatchSources = 8;
-
-size_t ReportBytes(const model::TaskUpdate& u) {
-  size_t n = 256 + u.reason.size() + u.output.size() + u.stdout_tail.size() + u.stderr_tail.size();
-  n += u.transfers.size() * 128;
-  for (const model::LostInput& l : u.lost_inputs) n += 64 + l.damaged_nodes.size() * 64;
-  return n;
-}
 
 // How long one assignment stream stays open before it is renewed.
 constexpr int64_t kStreamRenewUs = 60'000'000;
@@ -278,7 +264,7 @@ Agent::~Agent() {
   Stop();
   if (metrics_server_) metrics_server_->Shutdown();  // its handlers read what follows
   transfer_.reset();  // its connections may still store objects, which reports under mu_
-  executor_.reset();  // reports land in pending_, which dies with us
+  executor_.reset();  // reports land in reports_, which dies with us
   if (stream_thread_.joinable()) stream_thread_.join();
 }
 
@@ -310,25 +296,7 @@ void Agent::OnUpdate(model::TaskUpdate update) {
         seconds += t.seconds;
       }
     }
-    auto it = pending_.find(update.key);
-    if (update.kind == model::UpdateKind::kRunning && it != pending_.end()) {
-      const model::TaskUpdate& before = it->second.second;
-      if (before.kind != model::UpdateKind::kRunning) return;  // it ended already
-      // Output not yet acknowledged goes again with what came since (the newest
-      // part of it: a log is a tail); the coordinator skips what it has.
-      auto merge = [&](std::string model::TaskUpdate::*tail, int64_t model::TaskUpdate::*bytes) {
-        if (update.*bytes > before.*bytes) {
-          update.*tail = before.*tail + update.*tail;
-          model::KeepLogTail(update.*tail);
-        } else {
-          update.*tail = before.*tail;
-          update.*bytes = before.*bytes;
-        }
-      };
-      merge(&model::TaskUpdate::stdout_tail, &model::TaskUpdate::stdout_bytes);
-      merge(&model::TaskUpdate::stderr_tail, &model::TaskUpdate::stderr_bytes);
-    }
-    pending_[update.key] = {++update_seq_, std::move(update)};
+    reports_.Add(std::move(update));
   }
   cv_.notify_all();
 }
@@ -338,8 +306,7 @@ void Agent::OnBatch(const model::AssignmentBatch& batch) {
     {
       // Already finished here and waiting for acknowledgement: not again.
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = pending_.find(a.key);
-      if (it != pending_.end() && it->second.second.kind != model::UpdateKind::kRunning) continue;
+      if (reports_.Ended(a.key)) continue;
     }
     executor_->Start(a);  // false for one it already runs: a resent assignment
   }
@@ -397,28 +364,14 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   reg.running = executor_->Running();
   lock.lock();
-  size_t report_bytes = 0;
-  for (const auto& [key, entry] : pending_) {
-    if (entry.second.kind == model::UpdateKind::kRunning) continue;
-    report_bytes += ReportBytes(entry.second);
-    if (reg.unacked.empty() || report_bytes <= kMaxReportBytesPerMessage) {
-      reg.unacked.push_back(entry.second);
-    } else {
-      // Reported in the heartbeats that follow; till then it counts as running here,
-      // so the coordinator does not take it for lost.
-      reg.running.push_back(key);
-    }
-  }
+  reports_.ForRegistration(reg);
   lock.unlock();
   StatusOr<model::RegistrationReply> reply = client_->Register(reg, options_.rpc_timeout_us);
   lock.lock();
   connected_ = reply.ok();
   if (!reply.ok()) return reply.status();
   // The registration carried every finished attempt: they are acknowledged.
-  for (const model::TaskUpdate& u : reg.unacked) pending_.erase(u.key);
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    it = it->second.second.kind == model::UpdateKind::kRunning ? pending_.erase(it) : std::next(it);
-  }
+  reports_.Registered(reg);
   node_id_ = reply->node_id;
   session_ = reply->session;
   if (Status saved = WriteTextFile(SessionFile(), std::to_string(session_)); !saved.ok()) {
@@ -471,19 +424,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
   lock.lock();
-  std::vector<std::pair<model::TaskKey, uint64_t>> sent;
-  size_t report_bytes = 0;
-  // Ended attempts first, then running ones (their output so far): live logs never
-  // hold back a result.
-  for (bool ended : {true, false}) {
-    for (const auto& [key, entry] : pending_) {
-      if ((entry.second.kind != model::UpdateKind::kRunning) != ended) continue;
-      report_bytes += ReportBytes(entry.second);
-      if (!hb.updates.empty() && report_bytes > kMaxReportBytesPerMessage) break;  // the next beat takes the rest
-      hb.updates.push_back(entry.second);
-      sent.emplace_back(key, entry.first);
-    }
-  }
+  const Reports::Sent sent = reports_.ForHeartbeat(hb);
   const size_t added = std::min(objects_added_.size(), kMaxObjectChangesPerMessage);
   const size_t removed = std::min(objects_removed_.size(), kMaxObjectChangesPerMessage);
   hb.objects_added.assign(objects_added_.begin(), objects_added_.begin() + static_cast<std::ptrdiff_t>(added));
@@ -515,10 +456,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
                            objects_removed_.begin() + static_cast<std::ptrdiff_t>(
                                                           std::min(hb.objects_removed.size(), objects_removed_.size())));
     // ...and the reports, unless a newer report replaced one meanwhile.
-    for (const auto& [key, seq] : sent) {
-      auto it = pending_.find(key);
-      if (it != pending_.end() && it->second.first == seq) pending_.erase(it);
-    }
+    reports_.Acknowledged(sent);
   }
   return answer->reregister;
 }
@@ -576,8 +514,7 @@ Status Agent::Run() {
     const int64_t due = last_beat.us + heartbeat_interval_us_;
     cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
       return stopping_ || need_register_ || env_.clock().Now().us >= due || !objects_added_.empty() ||
-             std::any_of(pending_.begin(), pending_.end(),
-                         [](const auto& e) { return e.second.second.kind != model::UpdateKind::kRunning; });
+             reports_.AnyEnded();
     });
     if (stopping_ || need_register_) continue;
     StatusOr<bool> reregister = Beat(lock);
@@ -585,7 +522,7 @@ Status Agent::Run() {
     if (!reregister.ok()) {
       // Cut off: tasks keep running here and their reports wait for the coordinator.
       std::string message = fmt::format("{}; keeping {} reports until it answers", reregister.status().message(),
-                                        pending_.size());
+                                        reports_.size());
       if (!Backoff(lock, retry, message)) break;
       continue;
     }
@@ -626,7 +563,7 @@ void Agent::WriteMetrics(http::Exposition& out) {
     out.Sample("meridian_agent_task_attempts_total", with("outcome", outcome), static_cast<double>(n));
   }
   out.Family("meridian_agent_pending_reports", "gauge", "Task reports not yet acknowledged by the coordinator.");
-  out.Sample("meridian_agent_pending_reports", node, static_cast<double>(pending_.size()));
+  out.Sample("meridian_agent_pending_reports", node, static_cast<double>(reports_.size()));
   heartbeat_latency_.Write(out, "meridian_agent_heartbeat_seconds", "Round trip of one heartbeat to the coordinator.");
   out.Family("meridian_agent_objects", "gauge", "Objects this node's store holds.");
   out.Sample("meridian_agent_objects", node, static_cast<double>(store.objects));

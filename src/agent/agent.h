@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/executor.h"
+#include "agent/reports.h"
 #include "common/env.h"
 #include "common/status.h"
 #include "http/metrics.h"
@@ -128,8 +129,7 @@ class Agent {
   uint64_t session_ = 0;
   int64_t heartbeat_interval_us_ = 200'000;
   // Final and running updates not yet acknowledged, newest per attempt.
-  std::map<model::TaskKey, std::pair<uint64_t, model::TaskUpdate>> pending_;
-  uint64_t update_seq_ = 0;
+  Reports reports_;
   // Objects gained and dropped since the last acknowledged heartbeat.
   std::vector<model::HeldObject> objects_added_;
   std::vector<std::string> objects_removed_;
