@@ -62,7 +62,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<store::Stat
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
                                                            std::unique_ptr<store::StateStore> store, Env& env) {
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(store), env));
-  c->last_fleet_change_ = env.clock().Now();
+  c->last_fleet_change_ = c->next_check_ = c->next_retention_ = env.clock().Now();
   if (!c->options_.ca.key_pem.empty()) {
     // From the CA's key: the same after a restart, so tickets given out before it
     // (in assignments agents still run) stay good.
@@ -71,7 +71,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions op
     MERIDIAN_ASSIGN_OR_RETURN(c->ticket_key_, security::NewTicketKey());
   }
   MERIDIAN_RETURN_IF_ERROR(c->LoadState());
-  c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
+  if (c->options_.run_loop) c->loop_ = std::thread([raw = c.get()] { raw->Loop(); });
   return c;
 }
 
@@ -281,34 +281,42 @@ int64_t Coordinator::HeartbeatTimeoutUs() {
 
 void Coordinator::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  MonotonicTime next_check = env_.clock().Now();
-  MonotonicTime next_retention = env_.clock().Now();
   while (!stopping_) {
-    if (env_.clock().Now() >= next_check) {
-      DetectFailuresLocked();
-      next_check = MonotonicTime{env_.clock().Now().us + HeartbeatIntervalUs() / 2};
-    }
-    if (recheck_at_ && env_.clock().Now() >= *recheck_at_) {
-      recheck_at_.reset();
-      dirty_ = true;
-    }
-    if (dirty_) ScheduleLocked();
-    RetireFinishedLocked();
-    if (env_.clock().Now() >= next_retention) {
-      next_retention = MonotonicTime{env_.clock().Now().us + kRetentionCheckUs};
-      std::vector<uint64_t> expired = ExpiredJobsLocked();
-      if (!expired.empty()) {
-        lock.unlock();
-        for (uint64_t id : expired) {
-          StatusOr<model::JobSummary> gone = DeleteJob(id);
-          if (!gone.ok()) MERIDIAN_LOG_WARN("retention: {}", gone.status().ToString());
-        }
-        lock.lock();
-      }
-    }
+    TurnLocked(lock);
     if (stopping_) break;
     loop_cv_.wait_for(lock, std::chrono::microseconds(HeartbeatIntervalUs() / 2),
                       [this] { return stopping_ || dirty_; });
+  }
+}
+
+void Coordinator::Turn() {
+  MERIDIAN_CHECK_MSG(!options_.run_loop, "Turn is for a coordinator without its own loop");
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!stopping_) TurnLocked(lock);
+}
+
+void Coordinator::TurnLocked(std::unique_lock<std::mutex>& lock) {
+  if (env_.clock().Now() >= next_check_) {
+    DetectFailuresLocked();
+    next_check_ = MonotonicTime{env_.clock().Now().us + HeartbeatIntervalUs() / 2};
+  }
+  if (recheck_at_ && env_.clock().Now() >= *recheck_at_) {
+    recheck_at_.reset();
+    dirty_ = true;
+  }
+  if (dirty_) ScheduleLocked();
+  RetireFinishedLocked();
+  if (env_.clock().Now() >= next_retention_) {
+    next_retention_ = MonotonicTime{env_.clock().Now().us + kRetentionCheckUs};
+    std::vector<uint64_t> expired = ExpiredJobsLocked();
+    if (!expired.empty()) {
+      lock.unlock();
+      for (uint64_t id : expired) {
+        StatusOr<model::JobSummary> gone = DeleteJob(id);
+        if (!gone.ok()) MERIDIAN_LOG_WARN("retention: {}", gone.status().ToString());
+      }
+      lock.lock();
+    }
   }
 }
 
@@ -381,6 +389,12 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
     }
     InstallJobLocked(std::move(rec), std::move(job));
     ++jobs_submitted_;
+    if (small && options_.planted_bug == CoordinatorOptions::PlantedBug::kAckBeforeCommit) {
+      dirty_ = true;  // the loop's next commit stores it: acknowledged before stored
+      lock.unlock();
+      loop_cv_.notify_one();
+      return std::optional<rpc::SubmitResult>(std::move(result));
+    }
     // Place at once rather than wake the loop: a thread hop less per job.
     ScheduleLocked();
     if (!new_jobs_.empty()) {  // nothing placed: stored alone

@@ -88,6 +88,15 @@ struct CoordinatorOptions {
   security::KeyPair ca;
   std::string ca_bundle;
   int64_t node_cert_valid_for_us = int64_t{30} * 24 * 3600 * 1'000'000;
+  // false: no background thread; whoever owns the coordinator calls Turn() (the
+  // deterministic simulation, src/vopr, which runs it on a virtual clock in one thread).
+  bool run_loop = true;
+  // A bug put in on purpose, for the simulator's own test that it finds such bugs
+  // (nothing else sets it): kAckBeforeCommit acknowledges a small job before it is
+  // stored, leaving it for the loop's next commit; kAcceptStaleReports takes a task's
+  // report whatever attempt it is of and whichever node sends it.
+  enum class PlantedBug { kNone, kAckBeforeCommit, kAcceptStaleReports };
+  PlantedBug planted_bug = PlantedBug::kNone;
 };
 
 class Coordinator final : public rpc::JobApi,
@@ -100,6 +109,11 @@ class Coordinator final : public rpc::JobApi,
   static StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
                                                        std::unique_ptr<store::StateStore> store, Env& env);
   ~Coordinator() override;
+
+  // One turn of the background loop: failure detection, scheduling, retention, each
+  // when it is due by the Env's clock. Only for a coordinator without its own loop
+  // (CoordinatorOptions::run_loop false).
+  void Turn();
 
   // rpc::JobApi
   StatusOr<rpc::SubmitResult> Submit(const std::string& spec_yaml, const std::string& spec_name,
@@ -267,6 +281,8 @@ class Coordinator final : public rpc::JobApi,
   Coordinator(CoordinatorOptions options, std::unique_ptr<store::StateStore> store, Env& env);
   Status LoadState();
   void Loop();
+  // One turn of Loop; may release the lock while it deletes expired jobs.
+  void TurnLocked(std::unique_lock<std::mutex>& lock);
 
   // All below: called with mu_ held.
   StatusOr<SiteId> SiteFor(const model::AgentRegistration& reg);
@@ -459,6 +475,8 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::pair<uint64_t, uint32_t>, Orphan> orphans_;
   std::set<uint64_t> to_retire_;       // finished, nothing on a node: RetireFinishedLocked's work
   MonotonicTime last_fleet_change_;    // start, or the last registration
+  MonotonicTime next_check_;           // of failures (TurnLocked)
+  MonotonicTime next_retention_;       // of jobs past the retention policy (TurnLocked)
   std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)
   Random rng_;
   std::thread loop_;
