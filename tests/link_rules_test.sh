@@ -57,6 +57,7 @@ declare -A allowed=(
   [agent]="agent kernels objects rpc http security model common"
   [client]="client rpc security objects spec model common meridian"
   [workloads]="workloads client kernels common model spec"
+  [vopr]="vopr coordinator agent testing store rpc model common"
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc http kernels objects security workloads"
   [bench]="bench sched sim spec model common"
   [tests]="client rpc http security objects spec model common testing meridian"
@@ -78,6 +79,7 @@ declare -A forbidden=(
   [security]="grpc sqlite3 libpq cuda yaml-cpp nlohmann"
   [http]="grpc sqlite3 libpq cuda yaml-cpp"
   [workloads]="grpc sqlite3 libpq cuda"
+  [vopr]="grpc sqlite3 libpq cuda thread chrono"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"
