@@ -24,6 +24,10 @@ nlohmann::json ToJson(uint64_t seed, const Result& r) {
           {"steps", r.steps},
           {"virtual_seconds", static_cast<double>(r.virtual_us) / 1e6},
           {"jobs_acknowledged", r.jobs_acknowledged},
+          {"jobs_stored", r.jobs_stored},
+          {"jobs_succeeded", r.jobs_succeeded},
+          {"jobs_failed", r.jobs_failed},
+          {"jobs_cancelled", r.jobs_cancelled},
           {"tasks_committed", r.tasks_committed},
           {"messages", r.messages},
           {"dropped", r.dropped},
@@ -80,9 +84,12 @@ int main(int argc, char** argv) {
       std::cout << ToJson(seed, r).dump() << "\n";
     } else if (r.ok) {
       std::cout << fmt::format(
-          "seed {}: ok: {} steps, {:.1f} s virtual, {} jobs and {} tasks, {} messages ({} lost, {} twice), "
-          "{} agent and {} coordinator crashes ({} in a commit), digest {:016x}\n",
-          seed, r.steps, static_cast<double>(r.virtual_us) / 1e6, r.jobs_acknowledged, r.tasks_committed, r.messages,
+          "seed {}: ok: {} steps, {:.1f} s virtual, {} jobs acknowledged, {} stored ({} succeeded, {} failed, {} cancelled), {} tasks "
+          "committed, {} messages ({} lost, {} twice), {} agent and {} coordinator crashes ({} in a commit), "
+          "digest {:016x}\n",
+          seed, r.steps, static_cast<double>(r.virtual_us) / 1e6, r.jobs_acknowledged, r.jobs_stored, r.jobs_succeeded,
+          r.jobs_failed,
+          r.jobs_cancelled, r.tasks_committed, r.messages,
           r.dropped, r.duplicated, r.agent_crashes, r.coordinator_crashes, r.commits_torn, r.trace_digest);
     }
     if (!r.ok) {

@@ -26,6 +26,14 @@ std::string ExpectedOutput(uint64_t job, uint32_t task) {
   return out;
 }
 
+bool AttemptFails(uint64_t seed, const model::TaskKey& key) {
+  uint64_t h = (seed + key.job) * 0x9e3779b97f4a7c15ull ^ (uint64_t{key.task} << 20) ^ static_cast<uint64_t>(key.attempt);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 29;
+  return h % 5 == 0;
+}
+
 namespace {
 
 using coordinator::Coordinator;
@@ -40,6 +48,8 @@ constexpr int64_t kCallTimeoutUs = 1'000 * kMs;
 constexpr int64_t kSubmitSpreadUs = 20'000 * kMs;  // clients submit within the first 20 s
 constexpr int64_t kSettleForUs = 600'000 * kMs;    // after the faults stop
 constexpr int64_t kMaxSettleSteps = 5'000'000;
+constexpr int32_t kRetries = 3;  // per task: an attempt fails one time in five (AttemptFails)
+constexpr double kCancelShare = 0.15;  // of acknowledged jobs, cancelled by their client
 
 class SimEnv final : public Env {
  public:
@@ -178,7 +188,11 @@ class Simulation {
   void RestartAgent(int i);
 
   void Submit(int c);
+  void CancelLater(uint64_t job);
   std::string MakeSpec(int c);
+  // Whether job `id`'s end, as stored, is one it may have: a failure needs a task
+  // that failed all its attempts, a cancellation a client's request.
+  void CheckEndedJob(uint64_t id, const std::vector<model::TaskView>& tasks);
 
   void InjectFaults();
   void CheckStep();
@@ -206,7 +220,11 @@ class Simulation {
   // What the invariants are checked against.
   std::set<uint64_t> stored_jobs_;
   std::set<uint64_t> acknowledged_;
-  std::map<std::pair<uint64_t, uint32_t>, int32_t> succeeded_;  // task -> its committed attempt
+  std::set<uint64_t> cancels_;  // jobs a client's cancellation reached the coordinator for
+  // Task -> the attempt stored as its success, and the attempt stored as succeeded
+  // (the same, except for an attempt that ended well after its job had ended).
+  std::map<std::pair<uint64_t, uint32_t>, int32_t> committed_;
+  std::map<std::pair<uint64_t, uint32_t>, int32_t> succeeded_attempts_;
   std::map<uint64_t, model::JobStatus> finished_;               // jobs stored as ended
   std::map<uint64_t, std::string> finish_reasons_;
   std::string failure_;
@@ -402,23 +420,23 @@ void Simulation::Stored(const store::StoreBatch& batch) {
   for (const store::NewJob& j : batch.new_jobs) stored_jobs_.insert(j.record.id);
   for (const model::AttemptRecord& a : batch.attempts) {
     if (a.outcome != "succeeded") continue;
-    auto [it, first] = succeeded_.emplace(std::make_pair(a.job, a.task), a.attempt);
+    auto [it, first] = succeeded_attempts_.emplace(std::make_pair(a.job, a.task), a.attempt);
     if (!first && it->second != a.attempt) {
-      Fail(fmt::format("task {}/{} committed twice: attempts {} and {} both succeeded", a.job, a.task, it->second,
-                       a.attempt));
+      Fail(fmt::format("task {}/{}: attempts {} and {} both succeeded", a.job, a.task, it->second, a.attempt));
     }
   }
   for (const model::TaskRecord& t : batch.tasks) {
-    auto it = succeeded_.find({t.job, t.task});
+    auto it = committed_.find({t.job, t.task});
     if (t.status == model::TaskStatus::kSucceeded) {
       if (t.output != ExpectedOutput(t.job, t.task)) {
         Fail(fmt::format("task {}/{} stored an output that is not its own ({} bytes)", t.job, t.task, t.output.size()));
       }
-      if (it != succeeded_.end() && it->second != t.attempt) {
+      if (it != committed_.end() && it->second != t.attempt) {
         Fail(fmt::format("task {}/{} committed twice: attempt {} after attempt {}", t.job, t.task, t.attempt,
                          it->second));
       }
-    } else if (it != succeeded_.end()) {
+      committed_[{t.job, t.task}] = t.attempt;
+    } else if (it != committed_.end()) {
       Fail(fmt::format("task {}/{} went back from succeeded to {}", t.job, t.task, model::TaskStatusName(t.status)));
     }
   }
@@ -427,6 +445,9 @@ void Simulation::Stored(const store::StoreBatch& batch) {
     if (it != finished_.end() && it->second != j.status) {
       Fail(fmt::format("job {} ended {} and was stored again as {}", j.id, model::JobStatusName(it->second),
                        model::JobStatusName(j.status)));
+    }
+    if (j.status == model::JobStatus::kCancelled && !cancels_.contains(j.id)) {
+      Fail(fmt::format("job {} was stored as cancelled, but no one cancelled it: {}", j.id, j.reason));
     }
     if (model::IsTerminal(j.status)) {
       finished_[j.id] = j.status;
@@ -607,8 +628,14 @@ void Simulation::OnAssignments(int i, uint64_t life, const model::AssignmentBatc
          if (life != a.life || a.running.erase(key) == 0) return;
          model::TaskUpdate u;
          u.key = key;
-         u.kind = model::UpdateKind::kSucceeded;
-         u.output = ExpectedOutput(key.job, key.task);
+         if (AttemptFails(options_.seed, key)) {
+           u.kind = model::UpdateKind::kFailed;
+           u.exit_code = 1;
+           u.reason = "exit status 1";
+         } else {
+           u.kind = model::UpdateKind::kSucceeded;
+           u.output = ExpectedOutput(key.job, key.task);
+         }
          a.reports.Add(std::move(u));
          Act(i);
        });
@@ -659,7 +686,7 @@ std::string Simulation::MakeSpec(int c) {
   const int n = static_cast<int>(rng_.UniformRange(1, options_.max_tasks_per_job));
   std::string spec = fmt::format("name: job{}\ntasks:\n", c);
   for (int t = 0; t < n; ++t) {
-    spec += fmt::format("  - name: t{}\n    kernel: noop\n", t);
+    spec += fmt::format("  - name: t{}\n    kernel: noop\n    retries: {}\n", t, kRetries);
     std::string after;
     for (int d = 0; d < t; ++d) {
       if (rng_.Bernoulli(0.3)) after += fmt::format("{}t{}", after.empty() ? "" : ", ", d);
@@ -691,6 +718,16 @@ void Simulation::Submit(int c) {
       client.accepted = true;
       acknowledged_.insert(r->job_id);
       ++result_.jobs_acknowledged;
+      if (faults_ && rng_.Bernoulli(kCancelShare)) CancelLater(r->job_id);
+    });
+  });
+}
+
+void Simulation::CancelLater(uint64_t job) {
+  At(Now() + rng_.UniformRange(0, 3'000 * kMs), fmt::format("a client cancels job {}", job), [this, job] {
+    ToCoordinator(fmt::format("the cancellation of job {}", job), [this, job](Coordinator& c) {
+      cancels_.insert(job);
+      (void)c.CancelJob(job);  // FailedPrecondition once it has ended: nothing to do
     });
   });
 }
@@ -738,26 +775,13 @@ void Simulation::CheckEnd() {
     return;
   }
   for (uint64_t id : stored_jobs_) {
-    if (finished_.at(id) != model::JobStatus::kSucceeded) {
-      Fail(fmt::format("job {} ended {}: {}", id, model::JobStatusName(finished_.at(id)), finish_reasons_[id]));
-      return;
-    }
     StatusOr<std::vector<model::TaskView>> tasks = durable_.TaskPage(id, 0, 1'000, int64_t{1} << 30);
     if (!tasks.ok()) {
       Fail(fmt::format("job {}'s tasks cannot be read: {}", id, tasks.status().ToString()));
       return;
     }
-    for (const model::TaskView& t : *tasks) {
-      int succeeded = 0;
-      for (const model::AttemptRecord& a : t.history) succeeded += a.outcome == "succeeded";
-      if (t.record.status != model::TaskStatus::kSucceeded || t.record.output != ExpectedOutput(id, t.record.task) ||
-          succeeded != 1) {
-        Fail(fmt::format("job {} task {}: {} with {} succeeded attempts and {} bytes of output", id, t.name,
-                         model::TaskStatusName(t.record.status), succeeded, t.record.output.size()));
-        return;
-      }
-      ++result_.tasks_committed;
-    }
+    CheckEndedJob(id, *tasks);
+    if (!failure_.empty()) return;
   }
   // The ledgers balance: with every job ended, nothing is held anywhere.
   for (const model::NodeView& n : coordinator_->ListNodes()) {
@@ -774,6 +798,47 @@ void Simulation::CheckEnd() {
                        t.name, t.cpu_milli, t.tasks_running, t.jobs_active));
       return;
     }
+  }
+}
+
+void Simulation::CheckEndedJob(uint64_t id, const std::vector<model::TaskView>& tasks) {
+  const model::JobStatus status = finished_.at(id);
+  bool failed_all_attempts = false;
+  for (const model::TaskView& t : tasks) {
+    int succeeded = 0;
+    for (const model::AttemptRecord& a : t.history) succeeded += a.outcome == "succeeded";
+    if (t.record.status == model::TaskStatus::kSucceeded) {
+      if (succeeded != 1 || t.record.output != ExpectedOutput(id, t.record.task)) {
+        Fail(fmt::format("job {} task {}: succeeded with {} succeeded attempts and {} bytes of output", id, t.name,
+                         succeeded, t.record.output.size()));
+        return;
+      }
+      ++result_.tasks_committed;
+      continue;
+    }
+    // An attempt that ended well after its job was cancelled or failed is kept as it
+    // went ("succeeded"), its task not: once at most.
+    if (succeeded > 1 || status == model::JobStatus::kSucceeded) {
+      Fail(fmt::format("job {} {}: task {} is {} with {} succeeded attempts", id, model::JobStatusName(status), t.name,
+                       model::TaskStatusName(t.record.status), succeeded));
+      return;
+    }
+    if (t.record.status == model::TaskStatus::kFailed) {
+      if (t.record.failures != kRetries + 1) {
+        Fail(fmt::format("job {} task {} failed after {} failed attempts; it has {} retries", id, t.name,
+                         t.record.failures, kRetries));
+        return;
+      }
+      failed_all_attempts = true;
+    }
+  }
+  ++(status == model::JobStatus::kSucceeded ? result_.jobs_succeeded
+     : status == model::JobStatus::kFailed  ? result_.jobs_failed
+                                             : result_.jobs_cancelled);
+  if (status == model::JobStatus::kFailed && !failed_all_attempts) {
+    Fail(fmt::format("job {} failed with no task out of retries: {}", id, finish_reasons_[id]));
+  } else if (status == model::JobStatus::kCancelled && !cancels_.contains(id)) {
+    Fail(fmt::format("job {} ended cancelled, but no one cancelled it", id));
   }
 }
 
@@ -797,6 +862,7 @@ Result Simulation::Run() {
   const int64_t step_bound = result_.steps + kMaxSettleSteps;
   while (failure_.empty() && !events_.empty() && !Settled() && Now() < deadline && result_.steps < step_bound) Step();
   CheckEnd();
+  result_.jobs_stored = static_cast<int64_t>(stored_jobs_.size());
   result_.ok = failure_.empty();
   result_.failure = failure_;
   result_.virtual_us = Now() - 1'000'000;

@@ -43,10 +43,16 @@ struct Options {
 
 struct Result {
   bool ok = true;
+  // Jobs by how they ended: succeeded, failed (a task failed all its attempts) or
+  // cancelled (by their client).
+  int64_t jobs_succeeded = 0;
+  int64_t jobs_failed = 0;
+  int64_t jobs_cancelled = 0;
   std::string failure;      // the invariant broken, and when; empty when ok
   int64_t steps = 0;        // events run, the settling ones included
   int64_t virtual_us = 0;   // virtual time at the end
   int64_t jobs_acknowledged = 0;
+  int64_t jobs_stored = 0;  // more than acknowledged when a client, hearing nothing, submitted again
   int64_t tasks_committed = 0;  // tasks whose success was stored
   int64_t messages = 0;
   int64_t dropped = 0;
@@ -63,5 +69,8 @@ Result Run(const Options& options);
 // The output a simulated task of job `job`, index `task` must end with: any attempt,
 // on any node, gives these bytes (NULs and non-UTF-8 among them).
 std::string ExpectedOutput(uint64_t job, uint32_t task);
+// Whether a simulated attempt fails (exit status 1): one in five, by the seed and its
+// key alone, so that a replay fails the same attempts.
+bool AttemptFails(uint64_t seed, const model::TaskKey& key);
 
 }  // namespace meridian::vopr
