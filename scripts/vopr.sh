@@ -3,14 +3,16 @@
 # seeds from FIRST on, split over the machine's cores, each seed with STEPS events
 # under faults. A broken invariant prints its seed and the command that replays it.
 #   scripts/vopr.sh [SEEDS=5000] [FIRST=1] [STEPS=20000] [-- extra meridian-vopr options]
+# It builds build/release/meridian-vopr if missing; VOPR_BIN=path runs another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seeds=${1:-5000}
-first=${2:-1}
-steps=${3:-20000}
-shift $(( $# < 3 ? $# : 3 ))
+args=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-bin=build/release/meridian-vopr
+seeds=${args[0]:-5000}
+first=${args[1]:-1}
+steps=${args[2]:-20000}
+bin=${VOPR_BIN:-build/release/meridian-vopr}
 if [ ! -x "$bin" ]; then
   cmake --preset release >/dev/null
   cmake --build --preset release -j"$(nproc)" --target meridian-vopr

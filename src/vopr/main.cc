@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--plant", plant, "a bug to put in the coordinator, to see the simulation find it: none, ack-before-commit, accept-stale-reports")
       ->check(CLI::IsMember({"none", "ack-before-commit", "accept-stale-reports"}));
+  app.add_flag("--large-job", o.large_job, "the first client's job has 1,001 tasks (stored before it is placed)");
   app.add_flag("--trace", o.trace, "print every event on stderr");
   app.add_flag("--json", json, "one JSON object per seed on stdout");
   CLI11_PARSE(app, argc, argv);
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
       const Options d;
       if (o.agents != d.agents) replay += fmt::format(" --agents {}", o.agents);
       if (o.jobs != d.jobs) replay += fmt::format(" --jobs {}", o.jobs);
+      if (o.large_job) replay += " --large-job";
       if (o.drop != d.drop) replay += fmt::format(" --drop {}", o.drop);
       if (o.duplicate != d.duplicate) replay += fmt::format(" --duplicate {}", o.duplicate);
       if (o.reorder != d.reorder) replay += fmt::format(" --reorder {}", o.reorder);

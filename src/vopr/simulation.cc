@@ -683,12 +683,17 @@ void Simulation::RestartAgent(int i) {
 // ------------------------------------------------------------------ clients
 
 std::string Simulation::MakeSpec(int c) {
-  const int n = static_cast<int>(rng_.UniformRange(1, options_.max_tasks_per_job));
+  // Client 0's job is large with Options::large_job: stored alone, outside the
+  // coordinator's lock, before any of it is placed (the path for jobs of more than
+  // kStoredWithPlacementsTasks).
+  const bool large = c == 0 && options_.large_job;
+  const int n = large ? static_cast<int>(coordinator::kStoredWithPlacementsTasks) + 1
+                      : static_cast<int>(rng_.UniformRange(1, options_.max_tasks_per_job));
   std::string spec = fmt::format("name: job{}\ntasks:\n", c);
   for (int t = 0; t < n; ++t) {
     spec += fmt::format("  - name: t{}\n    kernel: noop\n    retries: {}\n", t, kRetries);
     std::string after;
-    for (int d = 0; d < t; ++d) {
+    for (int d = 0; d < t && !large; ++d) {
       if (rng_.Bernoulli(0.3)) after += fmt::format("{}t{}", after.empty() ? "" : ", ", d);
     }
     if (!after.empty()) spec += "    after: [" + after + "]\n";
@@ -775,7 +780,7 @@ void Simulation::CheckEnd() {
     return;
   }
   for (uint64_t id : stored_jobs_) {
-    StatusOr<std::vector<model::TaskView>> tasks = durable_.TaskPage(id, 0, 1'000, int64_t{1} << 30);
+    StatusOr<std::vector<model::TaskView>> tasks = durable_.TaskPage(id, 0, 100'000, int64_t{1} << 30);
     if (!tasks.ok()) {
       Fail(fmt::format("job {}'s tasks cannot be read: {}", id, tasks.status().ToString()));
       return;

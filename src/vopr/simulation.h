@@ -27,6 +27,10 @@ struct Options {
   int agents = 4;
   int jobs = 12;           // submitted by clients at random times while faults run
   int max_tasks_per_job = 8;
+  // The first client's job has 1,001 tasks (the path of large jobs, stored before they
+  // are placed); each restart reloads and each turn offers them, so a seed takes about
+  // 15 times as long.
+  bool large_job = false;
   // Per message: dropped, duplicated (a request delivered twice), held back long
   // enough to be overtaken. Per event: a crash of an agent or of the coordinator.
   double drop = 0.02;
