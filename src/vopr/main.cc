@@ -1,7 +1,6 @@
 // meridian-vopr: runs the deterministic simulation of the control plane (simulation.h)
 // for one seed or a range of them, and says which invariant broke, when, and how to
 // replay it. Exit 0: every seed held; 1: one broke; 2: a bad option.
-#include <cstdio>
 #include <iostream>
 #include <string>
 

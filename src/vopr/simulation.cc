@@ -40,6 +40,7 @@ using coordinator::Coordinator;
 using coordinator::CoordinatorOptions;
 
 constexpr int64_t kMs = 1'000;
+constexpr int64_t kStartUs = 1'000 * kMs;  // the virtual clock's reading at the start
 // The coordinator's timing in the simulation: a heartbeat every 100 ms, a node silent
 // for 1 s is dead, a task placed before a restart waits 2 s for its agent.
 constexpr int64_t kHeartbeatUs = 100 * kMs;
@@ -57,7 +58,7 @@ class SimEnv final : public Env {
   testing::FakeClock& fake() { return clock_; }
 
  private:
-  testing::FakeClock clock_{1'000'000};
+  testing::FakeClock clock_{kStartUs};
 };
 
 struct SimAgent {
@@ -156,6 +157,8 @@ class Simulation {
   bool StreamOpen(uint64_t id) const;
 
  private:
+  // When the stream's next message arrives: after a network delay, and after its last.
+  int64_t NextInOrder(Stream& s);
   int64_t Now() const { return env_.clock().Now().us; }
   void At(int64_t at_us, std::string what, std::function<void()> run);
   void Step();
@@ -179,7 +182,9 @@ class Simulation {
   void OnRegistered(int i, uint64_t call, const StatusOr<model::RegistrationReply>& reply);
   void Beat(int i);
   void OnBeaten(int i, uint64_t call, const StatusOr<bool>& reregister, int64_t interval_us);
-  void CallFailed(int i, const std::string& why);
+  // A call of agent i starts: its id, given up on (CallFailed) after kCallTimeoutUs.
+  uint64_t StartCall(int i, const std::string& what);
+  void CallFailed(int i);
   void OpenStream(int i);
   void OnStreamClosed(int i, uint64_t life, uint64_t stream, const Status& status);
   void OnAssignments(int i, uint64_t life, const model::AssignmentBatch& batch);
@@ -195,7 +200,6 @@ class Simulation {
   void CheckEndedJob(uint64_t id, const std::vector<model::TaskView>& tasks);
 
   void InjectFaults();
-  void CheckStep();
   bool Settled() const;
   void CheckEnd();
 
@@ -283,7 +287,6 @@ void Simulation::Step() {
   if (options_.trace) std::cerr << fmt::format("{:>12} {}\n", at, what);
   run();
   if (crashing_) CrashCoordinator("it crashed while writing to its store");
-  CheckStep();
 }
 
 // ------------------------------------------------------------------ the network
@@ -323,9 +326,8 @@ bool Simulation::StreamPush(uint64_t id, model::AssignmentBatch& batch) {
   auto it = streams_.find(id);
   if (it == streams_.end() || !it->second.open || crashing_) return false;
   Stream& s = it->second;
-  s.last_delivery_us = std::max(Now() + rng_.UniformRange(100, 2'000), s.last_delivery_us + 1);
   ++result_.messages;
-  At(s.last_delivery_us, fmt::format("{} gets {} assignments, {} cancels", agents_[s.agent].name,
+  At(NextInOrder(s), fmt::format("{} gets {} assignments, {} cancels", agents_[s.agent].name,
                                      batch.assignments.size(), batch.cancel.size()),
      [this, i = s.agent, life = s.agent_life, b = std::move(batch)] { OnAssignments(i, life, b); });
   batch = {};
@@ -337,9 +339,13 @@ void Simulation::StreamClose(uint64_t id, const Status& status) {
   if (it == streams_.end() || !it->second.open || crashing_) return;
   Stream& s = it->second;
   s.open = false;
-  s.last_delivery_us = std::max(Now() + rng_.UniformRange(100, 2'000), s.last_delivery_us + 1);
-  At(s.last_delivery_us, fmt::format("{}'s stream ends: {}", agents_[s.agent].name, status.message()),
+  At(NextInOrder(s), fmt::format("{}'s stream ends: {}", agents_[s.agent].name, status.message()),
      [this, i = s.agent, life = s.agent_life, id, status] { OnStreamClosed(i, life, id, status); });
+}
+
+int64_t Simulation::NextInOrder(Stream& s) {
+  s.last_delivery_us = std::max(Now() + rng_.UniformRange(100, 2'000), s.last_delivery_us + 1);
+  return s.last_delivery_us;
 }
 
 bool Simulation::StreamOpen(uint64_t id) const {
@@ -397,14 +403,8 @@ void Simulation::CrashCoordinator(const std::string& why) {
   coordinator_.reset();
   crashing_ = false;
   // Its connections reset: each agent finds its stream closed.
-  for (auto& [id, s] : streams_) {
-    if (!s.open || s.coordinator_life != coordinator_life_) continue;
-    s.open = false;
-    s.last_delivery_us = std::max(Now() + rng_.UniformRange(100, 2'000), s.last_delivery_us + 1);
-    At(s.last_delivery_us, fmt::format("{}'s stream breaks", agents_[s.agent].name),
-       [this, i = s.agent, life = s.agent_life, id] {
-         OnStreamClosed(i, life, id, UnavailableError("the connection was reset"));
-       });
+  for (const auto& [id, s] : streams_) {
+    if (s.coordinator_life == coordinator_life_) StreamClose(id, UnavailableError("the connection was reset"));
   }
   At(Now() + rng_.UniformRange(100 * kMs, 3'000 * kMs), "the coordinator starts again", [this] { StartCoordinator(); });
 }
@@ -482,12 +482,19 @@ void Simulation::Act(int i) {
   }
 }
 
-void Simulation::CallFailed(int i, const std::string& why) {
+uint64_t Simulation::StartCall(int i, const std::string& what) {
+  const uint64_t call = agents_[i].call = ++next_call_;
+  At(Now() + kCallTimeoutUs, agents_[i].name + "'s " + what + " times out", [this, i, call] {
+    if (agents_[i].call == call) CallFailed(i);
+  });
+  return call;
+}
+
+void Simulation::CallFailed(int i) {
   SimAgent& a = agents_[i];
   a.call = 0;
   WakeAgent(i, Now() + a.backoff_us);
   a.backoff_us = std::min<int64_t>(a.backoff_us * 2, 1'000 * kMs);
-  (void)why;
 }
 
 void Simulation::Register(int i) {
@@ -502,10 +509,7 @@ void Simulation::Register(int i) {
   reg.previous_session = a.session;
   reg.running.assign(a.running.begin(), a.running.end());
   a.reports.ForRegistration(reg);
-  const uint64_t call = a.call = ++next_call_;
-  At(Now() + kCallTimeoutUs, a.name + "'s registration times out", [this, i, call] {
-    if (agents_[i].call == call) CallFailed(i, "timed out");
-  });
+  const uint64_t call = StartCall(i, "registration");
   ToCoordinator(fmt::format("{} registers ({} running, {} reports)", a.name, reg.running.size(), reg.unacked.size()),
                 [this, i, call, reg](Coordinator& c) {
                   StatusOr<model::RegistrationReply> reply = c.Register(reg);
@@ -524,7 +528,7 @@ void Simulation::OnRegistered(int i, uint64_t call, const StatusOr<model::Regist
         code == StatusCode::kUnauthenticated) {
       Fail(fmt::format("{} was refused: {}", a.name, reply.status().ToString()));
     }
-    CallFailed(i, reply.status().message());
+    CallFailed(i);
     return;
   }
   a.call = 0;
@@ -547,10 +551,7 @@ void Simulation::Beat(int i) {
   hb.holding.assign(a.running.begin(), a.running.end());
   a.sent = a.reports.ForHeartbeat(hb);
   hb.running = static_cast<int32_t>(a.running.size());
-  const uint64_t call = a.call = ++next_call_;
-  At(Now() + kCallTimeoutUs, a.name + "'s heartbeat times out", [this, i, call] {
-    if (agents_[i].call == call) CallFailed(i, "timed out");
-  });
+  const uint64_t call = StartCall(i, "heartbeat");
   ToCoordinator(fmt::format("{} beats ({} reports)", a.name, hb.updates.size()), [this, i, call, hb](Coordinator& c) {
     StatusOr<bool> reregister = c.Heartbeat(hb);
     const int64_t interval = c.HeartbeatIntervalUs();
@@ -563,7 +564,7 @@ void Simulation::OnBeaten(int i, uint64_t call, const StatusOr<bool>& reregister
   SimAgent& a = agents_[i];
   if (a.call != call) return;
   if (!reregister.ok()) {
-    CallFailed(i, reregister.status().message());
+    CallFailed(i);
     return;
   }
   a.call = 0;
@@ -588,15 +589,11 @@ void Simulation::OpenStream(int i) {
      [this, i, id, node = a.node_id, session = a.session] {
        Stream& s = streams_[id];
        if (s.agent_life != agents_[i].life) return;
-       if (coordinator_ == nullptr) {
-         s.open = true;  // so that it can close
-         s.coordinator_life = coordinator_life_;
-         StreamClose(id, UnavailableError("connection refused"));
-         return;
-       }
        s.open = true;
        s.coordinator_life = coordinator_life_;
-       Status st = coordinator_->ConnectAssignments(node, session, std::make_shared<SimSink>(*this, id));
+       const Status st = coordinator_ == nullptr
+                             ? UnavailableError("connection refused")
+                             : coordinator_->ConnectAssignments(node, session, std::make_shared<SimSink>(*this, id));
        if (!st.ok()) StreamClose(id, st);
      });
 }
@@ -722,6 +719,8 @@ void Simulation::Submit(int c) {
       }
       client.accepted = true;
       acknowledged_.insert(r->job_id);
+      // Acknowledged means stored: a job is never acknowledged before its commit.
+      if (!stored_jobs_.contains(r->job_id)) Fail(fmt::format("job {} was acknowledged but is not stored", r->job_id));
       ++result_.jobs_acknowledged;
       if (faults_ && rng_.Bernoulli(kCancelShare)) CancelLater(r->job_id);
     });
@@ -745,13 +744,6 @@ void Simulation::InjectFaults() {
     if (agents_[i].up) CrashAgent(i);
   }
   if (coordinator_ != nullptr && rng_.Bernoulli(options_.coordinator_crash)) CrashCoordinator("killed");
-}
-
-void Simulation::CheckStep() {
-  // Acknowledged means stored: a job is never acknowledged before its commit.
-  for (uint64_t id : acknowledged_) {
-    if (!stored_jobs_.contains(id)) Fail(fmt::format("job {} was acknowledged but is not stored", id));
-  }
 }
 
 bool Simulation::Settled() const {
@@ -870,7 +862,7 @@ Result Simulation::Run() {
   result_.jobs_stored = static_cast<int64_t>(stored_jobs_.size());
   result_.ok = failure_.empty();
   result_.failure = failure_;
-  result_.virtual_us = Now() - 1'000'000;
+  result_.virtual_us = Now() - kStartUs;
   return result_;
 }
 
