@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -186,7 +188,11 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
   if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
   options.order = *order;
-  options.emulate_wan = o.emulate_wan;
+  options.emulate_wan = o.emulate_wan || o.emulate_wan_latency;
+  options.emulate_wan_bandwidth = !o.emulate_wan_latency;
+  if (o.emulate_wan && o.emulate_wan_latency) {
+    return InvalidArgumentError("--emulate-wan and --emulate-wan-latency: give one (the second leaves bandwidth to the network)");
+  }
   store::SqliteStateStore::Options store_options;
   if (o.sync == "full") {
     store_options.sync = store::SqliteStateStore::Sync::kFull;
@@ -397,18 +403,97 @@ StatusOr<std::pair<int, bool>> Ensure(const fs::path& dir, const Component& c) {
 
 namespace {
 
+// The namespaces of a network scripts/netsim.sh built (`up --prefix P`), from its
+// state files: where the coordinator and each site's agents run.
+struct NetnsLayout {
+  std::string prefix;
+  std::string ip;  // the ip(8) program
+  std::string core_ns;
+  std::string core_address;  // the coordinator listens there
+  bool latency_in_process = true;  // no netem: the coordinator emulates round trips
+  std::map<std::string, std::pair<std::string, std::string>> sites;  // name -> (namespace, address)
+
+  // The argv that runs `argv` in namespace `ns`.
+  std::vector<std::string> In(const std::string& ns, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {ip, "netns", "exec", ns});
+    return argv;
+  }
+};
+
+StatusOr<NetnsLayout> LoadNetns(const std::string& prefix, const model::Fleet& fleet) {
+  const fs::path state = fs::path("/run/meridian-netsim") / prefix;
+  const std::string build = fmt::format("build it with scripts/netsim.sh up FLEET --prefix {}", prefix);
+  NetnsLayout layout;
+  layout.prefix = prefix;
+  for (const char* ip : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(ip, X_OK) == 0) {
+      layout.ip = ip;
+      break;
+    }
+  }
+  if (layout.ip.empty()) return FailedPreconditionError("--netns: no ip(8) program (Debian's iproute2)");
+  if (geteuid() != 0) return FailedPreconditionError("--netns: starting processes in network namespaces needs root");
+  StatusOr<std::string> core = ReadSmallFile(state / "core");
+  StatusOr<std::string> sites = ReadSmallFile(state / "sites");
+  StatusOr<std::string> latency = ReadSmallFile(state / "latency");
+  if (!core.ok() || !sites.ok() || !latency.ok()) {
+    return FailedPreconditionError(fmt::format("--netns {}: no such network in {} ({})", prefix, state.string(), build));
+  }
+  auto fields = [](std::string_view line) {
+    std::vector<std::string> out;
+    for (size_t from = 0; from <= line.size();) {
+      const size_t tab = std::min(line.find('\t', from), line.size());
+      out.emplace_back(line.substr(from, tab - from));
+      from = tab + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> core_fields = fields(*core);
+  if (core_fields.size() != 2) {
+    return DataLossError(fmt::format("--netns: {} is not 'namespace, address'", (state / "core").string()));
+  }
+  layout.core_ns = core_fields[0];
+  layout.core_address = core_fields[1];
+  layout.latency_in_process = *latency != "netem";
+  std::istringstream lines(*sites);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const std::vector<std::string> f = fields(line);
+    if (f.size() != 3) {
+      return DataLossError(
+          fmt::format("--netns: a line of {} is not 'site, namespace, address'", (state / "sites").string()));
+    }
+    layout.sites[f[0]] = {f[1], f[2]};
+  }
+  for (const model::Site& site : fleet.sites) {
+    if (!layout.sites.count(site.name)) {
+      return FailedPreconditionError(fmt::format("--netns {}: the network has no namespace for site {} (it was built "
+                                                 "from another fleet; scripts/netsim.sh down --prefix {}, then up)",
+                                                 prefix, site.name, prefix));
+    }
+  }
+  return layout;
+}
+
 // The coordinator called `name`, listening on `listen` and writing it to `addr_file`
 // once it does (a standby does not listen until it leads).
 Component CoordinatorComponent(const fs::path& dir, const std::string& fleet, const UpOptions& o,
                                const std::string& self, const std::string& name, const std::string& listen,
-                               const std::string& http_listen, const fs::path& addr_file) {
+                               const std::string& http_listen, const fs::path& addr_file,
+                               const NetnsLayout* netns) {
   Component coord{name,
                   {self, "--log-level", "info", "coordinator", "--state-dir", (dir / "state").string(), "--listen",
                    listen, "--fleet", fleet, "--addr-file", addr_file.string(), "--http-listen", http_listen,
                    "--http-addr-file", (dir / kHttpAddrFile).string(), "--heartbeat-timeout",
                    o.heartbeat_timeout, "--reconcile-grace", o.reconcile_grace, "--retain-jobs",
-                   std::to_string(o.retain_jobs), "--retain-for", o.retain_for, "--emulate-wan"},
+                   std::to_string(o.retain_jobs), "--retain-for", o.retain_for},
                   dir / "logs" / (name + ".log")};
+  // In namespaces the kernel shapes the links' bandwidth (and their latency, with netem).
+  if (netns == nullptr) {
+    coord.argv.push_back("--emulate-wan");
+  } else if (netns->latency_in_process) {
+    coord.argv.push_back("--emulate-wan-latency");
+  }
   if (o.insecure) {
     coord.argv.push_back("--insecure");
   } else {
@@ -418,6 +503,7 @@ Component CoordinatorComponent(const fs::path& dir, const std::string& fleet, co
     }
   }
   if (o.real_gpus) coord.argv.push_back("--accept-node-devices");
+  if (netns != nullptr) coord.argv = netns->In(netns->core_ns, std::move(coord.argv));
   return coord;
 }
 
@@ -441,7 +527,9 @@ StatusOr<std::string> WaitForListening(const std::vector<fs::path>& addr_files, 
 // Starts the coordinators that do not run; returns the address clients and agents
 // use (with several, all of them, comma-separated) and how many started.
 StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, const std::string& fleet,
-                                                         const UpOptions& o, const std::string& self) {
+                                                         const UpOptions& o, const std::string& self,
+                                                         const NetnsLayout* netns) {
+  const std::string host = netns != nullptr ? netns->core_address : "127.0.0.1";
   std::error_code ec;
   // A cluster made with several keeps them: a plain `up` starts what of them died.
   std::vector<std::string> addresses;
@@ -457,14 +545,15 @@ StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, con
   if (coordinators <= 1) {
     // It keeps the address it first got, so agents find a restarted one.
     StatusOr<std::string> previous = ReadSmallFile(dir / kAddrFile);
-    std::string listen = previous.ok() && !previous->empty() ? *previous : "127.0.0.1:0";
+    std::string listen = previous.ok() && !previous->empty() ? *previous : host + ":0";
     // And its HTTPS listener's, so a Prometheus pointed at it finds it again.
     StatusOr<std::string> previous_http = ReadSmallFile(dir / kHttpAddrFile);
-    std::string http_listen = "127.0.0.1:0";
+    std::string http_listen = host + ":0";
     if (previous_http.ok() && previous_http->find("://") != std::string::npos) {
       http_listen = previous_http->substr(previous_http->find("://") + 3);
     }
-    Component coord = CoordinatorComponent(dir, fleet, o, self, "coordinator", listen, http_listen, dir / kAddrFile);
+    Component coord =
+        CoordinatorComponent(dir, fleet, o, self, "coordinator", listen, http_listen, dir / kAddrFile, netns);
     if (!ProcessRunning(ReadPid(dir / "pids" / "coordinator.pid"), dir.string())) fs::remove(dir / kAddrFile, ec);
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coord));
     MERIDIAN_ASSIGN_OR_RETURN(std::string address, WaitForListening({dir / kAddrFile}, {pid.first}, {coord}));
@@ -495,7 +584,8 @@ StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, con
     const std::string name = i == 0 ? "coordinator" : fmt::format("coordinator-{}", i + 1);
     files.push_back(dir / "listening" / (name + ".addr"));
     coords.push_back(
-        CoordinatorComponent(dir, fleet, o, self, name, addresses[static_cast<size_t>(i)], "127.0.0.1:0", files.back()));
+        CoordinatorComponent(dir, fleet, o, self, name, addresses[static_cast<size_t>(i)], "127.0.0.1:0", files.back(),
+                             nullptr));
     if (!ProcessRunning(ReadPid(dir / "pids" / (name + ".pid")), dir.string())) fs::remove(files.back(), ec);
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, coords.back()));
     pids.push_back(pid.first);
@@ -507,7 +597,7 @@ StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, con
 
 // Starts the agents of the fleet's nodes that do not run; returns how many started.
 StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, const std::string& address,
-                          const std::string& self, bool real_gpus, bool insecure) {
+                          const std::string& self, bool real_gpus, bool insecure, const NetnsLayout* netns) {
   int started = 0;
   for (const model::Node& node : fleet.fleet.nodes) {
     model::Node local = node;
@@ -522,6 +612,11 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
                      (dir / "work" / "link-clocks").string()},
                     dir / "logs" / ("agent-" + node.name + ".log")};
     if (!real_gpus) agent.argv.push_back("--no-gpu-discovery");
+    const std::string& site = fleet.fleet.site(node.site).name;
+    if (netns != nullptr) {
+      // Its transfers leave from the site's own address, across the shaped links.
+      agent.argv.insert(agent.argv.end(), {"--transfer-host", netns->sites.at(site).second});
+    }
     if (insecure) {
       agent.argv.push_back("--insecure");
     } else {
@@ -536,6 +631,7 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
         agent.argv.push_back(a);
       }
     }
+    if (netns != nullptr) agent.argv = netns->In(netns->sites.at(site).first, std::move(agent.argv));
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
     started += pid.second ? 1 : 0;
   }
@@ -597,6 +693,11 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   }
   MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec fleet, spec::LoadFleet(fleet_path));
   if (fleet.fleet.nodes.empty()) return InvalidArgumentError(fmt::format("{} declares no nodes", fleet_path));
+  std::optional<NetnsLayout> netns;
+  if (!o.netns.empty()) {
+    if (o.coordinators > 1) return InvalidArgumentError("--netns runs one coordinator (not --coordinators)");
+    MERIDIAN_ASSIGN_OR_RETURN(netns, LoadNetns(o.netns, fleet.fleet));
+  }
   if (fleet.fleet.nodes.size() > static_cast<size_t>(o.max_nodes)) {
     return InvalidArgumentError(fmt::format(
         "{} has {} nodes; a local cluster runs one agent process per node, at most {} (use 'meridian sim' for "
@@ -624,7 +725,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kStateStoreFile,
                             kAddrFile, kHttpAddrFile, "tls",
                             "admin.token",
-                            "join.token", "insecure"}) {
+                            "join.token", "insecure", "netns"}) {
       fs::remove_all(dir / sub, rm);
     }
     if (rm) return UnavailableError(fmt::format("cannot delete the cluster in {}: {}", dir.string(), rm.message()));
@@ -640,6 +741,13 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
         "the local cluster in {} keeps its state in {}, not {}: set MERIDIAN_STATE to that store again{}, or "
         "'meridian up --recreate' deletes the cluster's files and starts it on the store given",
         dir.string(), *kept_store, store_now, *kept_store == kSqliteStore ? " (unset it, for SQLite)" : ""));
+  } else if (StatusOr<std::string> kept_netns = ReadSmallFile(dir / "netns");
+             before.ok() && (kept_netns.ok() ? *kept_netns : std::string()) != o.netns) {
+    return FailedPreconditionError(fmt::format(
+        "the local cluster in {} was made {}; 'meridian up --recreate' deletes it (jobs and objects too) and starts "
+        "one {}, or give another --dir",
+        dir.string(), kept_netns.ok() ? fmt::format("in the namespaces of --netns {}", *kept_netns) : "without --netns",
+        o.netns.empty() ? "on this host's loopback" : fmt::format("in --netns {}", o.netns)));
   } else if (before.ok() && fs::exists(dir / "insecure") != o.insecure) {
     return FailedPreconditionError(fmt::format(
         "the local cluster in {} was made {} --insecure; 'meridian up --recreate{}' deletes it (jobs and objects "
@@ -655,10 +763,14 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   if (o.insecure) {
     MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / "insecure", "made with 'meridian up --insecure': no TLS, no tokens\n"));
   } else {
-    MERIDIAN_RETURN_IF_ERROR(MakeClusterCerts((dir / "tls").string(), {"127.0.0.1", "localhost", "::1"}));
+    std::vector<std::string> hosts = {"127.0.0.1", "localhost", "::1"};
+    if (netns) hosts.push_back(netns->core_address);
+    MERIDIAN_RETURN_IF_ERROR(MakeClusterCerts((dir / "tls").string(), hosts));
   }
+  if (netns) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / "netns", o.netns + "\n"));
   const std::string self = SelfExecutable();
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinators(dir, fs::absolute(fleet_path).string(), o, self));
+  const NetnsLayout* layout = netns ? &*netns : nullptr;
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinators(dir, fs::absolute(fleet_path).string(), o, self, layout));
   rpc::ChannelSecurity security;
   if (!o.insecure) {
     MERIDIAN_ASSIGN_OR_RETURN(security, client::LoadClusterCredentials(dir.string()));
@@ -668,13 +780,18 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
                                                                      int64_t{10} * 60 * 1'000'000));
     MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "join.token", join.secret + "\n", true));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure));
+  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout));
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();
   out << fmt::format("local cluster in {}\ncoordinator at {}; {} nodes at {} sites ({} processes started now)\n",
                      dir.string(), coord.first, nodes.size(), fleet.fleet.sites.size(),
                      agents + coord.second);
+  if (netns) {
+    out << fmt::format("in the network namespaces of --netns {}: the coordinator in {}, each site's agents in its own; "
+                       "links shaped by the kernel{}\n",
+                       o.netns, netns->core_ns, netns->latency_in_process ? " (latency emulated in-process: no netem)" : "");
+  }
   out << (o.insecure ? "INSECURE: no TLS and no tokens; anyone on this machine can run commands through it\n"
                      : fmt::format("TLS with the cluster's own CA ({}/tls); your admin token is {}/admin.token\n",
                                    dir.string(), dir.string()));

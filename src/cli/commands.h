@@ -54,6 +54,14 @@ struct PlanOptions {
 // run, offline on a fleet file or by a live coordinator on its nodes and datasets.
 Status RunPlan(const PlanOptions& options, std::ostream& out);
 
+struct FleetShowOptions {
+  std::string what;  // "sites" or "links"
+  std::string fleet;
+};
+// `meridian fleet sites|links FLEET`: one tab-separated line per site (name, kind) or
+// link (site, site, rtt_us, bandwidth_bps), for scripts.
+Status RunFleetShow(const FleetShowOptions& options, std::ostream& out);
+
 struct BenchSchedOptions {
   std::vector<int64_t> nodes;
   int64_t tasks = 0;
@@ -160,6 +168,7 @@ struct CoordinatorCommandOptions {
   std::string sync = "normal";
   std::string order = "fifo";
   bool emulate_wan = false;
+  bool emulate_wan_latency = false;  // the links' round trips only: the network shapes bandwidth
   // The cluster's certificates: ca.crt (and ca.key, to sign joining nodes'),
   // coordinator.crt and coordinator.key.
   std::string tls_dir;
@@ -215,6 +224,9 @@ struct UpOptions {
   bool real_gpus = false;
   // No TLS and no tokens (as before the cluster had them): a trusted machine only.
   bool insecure = false;
+  // The prefix of a network scripts/netsim.sh built: the coordinator runs in its
+  // router namespace, each site's agents in the site's namespace.
+  std::string netns;
 };
 // `meridian up`: starts what of the local cluster in `dir` is not running.
 Status RunUp(const UpOptions& options, std::ostream& out);

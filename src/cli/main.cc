@@ -172,6 +172,13 @@ int main(int argc, char** argv) {
     plan_fleet->excludes(plan_cmd->get_option(o));
   }
 
+  cli::FleetShowOptions fleet_show;
+  CLI::App* fleet_cmd = app.add_subcommand("fleet", "A fleet file's sites or links, one tab-separated line each (scripts)");
+  fleet_cmd->add_option("what", fleet_show.what, "sites (name, kind) or links (site, site, rtt_us, bandwidth_bps)")
+      ->required()
+      ->check(CLI::IsMember({"sites", "links"}));
+  fleet_cmd->add_option("fleet", fleet_show.fleet, "Fleet file (YAML)")->required();
+
   cli::CoordinatorCommandOptions coord;
   CLI::App* coord_cmd = app.add_subcommand("coordinator", "Run a coordinator: jobs, nodes, scheduling, state");
   coord_cmd->add_option("--state-dir", coord.state_dir,
@@ -209,6 +216,9 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--order", coord.order, "Queue order: fifo, priority or fair");
   coord_cmd->add_flag("--emulate-wan", coord.emulate_wan,
                       "Agents' transfers emulate the fleet's links (latency, bandwidth): a local cluster playing sites");
+  coord_cmd->add_flag("--emulate-wan-latency", coord.emulate_wan_latency,
+                      "Agents' transfers emulate only the links' round trips; their bandwidth is the network's (sites in "
+                      "namespaces shaped by scripts/netsim.sh, on a kernel without netem)");
   coord_cmd->add_option("--tls-dir", coord.tls_dir,
                         "The cluster's certificates: ca.crt, coordinator.crt, coordinator.key, and ca.key to let "
                         "nodes join (meridian certs init / issue)");
@@ -269,6 +279,9 @@ int main(int argc, char** argv) {
                    "Stop and delete the cluster already in the directory (its jobs and objects too) and start afresh");
   up_cmd->add_flag("--real-gpus", up.real_gpus,
                    "Agents use this machine's CUDA GPUs (each agent all of them) instead of emulating the fleet's");
+  up_cmd->add_option("--netns", up.netns,
+                     "Run the coordinator and each site's agents in the network namespaces scripts/netsim.sh built "
+                     "with this --prefix (as root): traffic between sites crosses shaped kernel links");
   up_cmd->add_flag("--insecure", up.insecure,
                    "No TLS and no tokens (by default the cluster gets its own CA and an admin token)");
   cli::DownOptions down;
@@ -458,6 +471,8 @@ int main(int argc, char** argv) {
   Status status;
   if (completion_cmd->parsed()) {
     std::cout << cli::BashCompletion(app);
+  } else if (fleet_cmd->parsed()) {
+    status = cli::RunFleetShow(fleet_show, std::cout);
   } else if (plan_cmd->parsed()) {
     status = cli::RunPlan(plan, std::cout);
   } else if (sim_cmd->parsed()) {

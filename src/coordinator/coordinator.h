@@ -77,6 +77,9 @@ struct CoordinatorOptions {
   uint64_t seed = 1;
   // Agents' transfers emulate the fleet's links (a local cluster playing its sites).
   bool emulate_wan = false;
+  // With emulate_wan: the links' bandwidth too (false: only their round trips, where
+  // a real network path shapes the bandwidth: scripts/netsim.sh's namespaces).
+  bool emulate_wan_bandwidth = true;
   // The nodes the fleet file declares, by name, with their sites' names: a node that
   // registers must be one of them, at its site, declaring no more than it has. Empty:
   // any node may register (and join).

@@ -110,7 +110,8 @@ std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
     const model::Link* link = fleet_.FindLink(site, other);
     if (link == nullptr) continue;
     const bool forward = link->a == site;
-    out.push_back(model::EmulatedLink{fleet_.site(other).name, link->rtt_us, link->bandwidth_bps,
+    out.push_back(model::EmulatedLink{fleet_.site(other).name, link->rtt_us,
+                                      options_.emulate_wan_bandwidth ? link->bandwidth_bps : 0,
                                       forward ? link->egress_a_to_b_micro_usd_per_gb
                                               : link->egress_b_to_a_micro_usd_per_gb});
   }
