@@ -2,12 +2,18 @@
 // loopback by the transfer layer agents use (objects/transfer.h), in plain TCP and in
 // TLS with certificates of a cluster CA made for the run, against iperf3 measured on
 // the same loopback in the same run.
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -23,16 +29,18 @@ namespace meridian::cli {
 namespace {
 
 
-// iperf3, one stream of `bytes` to a one-off server on loopback: bits per second.
-StatusOr<double> Iperf3(int64_t bytes) {
+// iperf3, one stream of `bytes` from a one-off server on `host` (of this namespace)
+// to a client run by `client_prefix` (e.g. in another namespace): bits per second.
+StatusOr<double> Iperf3(int64_t bytes, const std::string& host = "127.0.0.1",
+                        const std::vector<std::string>& client_prefix = {}) {
   int port = 0;
   {
-    MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen("127.0.0.1", 0));
+    MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
     port = probe->port();
   }
   std::atomic<bool> stop{false};
   ProcessOptions server;
-  server.argv = {"iperf3", "-s", "-B", "127.0.0.1", "-p", std::to_string(port)};
+  server.argv = {"iperf3", "-s", "-B", host, "-p", std::to_string(port)};
   server.env = CurrentEnvironment();
   server.timeout_us = 120'000'000;
   StatusOr<ProcessResult> server_result = InternalError("not run");
@@ -40,11 +48,16 @@ StatusOr<double> Iperf3(int64_t bytes) {
   // Wait for it to listen.
   bool up = false;
   for (int i = 0; i < 100 && !up; ++i) {
-    up = TcpStream::Connect("127.0.0.1", port, 100'000).ok();
+    up = TcpStream::Connect(host, port, 100'000).ok();
     if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ProcessOptions client;
-  client.argv = {"iperf3", "-c", "127.0.0.1", "-p", std::to_string(port), "-n", std::to_string(bytes), "-J"};
+  // -R: the server sends, as a transfer server does to the node fetching.
+  client.argv = client_prefix;
+  for (const std::string& a : {std::string("iperf3"), std::string("-c"), host, std::string("-p"), std::to_string(port),
+                               std::string("-n"), std::to_string(bytes), std::string("-R"), std::string("-J")}) {
+    client.argv.push_back(a);
+  }
   client.env = CurrentEnvironment();
   client.timeout_us = 120'000'000;
   StatusOr<ProcessResult> r = up ? RunProcess(client, stop) : StatusOr<ProcessResult>(UnavailableError("no server"));
@@ -72,10 +85,174 @@ BenchTls() {
   return std::make_pair(std::shared_ptr<const security::TlsContext>(s), std::shared_ptr<const security::TlsContext>(c));
 }
 
+// Runs `argv` (ip, tc) to its end; its error output on failure.
+Status Run(const std::vector<std::string>& argv) {
+  ProcessOptions p;
+  p.argv = argv;
+  p.env = CurrentEnvironment();
+  p.timeout_us = 10'000'000;
+  std::atomic<bool> stop{false};
+  MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
+  if (r.exit_code != 0) {
+    return UnavailableError(fmt::format("{} failed: {}", fmt::join(argv, " "), r.stderr_tail.substr(0, 300)));
+  }
+  return OkStatus();
+}
+
+// A network namespace joined to this one by a veth pair, this end shaped by tc tbf:
+// here 10.231.0.1, there 10.231.0.2. Deleted (with the pair) on destruction.
+class ShapedLink {
+ public:
+  static constexpr const char* kHere = "10.231.0.1";
+  static constexpr const char* kThere = "10.231.0.2";
+
+  static StatusOr<std::unique_ptr<ShapedLink>> Make(int64_t rate_bps) {
+    if (geteuid() != 0) {
+      return FailedPreconditionError("--netns needs root: it makes a network namespace and a veth pair");
+    }
+    auto link = std::unique_ptr<ShapedLink>(new ShapedLink(fmt::format("mbt{}", getpid() % 100000)));
+    const std::string& ns = link->ns_;
+    const std::string dev = ns + "a";
+    MERIDIAN_RETURN_IF_ERROR(Run({"ip", "netns", "add", ns}));
+    link->made_ = true;
+    // A burst of 10 ms at the rate (at least 64 KiB, a whole GSO packet), so that the
+    // bucket never starves a sender at the full rate; 50 ms of queue.
+    const int64_t burst = std::max<int64_t>(rate_bps / 8 / 100, 65536);
+    for (const std::vector<std::string>& step : std::vector<std::vector<std::string>>{
+             {"ip", "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns},
+             {"ip", "addr", "add", std::string(kHere) + "/24", "dev", dev},
+             {"ip", "link", "set", dev, "up"},
+             {"ip", "-n", ns, "addr", "add", std::string(kThere) + "/24", "dev", "eth0"},
+             {"ip", "-n", ns, "link", "set", "eth0", "up"},
+             {"ip", "-n", ns, "link", "set", "lo", "up"},
+             {"tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", fmt::format("{}bit", rate_bps), "burst",
+              std::to_string(burst), "latency", "50ms"}}) {
+      MERIDIAN_RETURN_IF_ERROR(Run(step));
+    }
+    return link;
+  }
+  ~ShapedLink() {
+    if (made_) (void)Run({"ip", "netns", "del", ns_});
+  }
+  const std::string& ns() const { return ns_; }
+
+  // Moves the calling thread (and the threads it starts) into the namespace.
+  Status Enter() const {
+    const std::string path = "/var/run/netns/" + ns_;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return UnavailableError(fmt::format("open {}: {}", path, std::strerror(errno)));
+    const int rc = setns(fd, CLONE_NEWNET);
+    const int err = errno;
+    close(fd);
+    if (rc != 0) return UnavailableError(fmt::format("setns {}: {}", ns_, std::strerror(err)));
+    return OkStatus();
+  }
+
+ private:
+  explicit ShapedLink(std::string ns) : ns_(std::move(ns)) {}
+  std::string ns_;
+  bool made_ = false;
+};
+
+// An object fetched across a ShapedLink, in TLS as agents fetch, against the rate the
+// link is shaped to and iperf3 across the same link.
+Status RunBenchTransferNetns(const BenchTransferOptions& o, std::ostream& out) {
+  if (o.rate_bps < 1'000'000 || o.rate_bps > int64_t{40'000'000'000}) {
+    return InvalidArgumentError("--rate: expected 1Mbps to 40Gbps");
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ShapedLink> link, ShapedLink::Make(o.rate_bps));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench"));
+  const int64_t capacity = o.bytes * 2 + (int64_t{64} << 20);
+  MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir->path() + "/a"}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto b, objects::ObjectStore::Open({capacity, dir->path() + "/b"}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto tls, BenchTls());
+  MERIDIAN_ASSIGN_OR_RETURN(const std::string ticket_key, security::NewTicketKey());
+  objects::TransferServerOptions so;
+  so.host = ShapedLink::kHere;
+  so.tls = tls.first;
+  MERIDIAN_ASSIGN_OR_RETURN(auto server, objects::TransferServer::Start(*a, so));
+  server->SetTicketKey(ticket_key);
+  std::string data(static_cast<size_t>(o.bytes), '\0');
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    uint64_t v = i * 0x9E3779B97F4A7C15ull;
+    std::memcpy(data.data() + i, &v, 8);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, a->Put(data));
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId small, a->Put("warm-up"));
+  data = std::string();
+
+  // The fetching side runs on a thread inside the namespace: its connections cross
+  // the veth pair, and the shaped end sends.
+  std::vector<double> seconds;
+  Status fetched = OkStatus();
+  std::thread client([&] {
+    fetched = link->Enter();
+    for (int rep = -1; rep < o.repeat && fetched.ok(); ++rep) {
+      const objects::ObjectId& what = rep < 0 ? small : id;  // rep -1: the connection path, warm
+      objects::FetchOptions fo{"", 1};
+      fo.tls = tls.second;
+      StatusOr<std::string> ticket = security::SignTicket(
+          {security::TicketKind::kRead, "bench", security::UnixNowUs() + kHourUs, {what.Hex()}, 0}, ticket_key);
+      if (!ticket.ok()) {
+        fetched = ticket.status();
+        break;
+      }
+      fo.ticket = *ticket;
+      StatusOr<objects::FetchStats> f = objects::Fetch(server->address(), what, *b, fo);
+      if (!f.ok()) {
+        fetched = f.status();
+        break;
+      }
+      b->Release(what);
+      if (rep >= 0) seconds.push_back(f->seconds);
+    }
+  });
+  client.join();
+  MERIDIAN_RETURN_IF_ERROR(fetched);
+  const double best = *std::min_element(seconds.begin(), seconds.end());
+  const double rate = static_cast<double>(o.rate_bps);
+  const double meridian_bps = static_cast<double>(o.bytes) * 8 / best;
+  StatusOr<double> iperf = Iperf3(o.bytes, ShapedLink::kHere, {"ip", "netns", "exec", link->ns()});
+  nlohmann::json runs = nlohmann::json::array();
+  for (double s : seconds) runs.push_back({{"seconds", s}, {"gbit_per_s", static_cast<double>(o.bytes) * 8 / s / 1e9}});
+  nlohmann::json j = {{"bytes", o.bytes},
+                      {"netns", true},
+                      {"configured_gbit_per_s", rate / 1e9},
+                      {"runs", runs},
+                      {"best_gbit_per_s", meridian_bps / 1e9},
+                      {"share_of_configured", meridian_bps / rate},
+                      {"iperf3_gbit_per_s", iperf.ok() ? nlohmann::json(*iperf / 1e9) : nlohmann::json()},
+                      {"iperf3_share_of_configured", iperf.ok() ? nlohmann::json(*iperf / rate) : nlohmann::json()},
+                      {"ratio_to_iperf3", iperf.ok() ? nlohmann::json(meridian_bps / *iperf) : nlohmann::json()}};
+  if (!iperf.ok()) j["iperf3_error"] = iperf.status().message();
+  if (o.json) {
+    out << j.dump(2) << '\n';
+    return OkStatus();
+  }
+  out << fmt::format("meridian bench transfer --netns: one {} object across a veth pair into a namespace, shaped by "
+                     "tc tbf at {:.3f} Gbit/s\n(TLS 1.3 with both ends' certificates and a read ticket, as agents "
+                     "fetch; one stream; payload bits over the fetch's time)\n",
+                     FormatBytes(o.bytes), rate / 1e9);
+  for (const auto& r : runs) {
+    out << fmt::format("  {:>7.3f} s  {:>6.3f} Gbit/s\n", r["seconds"].get<double>(), r["gbit_per_s"].get<double>());
+  }
+  out << fmt::format("  best: {:.3f} Gbit/s = {:.1f}% of the configured rate (share_of_configured {:.3f})\n",
+                     meridian_bps / 1e9, 100 * meridian_bps / rate, meridian_bps / rate);
+  if (iperf.ok()) {
+    out << fmt::format("  iperf3 across the same link, same bytes: {:.3f} Gbit/s = {:.1f}% of it; Meridian is {:.1f}% "
+                       "of iperf3\n",
+                       *iperf / 1e9, 100 * *iperf / rate, 100 * meridian_bps / *iperf);
+  } else {
+    out << fmt::format("  iperf3: not measured ({})\n", iperf.status().message());
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
   if (o.bytes < 1 || o.bytes > (int64_t{64} << 30)) return InvalidArgumentError("--bytes: expected 1 to 64 GiB");
+  if (o.netns) return RunBenchTransferNetns(o, out);
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench"));
   const int64_t capacity = o.bytes * 2 + (int64_t{64} << 20);
   MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir->path() + "/a"}));

@@ -387,9 +387,15 @@ struct BenchTransferOptions {
   int repeat = 3;
   bool insecure_loopback = false;  // plain TCP only, no TLS runs
   bool json = false;
+  // Across a veth pair into a network namespace made for the run, shaped by tc tbf at
+  // `rate` (bits/s), instead of over loopback; needs root.
+  bool netns = false;
+  int64_t rate_bps = int64_t{1'000'000'000};
 };
 // `meridian bench transfer`: one object between two object stores over loopback, in
-// plain TCP and in TLS, and iperf3 on the same loopback in the same run.
+// plain TCP and in TLS, and iperf3 on the same loopback in the same run. With
+// `netns`: over a shaped veth link, in TLS, against the configured rate and iperf3
+// across the same link.
 Status RunBenchTransfer(const BenchTransferOptions& options, std::ostream& out);
 
 struct BenchGemmOptions {

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
 
   cli::BenchTransferOptions bench_transfer_opts;
-  std::string transfer_bytes = "1GiB";
+  std::string transfer_bytes;
   cli::BenchScaleOptions bench_scale_opts;
   CLI::App* bench_scale = bench_cmd->add_subcommand(
       "scale", "A coordinator with thousands of simulated agents: throughput, idle CPU, round trip, heartbeat lag");
@@ -125,6 +125,11 @@ int main(int argc, char** argv) {
   bench_transfer->add_flag("--insecure-loopback", bench_transfer_opts.insecure_loopback,
                            "Plain TCP only: skip the TLS runs");
   bench_transfer->add_flag("--json", bench_transfer_opts.json, "Print JSON for scripts");
+  std::string transfer_rate = "1Gbps";
+  bench_transfer->add_flag("--netns", bench_transfer_opts.netns,
+                           "Across a veth pair into a network namespace made for the run, shaped by tc tbf at --rate, "
+                           "against the configured rate and iperf3 on the same link (root; default --bytes 256MiB)");
+  bench_transfer->add_option("--rate", transfer_rate, "With --netns: the link's rate (default 1Gbps)");
 
   cli::BenchGemmOptions bench_gemm_opts;
   CLI::App* bench_gemm = bench_cmd->add_subcommand(
@@ -490,12 +495,17 @@ int main(int argc, char** argv) {
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
   } else if (bench_transfer->parsed()) {
-    StatusOr<int64_t> bytes = ParseBytes(transfer_bytes);
-    if (bytes.ok()) {
-      bench_transfer_opts.bytes = *bytes;
-      status = cli::RunBenchTransfer(bench_transfer_opts, std::cout);
-    } else {
+    StatusOr<int64_t> bytes =
+        ParseBytes(!transfer_bytes.empty() ? transfer_bytes : bench_transfer_opts.netns ? "256MiB" : "1GiB");
+    StatusOr<int64_t> rate = ParseBandwidthBps(transfer_rate);
+    if (!bytes.ok()) {
       status = InvalidArgumentError(fmt::format("--bytes: {}", bytes.status().message()));
+    } else if (!rate.ok()) {
+      status = InvalidArgumentError(fmt::format("--rate: {}", rate.status().message()));
+    } else {
+      bench_transfer_opts.bytes = *bytes;
+      bench_transfer_opts.rate_bps = *rate;
+      status = cli::RunBenchTransfer(bench_transfer_opts, std::cout);
     }
   } else if (bench_gemm->parsed()) {
     status = cli::RunBenchGemm(bench_gemm_opts, std::cout);

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Sites on separate network stacks: scripts/netsim.sh builds a namespace per site of
+# the three-site test fleet and a router between them, `meridian up --netns` runs the
+# coordinator in the router and each site's agents in their site's namespace, and a
+# job at eu-west reads a dataset stored at the factory. Checked: the exact word
+# counts, that its bytes crossed the kernel's shaped factory -> eu-west link (and no
+# other), that a cut-off site's node is declared dead and comes back when healed,
+# and `bench transfer --netns`'s figures. Needs root; skipped (exit 77) without it.
+set -uo pipefail
+bin=$(realpath "$1")
+root=$2
+cd "$root"
+if [ "$(id -u)" -ne 0 ] || ! command -v nft >/dev/null || ! ip netns add mnt-probe$$ 2>/dev/null; then
+  echo "SKIPPED: network namespaces need root, ip and nft (CI runs as root; scripts/install-deps.sh installs nftables)"
+  exit 77
+fi
+ip netns del mnt-probe$$
+prefix=nt$$
+prefix=${prefix:0:8}
+tmp=$(mktemp -d)
+fail=0
+cleanup() {
+  "$bin" down --dir "$tmp/cluster" >/dev/null 2>&1
+  scripts/netsim.sh down --prefix "$prefix" >/dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+bad() { echo "FAIL $*"; fail=1; }
+ok() { echo "ok   $*"; }
+netsim() { scripts/netsim.sh "$@" --prefix "$prefix"; }
+
+fleet=tests/fleets/local-three-sites.yaml
+netsim up "$fleet" --meridian "$bin" >"$tmp/netsim.out" 2>&1 || { cat "$tmp/netsim.out"; exit 1; }
+grep -q "3 sites, 3 links shaped" "$tmp/netsim.out" && ok "netsim up: 3 sites, 3 links" || bad "netsim up: $(cat "$tmp/netsim.out")"
+if ! "$bin" up --netns "$prefix" --fleet "$fleet" --dir "$tmp/cluster" >"$tmp/up.out" 2>&1; then
+  cat "$tmp/up.out"
+  tail -5 "$tmp"/cluster/logs/*.log
+  exit 1
+fi
+grep -q "coordinator at 10.200.255.1:" "$tmp/up.out" && ok "the coordinator listens in the router namespace" ||
+  bad "up: $(cat "$tmp/up.out")"
+# Each agent runs in its site's namespace: its process's network namespace is the site's.
+for pair in us-cpu-1:us-east eu-a100:eu-west edge-t4:factory; do
+  node=${pair%%:*}
+  site=${pair##*:}
+  pid=$(cat "$tmp/cluster/pids/agent-$node.pid")
+  ns=$(ip netns identify "$pid")
+  want=$(awk -F'\t' -v s="$site" '$1 == s {print $2}' "/run/meridian-netsim/$prefix/sites")
+  [ "$ns" = "$want" ] && ok "agent $node runs in $want" || bad "agent $node runs in '$ns', not $want"
+done
+
+# A dataset at the factory, counted by a task that needs eu-west's A100.
+awk 'BEGIN {srand(7); split("alpha beta gamma delta edge cloud wan link", w, " ");
+  for (i = 0; i < 20000; i++) {l = ""; for (j = 0; j < 12; j++) l = l w[int(rand() * 8) + 1] " "; print l}}' >"$tmp/words.txt"
+"$bin" data put "$tmp/words.txt" --name words --site factory --shards 4 --dir "$tmp/cluster" >/dev/null ||
+  bad "data put"
+before=$(netsim bytes factory eu-west)
+cat >"$tmp/count.yaml" <<'EOF'
+name: count-at-eu-west
+tasks:
+  - {name: count, kernel: wordcount, inputs: [dataset://words], resources: {accelerator: A100}}
+EOF
+"$bin" run "$tmp/count.yaml" --dir "$tmp/cluster" --no-progress --output-dir "$tmp/out" >"$tmp/run.out" 2>&1 ||
+  bad "run: $(cat "$tmp/run.out")"
+tr ' ' '\n' <"$tmp/words.txt" | grep . | sort | uniq -c | awk '{print $2, $1}' | sort >"$tmp/want"
+result=$(ls "$tmp"/out/* 2>/dev/null | head -1)
+grep -v '^wordcount$' "$result" | sort >"$tmp/got"
+if [ -s "$tmp/want" ] && cmp -s "$tmp/want" "$tmp/got"; then
+  ok "word counts exact ($(wc -l <"$tmp/want") words)"
+else
+  bad "word counts differ:"; diff "$tmp/want" "$tmp/got" | head
+fi
+size=$(stat -c %s "$tmp/words.txt")
+after=$(netsim bytes factory eu-west)
+crossed=$((after - before))
+# The payload and no more than 10% of TLS, TCP and IP framing on top of it.
+if [ "$crossed" -ge "$size" ] && [ "$crossed" -le $((size + size / 10)) ]; then
+  ok "the dataset crossed the kernel's factory -> eu-west link: $crossed bytes for $size"
+else
+  bad "factory -> eu-west carried $crossed bytes for a $size-byte dataset"
+fi
+[ "$(netsim bytes us-east eu-west)" = 0 ] && ok "nothing crossed us-east -> eu-west" ||
+  bad "us-east -> eu-west carried $(netsim bytes us-east eu-west) bytes"
+
+# Cut the factory off: its node is declared dead; healed, it registers again.
+alive() {  # node -> true/false as `nodes --json` says
+  "$bin" nodes --json --dir "$tmp/cluster" 2>/dev/null | python3 -c "
+import json, sys
+print(str(any(n['name'] == '$1' and n['state'] == 'alive' for n in json.load(sys.stdin))).lower())" 2>/dev/null
+}
+wait_for() {  # node, want, seconds
+  for _ in $(seq 1 $(($3 * 4))); do
+    [ "$(alive "$1")" = "$2" ] && return 0
+    sleep 0.25
+  done
+  return 1
+}
+netsim cut factory >/dev/null
+wait_for edge-t4 false 20 && ok "cut off, the factory's node is declared dead" || bad "edge-t4 still alive after the cut"
+[ "$(alive eu-a100)" = true ] && ok "eu-west's node stays alive" || bad "eu-a100 dead during the factory's cut"
+netsim heal factory >/dev/null
+wait_for edge-t4 true 30 && ok "healed, the factory's node is alive again" || bad "edge-t4 not back 30 s after the heal"
+
+# The transfer bench across a shaped veth link: its fields (figures are quoted, not asserted).
+if "$bin" bench transfer --netns --bytes 8MiB --rate 500Mbps --repeat 1 --json >"$tmp/bench.json" 2>"$tmp/bench.err"; then
+  python3 - "$tmp/bench.json" <<'EOF' && ok "bench transfer --netns reports share_of_configured" || bad "bench json: $(cat "$tmp/bench.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["netns"] is True and j["configured_gbit_per_s"] == 0.5 and j["bytes"] == 8 << 20
+assert len(j["runs"]) == 1 and j["share_of_configured"] > 0 and "iperf3_share_of_configured" in j
+EOF
+else
+  bad "bench transfer --netns: $(cat "$tmp/bench.err")"
+fi
+[ -z "$(ip netns list | grep '^mbt')" ] && ok "the bench removed its namespace" || bad "bench left $(ip netns list | grep '^mbt')"
+exit $fail
