@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -117,6 +118,7 @@ Status Agent::StartObjects() {
   }
   objects::TransferServerOptions transfer;
   transfer.host = options_.transfer_host;
+  transfer.port = options_.transfer_port;
   transfer.tls = transfer_tls_;
   transfer.insecure = options_.insecure_transfers;
   transfer.site = options_.site;
@@ -461,6 +463,16 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   return answer->reregister;
 }
 
+std::pair<bool, std::string> Agent::Ready() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return {false, "not ready: stopping"};
+  if (need_register_ || !connected_) {
+    return {false, fmt::format("not ready: not registered with a coordinator ({})", options_.coordinator)};
+  }
+  return {true, fmt::format("ready: node {} (id {}, session {}) at site {}", options_.node.name, node_id_, session_,
+                            options_.site)};
+}
+
 std::string Agent::SessionFile() const { return (std::filesystem::path(options_.work_dir) / "session").string(); }
 
 Status Agent::Run() {
@@ -471,19 +483,31 @@ Status Agent::Run() {
     so.tls = options_.tls;
     const bool open = !options_.tls.enabled();
     std::vector<http::Route> routes;
-    routes.push_back({"/metrics", [this, open](const http::Request& r) {
-                        // A monitoring certificate, or the coordinator's (which reads them for scrapers:
-                        // coordinator/http_api.h).
-                        if (!open && r.peer_certificate.rfind("monitor:", 0) != 0 &&
-                            r.peer_certificate != "coordinator") {
-                          return http::Refused(r, r.peer_certificate.empty() ? 401 : 403,
-                                               "an agent's metrics need a monitoring certificate of the cluster's "
-                                               "CA (meridian certs issue monitor --name NAME)",
-                                               false);
-                        }
+    // A monitoring certificate, or the coordinator's (which reads the metrics for
+    // scrapers: coordinator/http_api.h).
+    auto refuse = [open](const http::Request& r) -> std::optional<http::Response> {
+      if (open || r.peer_certificate.rfind("monitor:", 0) == 0 || r.peer_certificate == "coordinator") {
+        return std::nullopt;
+      }
+      return http::Refused(r, r.peer_certificate.empty() ? 401 : 403,
+                           "an agent's metrics and health need a monitoring certificate of the cluster's CA "
+                           "(meridian certs issue monitor --name NAME)",
+                           false);
+    };
+    routes.push_back({"/metrics", [this, refuse](const http::Request& r) {
+                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
                         http::Exposition e;
                         WriteMetrics(e);
                         return http::MetricsResponse(e.text());
+                      }});
+    routes.push_back({"/healthz", [refuse](const http::Request& r) {
+                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
+                        return http::TextResponse(200, "ok\n");
+                      }});
+    routes.push_back({"/readyz", [this, refuse](const http::Request& r) {
+                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
+                        auto [ready, why] = Ready();
+                        return http::TextResponse(ready ? 200 : 503, why + "\n");
                       }});
     MERIDIAN_ASSIGN_OR_RETURN(metrics_server_, http::Server::Start(std::move(so), std::move(routes)));
     MERIDIAN_LOG_INFO("metrics at {}/metrics", metrics_server_->url());

@@ -40,7 +40,8 @@ struct AgentOptions {
   int kernel_threads = 0;
   int64_t rpc_timeout_us = 5'000'000;
   int64_t object_memory_bytes = int64_t{1} << 30;  // then objects spill under work_dir/objects
-  std::string transfer_host = "127.0.0.1";          // the transfer server's address (any port)
+  std::string transfer_host = "127.0.0.1";          // the transfer server's address
+  int transfer_port = 0;                            // and port (0: any free one)
   // Emulated links' clocks shared with the other agents of a local cluster (see
   // objects::LinkClocks); empty: this agent's own.
   std::string link_clocks_file;
@@ -73,6 +74,9 @@ class Agent {
   void Stop();
   // Its figures in Prometheus's text format (docs/observability.md).
   void WriteMetrics(http::Exposition& out);
+  // Whether it is registered and its coordinator answered the last call; the text says
+  // as whom, or why not (for /readyz).
+  std::pair<bool, std::string> Ready();
 
  private:
   Status RegisterLocked(std::unique_lock<std::mutex>& lock);

@@ -330,10 +330,26 @@ StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o,
 
 }  // namespace
 
-Status RunAgent(const AgentCommandOptions& o) {
-  if (o.coordinator.empty()) return InvalidArgumentError("--coordinator is required");
-  if (o.config.empty()) return InvalidArgumentError("--config is required");
-  MERIDIAN_ASSIGN_OR_RETURN(spec::NodeConfig config, spec::LoadNodeConfig(o.config));
+Status RunAgent(const AgentCommandOptions& given) {
+  if (given.config.empty()) return InvalidArgumentError("--config is required (or MERIDIAN_NODE_CONFIG): the node file");
+  MERIDIAN_ASSIGN_OR_RETURN(spec::NodeConfig config, spec::LoadNodeConfig(given.config));
+  // Flags and MERIDIAN_* variables first, then the node file's `agent:` map.
+  AgentCommandOptions o = given;
+  const spec::AgentSettings& file = config.agent;
+  for (auto [value, from] : {std::pair{&o.coordinator, &file.coordinator}, {&o.join_token_file, &file.join_token_file},
+                             {&o.tls_dir, &file.tls_dir}, {&o.work_dir, &file.work_dir},
+                             {&o.transfer_host, &file.transfer_host}, {&o.metrics_listen, &file.metrics_listen}}) {
+    if (value->empty()) *value = *from;
+  }
+  if (o.transfer_host.empty()) o.transfer_host = "127.0.0.1";
+  if (o.transfer_port < 0) o.transfer_port = static_cast<int>(std::max<int64_t>(file.transfer_port, 0));
+  if (o.transfer_port > 65535) return InvalidArgumentError("--transfer-port: expected 0 to 65535");
+  if (o.coordinator.empty()) {
+    return InvalidArgumentError(fmt::format(
+        "no coordinator: give --coordinator HOST:PORT, MERIDIAN_COORDINATOR, or 'agent: {{coordinator: HOST:PORT}}' "
+        "in {}",
+        o.config));
+  }
   agent::AgentOptions options;
   options.coordinator = o.coordinator;
   options.node = std::move(config.node);
@@ -344,6 +360,7 @@ Status RunAgent(const AgentCommandOptions& o) {
   options.kernel_threads = o.kernel_threads;
   MERIDIAN_ASSIGN_OR_RETURN(options.object_memory_bytes, ParseBytes(o.object_memory));
   options.transfer_host = o.transfer_host;
+  options.transfer_port = o.transfer_port;
   if (o.metrics_listen != "none") {
     options.metrics_listen = o.metrics_listen.empty() ? o.transfer_host + ":0" : o.metrics_listen;
   }

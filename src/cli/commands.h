@@ -54,6 +54,16 @@ struct PlanOptions {
 // run, offline on a fleet file or by a live coordinator on its nodes and datasets.
 Status RunPlan(const PlanOptions& options, std::ostream& out);
 
+struct HealthOptions {
+  std::string url;
+  std::string tls_dir;
+  std::string cert = "monitor";  // NAME.crt and NAME.key in tls_dir
+  std::string node;              // the agent of this node answers; empty: the coordinator
+};
+// `meridian health URL`: GETs a coordinator's or an agent's page (default /healthz)
+// over TLS, checking who answers; prints the body of a 200, else an error.
+Status RunHealth(const HealthOptions& options, std::ostream& out);
+
 struct FleetShowOptions {
   std::string what;  // "sites" or "links"
   std::string fleet;
@@ -190,7 +200,10 @@ struct AgentCommandOptions {
   bool no_gpu_discovery = false;
   int kernel_threads = 0;
   std::string object_memory = "1GiB";
-  std::string transfer_host = "127.0.0.1";
+  // The transfer server's address (empty: the node file's, else 127.0.0.1) and port
+  // (-1: the node file's, else any free one).
+  std::string transfer_host;
+  int transfer_port = -1;
   // Its /metrics listener: empty, the transfer host with a free port; "none": none.
   std::string metrics_listen;
   std::string link_clocks;  // file of emulated links' clocks shared by a local cluster's agents

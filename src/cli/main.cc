@@ -177,6 +177,17 @@ int main(int argc, char** argv) {
     plan_fleet->excludes(plan_cmd->get_option(o));
   }
 
+  cli::HealthOptions health;
+  CLI::App* health_cmd = app.add_subcommand(
+      "health", "Ask a coordinator or an agent whether it is healthy (/healthz) or ready (/readyz): for probes");
+  health_cmd->add_option("url", health.url, "https://HOST:PORT/healthz or /readyz (the coordinator's HTTPS listener, or "
+                                            "an agent's --metrics-listen)")
+      ->required();
+  health_cmd->add_option("--tls-dir", health.tls_dir, "The cluster's ca.crt and the certificate to show")
+      ->envname("MERIDIAN_TLS_DIR");
+  health_cmd->add_option("--cert", health.cert, "Show NAME.crt and NAME.key of --tls-dir (default monitor)");
+  health_cmd->add_option("--node", health.node, "An agent answers: the one of this node (default: the coordinator)");
+
   cli::FleetShowOptions fleet_show;
   CLI::App* fleet_cmd = app.add_subcommand("fleet", "A fleet file's sites or links, one tab-separated line each (scripts)");
   fleet_cmd->add_option("what", fleet_show.what, "sites (name, kind) or links (site, site, rtt_us, bandwidth_bps)")
@@ -188,7 +199,8 @@ int main(int argc, char** argv) {
   CLI::App* coord_cmd = app.add_subcommand("coordinator", "Run a coordinator: jobs, nodes, scheduling, state");
   coord_cmd->add_option("--state-dir", coord.state_dir,
                         "Directory of the coordinator's files: the SQLite state store, unless --state names another")
-      ->required();
+      ->required()
+      ->envname("MERIDIAN_STATE_DIR");
   coord_cmd
       ->add_option("--state", coord.state,
                    "A PostgreSQL server to keep the state in, as a URI: postgresql://user@host:5432/db?sslmode=verify-full "
@@ -198,12 +210,17 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--lease-ttl", coord.lease_ttl,
                         "With --state: coordinators sharing the store wait while one leads; a leader that has not "
                         "renewed its lease for this long is replaced (default 3s)");
-  coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)");
-  coord_cmd->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)");
+  coord_cmd->add_option("--listen", coord.listen, "Address to serve on (default 127.0.0.1:7070; port 0 picks one)")
+      ->envname("MERIDIAN_LISTEN");
+  coord_cmd
+      ->add_option("--fleet", coord.fleet, "Fleet file: sites, links, tenants, throughput (nodes join by registering)")
+      ->envname("MERIDIAN_FLEET");
   coord_cmd->add_option("--addr-file", coord.addr_file, "Write the address it listens on to this file");
-  coord_cmd->add_option("--http-listen", coord.http_listen,
-                        "Address of its HTTPS listener for /metrics (default: the API's host, the port after the "
-                        "API's; none: no listener)");
+  coord_cmd
+      ->add_option("--http-listen", coord.http_listen,
+                   "Address of its HTTPS listener for /metrics, /healthz, /readyz and the dashboard (default: the API's "
+                   "host, the port after the API's; none: no listener)")
+      ->envname("MERIDIAN_HTTP_LISTEN");
   coord_cmd->add_option("--http-addr-file", coord.http_addr_file, "Write the URL of its HTTPS listener to this file");
   coord_cmd->add_option("--web-dir", coord.web_dir,
                         "The built dashboard to serve on the HTTPS listener (default: web/dist of the source tree, "
@@ -224,11 +241,15 @@ int main(int argc, char** argv) {
   coord_cmd->add_flag("--emulate-wan-latency", coord.emulate_wan_latency,
                       "Agents' transfers emulate only the links' round trips; their bandwidth is the network's (sites in "
                       "namespaces shaped by scripts/netsim.sh, on a kernel without netem)");
-  coord_cmd->add_option("--tls-dir", coord.tls_dir,
-                        "The cluster's certificates: ca.crt, coordinator.crt, coordinator.key, and ca.key to let "
-                        "nodes join (meridian certs init / issue)");
-  coord_cmd->add_option("--admin-token-file", coord.admin_token_file,
-                        "On first start, write an admin token here (readable by you alone)");
+  coord_cmd
+      ->add_option("--tls-dir", coord.tls_dir,
+                   "The cluster's certificates: ca.crt, coordinator.crt, coordinator.key, and ca.key to let nodes join "
+                   "(meridian certs init / issue)")
+      ->envname("MERIDIAN_TLS_DIR");
+  coord_cmd
+      ->add_option("--admin-token-file", coord.admin_token_file,
+                   "On first start, write an admin token here (readable by you alone)")
+      ->envname("MERIDIAN_ADMIN_TOKEN_FILE");
   coord_cmd->add_option("--node-cert-ttl", coord.node_cert_ttl, "Lifetime of the certificates joining nodes get (default 30d)");
   coord_cmd->add_flag("--accept-node-devices", coord.accept_node_devices,
                       "Take nodes' devices as their agents find them, not as the fleet declares them");
@@ -240,26 +261,43 @@ int main(int argc, char** argv) {
   agent_cmd
       ->add_option("--coordinator", agent.coordinator,
                    "Coordinator HOST:PORT, or several comma-separated (coordinators sharing a store: the agent follows "
-                   "whichever leads)")
-      ->required();
-  agent_cmd->add_option("--config", agent.config, "Node file (YAML): name, site, cpu, memory, devices, price")->required();
-  agent_cmd->add_option("--site", agent.site, "Site, overriding the node file's");
-  agent_cmd->add_option("--work-dir", agent.work_dir, "Where task directories go");
+                   "whichever leads); default: the node file's agent.coordinator")
+      ->envname("MERIDIAN_COORDINATOR");
+  agent_cmd
+      ->add_option("--config", agent.config,
+                   "Node file (YAML): name, site, cpu, memory, devices, price, and optionally how the agent runs "
+                   "(agent: coordinator, join_token_file, tls_dir, work_dir, transfer_host, transfer_port, "
+                   "metrics_listen; docs/deploy.md)")
+      ->envname("MERIDIAN_NODE_CONFIG");
+  agent_cmd->add_option("--site", agent.site, "Site, overriding the node file's")->envname("MERIDIAN_SITE");
+  agent_cmd->add_option("--work-dir", agent.work_dir, "Where task directories go")->envname("MERIDIAN_WORK_DIR");
   agent_cmd->add_flag("--no-gpu-discovery", agent.no_gpu_discovery, "Do not look for CUDA devices");
   agent_cmd->add_option("--kernel-threads", agent.kernel_threads, "Threads for built-in kernels (default: one per core)");
   agent_cmd->add_option("--object-memory", agent.object_memory, "Objects held in memory before spilling to disk (default 1GiB)");
   agent_cmd->add_option("--link-clocks", agent.link_clocks,
                         "File of emulated WAN links' clocks shared with the other agents on this machine, so that "
                         "senders at one site share each link's bandwidth (meridian up sets it)");
-  agent_cmd->add_option("--transfer-host", agent.transfer_host,
-                        "Address the object transfer server listens on (default 127.0.0.1; its port is chosen)");
-  agent_cmd->add_option("--metrics-listen", agent.metrics_listen,
-                        "Address of its HTTPS /metrics listener (default: the transfer host, a free port; none: no "
-                        "listener)");
-  agent_cmd->add_option("--tls-dir", agent.tls_dir,
-                        "Holds the cluster's ca.crt, and the node's certificate once it joined (node.crt, node.key)");
-  agent_cmd->add_option("--join-token-file", agent.join_token_file,
-                        "A join token (meridian token create --role agent), used when the node has no certificate");
+  agent_cmd
+      ->add_option("--transfer-host", agent.transfer_host,
+                   "Address the object transfer server listens on, which other nodes reach it by (default 127.0.0.1)")
+      ->envname("MERIDIAN_TRANSFER_HOST");
+  agent_cmd
+      ->add_option("--transfer-port", agent.transfer_port,
+                   "Port of the object transfer server (default: a free one; fix it to open it in a firewall)")
+      ->envname("MERIDIAN_TRANSFER_PORT");
+  agent_cmd
+      ->add_option("--metrics-listen", agent.metrics_listen,
+                   "Address of its HTTPS listener for /metrics, /healthz and /readyz (default: the transfer host, a "
+                   "free port; none: no listener)")
+      ->envname("MERIDIAN_METRICS_LISTEN");
+  agent_cmd
+      ->add_option("--tls-dir", agent.tls_dir,
+                   "Holds the cluster's ca.crt, and the node's certificate once it joined (node.crt, node.key)")
+      ->envname("MERIDIAN_TLS_DIR");
+  agent_cmd
+      ->add_option("--join-token-file", agent.join_token_file,
+                   "A join token (meridian token create --role agent), used when the node has no certificate")
+      ->envname("MERIDIAN_JOIN_TOKEN_FILE");
   agent_cmd->add_flag("--insecure", agent.insecure, "Plaintext, to a coordinator started with --insecure");
   agent_cmd->add_option("--task-uid-base", agent.task_uid_base,
                         "Commands run as their tenant's user, uid BASE + a hash of the tenant (default 200000 when "
@@ -476,6 +514,8 @@ int main(int argc, char** argv) {
   Status status;
   if (completion_cmd->parsed()) {
     std::cout << cli::BashCompletion(app);
+  } else if (health_cmd->parsed()) {
+    status = cli::RunHealth(health, std::cout);
   } else if (fleet_cmd->parsed()) {
     status = cli::RunFleetShow(fleet_show, std::cout);
   } else if (plan_cmd->parsed()) {

@@ -146,6 +146,8 @@ class Coordinator final : public rpc::JobApi,
   // the number of live nodes so that all of them together send at most about
   // kIdleHeartbeatsPerSecond (docs/runtime.md, "At scale"). Takes no lock.
   int64_t HeartbeatIntervalUs() override;
+  // Nodes alive now (for /readyz). Takes no lock.
+  int32_t LiveNodes() const { return live_nodes_.load(std::memory_order_relaxed); }
 
   // rpc::AuthApi (auth.cc)
   StatusOr<model::Caller> Authenticate(const std::string& token) override;

@@ -241,6 +241,17 @@ StatusOr<std::unique_ptr<http::Server>> StartHttp(Coordinator& coord, const Http
   so.tls = options.tls;
   const bool insecure = options.insecure;
   std::vector<http::Route> routes;
+  // Health, for supervisors and probes, behind the same gate as the metrics: the
+  // process serves (healthz), and it leads with its state loaded (readyz: a standby
+  // does not listen until it leads).
+  routes.push_back({"/healthz", [&coord, insecure](const http::Request& r) {
+                      if (std::optional<http::Response> refused = CheckMonitor(coord, r, insecure)) return *refused;
+                      return http::TextResponse(200, "ok\n");
+                    }});
+  routes.push_back({"/readyz", [&coord, insecure](const http::Request& r) {
+                      if (std::optional<http::Response> refused = CheckMonitor(coord, r, insecure)) return *refused;
+                      return http::TextResponse(200, fmt::format("ready: leading, {} nodes alive\n", coord.LiveNodes()));
+                    }});
   routes.push_back({"/metrics", [&coord, insecure](const http::Request& r) {
                       if (std::optional<http::Response> refused = CheckMonitor(coord, r, insecure)) return *refused;
                       http::Exposition e;

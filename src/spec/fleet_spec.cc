@@ -440,13 +440,25 @@ StatusOr<NodeConfig> ParseNodeConfig(std::string_view text, std::string_view fil
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
   MERIDIAN_RETURN_IF_ERROR(r.CheckMap(root, "", {"name", "site", "group", "cpu", "memory", "disk", "devices",
-                                                 "price", "spot", "labels"}));
+                                                 "price", "spot", "labels", "agent"}));
   NodeConfig config;
   MERIDIAN_RETURN_IF_ERROR(r.RequiredString(root, "name", "", &config.node.name));
   MERIDIAN_RETURN_IF_ERROR(r.RequiredString(root, "site", "", &config.site));
   config.node.group = config.node.name;
   MERIDIAN_RETURN_IF_ERROR(r.String(root, "group", "", &config.node.group));
   MERIDIAN_RETURN_IF_ERROR(ParseNodeFields(r, root, "", &config.node));
+  if (const YAML::Node agent = root["agent"]) {
+    MERIDIAN_RETURN_IF_ERROR(r.CheckMap(agent, "agent", {"coordinator", "join_token_file", "tls_dir", "work_dir",
+                                                         "transfer_host", "transfer_port", "metrics_listen"}));
+    AgentSettings& a = config.agent;
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "coordinator", "agent", &a.coordinator));
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "join_token_file", "agent", &a.join_token_file));
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "tls_dir", "agent", &a.tls_dir));
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "work_dir", "agent", &a.work_dir));
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "transfer_host", "agent", &a.transfer_host));
+    MERIDIAN_RETURN_IF_ERROR(r.Int(agent, "transfer_port", "agent", 0, 65535, &a.transfer_port));
+    MERIDIAN_RETURN_IF_ERROR(r.String(agent, "metrics_listen", "agent", &a.metrics_listen));
+  }
   return config;
 }
 

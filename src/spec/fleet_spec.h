@@ -28,9 +28,21 @@ StatusOr<FleetSpec> LoadFleet(const std::string& path);
 // One node as an agent describes itself (`meridian agent --config NODE.yaml`): the
 // fields of a fleet file's node group without `count`, and `site` by name. Devices
 // found on the machine are added by the agent, not here.
+// Its optional `agent:` map says how the agent runs, so that one file configures a
+// node's agent (a systemd unit's); command-line flags and MERIDIAN_* variables win.
+struct AgentSettings {
+  std::string coordinator;      // HOST:PORT[,HOST:PORT...]
+  std::string join_token_file;
+  std::string tls_dir;
+  std::string work_dir;
+  std::string transfer_host;    // the address its transfer server listens on
+  int64_t transfer_port = -1;   // -1: not given; 0: any free port
+  std::string metrics_listen;   // HOST:PORT, or "none"
+};
 struct NodeConfig {
   model::Node node;
   std::string site;
+  AgentSettings agent;
 };
 StatusOr<NodeConfig> ParseNodeConfig(std::string_view text, std::string_view file);
 StatusOr<NodeConfig> LoadNodeConfig(const std::string& path);
