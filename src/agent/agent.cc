@@ -485,27 +485,28 @@ Status Agent::Run() {
     std::vector<http::Route> routes;
     // A monitoring certificate, or the coordinator's (which reads the metrics for
     // scrapers: coordinator/http_api.h).
-    auto refuse = [open](const http::Request& r) -> std::optional<http::Response> {
+    auto refuse = [open](const http::Request& r, std::string_view what) -> std::optional<http::Response> {
       if (open || r.peer_certificate.rfind("monitor:", 0) == 0 || r.peer_certificate == "coordinator") {
         return std::nullopt;
       }
       return http::Refused(r, r.peer_certificate.empty() ? 401 : 403,
-                           "an agent's metrics and health need a monitoring certificate of the cluster's CA "
-                           "(meridian certs issue monitor --name NAME)",
+                           fmt::format("an agent's {} need a monitoring certificate of the cluster's CA (meridian "
+                                       "certs issue monitor --name NAME)",
+                                       what),
                            false);
     };
     routes.push_back({"/metrics", [this, refuse](const http::Request& r) {
-                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
+                        if (std::optional<http::Response> refused = refuse(r, "metrics")) return *refused;
                         http::Exposition e;
                         WriteMetrics(e);
                         return http::MetricsResponse(e.text());
                       }});
     routes.push_back({"/healthz", [refuse](const http::Request& r) {
-                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
+                        if (std::optional<http::Response> refused = refuse(r, "health and readiness")) return *refused;
                         return http::TextResponse(200, "ok\n");
                       }});
     routes.push_back({"/readyz", [this, refuse](const http::Request& r) {
-                        if (std::optional<http::Response> refused = refuse(r)) return *refused;
+                        if (std::optional<http::Response> refused = refuse(r, "health and readiness")) return *refused;
                         auto [ready, why] = Ready();
                         return http::TextResponse(ready ? 200 : 503, why + "\n");
                       }});
