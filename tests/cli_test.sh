@@ -162,4 +162,17 @@ check "certs issue client refuses a path" 2 "--name '../escaped': only letters, 
 [ ! -e "$tmp/pki/escaped.key" ] && [ ! -e "$tmp/pki/escaped.crt" ] || { echo "FAIL certs issue client wrote outside --dir"; fail=1; }
 check "certs issue client for a user" 0 "" "$bin" certs issue client --name alice@corp.example --dir "$tmp/pki/ca"
 [ -s "$tmp/pki/ca/alice@corp.example.crt" ] || { echo "FAIL certs issue client wrote no alice@corp.example.crt"; ls "$tmp/pki/ca"; fail=1; }
+
+# Many hosts (docs/deploy.md): the fleet as lines for scripts, and bad input to --netns,
+# bench transfer --netns and health.
+check "fleet links" 0 "" "$bin" fleet links tests/fleets/local-three-sites.yaml
+printf 'us-east\teu-west\t80000\t5000000000\neu-west\tfactory\t25000\t200000000\nus-east\tfactory\t95000\t100000000\n' >"$tmp/want-links"
+cmp -s "$tmp/out" "$tmp/want-links" || { echo "FAIL fleet links:"; cat "$tmp/out"; fail=1; }
+check "fleet sites" 0 "" "$bin" fleet sites tests/fleets/local-three-sites.yaml
+[ "$(cat "$tmp/out")" = "$(printf 'us-east\tcloud\neu-west\tcloud\nfactory\tedge')" ] || { echo "FAIL fleet sites:"; cat "$tmp/out"; fail=1; }
+check "up --netns with a prefix that is a path" 2 "--netns: 1 to 10 lowercase letters and digits, a letter first" "$bin" up --netns ../etc --fleet tests/fleets/local-three-sites.yaml --dir "$tmp/netns-cluster"
+[ ! -e "$tmp/netns-cluster" ] || { echo "FAIL up --netns with a bad prefix made $tmp/netns-cluster"; fail=1; }
+check "bench transfer --netns with a bad rate" 2 "--rate:" "$bin" bench transfer --netns --rate fast
+check "health without a port" 2 "the address needs a port" "$bin" health https://127.0.0.1/healthz --tls-dir "$tmp"
+check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz
 exit $fail

@@ -188,11 +188,12 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   std::optional<sched::QueueOrder> order = sched::ParseQueueOrder(o.order);
   if (!order) return InvalidArgumentError(fmt::format("--order: expected fifo, priority or fair, got '{}'", o.order));
   options.order = *order;
+  if (o.emulate_wan && o.emulate_wan_latency) {
+    return InvalidArgumentError(
+        "--emulate-wan and --emulate-wan-latency: give one (the second leaves bandwidth to the network)");
+  }
   options.emulate_wan = o.emulate_wan || o.emulate_wan_latency;
   options.emulate_wan_bandwidth = !o.emulate_wan_latency;
-  if (o.emulate_wan && o.emulate_wan_latency) {
-    return InvalidArgumentError("--emulate-wan and --emulate-wan-latency: give one (the second leaves bandwidth to the network)");
-  }
   store::SqliteStateStore::Options store_options;
   if (o.sync == "full") {
     store_options.sync = store::SqliteStateStore::Sync::kFull;
@@ -438,6 +439,12 @@ struct NetnsLayout {
 };
 
 StatusOr<NetnsLayout> LoadNetns(const std::string& prefix, const model::Fleet& fleet) {
+  // As scripts/netsim.sh takes it: it names namespaces and a directory.
+  const bool valid = !prefix.empty() && prefix.size() <= 10 && prefix[0] >= 'a' && prefix[0] <= 'z' &&
+                     std::all_of(prefix.begin(), prefix.end(), [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+                     });
+  if (!valid) return InvalidArgumentError("--netns: 1 to 10 lowercase letters and digits, a letter first");
   const fs::path state = fs::path("/run/meridian-netsim") / prefix;
   const std::string build = fmt::format("build it with scripts/netsim.sh up FLEET --prefix {}", prefix);
   NetnsLayout layout;

@@ -166,6 +166,36 @@ TEST(FleetSpecTest, MissingFileIsNotFound) {
   EXPECT_THAT(spec.status().message(), HasSubstr("/nonexistent/fleet.yaml"));
 }
 
+TEST(FleetSpecTest, ANodeFileMayCarryItsAgentsSettings) {
+  StatusOr<NodeConfig> c = ParseNodeConfig(
+      "name: n1\nsite: eu\ncpu: 4\nmemory: 8GiB\nagent:\n  coordinator: coord.example.net:7070\n"
+      "  join_token_file: /etc/meridian/join.token\n  tls_dir: /var/lib/m/tls\n  work_dir: /var/lib/m/work\n"
+      "  transfer_host: 10.1.0.7\n  transfer_port: 7080\n  metrics_listen: 10.1.0.7:7081\n",
+      "node.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->node.name, "n1");
+  EXPECT_EQ(c->agent.coordinator, "coord.example.net:7070");
+  EXPECT_EQ(c->agent.join_token_file, "/etc/meridian/join.token");
+  EXPECT_EQ(c->agent.tls_dir, "/var/lib/m/tls");
+  EXPECT_EQ(c->agent.work_dir, "/var/lib/m/work");
+  EXPECT_EQ(c->agent.transfer_host, "10.1.0.7");
+  EXPECT_EQ(c->agent.transfer_port, 7080);
+  EXPECT_EQ(c->agent.metrics_listen, "10.1.0.7:7081");
+
+  // Without the map: nothing set (-1: no port given).
+  StatusOr<NodeConfig> plain = ParseNodeConfig("name: n1\nsite: eu\ncpu: 4\nmemory: 8GiB\n", "node.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->agent.coordinator, "");
+  EXPECT_EQ(plain->agent.transfer_port, -1);
+
+  StatusOr<NodeConfig> typo = ParseNodeConfig("name: n1\nsite: eu\ncpu: 4\nmemory: 8GiB\nagent: {coordinatr: x:1}\n", "node.yaml");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.status().message(), HasSubstr("coordinatr"));
+  StatusOr<NodeConfig> port = ParseNodeConfig("name: n1\nsite: eu\ncpu: 4\nmemory: 8GiB\nagent: {transfer_port: 70000}\n", "node.yaml");
+  ASSERT_FALSE(port.ok());
+  EXPECT_THAT(port.status().message(), HasSubstr("agent.transfer_port"));
+}
+
 TEST(FleetSpecTest, LoadsTheThreeSiteExampleWithGavel) {
   StatusOr<FleetSpec> spec = LoadFleet(SourceDir() + "/tests/fleets/three-sites.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
