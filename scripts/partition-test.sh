@@ -5,7 +5,10 @@
 # answer is exact, whether the healed node came back, and throughput after the heal
 # against an undisturbed run of the same job in the same session.
 #
-#   scripts/partition-test.sh [--cut-seconds 10] [--tasks 160] [--meridian BIN]
+#   scripts/partition-test.sh [--cut-seconds 10] [--tasks 160] [--loss 5] [--meridian BIN]
+#
+# Then the same job with LOSS% of the factory's packets dropped (nftables, random),
+# against the undisturbed run.
 #
 # The job: TASKS command tasks, each sleeping 1 s and printing the square of its
 # index (retries: 3), on the three-site test fleet's 16 cores (the factory's 4 are
@@ -14,11 +17,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cut_seconds=10
 tasks=160
+loss=5
 bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cut-seconds) cut_seconds=$2; shift 2 ;;
     --tasks) tasks=$2; shift 2 ;;
+    --loss) loss=$2; shift 2 ;;
     --meridian) bin=$2; shift 2 ;;
     *) echo "partition-test: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -125,3 +130,12 @@ echo "after the heal: $tasks tasks in $after_s s ($(python3 -c "print(f'{$tasks 
 echo "sites of the post-heal run: $(python3 -c "
 import json, collections, sys
 print(dict(collections.Counter(t['site'] for t in json.load(open(sys.argv[1]))['task_list'])))" "$tmp/after.json")"
+
+# 4. The factory's link losing packets for a whole run.
+scripts/netsim.sh loss factory "$loss" --prefix "$prefix" >/dev/null
+run_job lossy
+scripts/netsim.sh heal factory --prefix "$prefix" >/dev/null
+lossy_s=$(cat "$tmp/lossy.seconds")
+echo "with ${loss}% of the factory's packets lost: $tasks tasks in $lossy_s s ($(python3 -c "print(f'{$before_s / $lossy_s:.2f}')") of the undisturbed throughput), answer $(check_answer lossy), factory node $(state_of edge-t4), tasks at the factory: $(python3 -c "
+import json, sys
+print(sum(1 for t in json.load(open(sys.argv[1]))['task_list'] if t['site'] == 'factory'))" "$tmp/lossy.json")"
