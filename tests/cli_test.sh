@@ -173,6 +173,6 @@ check "fleet sites" 0 "" "$bin" fleet sites tests/fleets/local-three-sites.yaml
 check "up --netns with a prefix that is a path" 2 "--netns: 1 to 10 lowercase letters and digits, a letter first" "$bin" up --netns ../etc --fleet tests/fleets/local-three-sites.yaml --dir "$tmp/netns-cluster"
 [ ! -e "$tmp/netns-cluster" ] || { echo "FAIL up --netns with a bad prefix made $tmp/netns-cluster"; fail=1; }
 check "bench transfer --netns with a bad rate" 2 "--rate:" "$bin" bench transfer --netns --rate fast
-check "health without a port" 2 "the address needs a port" "$bin" health https://127.0.0.1/healthz --tls-dir "$tmp"
+check "health without a port" 2 "the address needs a port" "$bin" health http://127.0.0.1/healthz
 check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz
 exit $fail

@@ -85,6 +85,17 @@ BenchTls() {
   return std::make_pair(std::shared_ptr<const security::TlsContext>(s), std::shared_ptr<const security::TlsContext>(c));
 }
 
+// Puts the benchmark's object of `bytes` in `store`: distinct 8-byte words, so
+// nothing compresses or repeats.
+StatusOr<objects::ObjectId> PutBenchObject(objects::ObjectStore& store, int64_t bytes) {
+  std::string data(static_cast<size_t>(bytes), '\0');
+  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+    uint64_t v = i * 0x9E3779B97F4A7C15ull;
+    std::memcpy(data.data() + i, &v, 8);
+  }
+  return store.Put(data);
+}
+
 // Runs `argv` (ip, tc) to its end; its error output on failure.
 Status Run(const std::vector<std::string>& argv) {
   ProcessOptions p;
@@ -172,14 +183,8 @@ Status RunBenchTransferNetns(const BenchTransferOptions& o, std::ostream& out) {
   so.tls = tls.first;
   MERIDIAN_ASSIGN_OR_RETURN(auto server, objects::TransferServer::Start(*a, so));
   server->SetTicketKey(ticket_key);
-  std::string data(static_cast<size_t>(o.bytes), '\0');
-  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
-    uint64_t v = i * 0x9E3779B97F4A7C15ull;
-    std::memcpy(data.data() + i, &v, 8);
-  }
-  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, a->Put(data));
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, PutBenchObject(*a, o.bytes));
   MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId small, a->Put("warm-up"));
-  data = std::string();
 
   // The fetching side runs on a thread inside the namespace: its connections cross
   // the veth pair, and the shaped end sends.
@@ -270,14 +275,7 @@ Status RunBenchTransfer(const BenchTransferOptions& o, std::ostream& out) {
     tls_server->SetTicketKey(ticket_key);  // as an agent gets it from the coordinator
   }
 
-  // The object: distinct 8-byte words, so nothing compresses or repeats.
-  std::string data(static_cast<size_t>(o.bytes), '\0');
-  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
-    uint64_t v = i * 0x9E3779B97F4A7C15ull;
-    std::memcpy(data.data() + i, &v, 8);
-  }
-  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, a->Put(data));
-  data = std::string();
+  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, PutBenchObject(*a, o.bytes));
   // Warm up the connection path and the allocator.
   MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId small, a->Put("warm-up"));
   MERIDIAN_RETURN_IF_ERROR(objects::Fetch(server->address(), small, *b).status());

@@ -47,35 +47,16 @@ std::optional<http::Response> CheckMonitor(Coordinator& coord, const http::Reque
 StatusOr<http::Response> FetchNodeMetrics(Coordinator& coord, const security::TlsContext* tls,
                                           const std::string& name) {
   MERIDIAN_ASSIGN_OR_RETURN(auto where, coord.NodeMetricsUrl(name));
+  // The agent's listener, as it gave it when it registered: no path of its own.
   const std::string& url = where.first;
   const size_t scheme = url.find("://");
-  const std::string hostport = url.substr(scheme + 3);
-  const size_t colon = hostport.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos ||
-      std::from_chars(hostport.data() + colon + 1, hostport.data() + hostport.size(), port).ec != std::errc()) {
-    return FailedPreconditionError(fmt::format("node '{}' gave a metrics URL without a port: {}", name, url));
+  if (scheme == std::string::npos || url.find('/', scheme + 3) != std::string::npos) {
+    return FailedPreconditionError(fmt::format("node '{}' gave a metrics URL that is not SCHEME://HOST:PORT: {}", name, url));
   }
-  std::string host = hostport.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  const bool https = url.rfind("https://", 0) == 0;
-  if (https != (tls != nullptr)) {
-    return FailedPreconditionError(fmt::format("node '{}' serves metrics at {}, {} TLS", name, url,
-                                               https ? "with" : "without"));
-  }
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> tcp, TcpStream::Connect(host, port, kNodeMetricsTimeoutUs));
-  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(kNodeMetricsTimeoutUs));
-  std::unique_ptr<ByteStream> stream;
-  if (tls != nullptr) {
-    MERIDIAN_ASSIGN_OR_RETURN(stream, tls->Connect(std::move(tcp)));
-    if (stream->identity() != "node:" + name) {
-      return UnauthenticatedError(fmt::format("{} presented the certificate of '{}', not of node '{}'", url,
-                                              stream->identity(), name));
-    }
-  } else {
-    stream = std::move(tcp);
-  }
-  return http::Get(*stream, hostport, "/metrics", kMaxNodeMetricsBytes);
+  StatusOr<http::Response> got =
+      http::GetUrl(url, tls, "node:" + name, "/metrics", kMaxNodeMetricsBytes, kNodeMetricsTimeoutUs);
+  if (!got.ok()) return got.status().WithPrefix(fmt::format("node '{}'", name));
+  return got;
 }
 
 // The dashboard's reader: a user's token (any role but a join token's), or anyone on

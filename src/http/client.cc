@@ -79,4 +79,42 @@ StatusOr<Response> Get(ByteStream& stream, const std::string& host, const std::s
   return out;
 }
 
+StatusOr<Response> GetUrl(const std::string& url, const security::TlsContext* tls, const std::string& identity,
+                          const std::string& default_path, size_t max_body, int64_t timeout_us) {
+  const bool https = url.rfind("https://", 0) == 0;
+  if (!https && url.rfind("http://", 0) != 0) {
+    return InvalidArgumentError(fmt::format("'{}': expected https://HOST:PORT/PATH (or http://)", url));
+  }
+  if (https != (tls != nullptr)) {
+    return InvalidArgumentError(fmt::format("'{}' is {}: {}", url, https ? "https" : "http",
+                                            https ? "TLS credentials are needed" : "TLS was asked for"));
+  }
+  const std::string rest = url.substr(url.find("://") + 3);
+  const size_t slash = rest.find('/');
+  const std::string hostport = rest.substr(0, slash);
+  const std::string path = slash == std::string::npos ? default_path : rest.substr(slash);
+  const size_t colon = hostport.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      std::from_chars(hostport.data() + colon + 1, hostport.data() + hostport.size(), port).ec != std::errc() ||
+      port < 1 || port > 65535) {
+    return InvalidArgumentError(fmt::format("'{}': the address needs a port (HOST:PORT)", url));
+  }
+  std::string host = hostport.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> tcp, TcpStream::Connect(host, port, timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(timeout_us));
+  std::unique_ptr<ByteStream> stream;
+  if (tls != nullptr) {
+    MERIDIAN_ASSIGN_OR_RETURN(stream, tls->Connect(std::move(tcp)));
+    if (stream->identity() != identity) {
+      return UnauthenticatedError(
+          fmt::format("{} presented the certificate of '{}', not of '{}'", url, stream->identity(), identity));
+    }
+  } else {
+    stream = std::move(tcp);
+  }
+  return Get(*stream, hostport, path, max_body);
+}
+
 }  // namespace meridian::http

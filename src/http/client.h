@@ -12,6 +12,7 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "http/server.h"
+#include "security/tls.h"
 
 namespace meridian::http {
 
@@ -21,5 +22,14 @@ inline constexpr size_t kMaxHeaderBytes = 16 << 10;
 // Content-Type and body). Errors: kUnavailable (the stream failed), kDataLoss (not an
 // HTTP answer, or none within the bounds).
 StatusOr<Response> Get(ByteStream& stream, const std::string& host, const std::string& path, size_t max_body);
+
+// GETs `url` ("https://HOST:PORT/PATH", or "http://..."; without a path,
+// `default_path`) on a connection of its own, each step within `timeout_us`. An https
+// URL needs `tls`, and the server must prove the certificate of `identity`
+// ("coordinator", "node:NAME": certificates name identities, not hosts); an http one
+// takes none. Errors: kInvalidArgument (a malformed URL, or TLS that does not match its
+// scheme), kUnauthenticated (another identity answered), and Get's.
+StatusOr<Response> GetUrl(const std::string& url, const security::TlsContext* tls, const std::string& identity,
+                          const std::string& default_path, size_t max_body, int64_t timeout_us);
 
 }  // namespace meridian::http
