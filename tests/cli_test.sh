@@ -173,6 +173,14 @@ check "fleet sites" 0 "" "$bin" fleet sites tests/fleets/local-three-sites.yaml
 check "up --netns with a prefix that is a path" 2 "--netns: 1 to 10 lowercase letters and digits, a letter first" "$bin" up --netns ../etc --fleet tests/fleets/local-three-sites.yaml --dir "$tmp/netns-cluster"
 [ ! -e "$tmp/netns-cluster" ] || { echo "FAIL up --netns with a bad prefix made $tmp/netns-cluster"; fail=1; }
 check "bench transfer --netns with a bad rate" 2 "--rate:" "$bin" bench transfer --netns --rate fast
+printf 'name: n1\nsite: s\ncpu: 1\nmemory: 1GiB\n' >"$tmp/n1.yaml"
+check "agent --idle-exit that is no duration" 2 "--idle-exit: expected a duration such as 5m, or 0 for never; got 'soon'" "$bin" agent --config "$tmp/n1.yaml" --insecure --coordinator 127.0.0.1:1 --idle-exit soon
+check "agent --gpu-types without --slurm" 2 "--gpu-types and --gpu-type map a Slurm job's GRES: they go with --slurm" "$bin" agent --config "$tmp/n1.yaml" --gpu-types a100=A100
+check "agent --slurm with a node file" 2 "--slurm and --config (or MERIDIAN_NODE_CONFIG): the node is either" "$bin" agent --slurm --config "$tmp/n1.yaml"
+check "slurm submit with no coordinator" 2 "--coordinator HOST:PORT is required (or MERIDIAN_COORDINATOR)" env -u MERIDIAN_COORDINATOR "$bin" slurm submit --partition p --insecure
+check "slurm submit with an unknown --gpu-type" 2 "--gpu-type: unknown accelerator type 'Z80'" "$bin" slurm submit --partition p --gpu-type Z80 --coordinator x:1 --insecure
+check "slurm submit with TLS but no join token" 2 "--tls-dir (with the cluster's ca.crt) and --join-token-file" "$bin" slurm submit --partition p --coordinator x:1
+check "slurm submit --dry-run writes the script" 0 "" bash -c "$bin slurm submit --partition gpu --nodes 3 --gres gpu:a100:2 --coordinator 10.0.0.1:7070 --insecure --idle-exit 90s --dry-run --meridian /opt/meridian | grep -qx \"exec srun --ntasks=1 '/opt/meridian' '--log-level' 'info' 'agent' '--slurm' '--coordinator' '10.0.0.1:7070' '--idle-exit' '90s' '--insecure'\""
 check "health without a port" 2 "the address needs a port" "$bin" health http://127.0.0.1/healthz
 check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz
 exit $fail

@@ -438,6 +438,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
     }
   }
   hb.running = static_cast<int32_t>(hb.holding.size());
+  holding_ = hb.running;  // Run's thread only, as LeaveIfIdle
   hb.cpu_used_milli = executor_->cpu_allocated_milli();
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) hb.load_average = load[0];
@@ -552,9 +553,42 @@ Status Agent::Run() {
       continue;
     }
     retry = Retry{};
-    if (*reregister) need_register_ = true;
+    if (*reregister) {
+      need_register_ = true;
+    } else if (LeaveIfIdle(lock)) {
+      break;
+    }
   }
   return OkStatus();
+}
+
+bool Agent::LeaveIfIdle(std::unique_lock<std::mutex>& lock) {
+  if (options_.idle_exit_us <= 0) return false;
+  const MonotonicTime now = env_.clock().Now();
+  if (holding_ > 0 || reports_.size() > 0 || !objects_added_.empty() || !objects_removed_.empty() ||
+      busy_at_.us == 0) {
+    busy_at_ = now;
+    return false;
+  }
+  if (now.us - busy_at_.us < options_.idle_exit_us) return false;
+  const uint32_t node_id = node_id_;
+  const uint64_t session = session_;
+  lock.unlock();
+  // The coordinator refuses while anything is placed here (an assignment on its way):
+  // then the agent stays, and is idle again only once that is done.
+  Status s = client_->Leave(node_id, session, options_.rpc_timeout_us);
+  lock.lock();
+  busy_at_ = env_.clock().Now();
+  if (!s.ok()) {
+    MERIDIAN_LOG_INFO("idle for {}, but stays: {}", FormatDurationUs(options_.idle_exit_us), s.message());
+    return false;
+  }
+  MERIDIAN_LOG_INFO("node {} left the pool after {} idle", options_.node.name, FormatDurationUs(options_.idle_exit_us));
+  left_ = true;
+  stopping_ = true;
+  std::error_code ignored;
+  std::filesystem::remove(SessionFile(), ignored);  // the session ended with the leave
+  return true;
 }
 
 void Agent::WriteMetrics(http::Exposition& out) {

@@ -56,6 +56,10 @@ struct AgentOptions {
   // HTTP when insecure), port 0 for a free one; empty: no listener. Only a monitoring
   // certificate of the cluster's CA ("monitor:NAME") or the coordinator's may read it.
   std::string metrics_listen;
+  // Idle this long (nothing running, every report acknowledged), the agent asks the
+  // coordinator to leave the pool and, granted, Run returns: under a batch system the
+  // machine goes back to it (docs/deploy.md, "Under Slurm"). 0: it stays.
+  int64_t idle_exit_us = 0;
 };
 
 // The node as the agent will register it: CPU always; declared devices (emulated
@@ -67,8 +71,11 @@ class Agent {
   Agent(AgentOptions options, Env& env);
   ~Agent();
 
-  // Registers and serves until Stop; returns the reason it stopped.
+  // Registers and serves until Stop, or until it left the pool when idle
+  // (idle_exit_us); returns the reason it stopped.
   Status Run();
+  // Whether Run returned because the agent left the pool.
+  bool left() const { return left_.load(); }
   // Opens the object store and starts the transfer server (Run does it first).
   Status StartObjects();
   void Stop();
@@ -112,6 +119,9 @@ class Agent {
   bool Backoff(std::unique_lock<std::mutex>& lock, Retry& retry, const std::string& message);
   // Sends a heartbeat with every pending report; true when told to register again.
   StatusOr<bool> Beat(std::unique_lock<std::mutex>& lock);
+  // After an answered heartbeat: true when the agent has been idle for idle_exit_us
+  // and the coordinator let it leave.
+  bool LeaveIfIdle(std::unique_lock<std::mutex>& lock);
 
   AgentOptions options_;
   Env& env_;
@@ -132,6 +142,9 @@ class Agent {
   uint32_t node_id_ = 0;
   uint64_t session_ = 0;
   int64_t heartbeat_interval_us_ = 200'000;
+  int32_t holding_ = 0;        // attempts it had at the last heartbeat
+  MonotonicTime busy_at_{0};   // when it last held work, or registered
+  std::atomic<bool> left_{false};
   // Final and running updates not yet acknowledged, newest per attempt.
   Reports reports_;
   // Objects gained and dropped since the last acknowledged heartbeat.

@@ -332,10 +332,34 @@ StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o,
 }  // namespace
 
 Status RunAgent(const AgentCommandOptions& given) {
-  if (given.config.empty()) return InvalidArgumentError("--config is required (or MERIDIAN_NODE_CONFIG): the node file");
-  MERIDIAN_ASSIGN_OR_RETURN(spec::NodeConfig config, spec::LoadNodeConfig(given.config));
-  // Flags and MERIDIAN_* variables first, then the node file's `agent:` map.
+  spec::NodeConfig config;
   AgentCommandOptions o = given;
+  if (given.slurm) {
+    if (!given.config.empty()) {
+      return InvalidArgumentError("--slurm and --config (or MERIDIAN_NODE_CONFIG): the node is either the Slurm job's "
+                                  "share of this machine or the node file's; give one");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(config, SlurmNodeConfig(given));
+    // Nodes may share the directory (a shared file system): each keeps its
+    // certificate under nodes/NAME, beside the cluster's ca.crt.
+    if (!o.tls_dir.empty() && !o.insecure) {
+      const fs::path own = fs::path(o.tls_dir) / "nodes" / config.node.name;
+      std::error_code ec;
+      fs::create_directories(own, ec);
+      if (!fs::exists(own / "ca.crt")) fs::copy_file(fs::path(o.tls_dir) / "ca.crt", own / "ca.crt", ec);
+      if (ec) return InvalidArgumentError(fmt::format("--tls-dir: cannot set up {}: {}", own.string(), ec.message()));
+      o.tls_dir = own.string();
+    }
+  } else if (!given.gpu_types.empty() || !given.gpu_type.empty()) {
+    return InvalidArgumentError("--gpu-types and --gpu-type map a Slurm job's GRES: they go with --slurm");
+  } else {
+    if (given.config.empty()) {
+      return InvalidArgumentError("--config is required (or MERIDIAN_NODE_CONFIG): the node file; or --slurm inside a "
+                                  "Slurm job");
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(config, spec::LoadNodeConfig(given.config));
+  }
+  // Flags and MERIDIAN_* variables first, then the node file's `agent:` map.
   const spec::AgentSettings& file = config.agent;
   for (auto [value, from] : {std::pair{&o.coordinator, &file.coordinator}, {&o.join_token_file, &file.join_token_file},
                              {&o.tls_dir, &file.tls_dir}, {&o.work_dir, &file.work_dir},
@@ -367,6 +391,14 @@ Status RunAgent(const AgentCommandOptions& given) {
   }
   options.link_clocks_file = o.link_clocks;
   options.insecure_transfers = o.insecure;
+  if (!o.idle_exit.empty()) {
+    StatusOr<int64_t> idle = ParseDurationUs(o.idle_exit);
+    if (!idle.ok() || *idle < 0) {
+      return InvalidArgumentError(fmt::format("--idle-exit: expected a duration such as 5m, or 0 for never; got '{}'",
+                                              o.idle_exit));
+    }
+    options.idle_exit_us = *idle;
+  }
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
   if (options.task_uid_base > 0 && geteuid() != 0) {
     return InvalidArgumentError("--task-uid-base: running commands as other users needs the agent to run as root");
@@ -390,7 +422,7 @@ Status RunAgent(const AgentCommandOptions& given) {
     agent.Stop();
   });
   Status s = agent.Run();
-  if (!s.ok()) {
+  if (!s.ok() || agent.left()) {
     // Wake the signal thread so the process can exit.
     kill(getpid(), SIGTERM);
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/fleet_spec.h"
 #include "workloads/chain/generate.h"
 
 namespace CLI {
@@ -215,9 +216,46 @@ struct AgentCommandOptions {
   // Commands run as their tenant's user, uid from this up; -1: 200000 when the agent
   // runs as root, else none; 0: none (as the agent's user).
   int task_uid_base = -1;
+  // Idle this long, the agent leaves the pool and exits (empty or 0: never).
+  std::string idle_exit;
+  // Inside a Slurm job: the node is the job's share of this machine (spec/slurm.h),
+  // not a node file.
+  bool slurm = false;
+  std::string gpu_types;  // GRES type -> accelerator type: "a100=A100,rtx8000=T4"
+  std::string gpu_type;   // the type of GPUs requested with no GRES type
 };
-// `meridian agent`: serves until SIGINT or SIGTERM.
+// `meridian agent`: serves until SIGINT or SIGTERM, or until it left the pool idle.
 Status RunAgent(const AgentCommandOptions& options);
+
+// Under Slurm (src/cli/slurm_command.cc).
+// This node's share of the Slurm job the agent runs in: SLURM_JOB_ID and
+// SLURMD_NODENAME from the environment, the rest from `scontrol show job -d`.
+StatusOr<spec::NodeConfig> SlurmNodeConfig(const AgentCommandOptions& options);
+struct SlurmSubmitOptions {
+  std::string partition;
+  int nodes = 1;            // agents: a job array of one-node jobs, each given back on its own
+  std::string gres;         // sbatch --gres, "gpu:a100:2"
+  int cpus = 0;             // --cpus-per-task; 0: Slurm's default
+  std::string mem;          // --mem; empty: Slurm's default
+  std::string time;         // --time; empty: the partition's limit
+  std::string site;         // empty: the partition
+  std::string gpu_types;
+  std::string gpu_type;
+  std::string idle_exit = "5m";
+  std::string coordinator;
+  std::string tls_dir;          // on the nodes: the cluster's ca.crt; each node's certificate under nodes/NAME
+  std::string join_token_file;  // on the nodes
+  std::string work_dir;         // on the nodes; empty: the agent's default
+  std::string log_dir = ".";    // the jobs' output files (sbatch --output)
+  std::string job_name = "meridian-agent";
+  std::string meridian;         // the meridian program on the nodes; empty: this one
+  std::vector<std::string> sbatch_args;
+  bool insecure = false;
+  bool dry_run = false;         // print the sbatch command and script, submit nothing
+  bool json = false;
+};
+// `meridian slurm submit`: Meridian agents as a Slurm job array; prints its id.
+Status RunSlurmSubmit(const SlurmSubmitOptions& options, std::ostream& out);
 
 struct UpOptions {
   std::string fleet;

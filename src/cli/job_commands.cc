@@ -682,7 +682,7 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
         devices.push_back({{"type", d.type}, {"index", d.index}, {"memory_bytes", d.memory_bytes},
                            {"emulated", d.emulated}});
       }
-      j.push_back({{"name", n.node.name}, {"site", n.site}, {"state", n.alive ? "alive" : "dead"},
+      j.push_back({{"name", n.node.name}, {"site", n.site}, {"state", model::NodeStateName(n)},
                    {"cpu_milli", n.node.cpu_milli}, {"memory_bytes", n.node.memory_bytes}, {"devices", devices},
                    {"running", n.running}, {"cpu_allocated_milli", n.cpu_allocated_milli},
                    {"devices_allocated_milli", n.devices_allocated_milli}, {"load_average", n.load_average},
@@ -706,12 +706,16 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
     // that named no site).
     int64_t wan = 0;
     for (const model::LinkTraffic& x : n.sent) wan += x.to_site != n.site && !x.to_site.empty() ? x.bytes : 0;
-    std::string devices = "-";
-    if (!n.node.devices.empty()) {
-      devices = fmt::format("{} x{} {}", n.node.devices.front().type, n.node.devices.size(),
-                            n.node.devices.front().emulated ? "emulated" : "real");
+    // "A100 x1, T4 x2 emulated": by type, in the node's order.
+    std::vector<std::pair<std::string, int>> by_type;
+    for (const model::Device& d : n.node.devices) {
+      if (by_type.empty() || by_type.back().first != d.type) by_type.emplace_back(d.type, 0);
+      ++by_type.back().second;
     }
-    t.Add({n.node.name, n.site, n.alive ? "alive" : "dead", devices,
+    std::string devices;
+    for (const auto& [type, count] : by_type) devices += fmt::format("{}{} x{}", devices.empty() ? "" : ", ", type, count);
+    devices = devices.empty() ? "-" : devices + (n.node.devices.front().emulated ? " emulated" : " real");
+    t.Add({n.node.name, n.site, model::NodeStateName(n), devices,
            fmt::format("{}/{}", FormatMilli(n.cpu_allocated_milli), FormatMilli(n.node.cpu_milli)),
            n.node.devices.empty() ? "-"
                                   : fmt::format("{}/{}", FormatMilli(n.devices_allocated_milli),

@@ -302,6 +302,50 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--task-uid-base", agent.task_uid_base,
                         "Commands run as their tenant's user, uid BASE + a hash of the tenant (default 200000 when "
                         "run as root; 0: as the agent's user)");
+  agent_cmd
+      ->add_option("--idle-exit", agent.idle_exit,
+                   "Idle this long (nothing running), leave the pool and exit: under a batch system the node goes "
+                   "back to it (default: never)")
+      ->envname("MERIDIAN_IDLE_EXIT");
+  agent_cmd->add_flag("--slurm", agent.slurm,
+                      "Inside a Slurm job: the node is the job's share of this machine (CPUs, memory, GPUs from its "
+                      "GRES), at the site named by --site or else the job's partition; no node file");
+  agent_cmd->add_option("--gpu-types", agent.gpu_types,
+                        "With --slurm: GRES types as accelerator types, GRES_TYPE=TYPE[,...] (default: the GRES type "
+                        "itself, a100 -> A100)");
+  agent_cmd->add_option("--gpu-type", agent.gpu_type, "With --slurm: the type of GPUs a job asked for with no GRES type");
+
+  cli::SlurmSubmitOptions slurm;
+  CLI::App* slurm_cmd = app.add_subcommand("slurm", "Meridian under Slurm: agents started as Slurm jobs");
+  slurm_cmd->require_subcommand(1);
+  CLI::App* slurm_submit = slurm_cmd->add_subcommand(
+      "submit", "Start agents as a Slurm job array, one node each; each leaves the pool and ends its job when idle");
+  slurm_submit->add_option("--partition", slurm.partition, "Slurm partition (also the agents' site unless --site)")
+      ->required();
+  slurm_submit->add_option("--nodes", slurm.nodes, "Agents, one node each (default 1)");
+  slurm_submit->add_option("--gres", slurm.gres, "Generic resources per node, as sbatch --gres (gpu:a100:2)");
+  slurm_submit->add_option("--cpus", slurm.cpus, "CPUs per agent (sbatch --cpus-per-task; default Slurm's)");
+  slurm_submit->add_option("--mem", slurm.mem, "Memory per node (sbatch --mem; default Slurm's)");
+  slurm_submit->add_option("--time", slurm.time, "Time limit (sbatch --time; default the partition's)");
+  slurm_submit->add_option("--site", slurm.site, "The agents' site (default: the partition's name)");
+  slurm_submit->add_option("--gpu-types", slurm.gpu_types, "GRES types as accelerator types, GRES_TYPE=TYPE[,...]");
+  slurm_submit->add_option("--gpu-type", slurm.gpu_type, "The type of GPUs asked for with no GRES type");
+  slurm_submit->add_option("--idle-exit", slurm.idle_exit, "An agent idle this long gives its node back (default 5m)");
+  slurm_submit->add_option("--coordinator", slurm.coordinator, "Coordinator HOST:PORT the agents join")
+      ->envname("MERIDIAN_COORDINATOR");
+  slurm_submit->add_option("--tls-dir", slurm.tls_dir,
+                           "On a file system the nodes share: the cluster's ca.crt; each node keeps its certificate "
+                           "under nodes/NAME");
+  slurm_submit->add_option("--join-token-file", slurm.join_token_file,
+                           "On a file system the nodes share: a join token (meridian token create --role agent)");
+  slurm_submit->add_option("--work-dir", slurm.work_dir, "The agents' task directories (default /tmp/meridian-agent-NODE)");
+  slurm_submit->add_option("--log-dir", slurm.log_dir, "Where the jobs' output goes (default: here)");
+  slurm_submit->add_option("--job-name", slurm.job_name, "Slurm job name (default meridian-agent)");
+  slurm_submit->add_option("--meridian", slurm.meridian, "The meridian program on the nodes (default: this one)");
+  slurm_submit->add_option("--sbatch-arg", slurm.sbatch_args, "Passed to sbatch as it is (repeatable): --account=x");
+  slurm_submit->add_flag("--insecure", slurm.insecure, "Plaintext, to a coordinator started with --insecure");
+  slurm_submit->add_flag("--dry-run", slurm.dry_run, "Print the sbatch command and the script; submit nothing");
+  slurm_submit->add_flag("--json", slurm.json, "JSON output");
 
   cli::UpOptions up;
   CLI::App* up_cmd = app.add_subcommand("up", "Start a local cluster: a coordinator and one agent per node of a fleet");
@@ -518,6 +562,8 @@ int main(int argc, char** argv) {
     status = cli::RunHealth(health, std::cout);
   } else if (fleet_cmd->parsed()) {
     status = cli::RunFleetShow(fleet_show, std::cout);
+  } else if (slurm_submit->parsed()) {
+    status = cli::RunSlurmSubmit(slurm, std::cout);
   } else if (plan_cmd->parsed()) {
     status = cli::RunPlan(plan, std::cout);
   } else if (sim_cmd->parsed()) {

@@ -920,6 +920,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   rt.site = reg.site;
   if (!rt.alive) ++live_nodes_;
   rt.alive = true;
+  rt.left = false;
   CloseSinkLocked(rt, FailedPreconditionError("this session is no longer the node's; register again"));
   // Random: a session cannot be guessed from an earlier one, nor match one of an
   // earlier incarnation of this coordinator.
@@ -1035,6 +1036,28 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   return false;
 }
 
+Status Coordinator::Leave(uint32_t node_id, uint64_t session) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (node_id >= nodes_.size() || nodes_[node_id].session != session || !nodes_[node_id].alive) {
+    return FailedPreconditionError("this session is no longer the node's; register again");
+  }
+  const int32_t index = static_cast<int32_t>(node_id);
+  const NodeRt& node = nodes_[index];
+  // Placed here since the agent last reported: it stays to run it.
+  if (!node.tasks.empty()) {
+    const auto& [job_id, t] = *node.tasks.begin();
+    return FailedPreconditionError(fmt::format("node {} holds {} task{} (first: {} of job {}): it stays",
+                                               fleet_.nodes[index].name, node.tasks.size(),
+                                               node.tasks.size() == 1 ? "" : "s", TaskNameLocked(job_id, t), job_id));
+  }
+  store::StoreBatch batch;
+  MarkDead(index, fmt::format("node {} left the pool, idle", fleet_.nodes[index].name), batch, true);
+  Commit(batch);
+  lock.unlock();
+  loop_cv_.notify_one();
+  return OkStatus();
+}
+
 std::vector<model::TenantView> Coordinator::ListTenants() {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, model::TenantView> by_name;
@@ -1145,6 +1168,7 @@ std::vector<model::NodeView> Coordinator::ListNodes() {
     v.node = fleet_.nodes[i];
     v.site = rt.site;
     v.alive = rt.alive;
+    v.left = rt.left;
     v.heartbeat_age_us = now.us - rt.last_heartbeat.us;
     v.running = static_cast<int32_t>(rt.tasks.size());
     const sched::NodeFree& f = ledger_.free(NodeId(static_cast<uint32_t>(i)));

@@ -141,6 +141,7 @@ class Coordinator final : public rpc::JobApi,
                                                    int64_t timeout_us) override;
   Status ConnectAssignments(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::AssignmentSink> sink) override;
   StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) override;
+  Status Leave(uint32_t node_id, uint64_t session) override;
   StatusOr<std::string> NodeName(uint32_t node_id) override;
   // How often agents are to heartbeat now: the configured interval, stretched with
   // the number of live nodes so that all of them together send at most about
@@ -244,6 +245,7 @@ class Coordinator final : public rpc::JobApi,
   struct NodeRt {
     std::string site;
     bool alive = false;
+    bool left = false;  // its agent left the pool (Leave) rather than fell silent
     uint64_t session = 0;
     MonotonicTime last_heartbeat;
     int64_t registered_us = 0;
@@ -359,7 +361,9 @@ class Coordinator final : public rpc::JobApi,
   void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
   // The record of the task's latest attempt, to be stored.
   static model::AttemptRecord LatestAttempt(const TaskRt& task);
-  void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch);
+  // Out of the pool: its tasks run elsewhere and its objects are gone. `left`: its
+  // agent asked to leave (logged as such), rather than it fell silent.
+  void MarkDead(int32_t node, const std::string& reason, store::StoreBatch& batch, bool left = false);
   // The directory: replicas a node gained or lost, or all it holds (on registering).
   void AddReplicaLocked(int32_t node, const std::string& id, int64_t size);
   void DropReplicaLocked(int32_t node, const std::string& id);

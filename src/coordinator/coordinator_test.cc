@@ -190,6 +190,43 @@ TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
   EXPECT_TRUE(nodes[1].alive);
 }
 
+TEST_F(CoordinatorTest, AnIdleNodeLeavesButOneHoldingWorkStays) {
+  Start();
+  model::RegistrationReply a = Register(Node("a"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok());
+  std::vector<model::TaskAssignment> on_a = Next(a);
+  ASSERT_EQ(on_a.size(), 1u);
+  // Placed here while the agent was deciding it was idle: it stays to run it.
+  Status refused = coord_->Leave(a.node_id, a.session);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(), "node a holds 1 task (first: t of job 1): it stays");
+  Report(a, {Done(on_a[0].key, "ok")});
+  EXPECT_EQ(Job(r->job_id).summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_TRUE(coord_->Leave(a.node_id, a.session).ok());
+  auto nodes = coord_->ListNodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_FALSE(nodes[0].alive);
+  EXPECT_TRUE(nodes[0].left);
+  EXPECT_STREQ(model::NodeStateName(nodes[0]), "left");
+  // Its session ended: heartbeats are told to register, a second leave is refused,
+  // and nothing is placed on it.
+  model::AgentHeartbeat hb;
+  hb.node_id = a.node_id;
+  hb.session = a.session;
+  EXPECT_TRUE(*coord_->Heartbeat(hb));
+  EXPECT_EQ(coord_->Leave(a.node_id, a.session).code(), StatusCode::kFailedPrecondition);
+  auto second = coord_->Submit("name: two\ntasks:\n  - {name: t, kernel: noop}\n", "two.yaml", "");
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Job(second->job_id).summary.job.status, model::JobStatus::kQueued);
+  // Back (a new job of the batch system on the same machine): a node like any other.
+  model::RegistrationReply again = Register(Node("a"));
+  std::vector<model::TaskAssignment> on_again = Next(again);
+  ASSERT_EQ(on_again.size(), 1u);
+  EXPECT_EQ(on_again[0].key.job, second->job_id);
+  EXPECT_STREQ(model::NodeStateName(coord_->ListNodes()[0]), "alive");
+}
+
 TEST_F(CoordinatorTest, OutputsLostWithTheirNodeAreMadeAgainTransitively) {
   Start();
   model::RegistrationReply n1 = Register(Node("n1"));

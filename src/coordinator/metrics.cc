@@ -56,6 +56,7 @@ void Coordinator::WriteMetrics(http::Exposition& out) {
 
   // Nodes and their devices: what live nodes have, and what tasks hold of it.
   int64_t alive = 0;
+  int64_t left = 0;
   int64_t heartbeat_age_max_us = 0;
   int64_t cpu_milli = 0;
   int64_t cpu_held_milli = 0;
@@ -70,7 +71,10 @@ void Coordinator::WriteMetrics(http::Exposition& out) {
       l.transfers += t.transfers;
       l.egress_micro_usd += t.egress_micro_usd;
     }
-    if (!rt.alive) continue;
+    if (!rt.alive) {
+      left += rt.left ? 1 : 0;
+      continue;
+    }
     ++alive;
     heartbeat_age_max_us = std::max(heartbeat_age_max_us, now.us - rt.last_heartbeat.us);
     const model::Node& n = fleet_.nodes[i];
@@ -83,9 +87,10 @@ void Coordinator::WriteMetrics(http::Exposition& out) {
       if (d < f.device_free_milli.size()) held += 1000 - f.device_free_milli[d];
     }
   }
-  out.Family("meridian_nodes", "gauge", "Nodes registered, by whether they are alive.");
+  out.Family("meridian_nodes", "gauge", "Nodes registered, by whether they are alive, dead, or left the pool when idle.");
   out.Sample("meridian_nodes", {{"state", "alive"}}, static_cast<double>(alive));
-  out.Sample("meridian_nodes", {{"state", "dead"}}, static_cast<double>(nodes_.size() - alive));
+  out.Sample("meridian_nodes", {{"state", "dead"}}, static_cast<double>(nodes_.size() - alive - left));
+  out.Sample("meridian_nodes", {{"state", "left"}}, static_cast<double>(left));
   out.Gauge("meridian_heartbeat_age_max_seconds", "The longest any live node has been silent.",
             static_cast<double>(heartbeat_age_max_us) / 1e6);
   out.Gauge("meridian_heartbeat_interval_seconds", "How often agents are told to heartbeat now.",

@@ -655,18 +655,23 @@ std::vector<uint64_t> Coordinator::ExpiredJobsLocked() const {
   return out;
 }
 
-void Coordinator::MarkDead(int32_t index, const std::string& reason, store::StoreBatch& batch) {
+void Coordinator::MarkDead(int32_t index, const std::string& reason, store::StoreBatch& batch, bool left) {
   NodeRt& node = nodes_[index];
   if (node.alive) --live_nodes_;
   node.alive = false;
+  node.left = left;
   node.session = next_session_++;  // its streams and heartbeats are now stale
   node.outbox = {};
   node.stream_lost_at.reset();
   CloseSinkLocked(node, FailedPreconditionError("this node was declared dead; register again"));
   fleet_.nodes[index].health = model::NodeHealth::kUnhealthy;
   FleetChangedLocked();
-  MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
-                    node.tasks.size());
+  if (left) {
+    MERIDIAN_LOG_INFO("{}", reason);
+  } else {
+    MERIDIAN_LOG_WARN("node {} is dead ({}); {} tasks run elsewhere", fleet_.nodes[index].name, reason,
+                      node.tasks.size());
+  }
   std::vector<std::pair<uint64_t, uint32_t>> held(node.tasks.begin(), node.tasks.end());
   for (const auto& [job_id, t] : held) {
     JobRt& job = jobs_.at(job_id);

@@ -167,6 +167,7 @@ struct NodeView {
   Node node;
   std::string site;
   bool alive = false;
+  bool left = false;  // not alive because its agent left the pool (idle), not silent
   int64_t heartbeat_age_us = 0;
   int32_t running = 0;
   int64_t cpu_allocated_milli = 0;
@@ -177,6 +178,8 @@ struct NodeView {
   std::vector<LinkTraffic> sent;  // what its transfer server sent, by destination site
   std::string metrics_url;        // its agent's /metrics listener; empty: none
 };
+// "alive", "left" or "dead", as `meridian nodes` and the API show it.
+inline const char* NodeStateName(const NodeView& n) { return n.alive ? "alive" : n.left ? "left" : "dead"; }
 
 // ---- between the coordinator and its agents
 

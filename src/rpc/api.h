@@ -121,6 +121,10 @@ class NodeApi {
   virtual StatusOr<bool> Heartbeat(const model::AgentHeartbeat& heartbeat) = 0;
   // How often agents are to heartbeat now (it grows with the fleet).
   virtual int64_t HeartbeatIntervalUs() = 0;
+  // Takes the node out of the pool, as its agent is about to exit: OK only while
+  // nothing is placed on it (FailedPrecondition says what is, or that the session is
+  // no longer the node's). Objects it held are gone with it, as with a dead node.
+  virtual Status Leave(uint32_t node_id, uint64_t session) = 0;
   // The name of the node registered as `node_id`; NotFound if none.
   virtual StatusOr<std::string> NodeName(uint32_t node_id) = 0;
 };

@@ -570,7 +570,7 @@ model::JobView FromProto(const v1::JobInfo& in) {
 void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
   ToProto(n.node, n.site, out->mutable_spec());
   out->set_node_id(n.node.id.value());
-  out->set_state(n.alive ? "alive" : "dead");
+  out->set_state(model::NodeStateName(n));
   out->set_heartbeat_age_us(n.heartbeat_age_us);
   out->set_running(n.running);
   out->set_cpu_allocated_milli(n.cpu_allocated_milli);
@@ -588,6 +588,7 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
   n.node.id = NodeId(in.node_id());
   n.site = in.spec().site();
   n.alive = in.state() == "alive";
+  n.left = in.state() == "left";
   n.heartbeat_age_us = in.heartbeat_age_us();
   n.running = in.running();
   n.cpu_allocated_milli = in.cpu_allocated_milli();

@@ -54,6 +54,18 @@ StatusOr<NodeClient::HeartbeatAnswer> NodeClient::Heartbeat(const model::AgentHe
   return HeartbeatAnswer{resp.reregister(), interval > 0 ? HeartbeatIntervalFromWire(interval) : 0};
 }
 
+Status NodeClient::Leave(uint32_t node_id, uint64_t session, int64_t timeout_us) {
+  v1::LeaveRequest req;
+  req.set_node_id(node_id);
+  req.set_session(session);
+  v1::LeaveResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, timeout_us);
+  grpc::Status s = v1::NodeService::NewStub(channel_)->Leave(&ctx, req, &resp);
+  if (!s.ok()) return FromGrpc(s).WithPrefix("leave " + address_);
+  return OkStatus();
+}
+
 Status NodeClient::StreamAssignments(uint32_t node_id, uint64_t session, int64_t max_us,
                                      const std::function<void(model::AssignmentBatch)>& on_batch) {
   grpc::ClientContext ctx;

@@ -40,6 +40,8 @@ class NodeClient {
     int64_t interval_us = 0;   // heartbeat this often from now on; 0: as before
   };
   StatusOr<HeartbeatAnswer> Heartbeat(const model::AgentHeartbeat& heartbeat, int64_t timeout_us);
+  // Asks to leave the pool (NodeApi::Leave).
+  Status Leave(uint32_t node_id, uint64_t session, int64_t timeout_us);
   // Receives assignment batches until the stream ends (after at most `max_us`), the
   // coordinator drops the session, or CancelStream; returns how it ended.
   Status StreamAssignments(uint32_t node_id, uint64_t session, int64_t max_us,

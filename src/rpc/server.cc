@@ -599,6 +599,15 @@ class NodeServiceImpl final
     return grpc::Status::OK;
   }
 
+  grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req, v1::LeaveResponse*) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kNode, "NodeService.Leave");
+    if (Status own = OwnNode(caller, req->node_id()); !own.ok()) {
+      gate_.Refused(ctx, "NodeService.Leave", own);
+      return ToGrpc(FailedPreconditionError(own.message()));
+    }
+    return ToGrpc(api_.Leave(req->node_id(), req->session()));
+  }
+
   grpc::ServerWriteReactor<v1::AssignmentBatch>* Assignments(grpc::CallbackServerContext* ctx,
                                                               const v1::AssignmentsRequest* req) override {
     Status admitted = Admitted(ctx, req->node_id());
