@@ -93,6 +93,12 @@ code=$(curl -k -s -o /dev/null -w '%{http_code}' "https://127.0.0.1:$metrics/rea
 # The coordinator's certificate names its host: curl checks it like any HTTPS server.
 probe=(--cacert "$tmp/tls/ca.crt" --cert "$tmp/tls/monitor-probe.crt" --key "$tmp/tls/monitor-probe.key" -s)
 [ "$(curl "${probe[@]}" "https://127.0.0.1:$http/healthz")" = ok ] && ok "coordinator /healthz" || bad "coordinator /healthz"
+# meridian health checks the coordinator's certificate by its name, as probes use it.
+got=$("${health[@]}" "https://127.0.0.1:$http/healthz" 2>&1)
+[ "$got" = ok ] && ok "meridian health of the coordinator: $got" || bad "meridian health of the coordinator: $got"
+got=$("${health[@]}" --node solo "https://127.0.0.1:$http/healthz" 2>&1)
+[[ "$got" == *"presented the certificate of 'coordinator', not of 'node:solo'" ]] &&
+  ok "meridian health --node solo refuses the coordinator" || bad "health --node solo of the coordinator: $got"
 got=$(curl "${probe[@]}" "https://127.0.0.1:$http/readyz")
 [ "$got" = "ready: leading, 1 nodes alive" ] && ok "coordinator /readyz: '$got'" || bad "coordinator /readyz: '$got'"
 code=$(curl --cacert "$tmp/tls/ca.crt" -s -o /dev/null -w '%{http_code}' "https://127.0.0.1:$http/healthz")

@@ -106,11 +106,9 @@ StatusOr<Response> GetUrl(const std::string& url, const security::TlsContext* tl
   MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(timeout_us));
   std::unique_ptr<ByteStream> stream;
   if (tls != nullptr) {
-    MERIDIAN_ASSIGN_OR_RETURN(stream, tls->Connect(std::move(tcp)));
-    if (stream->identity() != identity) {
-      return UnauthenticatedError(
-          fmt::format("{} presented the certificate of '{}', not of '{}'", url, stream->identity(), identity));
-    }
+    StatusOr<std::unique_ptr<ByteStream>> connected = tls->Connect(std::move(tcp), identity);
+    if (!connected.ok()) return connected.status().WithPrefix(url);
+    stream = std::move(*connected);
   } else {
     stream = std::move(tcp);
   }

@@ -167,5 +167,31 @@ TEST(TlsTest, AClientRefusesAServerThatIsNotANode) {
   server.listener->Shutdown();
 }
 
+// `meridian health` of a coordinator: the server must be the one asked for, and only it.
+TEST(TlsTest, AClientAsksForTheServerItMeans) {
+  KeyPair ca = Ca();
+  auto server_tls = *TlsContext::Create(Creds(ca, "coordinator"));
+  auto client_tls = *TlsContext::Create(Creds(ca, "monitor:probe", false));
+  for (const std::string want : {"coordinator", "node:a"}) {
+    OneServer server;
+    server.Run(server_tls);
+    auto tcp = TcpStream::Connect("127.0.0.1", server.listener->port(), 5'000'000);
+    ASSERT_TRUE(tcp.ok());
+    StatusOr<std::unique_ptr<ByteStream>> s = client_tls->Connect(std::move(*tcp), want);
+    if (want == "coordinator") {
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_EQ((*s)->identity(), "coordinator");
+    } else {
+      EXPECT_EQ(s.status().code(), StatusCode::kUnauthenticated);
+      EXPECT_NE(s.status().message().find("presented the certificate of 'coordinator', not of 'node:a'"),
+                std::string::npos)
+          << s.status().ToString();
+    }
+    s = UnavailableError("done");
+    server.listener->Shutdown();
+    if (server.thread.joinable()) server.thread.join();
+  }
+}
+
 }  // namespace
 }  // namespace meridian::security

@@ -233,10 +233,15 @@ StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(TcpStream& tcp) const {
   return Handshake(server_, tcp, nullptr, true);
 }
 
-StatusOr<std::unique_ptr<ByteStream>> TlsContext::Connect(std::unique_ptr<TcpStream> tcp) const {
+StatusOr<std::unique_ptr<ByteStream>> TlsContext::Connect(std::unique_ptr<TcpStream> tcp,
+                                                          std::string_view identity) const {
   TcpStream& raw = *tcp;
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> s, Handshake(client_, raw, std::move(tcp), false));
-  if (s->identity().rfind("node:", 0) != 0) {
+  if (!identity.empty() && s->identity() != identity) {
+    return UnauthenticatedError(
+        fmt::format("{} presented the certificate of '{}', not of '{}'", s->peer(), s->identity(), identity));
+  }
+  if (identity.empty() && s->identity().rfind("node:", 0) != 0) {
     return UnauthenticatedError(
         fmt::format("{} presented the certificate of '{}', not of a node of the cluster", s->peer(), s->identity()));
   }

@@ -51,8 +51,10 @@ class TlsContext {
   // the stream returned: the peer must prove a certificate of the cluster's CA.
   // Fails with kUnauthenticated when it does not.
   StatusOr<std::unique_ptr<ByteStream>> Accept(TcpStream& tcp) const;
-  // The client's side; the server must be a node of the cluster ("node:..." name).
-  StatusOr<std::unique_ptr<ByteStream>> Connect(std::unique_ptr<TcpStream> tcp) const;
+  // The client's side. The server must prove `identity` ("coordinator",
+  // "node:gpu-1"); empty: any node of the cluster ("node:..."), as on the transfer
+  // plane. Fails with kUnauthenticated when it does not.
+  StatusOr<std::unique_ptr<ByteStream>> Connect(std::unique_ptr<TcpStream> tcp, std::string_view identity = {}) const;
 
   // This process's own name (its certificate's common name).
   const std::string& identity() const { return identity_; }
