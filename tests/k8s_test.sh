@@ -19,17 +19,8 @@ if ! "$py" -c 'import kubernetes, yaml' 2>/dev/null; then
   exit 1
 fi
 tmp=$(mktemp -d)
-fail=0
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  [ -n "${KEEP:-}" ] || rm -rf "$tmp"; [ -z "${KEEP:-}" ] || echo "kept $tmp"
-}
-trap cleanup EXIT
-bad() { echo "FAIL $*"; fail=1; }
-ok() { echo "ok   $*"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. tests/process_lib.sh
+trap stop_started EXIT
 manifests() { "$py" tests/k8s_manifests.py "$@"; }
 
 # --- On paper.

@@ -19,20 +19,14 @@ for p in munged slurmctld slurmd sbatch squeue scontrol; do
 done
 tmp=$(mktemp -d /tmp/meridian-slurm-test.XXXXXX)
 chmod 755 "$tmp"
-fail=0
-pids=()
+. tests/process_lib.sh
 cleanup() {
   [ -n "${SLURM_CONF:-}" ] && scancel --quiet --name meridian-agent 2>/dev/null
   sleep 0.5
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   pkill -f "slurmstepd.*$tmp" 2>/dev/null
-  [ -n "${KEEP:-}" ] || rm -rf "$tmp"; [ -z "${KEEP:-}" ] || echo "kept $tmp"
+  stop_started
 }
 trap cleanup EXIT
-bad() { echo "FAIL $*"; fail=1; }
-ok() { echo "ok   $*"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 # --- Slurm: munge, slurmctld and slurmd, their state under $tmp.

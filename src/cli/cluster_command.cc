@@ -339,17 +339,7 @@ Status RunAgent(const AgentCommandOptions& given) {
       return InvalidArgumentError("--slurm and --config (or MERIDIAN_NODE_CONFIG): the node is either the Slurm job's "
                                   "share of this machine or the node file's; give one");
     }
-    MERIDIAN_ASSIGN_OR_RETURN(config, SlurmNodeConfig(given));
-    // Nodes may share the directory (a shared file system): each keeps its
-    // certificate under nodes/NAME, beside the cluster's ca.crt.
-    if (!o.tls_dir.empty() && !o.insecure) {
-      const fs::path own = fs::path(o.tls_dir) / "nodes" / config.node.name;
-      std::error_code ec;
-      fs::create_directories(own, ec);
-      if (!fs::exists(own / "ca.crt")) fs::copy_file(fs::path(o.tls_dir) / "ca.crt", own / "ca.crt", ec);
-      if (ec) return InvalidArgumentError(fmt::format("--tls-dir: cannot set up {}: {}", own.string(), ec.message()));
-      o.tls_dir = own.string();
-    }
+    MERIDIAN_ASSIGN_OR_RETURN(config, SlurmNodeConfig(o));
   } else if (!given.gpu_types.empty() || !given.gpu_type.empty()) {
     return InvalidArgumentError("--gpu-types and --gpu-type map a Slurm job's GRES: they go with --slurm");
   } else {

@@ -229,8 +229,10 @@ Status RunAgent(const AgentCommandOptions& options);
 
 // Under Slurm (src/cli/slurm_command.cc).
 // This node's share of the Slurm job the agent runs in: SLURM_JOB_ID and
-// SLURMD_NODENAME from the environment, the rest from `scontrol show job -d`.
-StatusOr<spec::NodeConfig> SlurmNodeConfig(const AgentCommandOptions& options);
+// SLURMD_NODENAME from the environment, the rest from `scontrol show job -d`. Points
+// options.tls_dir at the node's own TLS_DIR/nodes/NAME (made, with the CA's
+// certificate), as nodes may share TLS_DIR on a shared file system.
+StatusOr<spec::NodeConfig> SlurmNodeConfig(AgentCommandOptions& options);
 struct SlurmSubmitOptions {
   std::string partition;
   int nodes = 1;            // agents: a job array of one-node jobs, each given back on its own

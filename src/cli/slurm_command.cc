@@ -79,7 +79,7 @@ Status CheckSlurmValue(const std::string& value, std::string_view flag) {
 
 }  // namespace
 
-StatusOr<spec::NodeConfig> SlurmNodeConfig(const AgentCommandOptions& o) {
+StatusOr<spec::NodeConfig> SlurmNodeConfig(AgentCommandOptions& o) {
   const std::string job = Getenv("SLURM_JOB_ID");
   const std::string node = Getenv("SLURMD_NODENAME");
   if (job.empty() || node.empty()) {
@@ -110,6 +110,15 @@ StatusOr<spec::NodeConfig> SlurmNodeConfig(const AgentCommandOptions& o) {
       MERIDIAN_LOG_WARN("{}: its transfer server listens on 127.0.0.1 (give --transfer-host)",
                         address.status().message());
     }
+  }
+  // Each node keeps its certificate under nodes/NAME, beside the cluster's ca.crt.
+  if (!o.tls_dir.empty() && !o.insecure) {
+    const fs::path own = fs::path(o.tls_dir) / "nodes" / config.node.name;
+    std::error_code ec;
+    fs::create_directories(own, ec);
+    if (!ec && !fs::exists(own / "ca.crt")) fs::copy_file(fs::path(o.tls_dir) / "ca.crt", own / "ca.crt", ec);
+    if (ec) return InvalidArgumentError(fmt::format("--tls-dir: cannot set up {}: {}", own.string(), ec.message()));
+    o.tls_dir = own.string();
   }
   MERIDIAN_LOG_INFO("slurm job {} in partition {}: node {} with {} CPUs, {} of memory, {} devices{}", allocation.job_id,
                     allocation.partition, config.node.name, allocation.cpus, FormatBytes(config.node.memory_bytes),
