@@ -90,9 +90,9 @@ StatusOr<std::vector<SlurmGres>> ParseGres(std::string_view text) {
     g.name = std::string(f[0]);
     g.count = 1;
     // name[:type][:count]: the last field is the count when it is a number.
-    int64_t count = 0;
-    const bool counted = f.size() > 1 && Number(f.back(), "GRES").ok();
-    if (counted) count = *Number(f.back(), "GRES");
+    StatusOr<int64_t> last = Number(f.back(), "GRES");
+    const bool counted = f.size() > 1 && last.ok();
+    const int64_t count = counted ? *last : 0;
     if (f.size() > 3 || g.name.empty() || (f.size() == 3 && !counted)) {
       return InvalidArgumentError(fmt::format("slurm job: GRES: expected NAME[:TYPE][:COUNT], got '{}'", item));
     }
