@@ -8,7 +8,10 @@
 #   scripts/netsim.sh down [--prefix P]
 #   scripts/netsim.sh cut SITE [--prefix P]       every packet to or from SITE dropped
 #   scripts/netsim.sh loss SITE PCT [--prefix P]  PCT% of them dropped (random)
-#   scripts/netsim.sh heal SITE [--prefix P]      SITE's link whole again
+#   scripts/netsim.sh jitter SITE MS [--prefix P] each packet to or from SITE waits an
+#                                                 extra 0 to MS ms (uniform; round trips
+#                                                 vary by up to 2*MS)
+#   scripts/netsim.sh heal SITE [--prefix P]      SITE's link whole again (no cut, loss or jitter)
 #   scripts/netsim.sh bytes FROM TO [--prefix P]  bytes the kernel sent on the link FROM -> TO
 #   scripts/netsim.sh exec SITE|core [--prefix P] -- CMD...
 #   scripts/netsim.sh show [--prefix P]           namespaces, addresses and link counters
@@ -26,18 +29,26 @@
 # (these CI machines), `up` says so and Meridian keeps emulating the round trip
 # in-process (`meridian up --netns` passes --emulate-wan-latency then). Cuts and loss
 # are nftables rules (numgen random) in the router, on forwarded packets and on the
-# router's own (a coordinator in P-core loses a cut site too).
+# router's own (a coordinator in P-core loses a cut site too). Jitter is netem's where
+# the kernel has it (each direction of the site's links: delay rtt/2 + MS/2, jitter
+# MS/2, so uniform over [rtt/2, rtt/2 + MS]); where it does not, the router sends the
+# site's packets (to and from other sites, the router and the host) through a TUN
+# device, `jt`, that meridian-delayline (built beside meridian) reads, holds for a
+# uniform 0 to MS ms without reordering a flow, and writes back: a user-space netem.
 #
 # State (read by `meridian up --netns P`): /run/meridian-netsim/P/
 #   sites    one line per site: name, namespace, address (tab-separated)
 #   core     the router's namespace and the coordinator's address
 #   latency  "netem" or "in-process"
+#   links    one line per link: site, site, round trip (us), bandwidth (bit/s)
+#   bin      the meridian binary (meridian-delayline is beside it)
+#   jitter   the delay line's rules (one line per jittered site), when it runs
 set -euo pipefail
 
 die() { echo "netsim: $*" >&2; exit 1; }
 
 cmd=${1:-}
-[ -n "$cmd" ] || die "usage: netsim.sh up|down|cut|loss|heal|bytes|exec|show ... (see the top of this script)"
+[ -n "$cmd" ] || die "usage: netsim.sh up|down|cut|loss|jitter|heal|bytes|exec|show ... (see the top of this script)"
 shift
 prefix=mnet
 meridian=""
@@ -72,11 +83,95 @@ site_line() {
 site_index() { site_line "$1" | cut -f2 | sed 's/.*-s//'; }
 
 teardown() {
+  if [ -f "$state/delayline.pid" ]; then kill "$(cat "$state/delayline.pid")" 2>/dev/null || true; fi
   for ns in $(ip netns list | awk '{print $1}' | grep -E "^${prefix}-(core|s[0-9]+)$" || true); do
     ip netns del "$ns"
   done
   ip link del "$prefix-h" 2>/dev/null || true
   rm -rf "$state"
+}
+
+# netem on the links of site index $1: each direction delay rtt/2, plus a uniform
+# 0 to $2 us of jitter when $2 > 0.
+netem_jitter() {
+  local j=$1 jitter_us=$2 a b rtt_us bps ia ib from to class
+  while IFS=$'\t' read -r a b rtt_us bps; do
+    [ -n "$a" ] || continue
+    ia=$(site_index "$a")
+    ib=$(site_index "$b")
+    [ "$ia" = "$j" ] || [ "$ib" = "$j" ] || continue
+    for pair in "$ia $ib" "$ib $ia"; do
+      read -r from to <<<"$pair"
+      class=$((10 + from))
+      if [ "$jitter_us" -gt 0 ]; then
+        tc -n "$core" qdisc change dev "s$to" parent "1:$class" handle "$class:" netem \
+          delay "$((rtt_us / 2 + jitter_us / 2))us" "$((jitter_us / 2))us" limit 100000
+      else
+        tc -n "$core" qdisc change dev "s$to" parent "1:$class" handle "$class:" netem delay "$((rtt_us / 2))us" \
+          limit 100000
+      fi
+    done
+  done <"$state/links"
+}
+
+# Starts the delay line in the router (once): the TUN device jt, policy routing that
+# sends what a jittered site's rules (below) pick into it, and meridian-delayline.
+delayline_start() {
+  if [ -f "$state/delayline.pid" ] && kill -0 "$(cat "$state/delayline.pid")" 2>/dev/null; then return 0; fi
+  local dl
+  dl=$(dirname "$(cat "$state/bin")")/meridian-delayline
+  [ -x "$dl" ] || die "jitter: this kernel has no netem, and $dl is not built (cmake --build --preset dev)"
+  ip -n "$core" tuntap add dev jt mode tun
+  ip -n "$core" link set jt up
+  # What the line writes back keeps its source (a site's, or the router's own).
+  ip netns exec "$core" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.jt.rp_filter=0 \
+    net.ipv4.conf.jt.accept_local=1
+  # Early demux would match a site's packet to the router's own socket before the
+  # routing below sends it through the line, and forwarding drops such a packet.
+  ip netns exec "$core" sysctl -qw net.ipv4.tcp_early_demux=0 net.ipv4.udp_early_demux=0
+  ip -n "$core" route add default dev jt table 100
+  # Back from the line: routed as usual. The local table moves below the sites'
+  # rules, so that packets from a jittered site to the router go through the line too.
+  ip -n "$core" rule add pref 10 iif jt lookup local
+  ip -n "$core" rule add pref 11 iif jt lookup main
+  ip -n "$core" rule add pref 1000 lookup local
+  ip -n "$core" rule del pref 0 lookup local
+  : >"$state/jitter"
+  ip netns exec "$core" "$dl" --tun jt --rules "$state/jitter" --stats "$state/delayline.json" \
+    >"$state/delayline.log" 2>&1 </dev/null &
+  echo $! >"$state/delayline.pid"
+  disown
+  for _ in $(seq 1 50); do
+    grep -q "delay line on jt" "$state/delayline.log" 2>/dev/null && return 0
+    kill -0 "$(cat "$state/delayline.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  die "jitter: meridian-delayline did not start: $(tail -3 "$state/delayline.log")"
+}
+
+# Site index $1's line in the delay line's rules: "$2" (empty: none). The line reads
+# the file again within 0.1 s of a change (a rename).
+delayline_rule() {
+  local j=$1 rule=$2
+  { grep -v "^10\.200\.$j\.0/24 " "$state/jitter" || true; [ -z "$rule" ] || echo "$rule"; } >"$state/jitter.new"
+  mv "$state/jitter.new" "$state/jitter"
+  sleep 0.3
+}
+
+# Routes site index $1's packets through the line (on) or not (off).
+delayline_route() {
+  local j=$1 how=$2
+  if [ "$how" = on ]; then
+    ip -n "$core" rule show pref 100 | grep -q "iif s$j " && return 0
+    # The router's own address on the site's link stays local: ARP asks for it.
+    ip -n "$core" rule add pref 99 to "10.200.$j.1" lookup local
+    ip -n "$core" rule add pref 100 iif "s$j" lookup 100
+    ip -n "$core" rule add pref 101 to "10.200.$j.0/24" lookup 100
+  else
+    ip -n "$core" rule del pref 99 to "10.200.$j.1" lookup local 2>/dev/null || true
+    ip -n "$core" rule del pref 100 iif "s$j" lookup 100 2>/dev/null || true
+    ip -n "$core" rule del pref 101 to "10.200.$j.0/24" lookup 100 2>/dev/null || true
+  fi
 }
 
 case "$cmd" in
@@ -167,6 +262,8 @@ case "$cmd" in
     } | ip netns exec "$core" nft -f -
     printf '%s\t%s\n' "$core" 10.200.255.1 >"$state/core"
     echo "$latency" >"$state/latency"
+    echo "$links" >"$state/links"
+    realpath "$meridian" >"$state/bin"
     trap - ERR
     echo "netsim: network '$prefix' up: $i sites, $(echo "$links" | grep -c . || true) links shaped (bandwidth by htb)"
     if [ "$latency" = netem ]; then
@@ -197,7 +294,32 @@ case "$cmd" in
     esac
     ip netns exec "$core" nft flush chain inet netsim "site$j"
     [ -z "$rule" ] || ip netns exec "$core" nft add rule inet netsim "site$j" $rule
+    if [ "$cmd" = heal ]; then  # and no jitter
+      if [ "$(cat "$state/latency")" = netem ]; then
+        netem_jitter "$j" 0
+      elif [ -f "$state/jitter" ]; then
+        delayline_route "$j" off
+        delayline_rule "$j" ""
+      fi
+    fi
     echo "netsim: $site: ${rule:-whole again}"
+    ;;
+  jitter)
+    need_root
+    site=${args[0]:-}
+    ms=${args[1]:-}
+    [ -n "$site" ] || die "jitter: which site?"
+    [[ "$ms" =~ ^[0-9]+$ ]] && [ "$ms" -ge 1 ] && [ "$ms" -le 10000 ] || die "jitter: milliseconds, 1 to 10000"
+    j=$(site_index "$site")
+    if [ "$(cat "$state/latency")" = netem ]; then
+      netem_jitter "$j" $((ms * 1000))
+      echo "netsim: $site: jitter 0 to $ms ms each way on its links to other sites (netem)"
+    else
+      delayline_start
+      delayline_rule "$j" "10.200.$j.0/24 0ms ${ms}ms"
+      delayline_route "$j" on
+      echo "netsim: $site: jitter 0 to $ms ms each way on its packets (meridian-delayline: this kernel has no netem)"
+    fi
     ;;
   bytes)
     from=${args[0]:-}
@@ -228,6 +350,10 @@ case "$cmd" in
                   print "  " from " -> " s ": " $2 " bytes" (from ~ /router/ ? "" : " (shaped at " rate ")")}'
     done <"$state/sites"
     ip netns exec "$core" nft list table inet netsim | grep -E "drop" | sed 's/^/  rule: /' || true
+    if [ -s "$state/jitter" ]; then
+      sed 's/^/  jitter (delay line): /' "$state/jitter"
+      [ -f "$state/delayline.json" ] && echo "  delay line: $(cat "$state/delayline.json")"
+    fi
     ;;
-  *) die "unknown command '$cmd' (up, down, cut, loss, heal, bytes, exec, show)" ;;
+  *) die "unknown command '$cmd' (up, down, cut, loss, jitter, heal, bytes, exec, show)" ;;
 esac

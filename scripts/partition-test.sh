@@ -5,10 +5,12 @@
 # answer is exact, whether the healed node came back, and throughput after the heal
 # against an undisturbed run of the same job in the same session.
 #
-#   scripts/partition-test.sh [--cut-seconds 10] [--tasks 160] [--loss 5] [--meridian BIN]
+#   scripts/partition-test.sh [--cut-seconds 10] [--tasks 160] [--loss 5] [--jitter 20]
+#                             [--meridian BIN]
 #
 # Then the same job with LOSS% of the factory's packets dropped (nftables, random),
-# against the undisturbed run.
+# and with 0 to JITTER ms added to each of its packets each way (netem, or
+# meridian-delayline where the kernel has none), each against the undisturbed run.
 #
 # The job: TASKS command tasks, each sleeping 1 s and printing the square of its
 # index (retries: 3), on the three-site test fleet's 16 cores (the factory's 4 are
@@ -18,12 +20,14 @@ cd "$(dirname "$0")/.."
 cut_seconds=10
 tasks=160
 loss=5
+jitter=20
 bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cut-seconds) cut_seconds=$2; shift 2 ;;
     --tasks) tasks=$2; shift 2 ;;
     --loss) loss=$2; shift 2 ;;
+    --jitter) jitter=$2; shift 2 ;;
     --meridian) bin=$2; shift 2 ;;
     *) echo "partition-test: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -139,3 +143,31 @@ lossy_s=$(cat "$tmp/lossy.seconds")
 echo "with ${loss}% of the factory's packets lost: $tasks tasks in $lossy_s s ($(python3 -c "print(f'{$before_s / $lossy_s:.2f}')") of the undisturbed throughput), answer $(check_answer lossy), factory node $(state_of edge-t4), tasks at the factory: $(python3 -c "
 import json, sys
 print(sum(1 for t in json.load(open(sys.argv[1]))['task_list'] if t['site'] == 'factory'))" "$tmp/lossy.json")"
+
+# 5. Jitter on the factory's link for a whole run: its round trips (to eu-west's node
+# and to the coordinator) before and during, whether its node ever left `alive`.
+rtt() {  # site, address -> "min/avg/max ms" over 20 pings
+  scripts/netsim.sh exec "$1" --prefix "$prefix" -- ping -c 20 -i 0.05 -q "$2" | awk -F'[ /]' '/^rtt/ {print $7 "/" $8 "/" $9 " ms"}'
+}
+echo "round trips before jitter (min/avg/max): factory -> eu-west $(rtt factory 10.200.2.2), factory -> coordinator $(rtt factory 10.200.255.1)"
+scripts/netsim.sh jitter factory "$jitter" --prefix "$prefix"
+echo "round trips with 0-${jitter} ms of jitter each way: factory -> eu-west $(rtt factory 10.200.2.2), factory -> coordinator $(rtt factory 10.200.255.1)"
+watch_node() {  # until the job ends (run_job writes its JSON as it polls)
+  : >"$tmp/states"
+  while python3 -c "
+import json, sys
+try:
+    sys.exit(json.load(open(sys.argv[1]))['state'] in ('succeeded', 'failed', 'cancelled'))
+except (OSError, ValueError):
+    sys.exit(0)  # not written yet, or being written" "$tmp/jittered.json"; do
+    state_of edge-t4 >>"$tmp/states"
+    sleep 0.2
+  done
+}
+run_job jittered watch_node
+jittered_s=$(cat "$tmp/jittered.seconds")
+echo "with 0-${jitter} ms of jitter on the factory's packets: $tasks tasks in $jittered_s s ($(python3 -c "print(f'{$before_s / $jittered_s:.2f}')") of the undisturbed throughput), answer $(check_answer jittered), factory node states seen: $(sort "$tmp/states" | uniq -c | awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}'), tasks at the factory: $(python3 -c "
+import json, sys
+print(sum(1 for t in json.load(open(sys.argv[1]))['task_list'] if t['site'] == 'factory'))" "$tmp/jittered.json")"
+[ -f "/run/meridian-netsim/$prefix/delayline.json" ] && echo "delay line: $(cat "/run/meridian-netsim/$prefix/delayline.json")"
+scripts/netsim.sh heal factory --prefix "$prefix" >/dev/null

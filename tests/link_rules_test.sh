@@ -58,10 +58,11 @@ declare -A allowed=(
   [client]="client rpc security objects spec model common meridian"
   [workloads]="workloads client kernels common model spec"
   [vopr]="vopr coordinator agent testing store rpc model common"
+  [netsim]="netsim common"
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc http kernels objects security workloads"
   [bench]="bench sched sim spec model common"
   [tests]="client rpc http security objects spec model common testing meridian"
-  [fuzz]="spec sim sched objects rpc kernels model common meridian"
+  [fuzz]="spec sim sched objects rpc kernels netsim model common meridian"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client
 # stubs and the tests that speak the protocol use it.)
@@ -80,6 +81,7 @@ declare -A forbidden=(
   [http]="grpc sqlite3 libpq cuda yaml-cpp"
   [workloads]="grpc sqlite3 libpq cuda"
   [vopr]="grpc sqlite3 libpq cuda thread chrono"
+  [netsim]="grpc sqlite3 libpq cuda yaml-cpp nlohmann"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"

@@ -5,6 +5,7 @@
 # job at eu-west reads a dataset stored at the factory. Checked: the exact word
 # counts, that its bytes crossed the kernel's shaped factory -> eu-west link (and no
 # other), that a cut-off site's node is declared dead and comes back when healed,
+# that jitter on the factory's link spreads its round trips and changes no answer,
 # and `bench transfer --netns`'s figures. Needs root; skipped (exit 77) without it.
 set -uo pipefail
 bin=$(realpath "$1")
@@ -100,6 +101,45 @@ wait_for edge-t4 false 20 && ok "cut off, the factory's node is declared dead" |
 [ "$(alive eu-a100)" = true ] && ok "eu-west's node stays alive" || bad "eu-a100 dead during the factory's cut"
 netsim heal factory >/dev/null
 wait_for edge-t4 true 30 && ok "healed, the factory's node is alive again" || bad "edge-t4 not back 30 s after the heal"
+
+# Jitter on the factory's link (netem's, or meridian-delayline's where the kernel has
+# none): its round trips spread, a job reading a dataset stored there still gets the
+# exact answer, and its node stays alive; healed, the jitter is gone.
+rtts() {  # site, address -> "min max" round trip in ms over 20 pings
+  scripts/netsim.sh exec "$1" --prefix "$prefix" -- ping -c 20 -i 0.05 -q "$2" | awk -F'[ /]' '/^rtt/ {print $7, $9}'
+}
+if netsim jitter factory 20 >"$tmp/jitter.out" 2>&1; then
+  read -r lo hi <<<"$(rtts factory 10.200.2.2)"
+  if python3 -c "import sys; sys.exit(0 if $hi - $lo >= 5 else 1)" 2>/dev/null; then
+    ok "with 0-20 ms of jitter each way, factory -> eu-west round trips spread over $lo-$hi ms"
+  else
+    bad "factory -> eu-west round trips with jitter: '$lo'-'$hi' ms"
+  fi
+  awk 'BEGIN {srand(8); split("jitter queue wait late early", w, " ");
+    for (i = 0; i < 5000; i++) {l = ""; for (j = 0; j < 12; j++) l = l w[int(rand() * 5) + 1] " "; print l}}' \
+    >"$tmp/jittered.txt"
+  "$bin" data put "$tmp/jittered.txt" --name jittered --site factory --shards 2 --dir "$tmp/cluster" >/dev/null ||
+    bad "data put (jittered)"
+  before=$(netsim bytes factory eu-west)
+  sed 's|dataset://words|dataset://jittered|' "$tmp/count.yaml" >"$tmp/count-jittered.yaml"
+  "$bin" run "$tmp/count-jittered.yaml" --dir "$tmp/cluster" --no-progress --output-dir "$tmp/out-jittered" \
+    >"$tmp/run-jittered.out" 2>&1 || bad "run under jitter: $(cat "$tmp/run-jittered.out")"
+  tr ' ' '\n' <"$tmp/jittered.txt" | grep . | sort | uniq -c | awk '{print $2, $1}' | sort >"$tmp/want-jittered"
+  result=$(ls "$tmp"/out-jittered/* 2>/dev/null | head -1)
+  grep -v '^wordcount$' "$result" 2>/dev/null | sort >"$tmp/got-jittered"
+  crossed=$(($(netsim bytes factory eu-west) - before))
+  if [ -s "$tmp/want-jittered" ] && cmp -s "$tmp/want-jittered" "$tmp/got-jittered" &&
+     [ "$crossed" -ge "$(stat -c %s "$tmp/jittered.txt")" ]; then
+    ok "under jitter, word counts exact; $crossed bytes crossed the jittered link"
+  else
+    bad "under jitter: counts differ or only $crossed bytes crossed"; diff "$tmp/want-jittered" "$tmp/got-jittered" | head -5
+  fi
+  [ "$(alive edge-t4)" = true ] && ok "the jittered factory's node stays alive" || bad "edge-t4 declared dead under jitter"
+  netsim heal factory >/dev/null
+  if netsim show | grep -q jitter; then bad "healed, jitter remains: $(netsim show | grep jitter)"; else ok "healed, no jitter remains"; fi
+else
+  bad "netsim jitter: $(cat "$tmp/jitter.out")"
+fi
 
 # The transfer bench across a shaped veth link: its fields (figures are quoted, not asserted).
 if "$bin" bench transfer --netns --bytes 8MiB --rate 500Mbps --repeat 1 --json >"$tmp/bench.json" 2>"$tmp/bench.err"; then
