@@ -210,6 +210,7 @@ TEST(DataPlaneTest, SmallInputsFromOneHolderComeInOneRequest) {
   ASSERT_FALSE(sent.is_null());
   EXPECT_EQ(sent["transfers"], 6);
   EXPECT_EQ(sent["requests"], 1);
+  EXPECT_EQ(sent["waited_us"], 25'000);  // the factory -> eu-west link's round trip, once (no jitter)
   EXPECT_EQ(sent["bytes"], 6 * (16 << 10));
   // With the only A100's agent dead, the plan says the task has nowhere to run.
   cluster.Kill9("agent-eu-a100");

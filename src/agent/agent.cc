@@ -382,7 +382,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   if (transfer_) {
     std::map<std::string, objects::LinkShape> links;
     for (const model::EmulatedLink& l : reply->links) {
-      links[l.to_site] = objects::LinkShape{l.rtt_us, l.bandwidth_bps, l.egress_micro_usd_per_gb};
+      links[l.to_site] = objects::LinkShape{l.rtt_us, l.bandwidth_bps, l.egress_micro_usd_per_gb, l.jitter_us};
     }
     if (!links.empty()) MERIDIAN_LOG_INFO("transfers emulate {} links from site {}", links.size(), options_.site);
     transfer_->SetLinks(std::move(links));
@@ -434,7 +434,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   if (transfer_) {
     for (const auto& [site, c] : transfer_->sent()) {
-      hb.traffic.push_back(model::LinkTraffic{site, c.bytes, c.transfers, c.egress_micro_usd, c.requests});
+      hb.traffic.push_back(model::LinkTraffic{site, c.bytes, c.transfers, c.egress_micro_usd, c.requests, c.waited_us});
     }
   }
   hb.running = static_cast<int32_t>(hb.holding.size());

@@ -691,7 +691,8 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
       json sent = json::array();
       for (const model::LinkTraffic& x : n.sent) {
         sent.push_back({{"to_site", x.to_site}, {"bytes", x.bytes}, {"transfers", x.transfers},
-                        {"requests", x.requests}, {"egress_micro_usd", x.egress_micro_usd}});
+                        {"requests", x.requests}, {"waited_us", x.waited_us},
+                        {"egress_micro_usd", x.egress_micro_usd}});
       }
       j.back()["sent"] = sent;
       j.back()["metrics_url"] = n.metrics_url;

@@ -125,6 +125,7 @@ nlohmann::json Overview(Coordinator& coord, const model::Caller& caller) {
     links.push_back({{"a", fleet.site(l.a).name},
                      {"b", fleet.site(l.b).name},
                      {"rtt_ms", static_cast<double>(l.rtt_us) / 1000},
+                     {"jitter_ms", static_cast<double>(l.jitter_us) / 1000},
                      {"bandwidth_bps", l.bandwidth_bps}});
   }
   out["links"] = links;

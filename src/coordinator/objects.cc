@@ -113,7 +113,8 @@ std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
     out.push_back(model::EmulatedLink{fleet_.site(other).name, link->rtt_us,
                                       options_.emulate_wan_bandwidth ? link->bandwidth_bps : 0,
                                       forward ? link->egress_a_to_b_micro_usd_per_gb
-                                              : link->egress_b_to_a_micro_usd_per_gb});
+                                              : link->egress_b_to_a_micro_usd_per_gb,
+                                      link->jitter_us});
   }
   return out;
 }

@@ -40,7 +40,11 @@ struct Link {
   int64_t bandwidth_bps = 0;
   int64_t egress_a_to_b_micro_usd_per_gb = 0;
   int64_t egress_b_to_a_micro_usd_per_gb = 0;
+  // How much a request's round trip varies: each waits rtt plus a uniform 0 to this
+  // (emulated links only; the scheduler plans with rtt).
+  int64_t jitter_us = 0;
 };
+inline constexpr int64_t kMaxLinkJitterUs = 60'000'000;
 
 // One accelerator. A node's accelerators are all of one type.
 struct Device {

@@ -160,6 +160,7 @@ struct LinkTraffic {
   int64_t transfers = 0;  // objects (or ranges of one) sent
   int64_t egress_micro_usd = 0;
   int64_t requests = 0;   // requests that paid the link's round trip (a batch is one)
+  int64_t waited_us = 0;  // the round trips and jitter those requests waited, in all
 };
 
 // A node as the coordinator's registry sees it.
@@ -310,6 +311,7 @@ struct EmulatedLink {
   int64_t rtt_us = 0;
   int64_t bandwidth_bps = 0;
   int64_t egress_micro_usd_per_gb = 0;
+  int64_t jitter_us = 0;  // each request waits rtt plus a uniform 0 to this
 };
 
 // A tenant as the coordinator sees it: the fleet's weight and quotas (0: none) and

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "common/net.h"
@@ -177,6 +179,36 @@ TEST(TransferTest, ObjectsRoundTripByteExactAtEverySize) {
   EXPECT_GT(c.bytes, int64_t{1} << 30);
 }
 
+TEST(TransferTest, ALinksJitterVariesEachRequestsWaitWithinItsBound) {
+  // Each request waits the round trip (1 ms) and a uniform 0 to 4 ms, drawn from the
+  // server's seeded source in the order the requests come.
+  ScratchDir dir_a, dir_b;
+  std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
+  TransferServerOptions options{"127.0.0.1", 0, "us-east", {{"eu-west", LinkShape{1'000, 0, 0, 4'000}}}};
+  options.jitter_seed = 7;
+  StatusOr<std::unique_ptr<TransferServer>> server = TransferServer::Start(*a, options);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  for (int i = 0; i < 20; ++i) {
+    const ObjectId id = *a->Put(Pattern(100, i));
+    StatusOr<FetchStats> f = Fetch((*server)->address(), id, *b, FetchOptions{"eu-west"});
+    ASSERT_TRUE(f.ok()) << f.status().message();
+  }
+  const LinkCounters c = (*server)->sent().at("eu-west");
+  ASSERT_GE(c.requests, 20);
+  Random draws(7);
+  int64_t want = 0, lo = std::numeric_limits<int64_t>::max(), hi = 0;
+  for (int64_t i = 0; i < c.requests; ++i) {
+    const int64_t w = 1'000 + draws.UniformRange(0, 4'000);
+    want += w;
+    lo = std::min(lo, w);
+    hi = std::max(hi, w);
+  }
+  EXPECT_EQ(c.waited_us, want);
+  EXPECT_GE(lo, 1'000);
+  EXPECT_LE(hi, 5'000);
+  EXPECT_GT(hi - lo, 2'000) << "the waits should vary";
+}
+
 TEST(TransferTest, ABatchOfSmallObjectsTakesOneRequestAndEachComesBackOnItsOwn) {
   // The link's round trip is paid once for the batch, not once per object.
   Pair p({{"eu-west", LinkShape{20'000, 0, 0}}});
@@ -201,6 +233,7 @@ TEST(TransferTest, ABatchOfSmallObjectsTakesOneRequestAndEachComesBackOnItsOwn) 
   EXPECT_EQ(got[21]->bytes, 0);  // found here
   const LinkCounters c = p.server->sent().at("eu-west");
   EXPECT_EQ(c.requests, 1);
+  EXPECT_EQ(c.waited_us, 20'000);  // the link's round trip, once
   EXPECT_EQ(c.transfers, 20);
 
   // A chunk damaged on the way fails that object alone (fetch it again by itself).

@@ -134,7 +134,11 @@ StatusOr<std::unique_ptr<TransferServer>> TransferServer::Start(ObjectStore& sto
 }
 
 TransferServer::TransferServer(ObjectStore& store, TransferServerOptions options, std::unique_ptr<TcpListener> listener)
-    : store_(store), options_(std::move(options)), listener_(std::move(listener)) {}
+    : store_(store),
+      options_(std::move(options)),
+      listener_(std::move(listener)),
+      jitter_random_(options_.jitter_seed != 0 ? options_.jitter_seed
+                                               : static_cast<uint64_t>(Env::Default().clock().WallNow().us)) {}
 
 TransferServer::~TransferServer() {
   std::map<TcpStream*, std::thread> open;
@@ -253,16 +257,22 @@ void TransferServer::Serve(TcpStream& tcp) {
       Deny(stream, fmt::format("a read of object {} without a ticket for it", id.Hex())).IgnoreError();
       return;
     }
-    int64_t rtt_us = 0;
+    int64_t wait_us = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto link = options_.links.find(site);
-      if (link != options_.links.end()) rtt_us = link->second.rtt_us;
+      if (link != options_.links.end()) {
+        wait_us = link->second.rtt_us +
+                  (link->second.jitter_us > 0 ? jitter_random_.UniformRange(0, link->second.jitter_us) : 0);
+      }
     }
-    SleepUs(rtt_us);
+    SleepUs(wait_us);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (r.op != kOpPut) sent_[site].requests++;
+      if (r.op != kOpPut) {
+        sent_[site].requests++;
+        sent_[site].waited_us += wait_us;
+      }
     }
     Status s;
     if (r.op == kOpStat) {

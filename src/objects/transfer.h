@@ -51,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/env.h"
 #include "common/net.h"
 #include "common/status.h"
 #include "objects/link_clock.h"
@@ -63,6 +64,7 @@ struct LinkShape {
   int64_t rtt_us = 0;
   int64_t bandwidth_bps = 0;  // 0: unshaped
   int64_t egress_micro_usd_per_gb = 0;
+  int64_t jitter_us = 0;  // each request waits rtt plus a uniform 0 to this
 };
 
 struct LinkCounters {
@@ -70,6 +72,7 @@ struct LinkCounters {
   int64_t transfers = 0;  // objects (or ranges of one) sent
   int64_t requests = 0;   // requests that paid the link's round trip (a batch is one)
   int64_t egress_micro_usd = 0;
+  int64_t waited_us = 0;  // round trips and jitter those requests waited, in all
 };
 
 // Faults a test injects into a server; each fires once unless said otherwise.
@@ -104,6 +107,8 @@ struct TransferServerOptions {
   // loopback unless `insecure`.
   std::shared_ptr<const security::TlsContext> tls = {};
   bool insecure = false;
+  // The seed of the links' jitter draws; 0: from the clock.
+  uint64_t jitter_seed = 0;
 };
 
 class TransferServer {
@@ -160,6 +165,7 @@ class TransferServer {
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
   int64_t refused_ = 0;                                       // guarded by mu_
   std::string ticket_key_;                                    // guarded by mu_
+  Random jitter_random_;                                      // guarded by mu_
 };
 
 struct FetchOptions {

@@ -1,5 +1,6 @@
 #include "rpc/convert.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 
@@ -65,10 +66,12 @@ void ToProto(const model::LinkTraffic& t, v1::LinkTraffic* out) {
   out->set_transfers(t.transfers);
   out->set_egress_micro_usd(t.egress_micro_usd);
   out->set_requests(t.requests);
+  out->set_waited_us(t.waited_us);
 }
 
 model::LinkTraffic FromProto(const v1::LinkTraffic& in) {
-  return model::LinkTraffic{in.to_site(), in.bytes(), in.transfers(), in.egress_micro_usd(), in.requests()};
+  return model::LinkTraffic{in.to_site(), in.bytes(), in.transfers(), in.egress_micro_usd(), in.requests(),
+                            in.waited_us()};
 }
 
 grpc::Status ToGrpc(const Status& status) {
@@ -361,6 +364,7 @@ void ToProto(const model::RegistrationReply& r, v1::RegisterResponse* out) {
     p->set_rtt_us(l.rtt_us);
     p->set_bandwidth_bps(l.bandwidth_bps);
     p->set_egress_micro_usd_per_gb(l.egress_micro_usd_per_gb);
+    p->set_jitter_us(l.jitter_us);
   }
   out->set_ticket_key(r.ticket_key);
 }
@@ -372,7 +376,9 @@ model::RegistrationReply FromProto(const v1::RegisterResponse& in) {
   r.heartbeat_interval_us = HeartbeatIntervalFromWire(in.heartbeat_interval_us());
   for (const v1::TaskKey& k : in.cancel()) r.cancel.push_back(FromProto(k));
   for (const v1::EmulatedLink& l : in.links()) {
-    r.links.push_back(model::EmulatedLink{l.to_site(), l.rtt_us(), l.bandwidth_bps(), l.egress_micro_usd_per_gb()});
+    // A jitter beyond what a fleet file may say is the fleet file's bound.
+    r.links.push_back(model::EmulatedLink{l.to_site(), l.rtt_us(), l.bandwidth_bps(), l.egress_micro_usd_per_gb(),
+                                          std::clamp<int64_t>(l.jitter_us(), 0, model::kMaxLinkJitterUs)});
   }
   r.ticket_key = in.ticket_key();
   return r;

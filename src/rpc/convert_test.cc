@@ -50,6 +50,23 @@ TEST(ConvertTest, UpdateKindsSurvive) {
   }
 }
 
+TEST(ConvertTest, EmulatedLinksCarryTheirJitterWithinTheFleetFilesBound) {
+  model::RegistrationReply r;
+  r.links = {model::EmulatedLink{"eu-west", 80'000, 1'000'000'000, 20'000, 15'000},
+             model::EmulatedLink{"factory", 25'000, 0, 0, model::kMaxLinkJitterUs + 1}};
+  v1::RegisterResponse p;
+  ToProto(r, &p);
+  p.mutable_links(1)->set_jitter_us(-5);  // a peer may send anything
+  model::RegistrationReply back = FromProto(p);
+  ASSERT_EQ(back.links.size(), 2u);
+  EXPECT_EQ(back.links[0].to_site, "eu-west");
+  EXPECT_EQ(back.links[0].rtt_us, 80'000);
+  EXPECT_EQ(back.links[0].jitter_us, 15'000);
+  EXPECT_EQ(back.links[1].jitter_us, 0);
+  p.mutable_links(1)->set_jitter_us(model::kMaxLinkJitterUs + 1);
+  EXPECT_EQ(FromProto(p).links[1].jitter_us, model::kMaxLinkJitterUs);
+}
+
 TEST(ConvertTest, StatusCodesMapBothWays) {
   Status s = InvalidArgumentError("bad field");
   grpc::Status g = ToGrpc(s);

@@ -82,7 +82,7 @@ Status ParseLinks(const Reader& r, const YAML::Node& root, Fleet* fleet) {
   for (size_t i = 0; i < links.size(); ++i) {
     const YAML::Node& l = links[i];
     std::string path = Index("links", i);
-    MERIDIAN_RETURN_IF_ERROR(r.CheckMap(l, path, {"between", "rtt", "bandwidth", "egress"}));
+    MERIDIAN_RETURN_IF_ERROR(r.CheckMap(l, path, {"between", "rtt", "jitter", "bandwidth", "egress"}));
     std::vector<std::string> between;
     MERIDIAN_RETURN_IF_ERROR(r.StringList(l, "between", path, &between));
     std::string field = Field(path, "between");
@@ -107,6 +107,12 @@ Status ParseLinks(const Reader& r, const YAML::Node& root, Fleet* fleet) {
     MERIDIAN_RETURN_IF_ERROR(r.Unit(l, "rtt", path, ParseDurationUs, &link.rtt_us));
     MERIDIAN_RETURN_IF_ERROR(r.Unit(l, "bandwidth", path, ParseBandwidthBps, &link.bandwidth_bps));
     if (link.bandwidth_bps <= 0) return r.Error(l["bandwidth"], Field(path, "bandwidth"), "must be positive");
+    if (l["jitter"]) {
+      MERIDIAN_RETURN_IF_ERROR(r.Unit(l, "jitter", path, ParseDurationUs, &link.jitter_us));
+      if (link.jitter_us > model::kMaxLinkJitterUs) {
+        return r.Error(l["jitter"], Field(path, "jitter"), "at most 60s");
+      }
+    }
     MERIDIAN_RETURN_IF_ERROR(ParseLinkEgress(r, l, path, *fleet, &link));
     fleet->links.push_back(link);
   }

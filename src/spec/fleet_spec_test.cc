@@ -53,6 +53,7 @@ TEST(FleetSpecTest, LoadsSitesLinksNodesTenantsAndThroughput) {
   EXPECT_EQ(f.sites[0].egress_micro_usd_per_gb, 90'000);
   ASSERT_EQ(f.links.size(), 1u);
   EXPECT_EQ(f.links[0].rtt_us, 80'000);
+  EXPECT_EQ(f.links[0].jitter_us, 0);  // none said
   EXPECT_EQ(f.links[0].bandwidth_bps, kGbps);
   EXPECT_EQ(f.EgressMicroUsdPerGB(SiteId(0), SiteId(1)), 20'000);
   EXPECT_EQ(f.EgressMicroUsdPerGB(SiteId(1), SiteId(0)), 0);  // eu-west's own default
@@ -106,6 +107,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadFleet{"wrong unit", "rtt: 80ms", "rtt: 80 parsecs",
                  "fleet.yaml:5:40: links[0].rtt: unknown unit 'parsecs'"},
         BadFleet{"bandwidth unit", "bandwidth: 1Gbps", "bandwidth: 1GiB", "links[0].bandwidth"},
+        BadFleet{"jitter too large", "rtt: 80ms", "rtt: 80ms, jitter: 2min",
+                 "fleet.yaml:5:54: links[0].jitter: at most 60s"},
+        BadFleet{"jitter without a unit", "rtt: 80ms", "rtt: 80ms, jitter: 5", "links[0].jitter"},
         BadFleet{"negative count", "count: 3", "count: -3",
                  "fleet.yaml:9:12: nodes[0].count: expected an integer from 1 to 1000000, got -3"},
         BadFleet{"negative price", "$19.42/h", "$-19.42/h", "must not be negative"},
@@ -143,6 +147,15 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A YAML tree takes about 90 times its text: a fleet file is bounded before it is
 // parsed (a 50 MB one took 4.6 GB).
+TEST(FleetSpecTest, ALinkMaySayHowMuchItsRoundTripVaries) {
+  std::string text = kFleet;
+  text.replace(text.find("rtt: 80ms"), 9, "rtt: 80ms, jitter: 15ms");
+  StatusOr<FleetSpec> spec = ParseFleet(text, "fleet.yaml", "");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->fleet.links[0].rtt_us, 80'000);
+  EXPECT_EQ(spec->fleet.links[0].jitter_us, 15'000);
+}
+
 TEST(FleetSpecTest, AnOversizedFleetFileIsRefusedBeforeParsing) {
   const std::string path = ::testing::TempDir() + "/huge-fleet.yaml";
   {

@@ -135,7 +135,7 @@ function drawMap(o) {
     const cost = (ab ? ab.egress_usd : 0) + (ba ? ba.egress_usd : 0);
     const g = svg('g', { class: bytes > 0 ? 'link busy' : 'link', 'data-link': `${l.a}-${l.b}` });
     g.appendChild(svg('line', { x1: a[0], y1: a[1], x2: b[0], y2: b[1], 'stroke-width': 1.5 + (6 * bytes) / maxBytes }));
-    const label = `${l.rtt_ms} ms, ${(l.bandwidth_bps / 1e9).toFixed(l.bandwidth_bps < 1e9 ? 1 : 0)} Gb/s` +
+    const label = `${l.rtt_ms}${l.jitter_ms ? ` + 0–${l.jitter_ms}` : ''} ms, ${(l.bandwidth_bps / 1e9).toFixed(l.bandwidth_bps < 1e9 ? 1 : 0)} Gb/s` +
       (bytes > 0 ? ` · ${formatBytes(bytes)} · $${cost.toFixed(2)}` : '');
     // Labels of links that meet sit at different points along them, off the line.
     const t = index % 2 === 0 ? 0.42 : 0.58;
