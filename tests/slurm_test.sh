@@ -106,7 +106,9 @@ json "$tmp/join.json" "d['token']" >"$tmp/shared/join.token"
 mkdir -p "$tmp/shared/tls" && cp "$tmp/tls/ca.crt" "$tmp/shared/tls/"
 
 # --- The agent, as a Slurm job.
-"$bin" slurm submit --partition hpc --gres gpu:a100:2 --cpus 2 --mem 1G --idle-exit 3s \
+# Idle 10 s, it leaves: long enough that it is still there for the job below on a
+# loaded machine (under TSan 3 s was not, and the job waited for it forever).
+"$bin" slurm submit --partition hpc --gres gpu:a100:2 --cpus 2 --mem 1G --idle-exit 10s \
   --tls-dir "$tmp/shared/tls" --join-token-file "$tmp/shared/join.token" --work-dir "$tmp/work" \
   --log-dir "$tmp" --json >"$tmp/submit.json" 2>"$tmp/err" || { bad "slurm submit: $(cat "$tmp/err")"; exit 1; }
 job=$(json "$tmp/submit.json" "d['job_id']")
@@ -136,7 +138,7 @@ tasks:
     command: [sh, -c, 'echo $((MERIDIAN_TASK_INDEX * MERIDIAN_TASK_INDEX)) on $MERIDIAN_NODE']
     resources: {accelerator: A100, count: 1, cpu: 500m, memory: 64MiB}
 EOF
-"$bin" run "$tmp/job.yaml" "${client[@]}" --no-progress --json >"$tmp/run.json" 2>"$tmp/err" ||
+timeout 120 "$bin" run "$tmp/job.yaml" "${client[@]}" --no-progress --json >"$tmp/run.json" 2>"$tmp/err" ||
   bad "run: $(cat "$tmp/err")"
 id=$(json "$tmp/run.json" "d['id']" 2>/dev/null)
 "$bin" job logs "$id" "${client[@]}" >"$tmp/logs" 2>&1
@@ -144,7 +146,7 @@ outs=$(grep -o "^[0-9]* on $host" "$tmp/logs" | sort -n | tr '\n' ' ')
 [ "$outs" = "0 on $host 1 on $host 4 on $host 9 on $host " ] &&
   ok "job $id: its four tasks ran on the Slurm node: $outs" || bad "job $id outputs: '$outs'; $(head -20 "$tmp/logs")"
 
-# --- Idle for 3 s: the agent leaves, its Slurm job ends and the node is Slurm's again.
+# --- Idle for 10 s: the agent leaves, its Slurm job ends and the node is Slurm's again.
 jstate=""
 for _ in $(seq 1 150); do
   jstate=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z]*')
@@ -155,7 +157,7 @@ done
   bad "Slurm job $job: $jstate; $(tail -5 "$tmp/meridian-agent-$job.out")"
 exit_code=$(scontrol show job "$job" | grep -o ' ExitCode=[0-9:]*')
 [ "$exit_code" = " ExitCode=0:0" ] && ok "the job's exit code is 0:0" || bad "exit code: '$exit_code'"
-grep -q "node $host left the pool after 3 s idle" "$tmp/meridian-agent-$job.out" &&
+grep -q "node $host left the pool after 10 s idle" "$tmp/meridian-agent-$job.out" &&
   ok "the agent says it left the pool" || bad "agent log: $(tail -5 "$tmp/meridian-agent-$job.out")"
 "$bin" nodes "${client[@]}" --json >"$tmp/nodes.json"
 got=$(json "$tmp/nodes.json" "[n['name']+':'+n['state'] for n in d]")
