@@ -115,13 +115,15 @@ int main(int argc, char** argv) {
   int64_t checked_at = clock.Now().us;
   int64_t stats_at = 0;
   MERIDIAN_LOG_INFO("delay line on {} (seed {})", tun, options.seed);
-  while (meridian::WaitForTerminationSignalFor(0) == 0) {
+  while (true) {
     int64_t now = clock.Now().us;
     for (const std::string& packet : line.TakeDue(now)) {
       if (!device->Write(packet).ok()) ++write_errors;
     }
+    // Signals and the rules file are looked at every 0.1 s, not on every packet.
     if (now - checked_at >= 100'000) {
       checked_at = now;
+      if (meridian::WaitForTerminationSignalFor(0) != 0) break;
       if (std::string v = FileVersion(rules_path); v != version) {
         version = v;
         LoadRules(rules_path, line);
