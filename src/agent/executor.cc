@@ -17,6 +17,7 @@
 #include "common/parallel.h"
 #include "common/subprocess.h"
 #include "common/units.h"
+#include "agent/gang.h"
 #include "kernels/kernel.h"
 
 namespace meridian::agent {
@@ -407,6 +408,7 @@ void Executor::RunCommand(Running_& task) {
   for (size_t i = 0; i < inputs.size() && !ec; ++i) {
     std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
   }
+  if (!a.gang.name.empty() && !ec) std::ofstream(dir / "gang-peers", std::ios::binary) << GangPeersText(a.gang);
   ProcessOptions p;
   // Its tenant's user, not ours: it cannot read other tenants' task directories, nor
   // the agent's keys; and no core dumps of what it held.
@@ -461,6 +463,23 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("CUDA_VISIBLE_DEVICES={}", options_.real_devices ? devices : ""));
   p.env.push_back(fmt::format("MERIDIAN_EMULATED={}", options_.real_devices || devices.empty() ? 0 : 1));
   for (const auto& [k, v] : a.args) p.env.push_back(EnvName(k) + "=" + v);
+  if (!a.gang.name.empty() && !ec) {
+    // A gang member: its rank and peers, and for rank 0 a MASTER_PORT free here. A
+    // port taken by someone else is not the task's fault: the attempt is stopped, not
+    // failed, and the gang runs again with another.
+    StatusOr<std::vector<std::string>> gang_env = GangEnvironment(a.gang);
+    Status port = gang_env.ok() && a.gang.rank == 0 ? CheckPortFree(a.gang.master_port) : OkStatus();
+    if (!gang_env.ok() || !port.ok()) {
+      fs::remove_all(dir, ec);
+      u.kind = gang_env.ok() ? model::UpdateKind::kCancelled : model::UpdateKind::kFailed;
+      u.exit_code = gang_env.ok() ? 0 : 127;
+      u.reason = gang_env.ok() ? port.message() : gang_env.status().message();
+      Finish(a.key, std::move(u));
+      return;
+    }
+    for (std::string& e : *gang_env) p.env.push_back(std::move(e));
+    p.env.push_back(fmt::format("MERIDIAN_GANG_PEERS={}", (dir / "gang-peers").string()));
+  }
 
   model::TaskUpdate running;
   running.key = a.key;

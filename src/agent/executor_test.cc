@@ -1,6 +1,9 @@
 // The executor runs kernels and commands and ends each in exactly one final update.
 #include "agent/executor.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
@@ -148,6 +152,47 @@ TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {
   EXPECT_EQ(f.exit_code, 5);
   EXPECT_EQ(f.reason, "exit code 5");
   EXPECT_EQ(f.stderr_tail, "oops\n");
+}
+
+TEST_F(ExecutorTest, AGangMemberSeesItsRankItsPeersAndRankZerosAddress) {
+  model::TaskAssignment a =
+      Task(5, {"sh", "-c", "echo $RANK/$WORLD_SIZE $LOCAL_RANK/$LOCAL_WORLD_SIZE $NODE_RANK $MASTER_ADDR:$MASTER_PORT "
+                           "$MERIDIAN_GANG; cat $MERIDIAN_GANG_PEERS"});
+  a.gang.name = "worker";
+  a.gang.rank = 1;
+  a.gang.members = {{"n0", "eu-west", "10.200.1.2"}, {"n1", "factory", "10.200.2.2"}};
+  a.gang.master_addr = "10.200.1.2";
+  a.gang.master_port = 29517;
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(u.output, "1/2 0/1 1 10.200.1.2:29517 worker\n0 n0 eu-west 10.200.1.2\n1 n1 factory 10.200.2.2\n");
+  // Rank 0 whose port is taken here: stopped (the gang runs again), not failed.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  model::TaskAssignment zero = a;
+  zero.key.task = 6;
+  zero.gang.rank = 0;
+  zero.gang.master_port = ntohs(addr.sin_port);
+  ASSERT_TRUE(exec_->Start(zero));
+  model::TaskUpdate stopped = Final(zero.key);
+  close(fd);
+  EXPECT_EQ(stopped.kind, model::UpdateKind::kCancelled);
+  EXPECT_THAT(stopped.reason, ::testing::HasSubstr("(MASTER_PORT) is taken on this host"));
+  // A gang view that does not hold together fails the attempt, saying why.
+  model::TaskAssignment bad = a;
+  bad.key.task = 7;
+  bad.gang.rank = 2;
+  ASSERT_TRUE(exec_->Start(bad));
+  model::TaskUpdate f = Final(bad.key);
+  EXPECT_EQ(f.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(f.reason, "gang 'worker': rank 2 of 2 members");
 }
 
 TEST_F(ExecutorTest, CommandsRunAsTheirTenantsUserAndCannotReadAnotherTenantsDirectory) {

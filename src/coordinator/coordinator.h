@@ -75,6 +75,10 @@ struct CoordinatorOptions {
   size_t schedule_window = 1024;
   sched::QueueOrder order = sched::QueueOrder::kFifo;
   uint64_t seed = 1;
+  // The ports a gang's rank 0 is told to listen on (MASTER_PORT): one of these, drawn
+  // for each run of the gang from its job, name and rank 0's attempt.
+  int32_t gang_port_first = 29500;
+  int32_t gang_port_count = 1000;
   // Agents' transfers emulate the fleet's links (a local cluster playing its sites).
   bool emulate_wan = false;
   // With emulate_wan: the links' bandwidth too (false: only their round trips, where
@@ -326,6 +330,12 @@ class Coordinator final : public rpc::JobApi,
   // Forgets what was worked out from the fleet: a node registered or died.
   void FleetChangedLocked();
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
+  // A gang member's view of its gang, as placed now (every member is, once one is).
+  model::GangInfo GangInfoLocked(const JobRt& job, const model::Task& spec) const;
+  // A member of a gang stopped without succeeding (`why`): per the job's policy the
+  // job fails, or the gang's other members are stopped and queued again with it, so
+  // the gang starts afresh together. Nothing for a task in no gang, or a job that ended.
+  void GangMemberStoppedLocked(JobRt& job, TaskRt& task, const std::string& why, store::StoreBatch& batch);
   void Enqueue(TaskRt& task);
   void Dequeue(TaskRt& task);
   void Release(TaskRt& task);

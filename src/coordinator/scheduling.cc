@@ -147,18 +147,44 @@ void Coordinator::ScheduleLocked() {
   }
   std::map<uint64_t, uint32_t> job_index;
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
-  for (auto it = ready_.begin(); it != ready_.end() && offered.size() < options_.schedule_window; ++it) {
-    JobRt& job = jobs_.at(it->second.first);
-    if (!DepOutputsAvailableLocked(job, job.tasks[it->second.second])) {
-      awaiting_inputs_.insert(it->second);
-      continue;
-    }
+  auto offer = [&](JobRt& job, TaskRt& task) {
     auto [ji, inserted] = job_index.try_emplace(job.rec.id, static_cast<uint32_t>(snap.jobs.size()));
     if (inserted) snap.jobs.push_back(sched::JobState::Submitted(*job.job, job.rec.submitted_us));
-    TaskRt& task = job.tasks[it->second.second];
     snap.queue.push_back(sched::PendingTask{ji->second, TaskId(task.rec.task), InputsForScheduling(job, task),
-                                            it->first});
+                                            task.seq});
     offered.emplace_back(&job, &task);
+  };
+  // A gang is offered whole, with its first member in the queue, once every member is
+  // queued with its inputs there: its members start together, in one pass, and each
+  // is told where the others run.
+  std::set<std::pair<uint64_t, int32_t>> gangs_seen;
+  for (auto it = ready_.begin(); it != ready_.end() && offered.size() < options_.schedule_window; ++it) {
+    JobRt& job = jobs_.at(it->second.first);
+    TaskRt& task = job.tasks[it->second.second];
+    const int32_t gang = job.job->tasks[task.rec.task].gang_id;
+    if (gang < 0) {
+      if (!DepOutputsAvailableLocked(job, task)) {
+        awaiting_inputs_.insert(it->second);
+        continue;
+      }
+      offer(job, task);
+      continue;
+    }
+    if (!gangs_seen.insert({job.rec.id, gang}).second) continue;
+    const std::vector<TaskId>& members = job.job->gangs[static_cast<size_t>(gang)].members;
+    bool ready = true;
+    for (TaskId m : members) {
+      TaskRt& member = job.tasks[m.value()];
+      if (member.seq < 0) {
+        ready = false;  // still blocked, or placed and stopping
+      } else if (!DepOutputsAvailableLocked(job, member)) {
+        awaiting_inputs_.insert({job.rec.id, m.value()});
+        ready = false;
+      }
+    }
+    // Never split across two passes; a gang larger than the window goes alone.
+    if (!ready || (!offered.empty() && offered.size() + members.size() > options_.schedule_window)) continue;
+    for (TaskId m : members) offer(job, job.tasks[m.value()]);
   }
   const MonotonicTime pass_start = env_.clock().Now();
   sched::Plan plan = sched::Schedule(snap, policy_, rng_);
@@ -169,6 +195,7 @@ void Coordinator::ScheduleLocked() {
   store::StoreBatch batch;
   const int64_t now = WallUs();
   std::set<int32_t> nodes_with_work;
+  std::vector<std::pair<JobRt*, TaskRt*>> gang_placed;
   for (const sched::Placement& p : plan.placements) {
     auto [job, task] = offered[p.queue_index];
     const int32_t node = static_cast<int32_t>(p.allocation.node.value());
@@ -206,7 +233,13 @@ void Coordinator::ScheduleLocked() {
       job->rec.status = JobStatus::kRunning;
       batch.jobs.push_back(job->rec);
     }
-    OutboxLocked(node).assignments.push_back(AssignmentFor(*job, *task));
+    // A gang member's assignment says where its gang's other members run: made once
+    // the whole pass is placed.
+    if (job->job->tasks[task->rec.task].gang_id >= 0) {
+      gang_placed.emplace_back(job, task);
+    } else {
+      OutboxLocked(node).assignments.push_back(AssignmentFor(*job, *task));
+    }
     // Outputs of its dependencies that travel whole in the assignment (through the
     // coordinator) are counted here, those made at other sites as bytes between the
     // sites; outputs read as objects are counted when the agent reports the fetch.
@@ -218,6 +251,7 @@ void Coordinator::ScheduleLocked() {
     nodes_with_work.insert(node);
     Changed(*job);
   }
+  for (auto [job, task] : gang_placed) OutboxLocked(task->node).assignments.push_back(AssignmentFor(*job, *task));
   // Infeasible now may only mean that nodes have not registered (again) yet: a task
   // fails for it only once the fleet has been still for the grace period.
   const MonotonicTime settled{last_fleet_change_.us + options_.reconcile_grace_us};
@@ -308,7 +342,95 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   a.device_type = task.rec.device_type;
   a.allocation = task.rec.allocation;
   a.timeout_us = spec.timeout_us;
+  if (spec.gang_id >= 0) a.gang = GangInfoLocked(job, spec);
   return a;
+}
+
+namespace {
+
+// The host part of an agent's advertised "host:port" ("[::1]:7000" gives "::1").
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+}  // namespace
+
+model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task& spec) const {
+  const model::Gang& gang = job.job->gangs[static_cast<size_t>(spec.gang_id)];
+  model::GangInfo g;
+  g.name = gang.name;
+  g.rank = spec.gang_rank;
+  for (TaskId m : gang.members) {
+    const model::TaskRecord& r = job.tasks[m.value()].rec;
+    model::GangMember& member = g.members.emplace_back(model::GangMember{r.node, r.site, r.node});
+    auto node = node_by_name_.find(r.node);
+    if (node != node_by_name_.end() && !nodes_[node->second].transfer_address.empty()) {
+      member.host = HostOf(nodes_[node->second].transfer_address);
+    }
+  }
+  g.master_addr = g.members.front().host;
+  // Drawn for this run of the gang (rank 0's attempt), so a restarted gang listens on
+  // another port than the run it replaces, which may still be letting go of its own;
+  // the same for every member, and after a coordinator restart too. Two gangs drawing
+  // one port on one host: rank 0's agent finds it taken and the gang runs again.
+  const model::TaskRecord& rank0 = job.tasks[gang.members.front().value()].rec;
+  uint64_t h = job.rec.id * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(spec.gang_id) << 32) ^
+               static_cast<uint64_t>(rank0.attempt);
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  g.master_port = options_.gang_port_first +
+                  static_cast<int32_t>(h % static_cast<uint64_t>(std::max(1, options_.gang_port_count)));
+  return g;
+}
+
+void Coordinator::GangMemberStoppedLocked(JobRt& job, TaskRt& task, const std::string& why,
+                                          store::StoreBatch& batch) {
+  if (!job.job || model::IsTerminal(job.rec.status)) return;
+  const model::Task& spec = job.job->tasks[task.rec.task];
+  if (spec.gang_id < 0) return;
+  const model::Gang& gang = job.job->gangs[static_cast<size_t>(spec.gang_id)];
+  const std::string member = TaskName(job, task.rec.task);
+  // The task was queued again as any other would be; here it fails instead.
+  auto give_up = [&](const std::string& reason) {
+    Dequeue(task);
+    --job.counts.waiting;
+    GiveUp(job, task, reason, batch);
+  };
+  if (job.job->gang_failure == model::GangFailure::kFail) {
+    give_up(fmt::format("stopped ({}), and its gang '{}' fails with any member (gang_failure: fail)", why, gang.name));
+    return;
+  }
+  // A gang runs again only whole: a member that finished cannot rejoin it.
+  for (TaskId m : gang.members) {
+    if (job.tasks[m.value()].rec.status != TaskStatus::kSucceeded) continue;
+    give_up(fmt::format("stopped ({}) after '{}' of its gang '{}' had finished; a gang runs again only whole", why,
+                        TaskName(job, m.value()), gang.name));
+    return;
+  }
+  MERIDIAN_LOG_INFO("job {}: gang '{}' runs again: '{}' stopped ({})", job.rec.id, gang.name, member, why);
+  const std::string reason = fmt::format("its gang '{}' runs again: '{}' stopped ({})", gang.name, member, why);
+  for (TaskId m : gang.members) {
+    TaskRt& other = job.tasks[m.value()];
+    if (&other == &task || !model::IsPlaced(other.rec.status)) continue;
+    // Placed before a coordinator restart and not yet adopted: not adopted now (its
+    // agent is told to stop it when it registers).
+    orphans_.erase({job.rec.id, m.value()});
+    // Stopped on its agent (its report comes back as an earlier attempt's and is
+    // ignored) and queued: not its fault, so neither a failure nor a loss is counted.
+    if (other.node >= 0 && nodes_[other.node].alive) {
+      OutboxLocked(other.node).cancel.push_back({other.rec.job, other.rec.task, other.rec.attempt});
+    }
+    Release(other);
+    EndAttempt(other, "lost", reason, 0);
+    if (!other.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(other));
+    LeavePlaced(job, other);
+    other.rec.reason = fmt::format("attempt {} stopped: {}", other.rec.attempt, reason);
+    Requeue(job, other, batch);
+  }
 }
 
 namespace {
@@ -465,6 +587,7 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
     task.rec.reason = fmt::format("attempt {} failed: {}; retrying ({} of {})", task.rec.attempt, reason,
                                   task.rec.failures, retries);
     Requeue(job, task, batch);
+    GangMemberStoppedLocked(job, task, fmt::format("attempt {} failed: {}", task.rec.attempt, reason), batch);
     return;
   }
   task.rec.status = TaskStatus::kFailed;
@@ -479,6 +602,8 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
 }
 
 void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
+  // Queued again already, with its gang (another member on the same node went first).
+  if (task.node < 0 && !model::IsPlaced(task.rec.status) && !model::IsTerminal(task.rec.status)) return;
   Release(task);
   EndAttempt(task, "lost", reason, 0);
   if (!task.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(task));
@@ -491,6 +616,7 @@ void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reaso
   }
   task.rec.reason = fmt::format("attempt {} lost: {}; running it again", task.rec.attempt, reason);
   Requeue(job, task, batch);
+  GangMemberStoppedLocked(job, task, fmt::format("attempt {} lost: {}", task.rec.attempt, reason), batch);
 }
 
 void Coordinator::GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
@@ -538,6 +664,7 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
   task.rec.reason = fmt::format("attempt {} stopped: {}; running it again once its inputs are there",
                                 task.rec.attempt, u.reason);
   Requeue(job, task, batch);
+  GangMemberStoppedLocked(job, task, fmt::format("attempt {} could not read an input", task.rec.attempt), batch);
   // Queued first: making a lost input again puts its waiters, this one too, back to
   // waiting for it.
   RebuildLostLocked(lost, fmt::format("its output could not be read by {}", TaskName(job, task.rec.task)), batch);

@@ -240,6 +240,21 @@ struct DatasetView {
   std::vector<ObjectLocation> shards;
 };
 
+// A gang member's view of its gang: where every rank runs, and where rank 0 listens
+// (MASTER_ADDR and MASTER_PORT for PyTorch; a peer list for MPI and the like).
+struct GangMember {
+  std::string node;
+  std::string site;
+  std::string host;  // the address its node's agent advertises to other nodes
+};
+struct GangInfo {
+  std::string name;  // empty: not in a gang
+  uint32_t rank = 0;
+  std::vector<GangMember> members;  // by rank; the world size is their count
+  std::string master_addr;          // rank 0's host
+  int32_t master_port = 0;          // chosen by the coordinator for this run of the gang
+};
+
 struct TaskAssignment {
   TaskKey key;
   std::string job_name;
@@ -259,6 +274,7 @@ struct TaskAssignment {
   TaskAllocation allocation;
   int64_t timeout_us = 0;
   std::string tenant;  // whose job it is: a command runs as that tenant's user
+  GangInfo gang;
 };
 
 struct AssignmentBatch {

@@ -17,6 +17,13 @@
 namespace meridian::model {
 
 enum class Objective { kFastest, kCheapest, kBalanced };
+
+// What a gang does when one of its members fails or is lost while the others run:
+// run the whole gang again (its members start together once more), or fail the job.
+enum class GangFailure { kRestart, kFail };
+
+// The most members a gang may have (each member's assignment lists them all).
+inline constexpr size_t kMaxGangMembers = 4096;
 std::string_view ObjectiveName(Objective objective);
 std::optional<Objective> ParseObjective(std::string_view name);
 
@@ -90,6 +97,8 @@ struct Task {
   int32_t retries = 0;
   int64_t timeout_us = 0;            // 0: none
   std::string gang;                  // tasks of one gang are placed all-or-nothing
+  int32_t gang_id = -1;              // index in Job::gangs; -1: in no gang
+  uint32_t gang_rank = 0;            // its rank (RANK) in the gang: members in task order
   // Parameters for the kernel (or MERIDIAN_ARG_* for a command), as written.
   std::map<std::string, std::string> args;
   // Environment variables a command runs with, as written (names checked by the
@@ -99,6 +108,13 @@ struct Task {
   // A dataset its outputs become when the job succeeds: each copy's output one shard,
   // in copy order (a cluster's name, never used before). Empty: none.
   std::string output_dataset;
+};
+
+// Tasks that run together: placed all-or-nothing, started in one pass, and told of
+// each other (ranks, world size, the rank-0 address) as distributed frameworks expect.
+struct Gang {
+  std::string name;
+  std::vector<TaskId> members;  // in rank order (task order)
 };
 
 struct Job {
@@ -114,6 +130,8 @@ struct Job {
   bool outputs_inherit_residency = true;
   std::vector<Dataset> datasets;
   std::vector<Task> tasks;
+  std::vector<Gang> gangs;  // the gangs its tasks name (Task::gang_id), by first member
+  GangFailure gang_failure = GangFailure::kRestart;
   // What the spec says that will not do what its author likely meant, located
   // ("job.yaml:4:5: tasks[0]: ..."): shown by plan, submit and run, never an error.
   std::vector<std::string> warnings;

@@ -296,6 +296,19 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   out->set_tenant(a.tenant);
   for (const model::ObjectLocation& l : a.input_objects) ToProto(l, out->add_input_objects());
   for (const model::ObjectLocation& l : a.dep_objects) ToProto(l, out->add_dep_objects());
+  if (!a.gang.name.empty()) {
+    v1::GangInfo* g = out->mutable_gang();
+    g->set_name(a.gang.name);
+    g->set_rank(a.gang.rank);
+    for (const model::GangMember& m : a.gang.members) {
+      v1::GangMember* pm = g->add_members();
+      pm->set_node(m.node);
+      pm->set_site(m.site);
+      pm->set_host(m.host);
+    }
+    g->set_master_addr(a.gang.master_addr);
+    g->set_master_port(a.gang.master_port);
+  }
 }
 
 model::TaskAssignment FromProto(const v1::Assignment& in) {
@@ -318,6 +331,15 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.tenant = in.tenant();
   for (const v1::ObjectLocation& l : in.input_objects()) a.input_objects.push_back(FromProto(l));
   for (const v1::ObjectLocation& l : in.dep_objects()) a.dep_objects.push_back(FromProto(l));
+  if (in.has_gang()) {
+    // Taken as sent; the executor refuses a gang that does not hold together (a rank
+    // outside its members, more than model::kMaxGangMembers of them, no port).
+    a.gang.name = in.gang().name();
+    a.gang.rank = in.gang().rank();
+    for (const v1::GangMember& m : in.gang().members()) a.gang.members.push_back({m.node(), m.site(), m.host()});
+    a.gang.master_addr = in.gang().master_addr();
+    a.gang.master_port = in.gang().master_port();
+  }
   return a;
 }
 

@@ -31,6 +31,28 @@ TEST(ConvertTest, AssignmentRoundTripsEveryField) {
   EXPECT_EQ(b.allocation.device_share_milli, 500);
   EXPECT_EQ(b.allocation.cpu_milli, 1500);
   EXPECT_EQ(b.timeout_us, 42);
+  EXPECT_TRUE(b.gang.name.empty());
+}
+
+TEST(ConvertTest, AGangMembersViewOfItsGangRoundTrips) {
+  model::TaskAssignment a;
+  a.key = {7, 5, 1};
+  a.gang.name = "worker";
+  a.gang.rank = 1;
+  a.gang.members = {{"n0", "eu-west", "10.200.1.2"}, {"n1", "factory", "10.200.2.2"}};
+  a.gang.master_addr = "10.200.1.2";
+  a.gang.master_port = 29517;
+  v1::Assignment p;
+  ToProto(a, &p);
+  model::TaskAssignment b = FromProto(p);
+  EXPECT_EQ(b.gang.name, "worker");
+  EXPECT_EQ(b.gang.rank, 1u);
+  ASSERT_EQ(b.gang.members.size(), 2u);
+  EXPECT_EQ(b.gang.members[1].node, "n1");
+  EXPECT_EQ(b.gang.members[1].site, "factory");
+  EXPECT_EQ(b.gang.members[1].host, "10.200.2.2");
+  EXPECT_EQ(b.gang.master_addr, "10.200.1.2");
+  EXPECT_EQ(b.gang.master_port, 29517);
 }
 
 TEST(ConvertTest, UpdateKindsSurvive) {

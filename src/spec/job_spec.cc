@@ -1,6 +1,7 @@
 #include "spec/job_spec.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
@@ -23,6 +24,11 @@ constexpr std::string_view kDatasetScheme = "dataset://";
 // A command's `env`: at most this many variables, each value at most this long.
 constexpr size_t kMaxEnvVars = 64;
 constexpr size_t kMaxEnvValueBytes = 4096;
+// What a gang member's command is told of its gang (docs/runtime.md): a spec may not
+// set these for one.
+constexpr std::array<std::string_view, 8> kGangVariables = {"RANK",       "WORLD_SIZE",  "LOCAL_RANK",
+                                                            "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+                                                            "MASTER_ADDR", "MASTER_PORT"};
 
 // A task as written, before map/replica expansion.
 struct TaskTemplate {
@@ -62,6 +68,11 @@ class JobParser {
   Status Expand();
   Status Link();
   Status CheckAcyclic() const;
+  // Job::gangs and each member's gang id and rank; a gang's bounds, and no member
+  // depending on another of its gang (they start together).
+  Status BuildGangs();
+  // The template a task was made from (its name before any '/').
+  const TaskTemplate& TemplateOf(const Task& task) const;
   // Task::output_residency of every task, from its inputs and dependencies.
   void DeriveOutputResidency();
   // Adds the inner levels of a reduce tree over `level`; returns the last level.
@@ -133,6 +144,9 @@ Status JobParser::ParseHeader(const YAML::Node& root) {
   MERIDIAN_RETURN_IF_ERROR(r_.StringList(root, "regions", "", &job_.allowed_regions));
   MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "output_residency", "", {{"inherit", true}, {"anywhere", false}},
                                    &job_.outputs_inherit_residency));
+  MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "gang_failure", "",
+                                   {{"restart", model::GangFailure::kRestart}, {"fail", model::GangFailure::kFail}},
+                                   &job_.gang_failure));
   return ParseRegionRules(root["regions"], "regions", job_.allowed_regions);
 }
 
@@ -382,6 +396,13 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     }
   }
   MERIDIAN_RETURN_IF_ERROR(r_.String(t, "gang", path, &task.gang));
+  if (!task.gang.empty() || tmpl->replicas > 1) {
+    for (std::string_view name : kGangVariables) {
+      if (!task.env.count(std::string(name))) continue;
+      return r_.Error(t["env"][std::string(name)], Field(Field(path, "env"), std::string(name)),
+                      fmt::format("{} is Meridian's to set for a gang's members", name));
+    }
+  }
   int64_t retries = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));
   task.retries = static_cast<int32_t>(retries);
@@ -451,7 +472,59 @@ Status JobParser::Link() {
       }
     }
   }
-  return CheckAcyclic();
+  MERIDIAN_RETURN_IF_ERROR(CheckAcyclic());
+  return BuildGangs();
+}
+
+const TaskTemplate& JobParser::TemplateOf(const Task& task) const {
+  return templates_[template_index_.at(task.name.substr(0, task.name.find('/')))];
+}
+
+Status JobParser::BuildGangs() {
+  std::map<std::string, int32_t> by_name;
+  for (Task& t : job_.tasks) {
+    if (t.gang.empty()) continue;
+    auto [it, fresh] = by_name.emplace(t.gang, static_cast<int32_t>(job_.gangs.size()));
+    if (fresh) job_.gangs.push_back(model::Gang{t.gang, {}});
+    model::Gang& g = job_.gangs[static_cast<size_t>(it->second)];
+    if (g.members.size() == model::kMaxGangMembers) {
+      const TaskTemplate& tmpl = TemplateOf(t);
+      return r_.Error(tmpl.node, tmpl.path,
+                      fmt::format("gang '{}' has more than {} members", g.name, model::kMaxGangMembers));
+    }
+    t.gang_id = it->second;
+    t.gang_rank = static_cast<uint32_t>(g.members.size());
+    g.members.push_back(t.id);
+  }
+  // Its members start together, so none may wait for another: back from every member
+  // through its dependencies, no member of the same gang may be met. Each task is
+  // visited once per gang.
+  std::vector<uint32_t> seen(job_.tasks.size(), 0);
+  std::vector<std::pair<TaskId, TaskId>> stack;  // (task, the member whose dependency it is)
+  for (size_t gi = 0; gi < job_.gangs.size(); ++gi) {
+    const model::Gang& g = job_.gangs[gi];
+    const uint32_t mark = static_cast<uint32_t>(gi) + 1;
+    for (TaskId m : g.members) {
+      for (TaskId d : job_.tasks[m.value()].after) stack.emplace_back(d, m);
+    }
+    while (!stack.empty()) {
+      auto [id, of] = stack.back();
+      stack.pop_back();
+      if (seen[id.value()] == mark) continue;
+      seen[id.value()] = mark;
+      const Task& t = job_.tasks[id.value()];
+      if (t.gang_id == static_cast<int32_t>(gi)) {
+        const Task& member = job_.tasks[of.value()];
+        const TaskTemplate& tmpl = TemplateOf(member);
+        return r_.Error(tmpl.node, tmpl.path,
+                        fmt::format("task '{}' depends on '{}' (directly or through other tasks), a member of its "
+                                    "own gang '{}': a gang's members start together",
+                                    member.name, t.name, g.name));
+      }
+      for (TaskId d : t.after) stack.emplace_back(d, of);
+    }
+  }
+  return OkStatus();
 }
 
 std::vector<TaskId> JobParser::ReduceTree(const TaskTemplate& tmpl, std::vector<TaskId> level) {
@@ -561,7 +634,7 @@ Status JobParser::CheckAcyclic() const {
 
 StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
   MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"name", "tenant", "priority", "objective", "deadline", "budget", "regions",
-                                              "output_residency", "datasets", "tasks"}));
+                                              "output_residency", "gang_failure", "datasets", "tasks"}));
   MERIDIAN_RETURN_IF_ERROR(ParseHeader(root));
   MERIDIAN_RETURN_IF_ERROR(ParseDatasets(root));
   YAML::Node tasks = root["tasks"];

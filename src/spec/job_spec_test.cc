@@ -109,6 +109,50 @@ TEST_F(JobSpecTest, LoadsAndExpandsMapsReducesAndReplicas) {
   EXPECT_EQ(t2->resources.device_count, 2);
   EXPECT_EQ(t2->timeout_us, kHourUs);
   EXPECT_EQ(job->FindTask("prep")->duration_us, 30 * kSecondUs);
+  // One gang, its members in rank order; the rest in none.
+  ASSERT_EQ(job->gangs.size(), 1u);
+  EXPECT_EQ(job->gangs[0].name, "train");
+  EXPECT_EQ(job->gangs[0].members, (std::vector<TaskId>{TaskId(4), TaskId(5), TaskId(6)}));
+  EXPECT_EQ(t2->gang_id, 0);
+  EXPECT_EQ(t2->gang_rank, 2u);
+  EXPECT_EQ(merge->gang_id, -1);
+  EXPECT_EQ(job->gang_failure, model::GangFailure::kRestart);
+}
+
+TEST_F(JobSpecTest, TasksNamingOneGangAreItsMembersInTaskOrder) {
+  StatusOr<model::Job> job = Parse(R"(name: g
+gang_failure: fail
+tasks:
+  - {name: master, kernel: sum, gang: ring}
+  - {name: solo, kernel: sum}
+  - {name: worker, kernel: sum, count: 2, gang: ring}
+)");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->gang_failure, model::GangFailure::kFail);
+  ASSERT_EQ(job->gangs.size(), 1u);
+  EXPECT_EQ(job->gangs[0].members, (std::vector<TaskId>{TaskId(0), TaskId(2), TaskId(3)}));
+  EXPECT_EQ(job->FindTask("worker/1")->gang_rank, 2u);
+  EXPECT_EQ(job->FindTask("solo")->gang_id, -1);
+}
+
+TEST_F(JobSpecTest, AGangMemberMayNotWaitForAnotherMemberOfItsGang) {
+  StatusOr<model::Job> direct = Parse(R"(name: g
+tasks:
+  - {name: master, kernel: sum, gang: ring}
+  - {name: worker, kernel: sum, gang: ring, after: [master]}
+)");
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(direct.status().message(),
+            "job.yaml:4:5: tasks[1]: task 'worker' depends on 'master' (directly or through other tasks), a member "
+            "of its own gang 'ring': a gang's members start together");
+  StatusOr<model::Job> through = Parse(R"(name: g
+tasks:
+  - {name: master, kernel: sum, gang: ring}
+  - {name: prep, kernel: sum, count: 2, after: [master]}
+  - {name: worker, kernel: sum, replicas: 2, gang: ring, after: [prep]}
+)");
+  ASSERT_FALSE(through.ok());
+  EXPECT_THAT(through.status().message(), HasSubstr("task 'worker/1' depends on 'master' (directly or through"));
 }
 
 struct BadJob {
@@ -362,7 +406,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadJob{"region matching nothing", "regions: [eu, us-east]", "regions: [ap]", "'ap' matches no site"},
         BadJob{"unknown accelerator", "accelerator: A100", "accelerator: B200", "unknown accelerator type 'B200'"},
         BadJob{"cycle", "  - name: prep\n    kernel: sum", "  - name: prep\n    after: [merge]\n    kernel: sum", "is on a dependency cycle"},
-        BadJob{"negative budget", "budget: $12.50", "budget: $-12.50", "budget: an amount in USD must not be negative"}),
+        BadJob{"negative budget", "budget: $12.50", "budget: $-12.50", "budget: an amount in USD must not be negative"},
+        BadJob{"gang failure", "priority: 5", "priority: 5\ngang_failure: retry",
+               "job.yaml:4:15: gang_failure: expected restart or fail, got 'retry'"},
+        BadJob{"gang variable", "    reduce: count", "    reduce: count\n    gang: m\n    env: {RANK: '0'}",
+               "tasks[2].env.RANK: RANK is Meridian's to set for a gang's members"}),
+
     [](const ::testing::TestParamInfo<BadJob>& info) {
       std::string n = info.param.name;
       for (char& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
