@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev libpq-dev postgresql
   libxxhash-dev libssl-dev libsodium-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
   iproute2 nftables iputils-ping systemd curl slurm-wlm munge python3-kubernetes python3-yaml
-  python3-torch python3-sklearn
+  python3-torch python3-sklearn openmpi-bin python3-mpi4py
   clang libclang-rt-14-dev
   chromium
 )

@@ -2,8 +2,11 @@
 // DDP script (Debian's python3-torch, gloo on CPU) run as a gang of four ranks at two
 // sites, as examples/training/ddp-digits.yaml runs it from the README; and the same
 // gang when one rank's agent is killed mid-training.
+#include <atomic>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +22,57 @@ std::string ReadAll(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// `meridian gang ARGS...` run as a gang member with `env` (and this process's PATH).
+CommandResult Gang(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  ProcessOptions p;
+  p.argv = {MeridianBinary(), "gang"};
+  p.argv.insert(p.argv.end(), args.begin(), args.end());
+  p.env = env;
+  p.env.push_back(std::string("PATH=") + std::getenv("PATH"));
+  p.timeout_us = 60'000'000;
+  std::atomic<bool> stop{false};
+  StatusOr<ProcessResult> r = RunProcess(p, stop);
+  if (!r.ok()) return {-1, "", r.status().ToString()};
+  return {r->exit_code, r->stdout_head, r->stderr_tail};
+}
+
+TEST(GangLaunchTest, ALaunchMustProveTheGangsSecretAndGetsTheCommandsExitStatus) {
+  const std::string dir = ::testing::TempDir() + "gang-launch";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/peers") << "0 n0 s 127.0.0.1\n1 n1 s 127.0.0.1\n";
+  const std::vector<std::string> base = {"WORLD_SIZE=2", "MASTER_PORT=31377", "MERIDIAN_GANG_PEERS=" + dir + "/peers"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), base.begin(), base.end());
+    return more;
+  };
+  // Rank 1 waits for its launch; a launcher with another secret is refused (exit 4)
+  // and rank 1 goes on waiting; the right secret runs the command, output and status.
+  CommandResult served;
+  std::thread rank1([&] {
+    served = Gang({"mpirun", "--", "unused"}, with({"RANK=1", "MERIDIAN_GANG_SECRET=right"}));
+  });
+  CommandResult wrong = Gang({"rsh", "rank1", "echo", "never"}, with({"RANK=0", "MERIDIAN_GANG_SECRET=wrong"}));
+  EXPECT_EQ(wrong.exit_code, 4);
+  EXPECT_EQ(wrong.out, "");
+  EXPECT_EQ(wrong.err, "meridian: rank1 refused the launch: not a launch from this gang (no proof of its secret)\n");
+  CommandResult bad_rank = Gang({"rsh", "rank2", "true"}, with({"RANK=0", "MERIDIAN_GANG_SECRET=right"}));
+  EXPECT_EQ(bad_rank.exit_code, 2);
+  EXPECT_EQ(bad_rank.err, "meridian: 'rank2' is not a rank of this gang (rank0 to rank1)\n");
+  CommandResult right = Gang({"rsh", "rank1", "echo", "-mca", "x", "'a b'", ";", "exit", "7"},
+                             with({"RANK=0", "MERIDIAN_GANG_SECRET=right"}));
+  rank1.join();
+  EXPECT_EQ(right.exit_code, 7);
+  EXPECT_EQ(right.out, "-mca x a b\n");
+  EXPECT_EQ(served.exit_code, 7);
+  EXPECT_EQ(served.err, "meridian gang: refused a launch that did not prove the gang's secret\n");
+  // Outside a gang, it says so.
+  CommandResult outside = Gang({"mpirun", "--", "true"}, {});
+  EXPECT_EQ(outside.exit_code, 2);
+  EXPECT_EQ(outside.err,
+            "meridian: RANK is not set: meridian gang runs as the command of a gang's member (a task with replicas or "
+            "gang)\n");
 }
 
 class TrainingTest : public ::testing::Test {
@@ -84,6 +138,34 @@ TEST_F(TrainingTest, AnUnmodifiedDdpScriptTrainsAsAGangOfFourRanksAtTwoSites) {
   EXPECT_EQ(v->summary.retries, 0);
   std::fprintf(stderr, "ddp: accuracy %s, %s s of training\n", ranks[0]["accuracy"].dump().c_str(),
                ranks[0]["seconds"].dump().c_str());
+}
+
+TEST_F(TrainingTest, AnMpiProgramRunsAsAGangWithMeridianAsMpirunsLauncher) {
+  CommandResult put = Meridian({"data", "put", SourceDir() + "/examples/training/mpi_pi.py", "--name", "mpi-pi-code",
+                                "--dir", cluster_->dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  StatusOr<model::JobView> v =
+      cluster_->RunJob(ReadAll(SourceDir() + "/examples/training/mpi-pi.yaml"), "mpi-pi.yaml");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
+  ASSERT_EQ(v->tasks.size(), 4u);
+  // Rank 0's member ran mpirun: the program's report is its output.
+  const nlohmann::json r = nlohmann::json::parse(v->tasks[0].record.output, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << v->tasks[0].record.output;
+  EXPECT_EQ(r["world_size"], 4);
+  EXPECT_EQ(r["rank_sum"], 10);
+  EXPECT_LT(r["error"].get<double>(), 1e-10) << r.dump();
+  // MPI rank k ran in gang member k: on its node, at its site.
+  ASSERT_EQ(r["ranks"].size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(r["ranks"][k]["rank"], static_cast<int>(k));
+    EXPECT_EQ(r["ranks"][k]["node"], v->tasks[k].record.node) << k;
+    EXPECT_EQ(r["ranks"][k]["site"], v->tasks[k].record.site) << k;
+  }
+  std::map<std::string, int> sites;
+  for (const model::TaskView& t : v->tasks) ++sites[t.record.site];
+  EXPECT_EQ(sites, (std::map<std::string, int>{{"eu-west", 2}, {"factory", 2}}));
+  EXPECT_EQ(v->summary.retries, 0);
 }
 
 TEST_F(TrainingTest, AGangWhoseRankLosesItsAgentRunsAgainWholeAndStillTrains) {

@@ -452,6 +452,12 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("MERIDIAN_TASK={}", a.task_name));
   p.env.push_back(fmt::format("MERIDIAN_TASK_INDEX={}", a.index));
   p.env.push_back(fmt::format("MERIDIAN_ATTEMPT={}", a.key.attempt));
+  // This program, for commands that call on it (`meridian gang mpirun`).
+  static const std::string self = [] {
+    std::error_code ignored;
+    return fs::read_symlink("/proc/self/exe", ignored).string();
+  }();
+  p.env.push_back("MERIDIAN_BIN=" + self);
   p.env.push_back(fmt::format("MERIDIAN_NODE={}", options_.node_name));
   p.env.push_back(fmt::format("MERIDIAN_SITE={}", options_.site));
   p.env.push_back(fmt::format("MERIDIAN_CPU_MILLI={}", a.allocation.cpu_milli));
@@ -478,6 +484,7 @@ void Executor::RunCommand(Running_& task) {
       return;
     }
     for (std::string& e : *gang_env) p.env.push_back(std::move(e));
+    p.env.push_back("MERIDIAN_GANG_SECRET=" + a.gang.secret);
     p.env.push_back(fmt::format("MERIDIAN_GANG_PEERS={}", (dir / "gang-peers").string()));
   }
 

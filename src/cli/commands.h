@@ -146,6 +146,24 @@ std::string BashCompletion(CLI::App& app);
 
 // Exit codes (docs/runtime.md, "Exit codes"): what a script can tell apart.
 inline constexpr int kExitJobFailed = 1;    // the job failed or was cancelled; plan: it cannot be placed
+// Open MPI launched by Meridian in a gang (src/cli/gang_command.cc, docs/training.md).
+struct GangMpirunOptions {
+  std::vector<std::string> command;      // the MPI program and its arguments
+  std::vector<std::string> mpirun_args;  // more for mpirun, as they are
+  std::string mpirun = "mpirun";
+  int64_t wait_us = 300'000'000;  // ranks other than 0: how long to wait to be launched
+};
+// `meridian gang mpirun [--mpirun-arg A]... -- PROGRAM...` as every member's command:
+// rank 0 runs mpirun over the gang, each rank serves its launch; `exit_code` is
+// mpirun's (rank 0) or the launched daemon's.
+Status RunGangMpirun(const GangMpirunOptions& options, int* exit_code);
+struct GangRshOptions {
+  std::string host;  // rankK
+  std::vector<std::string> command;
+};
+// `meridian gang rsh rankK COMMAND...`: mpirun's plm_rsh_agent; runs COMMAND in rank K.
+Status RunGangRsh(const GangRshOptions& options, int* exit_code);
+
 inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
 inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered
 inline constexpr int kExitRefused = 4;      // no valid credential, or not allowed

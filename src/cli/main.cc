@@ -11,6 +11,14 @@
 
 int main(int argc, char** argv) {
   using namespace meridian;
+  if (argc >= 4 && std::string_view(argv[1]) == "gang" && std::string_view(argv[2]) == "rsh") {
+    cli::GangRshOptions rsh{argv[3], std::vector<std::string>(argv + 4, argv + argc)};
+    int code = 0;
+    Status s = cli::RunGangRsh(rsh, &code);
+    if (s.ok()) return code;
+    std::cerr << "meridian: " << s.message() << '\n';
+    return cli::ExitCode(s);
+  }
   CLI::App app{"Meridian: one pool of accelerators over data centres, clouds and edge sites"};
   app.require_subcommand(1);
   app.set_version_flag("--version", fmt::format("meridian {} (commit {})", MERIDIAN_VERSION, MERIDIAN_COMMIT),
@@ -539,6 +547,18 @@ int main(int argc, char** argv) {
   add_target(status_cmd, status_opts.target);
   status_cmd->add_flag("--json", status_opts.json, "Print JSON for scripts (metrics_url, dashboard_url, ...)");
 
+  cli::GangMpirunOptions gang_mpirun;
+  CLI::App* gang_cmd = app.add_subcommand("gang", "Inside a gang's member: launch programs across the gang");
+  gang_cmd->require_subcommand(1);
+  CLI::App* gang_mpirun_cmd = gang_cmd->add_subcommand(
+      "mpirun", "Every member's command: rank 0 runs mpirun over the gang's ranks, each rank is launched by it");
+  gang_mpirun_cmd->add_option("--mpirun-arg", gang_mpirun.mpirun_args, "Passed to mpirun as it is (repeatable)");
+  gang_mpirun_cmd->add_option("--mpirun", gang_mpirun.mpirun, "The mpirun program (default: mpirun on PATH)");
+  gang_mpirun_cmd->add_option("command", gang_mpirun.command, "-- PROGRAM [ARGS...]")->required();
+  // `gang rsh rankK COMMAND...` is read before the parser (main's start): the command
+  // is mpirun's, options and all, as ssh would take it. Listed here for --help.
+  gang_cmd->add_subcommand("rsh", "mpirun's plm_rsh_agent: rsh rankK COMMAND... runs it in rank K of this gang");
+
   std::string completion_shell;
   CLI::App* completion_cmd =
       app.add_subcommand("completion", "Print a shell completion script: source <(meridian completion bash)");
@@ -556,7 +576,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   Status status;
-  if (completion_cmd->parsed()) {
+  int gang_exit = 0;
+  if (gang_mpirun_cmd->parsed()) {
+    status = cli::RunGangMpirun(gang_mpirun, &gang_exit);
+    if (status.ok()) return gang_exit;
+  } else if (completion_cmd->parsed()) {
     std::cout << cli::BashCompletion(app);
   } else if (health_cmd->parsed()) {
     status = cli::RunHealth(health, std::cout);

@@ -85,6 +85,9 @@ TEST_F(GangTest, EveryMemberIsToldTheWholeGangAndRankZerosAddress) {
   EXPECT_EQ(g1.master_addr, g0.master_addr);
   EXPECT_EQ(g1.master_port, g0.master_port);
   EXPECT_EQ(g1.members[1].node, g0.members[1].node);
+  // One launch secret for this run of the gang, the same for every member.
+  EXPECT_EQ(g0.secret.size(), 64u);
+  EXPECT_EQ(g1.secret, g0.secret);
 }
 
 TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
@@ -102,6 +105,8 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   EXPECT_EQ(second[1].second.key.attempt, 2);
   EXPECT_EQ(second[1].second.gang.master_port, second[0].second.gang.master_port);
   EXPECT_NE(second[0].second.gang.master_port, first_port);
+  EXPECT_EQ(second[1].second.gang.secret, second[0].second.gang.secret);
+  EXPECT_NE(second[0].second.gang.secret, first[0].second.gang.secret);
   // The stopped rank's own report of its cancelled attempt changes nothing.
   model::TaskUpdate cancelled;
   cancelled.key = first[0].second.key;

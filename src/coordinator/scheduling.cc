@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "coordinator/coordinator.h"
 #include "sched/estimate.h"
+#include "security/ticket.h"
 
 namespace meridian::coordinator {
 namespace {
@@ -384,6 +385,7 @@ model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task&
   h ^= h >> 32;
   g.master_port = options_.gang_port_first +
                   static_cast<int32_t>(h % static_cast<uint64_t>(std::max(1, options_.gang_port_count)));
+  g.secret = security::GangSecret(ticket_key_, job.rec.id, spec.gang_id, rank0.attempt);
   return g;
 }
 

@@ -253,6 +253,9 @@ struct GangInfo {
   std::vector<GangMember> members;  // by rank; the world size is their count
   std::string master_addr;          // rank 0's host
   int32_t master_port = 0;          // chosen by the coordinator for this run of the gang
+  // Proves a launch between members of this run (`meridian gang`, docs/training.md):
+  // the members' agents hand it to their commands only.
+  std::string secret;
 };
 
 struct TaskAssignment {

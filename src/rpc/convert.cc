@@ -308,6 +308,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
     }
     g->set_master_addr(a.gang.master_addr);
     g->set_master_port(a.gang.master_port);
+    g->set_secret(a.gang.secret);
   }
 }
 
@@ -339,6 +340,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
     for (const v1::GangMember& m : in.gang().members()) a.gang.members.push_back({m.node(), m.site(), m.host()});
     a.gang.master_addr = in.gang().master_addr();
     a.gang.master_port = in.gang().master_port();
+    a.gang.secret = in.gang().secret();
   }
   return a;
 }

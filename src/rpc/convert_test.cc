@@ -42,6 +42,7 @@ TEST(ConvertTest, AGangMembersViewOfItsGangRoundTrips) {
   a.gang.members = {{"n0", "eu-west", "10.200.1.2"}, {"n1", "factory", "10.200.2.2"}};
   a.gang.master_addr = "10.200.1.2";
   a.gang.master_port = 29517;
+  a.gang.secret = "5ec2e7";
   v1::Assignment p;
   ToProto(a, &p);
   model::TaskAssignment b = FromProto(p);
@@ -53,6 +54,7 @@ TEST(ConvertTest, AGangMembersViewOfItsGangRoundTrips) {
   EXPECT_EQ(b.gang.members[1].host, "10.200.2.2");
   EXPECT_EQ(b.gang.master_addr, "10.200.1.2");
   EXPECT_EQ(b.gang.master_port, 29517);
+  EXPECT_EQ(b.gang.secret, "5ec2e7");
 }
 
 TEST(ConvertTest, UpdateKindsSurvive) {

@@ -111,6 +111,17 @@ std::string TicketKeyFrom(std::string_view ca_key_pem) {
   return Hex(HmacSha256(ca_key_pem, "meridian transfer tickets v1"));
 }
 
+std::string GangSecret(std::string_view key, uint64_t job, int32_t gang, int32_t attempt) {
+  return Hex(HmacSha256(key, fmt::format("meridian gang secret v1\n{}\n{}\n{}", job, gang, attempt)));
+}
+
+std::string GangLaunchProof(std::string_view secret, std::string_view nonce, std::string_view command) {
+  std::string data = "meridian gang launch v1\n";
+  data += nonce;
+  data += command;
+  return HmacSha256(secret, data);
+}
+
 int64_t UnixNowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();

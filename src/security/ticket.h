@@ -56,4 +56,12 @@ std::string TicketKeyFrom(std::string_view ca_key_pem);
 // Microseconds since the Unix epoch, by the system clock (tickets cross machines).
 int64_t UnixNowUs();
 
+// A gang's launch secret for one run of the gang (rank 0's attempt): the coordinator
+// hands it to the gang's members only, and `meridian gang` proves with it that a
+// launch (Open MPI's orted, by plm_rsh_agent) comes from a member of the same run.
+std::string GangSecret(std::string_view key, uint64_t job, int32_t gang, int32_t attempt);
+// The proof of a launch request: HMAC-SHA256 under the secret of the listener's
+// nonce and the command, so a proof is good for that command on that connection only.
+std::string GangLaunchProof(std::string_view secret, std::string_view nonce, std::string_view command);
+
 }  // namespace meridian::security
