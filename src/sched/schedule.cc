@@ -155,9 +155,11 @@ class Scheduler {
   struct Where {
     std::optional<SiteId> site;
     std::optional<uint32_t> type;  // Pool::type_index
+    std::vector<SiteId> among = {};  // any of these sites; empty: any site
     bool operator==(const Where&) const = default;
     bool Admits(const Pool& p) const {
-      return (!site || p.site == *site) && (!type || p.type_index == *type);
+      return (!site || p.site == *site) && (!type || p.type_index == *type) &&
+             (among.empty() || std::find(among.begin(), among.end(), p.site) != among.end());
     }
   };
   Attempt TryPlace(size_t qi, Where where);
@@ -871,6 +873,18 @@ void Scheduler::Rollback(std::vector<Taken>* log) {
   no_room_by_room_class_.clear();
 }
 
+// A gang's members exchange about this much per step across the links they span (the
+// gradients of a mid-sized model): what a link costs it is its round trip plus the
+// time to move this much over it, so both latency and bandwidth count.
+constexpr int64_t kGangExchangeBytes = int64_t{64} << 20;
+
+int64_t GangLinkCostUs(const model::Fleet& fleet, SiteId a, SiteId b) {
+  if (a == b) return 0;
+  const model::Link* link = fleet.FindLink(a, b);
+  if (link == nullptr || link->bandwidth_bps <= 0) return std::numeric_limits<int64_t>::max() / 4;
+  return link->rtt_us + kGangExchangeBytes * 8 * 1'000'000 / link->bandwidth_bps;
+}
+
 void Scheduler::PlaceGang(const std::vector<size_t>& members) {
   // Prefer one site and one device type for the whole gang (collectives over a WAN
   // are slow, and a synchronous gang runs at its slowest member's pace): try the
@@ -891,6 +905,28 @@ void Scheduler::PlaceGang(const std::vector<size_t>& members) {
       for (const Candidate& c : candidates_) add(Where{pools_[c.pool].site, pools_[c.pool].type_index});
       add(Where{chosen.site, std::nullopt});
       for (const Candidate& c : candidates_) add(Where{pools_[c.pool].site, std::nullopt});
+      // Too big for one site: its members talk over the links between the sites it
+      // spans, at the pace of the slowest. Grow a set of sites from the first choice,
+      // each time adding the site whose slowest link to the set is the fastest, and try
+      // each set (the members still pick their best nodes within it).
+      std::vector<SiteId> others;
+      for (const Candidate& c : candidates_) {
+        const SiteId s = pools_[c.pool].site;
+        if (s != chosen.site && std::find(others.begin(), others.end(), s) == others.end()) others.push_back(s);
+      }
+      std::vector<SiteId> among = {chosen.site};
+      while (!others.empty()) {
+        auto slowest = [&](SiteId s) {
+          int64_t worst = 0;
+          for (SiteId in : among) worst = std::max(worst, GangLinkCostUs(*s_.fleet, in, s));
+          return worst;
+        };
+        auto next = std::min_element(others.begin(), others.end(),
+                                     [&](SiteId a, SiteId b) { return slowest(a) < slowest(b); });
+        among.push_back(*next);
+        others.erase(next);
+        add(Where{std::nullopt, std::nullopt, among});
+      }
     }
     tries.push_back(Where{});
   }

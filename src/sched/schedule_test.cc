@@ -171,6 +171,39 @@ TEST(ScheduleTest, GangStaysOnOneSiteWhenItCan) {
   }
 }
 
+TEST(ScheduleTest, AGangTooBigForOneSiteSpansTheSitesWithTheFastestLinks) {
+  // Four 2-GPU members need two of the three 4-GPU sites. b is the cheapest site after
+  // a, but a-b is 80 ms at 1 Gbit/s, a-c 5 ms at 10 Gbit/s: the gang takes a and c.
+  testing::FleetBuilder b;
+  SiteId a = b.Site("a"), bs = b.Site("b"), c = b.Site("c");
+  b.Link(a, bs, 80'000, kGbps);
+  b.Link(a, c, 5'000, 10 * kGbps);
+  b.Link(bs, c, 90'000, kGbps);
+  b.Nodes(a, "A100", 1, 4, 1'000'000);
+  b.Nodes(bs, "A100", 1, 4, 2'000'000);
+  b.Nodes(c, "A100", 1, 4, 9'000'000);
+  model::Fleet f = b.Build();
+  std::vector<model::Task> members(4, testing::GpuTask("", {"A100"}, 2));
+  for (auto& t : members) {
+    t.gang = "train";
+    t.duration_us = 3'600'000'000;
+  }
+  model::Job job = testing::MakeJob("j", members);
+  job.objective = model::Objective::kCheapest;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Plan plan = RunSched(f, {&job}, seed);
+    ASSERT_EQ(plan.placements.size(), 4u);
+    std::map<SiteId, int> by_site;
+    for (const Placement& p : plan.placements) ++by_site[p.site];
+    EXPECT_EQ(by_site, (std::map<SiteId, int>{{a, 2}, {c, 2}})) << "seed " << seed;
+  }
+  // A gang that fits nowhere but on all three sites still goes.
+  std::vector<model::Task> six(6, testing::GpuTask("", {"A100"}, 2));
+  for (auto& t : six) t.gang = "big";
+  model::Job big = testing::MakeJob("big", six);
+  EXPECT_EQ(RunSched(f, {&big}).placements.size(), 6u);
+}
+
 TEST(ScheduleTest, FractionalSharesPackOntoOneDevice) {
   testing::FleetBuilder b;
   b.Nodes(b.Site("s"), "T4", 1, 2, 0);
