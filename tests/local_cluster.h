@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,14 @@ inline CommandResult Meridian(const std::vector<std::string>& args) {
   StatusOr<ProcessResult> r = RunProcess(p, stop);
   if (!r.ok()) return {-1, "", r.status().ToString()};
   return {r->timed_out ? -2 : r->exit_code, r->stdout_head, r->stderr_tail};
+}
+
+// A file's whole text (empty if it cannot be read).
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // Polls `done` every 50 ms until it holds or `timeout_s` passes.

@@ -17,13 +17,6 @@
 namespace meridian::testing {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // `meridian gang ARGS...` run as a gang member with `env` (and this process's PATH).
 CommandResult Gang(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   ProcessOptions p;

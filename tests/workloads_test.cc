@@ -9,13 +9,6 @@
 namespace meridian::testing {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 const model::TaskView* TaskNamed(const model::JobView& v, const std::string& name) {
   for (const model::TaskView& t : v.tasks) {
     if (t.name == name) return &t;
