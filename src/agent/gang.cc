@@ -59,12 +59,12 @@ std::string GangPeersText(const model::GangInfo& gang) {
   return out;
 }
 
-Status CheckPortFree(int32_t port) {
-  // Dual-stack where the host has IPv6 (an IPv4 listener counts too), else IPv4.
+StatusOr<int> ListenOnAllAddresses(int32_t port) {
+  // Dual-stack where the host has IPv6 (IPv4 peers reach it too), else IPv4.
   int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const bool v6 = fd >= 0;
   if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(fmt::format("cannot open a socket: {}", strerror(errno)));
+  if (fd < 0) return UnavailableError(strerror(errno));
   const int on = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
   bool bound = false;
@@ -83,10 +83,21 @@ Status CheckPortFree(int32_t port) {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     bound = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
   }
-  const int err = errno;
-  close(fd);
-  if (bound) return OkStatus();
-  return UnavailableError(fmt::format("port {} (MASTER_PORT) is taken on this host: {}", port, strerror(err)));
+  if (!bound || listen(fd, 8) != 0) {
+    const int err = errno;
+    close(fd);
+    return UnavailableError(strerror(err));
+  }
+  return fd;
+}
+
+Status CheckPortFree(int32_t port) {
+  StatusOr<int> fd = ListenOnAllAddresses(port);
+  if (!fd.ok()) {
+    return UnavailableError(fmt::format("port {} (MASTER_PORT) is taken on this host: {}", port, fd.status().message()));
+  }
+  close(*fd);
+  return OkStatus();
 }
 
 }  // namespace meridian::agent

@@ -22,6 +22,10 @@ StatusOr<std::vector<std::string>> GangEnvironment(const model::GangInfo& gang);
 // The peers file (MERIDIAN_GANG_PEERS): a line per rank, "RANK NODE SITE HOST".
 std::string GangPeersText(const model::GangInfo& gang);
 
+// A close-on-exec socket listening on `port` on every address of this host (IPv4
+// too, where it has IPv6); an error carries the system's reason.
+StatusOr<int> ListenOnAllAddresses(int32_t port);
+
 // Whether a listener could take `port` on this host (rank 0's MASTER_PORT, before its
 // command starts): an error says it is taken.
 Status CheckPortFree(int32_t port);

@@ -32,6 +32,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/gang.h"
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "model/work.h"
@@ -140,19 +141,10 @@ bool SendFrame(int fd, Frame type, std::string_view data) {
 }
 
 StatusOr<int> Listen(int32_t port) {
-  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(fmt::format("cannot open a socket: {}", strerror(errno)));
-  const int on = 1, off = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
-  sockaddr_in6 addr{};
-  addr.sin6_family = AF_INET6;
-  addr.sin6_addr = in6addr_any;
-  addr.sin6_port = htons(static_cast<uint16_t>(port));
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 8) != 0) {
-    const int err = errno;
-    close(fd);
-    return UnavailableError(fmt::format("cannot listen for the gang's launch on port {}: {}", port, strerror(err)));
+  StatusOr<int> fd = agent::ListenOnAllAddresses(port);
+  if (!fd.ok()) {
+    return UnavailableError(
+        fmt::format("cannot listen for the gang's launch on port {}: {}", port, fd.status().message()));
   }
   return fd;
 }

@@ -34,6 +34,10 @@ class Clock {
   virtual WallTime WallNow() const = 0;
 };
 
+// The next value of splitmix64 from `state` (advanced): a well-mixed 64-bit hash of
+// it, for seeds and for values drawn from a few integers.
+uint64_t SplitMix64(uint64_t* state);
+
 // A deterministic pseudo-random source (xoshiro256**, seeded through splitmix64).
 // The sequence for a seed is the same on every platform and compiler, unlike the
 // std:: distributions.

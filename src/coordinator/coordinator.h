@@ -332,10 +332,11 @@ class Coordinator final : public rpc::JobApi,
   model::TaskAssignment AssignmentFor(const JobRt& job, const TaskRt& task) const;
   // A gang member's view of its gang, as placed now (every member is, once one is).
   model::GangInfo GangInfoLocked(const JobRt& job, const model::Task& spec) const;
-  // A member of a gang stopped without succeeding (`why`): per the job's policy the
-  // job fails, or the gang's other members are stopped and queued again with it, so
-  // the gang starts afresh together. Nothing for a task in no gang, or a job that ended.
-  void GangMemberStoppedLocked(JobRt& job, TaskRt& task, const std::string& why, store::StoreBatch& batch);
+  // Queues a task that stopped without succeeding (`why`) to run again. A gang's
+  // member takes its gang with it: the other members are stopped and queued too, so
+  // the gang starts afresh together; or, per the job's policy (or a member that
+  // finished already), the task fails and with it the job.
+  void RunAgainLocked(JobRt& job, TaskRt& task, const std::string& why, store::StoreBatch& batch);
   void Enqueue(TaskRt& task);
   void Dequeue(TaskRt& task);
   void Release(TaskRt& task);

@@ -378,41 +378,39 @@ model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task&
   // the same for every member, and after a coordinator restart too. Two gangs drawing
   // one port on one host: rank 0's agent finds it taken and the gang runs again.
   const model::TaskRecord& rank0 = job.tasks[gang.members.front().value()].rec;
-  uint64_t h = job.rec.id * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(spec.gang_id) << 32) ^
-               static_cast<uint64_t>(rank0.attempt);
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
+  uint64_t state = job.rec.id ^ (static_cast<uint64_t>(spec.gang_id) << 32) ^
+                   (static_cast<uint64_t>(rank0.attempt) << 48);
+  const uint64_t h = SplitMix64(&state);
   g.master_port = options_.gang_port_first +
                   static_cast<int32_t>(h % static_cast<uint64_t>(std::max(1, options_.gang_port_count)));
   g.secret = security::GangSecret(ticket_key_, job.rec.id, spec.gang_id, rank0.attempt);
   return g;
 }
 
-void Coordinator::GangMemberStoppedLocked(JobRt& job, TaskRt& task, const std::string& why,
-                                          store::StoreBatch& batch) {
-  if (!job.job || model::IsTerminal(job.rec.status)) return;
-  const model::Task& spec = job.job->tasks[task.rec.task];
-  if (spec.gang_id < 0) return;
-  const model::Gang& gang = job.job->gangs[static_cast<size_t>(spec.gang_id)];
+void Coordinator::RunAgainLocked(JobRt& job, TaskRt& task, const std::string& why, store::StoreBatch& batch) {
+  const int32_t gang_id = job.job->tasks[task.rec.task].gang_id;
+  if (gang_id < 0) {
+    Requeue(job, task, batch);
+    return;
+  }
+  const model::Gang& gang = job.job->gangs[static_cast<size_t>(gang_id)];
   const std::string member = TaskName(job, task.rec.task);
-  // The task was queued again as any other would be; here it fails instead.
-  auto give_up = [&](const std::string& reason) {
-    Dequeue(task);
-    --job.counts.waiting;
-    GiveUp(job, task, reason, batch);
-  };
   if (job.job->gang_failure == model::GangFailure::kFail) {
-    give_up(fmt::format("stopped ({}), and its gang '{}' fails with any member (gang_failure: fail)", why, gang.name));
+    GiveUp(job, task,
+           fmt::format("stopped ({}), and its gang '{}' fails with any member (gang_failure: fail)", why, gang.name),
+           batch);
     return;
   }
   // A gang runs again only whole: a member that finished cannot rejoin it.
   for (TaskId m : gang.members) {
     if (job.tasks[m.value()].rec.status != TaskStatus::kSucceeded) continue;
-    give_up(fmt::format("stopped ({}) after '{}' of its gang '{}' had finished; a gang runs again only whole", why,
-                        TaskName(job, m.value()), gang.name));
+    GiveUp(job, task,
+           fmt::format("stopped ({}) after '{}' of its gang '{}' had finished; a gang runs again only whole", why,
+                       TaskName(job, m.value()), gang.name),
+           batch);
     return;
   }
+  Requeue(job, task, batch);
   MERIDIAN_LOG_INFO("job {}: gang '{}' runs again: '{}' stopped ({})", job.rec.id, gang.name, member, why);
   const std::string reason = fmt::format("its gang '{}' runs again: '{}' stopped ({})", gang.name, member, why);
   for (TaskId m : gang.members) {
@@ -588,8 +586,7 @@ void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate&
   if (task.rec.failures <= retries) {
     task.rec.reason = fmt::format("attempt {} failed: {}; retrying ({} of {})", task.rec.attempt, reason,
                                   task.rec.failures, retries);
-    Requeue(job, task, batch);
-    GangMemberStoppedLocked(job, task, fmt::format("attempt {} failed: {}", task.rec.attempt, reason), batch);
+    RunAgainLocked(job, task, fmt::format("attempt {} failed: {}", task.rec.attempt, reason), batch);
     return;
   }
   task.rec.status = TaskStatus::kFailed;
@@ -617,8 +614,7 @@ void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reaso
     return;
   }
   task.rec.reason = fmt::format("attempt {} lost: {}; running it again", task.rec.attempt, reason);
-  Requeue(job, task, batch);
-  GangMemberStoppedLocked(job, task, fmt::format("attempt {} lost: {}", task.rec.attempt, reason), batch);
+  RunAgainLocked(job, task, fmt::format("attempt {} lost: {}", task.rec.attempt, reason), batch);
 }
 
 void Coordinator::GiveUp(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch) {
@@ -665,8 +661,7 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
   }
   task.rec.reason = fmt::format("attempt {} stopped: {}; running it again once its inputs are there",
                                 task.rec.attempt, u.reason);
-  Requeue(job, task, batch);
-  GangMemberStoppedLocked(job, task, fmt::format("attempt {} could not read an input", task.rec.attempt), batch);
+  RunAgainLocked(job, task, fmt::format("attempt {} could not read an input", task.rec.attempt), batch);
   // Queued first: making a lost input again puts its waiters, this one too, back to
   // waiting for it.
   RebuildLostLocked(lost, fmt::format("its output could not be read by {}", TaskName(job, task.rec.task)), batch);
