@@ -35,7 +35,8 @@ TEST(GangLaunchTest, ALaunchMustProveTheGangsSecretAndGetsTheCommandsExitStatus)
   const std::string dir = ::testing::TempDir() + "gang-launch";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/peers") << "0 n0 s 127.0.0.1\n1 n1 s 127.0.0.1\n";
-  const std::vector<std::string> base = {"WORLD_SIZE=2", "MASTER_PORT=31377", "MERIDIAN_GANG_PEERS=" + dir + "/peers"};
+  const std::vector<std::string> base = {"WORLD_SIZE=2", "MASTER_PORT=31377", "MERIDIAN_GANG_PEERS=" + dir + "/peers",
+                                         "TMPDIR=" + dir};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.end(), base.begin(), base.end());
     return more;
@@ -53,19 +54,39 @@ TEST(GangLaunchTest, ALaunchMustProveTheGangsSecretAndGetsTheCommandsExitStatus)
   CommandResult bad_rank = Gang({"rsh", "rank2", "true"}, with({"RANK=0", "MERIDIAN_GANG_SECRET=right"}));
   EXPECT_EQ(bad_rank.exit_code, 2);
   EXPECT_EQ(bad_rank.err, "meridian: 'rank2' is not a rank of this gang (rank0 to rank1)\n");
-  CommandResult right = Gang({"rsh", "rank1", "echo", "-mca", "x", "'a b'", ";", "exit", "7"},
+  CommandResult right = Gang({"rsh", "rank1", "echo", "-mca", "x", "'a b'", ";", "echo", "$TMPDIR", ";", "exit", "7"},
                              with({"RANK=0", "MERIDIAN_GANG_SECRET=right"}));
   rank1.join();
   EXPECT_EQ(right.exit_code, 7);
-  EXPECT_EQ(right.out, "-mca x a b\n");
+  // The launched command (Open MPI's daemon) has a TMPDIR of its member's own, for its
+  // session directory, gone once the launch is over.
+  const std::string first_line = "-mca x a b\n";
+  ASSERT_EQ(right.out.substr(0, first_line.size()), first_line);
+  const std::string tmpdir = right.out.substr(first_line.size());
+  EXPECT_EQ(tmpdir.substr(0, dir.size() + 14), dir + "/meridian-mpi-") << tmpdir;
+  EXPECT_EQ(tmpdir.size(), dir.size() + 14 + 6 + 1) << tmpdir;
+  EXPECT_FALSE(std::filesystem::exists(tmpdir.substr(0, tmpdir.size() - 1)));
   EXPECT_EQ(served.exit_code, 7);
-  EXPECT_EQ(served.err, "meridian gang: refused a launch that did not prove the gang's secret\n");
+  // Its own log has the launched command's output too.
+  EXPECT_EQ(served.err, "meridian gang: refused a launch that did not prove the gang's secret\n" + right.out);
   // Outside a gang, it says so.
   CommandResult outside = Gang({"mpirun", "--", "true"}, {});
   EXPECT_EQ(outside.exit_code, 2);
   EXPECT_EQ(outside.err,
             "meridian: RANK is not set: meridian gang runs as the command of a gang's member (a task with replicas or "
             "gang)\n");
+}
+
+// Every attempt of every task: what a test prints when a gang ran more than once.
+std::string History(const model::JobView& v) {
+  std::string out;
+  for (const model::TaskView& t : v.tasks) {
+    for (const model::AttemptRecord& a : t.history) {
+      out += "  " + t.name + " attempt " + std::to_string(a.attempt) + " on " + a.node + ": " + a.outcome + " " +
+             a.reason + "\n";
+    }
+  }
+  return out;
 }
 
 class TrainingTest : public ::testing::Test {
@@ -128,7 +149,7 @@ TEST_F(TrainingTest, AnUnmodifiedDdpScriptTrainsAsAGangOfFourRanksAtTwoSites) {
   EXPECT_EQ(ranks[0]["epochs"], 40);
   // 1,437 training images over four ranks in batches of 16: 22 steps an epoch.
   EXPECT_EQ(ranks[0]["steps_per_epoch"], 22);
-  EXPECT_EQ(v->summary.retries, 0);
+  EXPECT_EQ(v->summary.retries, 0) << History(*v);
   std::fprintf(stderr, "ddp: accuracy %s, %s s of training\n", ranks[0]["accuracy"].dump().c_str(),
                ranks[0]["seconds"].dump().c_str());
 }
@@ -158,7 +179,7 @@ TEST_F(TrainingTest, AnMpiProgramRunsAsAGangWithMeridianAsMpirunsLauncher) {
   std::map<std::string, int> sites;
   for (const model::TaskView& t : v->tasks) ++sites[t.record.site];
   EXPECT_EQ(sites, (std::map<std::string, int>{{"eu-west", 2}, {"factory", 2}}));
-  EXPECT_EQ(v->summary.retries, 0);
+  EXPECT_EQ(v->summary.retries, 0) << History(*v);
 }
 
 TEST_F(TrainingTest, AGangWhoseRankLosesItsAgentRunsAgainWholeAndStillTrains) {
@@ -202,14 +223,13 @@ TEST_F(TrainingTest, AGangWhoseRankLosesItsAgentRunsAgainWholeAndStillTrains) {
     EXPECT_GE(t.record.attempt, 2) << t.name;
     EXPECT_LE(t.record.failures, 2) << t.name;
     for (const model::AttemptRecord& a : t.history) {
-      std::fprintf(stderr, "  %s attempt %d on %s: %s %s\n", t.name.c_str(), a.attempt, a.node.c_str(),
-                   a.outcome.c_str(), a.reason.c_str());
       if (t.name == "train/2" && a.attempt == 1 && a.node == victim) {
         lost_with_node = a.outcome == "lost" || a.outcome == "failed";
       }
     }
   }
-  EXPECT_TRUE(lost_with_node);
+  EXPECT_TRUE(lost_with_node) << History(*v);
+  std::fprintf(stderr, "%s", History(*v).c_str());
   std::fprintf(stderr, "ddp after a lost rank: accuracy %s, %d retries\n", ranks[0]["accuracy"].dump().c_str(),
                v->summary.retries);
 }
