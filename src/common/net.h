@@ -13,6 +13,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "common/status.h"
 
@@ -62,6 +64,10 @@ class TcpStream final : public ByteStream {
   int fd_;
   std::string peer_;
 };
+
+// "host:port" (or "[v6]:port") split; `what` names the address in errors
+// ("transfer address", "rank 2's address").
+StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what);
 
 // `host`'s address (an IPv4 one where it has one) with `port`, as "a.b.c.d:port" or
 // "[v6]:port".

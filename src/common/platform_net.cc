@@ -207,4 +207,20 @@ StatusOr<std::unique_ptr<TcpStream>> TcpListener::Accept() {
 
 void TcpListener::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
+StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgumentError(fmt::format("{} '{}': expected host:port", what, address));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  for (char c : address.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535) return InvalidArgumentError(fmt::format("{} '{}': bad port", what, address));
+    port = port * 10 + (c - '0');
+  }
+  if (port <= 0 || port > 65535) return InvalidArgumentError(fmt::format("{} '{}': bad port", what, address));
+  return std::make_pair(host, port);
+}
+
 }  // namespace meridian

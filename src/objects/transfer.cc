@@ -30,19 +30,7 @@ void SleepUs(int64_t us) {
 }
 
 StatusOr<std::pair<std::string, int>> SplitAddress(const std::string& address) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return InvalidArgumentError(fmt::format("transfer address '{}': expected host:port", address));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  for (char c : address.substr(colon + 1)) {
-    if (c < '0' || c > '9' || port > 65535) return InvalidArgumentError(fmt::format("transfer address '{}': bad port", address));
-    port = port * 10 + (c - '0');
-  }
-  if (port <= 0 || port > 65535) return InvalidArgumentError(fmt::format("transfer address '{}': bad port", address));
-  return std::make_pair(host, port);
+  return SplitHostPort(address, "transfer address");
 }
 
 Status SendRequest(ByteStream& s, uint16_t op, const ObjectId& id, uint64_t offset, uint64_t length,

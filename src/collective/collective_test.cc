@@ -1,0 +1,274 @@
+#include "collective/communicator.h"
+
+#include <functional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "security/pki.h"
+#include "security/ticket.h"
+
+namespace meridian::collective {
+namespace {
+
+constexpr int64_t kHour = int64_t{3600} * 1'000'000;
+
+struct Gang {
+  std::vector<RankAddress> addresses;
+  std::vector<std::unique_ptr<Communicator>> ranks;
+};
+
+// `sites[r]` is rank r's site; every rank on 127.0.0.1 with the secret "s3cret"
+// unless `secret_of` says otherwise.
+Gang MakeGang(const std::vector<std::string>& sites, CommunicatorOptions base = {},
+              std::function<std::string(int)> secret_of = nullptr,
+              std::function<std::shared_ptr<const security::TlsContext>(int)> tls_of = nullptr) {
+  const int n = static_cast<int>(sites.size());
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  base.ranks.clear();
+  for (int r = 0; r < n; ++r) {
+    StatusOr<std::unique_ptr<TcpListener>> l = TcpListener::Listen("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok());
+    base.ranks.push_back({"127.0.0.1:" + std::to_string((*l)->port()), sites[r]});
+    listeners.push_back(std::move(*l));
+  }
+  Gang g;
+  g.addresses = base.ranks;
+  for (int r = 0; r < n; ++r) {
+    CommunicatorOptions o = base;
+    o.rank = r;
+    o.secret = secret_of ? secret_of(r) : "s3cret";
+    if (tls_of) o.tls = tls_of(r);
+    StatusOr<std::unique_ptr<Communicator>> c = Communicator::Create(std::move(listeners[r]), std::move(o));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    g.ranks.push_back(std::move(*c));
+  }
+  return g;
+}
+
+// Runs `body(rank)` on every rank at once; their statuses by rank.
+std::vector<Status> OnEveryRank(int n, const std::function<Status(int)>& body) {
+  std::vector<Status> out(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = body(r); });
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+// Rank r's vector: small integers, so that any order of float additions is exact.
+std::vector<float> Data(int r, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((r + 1) * 1000 + static_cast<int>(i % 977));
+  return v;
+}
+
+void ExpectSummed(const std::vector<std::vector<float>>& got, int n) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    size_t wrong = 0;
+    for (size_t i = 0; i < got[r].size(); ++i) {
+      const float want = static_cast<float>(1000 * n * (n + 1) / 2 + n * static_cast<int>(i % 977));
+      if (got[r][i] != want) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << r;
+  }
+}
+
+TEST(BlockRangeTest, BlocksCoverTheVectorAndDifferByAtMostOne) {
+  EXPECT_EQ(BlockRange(10, 4, 0), (std::pair<size_t, size_t>{0, 3}));
+  EXPECT_EQ(BlockRange(10, 4, 1), (std::pair<size_t, size_t>{3, 6}));
+  EXPECT_EQ(BlockRange(10, 4, 2), (std::pair<size_t, size_t>{6, 8}));
+  EXPECT_EQ(BlockRange(10, 4, 3), (std::pair<size_t, size_t>{8, 10}));
+  EXPECT_EQ(BlockRange(2, 4, 3), (std::pair<size_t, size_t>{2, 2}));
+}
+
+TEST(CollectiveTest, ARingAllReduceSumsEveryRanksVectorExactly) {
+  CommunicatorOptions o;
+  o.chunk_bytes = 64 << 10;  // many frames per block
+  Gang g = MakeGang({"a", "a", "a", "a"}, o);
+  const size_t count = 1'000'003;  // blocks of unequal size
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < 4; ++r) data.push_back(Data(r, count));
+  std::vector<Status> s = OnEveryRank(4, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  ExpectSummed(data, 4);
+  // Each rank sent 2(n-1)/n of the vector to the next rank: every block but its own
+  // in the reduce-scatter, every block but the next rank's in the all-gather.
+  for (int r = 0; r < 4; ++r) {
+    size_t sent = 0;
+    for (int b = 0; b < 4; ++b) {
+      const auto [f, l] = BlockRange(count, 4, b);
+      sent += (l - f) * ((b != r ? 1 : 0) + (b != (r + 1) % 4 ? 1 : 0));
+    }
+    EXPECT_EQ(g.ranks[r]->bytes_sent().at("a"), static_cast<int64_t>(sent * sizeof(float))) << r;
+  }
+}
+
+TEST(CollectiveTest, MaxMinAndDoublesReduceElementWise) {
+  Gang g = MakeGang({"a", "a", "a"});
+  std::vector<std::vector<double>> mx(3), mn(3);
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 1000; ++i) {
+      mx[r].push_back((i + r) % 3 + 0.5);
+      mn[r].push_back(-((i * 7 + r) % 5) - 0.25);
+    }
+  }
+  std::vector<Status> s = OnEveryRank(3, [&](int r) {
+    Status a = g.ranks[r]->AllReduce(mx[r], ReduceOp::kMax);
+    return a.ok() ? g.ranks[r]->AllReduce(mn[r], ReduceOp::kMin) : a;
+  });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_EQ(mx[r][i], 2.5) << r << " " << i;
+      double least = 0;
+      for (int k = 0; k < 3; ++k) least = std::min(least, -((i * 7 + k) % 5) - 0.25);
+      ASSERT_EQ(mn[r][i], least) << r << " " << i;
+    }
+  }
+}
+
+TEST(CollectiveTest, ReduceScatterAllGatherAndBroadcastGiveEachRankItsShare) {
+  Gang g = MakeGang({"a", "a", "a"});
+  const size_t count = 10;
+  std::vector<std::vector<float>> rs;
+  for (int r = 0; r < 3; ++r) rs.push_back(Data(r, count));
+  std::vector<std::vector<uint8_t>> gathered(3, std::vector<uint8_t>(11, 0));
+  std::vector<std::vector<uint8_t>> cast(3, std::vector<uint8_t>(100'000, 0));
+  for (int r = 0; r < 3; ++r) {
+    const auto [f, l] = BlockRange(11, 3, r);
+    for (size_t i = f; i < l; ++i) gathered[r][i] = static_cast<uint8_t>(10 * r + i);
+  }
+  for (size_t i = 0; i < cast[2].size(); ++i) cast[2][i] = static_cast<uint8_t>(i * 31);
+  std::vector<Status> s = OnEveryRank(3, [&](int r) {
+    Status a = g.ranks[r]->ReduceScatter(rs[r], ReduceOp::kSum);
+    if (a.ok()) a = g.ranks[r]->AllGather(std::as_writable_bytes(std::span<uint8_t>(gathered[r])));
+    if (a.ok()) a = g.ranks[r]->Broadcast(std::as_writable_bytes(std::span<uint8_t>(cast[r])), 2);
+    return a;
+  });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  for (int r = 0; r < 3; ++r) {
+    const auto [f, l] = BlockRange(count, 3, r);
+    for (size_t i = f; i < l; ++i) EXPECT_EQ(rs[r][i], 6000 + 3 * static_cast<int>(i)) << r << " " << i;
+    // Blocks of 4, 4 and 3 bytes, each from its rank.
+    EXPECT_EQ(gathered[r], (std::vector<uint8_t>{0, 1, 2, 3, 14, 15, 16, 17, 28, 29, 30})) << r;
+    EXPECT_EQ(cast[r], cast[2]) << r;
+  }
+  EXPECT_EQ(cast[0][7], static_cast<uint8_t>(7 * 31));
+}
+
+TEST(CollectiveTest, HierarchicalAllReduceCrossesSitesOnlyBetweenLeaders) {
+  // Three ranks at one site, two at another.
+  Gang g = MakeGang({"eu", "eu", "eu", "us", "us"});
+  const size_t count = 100'001;
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < 5; ++r) data.push_back(Data(r, count));
+  std::vector<Status> s = OnEveryRank(5, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  ExpectSummed(data, 5);
+  // The leaders (ranks 0 and 3) each sent the other one the whole vector (half in the
+  // reduce-scatter, half in the all-gather); nobody else sent a byte across.
+  const int64_t whole = static_cast<int64_t>(count * sizeof(float));
+  EXPECT_EQ(g.ranks[0]->bytes_sent().at("us"), whole);
+  EXPECT_EQ(g.ranks[3]->bytes_sent().at("eu"), whole);
+  for (int r : {1, 2}) EXPECT_EQ(g.ranks[r]->bytes_sent().count("us"), 0u) << r;
+  EXPECT_EQ(g.ranks[4]->bytes_sent().count("eu"), 0u);
+
+  // A flat ring over the same ranks sends 2(n-1)/n of the vector across twice.
+  for (int r = 0; r < 5; ++r) data[r] = Data(r, count);
+  Gang flat = MakeGang({"eu", "eu", "eu", "us", "us"});
+  s = OnEveryRank(5, [&](int r) { return flat.ranks[r]->AllReduce(data[r], ReduceOp::kSum, Algorithm::kRing); });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  ExpectSummed(data, 5);
+  EXPECT_GT(flat.ranks[2]->bytes_sent().at("us"), whole * 3 / 2);
+  EXPECT_GT(flat.ranks[4]->bytes_sent().at("eu"), whole * 3 / 2);
+}
+
+TEST(CollectiveTest, AnEmulatedWanLinkStillGivesExactResults) {
+  CommunicatorOptions o;
+  o.links[{"eu", "us"}] = objects::LinkShape{.rtt_us = 20'000, .bandwidth_bps = 1'000'000'000};
+  Gang g = MakeGang({"eu", "eu", "us", "us"}, o);
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < 4; ++r) data.push_back(Data(r, 300'000));
+  for (Algorithm a : {Algorithm::kHierarchical, Algorithm::kRing}) {
+    for (int r = 0; r < 4; ++r) data[r] = Data(r, 300'000);
+    std::vector<Status> s = OnEveryRank(4, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum, a); });
+    for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+    ExpectSummed(data, 4);
+  }
+}
+
+TEST(CollectiveTest, RanksProveTheClustersCertificateInTls) {
+  StatusOr<security::KeyPair> ca = security::MakeCa("test-ca", kHour);
+  ASSERT_TRUE(ca.ok());
+  std::vector<std::shared_ptr<const security::TlsContext>> tls;
+  for (int r = 0; r < 3; ++r) {
+    StatusOr<security::KeyPair> node = security::Issue(*ca, {"node:n" + std::to_string(r), {"127.0.0.1"}, kHour, true});
+    ASSERT_TRUE(node.ok());
+    StatusOr<std::shared_ptr<security::TlsContext>> c =
+        security::TlsContext::Create({ca->cert_pem, node->cert_pem, node->key_pem});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    tls.push_back(*c);
+  }
+  Gang g = MakeGang({"a", "a", "b"}, {}, nullptr, [&](int r) { return tls[r]; });
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < 3; ++r) data.push_back(Data(r, 50'000));
+  std::vector<Status> s = OnEveryRank(3, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  ExpectSummed(data, 3);
+}
+
+TEST(CollectiveTest, ARankWithAnotherGangsSecretIsRefusedAndNamed) {
+  CommunicatorOptions o;
+  o.timeout_us = 1'000'000;
+  Gang g = MakeGang({"a", "a"}, o, [](int r) { return r == 1 ? std::string("other") : std::string("s3cret"); });
+  std::vector<std::vector<float>> data = {Data(0, 100), Data(1, 100)};
+  std::vector<Status> s = OnEveryRank(2, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+  // Each refuses the other's connection, and says who refused its own.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(s[r].code(), StatusCode::kPermissionDenied) << s[r].ToString();
+    EXPECT_NE(s[r].message().find(fmt::format("rank {} (127.0.0.1:", 1 - r)), std::string::npos) << s[r].ToString();
+    EXPECT_NE(s[r].message().find("refused our connection"), std::string::npos) << s[r].ToString();
+    EXPECT_EQ(g.ranks[r]->refused(), 1);
+  }
+  EXPECT_EQ(data[0], Data(0, 100));  // the block it never received is untouched
+}
+
+TEST(CollectiveTest, AFrameLongerThanTheAlgorithmAsksIsRefusedBeforeItIsRead) {
+  CommunicatorOptions o;
+  o.timeout_us = 5'000'000;
+  Gang g = MakeGang({"a", "a"}, o);
+  // Rank 1's place is taken by a peer that knows the secret and announces 1 GiB.
+  auto [host, port] = *SplitHostPort(g.addresses[0].address, "rank 0");
+  StatusOr<std::unique_ptr<TcpStream>> liar = TcpStream::Connect(host, port, 1'000'000);
+  ASSERT_TRUE(liar.ok());
+  std::string nonce(32, '\0');
+  ASSERT_TRUE((*liar)->ReadExact(nonce.data(), nonce.size()).ok());
+  const uint32_t rank = 1;
+  const std::string proof = security::GangLaunchProof("s3cret", nonce, "collective rank 1");
+  ASSERT_TRUE((*liar)->WriteAll(&rank, sizeof(rank)).ok());
+  ASSERT_TRUE((*liar)->WriteAll(proof.data(), proof.size()).ok());
+  uint8_t answer = 0;
+  ASSERT_TRUE((*liar)->ReadExact(&answer, 1).ok());
+  ASSERT_EQ(answer, 1);
+  const uint32_t header[4] = {0x4C43524D, 1u << 30, 0, 0};
+  ASSERT_TRUE((*liar)->WriteAll(header, sizeof(header)).ok());
+  std::vector<float> data = Data(0, 1000);
+  Status s = g.ranks[0]->AllReduce(data, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("sent a frame of 1073741824 bytes where 2000 were due"), std::string::npos)
+      << s.ToString();
+  // A second connection claiming rank 1 is refused.
+  StatusOr<std::unique_ptr<TcpStream>> again = TcpStream::Connect(host, port, 1'000'000);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*again)->ReadExact(nonce.data(), nonce.size()).ok());
+  const std::string proof2 = security::GangLaunchProof("s3cret", nonce, "collective rank 1");
+  ASSERT_TRUE((*again)->WriteAll(&rank, sizeof(rank)).ok());
+  ASSERT_TRUE((*again)->WriteAll(proof2.data(), proof2.size()).ok());
+  ASSERT_TRUE((*again)->ReadExact(&answer, 1).ok());
+  EXPECT_EQ(answer, 0);
+  EXPECT_EQ(g.ranks[0]->refused(), 1);
+}
+
+}  // namespace
+}  // namespace meridian::collective

@@ -1,0 +1,514 @@
+#include "collective/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/env.h"
+#include "common/logging.h"
+#include "security/pki.h"
+#include "security/ticket.h"
+
+namespace meridian::collective {
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x4C43524D;  // "MRCL"
+constexpr size_t kNonceHex = 32;
+constexpr size_t kProofBytes = 32;
+constexpr int64_t kHandshakeTimeoutUs = 10'000'000;
+constexpr size_t kMaxHandshakes = 64;  // at once; more are closed unread
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint32_t length = 0;
+  int64_t deliver_at_us = 0;  // emulated links: when the frame has crossed the link
+};
+static_assert(sizeof(FrameHeader) == 16);
+
+int64_t NowUs() { return Env::Default().clock().Now().us; }
+
+std::string ProofText(int rank) { return fmt::format("collective rank {}", rank); }
+
+template <typename T>
+void Reduce(T* into, const T* from, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      for (size_t i = 0; i < n; ++i) into[i] += from[i];
+      break;
+    case ReduceOp::kMax:
+      for (size_t i = 0; i < n; ++i) into[i] = std::max(into[i], from[i]);
+      break;
+    case ReduceOp::kMin:
+      for (size_t i = 0; i < n; ++i) into[i] = std::min(into[i], from[i]);
+      break;
+  }
+}
+
+// The first error of two.
+Status Either(Status a, Status b) { return a.ok() ? b : a; }
+
+}  // namespace
+
+std::pair<size_t, size_t> BlockRange(size_t count, int blocks, int b) {
+  const size_t n = static_cast<size_t>(blocks), i = static_cast<size_t>(b);
+  const size_t base = count / n, extra = count % n;
+  const size_t first = i * base + std::min(i, extra);
+  return {first, first + base + (i < extra ? 1 : 0)};
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_ptr<TcpListener> listener,
+                                                              CommunicatorOptions options) {
+  const int n = static_cast<int>(options.ranks.size());
+  if (n < 1 || n > kMaxRanks) {
+    return InvalidArgumentError(fmt::format("a communicator has 1 to {} ranks, not {}", kMaxRanks, n));
+  }
+  if (options.rank < 0 || options.rank >= n) {
+    return InvalidArgumentError(fmt::format("rank {} is not one of the {} ranks", options.rank, n));
+  }
+  if (options.secret.empty()) return InvalidArgumentError("a communicator needs the gang's secret");
+  if (options.chunk_bytes < 64 || options.chunk_bytes > (size_t{64} << 20) || options.chunk_bytes % 8 != 0) {
+    return InvalidArgumentError("chunk_bytes is a multiple of 8 from 64 B to 64 MiB");
+  }
+  for (int r = 0; r < n; ++r) {
+    MERIDIAN_RETURN_IF_ERROR(SplitHostPort(options.ranks[r].address, fmt::format("rank {}'s address", r)).status());
+  }
+  if (listener == nullptr) return InvalidArgumentError("a communicator needs its listener");
+  std::unique_ptr<objects::LinkClocks> clocks;
+  if (!options.links.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(clocks, objects::LinkClocks::Open(""));
+  }
+  std::unique_ptr<Communicator> c(new Communicator(std::move(listener), std::move(options), std::move(clocks)));
+  return c;
+}
+
+Communicator::Communicator(std::unique_ptr<TcpListener> listener, CommunicatorOptions options,
+                           std::unique_ptr<objects::LinkClocks> clocks)
+    : options_(std::move(options)),
+      listener_(std::move(listener)),
+      clocks_(std::move(clocks)),
+      scratch_(options_.chunk_bytes),
+      peers_(options_.ranks.size()) {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  send_thread_ = std::thread([this] { SendLoop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (Peer& p : peers_) {
+      if (p.out) p.out->Shutdown();
+      if (p.in) p.in->Shutdown();
+    }
+  }
+  changed_.notify_all();
+  listener_->Shutdown();
+  accept_thread_.join();
+  send_thread_.join();
+  std::list<Handshake> handshakes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handshakes.swap(handshakes_);
+  }
+  for (Handshake& h : handshakes) h.thread.join();
+}
+
+std::string Communicator::Name(int rank) const {
+  return fmt::format("rank {} ({} at {})", rank, options_.ranks[rank].address, options_.ranks[rank].site);
+}
+
+std::map<std::string, int64_t> Communicator::bytes_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sent_;
+}
+
+int64_t Communicator::refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
+}
+
+const objects::LinkShape* Communicator::Link(int from, int to) const {
+  if (!clocks_) return nullptr;
+  const std::string& a = options_.ranks[from].site;
+  const std::string& b = options_.ranks[to].site;
+  auto it = options_.links.find({a, b});
+  if (it == options_.links.end()) it = options_.links.find({b, a});
+  return it == options_.links.end() ? nullptr : &it->second;
+}
+
+// ---- connections ----
+
+void Communicator::AcceptLoop() {
+  for (;;) {
+    StatusOr<std::unique_ptr<TcpStream>> tcp = listener_->Accept();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    if (!tcp.ok()) continue;
+    // Handshakes run beside the accepting, so a peer that stalls one delays no other;
+    // finished ones are reaped here, and at most kMaxHandshakes run at once.
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = handshakes_.erase(it);
+    }
+    if (handshakes_.size() >= kMaxHandshakes) {
+      ++refused_;
+      continue;  // closed unread
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    handshakes_.push_back({std::thread([this, done, t = std::move(*tcp)]() mutable {
+                             Admit(std::move(t));
+                             done->store(true);
+                           }),
+                           done});
+  }
+}
+
+// Proves the peer is a rank of this gang; its connection then carries that rank's
+// frames to us.
+void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
+  auto refuse = [&](const std::string& why) {
+    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", tcp->peer(), why);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refused_;
+  };
+  if (!tcp->SetTimeout(kHandshakeTimeoutUs).ok()) return refuse("cannot set its timeout");
+  std::unique_ptr<ByteStream> tls;
+  ByteStream* stream = tcp.get();
+  if (options_.tls) {
+    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Accept(*tcp);
+    if (!s.ok()) return refuse(std::string(s.status().message()));
+    tls = std::move(*s);
+    stream = tls.get();
+  }
+  StatusOr<std::string> nonce = security::RandomHex(kNonceHex / 2);
+  if (!nonce.ok()) return refuse("no random nonce");
+  uint32_t rank = 0;
+  std::string proof(kProofBytes, '\0');
+  if (!stream->WriteAll(nonce->data(), nonce->size()).ok() || !stream->ReadExact(&rank, sizeof(rank)).ok() ||
+      !stream->ReadExact(proof.data(), proof.size()).ok()) {
+    return refuse("the handshake broke off");
+  }
+  const bool proven = rank < options_.ranks.size() && static_cast<int>(rank) != options_.rank &&
+                      security::ConstantTimeEquals(
+                          proof, security::GangLaunchProof(options_.secret, *nonce, ProofText(static_cast<int>(rank))));
+  bool taken = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    taken = proven && peers_[rank].claimed;
+    if (proven && !taken) {
+      peers_[rank].claimed = true;  // one connection per rank: a second one is refused
+    } else {
+      ++refused_;
+    }
+  }
+  const uint8_t answer = proven && !taken ? 1 : 0;
+  const Status answered = stream->WriteAll(&answer, 1);
+  if (answer == 0) {
+    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", tcp->peer(),
+                      !proven ? "no proof of the gang's secret" : fmt::format("a second connection from rank {}", rank));
+    return;
+  }
+  if (!answered.ok() || !stream->SetTimeout(options_.timeout_us).ok()) {
+    return refuse("the handshake broke off");  // its rank may not connect again
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    peers_[rank].in_tcp = std::move(tcp);
+    peers_[rank].in = std::move(tls);
+  }
+  changed_.notify_all();
+}
+
+Status Communicator::Connect(int to) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(options_.ranks[to].address, "rank's address"));
+  const int64_t deadline = NowUs() + options_.timeout_us;
+  std::unique_ptr<TcpStream> tcp;
+  // The peer may not listen yet: ranks start together, not at the same instant.
+  for (int64_t backoff_us = 20'000;; backoff_us = std::min<int64_t>(backoff_us * 2, 500'000)) {
+    StatusOr<std::unique_ptr<TcpStream>> c = TcpStream::Connect(hp.first, hp.second, kHandshakeTimeoutUs);
+    if (c.ok()) {
+      tcp = std::move(*c);
+      break;
+    }
+    if (NowUs() + backoff_us >= deadline) {
+      return UnavailableError(fmt::format("cannot reach {}: {}", Name(to), c.status().message()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+  }
+  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(options_.timeout_us));
+  std::unique_ptr<ByteStream> stream;
+  if (options_.tls) {
+    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Connect(std::move(tcp));
+    if (!s.ok()) return UnauthenticatedError(fmt::format("{}: {}", Name(to), s.status().message()));
+    stream = std::move(*s);
+  } else {
+    stream = std::move(tcp);
+  }
+  std::string nonce(kNonceHex, '\0');
+  const uint32_t me = static_cast<uint32_t>(options_.rank);
+  uint8_t answer = 0;
+  Status s = stream->ReadExact(nonce.data(), nonce.size());
+  if (s.ok()) {
+    const std::string proof = security::GangLaunchProof(options_.secret, nonce, ProofText(options_.rank));
+    const iovec parts[] = {{const_cast<uint32_t*>(&me), sizeof(me)}, {const_cast<char*>(proof.data()), proof.size()}};
+    s = stream->WriteAll(parts);
+  }
+  if (s.ok()) s = stream->ReadExact(&answer, 1);
+  if (!s.ok()) return UnavailableError(fmt::format("the handshake with {} broke off: {}", Name(to), s.message()));
+  if (answer != 1) {
+    return PermissionDeniedError(fmt::format("{} refused our connection (another gang's secret, or a rank connected twice)", Name(to)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  peers_[to].out = std::move(stream);
+  return OkStatus();
+}
+
+StatusOr<ByteStream*> Communicator::Inbound(int from) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.timeout_us);
+  while (!stopping_ && peers_[from].in_tcp == nullptr) {
+    // A send of this collective that failed says more than a wait that times out.
+    if (!send_error_.ok()) return send_error_;
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return UnavailableError(fmt::format("{} did not connect within {} s", Name(from), options_.timeout_us / 1'000'000));
+    }
+  }
+  if (stopping_) return CancelledError("the communicator is closing");
+  return peers_[from].in ? peers_[from].in.get() : static_cast<ByteStream*>(peers_[from].in_tcp.get());
+}
+
+// ---- sending ----
+
+void Communicator::SendLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const SendJob job = queue_.front();
+    queue_.pop_front();
+    sending_ = true;
+    const bool failed = !send_error_.ok();
+    lock.unlock();
+    // After a failed send the rest of the collective's sends are dropped: it failed.
+    Status s = failed ? OkStatus() : SendNow(job);
+    lock.lock();
+    if (!s.ok() && send_error_.ok()) send_error_ = s;
+    sending_ = false;
+    changed_.notify_all();
+  }
+}
+
+Status Communicator::SendNow(const SendJob& job) {
+  ByteStream* out = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = peers_[job.to].out.get();
+  }
+  if (out == nullptr) {
+    MERIDIAN_RETURN_IF_ERROR(Connect(job.to));
+    std::lock_guard<std::mutex> lock(mu_);
+    out = peers_[job.to].out.get();
+  }
+  const objects::LinkShape* link = Link(options_.rank, job.to);
+  const std::string& from_site = options_.ranks[options_.rank].site;
+  const std::string& to_site = options_.ranks[job.to].site;
+  for (size_t off = 0; off < job.size; off += options_.chunk_bytes) {
+    FrameHeader h;
+    h.length = static_cast<uint32_t>(std::min(options_.chunk_bytes, job.size - off));
+    if (link != nullptr) {
+      h.deliver_at_us = clocks_->Book(from_site, to_site, h.length, link->bandwidth_bps, NowUs()) + link->rtt_us / 2;
+    }
+    const iovec parts[] = {{&h, sizeof(h)}, {const_cast<std::byte*>(job.data + off), h.length}};
+    Status s = out->WriteAll(parts);
+    if (!s.ok()) return UnavailableError(fmt::format("sending to {}: {}", Name(job.to), s.message()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sent_[to_site] += static_cast<int64_t>(job.size);
+  return OkStatus();
+}
+
+void Communicator::Send(int to, const void* data, size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({to, static_cast<const std::byte*>(data), size});
+  }
+  changed_.notify_all();
+}
+
+Status Communicator::WaitSent() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return stopping_ || (queue_.empty() && !sending_); });
+  if (stopping_) return CancelledError("the communicator is closing");
+  return std::exchange(send_error_, OkStatus());
+}
+
+// ---- receiving ----
+
+template <typename Take>
+Status Communicator::Receive(int from, size_t size, Take&& take) {
+  MERIDIAN_ASSIGN_OR_RETURN(ByteStream * in, Inbound(from));
+  const bool shaped = Link(from, options_.rank) != nullptr;
+  for (size_t off = 0; off < size;) {
+    FrameHeader h;
+    const size_t want = std::min(options_.chunk_bytes, size - off);
+    Status s = in->ReadExact(&h, sizeof(h));
+    if (!s.ok()) return UnavailableError(fmt::format("receiving from {}: {}", Name(from), s.message()));
+    // Checked before the body is read: a peer sends exactly what the algorithm asks.
+    if (h.magic != kFrameMagic || h.length != want) {
+      return DataLossError(fmt::format("{} sent a frame of {} bytes where {} were due (or not ours)", Name(from),
+                                       h.length, want));
+    }
+    MERIDIAN_RETURN_IF_ERROR(take(off, want, *in));
+    if (shaped) {
+      const int64_t wait = std::min(h.deliver_at_us - NowUs(), options_.timeout_us);
+      if (wait > 0) std::this_thread::sleep_for(std::chrono::microseconds(wait));
+    }
+    off += want;
+  }
+  return OkStatus();
+}
+
+Status Communicator::ReceiveInto(int from, void* data, size_t size) {
+  auto* bytes = static_cast<std::byte*>(data);
+  return Receive(from, size, [&](size_t off, size_t n, ByteStream& in) -> Status {
+    Status s = in.ReadExact(bytes + off, n);
+    return s.ok() ? s : UnavailableError(fmt::format("receiving from {}: {}", Name(from), s.message()));
+  });
+}
+
+// ---- algorithms ----
+
+template <typename T>
+Status Communicator::RingReduceScatter(const std::vector<int>& group, std::span<T> data, ReduceOp op) {
+  const int n = static_cast<int>(group.size());
+  const int i = static_cast<int>(std::find(group.begin(), group.end(), options_.rank) - group.begin());
+  const int next = group[(i + 1) % n], prev = group[(i + n - 1) % n];
+  // At step s rank i sends block i-s-1 and reduces block i-s-2 into its own; after
+  // n-1 steps block i holds the reduction over the group.
+  for (int s = 0; s + 1 < n; ++s) {
+    const auto [sf, sl] = BlockRange(data.size(), n, (i - s - 1 + 2 * n) % n);
+    const auto [rf, rl] = BlockRange(data.size(), n, (i - s - 2 + 2 * n) % n);
+    Send(next, data.data() + sf, (sl - sf) * sizeof(T));
+    T* into = data.data() + rf;
+    Status r = Receive(prev, (rl - rf) * sizeof(T), [&](size_t off, size_t len, ByteStream& in) -> Status {
+      Status got = in.ReadExact(scratch_.data(), len);
+      if (!got.ok()) return UnavailableError(fmt::format("receiving from {}: {}", Name(prev), got.message()));
+      Reduce(into + off / sizeof(T), reinterpret_cast<const T*>(scratch_.data()), len / sizeof(T), op);
+      return OkStatus();
+    });
+    MERIDIAN_RETURN_IF_ERROR(Either(std::move(r), WaitSent()));
+  }
+  return OkStatus();
+}
+
+Status Communicator::RingAllGather(const std::vector<int>& group, std::span<std::byte> data, size_t element) {
+  const int n = static_cast<int>(group.size());
+  const int i = static_cast<int>(std::find(group.begin(), group.end(), options_.rank) - group.begin());
+  const int next = group[(i + 1) % n], prev = group[(i + n - 1) % n];
+  const size_t count = data.size() / element;
+  for (int s = 0; s + 1 < n; ++s) {
+    const auto [sf, sl] = BlockRange(count, n, (i - s + n) % n);
+    const auto [rf, rl] = BlockRange(count, n, (i - s - 1 + n) % n);
+    Send(next, data.data() + sf * element, (sl - sf) * element);
+    Status r = ReceiveInto(prev, data.data() + rf * element, (rl - rf) * element);
+    MERIDIAN_RETURN_IF_ERROR(Either(std::move(r), WaitSent()));
+  }
+  return OkStatus();
+}
+
+Status Communicator::ChainBroadcast(const std::vector<int>& group, std::span<std::byte> data, int root_index) {
+  const int n = static_cast<int>(group.size());
+  if (n == 1) return OkStatus();
+  const int i = static_cast<int>(std::find(group.begin(), group.end(), options_.rank) - group.begin());
+  const int position = (i - root_index + n) % n;  // along the chain from the root
+  const int next = group[(i + 1) % n], prev = group[(i + n - 1) % n];
+  if (position == 0) {
+    Send(next, data.data(), data.size());
+    return WaitSent();
+  }
+  // Each frame is passed on as it arrives: the chain is pipelined by frames.
+  Status r = Receive(prev, data.size(), [&](size_t off, size_t len, ByteStream& in) -> Status {
+    Status got = in.ReadExact(data.data() + off, len);
+    if (!got.ok()) return UnavailableError(fmt::format("receiving from {}: {}", Name(prev), got.message()));
+    if (position + 1 < n) Send(next, data.data() + off, len);
+    return OkStatus();
+  });
+  return Either(std::move(r), WaitSent());
+}
+
+template <typename T>
+Status Communicator::RingAllReduce(const std::vector<int>& group, std::span<T> data, ReduceOp op) {
+  if (group.size() < 2) return OkStatus();
+  MERIDIAN_RETURN_IF_ERROR(RingReduceScatter(group, data, op));
+  return RingAllGather(group, std::as_writable_bytes(data), sizeof(T));
+}
+
+template <typename T>
+Status Communicator::AllReduceT(std::span<T> data, ReduceOp op, Algorithm algorithm) {
+  std::vector<std::string> sites;  // in the order of their first rank
+  for (const RankAddress& r : options_.ranks) {
+    if (std::find(sites.begin(), sites.end(), r.site) == sites.end()) sites.push_back(r.site);
+  }
+  if (algorithm == Algorithm::kAuto) algorithm = sites.size() > 1 ? Algorithm::kHierarchical : Algorithm::kRing;
+  std::vector<int> all(options_.ranks.size());
+  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  if (algorithm == Algorithm::kRing || sites.size() == 1) return RingAllReduce(all, data, op);
+  // Hierarchical: within the site, between the sites' leaders (each site's first
+  // rank), then from the leader back to its site.
+  const std::string& mine = options_.ranks[options_.rank].site;
+  std::vector<int> local, leaders;
+  for (const std::string& site : sites) {
+    for (int r : all) {
+      if (options_.ranks[r].site != site) continue;
+      leaders.push_back(r);
+      break;
+    }
+  }
+  for (int r : all) {
+    if (options_.ranks[r].site == mine) local.push_back(r);
+  }
+  MERIDIAN_RETURN_IF_ERROR(RingAllReduce(local, data, op));
+  if (local.front() == options_.rank) MERIDIAN_RETURN_IF_ERROR(RingAllReduce(leaders, data, op));
+  return ChainBroadcast(local, std::as_writable_bytes(data), 0);
+}
+
+Status Communicator::AllReduce(std::span<float> data, ReduceOp op, Algorithm algorithm) {
+  return AllReduceT(data, op, algorithm);
+}
+Status Communicator::AllReduce(std::span<double> data, ReduceOp op, Algorithm algorithm) {
+  return AllReduceT(data, op, algorithm);
+}
+
+namespace {
+std::vector<int> Everyone(int n) {
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+}  // namespace
+
+Status Communicator::ReduceScatter(std::span<float> data, ReduceOp op) {
+  return size() < 2 ? OkStatus() : RingReduceScatter(Everyone(size()), data, op);
+}
+Status Communicator::ReduceScatter(std::span<double> data, ReduceOp op) {
+  return size() < 2 ? OkStatus() : RingReduceScatter(Everyone(size()), data, op);
+}
+
+Status Communicator::AllGather(std::span<std::byte> data) {
+  return size() < 2 ? OkStatus() : RingAllGather(Everyone(size()), data, 1);
+}
+
+Status Communicator::Broadcast(std::span<std::byte> data, int root) {
+  if (root < 0 || root >= size()) return InvalidArgumentError(fmt::format("no rank {} to broadcast from", root));
+  return ChainBroadcast(Everyone(size()), data, root);
+}
+
+}  // namespace meridian::collective

@@ -1,0 +1,187 @@
+// Meridian's own collectives: all-reduce, reduce-scatter, all-gather and broadcast
+// among the ranks of a gang, over the data plane's transport (common/net.h, and TLS
+// with security/tls.h when the cluster has certificates).
+//
+// Algorithms (docs/training.md has the figures):
+// - Ring, within a group of ranks: reduce-scatter then all-gather, each rank sending
+//   one block to the next and receiving one from the previous at every step, so each
+//   link carries 2(n-1)/n of the data and no rank sends more than any other.
+// - Hierarchical, across sites: an all-reduce within each site (ring), then one
+//   leader per site all-reduces with the other sites' leaders over the WAN (ring of
+//   leaders), then each leader broadcasts the result to its site (pipelined chain).
+//   The WAN carries what a two-rank exchange carries, per site, instead of the flat
+//   ring's 2(n-1)/n, and pays its round trip 2(s-1) times instead of 2(n-1).
+// - Broadcast: a chain from the root, pipelined by chunks.
+//
+// Connections: every rank listens (its TcpListener); rank i opens one connection to
+// rank j the first time it sends to j, and uses it only to send, so a rank sends and
+// receives at once on separate connections. A connection proves it comes from a rank
+// of this gang: the listener sends a 32-byte nonce and the peer answers its rank and
+// HMAC-SHA256(gang secret, nonce ‖ "collective rank N") before anything else is read.
+// With TLS both ends also prove a certificate of the cluster's CA first.
+//
+// Bounds: a frame's header is checked before its body is read: our magic, and the
+// very length the algorithm expects (never more than chunk_bytes), so a peer cannot
+// make a rank allocate or read what it did not ask for. A rank blocked longer than
+// timeout_us on a peer fails the collective with kUnavailable naming that peer.
+//
+// WAN emulation: with `links`, bytes sent between two sites are paced by a link clock
+// per direction (bandwidth) and delivered half a round trip later, as on the link,
+// for benchmarks and tests of the hierarchical path on one machine.
+//
+// Thread-safety: one collective at a time per Communicator (the caller's thread); it
+// runs one sender thread and one accepting thread of its own.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/net.h"
+#include "common/status.h"
+#include "objects/link_clock.h"
+#include "objects/transfer.h"
+#include "security/tls.h"
+
+namespace meridian::collective {
+
+enum class ReduceOp { kSum, kMax, kMin };
+enum class Algorithm {
+  kAuto,          // hierarchical when the ranks are at more than one site, else ring
+  kRing,          // one ring over every rank, wherever they are
+  kHierarchical,  // within sites, then between site leaders
+};
+
+struct RankAddress {
+  std::string address;  // host:port of the rank's listener
+  std::string site;
+};
+
+inline constexpr int kMaxRanks = 4096;  // a gang's bound (model::kMaxGangMembers)
+
+struct CommunicatorOptions {
+  int rank = 0;
+  std::vector<RankAddress> ranks;  // by rank
+  std::string secret;              // the gang's (MERIDIAN_GANG_SECRET); required
+  std::shared_ptr<const security::TlsContext> tls = {};  // null: plain TCP
+  // Emulated WAN links between sites, keyed by the two sites in either order; sites
+  // without an entry are not shaped. rtt_us and bandwidth_bps are used.
+  std::map<std::pair<std::string, std::string>, objects::LinkShape> links = {};
+  int64_t timeout_us = 60'000'000;
+  size_t chunk_bytes = size_t{1} << 20;  // frames carry at most this much
+};
+
+// The elements of `count` that block `b` of `blocks` holds: [first, second).
+std::pair<size_t, size_t> BlockRange(size_t count, int blocks, int b);
+
+class Communicator {
+ public:
+  // Listens on `listener` for the other ranks (it must be the address ranks[rank]
+  // names). Connections are made on first use, so ranks may start at different
+  // moments within timeout_us.
+  static StatusOr<std::unique_ptr<Communicator>> Create(std::unique_ptr<TcpListener> listener,
+                                                        CommunicatorOptions options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return static_cast<int>(options_.ranks.size()); }
+
+  // Every rank's `data` becomes the element-wise reduction of all ranks' data (every
+  // rank passes the same length).
+  Status AllReduce(std::span<float> data, ReduceOp op, Algorithm algorithm = Algorithm::kAuto);
+  Status AllReduce(std::span<double> data, ReduceOp op, Algorithm algorithm = Algorithm::kAuto);
+  // Block rank() of `data` (BlockRange(data.size(), size(), rank())) becomes the
+  // reduction of that block over all ranks; the rest of `data` is scratch.
+  Status ReduceScatter(std::span<float> data, ReduceOp op);
+  Status ReduceScatter(std::span<double> data, ReduceOp op);
+  // Block r of `data` (by bytes) is rank r's on entry; every rank has every block on
+  // return.
+  Status AllGather(std::span<std::byte> data);
+  // Every rank's `data` becomes `root`'s.
+  Status Broadcast(std::span<std::byte> data, int root);
+
+  // Bytes this rank sent, by destination site.
+  std::map<std::string, int64_t> bytes_sent() const;
+  // Connections refused: not a rank of this gang, or a second connection from one.
+  int64_t refused() const;
+
+ private:
+  struct Peer {
+    std::unique_ptr<ByteStream> out;    // we send on it
+    std::unique_ptr<TcpStream> in_tcp;  // it sends on it,
+    std::unique_ptr<ByteStream> in;     // in TLS over in_tcp when the cluster has TLS
+    bool claimed = false;               // a connection proved it is this rank
+  };
+  struct Handshake {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  struct SendJob {
+    int to = 0;
+    const std::byte* data = nullptr;
+    size_t size = 0;
+  };
+
+  Communicator(std::unique_ptr<TcpListener> listener, CommunicatorOptions options,
+               std::unique_ptr<objects::LinkClocks> clocks);
+  void AcceptLoop();
+  void Admit(std::unique_ptr<TcpStream> tcp);
+  void SendLoop();
+  Status Connect(int to);
+  Status SendNow(const SendJob& job);
+  // Queues `size` bytes at `data` for rank `to`, in frames of at most chunk_bytes;
+  // the memory must stay as it is until WaitSent.
+  void Send(int to, const void* data, size_t size);
+  // Waits until everything queued is sent; the first send error since the last wait.
+  Status WaitSent();
+  // Reads `size` bytes sent by rank `from` (frames of at most chunk_bytes), handing
+  // each frame to `take(offset, bytes)` as it arrives.
+  template <typename Take>
+  Status Receive(int from, size_t size, Take&& take);
+  Status ReceiveInto(int from, void* data, size_t size);
+  StatusOr<ByteStream*> Inbound(int from);
+  const objects::LinkShape* Link(int from, int to) const;
+
+  template <typename T>
+  Status AllReduceT(std::span<T> data, ReduceOp op, Algorithm algorithm);
+  template <typename T>
+  Status RingReduceScatter(const std::vector<int>& group, std::span<T> data, ReduceOp op);
+  Status RingAllGather(const std::vector<int>& group, std::span<std::byte> data, size_t element);
+  Status ChainBroadcast(const std::vector<int>& group, std::span<std::byte> data, int root_index);
+  template <typename T>
+  Status RingAllReduce(const std::vector<int>& group, std::span<T> data, ReduceOp op);
+  std::string Name(int rank) const;
+
+  CommunicatorOptions options_;
+  std::unique_ptr<TcpListener> listener_;
+  std::unique_ptr<objects::LinkClocks> clocks_;
+  std::vector<std::byte> scratch_;  // one frame, for reductions
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopping_ = false;                  // guarded by mu_
+  std::vector<Peer> peers_;                // guarded by mu_ (the streams are used outside it)
+  std::deque<SendJob> queue_;              // guarded by mu_
+  bool sending_ = false;                   // guarded by mu_: a job is being sent
+  Status send_error_;                      // guarded by mu_
+  std::map<std::string, int64_t> sent_;    // guarded by mu_
+  int64_t refused_ = 0;                    // guarded by mu_
+  std::list<Handshake> handshakes_;        // guarded by mu_
+  std::thread accept_thread_;
+  std::thread send_thread_;
+};
+
+}  // namespace meridian::collective
