@@ -181,6 +181,18 @@ check "slurm submit with no coordinator" 2 "--coordinator HOST:PORT is required 
 check "slurm submit with an unknown --gpu-type" 2 "--gpu-type: unknown accelerator type 'Z80'" "$bin" slurm submit --partition p --gpu-type Z80 --coordinator x:1 --insecure
 check "slurm submit with TLS but no join token" 2 "--tls-dir (with the cluster's ca.crt) and --join-token-file" "$bin" slurm submit --partition p --coordinator x:1
 check "slurm submit --dry-run writes the script" 0 "" bash -c "$bin slurm submit --partition gpu --nodes 3 --gres gpu:a100:2 --coordinator 10.0.0.1:7070 --insecure --idle-exit 90s --dry-run --meridian /opt/meridian | grep -qx \"exec srun --ntasks=1 '/opt/meridian' '--log-level' 'info' 'agent' '--slurm' '--coordinator' '10.0.0.1:7070' '--idle-exit' '90s' '--insecure'\""
+# bench allreduce: bad sizes, and a short run whose JSON carries the figures the
+# training issue names, each result checked by the bench itself.
+check "bench allreduce with one rank" 2 "--ranks is 2 to 64" "$bin" bench allreduce --ranks 1
+check "bench allreduce with a size that is no float32 vector" 2 "--bytes is 1 KiB to 4 GiB, a multiple of 4" "$bin" bench allreduce --bytes 1030B
+check "bench allreduce, short" 0 "" "$bin" bench allreduce --ranks 2 --bytes 1MiB --iterations 2 --json
+python3 - "$tmp/out" <<'PY' || { echo "FAIL bench allreduce json:"; cat "$tmp/out"; fail=1; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["ranks"] == 2 and j["bytes"] == 1 << 20, j
+for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "ratio", "tls_ratio", "hierarchical_ratio"):
+    assert isinstance(j[k], float) and j[k] > 0, (k, j)
+PY
 check "health without a port" 2 "the address needs a port" "$bin" health http://127.0.0.1/healthz
 check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz
 exit $fail

@@ -469,6 +469,19 @@ struct BenchTransferOptions {
 // across the same link.
 Status RunBenchTransfer(const BenchTransferOptions& options, std::ostream& out);
 
+struct BenchAllReduceOptions {
+  int ranks = 2;
+  int64_t bytes = int64_t{64} << 20;
+  int iterations = 5;
+  int64_t wan_rtt_us = 80'000;           // the emulated link of the two-site figure
+  int64_t wan_bps = int64_t{1'000'000'000};
+  bool json = false;
+};
+// `meridian bench allreduce`: Meridian's all-reduce among `ranks` ranks on loopback
+// (plain TCP and TLS) against Open MPI's over TCP in the same run, and 2 sites x 2
+// ranks over an emulated WAN link, hierarchical against a flat ring.
+Status RunBenchAllReduce(const BenchAllReduceOptions& options, std::ostream& out);
+
 struct BenchGemmOptions {
   int64_t n = 8192;
   int64_t repeat = 50;

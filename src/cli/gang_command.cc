@@ -23,13 +23,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,6 +35,7 @@
 #include "agent/gang.h"
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "common/temp_dir.h"
 #include "model/work.h"
 #include "security/pki.h"
 #include "security/ticket.h"
@@ -227,34 +226,6 @@ StatusOr<int> ServeOneLaunch(int listen_fd, const Member& m, std::chrono::steady
   return CancelledError("stopped");
 }
 
-// A directory of this process's own under TMPDIR (or /tmp), set as its TMPDIR for
-// the programs it starts; removed with everything in it when this is destroyed.
-class PrivateTmpDir {
- public:
-  static StatusOr<PrivateTmpDir> Make() {
-    const char* base = std::getenv("TMPDIR");
-    std::string path = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/meridian-mpi-XXXXXX";
-    if (mkdtemp(path.data()) == nullptr) {
-      return UnavailableError(fmt::format("cannot make a directory for Open MPI's session in {}: {}",
-                                          path.substr(0, path.rfind('/')), strerror(errno)));
-    }
-    setenv("TMPDIR", path.c_str(), 1);
-    PrivateTmpDir dir;
-    dir.path_ = std::move(path);
-    return dir;
-  }
-  PrivateTmpDir(PrivateTmpDir&& other) noexcept : path_(std::exchange(other.path_, "")) {}
-  PrivateTmpDir& operator=(PrivateTmpDir&&) = delete;
-  ~PrivateTmpDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-
- private:
-  PrivateTmpDir() = default;
-  std::string path_;
-};
-
 StatusOr<int> Connect(const std::string& host, int32_t port, std::chrono::steady_clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -357,7 +328,8 @@ Status RunGangMpirun(const GangMpirunOptions& options, int* exit_code) {
   // (ompi.HOST.UID/jf.JOB/...), and two daemons of one job that create that tree at
   // once on one host race: one fails with "mkdir ... File exists" and the gang fails.
   // Each member's daemon gets a TMPDIR of its own, removed when the launch is over.
-  MERIDIAN_ASSIGN_OR_RETURN(PrivateTmpDir tmp, PrivateTmpDir::Make());
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> tmp, TempDir::Make("meridian-mpi"));
+  setenv("TMPDIR", tmp->path().c_str(), 1);
   MERIDIAN_ASSIGN_OR_RETURN(int listen_fd, Listen(LaunchPort(m, m.rank)));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options.wait_us);
   std::atomic<bool> stop{false};

@@ -139,6 +139,16 @@ int main(int argc, char** argv) {
                            "against the configured rate and iperf3 on the same link (root; default --bytes 256MiB)");
   bench_transfer->add_option("--rate", transfer_rate, "With --netns: the link's rate (default 1Gbps)");
 
+  cli::BenchAllReduceOptions bench_allreduce_opts;
+  std::string allreduce_bytes = "64MiB";
+  CLI::App* bench_allreduce = bench_cmd->add_subcommand(
+      "allreduce", "Meridian's all-reduce against Open MPI's over TCP in the same run, and hierarchical against a flat "
+                   "ring over an emulated WAN link");
+  bench_allreduce->add_option("--ranks", bench_allreduce_opts.ranks, "Ranks on this machine (default 2)");
+  bench_allreduce->add_option("--bytes", allreduce_bytes, "Size of the vector reduced (default 64MiB)");
+  bench_allreduce->add_option("--iterations", bench_allreduce_opts.iterations, "Timed runs of each (default 5)");
+  bench_allreduce->add_flag("--json", bench_allreduce_opts.json, "Print JSON for scripts");
+
   cli::BenchGemmOptions bench_gemm_opts;
   CLI::App* bench_gemm = bench_cmd->add_subcommand(
       "gemm", "A DGEMM through cuBLAS called directly, against the same GEMM as a Meridian task (needs a GPU)");
@@ -616,6 +626,14 @@ int main(int argc, char** argv) {
       bench_transfer_opts.bytes = *bytes;
       bench_transfer_opts.rate_bps = *rate;
       status = cli::RunBenchTransfer(bench_transfer_opts, std::cout);
+    }
+  } else if (bench_allreduce->parsed()) {
+    StatusOr<int64_t> bytes = ParseBytes(allreduce_bytes);
+    if (!bytes.ok()) {
+      status = InvalidArgumentError(fmt::format("--bytes: {}", bytes.status().message()));
+    } else {
+      bench_allreduce_opts.bytes = *bytes;
+      status = cli::RunBenchAllReduce(bench_allreduce_opts, std::cout);
     }
   } else if (bench_gemm->parsed()) {
     status = cli::RunBenchGemm(bench_gemm_opts, std::cout);
