@@ -366,7 +366,9 @@ Status Communicator::Receive(int from, size_t size, Take&& take) {
       return DataLossError(fmt::format("{} sent a frame of {} bytes where {} were due (or not ours)", Name(from),
                                        h.length, want));
     }
-    MERIDIAN_RETURN_IF_ERROR(take(off, want, *in));
+    if (Status got = take(off, want, *in); !got.ok()) {
+      return UnavailableError(fmt::format("receiving from {}: {}", Name(from), got.message()));
+    }
     if (shaped) {
       const int64_t wait = std::min(h.deliver_at_us - NowUs(), options_.timeout_us);
       if (wait > 0) std::this_thread::sleep_for(std::chrono::microseconds(wait));
@@ -378,10 +380,7 @@ Status Communicator::Receive(int from, size_t size, Take&& take) {
 
 Status Communicator::ReceiveInto(int from, void* data, size_t size) {
   auto* bytes = static_cast<std::byte*>(data);
-  return Receive(from, size, [&](size_t off, size_t n, ByteStream& in) -> Status {
-    Status s = in.ReadExact(bytes + off, n);
-    return s.ok() ? s : UnavailableError(fmt::format("receiving from {}: {}", Name(from), s.message()));
-  });
+  return Receive(from, size, [&](size_t off, size_t n, ByteStream& in) { return in.ReadExact(bytes + off, n); });
 }
 
 // ---- algorithms ----
@@ -399,8 +398,7 @@ Status Communicator::RingReduceScatter(const std::vector<int>& group, std::span<
     Send(next, data.data() + sf, (sl - sf) * sizeof(T));
     T* into = data.data() + rf;
     Status r = Receive(prev, (rl - rf) * sizeof(T), [&](size_t off, size_t len, ByteStream& in) -> Status {
-      Status got = in.ReadExact(scratch_.data(), len);
-      if (!got.ok()) return UnavailableError(fmt::format("receiving from {}: {}", Name(prev), got.message()));
+      MERIDIAN_RETURN_IF_ERROR(in.ReadExact(scratch_.data(), len));
       Reduce(into + off / sizeof(T), reinterpret_cast<const T*>(scratch_.data()), len / sizeof(T), op);
       return OkStatus();
     });
@@ -436,8 +434,7 @@ Status Communicator::ChainBroadcast(const std::vector<int>& group, std::span<std
   }
   // Each frame is passed on as it arrives: the chain is pipelined by frames.
   Status r = Receive(prev, data.size(), [&](size_t off, size_t len, ByteStream& in) -> Status {
-    Status got = in.ReadExact(data.data() + off, len);
-    if (!got.ok()) return UnavailableError(fmt::format("receiving from {}: {}", Name(prev), got.message()));
+    MERIDIAN_RETURN_IF_ERROR(in.ReadExact(data.data() + off, len));
     if (position + 1 < n) Send(next, data.data() + off, len);
     return OkStatus();
   });
@@ -451,6 +448,14 @@ Status Communicator::RingAllReduce(const std::vector<int>& group, std::span<T> d
   return RingAllGather(group, std::as_writable_bytes(data), sizeof(T));
 }
 
+namespace {
+std::vector<int> Everyone(int n) {
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+}  // namespace
+
 template <typename T>
 Status Communicator::AllReduceT(std::span<T> data, ReduceOp op, Algorithm algorithm) {
   std::vector<std::string> sites;  // in the order of their first rank
@@ -458,8 +463,7 @@ Status Communicator::AllReduceT(std::span<T> data, ReduceOp op, Algorithm algori
     if (std::find(sites.begin(), sites.end(), r.site) == sites.end()) sites.push_back(r.site);
   }
   if (algorithm == Algorithm::kAuto) algorithm = sites.size() > 1 ? Algorithm::kHierarchical : Algorithm::kRing;
-  std::vector<int> all(options_.ranks.size());
-  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  const std::vector<int> all = Everyone(size());
   if (algorithm == Algorithm::kRing || sites.size() == 1) return RingAllReduce(all, data, op);
   // Hierarchical: within the site, between the sites' leaders (each site's first
   // rank), then from the leader back to its site.
@@ -487,13 +491,6 @@ Status Communicator::AllReduce(std::span<double> data, ReduceOp op, Algorithm al
   return AllReduceT(data, op, algorithm);
 }
 
-namespace {
-std::vector<int> Everyone(int n) {
-  std::vector<int> all(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
-  return all;
-}
-}  // namespace
 
 Status Communicator::ReduceScatter(std::span<float> data, ReduceOp op) {
   return size() < 2 ? OkStatus() : RingReduceScatter(Everyone(size()), data, op);
