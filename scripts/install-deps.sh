@@ -8,7 +8,7 @@ packages=(
   libfmt-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev libpq-dev postgresql
-  libxxhash-dev libssl-dev libsodium-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
+  libxxhash-dev libssl-dev libsodium-dev zlib1g-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
   iproute2 nftables iputils-ping systemd curl slurm-wlm munge python3-kubernetes python3-yaml
   python3-torch python3-sklearn openmpi-bin python3-mpi4py
   clang libclang-rt-14-dev

@@ -146,6 +146,20 @@ std::string BashCompletion(CLI::App& app);
 
 // Exit codes (docs/runtime.md, "Exit codes"): what a script can tell apart.
 inline constexpr int kExitJobFailed = 1;    // the job failed or was cancelled; plan: it cannot be placed
+// What a gang's member knows of its gang, from the environment its agent gave it
+// (RANK, WORLD_SIZE, MASTER_PORT, MERIDIAN_GANG_SECRET, MERIDIAN_GANG_PEERS).
+struct GangMember {
+  uint32_t rank = 0;
+  uint32_t world = 0;
+  int32_t master_port = 0;
+  std::string secret;
+  std::vector<std::string> hosts;  // by rank
+  std::vector<std::string> sites;  // by rank
+  std::string meridian;            // this program
+};
+// An error says which variable is missing, or what of the peers file does not fit.
+StatusOr<GangMember> ReadGangMember();
+
 // Open MPI launched by Meridian in a gang (src/cli/gang_command.cc, docs/training.md).
 struct GangMpirunOptions {
   std::vector<std::string> command;      // the MPI program and its arguments
@@ -163,6 +177,22 @@ struct GangRshOptions {
 };
 // `meridian gang rsh rankK COMMAND...`: mpirun's plm_rsh_agent; runs COMMAND in rank K.
 Status RunGangRsh(const GangRshOptions& options, int* exit_code);
+// `meridian gang train --data FILE`: every member's command; the built-in trainer
+// (workloads/training) as this rank, gradients all-reduced with the gang's other ranks
+// on MASTER_PORT + 1 + WORLD_SIZE + RANK. Prints the rank's result as a JSON line.
+struct GangTrainOptions {
+  std::string data;          // the digits file (csv or csv.gz)
+  int32_t hidden = 128;
+  int32_t epochs = 30;
+  int32_t batch = 64;
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  uint64_t seed = 1;
+  int64_t checkpoint_every = 0;
+  std::string algorithm = "auto";  // auto, ring, hierarchical
+  int64_t timeout_us = 60'000'000;  // a collective waiting this long on a peer fails
+};
+Status RunGangTrain(const GangTrainOptions& options, std::ostream& out);
 
 inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
 inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered

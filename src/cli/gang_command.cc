@@ -52,17 +52,9 @@ constexpr uint32_t kMaxCommandBytes = 64 << 10;
 constexpr uint32_t kMaxFrameBytes = 1 << 20;
 enum Frame : uint8_t { kOutput = 1, kExit = 2, kRefused = 3 };
 
-// What a member knows of its gang, from the environment its agent gave it.
-struct Member {
-  uint32_t rank = 0;
-  uint32_t world = 0;
-  int32_t master_port = 0;
-  std::string secret;
-  std::vector<std::string> hosts;  // by rank
-  std::string meridian;            // this program
-};
+}  // namespace
 
-StatusOr<Member> ReadMember() {
+StatusOr<GangMember> ReadGangMember() {
   auto var = [](const char* name) -> StatusOr<std::string> {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') {
@@ -71,7 +63,7 @@ StatusOr<Member> ReadMember() {
     }
     return std::string(v);
   };
-  Member m;
+  GangMember m;
   MERIDIAN_ASSIGN_OR_RETURN(std::string rank, var("RANK"));
   MERIDIAN_ASSIGN_OR_RETURN(std::string world, var("WORLD_SIZE"));
   MERIDIAN_ASSIGN_OR_RETURN(std::string port, var("MASTER_PORT"));
@@ -86,7 +78,10 @@ StatusOr<Member> ReadMember() {
   while (std::getline(in, line) && m.hosts.size() <= model::kMaxGangMembers) {
     std::istringstream fields(line);
     std::string r, node, site, host;
-    if (fields >> r >> node >> site >> host) m.hosts.push_back(host);
+    if (fields >> r >> node >> site >> host) {
+      m.hosts.push_back(host);
+      m.sites.push_back(site);
+    }
   }
   if (m.world == 0 || m.hosts.size() != m.world || m.rank >= m.world) {
     return FailedPreconditionError(fmt::format("the gang's peers file {} lists {} ranks; WORLD_SIZE is {}, RANK {}",
@@ -100,7 +95,9 @@ StatusOr<Member> ReadMember() {
   return m;
 }
 
-int32_t LaunchPort(const Member& m, uint32_t rank) { return m.master_port + 1 + static_cast<int32_t>(rank); }
+namespace {
+
+int32_t LaunchPort(const GangMember& m, uint32_t rank) { return m.master_port + 1 + static_cast<int32_t>(rank); }
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -191,7 +188,7 @@ int RunRelayed(int conn, const std::string& command) {
 // Waits on `listen_fd` for one launch proven with the member's secret, runs it and
 // returns its exit status. Connections that cannot prove themselves are refused, and
 // the wait goes on, until `deadline` or `stop`.
-StatusOr<int> ServeOneLaunch(int listen_fd, const Member& m, std::chrono::steady_clock::time_point deadline,
+StatusOr<int> ServeOneLaunch(int listen_fd, const GangMember& m, std::chrono::steady_clock::time_point deadline,
                              const std::atomic<bool>& stop) {
   while (!stop.load()) {
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -258,7 +255,7 @@ StatusOr<int> Connect(const std::string& host, int32_t port, std::chrono::steady
 }  // namespace
 
 Status RunGangRsh(const GangRshOptions& options, int* exit_code) {
-  MERIDIAN_ASSIGN_OR_RETURN(Member m, ReadMember());
+  MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
   // ssh's way: the remote command is its arguments joined by spaces, for a shell.
   std::string command;
   for (const std::string& a : options.command) command += (command.empty() ? "" : " ") + a;
@@ -319,7 +316,7 @@ Status RunGangRsh(const GangRshOptions& options, int* exit_code) {
 
 Status RunGangMpirun(const GangMpirunOptions& options, int* exit_code) {
   if (options.command.empty()) return InvalidArgumentError("give the MPI program after --");
-  MERIDIAN_ASSIGN_OR_RETURN(Member m, ReadMember());
+  MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
   // Open MPI 4.1's PMIx shared-memory store reports a spurious error ("PMIX ERROR: ...
   // dstore_base.c") into the program's output when several daemons share a host, as a
   // local cluster's members do; its hash store does not. For mpirun and the daemons.

@@ -565,6 +565,21 @@ int main(int argc, char** argv) {
   gang_mpirun_cmd->add_option("--mpirun-arg", gang_mpirun.mpirun_args, "Passed to mpirun as it is (repeatable)");
   gang_mpirun_cmd->add_option("--mpirun", gang_mpirun.mpirun, "The mpirun program (default: mpirun on PATH)");
   gang_mpirun_cmd->add_option("command", gang_mpirun.command, "-- PROGRAM [ARGS...]")->required();
+  cli::GangTrainOptions gang_train;
+  CLI::App* gang_train_cmd = gang_cmd->add_subcommand(
+      "train", "Every member's command: Meridian's data-parallel trainer (the digits MLP), gradients all-reduced");
+  gang_train_cmd->add_option("--data", gang_train.data, "The digits file (csv or csv.gz: sklearn's digits.csv.gz)")
+      ->required();
+  gang_train_cmd->add_option("--epochs", gang_train.epochs, "Passes over the training images")->capture_default_str();
+  gang_train_cmd->add_option("--hidden", gang_train.hidden, "Hidden units")->capture_default_str();
+  gang_train_cmd->add_option("--batch", gang_train.batch, "Images a step, over all ranks")->capture_default_str();
+  gang_train_cmd->add_option("--learning-rate", gang_train.learning_rate, "SGD's step")->capture_default_str();
+  gang_train_cmd->add_option("--momentum", gang_train.momentum, "SGD's momentum")->capture_default_str();
+  gang_train_cmd->add_option("--seed", gang_train.seed, "Initial weights, split and order")->capture_default_str();
+  gang_train_cmd->add_option("--checkpoint-every", gang_train.checkpoint_every,
+                             "Steps between checkpoints (0: none), kept as objects by the agent")
+      ->capture_default_str();
+  gang_train_cmd->add_option("--algorithm", gang_train.algorithm, "auto, ring or hierarchical")->capture_default_str();
   // `gang rsh rankK COMMAND...` is read before the parser (main's start): the command
   // is mpirun's, options and all, as ssh would take it. Listed here for --help.
   gang_cmd->add_subcommand("rsh", "mpirun's plm_rsh_agent: rsh rankK COMMAND... runs it in rank K of this gang");
@@ -590,6 +605,8 @@ int main(int argc, char** argv) {
   if (gang_mpirun_cmd->parsed()) {
     status = cli::RunGangMpirun(gang_mpirun, &gang_exit);
     if (status.ok()) return gang_exit;
+  } else if (gang_train_cmd->parsed()) {
+    status = cli::RunGangTrain(gang_train, std::cout);
   } else if (completion_cmd->parsed()) {
     std::cout << cli::BashCompletion(app);
   } else if (health_cmd->parsed()) {

@@ -1,0 +1,145 @@
+// `meridian gang train`: the built-in data-parallel trainer (workloads/training) as one
+// rank of a gang. Each member listens for its peers on MASTER_PORT + 1 + WORLD_SIZE +
+// RANK (above `gang mpirun`'s launch ports) and proves the gang's secret on every
+// connection (collective/communicator.h). See docs/training.md.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "collective/communicator.h"
+#include "common/logging.h"
+#include "workloads/training/trainer.h"
+
+namespace meridian::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+StatusOr<collective::Algorithm> ParseAlgorithm(const std::string& name) {
+  if (name == "auto") return collective::Algorithm::kAuto;
+  if (name == "ring") return collective::Algorithm::kRing;
+  if (name == "hierarchical") return collective::Algorithm::kHierarchical;
+  return InvalidArgumentError(fmt::format("--algorithm {}: expected auto, ring or hierarchical", name));
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+StatusOr<std::string> ReadFile(const std::string& path, int64_t limit) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return NotFoundError(fmt::format("cannot read {}: {}", path, ec.message()));
+  if (static_cast<int64_t>(size) > limit) {
+    return ResourceExhaustedError(fmt::format("{} is {} bytes; a checkpoint of this model is at most {}", path, size,
+                                              limit));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(size, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
+    return DataLossError(fmt::format("cannot read {}", path));
+  }
+  return bytes;
+}
+
+// Writes the checkpoint where the agent collects it: a new file renamed over the old,
+// so the agent never reads half of one.
+Status WriteCheckpoint(const std::string& dir, const std::string& bytes) {
+  const std::string tmp = dir + "/.checkpoint.partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) return UnavailableError(fmt::format("cannot write {}", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir + "/checkpoint", ec);
+  if (ec) return UnavailableError(fmt::format("cannot write {}/checkpoint: {}", dir, ec.message()));
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(collective::Algorithm algorithm, ParseAlgorithm(options.algorithm));
+  MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
+  if (options.data.empty()) return InvalidArgumentError("--data: the digits file is required");
+  MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(options.data));
+  training::TrainOptions t;
+  t.hidden = options.hidden;
+  t.epochs = options.epochs;
+  t.batch = options.batch;
+  t.learning_rate = options.learning_rate;
+  t.momentum = options.momentum;
+  t.seed = options.seed;
+  t.checkpoint_every = options.checkpoint_every;
+  t.algorithm = algorithm;
+  MERIDIAN_RETURN_IF_ERROR(training::CheckTrainOptions(t, digits.size(), static_cast<int>(m.world)));
+
+  const int64_t first_port = int64_t{m.master_port} + 1 + m.world;
+  if (first_port + m.world > 65535) {
+    return FailedPreconditionError(
+        fmt::format("MASTER_PORT {} leaves no collective port for {} ranks", m.master_port, m.world));
+  }
+  collective::CommunicatorOptions co;
+  co.rank = static_cast<int>(m.rank);
+  co.secret = m.secret;
+  co.timeout_us = options.timeout_us;
+  for (uint32_t r = 0; r < m.world; ++r) {
+    const std::string& h = m.hosts[r];
+    const std::string host = h.find(':') == std::string::npos ? h : "[" + h + "]";
+    co.ranks.push_back({fmt::format("{}:{}", host, first_port + r), m.sites[r]});
+  }
+  const std::string& own_host = m.hosts[m.rank];
+  MERIDIAN_ASSIGN_OR_RETURN(
+      std::unique_ptr<TcpListener> listener,
+      TcpListener::Listen(own_host.find(':') == std::string::npos ? "0.0.0.0" : "::",
+                          static_cast<int>(first_port + m.rank)));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<collective::Communicator> comm,
+                            collective::Communicator::Create(std::move(listener), co));
+
+  training::Trainer trainer(digits, t, comm.get());
+  // A checkpoint to resume from: the one the coordinator gave this member's attempt.
+  if (const std::string from = Env("MERIDIAN_CHECKPOINT"); !from.empty()) {
+    const int64_t limit = 64 + 8 * (int64_t{75} * t.hidden + 10);
+    MERIDIAN_ASSIGN_OR_RETURN(std::string bytes, ReadFile(from, limit));
+    StatusOr<training::Checkpoint> c = training::DecodeCheckpoint(bytes, t.hidden);
+    if (!c.ok()) return DataLossError(fmt::format("{}: {}", from, c.status().message()));
+    MERIDIAN_RETURN_IF_ERROR(trainer.Restore(*c));
+    std::cerr << fmt::format("rank {}: resuming from the checkpoint of step {}\n", m.rank, c->step);
+  }
+  const std::string checkpoint_dir = Env("MERIDIAN_CHECKPOINT_DIR");
+  if (t.checkpoint_every > 0 && checkpoint_dir.empty()) {
+    return FailedPreconditionError(
+        "--checkpoint-every: MERIDIAN_CHECKPOINT_DIR is not set (the agent sets it for a task with checkpoints)");
+  }
+  StatusOr<training::TrainResult> result = trainer.Run(
+      [&](const training::Checkpoint& c) { return WriteCheckpoint(checkpoint_dir, training::EncodeCheckpoint(c, t.hidden)); },
+      [&](const training::EpochReport& e) {
+        std::cerr << fmt::format("epoch {}/{} step {} loss {:.6f}\n", e.epoch, t.epochs, e.step, e.loss);
+      });
+  if (!result.ok()) return result.status();
+  nlohmann::json j;
+  j["rank"] = m.rank;
+  j["world_size"] = m.world;
+  j["node"] = Env("MERIDIAN_NODE");
+  j["site"] = m.sites[m.rank];
+  j["accuracy"] = result->test_accuracy;
+  j["final_loss"] = result->final_loss;
+  j["steps"] = result->steps;
+  j["parameters"] = result->parameters;
+  j["resumed_from"] = result->resumed_from;
+  j["checksum"] = result->checksum;
+  j["bytes_sent"] = comm->bytes_sent();
+  out << j.dump() << '\n';
+  return OkStatus();
+}
+
+}  // namespace meridian::cli
