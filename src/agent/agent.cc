@@ -88,6 +88,10 @@ Agent::Agent(AgentOptions options, Env& env)
                          return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
                        }};
   exec.task_uid_base = options_.task_uid_base;
+  exec.release_object = [this](const std::string& hex) {
+    StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(hex);
+    if (id.ok() && objects_) objects_->Release(*id);
+  };
   for (const model::Device& d : options_.node.devices) exec.device_memory_bytes[d.index] = d.memory_bytes;
   exec.fetch_together = [this](const std::vector<const model::ObjectLocation*>& objects, const std::atomic<bool>& stop) {
     return FetchTogether(objects, stop);

@@ -1,5 +1,6 @@
 #include "agent/executor.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -231,7 +232,9 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
   };
   std::vector<Want> wants;
   std::map<std::string, int64_t> inline_bytes;  // by the site that made them
-  inputs.assign(a.input_objects.size() + a.inputs.size(), std::string());
+  // An earlier attempt's checkpoint comes last (RunCommand takes it off).
+  inputs.assign(a.input_objects.size() + a.inputs.size() + (a.checkpoint.id.empty() ? 0 : 1), std::string());
+  if (!a.checkpoint.id.empty()) wants.push_back({&a.checkpoint, "its checkpoint", inputs.size() - 1});
   for (size_t i = 0; i < a.input_objects.size(); ++i) {
     const model::ObjectLocation& o = a.input_objects[i];
     wants.push_back({&o, fmt::format("input {}", o.name.empty() ? o.id : o.name), i});
@@ -347,6 +350,7 @@ void Executor::RunKernel(Running_& task) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
   } else if (GatherInputs(task, inputs, u)) {
+    if (!a.checkpoint.id.empty()) inputs.pop_back();  // kernels make no checkpoints
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
     StatusOr<std::string> out =
@@ -399,11 +403,16 @@ void Executor::RunCommand(Running_& task) {
                        fmt::format("{}-{}-{}", a.key.job, a.key.task, a.key.attempt);
   std::error_code ec;
   fs::create_directories(dir / "inputs", ec);
+  if (!ec) fs::create_directories(dir / "checkpoints", ec);
   std::vector<std::string> inputs;
   if (!GatherInputs(task, inputs, u)) {
     fs::remove_all(dir, ec);
     Finish(a.key, std::move(u));
     return;
+  }
+  if (!a.checkpoint.id.empty()) {
+    if (!ec) std::ofstream(dir / "checkpoint", std::ios::binary) << inputs.back();
+    inputs.pop_back();
   }
   for (size_t i = 0; i < inputs.size() && !ec; ++i) {
     std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
@@ -463,6 +472,10 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("MERIDIAN_CPU_MILLI={}", a.allocation.cpu_milli));
   p.env.push_back(fmt::format("MERIDIAN_INPUTS={}", (dir / "inputs").string()));
   p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", inputs.size()));
+  // Where it may leave a checkpoint (a file `checkpoint`, renamed into place whole),
+  // which the agent keeps as an object; and the one an earlier attempt left, if any.
+  p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT_DIR={}", (dir / "checkpoints").string()));
+  if (!a.checkpoint.id.empty()) p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT={}", (dir / "checkpoint").string()));
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
   // Emulated devices are not GPUs the program could open: it sees none.
@@ -505,6 +518,10 @@ void Executor::RunCommand(Running_& task) {
     live.stderr_bytes = o.stderr_bytes;
     on_update_(std::move(live));
   };
+  CheckpointWatch watch;
+  watch.dir = dir.string();
+  watch.uid = p.uid >= 0 ? p.uid : -1;
+  if (options_.store_output) p.on_interval = [this, &watch, key = a.key] { CollectCheckpoint(key, watch); };
   StatusOr<ProcessResult> r = ec ? StatusOr<ProcessResult>(UnavailableError(
                                        fmt::format("cannot create {}: {}", dir.string(), ec.message())))
                                  : RunProcess(p, task.stop);
@@ -539,8 +556,74 @@ void Executor::RunCommand(Running_& task) {
       SettleOutput(std::move(r->stdout_head), "the command", u);
     }
   }
+  // The last checkpoint it wrote, before its directory goes: a retry resumes from it.
+  if (options_.store_output && r.ok()) CollectCheckpoint(a.key, watch);
   fs::remove_all(dir, ec);
   Finish(a.key, std::move(u));
+}
+
+void Executor::CollectCheckpoint(const model::TaskKey& key, CheckpointWatch& watch) {
+  // The command owns its directory and could put a link where the file should be:
+  // every step opens without following links, and only a regular file of the task's
+  // own user is read (never something of the agent's it points at).
+  const int task_dir = open(watch.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (task_dir < 0) return;
+  const int checkpoints = openat(task_dir, "checkpoints", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  close(task_dir);
+  if (checkpoints < 0) return;
+  const int fd = openat(checkpoints, "checkpoint", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  close(checkpoints);
+  if (fd < 0) return;
+  struct stat st = {};
+  auto same = [&](const struct stat& a) {
+    return a.st_ino == st.st_ino && a.st_size == st.st_size && a.st_mtim.tv_sec == st.st_mtim.tv_sec &&
+           a.st_mtim.tv_nsec == st.st_mtim.tv_nsec;
+  };
+  if (fstat(fd, &st) != 0 || (watch.seen_any && same(watch.seen))) {
+    close(fd);
+    return;
+  }
+  watch.seen = st;
+  watch.seen_any = true;
+  std::string refused;
+  if (!S_ISREG(st.st_mode)) {
+    refused = "it is not a regular file";
+  } else if (watch.uid >= 0 && st.st_uid != static_cast<uid_t>(watch.uid)) {
+    refused = fmt::format("it belongs to uid {}, not the task's", st.st_uid);
+  } else if (st.st_size > model::kMaxCheckpointBytes) {
+    refused = fmt::format("it is {}; a checkpoint is kept up to {}", FormatBytes(st.st_size),
+                          FormatBytes(model::kMaxCheckpointBytes));
+  }
+  std::string bytes;
+  if (refused.empty()) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t n = read(fd, bytes.data() + got, bytes.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (got != bytes.size()) refused = "it could not be read whole";
+  }
+  close(fd);
+  model::TaskUpdate live;
+  live.key = key;
+  live.kind = model::UpdateKind::kRunning;
+  if (refused.empty()) {
+    StatusOr<model::HeldObject> held = options_.store_output(bytes);
+    if (held.ok()) {
+      if (!watch.held.empty() && options_.release_object) options_.release_object(watch.held);
+      watch.held = held->id;
+      live.checkpoint = *held;
+      MERIDIAN_LOG_INFO("task {}/{} attempt {}: checkpoint {} ({}) kept", key.job, key.task, key.attempt,
+                        held->id.substr(0, 12), FormatBytes(held->size));
+      on_update_(std::move(live));
+      return;
+    }
+    refused = held.status().message();
+  }
+  MERIDIAN_LOG_WARN("task {}/{} attempt {}: its checkpoint is not kept: {}", key.job, key.task, key.attempt, refused);
 }
 
 }  // namespace meridian::agent

@@ -7,6 +7,8 @@
 // from the executor's threads, never with the executor's lock held.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -71,8 +73,12 @@ struct ExecutorOptions {
   // Each device's memory, by its index on the node: what a kernel given the device may
   // hold (KernelContext::memory_bytes).
   std::map<int32_t, int64_t> device_memory_bytes = {};
-  // How often a running command's new output is reported (live logs).
+  // How often a running command's new output is reported (live logs), and how often
+  // its checkpoint file is looked at.
   int64_t live_output_interval_us = 1'000'000;
+  // Drops the reference store_output took on an object (a checkpoint superseded by a
+  // newer one of the same attempt); none: superseded checkpoints stay stored.
+  std::function<void(const std::string& id)> release_object = {};
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.
@@ -102,6 +108,17 @@ class Executor {
   // What a kernel with this allocation may hold (KernelContext::memory_bytes).
   int64_t KernelMemory(const model::TaskAllocation& a) const;
   void RunCommand(Running_& task);
+  // What RunCommand knows of its command's checkpoint file.
+  struct CheckpointWatch {
+    std::string dir;       // the task's directory
+    int uid = -1;          // the owner the file must have (-1: any)
+    struct stat seen = {};  // the file last collected (or refused), by inode, size and time
+    bool seen_any = false;
+    std::string held;      // the object id of the newest one kept
+  };
+  // Keeps the command's checkpoint as an object when it changed since the last look,
+  // and reports it (an update of the running attempt); releases the one it replaces.
+  void CollectCheckpoint(const model::TaskKey& key, CheckpointWatch& watch);
   // The task's inputs: its input objects then its dependencies' outputs, fetching
   // those that are objects several at a time. False when the task cannot run, with
   // `u` saying why: cancelled, failed, or cancelled with `lost_inputs` when an input

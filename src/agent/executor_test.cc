@@ -37,6 +37,8 @@ class ExecutorTest : public ::testing::Test {
     o.pace_inline = std::move(pace);
     o.task_uid_base = task_uid_base;
     o.device_memory_bytes = std::move(device_memory);
+    o.release_object = release_;
+    if (interval_us_ > 0) o.live_output_interval_us = interval_us_;
     exec_ = std::make_unique<Executor>(std::move(o),
                                        [this](model::TaskUpdate u) {
                                          std::lock_guard<std::mutex> lock(mu_);
@@ -44,6 +46,9 @@ class ExecutorTest : public ::testing::Test {
                                          cv_.notify_all();
                                        });
   }
+  std::function<void(const std::string&)> release_;  // for the next Reset
+  int64_t interval_us_ = 0;
+
   void TearDown() override {
     exec_.reset();
     std::filesystem::remove_all(dir_);
@@ -327,6 +332,62 @@ TEST_F(ExecutorTest, ALargeOutputBecomesAnObjectAndTheReportCarriesItsStart) {
   EXPECT_EQ(u.output_object.size, 2097152);
   std::lock_guard<std::mutex> lock(stored_mu);
   EXPECT_EQ(stored, std::vector<size_t>{2097152});
+}
+
+// A command leaves checkpoints as $MERIDIAN_CHECKPOINT_DIR/checkpoint: each new one is
+// kept as an object and reported with the running attempt, the one it replaces is
+// released, a link put in its place is not followed, and the last one is collected
+// when the command ends. The next attempt given a checkpoint finds it at
+// $MERIDIAN_CHECKPOINT (not among its inputs).
+TEST_F(ExecutorTest, ACommandsCheckpointsAreKeptAsObjectsAndTheNextAttemptGetsOne) {
+  std::mutex m;
+  std::vector<std::string> released;
+  release_ = [&](const std::string& id) {
+    std::lock_guard<std::mutex> lock(m);
+    released.push_back(id);
+  };
+  interval_us_ = 20'000;
+  Reset(
+      [](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>*) -> StatusOr<FetchedInput> {
+        auto keep = std::make_shared<std::string>("state at step 7");
+        return FetchedInput{keep, *keep, model::InputTransfer{o.id, "s2", "s1", 15, 0}};
+      },
+      [](const std::string& bytes) -> StatusOr<model::HeldObject> {
+        return model::HeldObject{"id-" + bytes, static_cast<int64_t>(bytes.size())};
+      });
+  const std::string put = "printf %s \"$1\" > \"$MERIDIAN_CHECKPOINT_DIR/.p\" && mv \"$MERIDIAN_CHECKPOINT_DIR/.p\" "
+                          "\"$MERIDIAN_CHECKPOINT_DIR/checkpoint\"";
+  model::TaskAssignment a = Task(
+      30, {"sh", "-c",
+           "put() { " + put + "; }; put one; sleep 0.3; put twotwo; sleep 0.3; "
+           "ln -s /etc/hostname \"$MERIDIAN_CHECKPOINT_DIR/x\" && mv -f \"$MERIDIAN_CHECKPOINT_DIR/x\" "
+           "\"$MERIDIAN_CHECKPOINT_DIR/checkpoint\"; sleep 0.3; put three; echo ${MERIDIAN_CHECKPOINT:-none}"});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate f = Final(a.key);
+  EXPECT_EQ(f.kind, model::UpdateKind::kSucceeded) << f.reason;
+  EXPECT_EQ(f.output, "none\n");
+  std::vector<model::HeldObject> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const model::TaskUpdate& u : updates_) {
+      if (u.key == a.key && !u.checkpoint.id.empty()) {
+        EXPECT_EQ(u.kind, model::UpdateKind::kRunning);
+        kept.push_back(u.checkpoint);
+      }
+    }
+  }
+  EXPECT_EQ(kept, (std::vector<model::HeldObject>{{"id-one", 3}, {"id-twotwo", 6}, {"id-three", 5}}));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    EXPECT_EQ(released, (std::vector<std::string>{"id-one", "id-twotwo"}));
+  }
+
+  model::TaskAssignment next = Task(31, {"sh", "-c", "cat \"$MERIDIAN_CHECKPOINT\"; echo \" $MERIDIAN_INPUT_COUNT\""});
+  next.checkpoint = model::ObjectLocation{"id-seven", "checkpoint of t31", 15, {model::ObjectReplica{2, "n2", "s2", "x:1"}}};
+  ASSERT_TRUE(exec_->Start(next));
+  model::TaskUpdate g = Final(next.key);
+  EXPECT_EQ(g.kind, model::UpdateKind::kSucceeded) << g.reason;
+  EXPECT_EQ(g.output, "state at step 7 0\n");
 }
 
 TEST_F(ExecutorTest, InputObjectsAreFetchedSeveralAtOnceAndALostOneStopsTheAttemptWithoutFailingIt) {

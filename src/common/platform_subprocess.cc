@@ -297,12 +297,13 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   char buf[65536];
   int64_t next_told_us = NowUs() + options.output_interval_us;
   while (open_fds > 0) {
-    if (options.on_output && NowUs() >= next_told_us) {
+    if ((options.on_output || options.on_interval) && NowUs() >= next_told_us) {
       next_told_us = NowUs() + options.output_interval_us;
-      if (out.total > out.told || err.total > err.told) {
+      if (options.on_output && (out.total > out.told || err.total > err.told)) {
         OutputSoFar so_far{out.TakeNew(), err.TakeNew(), out.total, err.total};
         options.on_output(so_far);
       }
+      if (options.on_interval) options.on_interval();
     }
     if (!killed && (stop.load() || (deadline > 0 && NowUs() >= deadline))) {
       result.stopped = stop.load();

@@ -58,6 +58,9 @@ struct ProcessOptions {
   // tell what it missed. Called on RunProcess's thread; the last bytes of all come in
   // the result, not here.
   std::function<void(const OutputSoFar&)> on_output;
+  // Called every `output_interval_us` while the child runs, output or not (the agent
+  // collects a task's checkpoints with it), on the thread that waits for the child.
+  std::function<void()> on_interval;
   int64_t output_interval_us = 1'000'000;
 };
 

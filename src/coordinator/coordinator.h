@@ -224,6 +224,18 @@ class Coordinator final : public rpc::JobApi,
     // The running attempt's output so far, from its agent's reports (`job logs -f`);
     // null until it writes some, gone when the attempt ends (the store has its log).
     std::unique_ptr<model::TaskLogRecord> live;
+    // The newest checkpoint its current attempt reported (id empty: none): a later
+    // attempt is given it. In memory only: after a coordinator restart a task starts
+    // afresh.
+    model::HeldObject checkpoint;
+    // Each attempt's newest checkpoint and the node whose store holds a reference for
+    // it, released when a later attempt reports one or the job ends.
+    struct CheckpointCopy {
+      int32_t node = -1;
+      int32_t attempt = 0;
+      std::string id;
+    };
+    std::vector<CheckpointCopy> checkpoint_copies;
   };
   struct JobRt {
     model::JobRecord rec;
@@ -344,6 +356,10 @@ class Coordinator final : public rpc::JobApi,
   // Counters for a task that stops being assigned or running.
   void LeavePlaced(JobRt& job, TaskRt& task);
   void ApplyUpdate(const model::TaskUpdate& update, int32_t node, store::StoreBatch& batch);
+  // A checkpoint an attempt of `task` kept on `node` (scheduling.cc).
+  void KeepCheckpointLocked(JobRt& job, TaskRt& task, const model::TaskUpdate& update, int32_t node);
+  // Tells the nodes holding `task`'s checkpoints of attempts before `before` to drop them.
+  void ReleaseCheckpointsLocked(TaskRt& task, int32_t before);
   void Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
   void FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& update, store::StoreBatch& batch);
   void LoseAttempt(JobRt& job, TaskRt& task, const std::string& reason, store::StoreBatch& batch);

@@ -2,6 +2,8 @@
 // retries, losses, failure detection and the ends of jobs. All called with mu_ held.
 #include <algorithm>
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "common/logging.h"
@@ -323,6 +325,12 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
     a.input_objects.push_back(it != objects_.end() ? LocationLocked(in.object_id, it->second)
                                                    : model::ObjectLocation{in.object_id, in.name, in.size_bytes, {}});
   }
+  // The checkpoint an earlier attempt left, while a node that can serve it is up (else
+  // the task starts afresh).
+  if (!task.checkpoint.id.empty() && HasReadableReplicaLocked(task.checkpoint.id)) {
+    a.checkpoint = LocationLocked(task.checkpoint.id, objects_.at(task.checkpoint.id));
+    a.checkpoint.name = "checkpoint of " + TaskName(job, task.rec.task);
+  }
   // One read ticket for every object it reads: its node may fetch those and no more
   // (a day, for inputs that take long to move; a restarted coordinator signs with the
   // same key, derived from the CA's).
@@ -332,6 +340,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
       if (!l.id.empty()) ids.push_back(l.id);
     }
   }
+  if (!a.checkpoint.id.empty()) ids.push_back(a.checkpoint.id);
   if (!ids.empty()) {
     const std::string ticket = ReadTicketLocked(job.rec.tenant, ids, kDayUs);
     for (auto* list : {&a.dep_objects, &a.input_objects}) {
@@ -339,6 +348,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
         if (!l.id.empty()) l.ticket = ticket;
       }
     }
+    if (!a.checkpoint.id.empty()) a.checkpoint.ticket = ticket;
   }
   a.device_type = task.rec.device_type;
   a.allocation = task.rec.allocation;
@@ -484,6 +494,37 @@ model::AttemptRecord Coordinator::LatestAttempt(const TaskRt& task) {
                               task.attempt_exit_code, r.started_us, task.attempt_ended_us};
 }
 
+void Coordinator::ReleaseCheckpointsLocked(TaskRt& task, int32_t before) {
+  auto& copies = task.checkpoint_copies;
+  for (auto c = copies.begin(); c != copies.end();) {
+    if (c->attempt >= before) {
+      ++c;
+      continue;
+    }
+    if (c->node >= 0 && static_cast<size_t>(c->node) < nodes_.size() && nodes_[c->node].alive) {
+      OutboxLocked(c->node).release_objects.push_back(c->id);
+    }
+    c = copies.erase(c);
+  }
+}
+
+void Coordinator::KeepCheckpointLocked(JobRt& job, TaskRt& task, const model::TaskUpdate& u, int32_t node) {
+  // The agent dropped this attempt's previous checkpoint when it kept this one.
+  std::erase_if(task.checkpoint_copies, [&](const TaskRt::CheckpointCopy& c) {
+    return c.node == node && c.attempt == static_cast<int32_t>(u.key.attempt);
+  });
+  task.checkpoint_copies.push_back({node, static_cast<int32_t>(u.key.attempt), u.checkpoint.id});
+  if (auto o = objects_.find(u.checkpoint.id); o != objects_.end()) o->second.tenants.insert(job.rec.tenant);
+  if (model::IsTerminal(job.rec.status)) {
+    ReleaseCheckpointsLocked(task, std::numeric_limits<int32_t>::max());
+    return;
+  }
+  // Only the current attempt's is given to the next one; earlier ones are done with.
+  if (static_cast<int32_t>(u.key.attempt) != static_cast<int32_t>(task.rec.attempt)) return;
+  task.checkpoint = u.checkpoint;
+  ReleaseCheckpointsLocked(task, static_cast<int32_t>(u.key.attempt));
+}
+
 void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::StoreBatch& batch) {
   auto it = jobs_.find(u.key.job);
   if (it == jobs_.end() || u.key.task >= it->second.tasks.size()) return;
@@ -493,6 +534,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   // reports of earlier attempts and duplicates of this one are ignored, so a result
   // is committed once however often the agent resends it.
   const bool stale = task.rec.attempt != u.key.attempt || task.node != node;
+  if (!u.checkpoint.id.empty()) KeepCheckpointLocked(job, task, u, node);
   if (stale && options_.planted_bug != CoordinatorOptions::PlantedBug::kAcceptStaleReports) return;
   if (u.kind != model::UpdateKind::kRunning) {
     for (const model::InputTransfer& t : u.transfers) AddTraffic(job, t.from_site, t.to_site, t.bytes);
@@ -696,6 +738,9 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& given_
   // made each drops its reference (unless a dataset holds it). Results (outputs
   // nothing read) stay, as objects on their nodes, for the client to fetch.
   for (TaskRt& t : job.tasks) {
+    // Checkpoints are for the job's later attempts: there are none now.
+    ReleaseCheckpointsLocked(t, std::numeric_limits<int32_t>::max());
+    t.checkpoint = {};
     if (t.rec.output_object.empty() || t.dependents.empty() || dataset_objects_.count(t.rec.output_object)) continue;
     auto node = node_by_name_.find(t.rec.node);
     if (node != node_by_name_.end() && nodes_[node->second].alive) {

@@ -189,6 +189,9 @@ inline const char* NodeStateName(const NodeView& n) { return n.alive ? "alive" :
 // and travels as a preview.
 inline constexpr size_t kMaxTaskOutputBytes = 1 << 20;
 inline constexpr size_t kMaxObjectOutputBytes = size_t{1} << 30;
+// A task's checkpoint ($MERIDIAN_CHECKPOINT_DIR/checkpoint) is kept as an object up to
+// this size; a larger one is not kept, and the agent's log says so.
+inline constexpr int64_t kMaxCheckpointBytes = int64_t{1} << 30;
 inline constexpr size_t kMaxTaskLogTailBytes = 64 << 10;
 // Cuts a log stream down to its last kMaxTaskLogTailBytes.
 inline void KeepLogTail(std::string& stream) {
@@ -278,6 +281,9 @@ struct TaskAssignment {
   int64_t timeout_us = 0;
   std::string tenant;  // whose job it is: a command runs as that tenant's user
   GangInfo gang;
+  // The newest checkpoint an earlier attempt left (id empty: none), fetched like an
+  // input and given to a command as the file $MERIDIAN_CHECKPOINT.
+  ObjectLocation checkpoint;
 };
 
 struct AssignmentBatch {
@@ -319,6 +325,9 @@ struct TaskUpdate {
   int64_t stderr_bytes = 0;
   std::vector<InputTransfer> transfers;  // the input objects it fetched
   HeldObject output_object;              // its output, stored on the node (id empty if none)
+  // Its newest checkpoint ($MERIDIAN_CHECKPOINT_DIR/checkpoint), stored on the node
+  // (id empty: none new since the last report).
+  HeldObject checkpoint;
   // With kCancelled: inputs that could not be fetched; the attempt is lost, not failed.
   std::vector<LostInput> lost_inputs;
 };

@@ -252,6 +252,7 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
     p->set_seconds(t.seconds);
   }
   if (!update.output_object.id.empty()) ToProto(update.output_object, out->mutable_output_object());
+  if (!update.checkpoint.id.empty()) ToProto(update.checkpoint, out->mutable_checkpoint());
   for (const model::LostInput& l : update.lost_inputs) {
     v1::LostInput* p = out->add_lost_inputs();
     p->set_object_id(l.object_id);
@@ -274,6 +275,7 @@ model::TaskUpdate FromProto(const v1::TaskUpdate& in) {
     u.transfers.push_back(model::InputTransfer{t.object_id(), t.from_site(), t.to_site(), t.bytes(), t.seconds()});
   }
   if (in.has_output_object()) u.output_object = FromProto(in.output_object());
+  if (in.has_checkpoint()) u.checkpoint = FromProto(in.checkpoint());
   for (const v1::LostInput& l : in.lost_inputs()) {
     u.lost_inputs.push_back(model::LostInput{l.object_id(), {l.damaged_nodes().begin(), l.damaged_nodes().end()}});
   }
@@ -296,6 +298,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   out->set_tenant(a.tenant);
   for (const model::ObjectLocation& l : a.input_objects) ToProto(l, out->add_input_objects());
   for (const model::ObjectLocation& l : a.dep_objects) ToProto(l, out->add_dep_objects());
+  if (!a.checkpoint.id.empty()) ToProto(a.checkpoint, out->mutable_checkpoint());
   if (!a.gang.name.empty()) {
     v1::GangInfo* g = out->mutable_gang();
     g->set_name(a.gang.name);
@@ -332,6 +335,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.tenant = in.tenant();
   for (const v1::ObjectLocation& l : in.input_objects()) a.input_objects.push_back(FromProto(l));
   for (const v1::ObjectLocation& l : in.dep_objects()) a.dep_objects.push_back(FromProto(l));
+  if (in.has_checkpoint()) a.checkpoint = FromProto(in.checkpoint());
   if (in.has_gang()) {
     // Taken as sent; the executor refuses a gang that does not hold together (a rank
     // outside its members, more than model::kMaxGangMembers of them, no port).

@@ -145,6 +145,10 @@ Trainer::Trainer(const Digits& data, TrainOptions options, collective::Communica
   train_.assign(all.begin() + held, all.end());
   std::sort(train_.begin(), train_.end());  // each epoch shuffles it afresh
 
+  Initialise();
+}
+
+void Trainer::Initialise() {
   const int64_t h = options_.hidden;
   params_.assign(static_cast<size_t>(ParameterCount(options_.hidden)), 0.0f);
   // Glorot-uniform weights, zero biases.
@@ -160,6 +164,35 @@ Trainer::Trainer(const Digits& data, TrainOptions options, collective::Communica
   }
   velocity_.assign(params_.size(), 0.0f);
   grad_.assign(params_.size() + 1, 0.0f);
+  step_ = 0;
+  epoch_loss_ = 0.0;
+}
+
+Status Trainer::Agree() {
+  // The oldest step any rank can start from (one without a checkpoint: step 0)...
+  std::vector<double> step{static_cast<double>(step_)};
+  MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(std::span<double>(step), collective::ReduceOp::kMin));
+  // ...and the lowest rank that holds it.
+  std::vector<double> root{static_cast<double>(static_cast<double>(step_) == step[0] ? rank_ : world_)};
+  MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(std::span<double>(root), collective::ReduceOp::kMin));
+  const auto start = static_cast<int64_t>(step[0]);
+  if (start == 0) {
+    if (step_ != 0) Initialise();  // the seed's weights, as every other rank has them
+    resumed_from_ = -1;
+    return OkStatus();
+  }
+  // Its state, to every rank: parameters, momentum and the epoch's loss so far.
+  std::vector<std::byte> state((2 * params_.size()) * sizeof(float) + sizeof(double));
+  std::memcpy(state.data(), params_.data(), params_.size() * sizeof(float));
+  std::memcpy(state.data() + params_.size() * sizeof(float), velocity_.data(), velocity_.size() * sizeof(float));
+  std::memcpy(state.data() + 2 * params_.size() * sizeof(float), &epoch_loss_, sizeof(double));
+  MERIDIAN_RETURN_IF_ERROR(comm_->Broadcast(std::span<std::byte>(state), static_cast<int>(root[0])));
+  std::memcpy(params_.data(), state.data(), params_.size() * sizeof(float));
+  std::memcpy(velocity_.data(), state.data() + params_.size() * sizeof(float), velocity_.size() * sizeof(float));
+  std::memcpy(&epoch_loss_, state.data() + 2 * params_.size() * sizeof(float), sizeof(double));
+  step_ = start;
+  resumed_from_ = start;
+  return OkStatus();
 }
 
 Status Trainer::Restore(const Checkpoint& c) {
@@ -276,6 +309,7 @@ StatusOr<TrainResult> Trainer::Run(const std::function<Status(const Checkpoint&)
   if (step_ > total) {
     return InvalidArgumentError(fmt::format("the checkpoint is of step {}; this run has only {}", step_, total));
   }
+  if (comm_ != nullptr && world_ > 1) MERIDIAN_RETURN_IF_ERROR(Agree());
   TrainResult result;
   std::vector<int64_t> order;
   int32_t order_epoch = -1;

@@ -80,7 +80,11 @@ class Trainer {
   // Starts from `c` instead of the seed's initial weights.
   Status Restore(const Checkpoint& c);
 
-  // Trains to the last epoch. `on_checkpoint` gets every checkpoint_every'th step's
+  // Trains to the last epoch. With several ranks it first agrees with the others where
+  // to start: from the oldest step any rank holds (a rank restored from a checkpoint,
+  // or step 0: the seed's weights), in the state of the lowest rank holding it, which
+  // it broadcasts. So ranks restarted with checkpoints of different ages (or none)
+  // continue one model. `on_checkpoint` gets every checkpoint_every'th step's
   // state; `on_epoch` every epoch's loss. An error from either, or from a collective,
   // ends the run with it.
   StatusOr<TrainResult> Run(const std::function<Status(const Checkpoint&)>& on_checkpoint,
@@ -89,6 +93,8 @@ class Trainer {
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
 
  private:
+  void Initialise();  // the seed's weights, zero momentum, step 0
+  Status Agree();
   // The gradient of the summed loss over images `ids` into grad_ (the loss sum last).
   void Gradient(std::span<const int64_t> ids);
   double Accuracy(const std::vector<int64_t>& ids) const;
