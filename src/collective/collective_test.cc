@@ -234,23 +234,35 @@ TEST(CollectiveTest, ARankWithAnotherGangsSecretIsRefusedAndNamed) {
   EXPECT_EQ(data[0], Data(0, 100));  // the block it never received is untouched
 }
 
+// The handshake as a rank makes it: its rank, generation and "ADDRESS SITE", proved
+// with `secret`; the listener's answer (1 accepted, 0 refused, 2 stale), or -1.
+int Hello(TcpStream& s, uint32_t rank, uint32_t generation, const std::string& where,
+          const std::string& secret = "s3cret") {
+  std::string nonce(32, '\0');
+  uint32_t theirs = 0;
+  if (!s.ReadExact(nonce.data(), nonce.size()).ok() || !s.ReadExact(&theirs, sizeof(theirs)).ok()) return -1;
+  const std::string proof = security::GangLaunchProof(
+      secret, nonce, fmt::format("collective rank {} generation {} at {}", rank, generation, where));
+  const uint16_t length = static_cast<uint16_t>(where.size());
+  if (!s.WriteAll(&rank, sizeof(rank)).ok() || !s.WriteAll(&generation, sizeof(generation)).ok() ||
+      !s.WriteAll(&length, sizeof(length)).ok() || !s.WriteAll(where.data(), where.size()).ok() ||
+      !s.WriteAll(proof.data(), proof.size()).ok()) {
+    return -1;
+  }
+  uint8_t answer = 0;
+  return s.ReadExact(&answer, 1).ok() ? answer : -1;
+}
+
 TEST(CollectiveTest, AFrameLongerThanTheAlgorithmAsksIsRefusedBeforeItIsRead) {
   CommunicatorOptions o;
   o.timeout_us = 5'000'000;
   Gang g = MakeGang({"a", "a"}, o);
   // Rank 1's place is taken by a peer that knows the secret and announces 1 GiB.
   auto [host, port] = *SplitHostPort(g.addresses[0].address, "rank 0");
+  const std::string where = g.addresses[1].address + " a";
   StatusOr<std::unique_ptr<TcpStream>> liar = TcpStream::Connect(host, port, 1'000'000);
   ASSERT_TRUE(liar.ok());
-  std::string nonce(32, '\0');
-  ASSERT_TRUE((*liar)->ReadExact(nonce.data(), nonce.size()).ok());
-  const uint32_t rank = 1;
-  const std::string proof = security::GangLaunchProof("s3cret", nonce, "collective rank 1");
-  ASSERT_TRUE((*liar)->WriteAll(&rank, sizeof(rank)).ok());
-  ASSERT_TRUE((*liar)->WriteAll(proof.data(), proof.size()).ok());
-  uint8_t answer = 0;
-  ASSERT_TRUE((*liar)->ReadExact(&answer, 1).ok());
-  ASSERT_EQ(answer, 1);
+  ASSERT_EQ(Hello(**liar, 1, 0, where), 1);
   const uint32_t header[4] = {0x4C43524D, 1u << 30, 0, 0};
   ASSERT_TRUE((*liar)->WriteAll(header, sizeof(header)).ok());
   std::vector<float> data = Data(0, 1000);
@@ -258,16 +270,89 @@ TEST(CollectiveTest, AFrameLongerThanTheAlgorithmAsksIsRefusedBeforeItIsRead) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
   EXPECT_NE(s.message().find("sent a frame of 1073741824 bytes where 2000 were due"), std::string::npos)
       << s.ToString();
-  // A second connection claiming rank 1 is refused.
+  // A second connection claiming rank 1 in the same generation is refused.
   StatusOr<std::unique_ptr<TcpStream>> again = TcpStream::Connect(host, port, 1'000'000);
   ASSERT_TRUE(again.ok());
-  ASSERT_TRUE((*again)->ReadExact(nonce.data(), nonce.size()).ok());
-  const std::string proof2 = security::GangLaunchProof("s3cret", nonce, "collective rank 1");
-  ASSERT_TRUE((*again)->WriteAll(&rank, sizeof(rank)).ok());
-  ASSERT_TRUE((*again)->WriteAll(proof2.data(), proof2.size()).ok());
-  ASSERT_TRUE((*again)->ReadExact(&answer, 1).ok());
-  EXPECT_EQ(answer, 0);
+  EXPECT_EQ(Hello(**again, 1, 0, where), 0);
   EXPECT_EQ(g.ranks[0]->refused(), 1);
+  // So is a hello whose proof does not cover what it claims (another address), and
+  // one that announces an address longer than 255 bytes is cut off unread.
+  StatusOr<std::unique_ptr<TcpStream>> moved = TcpStream::Connect(host, port, 1'000'000);
+  ASSERT_TRUE(moved.ok());
+  std::string nonce(32, '\0');
+  uint32_t theirs = 0;
+  ASSERT_TRUE((*moved)->ReadExact(nonce.data(), 32).ok());
+  ASSERT_TRUE((*moved)->ReadExact(&theirs, 4).ok());
+  EXPECT_EQ(theirs, 0u);
+  const uint32_t hello[2] = {1, 1};
+  const uint16_t length = 1000;
+  ASSERT_TRUE((*moved)->WriteAll(hello, sizeof(hello)).ok());
+  ASSERT_TRUE((*moved)->WriteAll(&length, sizeof(length)).ok());
+  uint8_t answer = 7;
+  EXPECT_FALSE((*moved)->ReadExact(&answer, 1).ok());
+  EXPECT_EQ(g.ranks[0]->refused(), 2);
+}
+
+// A gang that loses a rank goes on with its replacement, which listens elsewhere: the
+// survivors' collective fails, they rejoin in the next generation, the replacement
+// (starting in generation 0) is told it is stale and catches up, and they all-reduce
+// exactly again. A connection of the old generation is answered "stale".
+TEST(CollectiveTest, SurvivorsRejoinWithAReplacementRankThatListensElsewhere) {
+  CommunicatorOptions o;
+  o.timeout_us = 3'000'000;
+  Gang g = MakeGang({"a", "a", "b"}, o);
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < 3; ++r) data.push_back(Data(r, 30'001));
+  std::vector<Status> first = OnEveryRank(3, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+  for (const Status& x : first) ASSERT_TRUE(x.ok()) << x.ToString();
+  // Rank 2 is lost.
+  g.ranks[2].reset();
+  std::vector<Status> broken = OnEveryRank(2, [&](int r) {
+    std::vector<float> d = Data(r, 30'001);
+    return g.ranks[r]->AllReduce(d, ReduceOp::kSum);
+  });
+  for (const Status& x : broken) EXPECT_FALSE(x.ok());
+  // Its replacement listens on another port, at another site.
+  StatusOr<std::unique_ptr<TcpListener>> l = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(l.ok());
+  CommunicatorOptions replacement = o;
+  replacement.secret = "s3cret";
+  replacement.ranks = g.addresses;
+  replacement.ranks[2] = {"127.0.0.1:" + std::to_string((*l)->port()), "c"};
+  replacement.rank = 2;
+  StatusOr<std::unique_ptr<Communicator>> c = Communicator::Create(std::move(*l), replacement);
+  ASSERT_TRUE(c.ok());
+  g.ranks[2] = std::move(*c);
+  std::vector<int> tries(3, 0);
+  for (int r = 0; r < 3; ++r) data[r] = Data(r, 30'001);
+  std::vector<Status> again = OnEveryRank(3, [&](int r) {
+    Communicator& me = *g.ranks[r];
+    if (r < 2) me.Rejoin();
+    me.Announce(2'000'000);
+    Status s;
+    for (tries[r] = 1; tries[r] <= 5; ++tries[r]) {
+      data[r] = Data(r, 30'001);
+      s = me.AllReduce(data[r], ReduceOp::kSum);
+      if (s.ok()) break;
+      me.Rejoin();
+      me.Announce(2'000'000);
+    }
+    return s;
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(again[r].ok()) << r << ": " << again[r].ToString();
+  ExpectSummed(data, 3);
+  // One generation for all; the survivors moved once, the replacement caught up.
+  EXPECT_GE(g.ranks[0]->generation(), 1u);
+  EXPECT_EQ(g.ranks[1]->generation(), g.ranks[0]->generation());
+  EXPECT_EQ(g.ranks[2]->generation(), g.ranks[0]->generation());
+  std::cout << fmt::format("rejoined in generation {} after {}, {} and {} tries\n", g.ranks[0]->generation(),
+                           tries[0], tries[1], tries[2]);
+  // A rank of the old generation is answered "stale", and nothing is counted refused.
+  auto [host, port] = *SplitHostPort(g.addresses[0].address, "rank 0");
+  StatusOr<std::unique_ptr<TcpStream>> old = TcpStream::Connect(host, port, 1'000'000);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(Hello(**old, 1, 0, g.addresses[1].address + " a"), 2);
+  EXPECT_EQ(g.ranks[0]->refused(), 0);
 }
 
 }  // namespace

@@ -30,7 +30,14 @@ static_assert(sizeof(FrameHeader) == 16);
 
 int64_t NowUs() { return Env::Default().clock().Now().us; }
 
-std::string ProofText(int rank) { return fmt::format("collective rank {}", rank); }
+// What a connecting rank proves: who it is, the generation it is in and where it
+// listens (a rank that was replaced may listen elsewhere).
+std::string ProofText(int rank, uint32_t generation, std::string_view address) {
+  return fmt::format("collective rank {} generation {} at {}", rank, generation, address);
+}
+
+constexpr size_t kMaxAddressBytes = 255;
+enum Answer : uint8_t { kRefused = 0, kAccepted = 1, kStale = 2 };
 
 template <typename T>
 void Reduce(T* into, const T* from, size_t n, ReduceOp op) {
@@ -116,8 +123,24 @@ Communicator::~Communicator() {
   for (Handshake& h : handshakes) h.thread.join();
 }
 
+RankAddress Communicator::Rank(int rank) const {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  return options_.ranks[rank];
+}
+
+std::vector<RankAddress> Communicator::Ranks() const {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  return options_.ranks;
+}
+
 std::string Communicator::Name(int rank) const {
-  return fmt::format("rank {} ({} at {})", rank, options_.ranks[rank].address, options_.ranks[rank].site);
+  const RankAddress r = Rank(rank);
+  return fmt::format("rank {} ({} at {})", rank, r.address, r.site);
+}
+
+uint32_t Communicator::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
 }
 
 std::map<std::string, int64_t> Communicator::bytes_sent() const {
@@ -132,8 +155,8 @@ int64_t Communicator::refused() const {
 
 const objects::LinkShape* Communicator::Link(int from, int to) const {
   if (!clocks_) return nullptr;
-  const std::string& a = options_.ranks[from].site;
-  const std::string& b = options_.ranks[to].site;
+  const std::string a = Rank(from).site;
+  const std::string b = Rank(to).site;
   auto it = options_.links.find({a, b});
   if (it == options_.links.end()) it = options_.links.find({b, a});
   return it == options_.links.end() ? nullptr : &it->second;
@@ -189,34 +212,83 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
   }
   StatusOr<std::string> nonce = security::RandomHex(kNonceHex / 2);
   if (!nonce.ok()) return refuse("no random nonce");
-  uint32_t rank = 0;
-  std::string proof(kProofBytes, '\0');
-  if (!stream->WriteAll(nonce->data(), nonce->size()).ok() || !stream->ReadExact(&rank, sizeof(rank)).ok() ||
-      !stream->ReadExact(proof.data(), proof.size()).ok()) {
-    return refuse("the handshake broke off");
-  }
-  const bool proven = rank < options_.ranks.size() && static_cast<int>(rank) != options_.rank &&
-                      security::ConstantTimeEquals(
-                          proof, security::GangLaunchProof(options_.secret, *nonce, ProofText(static_cast<int>(rank))));
-  bool taken = false;
+  uint32_t ours = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    taken = proven && peers_[rank].claimed;
-    if (proven && !taken) {
-      peers_[rank].claimed = true;  // one connection per rank: a second one is refused
-    } else {
+    ours = generation_;
+  }
+  // Our nonce and generation; its rank, generation, address (bounded) and proof.
+  struct {
+    uint32_t rank = 0;
+    uint32_t generation = 0;
+    uint16_t address_bytes = 0;
+  } __attribute__((packed)) hello;
+  std::string address, proof(kProofBytes, '\0');
+  const iovec greeting[] = {{nonce->data(), nonce->size()}, {&ours, sizeof(ours)}};
+  if (!stream->WriteAll(greeting).ok() || !stream->ReadExact(&hello, sizeof(hello)).ok() ||
+      hello.address_bytes > kMaxAddressBytes) {
+    return refuse("the handshake broke off");
+  }
+  address.resize(hello.address_bytes);
+  if (!stream->ReadExact(address.data(), address.size()).ok() || !stream->ReadExact(proof.data(), proof.size()).ok()) {
+    return refuse("the handshake broke off");
+  }
+  const uint32_t rank = hello.rank;
+  // "HOST:PORT SITE": where it listens and its site.
+  const size_t space = address.rfind(' ');
+  const std::string site = space == std::string::npos ? "" : address.substr(space + 1);
+  const bool proven = rank < options_.ranks.size() && static_cast<int>(rank) != options_.rank &&
+                      security::ConstantTimeEquals(
+                          proof, security::GangLaunchProof(options_.secret, *nonce,
+                                                           ProofText(static_cast<int>(rank), hello.generation, address))) &&
+                      space != std::string::npos && !site.empty() && SplitHostPort(address.substr(0, space), "address").ok();
+  if (proven) address.resize(space);
+  Answer answer = kRefused;
+  std::unique_ptr<TcpStream> replaced_tcp;
+  std::unique_ptr<ByteStream> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (proven) {
+      // Where it listens now, proven (a replaced rank may have moved): our connection
+      // to its old place goes. Even a stale hello says so, before its rank catches up.
+      std::lock_guard<std::mutex> addresses(address_mu_);
+      if (options_.ranks[rank].address != address || options_.ranks[rank].site != site) {
+        options_.ranks[rank].address = address;
+        options_.ranks[rank].site = site;
+        if (peers_[rank].out) peers_[rank].out->Shutdown();
+        peers_[rank].stale_out = true;
+      }
+    }
+    if (!proven) {
       ++refused_;
+    } else if (hello.generation < generation_) {
+      answer = kStale;  // a rank of a generation we left: it catches up and comes again
+    } else if (peers_[rank].claimed && peers_[rank].in_generation >= hello.generation) {
+      ++refused_;  // one connection per rank and generation: a second one is refused
+    } else {
+      answer = kAccepted;
+      // A newer generation's connection replaces the one it had (closed under any
+      // reader, which then fails and catches up).
+      if (peers_[rank].claimed) {
+        if (peers_[rank].in) peers_[rank].in->Shutdown();
+        if (peers_[rank].in_tcp) peers_[rank].in_tcp->Shutdown();
+        replaced = std::move(peers_[rank].in);
+        replaced_tcp = std::move(peers_[rank].in_tcp);
+      }
+      peers_[rank].claimed = true;
+      peers_[rank].in_generation = hello.generation;
+      highest_seen_ = std::max(highest_seen_, hello.generation);
     }
   }
-  const uint8_t answer = proven && !taken ? 1 : 0;
   const Status answered = stream->WriteAll(&answer, 1);
-  if (answer == 0) {
+  if (answer == kStale) return;
+  if (answer == kRefused) {
     MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", tcp->peer(),
                       !proven ? "no proof of the gang's secret" : fmt::format("a second connection from rank {}", rank));
     return;
   }
   if (!answered.ok() || !stream->SetTimeout(options_.timeout_us).ok()) {
-    return refuse("the handshake broke off");  // its rank may not connect again
+    return refuse("the handshake broke off");  // its rank connects again in its next generation
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,13 +299,15 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
   changed_.notify_all();
 }
 
-Status Communicator::Connect(int to) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(options_.ranks[to].address, "rank's address"));
-  const int64_t deadline = NowUs() + options_.timeout_us;
+Status Communicator::Connect(int to, int64_t timeout_us) {
+  const int64_t deadline = NowUs() + timeout_us;
   std::unique_ptr<TcpStream> tcp;
-  // The peer may not listen yet: ranks start together, not at the same instant.
+  // The peer may not listen yet: ranks start together, not at the same instant. Its
+  // address is read afresh each try: a replaced rank tells where it listens now.
   for (int64_t backoff_us = 20'000;; backoff_us = std::min<int64_t>(backoff_us * 2, 500'000)) {
-    StatusOr<std::unique_ptr<TcpStream>> c = TcpStream::Connect(hp.first, hp.second, kHandshakeTimeoutUs);
+    MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(Rank(to).address, "rank's address"));
+    StatusOr<std::unique_ptr<TcpStream>> c =
+        TcpStream::Connect(hp.first, hp.second, std::min(kHandshakeTimeoutUs, std::max<int64_t>(deadline - NowUs(), 1000)));
     if (c.ok()) {
       tcp = std::move(*c);
       break;
@@ -253,28 +327,98 @@ Status Communicator::Connect(int to) {
     stream = std::move(tcp);
   }
   std::string nonce(kNonceHex, '\0');
-  const uint32_t me = static_cast<uint32_t>(options_.rank);
+  uint32_t theirs = 0, ours = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ours = generation_;
+  }
+  const RankAddress self = Rank(options_.rank);
+  const std::string address = self.address + " " + self.site;
   uint8_t answer = 0;
   Status s = stream->ReadExact(nonce.data(), nonce.size());
+  if (s.ok()) s = stream->ReadExact(&theirs, sizeof(theirs));
   if (s.ok()) {
-    const std::string proof = security::GangLaunchProof(options_.secret, nonce, ProofText(options_.rank));
-    const iovec parts[] = {{const_cast<uint32_t*>(&me), sizeof(me)}, {const_cast<char*>(proof.data()), proof.size()}};
+    const std::string proof =
+        security::GangLaunchProof(options_.secret, nonce, ProofText(options_.rank, ours, address));
+    struct {
+      uint32_t rank;
+      uint32_t generation;
+      uint16_t address_bytes;
+    } __attribute__((packed)) hello{static_cast<uint32_t>(options_.rank), ours, static_cast<uint16_t>(address.size())};
+    const iovec parts[] = {{&hello, sizeof(hello)},
+                           {const_cast<char*>(address.data()), address.size()},
+                           {const_cast<char*>(proof.data()), proof.size()}};
     s = stream->WriteAll(parts);
   }
   if (s.ok()) s = stream->ReadExact(&answer, 1);
   if (!s.ok()) return UnavailableError(fmt::format("the handshake with {} broke off: {}", Name(to), s.message()));
-  if (answer != 1) {
+  if (answer == kStale) {
+    std::lock_guard<std::mutex> lock(mu_);
+    highest_seen_ = std::max(highest_seen_, theirs);
+    return AbortedError(fmt::format("{} has moved on to generation {} (we are in {})", Name(to), theirs, ours));
+  }
+  if (answer != kAccepted) {
     return PermissionDeniedError(fmt::format("{} refused our connection (another gang's secret, or a rank connected twice)", Name(to)));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (generation_ != ours) return AbortedError(fmt::format("this rank moved on to generation {}", generation_));
   peers_[to].out = std::move(stream);
+  peers_[to].stale_out = false;
   return OkStatus();
+}
+
+void Communicator::Rejoin() {
+  std::unique_lock<std::mutex> lock(mu_);
+  generation_ = std::max(generation_ + 1, highest_seen_);
+  highest_seen_ = generation_;
+  // What the last generation queued is dropped, what it is sending fails at once, and
+  // its connections go: none of its frames can reach the next generation.
+  queue_.clear();
+  for (Peer& p : peers_) {
+    if (p.out) p.out->Shutdown();
+    if (p.claimed && p.in_generation < generation_) {
+      if (p.in) p.in->Shutdown();
+      if (p.in_tcp) p.in_tcp->Shutdown();
+    }
+  }
+  changed_.wait(lock, [&] { return stopping_ || !sending_; });
+  for (Peer& p : peers_) {
+    p.out.reset();
+    p.stale_out = false;
+    if (p.claimed && p.in_generation < generation_) {
+      p.in.reset();
+      p.in_tcp.reset();
+      p.claimed = false;
+    }
+  }
+  send_error_ = OkStatus();
+  MERIDIAN_LOG_INFO("collective: rank {} rejoins its gang in generation {}", options_.rank, generation_);
+}
+
+void Communicator::Announce(int64_t timeout_us) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size(); ++r) {
+    if (r == options_.rank) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (peers_[r].out && !peers_[r].stale_out) continue;
+    }
+    threads.emplace_back([this, r, timeout_us] {
+      Status s = Connect(r, timeout_us);
+      if (!s.ok()) MERIDIAN_LOG_INFO("collective: rank {} could not announce itself to {}: {}", options_.rank, Name(r), s.message());
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 StatusOr<ByteStream*> Communicator::Inbound(int from) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.timeout_us);
-  while (!stopping_ && peers_[from].in_tcp == nullptr) {
+  while (!stopping_ && (peers_[from].in_tcp == nullptr || peers_[from].in_generation != generation_)) {
+    if (peers_[from].in_tcp != nullptr && peers_[from].in_generation > generation_) {
+      return AbortedError(fmt::format("{} has moved on to generation {} (we are in {})", Name(from),
+                                      peers_[from].in_generation, generation_));
+    }
     // A send of this collective that failed says more than a wait that times out.
     if (!send_error_.ok()) return send_error_;
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
@@ -313,13 +457,13 @@ Status Communicator::SendNow(const SendJob& job) {
     out = peers_[job.to].out.get();
   }
   if (out == nullptr) {
-    MERIDIAN_RETURN_IF_ERROR(Connect(job.to));
+    MERIDIAN_RETURN_IF_ERROR(Connect(job.to, options_.timeout_us));
     std::lock_guard<std::mutex> lock(mu_);
     out = peers_[job.to].out.get();
   }
   const objects::LinkShape* link = Link(options_.rank, job.to);
-  const std::string& from_site = options_.ranks[options_.rank].site;
-  const std::string& to_site = options_.ranks[job.to].site;
+  const std::string from_site = Rank(options_.rank).site;
+  const std::string to_site = Rank(job.to).site;
   for (size_t off = 0; off < job.size; off += options_.chunk_bytes) {
     FrameHeader h;
     h.length = static_cast<uint32_t>(std::min(options_.chunk_bytes, job.size - off));
@@ -458,8 +602,9 @@ std::vector<int> Everyone(int n) {
 
 template <typename T>
 Status Communicator::AllReduceT(std::span<T> data, ReduceOp op, Algorithm algorithm) {
+  const std::vector<RankAddress> ranks = Ranks();
   std::vector<std::string> sites;  // in the order of their first rank
-  for (const RankAddress& r : options_.ranks) {
+  for (const RankAddress& r : ranks) {
     if (std::find(sites.begin(), sites.end(), r.site) == sites.end()) sites.push_back(r.site);
   }
   if (algorithm == Algorithm::kAuto) algorithm = sites.size() > 1 ? Algorithm::kHierarchical : Algorithm::kRing;
@@ -467,45 +612,59 @@ Status Communicator::AllReduceT(std::span<T> data, ReduceOp op, Algorithm algori
   if (algorithm == Algorithm::kRing || sites.size() == 1) return RingAllReduce(all, data, op);
   // Hierarchical: within the site, between the sites' leaders (each site's first
   // rank), then from the leader back to its site.
-  const std::string& mine = options_.ranks[options_.rank].site;
+  const std::string& mine = ranks[options_.rank].site;
   std::vector<int> local, leaders;
   for (const std::string& site : sites) {
     for (int r : all) {
-      if (options_.ranks[r].site != site) continue;
+      if (ranks[r].site != site) continue;
       leaders.push_back(r);
       break;
     }
   }
   for (int r : all) {
-    if (options_.ranks[r].site == mine) local.push_back(r);
+    if (ranks[r].site == mine) local.push_back(r);
   }
   MERIDIAN_RETURN_IF_ERROR(RingAllReduce(local, data, op));
   if (local.front() == options_.rank) MERIDIAN_RETURN_IF_ERROR(RingAllReduce(leaders, data, op));
   return ChainBroadcast(local, std::as_writable_bytes(data), 0);
 }
 
+Status Communicator::Abandon(Status failed) {
+  if (failed.ok()) return failed;
+  // This generation is over: every connection is shut, so the ranks waiting on this
+  // one fail now (and rejoin) instead of when their wait times out.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Peer& p : peers_) {
+      if (p.out) p.out->Shutdown();
+      if (p.in) p.in->Shutdown();
+      if (p.in_tcp) p.in_tcp->Shutdown();
+    }
+  }
+  return failed;
+}
+
 Status Communicator::AllReduce(std::span<float> data, ReduceOp op, Algorithm algorithm) {
-  return AllReduceT(data, op, algorithm);
+  return Abandon(AllReduceT(data, op, algorithm));
 }
 Status Communicator::AllReduce(std::span<double> data, ReduceOp op, Algorithm algorithm) {
-  return AllReduceT(data, op, algorithm);
+  return Abandon(AllReduceT(data, op, algorithm));
 }
-
 
 Status Communicator::ReduceScatter(std::span<float> data, ReduceOp op) {
-  return size() < 2 ? OkStatus() : RingReduceScatter(Everyone(size()), data, op);
+  return size() < 2 ? OkStatus() : Abandon(RingReduceScatter(Everyone(size()), data, op));
 }
 Status Communicator::ReduceScatter(std::span<double> data, ReduceOp op) {
-  return size() < 2 ? OkStatus() : RingReduceScatter(Everyone(size()), data, op);
+  return size() < 2 ? OkStatus() : Abandon(RingReduceScatter(Everyone(size()), data, op));
 }
 
 Status Communicator::AllGather(std::span<std::byte> data) {
-  return size() < 2 ? OkStatus() : RingAllGather(Everyone(size()), data, 1);
+  return size() < 2 ? OkStatus() : Abandon(RingAllGather(Everyone(size()), data, 1));
 }
 
 Status Communicator::Broadcast(std::span<std::byte> data, int root) {
   if (root < 0 || root >= size()) return InvalidArgumentError(fmt::format("no rank {} to broadcast from", root));
-  return ChainBroadcast(Everyone(size()), data, root);
+  return Abandon(ChainBroadcast(Everyone(size()), data, root));
 }
 
 }  // namespace meridian::collective

@@ -29,8 +29,15 @@
 // per direction (bandwidth) and delivered half a round trip later, as on the link,
 // for benchmarks and tests of the hierarchical path on one machine.
 //
-// Thread-safety: one collective at a time per Communicator (the caller's thread); it
-// runs one sender thread and one accepting thread of its own.
+// Generations: a gang that lost a rank goes on with its replacement (elastic
+// training). Every rank starts in generation 0; Rejoin moves to the next; a
+// connection proves its generation and its rank's address and site, so the
+// survivors learn where a replacement listens, and frames of the failed generation
+// are never read in the next (docs/training.md, "Elastic recovery").
+//
+// Thread-safety: one collective at a time per Communicator (the caller's thread),
+// and Rejoin and Announce from that thread between them; it runs one sender thread
+// and one accepting thread of its own.
 #pragma once
 
 #include <atomic>
@@ -99,6 +106,9 @@ class Communicator {
   int rank() const { return options_.rank; }
   int size() const { return static_cast<int>(options_.ranks.size()); }
 
+  // A collective that fails shuts this rank's connections, so the others fail too
+  // rather than wait; the communicator is then of use only after Rejoin.
+  //
   // Every rank's `data` becomes the element-wise reduction of all ranks' data (every
   // rank passes the same length).
   Status AllReduce(std::span<float> data, ReduceOp op, Algorithm algorithm = Algorithm::kAuto);
@@ -113,6 +123,19 @@ class Communicator {
   // Every rank's `data` becomes `root`'s.
   Status Broadcast(std::span<std::byte> data, int root);
 
+  // After a collective failed because a rank was lost (or another rank rejoined):
+  // drops this generation's connections and what it queued, and moves to the next
+  // generation, from which the gang's ranks reconnect. Connections of an earlier
+  // generation are answered "stale" (their rank catches up and comes again); one of a
+  // later generation makes the collective it would serve fail (this rank catches up).
+  // Frames of one generation never reach another.
+  void Rejoin();
+  // Connects to every rank it has no connection to, at once, each given up after
+  // `timeout_us`: a rank that was replaced (elsewhere, perhaps) so tells the others
+  // where it listens now, before they need to send to it. Failures are only logged.
+  void Announce(int64_t timeout_us);
+  uint32_t generation() const;
+
   // Bytes this rank sent, by destination site.
   std::map<std::string, int64_t> bytes_sent() const;
   // Connections refused: not a rank of this gang, or a second connection from one.
@@ -124,6 +147,8 @@ class Communicator {
     std::unique_ptr<TcpStream> in_tcp;  // it sends on it,
     std::unique_ptr<ByteStream> in;     // in TLS over in_tcp when the cluster has TLS
     bool claimed = false;               // a connection proved it is this rank
+    uint32_t in_generation = 0;         // the generation `in` proved
+    bool stale_out = false;             // `out` goes to where the rank no longer listens
   };
   struct Handshake {
     std::thread thread;
@@ -140,7 +165,12 @@ class Communicator {
   void AcceptLoop();
   void Admit(std::unique_ptr<TcpStream> tcp);
   void SendLoop();
-  Status Connect(int to);
+  Status Connect(int to, int64_t timeout_us);
+  // Shuts every connection when `failed` is an error (which it returns): a failed
+  // collective ends its generation for every rank at once.
+  Status Abandon(Status failed);
+  RankAddress Rank(int rank) const;     // under address_mu_: handshakes update it
+  std::vector<RankAddress> Ranks() const;
   Status SendNow(const SendJob& job);
   // Queues `size` bytes at `data` for rank `to`, in frames of at most chunk_bytes;
   // the memory must stay as it is until WaitSent.
@@ -179,6 +209,9 @@ class Communicator {
   Status send_error_;                      // guarded by mu_
   std::map<std::string, int64_t> sent_;    // guarded by mu_
   int64_t refused_ = 0;                    // guarded by mu_
+  uint32_t generation_ = 0;                // guarded by mu_
+  uint32_t highest_seen_ = 0;              // guarded by mu_: the newest generation a peer is in
+  mutable std::mutex address_mu_;          // guards options_.ranks (after mu_, when both)
   std::list<Handshake> handshakes_;        // guarded by mu_
   std::thread accept_thread_;
   std::thread send_thread_;
