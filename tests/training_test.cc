@@ -3,6 +3,7 @@
 // sites, as examples/training/ddp-digits.yaml runs it from the README; and the same
 // gang when one rank's agent is killed mid-training.
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -215,6 +216,81 @@ TEST_F(TrainingTest, TheBuiltInTrainerLearnsTheDigitsAsAGangOfFourRanksAtTwoSite
   }
   std::fprintf(stderr, "built-in trainer: accuracy %s, loss %s\n", ranks[0]["accuracy"].dump().c_str(),
                ranks[0]["final_loss"].dump().c_str());
+}
+
+// The elastic gang of the built-in trainer loses rank 2's agent mid-training: only
+// rank 2 is placed again, it resumes from the last checkpoint (an object that every
+// rank's node holds) while the other ranks roll back to it and rejoin, and the job
+// ends with the accuracy of an undisturbed run (the bar: within 1 point).
+TEST_F(TrainingTest, AnElasticGangReplacesOnlyTheLostRankAndResumesFromItsCheckpoint) {
+  CommandResult put = Meridian({"data", "put", "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
+                                "--name", "digits", "--dir", cluster_->dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  std::string spec = ReadAll(SourceDir() + "/examples/training/mlp-digits.yaml");
+  const size_t at = spec.find("--epochs 30");
+  ASSERT_NE(at, std::string::npos);
+  spec.replace(at, 11, "--epochs 120");
+  // Undisturbed, for the figure to compare with.
+  StatusOr<model::JobView> calm = cluster_->RunJob(spec, "mlp-digits.yaml");
+  ASSERT_TRUE(calm.ok()) << calm.status().ToString();
+  std::vector<nlohmann::json> undisturbed = CheckTrained(*calm);
+  ASSERT_EQ(undisturbed.size(), 4u);
+
+  StatusOr<rpc::SubmitResult> submitted = cluster_->client().Submit(spec, "mlp-digits.yaml");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  const uint64_t id = submitted->job_id;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        StatusOr<std::vector<rpc::TaskLog>> logs = cluster_->client().Logs(id, "train/0");
+        if (!logs.ok()) return false;
+        for (const rpc::TaskLog& l : *logs) {
+          if (l.record.stderr_tail.find("epoch 15/120") != std::string::npos) return true;
+        }
+        return false;
+      },
+      120));
+  StatusOr<model::JobView> before = cluster_->client().GetJob(id, true);
+  ASSERT_TRUE(before.ok());
+  const std::string victim = before->tasks[2].record.node;  // rank 2's node
+  ASSERT_FALSE(victim.empty());
+  cluster_->Kill9("agent-" + victim);
+  ASSERT_TRUE(cluster_->Up());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        StatusOr<model::JobView> now = cluster_->client().GetJob(id, false);
+        return now.ok() && model::IsTerminal(now->summary.job.status);
+      },
+      300));
+  StatusOr<model::JobView> v = cluster_->client().GetJob(id, true);
+  ASSERT_TRUE(v.ok());
+  std::fprintf(stderr, "%s", History(*v).c_str());
+  std::vector<nlohmann::json> ranks = CheckTrained(*v);
+  ASSERT_EQ(ranks.size(), 4u);
+  // Only rank 2 ran again; the others kept their first attempt throughout.
+  for (const model::TaskView& t : v->tasks) {
+    EXPECT_EQ(t.record.attempt, t.name == "train/2" ? 2 : 1) << t.name << "\n" << History(*v);
+  }
+  EXPECT_EQ(v->summary.retries, 1) << History(*v);
+  // Rank 2's replacement resumed from a checkpoint (a whole epoch's: 23 steps), and
+  // every rank rejoined from it at least once, all in one generation.
+  EXPECT_GT(ranks[2]["resumed_from"].get<int64_t>(), 0) << ranks[2].dump();
+  EXPECT_EQ(ranks[2]["resumed_from"].get<int64_t>() % 23, 0) << ranks[2].dump();
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(ranks[r]["steps"], 120 * 23);
+    EXPECT_EQ(ranks[r]["resumed_from"], ranks[2]["resumed_from"]) << r;
+    EXPECT_EQ(ranks[r]["generation"], ranks[0]["generation"]) << r;
+    if (r != 2) {
+      EXPECT_GE(ranks[r]["rejoins"].get<int>(), 1) << ranks[r].dump();
+    }
+  }
+  const double calm_accuracy = undisturbed[0]["accuracy"].get<double>();
+  const double accuracy = ranks[0]["accuracy"].get<double>();
+  EXPECT_LE(std::abs(accuracy - calm_accuracy), 0.01) << accuracy << " against " << calm_accuracy;
+  std::fprintf(stderr,
+               "elastic: accuracy %.4f (undisturbed %.4f), parameters %s the undisturbed run's; rank 2 resumed "
+               "from step %s; generation %s\n",
+               accuracy, calm_accuracy, ranks[0]["checksum"] == undisturbed[0]["checksum"] ? "equal to" : "differ from",
+               ranks[2]["resumed_from"].dump().c_str(), ranks[0]["generation"].dump().c_str());
 }
 
 TEST_F(TrainingTest, AGangWhoseRankLosesItsAgentRunsAgainWholeAndStillTrains) {

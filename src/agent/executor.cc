@@ -267,9 +267,17 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     if (got[i].ok()) {
       u.transfers.push_back(got[i]->transfer);
       inputs[wants[i].slot] = std::string(got[i]->data);
+      if (wants[i].object == &a.checkpoint) task.checkpoint_fetched = true;
       continue;
     }
     const Status& s = got[i].status();
+    if (wants[i].object == &a.checkpoint && s.code() != StatusCode::kCancelled) {
+      // A checkpoint saves work; without it the command starts afresh (or, in a gang,
+      // from its peers), which beats not starting.
+      MERIDIAN_LOG_WARN("task {}/{} attempt {} starts without its checkpoint: {}", a.key.job, a.key.task,
+                        a.key.attempt, s.message());
+      continue;
+    }
     const std::string reason = fmt::format("{}: {}", wants[i].what, s.message());
     if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kUnavailable) {
       u.lost_inputs.push_back(model::LostInput{wants[i].object->id, damaged[i]});
@@ -411,7 +419,7 @@ void Executor::RunCommand(Running_& task) {
     return;
   }
   if (!a.checkpoint.id.empty()) {
-    if (!ec) std::ofstream(dir / "checkpoint", std::ios::binary) << inputs.back();
+    if (!ec && task.checkpoint_fetched) std::ofstream(dir / "checkpoint", std::ios::binary) << inputs.back();
     inputs.pop_back();
   }
   for (size_t i = 0; i < inputs.size() && !ec; ++i) {
@@ -475,7 +483,7 @@ void Executor::RunCommand(Running_& task) {
   // Where it may leave a checkpoint (a file `checkpoint`, renamed into place whole),
   // which the agent keeps as an object; and the one an earlier attempt left, if any.
   p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT_DIR={}", (dir / "checkpoints").string()));
-  if (!a.checkpoint.id.empty()) p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT={}", (dir / "checkpoint").string()));
+  if (task.checkpoint_fetched) p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT={}", (dir / "checkpoint").string()));
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
   // Emulated devices are not GPUs the program could open: it sees none.

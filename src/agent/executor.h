@@ -102,6 +102,7 @@ class Executor {
   struct Running_ {
     model::TaskAssignment assignment;
     std::atomic<bool> stop{false};
+    bool checkpoint_fetched = false;  // assignment.checkpoint is the last of the inputs
   };
   void KernelWorker();
   void RunKernel(Running_& task);

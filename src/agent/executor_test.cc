@@ -349,6 +349,7 @@ TEST_F(ExecutorTest, ACommandsCheckpointsAreKeptAsObjectsAndTheNextAttemptGetsOn
   interval_us_ = 20'000;
   Reset(
       [](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>*) -> StatusOr<FetchedInput> {
+        if (o.id == "id-gone") return NotFoundError("n2 has no object id-gone");
         auto keep = std::make_shared<std::string>("state at step 7");
         return FetchedInput{keep, *keep, model::InputTransfer{o.id, "s2", "s1", 15, 0}};
       },
@@ -388,6 +389,13 @@ TEST_F(ExecutorTest, ACommandsCheckpointsAreKeptAsObjectsAndTheNextAttemptGetsOn
   model::TaskUpdate g = Final(next.key);
   EXPECT_EQ(g.kind, model::UpdateKind::kSucceeded) << g.reason;
   EXPECT_EQ(g.output, "state at step 7 0\n");
+  // A checkpoint that cannot be fetched is done without: the command starts afresh.
+  model::TaskAssignment fresh = Task(32, {"sh", "-c", "echo ${MERIDIAN_CHECKPOINT:-none}; ls $HOME"});
+  fresh.checkpoint = model::ObjectLocation{"id-gone", "checkpoint of t32", 15, {model::ObjectReplica{2, "n2", "s2", "x:1"}}};
+  ASSERT_TRUE(exec_->Start(fresh));
+  model::TaskUpdate h = Final(fresh.key);
+  EXPECT_EQ(h.kind, model::UpdateKind::kSucceeded) << h.reason;
+  EXPECT_EQ(h.output, "none\ncheckpoints\ninputs\n");
 }
 
 TEST_F(ExecutorTest, InputObjectsAreFetchedSeveralAtOnceAndALostOneStopsTheAttemptWithoutFailingIt) {

@@ -47,6 +47,7 @@ StatusOr<std::vector<std::string>> GangEnvironment(const model::GangInfo& gang) 
       fmt::format("MASTER_ADDR={}", gang.master_addr),
       fmt::format("MASTER_PORT={}", gang.master_port),
       fmt::format("MERIDIAN_GANG={}", gang.name),
+      fmt::format("MERIDIAN_GANG_FAILURE={}", gang.failure),
   };
 }
 

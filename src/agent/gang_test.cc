@@ -32,11 +32,13 @@ TEST(GangTest, EachRankIsToldItsPlaceAsDistributedFrameworksExpect) {
   StatusOr<std::vector<std::string>> r4 = GangEnvironment(FiveRanks(4));
   ASSERT_TRUE(r4.ok()) << r4.status().ToString();
   EXPECT_THAT(*r4, ElementsAre("RANK=4", "WORLD_SIZE=5", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=3", "NODE_RANK=1",
-                               "GROUP_RANK=1", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29517", "MERIDIAN_GANG=worker"));
+                               "GROUP_RANK=1", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29517", "MERIDIAN_GANG=worker",
+                               "MERIDIAN_GANG_FAILURE=restart"));
   StatusOr<std::vector<std::string>> r3 = GangEnvironment(FiveRanks(3));
   ASSERT_TRUE(r3.ok());
   EXPECT_THAT(*r3, ElementsAre("RANK=3", "WORLD_SIZE=5", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", "NODE_RANK=2",
-                               "GROUP_RANK=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29517", "MERIDIAN_GANG=worker"));
+                               "GROUP_RANK=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29517", "MERIDIAN_GANG=worker",
+                               "MERIDIAN_GANG_FAILURE=restart"));
   EXPECT_EQ(GangPeersText(FiveRanks(0)),
             "0 a eu 10.0.0.1\n1 b eu 10.0.0.2\n2 b eu 10.0.0.2\n3 c us 10.1.0.1\n4 b eu 10.0.0.2\n");
 }

@@ -191,6 +191,8 @@ struct GangTrainOptions {
   int64_t checkpoint_every = 0;
   std::string algorithm = "auto";  // auto, ring, hierarchical
   int64_t timeout_us = 60'000'000;  // a collective waiting this long on a peer fails
+  // An elastic gang's rank gives up rejoining after failing this long with no step done.
+  int64_t rejoin_us = 600'000'000;
 };
 Status RunGangTrain(const GangTrainOptions& options, std::ostream& out);
 

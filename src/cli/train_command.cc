@@ -2,6 +2,7 @@
 // rank of a gang. Each member listens for its peers on MASTER_PORT + 1 + WORLD_SIZE +
 // RANK (above `gang mpirun`'s launch ports) and proves the gang's secret on every
 // connection (collective/communicator.h). See docs/training.md.
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -120,11 +121,42 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
     return FailedPreconditionError(
         "--checkpoint-every: MERIDIAN_CHECKPOINT_DIR is not set (the agent sets it for a task with checkpoints)");
   }
-  StatusOr<training::TrainResult> result = trainer.Run(
-      [&](const training::Checkpoint& c) { return WriteCheckpoint(checkpoint_dir, training::EncodeCheckpoint(c, t.hidden)); },
-      [&](const training::EpochReport& e) {
-        std::cerr << fmt::format("epoch {}/{} step {} loss {:.6f}\n", e.epoch, t.epochs, e.step, e.loss);
-      });
+  // An elastic gang (gang_failure: elastic) goes on when a rank is lost: the others
+  // roll back to their last checkpoint and rejoin, in the communicator's next
+  // generation, with the rank's replacement, which resumes from that checkpoint (the
+  // coordinator hands it over). Every rank first tells the others where it listens.
+  const bool elastic = Env("MERIDIAN_GANG_FAILURE") == "elastic";
+  constexpr int64_t kAnnounceUs = 2'000'000;
+  if (elastic) comm->Announce(kAnnounceUs);
+  // Rejoining gives up after rejoin_us of failures with no step done in between.
+  auto give_up = std::chrono::steady_clock::time_point::max();
+  int64_t failed_at = -1;
+  int rejoins = 0;
+  StatusOr<training::TrainResult> result = InternalError("not trained");
+  for (;;) {
+    result = trainer.Run(
+        [&](const training::Checkpoint& c) {
+          return WriteCheckpoint(checkpoint_dir, training::EncodeCheckpoint(c, t.hidden));
+        },
+        [&](const training::EpochReport& e) {
+          std::cerr << fmt::format("epoch {}/{} step {} loss {:.6f}\n", e.epoch, t.epochs, e.step, e.loss);
+        });
+    if (result.ok() || !elastic) break;
+    const StatusCode code = result.status().code();
+    if (code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition) break;
+    if (trainer.step() > failed_at) {
+      give_up = std::chrono::steady_clock::now() + std::chrono::microseconds(options.rejoin_us);
+    } else if (std::chrono::steady_clock::now() > give_up) {
+      break;
+    }
+    failed_at = trainer.step();
+    std::cerr << fmt::format("rank {}: {}; rejoining the gang from the last checkpoint\n", m.rank,
+                             result.status().message());
+    trainer.RollBack();
+    comm->Rejoin();
+    comm->Announce(kAnnounceUs);
+    ++rejoins;
+  }
   if (!result.ok()) return result.status();
   nlohmann::json j;
   j["rank"] = m.rank;
@@ -138,6 +170,8 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   j["resumed_from"] = result->resumed_from;
   j["checksum"] = result->checksum;
   j["bytes_sent"] = comm->bytes_sent();
+  j["rejoins"] = rejoins;
+  j["generation"] = comm->generation();
   out << j.dump() << '\n';
   return OkStatus();
 }

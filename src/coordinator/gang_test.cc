@@ -130,6 +130,64 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   EXPECT_EQ(v.tasks[1].record.failures, 1);
 }
 
+// An elastic gang: a member that fails is placed again alone, with the same port and
+// secret (rank 0's attempt draws them), while the other runs on; the replacement is
+// given the newest checkpoint of its task, wherever a node holds those bytes, and each
+// checkpoint copy is released once a later attempt or the job's end supersedes it.
+TEST_F(GangTest, AnElasticGangPlacesOnlyTheStoppedMemberAgainWithItsCheckpoint) {
+  StartTwoNodes(std::string("gang_failure: elastic\n") + kTwoReplicas);
+  auto first = Placed();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].second.gang.failure, "elastic");
+  EXPECT_TRUE(first[1].second.checkpoint.id.empty());
+  const std::string x(32, 'a'), y(32, 'c');
+  auto checkpoint = [](const model::TaskKey& key, const std::string& id) {
+    model::TaskUpdate u;
+    u.key = key;
+    u.kind = model::UpdateKind::kRunning;
+    u.checkpoint = model::HeldObject{id, 10};
+    return u;
+  };
+  // Both ranks keep the same checkpoint (the same bytes): each node holds a copy.
+  Report(first[0].first, {checkpoint(first[0].second.key, x)}, {model::HeldObject{x, 10}});
+  Report(first[1].first, {checkpoint(first[1].second.key, x)}, {model::HeldObject{x, 10}});
+  Report(first[1].first, {Failed(first[1].second.key, "exit code 1")});
+  // Only rank 1 runs again, on the node that has room (its own), in the same gang run.
+  auto again = coord_->NextAssignments(first[1].first.node_id, first[1].first.session, 2'000'000);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->assignments.size(), 1u);
+  const model::TaskAssignment& r1 = again->assignments[0];
+  EXPECT_EQ(r1.task_name, "worker/1");
+  EXPECT_EQ(r1.key.attempt, 2u);
+  EXPECT_EQ(r1.gang.rank, 1u);
+  EXPECT_EQ(r1.gang.master_port, first[0].second.gang.master_port);
+  EXPECT_EQ(r1.gang.secret, first[0].second.gang.secret);
+  EXPECT_EQ(r1.gang.members[0].node, first[0].second.gang.members[0].node);
+  EXPECT_EQ(r1.checkpoint.id, x);
+  EXPECT_EQ(r1.checkpoint.name, "checkpoint of worker/1");
+  EXPECT_EQ(r1.checkpoint.replicas.size(), 2u);
+  EXPECT_FALSE(r1.checkpoint.ticket.empty());
+  // Rank 0 was neither stopped nor placed again.
+  EXPECT_TRUE(Cancels(first[0].first).empty());
+  model::JobView v = Job(job_);
+  EXPECT_EQ(v.tasks[0].record.attempt, 1u);
+  EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kRunning);
+  // The replacement keeps a newer checkpoint: its first attempt's copy is released.
+  Report(first[1].first, {checkpoint(r1.key, y)}, {model::HeldObject{y, 10}});
+  auto released = coord_->NextAssignments(first[1].first.node_id, first[1].first.session, 2'000'000);
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(released->release_objects, std::vector<std::string>{x});
+  // The job ends: every copy left goes.
+  Report(first[0].first, {Done(first[0].second.key, "r0")});
+  Report(first[1].first, {Done(r1.key, "r1")});
+  EXPECT_EQ(Job(job_).summary.job.status, model::JobStatus::kSucceeded);
+  auto end0 = coord_->NextAssignments(first[0].first.node_id, first[0].first.session, 2'000'000);
+  auto end1 = coord_->NextAssignments(first[1].first.node_id, first[1].first.session, 2'000'000);
+  ASSERT_TRUE(end0.ok() && end1.ok());
+  EXPECT_EQ(end0->release_objects, std::vector<std::string>{x});
+  EXPECT_EQ(end1->release_objects, std::vector<std::string>{y});
+}
+
 TEST_F(GangTest, AMemberLostWithItsNodeFailsAGangThatSaysSo) {
   StartTwoNodes(std::string("gang_failure: fail\n") + kTwoReplicas);
   auto placed = Placed();

@@ -174,13 +174,20 @@ void Coordinator::ScheduleLocked() {
       continue;
     }
     if (!gangs_seen.insert({job.rec.id, gang}).second) continue;
-    const std::vector<TaskId>& members = job.job->gangs[static_cast<size_t>(gang)].members;
+    // An elastic gang's members that run go on: the queued ones (replacements) are
+    // offered without them.
+    const bool elastic = job.job->gang_failure == model::GangFailure::kElastic;
+    std::vector<TaskId> members;
     bool ready = true;
-    for (TaskId m : members) {
+    for (TaskId m : job.job->gangs[static_cast<size_t>(gang)].members) {
       TaskRt& member = job.tasks[m.value()];
       if (member.seq < 0) {
-        ready = false;  // still blocked, or placed and stopping
-      } else if (!DepOutputsAvailableLocked(job, member)) {
+        // Still blocked, or placed and stopping; or placed and running, in an elastic gang.
+        if (!(elastic && model::IsPlaced(member.rec.status))) ready = false;
+        continue;
+      }
+      members.push_back(m);
+      if (!DepOutputsAvailableLocked(job, member)) {
         awaiting_inputs_.insert({job.rec.id, m.value()});
         ready = false;
       }
@@ -394,6 +401,17 @@ model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task&
   g.master_port = options_.gang_port_first +
                   static_cast<int32_t>(h % static_cast<uint64_t>(std::max(1, options_.gang_port_count)));
   g.secret = security::GangSecret(ticket_key_, job.rec.id, spec.gang_id, rank0.attempt);
+  switch (job.job->gang_failure) {
+    case model::GangFailure::kRestart:
+      g.failure = "restart";
+      break;
+    case model::GangFailure::kFail:
+      g.failure = "fail";
+      break;
+    case model::GangFailure::kElastic:
+      g.failure = "elastic";
+      break;
+  }
   return g;
 }
 
@@ -418,6 +436,16 @@ void Coordinator::RunAgainLocked(JobRt& job, TaskRt& task, const std::string& wh
            fmt::format("stopped ({}) after '{}' of its gang '{}' had finished; a gang runs again only whole", why,
                        TaskName(job, m.value()), gang.name),
            batch);
+    return;
+  }
+  // Elastic: the others go on (their collectives wait for the replacement and resume
+  // from their last checkpoint with it), and only this member is placed again. Rank 0
+  // is the gang's master (MASTER_PORT, the launch secret are drawn by its attempt):
+  // without it the gang runs again whole.
+  if (job.job->gang_failure == model::GangFailure::kElastic && gang.members.front().value() != task.rec.task) {
+    Requeue(job, task, batch);
+    MERIDIAN_LOG_INFO("job {}: gang '{}' goes on while '{}' is placed again: it stopped ({})", job.rec.id, gang.name,
+                      member, why);
     return;
   }
   Requeue(job, task, batch);

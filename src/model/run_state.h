@@ -259,6 +259,8 @@ struct GangInfo {
   // Proves a launch between members of this run (`meridian gang`, docs/training.md):
   // the members' agents hand it to their commands only.
   std::string secret;
+  // The job's gang_failure: "restart", "fail" or "elastic" (MERIDIAN_GANG_FAILURE).
+  std::string failure = "restart";
 };
 
 struct TaskAssignment {

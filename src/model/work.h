@@ -20,7 +20,9 @@ enum class Objective { kFastest, kCheapest, kBalanced };
 
 // What a gang does when one of its members fails or is lost while the others run:
 // run the whole gang again (its members start together once more), or fail the job.
-enum class GangFailure { kRestart, kFail };
+// What a gang does when a member stops (docs/training.md): runs again whole, fails
+// its job, or (elastic) goes on while only that member is placed again.
+enum class GangFailure { kRestart, kFail, kElastic };
 
 // The most members a gang may have (each member's assignment lists them all).
 inline constexpr size_t kMaxGangMembers = 4096;

@@ -312,6 +312,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
     g->set_master_addr(a.gang.master_addr);
     g->set_master_port(a.gang.master_port);
     g->set_secret(a.gang.secret);
+    g->set_failure(a.gang.failure);
   }
 }
 
@@ -345,6 +346,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
     a.gang.master_addr = in.gang().master_addr();
     a.gang.master_port = in.gang().master_port();
     a.gang.secret = in.gang().secret();
+    a.gang.failure = in.gang().failure().empty() ? "restart" : in.gang().failure();
   }
   return a;
 }

@@ -145,7 +145,9 @@ Status JobParser::ParseHeader(const YAML::Node& root) {
   MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "output_residency", "", {{"inherit", true}, {"anywhere", false}},
                                    &job_.outputs_inherit_residency));
   MERIDIAN_RETURN_IF_ERROR(r_.Enum(root, "gang_failure", "",
-                                   {{"restart", model::GangFailure::kRestart}, {"fail", model::GangFailure::kFail}},
+                                   {{"restart", model::GangFailure::kRestart},
+                                    {"fail", model::GangFailure::kFail},
+                                    {"elastic", model::GangFailure::kElastic}},
                                    &job_.gang_failure));
   return ParseRegionRules(root["regions"], "regions", job_.allowed_regions);
 }

@@ -133,6 +133,9 @@ tasks:
   EXPECT_EQ(job->gangs[0].members, (std::vector<TaskId>{TaskId(0), TaskId(2), TaskId(3)}));
   EXPECT_EQ(job->FindTask("worker/1")->gang_rank, 2u);
   EXPECT_EQ(job->FindTask("solo")->gang_id, -1);
+  StatusOr<model::Job> elastic = Parse("name: e\ngang_failure: elastic\ntasks:\n  - {name: w, kernel: sum, replicas: 2}\n");
+  ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
+  EXPECT_EQ(elastic->gang_failure, model::GangFailure::kElastic);
 }
 
 TEST_F(JobSpecTest, AGangMemberMayNotWaitForAnotherMemberOfItsGang) {
@@ -408,7 +411,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadJob{"cycle", "  - name: prep\n    kernel: sum", "  - name: prep\n    after: [merge]\n    kernel: sum", "is on a dependency cycle"},
         BadJob{"negative budget", "budget: $12.50", "budget: $-12.50", "budget: an amount in USD must not be negative"},
         BadJob{"gang failure", "priority: 5", "priority: 5\ngang_failure: retry",
-               "job.yaml:4:15: gang_failure: expected restart or fail, got 'retry'"},
+               "job.yaml:4:15: gang_failure: expected restart, fail or elastic, got 'retry'"},
         BadJob{"gang variable", "    reduce: count", "    reduce: count\n    gang: m\n    env: {RANK: '0'}",
                "tasks[2].env.RANK: RANK is Meridian's to set for a gang's members"}),
 

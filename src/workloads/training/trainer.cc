@@ -169,18 +169,16 @@ void Trainer::Initialise() {
 }
 
 Status Trainer::Agree() {
-  // The oldest step any rank can start from (one without a checkpoint: step 0)...
+  // The newest step any rank can start from (one without a checkpoint: step 0): every
+  // rank's checkpoint of a step is the same state, made after an update all ranks
+  // made together...
   std::vector<double> step{static_cast<double>(step_)};
-  MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(std::span<double>(step), collective::ReduceOp::kMin));
+  MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(std::span<double>(step), collective::ReduceOp::kMax));
   // ...and the lowest rank that holds it.
   std::vector<double> root{static_cast<double>(static_cast<double>(step_) == step[0] ? rank_ : world_)};
   MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(std::span<double>(root), collective::ReduceOp::kMin));
   const auto start = static_cast<int64_t>(step[0]);
-  if (start == 0) {
-    if (step_ != 0) Initialise();  // the seed's weights, as every other rank has them
-    resumed_from_ = -1;
-    return OkStatus();
-  }
+  if (start == 0) return OkStatus();  // everyone has the seed's weights
   // Its state, to every rank: parameters, momentum and the epoch's loss so far.
   std::vector<std::byte> state((2 * params_.size()) * sizeof(float) + sizeof(double));
   std::memcpy(state.data(), params_.data(), params_.size() * sizeof(float));
@@ -205,7 +203,17 @@ Status Trainer::Restore(const Checkpoint& c) {
   step_ = c.step;
   epoch_loss_ = c.epoch_loss;
   resumed_from_ = c.step;
+  last_checkpoint_ = c;
   return OkStatus();
+}
+
+void Trainer::RollBack() {
+  if (!last_checkpoint_) {
+    Initialise();
+    return;
+  }
+  const Checkpoint c = *last_checkpoint_;
+  (void)Restore(c);  // it fitted when it was made
 }
 
 std::vector<int64_t> Trainer::EpochOrder(int32_t epoch) const {
@@ -348,6 +356,7 @@ StatusOr<TrainResult> Trainer::Run(const std::function<Status(const Checkpoint&)
       c.epoch_loss = epoch_loss_;
       c.state = params_;
       c.state.insert(c.state.end(), velocity_.begin(), velocity_.end());
+      last_checkpoint_ = c;
       MERIDIAN_RETURN_IF_ERROR(on_checkpoint(c));
     }
   }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,18 +80,22 @@ class Trainer {
 
   // Starts from `c` instead of the seed's initial weights.
   Status Restore(const Checkpoint& c);
+  // Back to the newest checkpoint this trainer made or was restored from (the seed's
+  // weights when none): what a rank of a gang that lost a rank resumes from.
+  void RollBack();
 
   // Trains to the last epoch. With several ranks it first agrees with the others where
-  // to start: from the oldest step any rank holds (a rank restored from a checkpoint,
+  // to start: from the newest step any rank holds (a rank restored from a checkpoint,
   // or step 0: the seed's weights), in the state of the lowest rank holding it, which
   // it broadcasts. So ranks restarted with checkpoints of different ages (or none)
-  // continue one model. `on_checkpoint` gets every checkpoint_every'th step's
+  // continue one model, losing the least work. `on_checkpoint` gets every checkpoint_every'th step's
   // state; `on_epoch` every epoch's loss. An error from either, or from a collective,
   // ends the run with it.
   StatusOr<TrainResult> Run(const std::function<Status(const Checkpoint&)>& on_checkpoint,
                             const std::function<void(const EpochReport&)>& on_epoch);
 
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
+  int64_t step() const { return step_; }  // steps done
 
  private:
   void Initialise();  // the seed's weights, zero momentum, step 0
@@ -109,6 +114,7 @@ class Trainer {
   std::vector<float> params_, velocity_, grad_;
   int64_t step_ = 0;
   int64_t resumed_from_ = -1;
+  std::optional<Checkpoint> last_checkpoint_;
   double epoch_loss_ = 0.0;
   // Scratch for a block of images.
   std::vector<float> hidden_, logits_, dhidden_;
