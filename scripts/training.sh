@@ -4,7 +4,8 @@
 # directory of its own, stopped at the end) runs examples/training/ddp-digits.yaml (an
 # unmodified PyTorch DDP script, four ranks over gloo, two at each site) and
 # examples/training/mpi-pi.yaml (mpi4py over Open MPI, with Meridian as mpirun's
-# launcher). Installs and builds like scripts/run.sh.
+# launcher) and examples/training/mlp-digits.yaml (Meridian's own elastic trainer).
+# Installs and builds like scripts/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,3 +25,7 @@ echo "\$ meridian run examples/training/ddp-digits.yaml"
 echo
 echo "\$ meridian run examples/training/mpi-pi.yaml"
 "$meridian" run --dir "$dir" examples/training/mpi-pi.yaml
+"$meridian" data put --dir "$dir" /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz --name digits >/dev/null
+echo
+echo "\$ meridian run examples/training/mlp-digits.yaml"
+"$meridian" run --dir "$dir" examples/training/mlp-digits.yaml

@@ -138,7 +138,52 @@ class TrainingTest : public ::testing::Test {
     return ranks;
   }
 
+  // Debian's digits as the dataset `digits` (examples/training/mlp-digits.yaml).
+  void PutDigits() {
+    CommandResult put = Meridian({"data", "put", "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
+                                  "--name", "digits", "--dir", cluster_->dir()});
+    ASSERT_EQ(put.exit_code, 0) << put.err;
+  }
+
+  // Submits `spec`, kills rank 2's agent with kill -9 once rank 0 has logged
+  // `marker`, starts it again (as a supervisor would: `meridian up` starts only what
+  // is not running) and returns the job once it has ended.
+  StatusOr<model::JobView> RunKillingRankTwo(const std::string& spec, const std::string& file,
+                                             const std::string& marker) {
+    StatusOr<rpc::SubmitResult> submitted = cluster_->client().Submit(spec, file);
+    if (!submitted.ok()) return submitted.status();
+    const uint64_t id = submitted->job_id;
+    const bool midway = WaitFor(
+        [&] {
+          StatusOr<std::vector<rpc::TaskLog>> logs = cluster_->client().Logs(id, "train/0");
+          if (!logs.ok()) return false;
+          for (const rpc::TaskLog& l : *logs) {
+            if (l.record.stderr_tail.find(marker) != std::string::npos) return true;
+          }
+          return false;
+        },
+        120);
+    if (!midway) return DeadlineExceededError("rank 0 never logged '" + marker + "'");
+    StatusOr<model::JobView> before = cluster_->client().GetJob(id, true);
+    if (!before.ok()) return before.status();
+    if (before->tasks.size() != 4u || before->tasks[2].record.node.empty()) {
+      return InternalError("rank 2 is not placed");
+    }
+    victim_ = before->tasks[2].record.node;
+    cluster_->Kill9("agent-" + victim_);
+    if (!cluster_->Up()) return InternalError("the cluster did not come up again");
+    const bool ended = WaitFor(
+        [&] {
+          StatusOr<model::JobView> now = cluster_->client().GetJob(id, false);
+          return now.ok() && model::IsTerminal(now->summary.job.status);
+        },
+        300);
+    if (!ended) return DeadlineExceededError("the job did not end");
+    return cluster_->client().GetJob(id, true);
+  }
+
   std::unique_ptr<LocalCluster> cluster_;
+  std::string victim_;  // the node RunKillingRankTwo killed the agent of
 };
 
 TEST_F(TrainingTest, AnUnmodifiedDdpScriptTrainsAsAGangOfFourRanksAtTwoSites) {
@@ -186,9 +231,7 @@ TEST_F(TrainingTest, AnMpiProgramRunsAsAGangWithMeridianAsMpirunsLauncher) {
 // the gradients all-reduced hierarchically: each site's first rank (its leader) sent
 // the other site the whole gradient once a step, and no other rank sent a byte across.
 TEST_F(TrainingTest, TheBuiltInTrainerLearnsTheDigitsAsAGangOfFourRanksAtTwoSites) {
-  CommandResult put = Meridian({"data", "put", "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
-                                "--name", "digits", "--dir", cluster_->dir()});
-  ASSERT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_NO_FATAL_FAILURE(PutDigits());
   StatusOr<model::JobView> v =
       cluster_->RunJob(ReadAll(SourceDir() + "/examples/training/mlp-digits.yaml"), "mlp-digits.yaml");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
@@ -223,9 +266,7 @@ TEST_F(TrainingTest, TheBuiltInTrainerLearnsTheDigitsAsAGangOfFourRanksAtTwoSite
 // rank's node holds) while the other ranks roll back to it and rejoin, and the job
 // ends with the accuracy of an undisturbed run (the bar: within 1 point).
 TEST_F(TrainingTest, AnElasticGangReplacesOnlyTheLostRankAndResumesFromItsCheckpoint) {
-  CommandResult put = Meridian({"data", "put", "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz",
-                                "--name", "digits", "--dir", cluster_->dir()});
-  ASSERT_EQ(put.exit_code, 0) << put.err;
+  ASSERT_NO_FATAL_FAILURE(PutDigits());
   std::string spec = ReadAll(SourceDir() + "/examples/training/mlp-digits.yaml");
   const size_t at = spec.find("--epochs 30");
   ASSERT_NE(at, std::string::npos);
@@ -236,33 +277,8 @@ TEST_F(TrainingTest, AnElasticGangReplacesOnlyTheLostRankAndResumesFromItsCheckp
   std::vector<nlohmann::json> undisturbed = CheckTrained(*calm);
   ASSERT_EQ(undisturbed.size(), 4u);
 
-  StatusOr<rpc::SubmitResult> submitted = cluster_->client().Submit(spec, "mlp-digits.yaml");
-  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  const uint64_t id = submitted->job_id;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        StatusOr<std::vector<rpc::TaskLog>> logs = cluster_->client().Logs(id, "train/0");
-        if (!logs.ok()) return false;
-        for (const rpc::TaskLog& l : *logs) {
-          if (l.record.stderr_tail.find("epoch 15/120") != std::string::npos) return true;
-        }
-        return false;
-      },
-      120));
-  StatusOr<model::JobView> before = cluster_->client().GetJob(id, true);
-  ASSERT_TRUE(before.ok());
-  const std::string victim = before->tasks[2].record.node;  // rank 2's node
-  ASSERT_FALSE(victim.empty());
-  cluster_->Kill9("agent-" + victim);
-  ASSERT_TRUE(cluster_->Up());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        StatusOr<model::JobView> now = cluster_->client().GetJob(id, false);
-        return now.ok() && model::IsTerminal(now->summary.job.status);
-      },
-      300));
-  StatusOr<model::JobView> v = cluster_->client().GetJob(id, true);
-  ASSERT_TRUE(v.ok());
+  StatusOr<model::JobView> v = RunKillingRankTwo(spec, "mlp-digits.yaml", "epoch 15/120");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
   std::fprintf(stderr, "%s", History(*v).c_str());
   std::vector<nlohmann::json> ranks = CheckTrained(*v);
   ASSERT_EQ(ranks.size(), 4u);
@@ -294,37 +310,10 @@ TEST_F(TrainingTest, AnElasticGangReplacesOnlyTheLostRankAndResumesFromItsCheckp
 }
 
 TEST_F(TrainingTest, AGangWhoseRankLosesItsAgentRunsAgainWholeAndStillTrains) {
-  StatusOr<rpc::SubmitResult> submitted = cluster_->client().Submit(Spec(200), "ddp-digits.yaml");
-  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  const uint64_t id = submitted->job_id;
   // Mid-training: rank 0 has reported its fifth epoch.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        StatusOr<std::vector<rpc::TaskLog>> logs = cluster_->client().Logs(id, "train/0");
-        if (!logs.ok()) return false;
-        for (const rpc::TaskLog& l : *logs) {
-          if (l.record.stderr_tail.find("epoch 5/200") != std::string::npos) return true;
-        }
-        return false;
-      },
-      120));
-  StatusOr<model::JobView> before = cluster_->client().GetJob(id, true);
-  ASSERT_TRUE(before.ok());
-  ASSERT_EQ(before->tasks.size(), 4u);
-  const std::string victim = before->tasks[2].record.node;  // rank 2's node
-  ASSERT_FALSE(victim.empty());
-  cluster_->Kill9("agent-" + victim);
-  // The node comes back, as a supervisor would bring it (`meridian up` starts only
-  // what is not running); the gang runs again once every rank can be placed.
-  ASSERT_TRUE(cluster_->Up());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        StatusOr<model::JobView> now = cluster_->client().GetJob(id, false);
-        return now.ok() && model::IsTerminal(now->summary.job.status);
-      },
-      300));
-  StatusOr<model::JobView> v = cluster_->client().GetJob(id, true);
-  ASSERT_TRUE(v.ok());
+  StatusOr<model::JobView> v = RunKillingRankTwo(Spec(200), "ddp-digits.yaml", "epoch 5/200");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const std::string& victim = victim_;
   std::vector<nlohmann::json> ranks = CheckTrained(*v);
   ASSERT_EQ(ranks.size(), 4u);
   // Every rank ran again (the gang restarts whole), and rank 2's first attempt was
