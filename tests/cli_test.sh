@@ -193,6 +193,21 @@ assert j["ranks"] == 2 and j["bytes"] == 1 << 20, j
 for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "ratio", "tls_ratio", "hierarchical_ratio"):
     assert isinstance(j[k], float) and j[k] > 0, (k, j)
 PY
+# gang train: outside a gang, with bad options, and one rank of a gang of one (its
+# JSON line), each error one line.
+digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+check "gang train outside a gang" 2 "RANK is not set" "$bin" gang train --data "$digits"
+printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
+gang_env=(env RANK=0 WORLD_SIZE=1 MASTER_PORT=29990 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_GANG_PEERS="$tmp/peers")
+check "gang train with a batch of none" 2 "batch 0: expected 1..1437" "${gang_env[@]}" "$bin" gang train --data "$digits" --batch 0
+check "gang train on a file that is no digits" 2 "expected 64 pixel values" "${gang_env[@]}" "$bin" gang train --data "$tmp/peers"
+check "gang train, one rank, two epochs" 0 "" "${gang_env[@]}" "$bin" gang train --data "$digits" --epochs 2 --hidden 16
+python3 - "$tmp/out" <<'PY' || { echo "FAIL gang train json:"; cat "$tmp/out"; fail=1; }
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+assert j["rank"] == 0 and j["world_size"] == 1 and j["steps"] == 46 and j["parameters"] == 75 * 16 + 10, j
+assert j["site"] == "s1" and j["resumed_from"] == -1 and j["rejoins"] == 0 and 0 < j["accuracy"] <= 1, j
+PY
 check "health without a port" 2 "the address needs a port" "$bin" health http://127.0.0.1/healthz
 check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz
 exit $fail
