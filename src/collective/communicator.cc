@@ -244,8 +244,6 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
                       space != std::string::npos && !site.empty() && SplitHostPort(address.substr(0, space), "address").ok();
   if (proven) address.resize(space);
   Answer answer = kRefused;
-  std::unique_ptr<TcpStream> replaced_tcp;
-  std::unique_ptr<ByteStream> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (proven) {
@@ -272,8 +270,9 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
       if (peers_[rank].claimed) {
         if (peers_[rank].in) peers_[rank].in->Shutdown();
         if (peers_[rank].in_tcp) peers_[rank].in_tcp->Shutdown();
-        replaced = std::move(peers_[rank].in);
-        replaced_tcp = std::move(peers_[rank].in_tcp);
+        // Kept until Rejoin: the collective thread may be inside a read on it.
+        retired_.push_back(std::move(peers_[rank].in));
+        retired_tcp_.push_back(std::move(peers_[rank].in_tcp));
       }
       peers_[rank].claimed = true;
       peers_[rank].in_generation = hello.generation;
@@ -362,6 +361,7 @@ Status Communicator::Connect(int to, int64_t timeout_us) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (generation_ != ours) return AbortedError(fmt::format("this rank moved on to generation {}", generation_));
+  if (peers_[to].out) retired_.push_back(std::move(peers_[to].out));  // shut already
   peers_[to].out = std::move(stream);
   peers_[to].stale_out = false;
   return OkStatus();
@@ -391,6 +391,8 @@ void Communicator::Rejoin() {
       p.claimed = false;
     }
   }
+  retired_.clear();  // no thread uses them now
+  retired_tcp_.clear();
   send_error_ = OkStatus();
   MERIDIAN_LOG_INFO("collective: rank {} rejoins its gang in generation {}", options_.rank, generation_);
 }

@@ -211,6 +211,9 @@ class Communicator {
   int64_t refused_ = 0;                    // guarded by mu_
   uint32_t generation_ = 0;                // guarded by mu_
   uint32_t highest_seen_ = 0;              // guarded by mu_: the newest generation a peer is in
+  // Streams replaced while a thread may still use them (shut down), freed by Rejoin.
+  std::vector<std::unique_ptr<ByteStream>> retired_;  // guarded by mu_
+  std::vector<std::unique_ptr<TcpStream>> retired_tcp_;  // guarded by mu_
   mutable std::mutex address_mu_;          // guards options_.ranks (after mu_, when both)
   std::list<Handshake> handshakes_;        // guarded by mu_
   std::thread accept_thread_;
