@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "spec/fleet_spec.h"
 #include "workloads/chain/generate.h"
+#include "workloads/training/trainer.h"
 
 namespace CLI {
 class App;
@@ -146,6 +147,9 @@ std::string BashCompletion(CLI::App& app);
 
 // Exit codes (docs/runtime.md, "Exit codes"): what a script can tell apart.
 inline constexpr int kExitJobFailed = 1;    // the job failed or was cancelled; plan: it cannot be placed
+// An environment variable's value; empty when it is not set.
+std::string Getenv(const char* name);
+
 // What a gang's member knows of its gang, from the environment its agent gave it
 // (RANK, WORLD_SIZE, MASTER_PORT, MERIDIAN_GANG_SECRET, MERIDIAN_GANG_PEERS).
 struct GangMember {
@@ -181,14 +185,8 @@ Status RunGangRsh(const GangRshOptions& options, int* exit_code);
 // (workloads/training) as this rank, gradients all-reduced with the gang's other ranks
 // on MASTER_PORT + 1 + WORLD_SIZE + RANK. Prints the rank's result as a JSON line.
 struct GangTrainOptions {
-  std::string data;          // the digits file (csv or csv.gz)
-  int32_t hidden = 128;
-  int32_t epochs = 30;
-  int32_t batch = 64;
-  double learning_rate = 0.05;
-  double momentum = 0.9;
-  uint64_t seed = 1;
-  int64_t checkpoint_every = 0;
+  std::string data;                // the digits file (csv or csv.gz)
+  training::TrainOptions train;    // but its algorithm, which is read from:
   std::string algorithm = "auto";  // auto, ring, hierarchical
   int64_t timeout_us = 60'000'000;  // a collective waiting this long on a peer fails
   // An elastic gang's rank gives up rejoining after failing this long with no step done.

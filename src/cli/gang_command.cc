@@ -54,6 +54,11 @@ enum Frame : uint8_t { kOutput = 1, kExit = 2, kRefused = 3 };
 
 }  // namespace
 
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
 StatusOr<GangMember> ReadGangMember() {
   auto var = [](const char* name) -> StatusOr<std::string> {
     const char* v = std::getenv(name);
@@ -90,8 +95,8 @@ StatusOr<GangMember> ReadGangMember() {
   if (m.master_port <= 0 || m.master_port + 1 + static_cast<int64_t>(m.world) > 65535) {
     return FailedPreconditionError(fmt::format("MASTER_PORT {} leaves no launch port for {} ranks", m.master_port, m.world));
   }
-  const char* self = std::getenv("MERIDIAN_BIN");
-  m.meridian = self != nullptr && *self != '\0' ? self : "meridian";
+  m.meridian = Getenv("MERIDIAN_BIN");
+  if (m.meridian.empty()) m.meridian = "meridian";
   return m;
 }
 

@@ -570,13 +570,13 @@ int main(int argc, char** argv) {
       "train", "Every member's command: Meridian's data-parallel trainer (the digits MLP), gradients all-reduced");
   gang_train_cmd->add_option("--data", gang_train.data, "The digits file (csv or csv.gz: sklearn's digits.csv.gz)")
       ->required();
-  gang_train_cmd->add_option("--epochs", gang_train.epochs, "Passes over the training images")->capture_default_str();
-  gang_train_cmd->add_option("--hidden", gang_train.hidden, "Hidden units")->capture_default_str();
-  gang_train_cmd->add_option("--batch", gang_train.batch, "Images a step, over all ranks")->capture_default_str();
-  gang_train_cmd->add_option("--learning-rate", gang_train.learning_rate, "SGD's step")->capture_default_str();
-  gang_train_cmd->add_option("--momentum", gang_train.momentum, "SGD's momentum")->capture_default_str();
-  gang_train_cmd->add_option("--seed", gang_train.seed, "Initial weights, split and order")->capture_default_str();
-  gang_train_cmd->add_option("--checkpoint-every", gang_train.checkpoint_every,
+  gang_train_cmd->add_option("--epochs", gang_train.train.epochs, "Passes over the training images")->capture_default_str();
+  gang_train_cmd->add_option("--hidden", gang_train.train.hidden, "Hidden units")->capture_default_str();
+  gang_train_cmd->add_option("--batch", gang_train.train.batch, "Images a step, over all ranks")->capture_default_str();
+  gang_train_cmd->add_option("--learning-rate", gang_train.train.learning_rate, "SGD's step")->capture_default_str();
+  gang_train_cmd->add_option("--momentum", gang_train.train.momentum, "SGD's momentum")->capture_default_str();
+  gang_train_cmd->add_option("--seed", gang_train.train.seed, "Initial weights, split and order")->capture_default_str();
+  gang_train_cmd->add_option("--checkpoint-every", gang_train.train.checkpoint_every,
                              "Steps between checkpoints (0: none), kept as objects by the agent")
       ->capture_default_str();
   gang_train_cmd->add_option("--algorithm", gang_train.algorithm, "auto, ring or hierarchical")->capture_default_str();

@@ -24,11 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Getenv(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
 // For /bin/sh: 'it'\''s'.
 std::string ShellQuote(std::string_view s) {
   std::string out = "'";

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include "cli/commands.h"
 #include "collective/communicator.h"
 #include "common/logging.h"
+#include "spec/yaml_reader.h"
 #include "workloads/training/trainer.h"
 
 namespace meridian::cli {
@@ -27,27 +27,6 @@ StatusOr<collective::Algorithm> ParseAlgorithm(const std::string& name) {
   if (name == "ring") return collective::Algorithm::kRing;
   if (name == "hierarchical") return collective::Algorithm::kHierarchical;
   return InvalidArgumentError(fmt::format("--algorithm {}: expected auto, ring or hierarchical", name));
-}
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-StatusOr<std::string> ReadFile(const std::string& path, int64_t limit) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) return NotFoundError(fmt::format("cannot read {}: {}", path, ec.message()));
-  if (static_cast<int64_t>(size) > limit) {
-    return ResourceExhaustedError(fmt::format("{} is {} bytes; a checkpoint of this model is at most {}", path, size,
-                                              limit));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes(size, '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return DataLossError(fmt::format("cannot read {}", path));
-  }
-  return bytes;
 }
 
 // Writes the checkpoint where the agent collects it: a new file renamed over the old,
@@ -73,14 +52,7 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
   if (options.data.empty()) return InvalidArgumentError("--data: the digits file is required");
   MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(options.data));
-  training::TrainOptions t;
-  t.hidden = options.hidden;
-  t.epochs = options.epochs;
-  t.batch = options.batch;
-  t.learning_rate = options.learning_rate;
-  t.momentum = options.momentum;
-  t.seed = options.seed;
-  t.checkpoint_every = options.checkpoint_every;
+  training::TrainOptions t = options.train;
   t.algorithm = algorithm;
   MERIDIAN_RETURN_IF_ERROR(training::CheckTrainOptions(t, digits.size(), static_cast<int>(m.world)));
 
@@ -108,15 +80,14 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
 
   training::Trainer trainer(digits, t, comm.get());
   // A checkpoint to resume from: the one the coordinator gave this member's attempt.
-  if (const std::string from = Env("MERIDIAN_CHECKPOINT"); !from.empty()) {
-    const int64_t limit = 64 + 8 * (int64_t{75} * t.hidden + 10);
-    MERIDIAN_ASSIGN_OR_RETURN(std::string bytes, ReadFile(from, limit));
+  if (const std::string from = Getenv("MERIDIAN_CHECKPOINT"); !from.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::string bytes, spec::ReadFileToString(from, training::CheckpointBytes(t.hidden)));
     StatusOr<training::Checkpoint> c = training::DecodeCheckpoint(bytes, t.hidden);
     if (!c.ok()) return DataLossError(fmt::format("{}: {}", from, c.status().message()));
     MERIDIAN_RETURN_IF_ERROR(trainer.Restore(*c));
     std::cerr << fmt::format("rank {}: resuming from the checkpoint of step {}\n", m.rank, c->step);
   }
-  const std::string checkpoint_dir = Env("MERIDIAN_CHECKPOINT_DIR");
+  const std::string checkpoint_dir = Getenv("MERIDIAN_CHECKPOINT_DIR");
   if (t.checkpoint_every > 0 && checkpoint_dir.empty()) {
     return FailedPreconditionError(
         "--checkpoint-every: MERIDIAN_CHECKPOINT_DIR is not set (the agent sets it for a task with checkpoints)");
@@ -125,7 +96,7 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   // roll back to their last checkpoint and rejoin, in the communicator's next
   // generation, with the rank's replacement, which resumes from that checkpoint (the
   // coordinator hands it over). Every rank first tells the others where it listens.
-  const bool elastic = Env("MERIDIAN_GANG_FAILURE") == "elastic";
+  const bool elastic = Getenv("MERIDIAN_GANG_FAILURE") == "elastic";
   constexpr int64_t kAnnounceUs = 2'000'000;
   if (elastic) comm->Announce(kAnnounceUs);
   // Rejoining gives up after rejoin_us of failures with no step done in between.
@@ -161,7 +132,7 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   nlohmann::json j;
   j["rank"] = m.rank;
   j["world_size"] = m.world;
-  j["node"] = Env("MERIDIAN_NODE");
+  j["node"] = Getenv("MERIDIAN_NODE");
   j["site"] = m.sites[m.rank];
   j["accuracy"] = result->test_accuracy;
   j["final_loss"] = result->final_loss;

@@ -99,9 +99,13 @@ std::string EncodeCheckpoint(const Checkpoint& c, int32_t hidden) {
   return out;
 }
 
+int64_t CheckpointBytes(int32_t hidden) {
+  return static_cast<int64_t>(kHeaderBytes + 2 * ParameterCount(hidden) * sizeof(float) + 4);
+}
+
 StatusOr<Checkpoint> DecodeCheckpoint(std::string_view bytes, int32_t hidden) {
   const uint64_t want = 2 * static_cast<uint64_t>(ParameterCount(hidden));
-  const size_t expected = kHeaderBytes + want * sizeof(float) + 4;
+  const auto expected = static_cast<size_t>(CheckpointBytes(hidden));
   if (bytes.size() < kHeaderBytes || bytes.substr(0, 4) != kMagic) {
     return DataLossError("not a checkpoint of Meridian's trainer (no MRCK header)");
   }
@@ -222,12 +226,31 @@ std::vector<int64_t> Trainer::EpochOrder(int32_t epoch) const {
   return order;
 }
 
-void Trainer::Gradient(std::span<const int64_t> ids) {
+void Trainer::Forward(int64_t id, float* hid, float* logits) const {
   const int64_t h = options_.hidden;
   const float* w1 = params_.data();
   const float* b1 = w1 + kDigitPixels * h;
   const float* w2 = b1 + h;
   const float* b2 = w2 + h * kDigitClasses;
+  const float* x = &data_.pixels[static_cast<size_t>(id) * kDigitPixels];
+  std::copy(b1, b1 + h, hid);
+  for (int i = 0; i < kDigitPixels; ++i) {
+    if (x[i] == 0.0f) continue;
+    const float* row = w1 + i * h;
+    for (int64_t k = 0; k < h; ++k) hid[k] += x[i] * row[k];
+  }
+  for (int64_t k = 0; k < h; ++k) hid[k] = std::max(hid[k], 0.0f);
+  std::copy(b2, b2 + kDigitClasses, logits);
+  for (int64_t k = 0; k < h; ++k) {
+    if (hid[k] == 0.0f) continue;
+    const float* row = w2 + k * kDigitClasses;
+    for (int c = 0; c < kDigitClasses; ++c) logits[c] += hid[k] * row[c];
+  }
+}
+
+void Trainer::Gradient(std::span<const int64_t> ids) {
+  const int64_t h = options_.hidden;
+  const float* w2 = params_.data() + (kDigitPixels + 1) * h;
   std::fill(grad_.begin(), grad_.end(), 0.0f);
   float* g1 = grad_.data();
   float* gb1 = g1 + kDigitPixels * h;
@@ -240,20 +263,8 @@ void Trainer::Gradient(std::span<const int64_t> ids) {
     const float* x = &data_.pixels[static_cast<size_t>(id) * kDigitPixels];
     const int32_t label = data_.labels[static_cast<size_t>(id)];
     float* hid = hidden_.data();
-    std::copy(b1, b1 + h, hid);
-    for (int i = 0; i < kDigitPixels; ++i) {
-      if (x[i] == 0.0f) continue;
-      const float* row = w1 + i * h;
-      for (int64_t k = 0; k < h; ++k) hid[k] += x[i] * row[k];
-    }
-    for (int64_t k = 0; k < h; ++k) hid[k] = std::max(hid[k], 0.0f);
     float logits[kDigitClasses];
-    std::copy(b2, b2 + kDigitClasses, logits);
-    for (int64_t k = 0; k < h; ++k) {
-      if (hid[k] == 0.0f) continue;
-      const float* row = w2 + k * kDigitClasses;
-      for (int c = 0; c < kDigitClasses; ++c) logits[c] += hid[k] * row[c];
-    }
+    Forward(id, hid, logits);
     const float top = *std::max_element(logits, logits + kDigitClasses);
     double z = 0.0;
     for (float l : logits) z += std::exp(static_cast<double>(l - top));
@@ -284,25 +295,11 @@ void Trainer::Gradient(std::span<const int64_t> ids) {
 }
 
 double Trainer::Accuracy(const std::vector<int64_t>& ids) const {
-  const int64_t h = options_.hidden;
-  const float* w1 = params_.data();
-  const float* b1 = w1 + kDigitPixels * h;
-  const float* w2 = b1 + h;
-  const float* b2 = w2 + h * kDigitClasses;
-  std::vector<float> hid(static_cast<size_t>(h));
+  std::vector<float> hid(static_cast<size_t>(options_.hidden));
   int64_t right = 0;
   for (const int64_t id : ids) {
-    const float* x = &data_.pixels[static_cast<size_t>(id) * kDigitPixels];
-    std::copy(b1, b1 + h, hid.begin());
-    for (int i = 0; i < kDigitPixels; ++i) {
-      for (int64_t k = 0; k < h; ++k) hid[k] += x[i] * w1[i * h + k];
-    }
     float logits[kDigitClasses];
-    std::copy(b2, b2 + kDigitClasses, logits);
-    for (int64_t k = 0; k < h; ++k) {
-      const float a = std::max(hid[k], 0.0f);
-      for (int c = 0; c < kDigitClasses; ++c) logits[c] += a * w2[k * kDigitClasses + c];
-    }
+    Forward(id, hid.data(), logits);
     if (std::max_element(logits, logits + kDigitClasses) - logits == data_.labels[static_cast<size_t>(id)]) ++right;
   }
   return static_cast<double>(right) / static_cast<double>(ids.size());

@@ -69,6 +69,8 @@ Status CheckTrainOptions(const TrainOptions& options, int64_t images, int world)
 // "MRCK" magic, a version, hidden size, step, element count, the floats (little
 // endian), and a CRC-32 of all before it.
 std::string EncodeCheckpoint(const Checkpoint& c, int32_t hidden);
+// The size of an encoded checkpoint of a model with `hidden` hidden units.
+int64_t CheckpointBytes(int32_t hidden);
 // Refuses (kDataLoss, naming what) bytes that are not a checkpoint of a model with
 // this hidden size, are cut, or whose checksum does not match.
 StatusOr<Checkpoint> DecodeCheckpoint(std::string_view bytes, int32_t hidden);
@@ -102,6 +104,8 @@ class Trainer {
   Status Agree();
   // The gradient of the summed loss over images `ids` into grad_ (the loss sum last).
   void Gradient(std::span<const int64_t> ids);
+  // The hidden layer (after ReLU) and the logits of image `id`, with the weights now.
+  void Forward(int64_t id, float* hidden, float* logits) const;
   double Accuracy(const std::vector<int64_t>& ids) const;
   std::vector<int64_t> EpochOrder(int32_t epoch) const;
 
