@@ -392,10 +392,14 @@ model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task&
   g.master_addr = g.members.front().host;
   // Drawn for this run of the gang (rank 0's attempt), so a restarted gang listens on
   // another port than the run it replaces, which may still be letting go of its own;
-  // the same for every member, and after a coordinator restart too. Two gangs drawing
-  // one port on one host: rank 0's agent finds it taken and the gang runs again.
+  // the same for every member, and after a coordinator restart too (with the cluster's
+  // CA, the ticket key is the same). The ticket key is drawn in, so clusters sharing
+  // hosts draw different ports for their first jobs. Two gangs drawing one port on
+  // one host: rank 0's agent finds it taken and the gang runs again.
   const model::TaskRecord& rank0 = job.tasks[gang.members.front().value()].rec;
-  uint64_t state = job.rec.id ^ (static_cast<uint64_t>(spec.gang_id) << 32) ^
+  uint64_t cluster = 0;
+  for (const char c : ticket_key_) cluster = (cluster ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  uint64_t state = cluster ^ job.rec.id ^ (static_cast<uint64_t>(spec.gang_id) << 32) ^
                    (static_cast<uint64_t>(rank0.attempt) << 48);
   const uint64_t h = SplitMix64(&state);
   g.master_port = options_.gang_port_first +
