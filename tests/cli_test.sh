@@ -190,7 +190,8 @@ python3 - "$tmp/out" <<'PY' || { echo "FAIL bench allreduce json:"; cat "$tmp/ou
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["ranks"] == 2 and j["bytes"] == 1 << 20, j
-for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "ratio", "tls_ratio", "hierarchical_ratio"):
+for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "ratio", "tls_ratio", "hierarchical_ratio",
+          "meridian_shm_busbw_gbs", "openmpi_shm_busbw_gbs", "shm_ratio"):
     assert isinstance(j[k], float) and j[k] > 0, (k, j)
 PY
 # gang train: outside a gang, with bad options, and one rank of a gang of one (its

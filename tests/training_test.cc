@@ -229,7 +229,8 @@ TEST_F(TrainingTest, AnMpiProgramRunsAsAGangWithMeridianAsMpirunsLauncher) {
 
 // Meridian's own trainer as the gang: the digits learnt, every replica identical, and
 // the gradients all-reduced hierarchically: each site's first rank (its leader) sent
-// the other site the whole gradient once a step, and no other rank sent a byte across.
+// the other site the whole gradient once a step, and no other rank sent a byte across;
+// ranks of one host send through shared memory.
 TEST_F(TrainingTest, TheBuiltInTrainerLearnsTheDigitsAsAGangOfFourRanksAtTwoSites) {
   ASSERT_NO_FATAL_FAILURE(PutDigits());
   StatusOr<model::JobView> v =
@@ -256,6 +257,9 @@ TEST_F(TrainingTest, TheBuiltInTrainerLearnsTheDigitsAsAGangOfFourRanksAtTwoSite
     } else {
       EXPECT_FALSE(r["bytes_sent"].contains(other)) << r.dump();
     }
+    // The test's agents share one host: every connection is through shared memory
+    // (each rank announces itself to the three others before the first step).
+    EXPECT_EQ(r["shared_memory_connections"], 3) << r.dump();
   }
   std::fprintf(stderr, "built-in trainer: accuracy %s, loss %s\n", ranks[0]["accuracy"].dump().c_str(),
                ranks[0]["final_loss"].dump().c_str());

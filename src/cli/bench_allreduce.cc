@@ -57,6 +57,7 @@ struct Run {
   collective::Algorithm algorithm = collective::Algorithm::kRing;
   std::map<std::pair<std::string, std::string>, objects::LinkShape> links;
   std::vector<std::shared_ptr<const security::TlsContext>> tls;  // by rank; empty: plain TCP
+  bool shared_memory = false;  // TCP unless told
 };
 
 // The best time of `iterations` all-reduces of `bytes` of float32 (ones) among the
@@ -66,6 +67,7 @@ StatusOr<double> TimeAllReduce(const Run& run, int64_t bytes, int iterations) {
   collective::CommunicatorOptions base;
   base.links = run.links;
   base.timeout_us = 300'000'000;
+  base.shared_memory = run.shared_memory;
   MERIDIAN_ASSIGN_OR_RETURN(base.secret, security::RandomHex(16));
   std::vector<std::unique_ptr<TcpListener>> listeners;
   for (int r = 0; r < n; ++r) {
@@ -105,6 +107,10 @@ StatusOr<double> TimeAllReduce(const Run& run, int64_t bytes, int iterations) {
   for (std::thread& t : threads) t.join();
   for (const Status& s : status) MERIDIAN_RETURN_IF_ERROR(s);
   for (int r = 0; r < n; ++r) {
+    if (comms[r]->shared_memory_connections() != (run.shared_memory ? 1 : 0)) {
+      return InternalError(fmt::format("rank {} made {} shared-memory connections", r,
+                                       comms[r]->shared_memory_connections()));
+    }
     const float want = static_cast<float>(n);
     if (std::any_of(data[r].begin(), data[r].end(), [&](float v) { return v != want; })) {
       return InternalError(fmt::format("rank {}'s all-reduce is wrong", r));
@@ -113,14 +119,19 @@ StatusOr<double> TimeAllReduce(const Run& run, int64_t bytes, int iterations) {
   return *std::min_element(times.begin() + 1, times.end());
 }
 
-// Open MPI's figure: mpirun over its TCP transport on loopback, `ranks` processes.
-StatusOr<double> TimeOpenMpi(int ranks, int64_t bytes, int iterations) {
+// Open MPI's figure: mpirun over its TCP transport on loopback, or its shared-memory
+// one (vader, copying through a segment as ours does), `ranks` processes.
+StatusOr<double> TimeOpenMpi(int ranks, int64_t bytes, int iterations, bool shared_memory) {
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench-mpi"));
   const std::string program = dir->path() + "/allreduce.py";
   std::ofstream(program) << kMpiProgram;
   ProcessOptions p;
-  p.argv = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl",
-            "tcp,self", "--mca", "btl_tcp_if_include", "lo"};
+  p.argv = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl"};
+  if (shared_memory) {
+    for (const char* a : {"vader,self", "--mca", "btl_vader_single_copy_mechanism", "none"}) p.argv.push_back(a);
+  } else {
+    for (const char* a : {"tcp,self", "--mca", "btl_tcp_if_include", "lo"}) p.argv.push_back(a);
+  }
   if (geteuid() == 0) p.argv.push_back("--allow-run-as-root");
   for (const std::string& a : {std::string("/usr/bin/python3"), program, std::to_string(bytes), std::to_string(iterations)}) {
     p.argv.push_back(a);
@@ -165,9 +176,15 @@ Status RunBenchAllReduce(const BenchAllReduceOptions& options, std::ostream& out
   MERIDIAN_ASSIGN_OR_RETURN(double tls_s, TimeAllReduce(tls, options.bytes, options.iterations));
 
   // 2. Open MPI on the same sizes.
-  StatusOr<double> mpi_s = TimeOpenMpi(n, options.bytes, options.iterations);
+  StatusOr<double> mpi_s = TimeOpenMpi(n, options.bytes, options.iterations, false);
 
-  // 3. Two sites of two ranks over an emulated WAN link: flat ring against hierarchical.
+  // 3. Ranks of one host through shared memory, against Open MPI's shared memory.
+  Run shm = plain;
+  shm.shared_memory = true;
+  MERIDIAN_ASSIGN_OR_RETURN(double shm_s, TimeAllReduce(shm, options.bytes, options.iterations));
+  StatusOr<double> mpi_shm_s = TimeOpenMpi(n, options.bytes, options.iterations, true);
+
+  // 4. Two sites of two ranks over an emulated WAN link: flat ring against hierarchical.
   Run wan;
   wan.sites = {"site-a", "site-a", "site-b", "site-b"};
   wan.links[{"site-a", "site-b"}] = objects::LinkShape{.rtt_us = options.wan_rtt_us, .bandwidth_bps = options.wan_bps};
@@ -180,6 +197,8 @@ Status RunBenchAllReduce(const BenchAllReduceOptions& options, std::ostream& out
   const double plain_bw = BusBandwidth(options.bytes, n, plain_s);
   const double tls_bw = BusBandwidth(options.bytes, n, tls_s);
   const double mpi_bw = mpi_s.ok() ? BusBandwidth(options.bytes, n, *mpi_s) : 0;
+  const double shm_bw = BusBandwidth(options.bytes, n, shm_s);
+  const double mpi_shm_bw = mpi_shm_s.ok() ? BusBandwidth(options.bytes, n, *mpi_shm_s) : 0;
   if (options.json) {
     nlohmann::json j;
     j["ranks"] = n;
@@ -194,6 +213,13 @@ Status RunBenchAllReduce(const BenchAllReduceOptions& options, std::ostream& out
     j["openmpi_error"] = mpi_s.ok() ? nlohmann::json() : nlohmann::json(std::string(mpi_s.status().message()));
     j["ratio"] = mpi_s.ok() ? nlohmann::json(plain_bw / mpi_bw) : nlohmann::json();
     j["tls_ratio"] = mpi_s.ok() ? nlohmann::json(tls_bw / mpi_bw) : nlohmann::json();
+    j["meridian_shm_seconds"] = shm_s;
+    j["meridian_shm_busbw_gbs"] = shm_bw;
+    j["openmpi_shm_seconds"] = mpi_shm_s.ok() ? nlohmann::json(*mpi_shm_s) : nlohmann::json();
+    j["openmpi_shm_busbw_gbs"] = mpi_shm_s.ok() ? nlohmann::json(mpi_shm_bw) : nlohmann::json();
+    j["openmpi_shm_error"] =
+        mpi_shm_s.ok() ? nlohmann::json() : nlohmann::json(std::string(mpi_shm_s.status().message()));
+    j["shm_ratio"] = mpi_shm_s.ok() ? nlohmann::json(shm_bw / mpi_shm_bw) : nlohmann::json();
     j["wan_rtt_ms"] = static_cast<double>(options.wan_rtt_us) / 1000;
     j["wan_gbps"] = static_cast<double>(options.wan_bps) / 1e9;
     j["flat_ring_seconds"] = flat_s;
@@ -212,6 +238,14 @@ Status RunBenchAllReduce(const BenchAllReduceOptions& options, std::ostream& out
                        tls_bw / mpi_bw);
   } else {
     out << "  Open MPI: not measured: " << mpi_s.status().message() << "\n";
+  }
+  out << fmt::format("  Meridian, shared memory {:8.1f} ms  bus bandwidth {:.2f} GB/s\n", shm_s * 1e3, shm_bw);
+  if (mpi_shm_s.ok()) {
+    out << fmt::format("  Open MPI, shared memory {:8.1f} ms  bus bandwidth {:.2f} GB/s\n", *mpi_shm_s * 1e3,
+                       mpi_shm_bw);
+    out << fmt::format("  shm_ratio (Meridian / Open MPI, shared memory) {:.2f}\n", shm_bw / mpi_shm_bw);
+  } else {
+    out << "  Open MPI, shared memory: not measured: " << mpi_shm_s.status().message() << "\n";
   }
   out << fmt::format("2 sites x 2 ranks over an emulated {:.0f} ms / {:.1f} Gbit/s link, best of {}:\n",
                      static_cast<double>(options.wan_rtt_us) / 1000, static_cast<double>(options.wan_bps) / 1e9,

@@ -142,6 +142,7 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   j["checksum"] = result->checksum;
   j["bytes_sent"] = comm->bytes_sent();
   j["rejoins"] = rejoins;
+  j["shared_memory_connections"] = comm->shared_memory_connections();
   j["generation"] = comm->generation();
   out << j.dump() << '\n';
   return OkStatus();

@@ -104,6 +104,55 @@ TEST(CollectiveTest, ARingAllReduceSumsEveryRanksVectorExactly) {
   }
 }
 
+// Ranks on one host send through shared memory (each rank to the next: one
+// connection each), or all over TCP when told not to; the sums are the same.
+TEST(CollectiveTest, RanksOnOneHostSendThroughSharedMemoryOrTcpAlike) {
+  for (bool shared : {true, false}) {
+    CommunicatorOptions o;
+    o.shared_memory = shared;
+    o.chunk_bytes = 64 << 10;
+    Gang g = MakeGang({"a", "a", "a", "a"}, o);
+    std::vector<std::vector<float>> data;
+    for (int r = 0; r < 4; ++r) data.push_back(Data(r, 300'007));
+    std::vector<Status> s = OnEveryRank(4, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
+    for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+    ExpectSummed(data, 4);
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(g.ranks[r]->shared_memory_connections(), shared ? 1 : 0) << r;
+  }
+}
+
+// A rank listens on TCP before its communicator (and local socket) exists: a rank
+// that reaches it then still ends up in shared memory, and nothing is refused.
+TEST(CollectiveTest, ARankThatStartsLaterIsStillReachedThroughSharedMemory) {
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  std::vector<RankAddress> ranks;
+  for (int r = 0; r < 2; ++r) {
+    listeners.push_back(*TcpListener::Listen("127.0.0.1", 0));
+    ranks.push_back({"127.0.0.1:" + std::to_string(listeners.back()->port()), "a"});
+  }
+  auto make = [&](int r) {
+    CommunicatorOptions o;
+    o.rank = r;
+    o.ranks = ranks;
+    o.secret = "s3cret";
+    return *Communicator::Create(std::move(listeners[r]), o);
+  };
+  std::vector<std::vector<float>> data = {Data(0, 20'000), Data(1, 20'000)};
+  std::unique_ptr<Communicator> first = make(0), second;
+  Status s0;
+  std::thread early([&] { s0 = first->AllReduce(data[0], ReduceOp::kSum); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  second = make(1);
+  Status s1 = second->AllReduce(data[1], ReduceOp::kSum);
+  early.join();
+  ASSERT_TRUE(s0.ok()) << s0.ToString();
+  ASSERT_TRUE(s1.ok()) << s1.ToString();
+  ExpectSummed(data, 2);
+  EXPECT_EQ(first->shared_memory_connections(), 1);
+  EXPECT_EQ(second->shared_memory_connections(), 1);
+  EXPECT_EQ(first->refused() + second->refused(), 0);
+}
+
 TEST(CollectiveTest, MaxMinAndDoublesReduceElementWise) {
   Gang g = MakeGang({"a", "a", "a"});
   std::vector<std::vector<double>> mx(3), mn(3);
@@ -210,7 +259,9 @@ TEST(CollectiveTest, RanksProveTheClustersCertificateInTls) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     tls.push_back(*c);
   }
-  Gang g = MakeGang({"a", "a", "b"}, {}, nullptr, [&](int r) { return tls[r]; });
+  CommunicatorOptions o;
+  o.shared_memory = false;  // else ranks of one host skip TLS for shared memory
+  Gang g = MakeGang({"a", "a", "b"}, o, nullptr, [&](int r) { return tls[r]; });
   std::vector<std::vector<float>> data;
   for (int r = 0; r < 3; ++r) data.push_back(Data(r, 50'000));
   std::vector<Status> s = OnEveryRank(3, [&](int r) { return g.ranks[r]->AllReduce(data[r], ReduceOp::kSum); });
@@ -293,6 +344,54 @@ TEST(CollectiveTest, AFrameLongerThanTheAlgorithmAsksIsRefusedBeforeItIsRead) {
   EXPECT_EQ(g.ranks[0]->refused(), 2);
 }
 
+// Someone on the host who does not know the secret listens where rank 1 would for
+// shared memory: rank 0 asks it to prove the secret, it cannot, and rank 0 reaches
+// rank 1 over TCP instead; it never sees a byte of the data.
+TEST(CollectiveTest, AStrangerHoldingARanksLocalSocketIsNotTrusted) {
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  std::vector<RankAddress> ranks;
+  for (int r = 0; r < 2; ++r) {
+    listeners.push_back(*TcpListener::Listen("127.0.0.1", 0));
+    ranks.push_back({"127.0.0.1:" + std::to_string(listeners.back()->port()), "a"});
+  }
+  // Rank 1's local name: an HMAC of the secret, which /proc/net/unix shows anyone.
+  const std::string name =
+      "meridian-collective-" +
+      security::Hex(security::GangLaunchProof("s3cret", "local", "rank 1 at " + ranks[1].address)).substr(0, 40);
+  StatusOr<std::unique_ptr<TcpListener>> squatter = TcpListener::ListenLocal(name);
+  ASSERT_TRUE(squatter.ok()) << squatter.status().ToString();
+  int64_t data_bytes_seen = -1;
+  std::thread stranger([&] {
+    StatusOr<std::unique_ptr<TcpStream>> c = (*squatter)->Accept();
+    if (!c.ok()) return;
+    std::string nonce(32, '\0');
+    if (!(*c)->ReadExact(nonce.data(), 32).ok()) return;
+    const std::string forged = std::string(32, 'n') + std::string(4, '\0') + std::string(32, 'p');
+    if (!(*c)->WriteAll(forged.data(), forged.size()).ok()) return;
+    if (!(*c)->SetTimeout(2'000'000).ok()) return;
+    char byte;
+    data_bytes_seen = 0;
+    while ((*c)->ReadExact(&byte, 1).ok()) ++data_bytes_seen;
+  });
+  std::vector<std::unique_ptr<Communicator>> g;
+  for (int r = 0; r < 2; ++r) {
+    CommunicatorOptions o;
+    o.rank = r;
+    o.ranks = ranks;
+    o.secret = "s3cret";
+    g.push_back(*Communicator::Create(std::move(listeners[r]), o));
+  }
+  std::vector<std::vector<float>> data = {Data(0, 10'000), Data(1, 10'000)};
+  std::vector<Status> s = OnEveryRank(2, [&](int r) { return g[r]->AllReduce(data[r], ReduceOp::kSum); });
+  for (const Status& x : s) ASSERT_TRUE(x.ok()) << x.ToString();
+  ExpectSummed(data, 2);
+  EXPECT_EQ(g[0]->shared_memory_connections(), 0);  // to rank 1: TCP after the stranger failed
+  EXPECT_EQ(g[1]->shared_memory_connections(), 1);  // to rank 0: its own local socket
+  (*squatter)->Shutdown();
+  stranger.join();
+  EXPECT_EQ(data_bytes_seen, 0);  // rank 0 hung up after the failed proof
+}
+
 // A gang that loses a rank goes on with its replacement, which listens elsewhere: the
 // survivors' collective fails, they rejoin in the next generation, the replacement
 // (starting in generation 0) is told it is stale and catches up, and they all-reduce
@@ -312,7 +411,9 @@ TEST(CollectiveTest, SurvivorsRejoinWithAReplacementRankThatListensElsewhere) {
     return g.ranks[r]->AllReduce(d, ReduceOp::kSum);
   });
   for (const Status& x : broken) EXPECT_FALSE(x.ok());
-  // Its replacement listens on another port, at another site.
+  // The survivors rejoin (before the replacement is placed, as a scheduler takes
+  // longer than that), and their replacement listens on another port, at another site.
+  for (int r = 0; r < 2; ++r) g.ranks[r]->Rejoin();
   StatusOr<std::unique_ptr<TcpListener>> l = TcpListener::Listen("127.0.0.1", 0);
   ASSERT_TRUE(l.ok());
   CommunicatorOptions replacement = o;
@@ -324,22 +425,23 @@ TEST(CollectiveTest, SurvivorsRejoinWithAReplacementRankThatListensElsewhere) {
   ASSERT_TRUE(c.ok());
   g.ranks[2] = std::move(*c);
   std::vector<int> tries(3, 0);
-  for (int r = 0; r < 3; ++r) data[r] = Data(r, 30'001);
+  std::vector<std::string> failures(3);
   std::vector<Status> again = OnEveryRank(3, [&](int r) {
     Communicator& me = *g.ranks[r];
-    if (r < 2) me.Rejoin();
     me.Announce(2'000'000);
     Status s;
     for (tries[r] = 1; tries[r] <= 5; ++tries[r]) {
       data[r] = Data(r, 30'001);
       s = me.AllReduce(data[r], ReduceOp::kSum);
       if (s.ok()) break;
+      failures[r] += fmt::format("\n  try {} in generation {}: {}", tries[r], me.generation(), s.ToString());
       me.Rejoin();
       me.Announce(2'000'000);
     }
     return s;
   });
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(again[r].ok()) << r << ": " << again[r].ToString();
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(again[r].ok()) << r << ": " << again[r].ToString() << failures[r];
+  ASSERT_TRUE(again[0].ok() && again[1].ok() && again[2].ok());
   ExpectSummed(data, 3);
   // One generation for all; the survivors moved once, the replacement caught up.
   EXPECT_GE(g.ranks[0]->generation(), 1u);

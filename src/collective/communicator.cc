@@ -1,5 +1,9 @@
 #include "collective/communicator.h"
 
+#include "collective/shm.h"
+
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -34,6 +38,26 @@ int64_t NowUs() { return Env::Default().clock().Now().us; }
 // listens (a rank that was replaced may listen elsewhere).
 std::string ProofText(int rank, uint32_t generation, std::string_view address) {
   return fmt::format("collective rank {} generation {} at {}", rank, generation, address);
+}
+
+// What a local listener proves to the rank connecting: that it holds the secret too
+// (anyone on the host may listen on a local name).
+std::string ListenerProofText(int rank, std::string_view address) {
+  return fmt::format("collective listener rank {} at {}", rank, address);
+}
+
+// Where rank `rank` listening at `address` listens for ranks of its host: a name only
+// holders of the gang's secret can compute.
+std::string LocalName(const std::string& secret, int rank, const std::string& address) {
+  return "meridian-collective-" +
+         security::Hex(security::GangLaunchProof(secret, "local", fmt::format("rank {} at {}", rank, address)))
+             .substr(0, 40);
+}
+
+// Both addresses name the same host (the local socket is tried only then).
+bool SameHost(const std::string& a, const std::string& b) {
+  StatusOr<std::pair<std::string, int>> x = SplitHostPort(a, "address"), y = SplitHostPort(b, "address");
+  return x.ok() && y.ok() && x->first == y->first;
 }
 
 constexpr size_t kMaxAddressBytes = 255;
@@ -87,18 +111,32 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(std::unique_ptr<Tcp
   if (!options.links.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(clocks, objects::LinkClocks::Open(""));
   }
-  std::unique_ptr<Communicator> c(new Communicator(std::move(listener), std::move(options), std::move(clocks)));
+  std::unique_ptr<TcpListener> local;
+  if (options.shared_memory) {
+    StatusOr<std::unique_ptr<TcpListener>> l =
+        TcpListener::ListenLocal(LocalName(options.secret, options.rank, options.ranks[options.rank].address));
+    if (l.ok()) {
+      local = std::move(*l);
+    } else {
+      MERIDIAN_LOG_WARN("collective: rank {} takes no shared-memory connections: {}", options.rank,
+                        l.status().message());
+    }
+  }
+  std::unique_ptr<Communicator> c(
+      new Communicator(std::move(listener), std::move(local), std::move(options), std::move(clocks)));
   return c;
 }
 
-Communicator::Communicator(std::unique_ptr<TcpListener> listener, CommunicatorOptions options,
-                           std::unique_ptr<objects::LinkClocks> clocks)
+Communicator::Communicator(std::unique_ptr<TcpListener> listener, std::unique_ptr<TcpListener> local_listener,
+                           CommunicatorOptions options, std::unique_ptr<objects::LinkClocks> clocks)
     : options_(std::move(options)),
       listener_(std::move(listener)),
+      local_listener_(std::move(local_listener)),
       clocks_(std::move(clocks)),
       scratch_(options_.chunk_bytes),
       peers_(options_.ranks.size()) {
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  accept_thread_ = std::thread([this] { AcceptLoop(listener_.get(), false); });
+  if (local_listener_) local_accept_thread_ = std::thread([this] { AcceptLoop(local_listener_.get(), true); });
   send_thread_ = std::thread([this] { SendLoop(); });
 }
 
@@ -114,6 +152,10 @@ Communicator::~Communicator() {
   changed_.notify_all();
   listener_->Shutdown();
   accept_thread_.join();
+  if (local_listener_) {
+    local_listener_->Shutdown();
+    local_accept_thread_.join();
+  }
   send_thread_.join();
   std::list<Handshake> handshakes;
   {
@@ -153,6 +195,11 @@ int64_t Communicator::refused() const {
   return refused_;
 }
 
+int64_t Communicator::shared_memory_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_memory_connections_;
+}
+
 const objects::LinkShape* Communicator::Link(int from, int to) const {
   if (!clocks_) return nullptr;
   const std::string a = Rank(from).site;
@@ -164,9 +211,9 @@ const objects::LinkShape* Communicator::Link(int from, int to) const {
 
 // ---- connections ----
 
-void Communicator::AcceptLoop() {
+void Communicator::AcceptLoop(TcpListener* listener, bool local) {
   for (;;) {
-    StatusOr<std::unique_ptr<TcpStream>> tcp = listener_->Accept();
+    StatusOr<std::unique_ptr<TcpStream>> tcp = listener->Accept();
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     if (!tcp.ok()) continue;
@@ -185,8 +232,8 @@ void Communicator::AcceptLoop() {
       continue;  // closed unread
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    handshakes_.push_back({std::thread([this, done, t = std::move(*tcp)]() mutable {
-                             Admit(std::move(t));
+    handshakes_.push_back({std::thread([this, done, local, t = std::move(*tcp)]() mutable {
+                             Admit(std::move(t), local);
                              done->store(true);
                            }),
                            done});
@@ -194,17 +241,18 @@ void Communicator::AcceptLoop() {
 }
 
 // Proves the peer is a rank of this gang; its connection then carries that rank's
-// frames to us.
-void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
+// frames to us (through shared memory when it came to the local socket).
+void Communicator::Admit(std::unique_ptr<TcpStream> tcp, bool local) {
+  const std::string from = tcp->peer();
   auto refuse = [&](const std::string& why) {
-    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", tcp->peer(), why);
+    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", from, why);
     std::lock_guard<std::mutex> lock(mu_);
     ++refused_;
   };
   if (!tcp->SetTimeout(kHandshakeTimeoutUs).ok()) return refuse("cannot set its timeout");
   std::unique_ptr<ByteStream> tls;
   ByteStream* stream = tcp.get();
-  if (options_.tls) {
+  if (options_.tls && !local) {
     StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Accept(*tcp);
     if (!s.ok()) return refuse(std::string(s.status().message()));
     tls = std::move(*s);
@@ -217,15 +265,30 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
     std::lock_guard<std::mutex> lock(mu_);
     ours = generation_;
   }
-  // Our nonce and generation; its rank, generation, address (bounded) and proof.
+  // Locally, its nonce first, which we answer with our own proof.
+  std::string theirs(kNonceHex, '\0'), listener_proof;
+  if (local) {
+    if (!stream->ReadExact(theirs.data(), theirs.size()).ok()) return refuse("the handshake broke off");
+    const RankAddress self = Rank(options_.rank);
+    listener_proof = security::GangLaunchProof(options_.secret, theirs, ListenerProofText(options_.rank, self.address));
+  }
+  // Our nonce and generation (and proof); its rank, generation, address (bounded)
+  // and proof.
   struct {
     uint32_t rank = 0;
     uint32_t generation = 0;
     uint16_t address_bytes = 0;
   } __attribute__((packed)) hello;
   std::string address, proof(kProofBytes, '\0');
-  const iovec greeting[] = {{nonce->data(), nonce->size()}, {&ours, sizeof(ours)}};
-  if (!stream->WriteAll(greeting).ok() || !stream->ReadExact(&hello, sizeof(hello)).ok() ||
+  const iovec greeting[] = {
+      {nonce->data(), nonce->size()}, {&ours, sizeof(ours)}, {listener_proof.data(), listener_proof.size()}};
+  if (!stream->WriteAll(greeting).ok()) return refuse("the handshake broke off");
+  // A rank that hangs up before its hello claimed nothing: it found our local socket.
+  if (!stream->ReadExact(&hello, 1).ok()) {
+    MERIDIAN_LOG_DEBUG("collective: {} hung up before its hello", from);
+    return;
+  }
+  if (!stream->ReadExact(reinterpret_cast<char*>(&hello) + 1, sizeof(hello) - 1).ok() ||
       hello.address_bytes > kMaxAddressBytes) {
     return refuse("the handshake broke off");
   }
@@ -273,6 +336,8 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
         // Kept until Rejoin: the collective thread may be inside a read on it.
         retired_.push_back(std::move(peers_[rank].in));
         retired_tcp_.push_back(std::move(peers_[rank].in_tcp));
+        peers_[rank].in = nullptr;
+        peers_[rank].in_tcp = nullptr;
       }
       peers_[rank].claimed = true;
       peers_[rank].in_generation = hello.generation;
@@ -282,33 +347,69 @@ void Communicator::Admit(std::unique_ptr<TcpStream> tcp) {
   const Status answered = stream->WriteAll(&answer, 1);
   if (answer == kStale) return;
   if (answer == kRefused) {
-    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", tcp->peer(),
+    MERIDIAN_LOG_WARN("collective: refused a connection from {}: {}", from,
                       !proven ? "no proof of the gang's secret" : fmt::format("a second connection from rank {}", rank));
     return;
   }
-  if (!answered.ok() || !stream->SetTimeout(options_.timeout_us).ok()) {
-    return refuse("the handshake broke off");  // its rank connects again in its next generation
+  if (!answered.ok()) return refuse("the handshake broke off");  // its rank connects again in its next generation
+  std::unique_ptr<ByteStream> in;
+  if (local) {
+    StatusOr<std::unique_ptr<ShmStream>> shm = ShmStream::Take(std::move(tcp), kShmRingBytes);
+    if (!shm.ok()) return refuse(std::string(shm.status().message()));
+    in = std::move(*shm);
+  } else if (tls) {
+    in = std::move(tls);
+  } else {
+    in = std::move(tcp);
   }
+  if (!in->SetTimeout(options_.timeout_us).ok()) return refuse("cannot set its timeout");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
-    peers_[rank].in_tcp = std::move(tcp);
-    peers_[rank].in = std::move(tls);
+    // The rank may have connected again meanwhile (a newer generation): it wins.
+    if (peers_[rank].in_generation != hello.generation) return;
+    peers_[rank].in = std::move(in);
+    peers_[rank].in_tcp = std::move(tcp);  // under TLS; else null (moved)
   }
   changed_.notify_all();
 }
 
-Status Communicator::Connect(int to, int64_t timeout_us) {
+Status Communicator::Connect(int to, int64_t timeout_us, bool shared_memory) {
   const int64_t deadline = NowUs() + timeout_us;
   std::unique_ptr<TcpStream> tcp;
+  bool local = false;
   // The peer may not listen yet: ranks start together, not at the same instant. Its
-  // address is read afresh each try: a replaced rank tells where it listens now.
+  // address is read afresh each try: a replaced rank tells where it listens now. On
+  // this host its local socket comes first, for shared memory.
   for (int64_t backoff_us = 20'000;; backoff_us = std::min<int64_t>(backoff_us * 2, 500'000)) {
-    MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(Rank(to).address, "rank's address"));
+    const RankAddress peer = Rank(to);
+    const bool here = shared_memory && options_.shared_memory && SameHost(peer.address, Rank(options_.rank).address);
+    const std::string name = here ? LocalName(options_.secret, to, peer.address) : "";
+    if (here) {
+      StatusOr<std::unique_ptr<TcpStream>> l = TcpStream::ConnectLocal(name);
+      if (l.ok()) {
+        tcp = std::move(*l);
+        local = true;
+        break;
+      }
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(peer.address, "rank's address"));
     StatusOr<std::unique_ptr<TcpStream>> c =
         TcpStream::Connect(hp.first, hp.second, std::min(kHandshakeTimeoutUs, std::max<int64_t>(deadline - NowUs(), 1000)));
     if (c.ok()) {
       tcp = std::move(*c);
+      // A rank's TCP socket listens before its communicator (and local socket) exist:
+      // once it greets us, its local socket is there too, if it has one. This TCP
+      // connection is then dropped before our hello (not counted as refused).
+      pollfd greeted{tcp->fd(), POLLIN, 0};
+      if (here && !options_.tls &&
+          poll(&greeted, 1, static_cast<int>(std::min(kHandshakeTimeoutUs, timeout_us) / 1000)) == 1) {
+        StatusOr<std::unique_ptr<TcpStream>> l = TcpStream::ConnectLocal(name);
+        if (l.ok()) {
+          tcp = std::move(*l);
+          local = true;
+        }
+      }
       break;
     }
     if (NowUs() + backoff_us >= deadline) {
@@ -316,16 +417,45 @@ Status Communicator::Connect(int to, int64_t timeout_us) {
     }
     std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
   }
-  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(options_.timeout_us));
+  MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(local ? kHandshakeTimeoutUs : options_.timeout_us));
   std::unique_ptr<ByteStream> stream;
-  if (options_.tls) {
-    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Connect(std::move(tcp));
-    if (!s.ok()) return UnauthenticatedError(fmt::format("{}: {}", Name(to), s.status().message()));
-    stream = std::move(*s);
+  StatusOr<uint32_t> proved = 0u;
+  if (local) {
+    proved = Greet(to, *tcp, true);
+    if (proved.ok()) {
+      StatusOr<std::unique_ptr<ShmStream>> shm = ShmStream::Offer(std::move(tcp), kShmRingBytes);
+      if (!shm.ok()) return UnavailableError(fmt::format("shared memory with {}: {}", Name(to), shm.status().message()));
+      MERIDIAN_RETURN_IF_ERROR((*shm)->SetTimeout(options_.timeout_us));
+      stream = std::move(*shm);
+    } else if (proved.status().code() == StatusCode::kUnauthenticated) {
+      // Someone else holds the local name: TCP, where the peer is who it says.
+      MERIDIAN_LOG_WARN("collective: {}; reaching it over TCP", proved.status().message());
+      const int64_t left = deadline - NowUs();
+      return left > 0 ? Connect(to, left, false) : proved.status();
+    } else {
+      return proved.status();
+    }
   } else {
-    stream = std::move(tcp);
+    if (options_.tls) {
+      StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Connect(std::move(tcp));
+      if (!s.ok()) return UnauthenticatedError(fmt::format("{}: {}", Name(to), s.status().message()));
+      stream = std::move(*s);
+    } else {
+      stream = std::move(tcp);
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(proved, Greet(to, *stream, false));
   }
-  std::string nonce(kNonceHex, '\0');
+  std::lock_guard<std::mutex> lock(mu_);
+  if (generation_ != *proved) return AbortedError(fmt::format("this rank moved on to generation {}", generation_));
+  if (peers_[to].out) retired_.push_back(std::move(peers_[to].out));  // shut already
+  peers_[to].out = std::move(stream);
+  peers_[to].stale_out = false;
+  if (local) ++shared_memory_connections_;
+  return OkStatus();
+}
+
+StatusOr<uint32_t> Communicator::Greet(int to, ByteStream& stream, bool local) {
+  std::string nonce(kNonceHex, '\0'), ours_nonce, listener_proof;
   uint32_t theirs = 0, ours = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -334,8 +464,23 @@ Status Communicator::Connect(int to, int64_t timeout_us) {
   const RankAddress self = Rank(options_.rank);
   const std::string address = self.address + " " + self.site;
   uint8_t answer = 0;
-  Status s = stream->ReadExact(nonce.data(), nonce.size());
-  if (s.ok()) s = stream->ReadExact(&theirs, sizeof(theirs));
+  Status s;
+  if (local) {
+    // The listener proves itself first: anyone on the host may hold a local name.
+    MERIDIAN_ASSIGN_OR_RETURN(ours_nonce, security::RandomHex(kNonceHex / 2));
+    s = stream.WriteAll(ours_nonce.data(), ours_nonce.size());
+  }
+  if (s.ok()) s = stream.ReadExact(nonce.data(), nonce.size());
+  if (s.ok()) s = stream.ReadExact(&theirs, sizeof(theirs));
+  if (s.ok() && local) {
+    listener_proof.resize(kProofBytes);
+    s = stream.ReadExact(listener_proof.data(), listener_proof.size());
+    if (s.ok() && !security::ConstantTimeEquals(listener_proof,
+                                                security::GangLaunchProof(options_.secret, ours_nonce,
+                                                                          ListenerProofText(to, Rank(to).address)))) {
+      return UnauthenticatedError(fmt::format("the local socket of {} did not prove the gang's secret", Name(to)));
+    }
+  }
   if (s.ok()) {
     const std::string proof =
         security::GangLaunchProof(options_.secret, nonce, ProofText(options_.rank, ours, address));
@@ -347,9 +492,9 @@ Status Communicator::Connect(int to, int64_t timeout_us) {
     const iovec parts[] = {{&hello, sizeof(hello)},
                            {const_cast<char*>(address.data()), address.size()},
                            {const_cast<char*>(proof.data()), proof.size()}};
-    s = stream->WriteAll(parts);
+    s = stream.WriteAll(parts);
   }
-  if (s.ok()) s = stream->ReadExact(&answer, 1);
+  if (s.ok()) s = stream.ReadExact(&answer, 1);
   if (!s.ok()) return UnavailableError(fmt::format("the handshake with {} broke off: {}", Name(to), s.message()));
   if (answer == kStale) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -359,12 +504,7 @@ Status Communicator::Connect(int to, int64_t timeout_us) {
   if (answer != kAccepted) {
     return PermissionDeniedError(fmt::format("{} refused our connection (another gang's secret, or a rank connected twice)", Name(to)));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (generation_ != ours) return AbortedError(fmt::format("this rank moved on to generation {}", generation_));
-  if (peers_[to].out) retired_.push_back(std::move(peers_[to].out));  // shut already
-  peers_[to].out = std::move(stream);
-  peers_[to].stale_out = false;
-  return OkStatus();
+  return ours;
 }
 
 void Communicator::Rejoin() {
@@ -416,8 +556,8 @@ void Communicator::Announce(int64_t timeout_us) {
 StatusOr<ByteStream*> Communicator::Inbound(int from) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(options_.timeout_us);
-  while (!stopping_ && (peers_[from].in_tcp == nullptr || peers_[from].in_generation != generation_)) {
-    if (peers_[from].in_tcp != nullptr && peers_[from].in_generation > generation_) {
+  while (!stopping_ && (peers_[from].in == nullptr || peers_[from].in_generation != generation_)) {
+    if (peers_[from].in != nullptr && peers_[from].in_generation > generation_) {
       return AbortedError(fmt::format("{} has moved on to generation {} (we are in {})", Name(from),
                                       peers_[from].in_generation, generation_));
     }
@@ -428,7 +568,7 @@ StatusOr<ByteStream*> Communicator::Inbound(int from) {
     }
   }
   if (stopping_) return CancelledError("the communicator is closing");
-  return peers_[from].in ? peers_[from].in.get() : static_cast<ByteStream*>(peers_[from].in_tcp.get());
+  return peers_[from].in.get();
 }
 
 // ---- sending ----

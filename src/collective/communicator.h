@@ -20,6 +20,15 @@
 // HMAC-SHA256(gang secret, nonce ‖ "collective rank N") before anything else is read.
 // With TLS both ends also prove a certificate of the cluster's CA first.
 //
+// Shared memory: every rank also listens on a local socket (abstract Unix, named by
+// an HMAC of the gang's secret, its rank and its address). A rank sending to a rank
+// whose address names the same host connects there first: the same handshake, plus
+// the listener's proof of the secret over the connecting rank's nonce (a local name
+// can be taken by anyone on the host), then the frames go through a ring in shared
+// memory (collective/shm.h) instead of TCP, unencrypted, as they never leave the
+// host. Where that fails (another network namespace, another host behind one
+// address), TCP.
+//
 // Bounds: a frame's header is checked before its body is read: our magic, and the
 // very length the algorithm expects (never more than chunk_bytes), so a peer cannot
 // make a rank allocate or read what it did not ask for. A rank blocked longer than
@@ -87,6 +96,9 @@ struct CommunicatorOptions {
   std::map<std::pair<std::string, std::string>, objects::LinkShape> links = {};
   int64_t timeout_us = 60'000'000;
   size_t chunk_bytes = size_t{1} << 20;  // frames carry at most this much
+  // Ranks whose addresses name one host exchange through shared memory (collective/
+  // shm.h) when they reach each other's local socket; TCP otherwise.
+  bool shared_memory = true;
 };
 
 // The elements of `count` that block `b` of `blocks` holds: [first, second).
@@ -140,12 +152,14 @@ class Communicator {
   std::map<std::string, int64_t> bytes_sent() const;
   // Connections refused: not a rank of this gang, or a second connection from one.
   int64_t refused() const;
+  // Connections this rank made that send through shared memory.
+  int64_t shared_memory_connections() const;
 
  private:
   struct Peer {
     std::unique_ptr<ByteStream> out;    // we send on it
-    std::unique_ptr<TcpStream> in_tcp;  // it sends on it,
-    std::unique_ptr<ByteStream> in;     // in TLS over in_tcp when the cluster has TLS
+    std::unique_ptr<ByteStream> in;     // it sends on it: TCP, TLS or shared memory;
+    std::unique_ptr<TcpStream> in_tcp;  // the socket under `in` when that is TLS
     bool claimed = false;               // a connection proved it is this rank
     uint32_t in_generation = 0;         // the generation `in` proved
     bool stale_out = false;             // `out` goes to where the rank no longer listens
@@ -160,12 +174,18 @@ class Communicator {
     size_t size = 0;
   };
 
-  Communicator(std::unique_ptr<TcpListener> listener, CommunicatorOptions options,
-               std::unique_ptr<objects::LinkClocks> clocks);
-  void AcceptLoop();
-  void Admit(std::unique_ptr<TcpStream> tcp);
+  Communicator(std::unique_ptr<TcpListener> listener, std::unique_ptr<TcpListener> local_listener,
+               CommunicatorOptions options, std::unique_ptr<objects::LinkClocks> clocks);
+  // Accepts on `listener` (the TCP one, or the local one for shared memory).
+  void AcceptLoop(TcpListener* listener, bool local);
+  void Admit(std::unique_ptr<TcpStream> tcp, bool local);
   void SendLoop();
-  Status Connect(int to, int64_t timeout_us);
+  // A connection to rank `to`: shared memory when `shared_memory`, it is on this host
+  // and it answers on its local socket; else TCP (and TLS).
+  Status Connect(int to, int64_t timeout_us, bool shared_memory = true);
+  // The handshake on `stream` (local: the listener proves itself first, else
+  // kUnauthenticated); the generation this rank proved.
+  StatusOr<uint32_t> Greet(int to, ByteStream& stream, bool local);
   // Shuts every connection when `failed` is an error (which it returns): a failed
   // collective ends its generation for every rank at once.
   Status Abandon(Status failed);
@@ -197,6 +217,7 @@ class Communicator {
 
   CommunicatorOptions options_;
   std::unique_ptr<TcpListener> listener_;
+  std::unique_ptr<TcpListener> local_listener_;  // null: no shared memory
   std::unique_ptr<objects::LinkClocks> clocks_;
   std::vector<std::byte> scratch_;  // one frame, for reductions
 
@@ -209,6 +230,7 @@ class Communicator {
   Status send_error_;                      // guarded by mu_
   std::map<std::string, int64_t> sent_;    // guarded by mu_
   int64_t refused_ = 0;                    // guarded by mu_
+  int64_t shared_memory_connections_ = 0;  // guarded by mu_
   uint32_t generation_ = 0;                // guarded by mu_
   uint32_t highest_seen_ = 0;              // guarded by mu_: the newest generation a peer is in
   // Streams replaced while a thread may still use them (shut down), freed by Rejoin.
@@ -217,6 +239,7 @@ class Communicator {
   mutable std::mutex address_mu_;          // guards options_.ranks (after mu_, when both)
   std::list<Handshake> handshakes_;        // guarded by mu_
   std::thread accept_thread_;
+  std::thread local_accept_thread_;
   std::thread send_thread_;
 };
 

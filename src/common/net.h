@@ -42,10 +42,15 @@ class ByteStream {
   virtual std::string identity() const { return {}; }
 };
 
+// A connected stream socket: TCP, or a local one (an abstract Unix socket, between
+// processes of one host and network namespace).
 class TcpStream final : public ByteStream {
  public:
   // Connects to host:port, giving up after timeout_us.
   static StatusOr<std::unique_ptr<TcpStream>> Connect(const std::string& host, int port, int64_t timeout_us);
+  // Connects to the local listener `name` (ListenLocal); fails at once when none
+  // listens there.
+  static StatusOr<std::unique_ptr<TcpStream>> ConnectLocal(std::string_view name);
   explicit TcpStream(int fd);
   ~TcpStream();
   TcpStream(const TcpStream&) = delete;
@@ -77,6 +82,10 @@ class TcpListener {
  public:
   // Listens on host:port; port 0 picks a free one (see port()).
   static StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, int port);
+  // Listens on the abstract Unix socket `name` (at most 100 bytes), reachable from this
+  // host's network namespace only; port() is 0. Anyone there may connect: the caller
+  // authenticates its peers.
+  static StatusOr<std::unique_ptr<TcpListener>> ListenLocal(std::string_view name);
   ~TcpListener();
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;

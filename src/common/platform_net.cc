@@ -6,9 +6,11 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -27,6 +29,7 @@ void Tune(int fd) {
 }
 
 std::string Describe(const sockaddr* a) {
+  if (a->sa_family == AF_UNIX) return "local";
   char host[NI_MAXHOST], port[NI_MAXSERV];
   socklen_t len = a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (getnameinfo(a, len, host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
@@ -49,6 +52,17 @@ Status Resolve(const std::string& host, int port, bool passive, AddrInfo& out) {
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &out.list);
   if (rc != 0) return UnavailableError(fmt::format("cannot resolve {}: {}", host, gai_strerror(rc)));
   return OkStatus();
+}
+
+// The address of the abstract Unix socket `name`.
+StatusOr<std::pair<sockaddr_un, socklen_t>> LocalAddress(std::string_view name) {
+  sockaddr_un a{};
+  if (name.empty() || name.size() > 100) {
+    return InvalidArgumentError(fmt::format("a local socket's name has 1 to 100 bytes, not {}", name.size()));
+  }
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  return std::make_pair(a, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size()));
 }
 
 }  // namespace
@@ -103,6 +117,18 @@ StatusOr<std::unique_ptr<TcpStream>> TcpStream::Connect(const std::string& host,
     return std::make_unique<TcpStream>(fd);
   }
   return UnavailableError(last);
+}
+
+StatusOr<std::unique_ptr<TcpStream>> TcpStream::ConnectLocal(std::string_view name) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, LocalAddress(name));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(Errno("socket"));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address.first), address.second) != 0) {
+    Status s = UnavailableError(Errno(fmt::format("connect to local socket {}", name)));
+    close(fd);
+    return s;
+  }
+  return std::make_unique<TcpStream>(fd);
 }
 
 TcpStream::TcpStream(int fd) : fd_(fd) {
@@ -189,6 +215,18 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& ho
     return std::unique_ptr<TcpListener>(new TcpListener(fd, actual));
   }
   return UnavailableError(last);
+}
+
+StatusOr<std::unique_ptr<TcpListener>> TcpListener::ListenLocal(std::string_view name) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, LocalAddress(name));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError(Errno("socket"));
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address.first), address.second) != 0 || listen(fd, 128) != 0) {
+    Status s = UnavailableError(Errno(fmt::format("listen on local socket {}", name)));
+    close(fd);
+    return s;
+  }
+  return std::unique_ptr<TcpListener>(new TcpListener(fd, 0));
 }
 
 TcpListener::~TcpListener() { close(fd_); }
