@@ -201,6 +201,11 @@ check "gang train outside a gang" 2 "RANK is not set" "$bin" gang train --data "
 printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
 gang_env=(env RANK=0 WORLD_SIZE=1 MASTER_PORT=29990 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_GANG_PEERS="$tmp/peers")
 check "gang train with a batch of none" 2 "batch 0: expected 1..1437" "${gang_env[@]}" "$bin" gang train --data "$digits" --batch 0
+check "gang train on a device that is none" 2 "--device tpu: expected auto, cpu or gpu" "${gang_env[@]}" "$bin" gang train --data "$digits" --device tpu
+# Asked for a GPU where none answers: one line saying why (no toolkit, or no device).
+if ! nvidia-smi >/dev/null 2>&1; then
+  check "gang train on a GPU that is not there" 3 "GPU" "${gang_env[@]}" "$bin" gang train --data "$digits" --device gpu
+fi
 check "gang train on a file that is no digits" 2 "expected 64 pixel values" "${gang_env[@]}" "$bin" gang train --data "$tmp/peers"
 check "gang train, one rank, two epochs" 0 "" "${gang_env[@]}" "$bin" gang train --data "$digits" --epochs 2 --hidden 16
 python3 - "$tmp/out" <<'PY' || { echo "FAIL gang train json:"; cat "$tmp/out"; fail=1; }
@@ -208,6 +213,9 @@ import json, sys
 j = json.loads(open(sys.argv[1]).read())
 assert j["rank"] == 0 and j["world_size"] == 1 and j["steps"] == 46 and j["parameters"] == 75 * 16 + 10, j
 assert j["site"] == "s1" and j["resumed_from"] == -1 and j["rejoins"] == 0 and 0 < j["accuracy"] <= 1, j
+import os
+if not os.environ.get("CUDA_VISIBLE_DEVICES"):  # --device auto: the CPU for a task given no GPU
+    assert j["device"] == "cpu", j
 PY
 check "health without a port" 2 "the address needs a port" "$bin" health http://127.0.0.1/healthz
 check "health of nothing listening" 3 "" "$bin" health http://127.0.0.1:1/healthz

@@ -580,6 +580,10 @@ int main(int argc, char** argv) {
                              "Steps between checkpoints (0: none), kept as objects by the agent")
       ->capture_default_str();
   gang_train_cmd->add_option("--algorithm", gang_train.algorithm, "auto, ring or hierarchical")->capture_default_str();
+  gang_train_cmd
+      ->add_option("--device", gang_train.device,
+                   "where gradients are computed: auto (the task's GPU when it has one), cpu or gpu")
+      ->capture_default_str();
   // `gang rsh rankK COMMAND...` is read before the parser (main's start): the command
   // is mpirun's, options and all, as ssh would take it. Listed here for --help.
   gang_cmd->add_subcommand("rsh", "mpirun's plm_rsh_agent: rsh rankK COMMAND... runs it in rank K of this gang");

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "collective/communicator.h"
+#include "kernels/ops.h"
 #include "common/logging.h"
 #include "spec/yaml_reader.h"
 #include "workloads/training/trainer.h"
@@ -27,6 +28,21 @@ StatusOr<collective::Algorithm> ParseAlgorithm(const std::string& name) {
   if (name == "ring") return collective::Algorithm::kRing;
   if (name == "hierarchical") return collective::Algorithm::kHierarchical;
   return InvalidArgumentError(fmt::format("--algorithm {}: expected auto, ring or hierarchical", name));
+}
+
+// Where gradients are computed: "cpu"; "gpu" (the task's first visible CUDA device,
+// an error when there is none); "auto" (a GPU when the agent gave the task one:
+// CUDA_VISIBLE_DEVICES names a device, and it answers; else the CPU).
+StatusOr<const kernels::Ops*> ChooseDevice(const std::string& device) {
+  if (device == "cpu") return &kernels::CpuOps();
+  if (device != "gpu" && device != "auto") {
+    return InvalidArgumentError(fmt::format("--device {}: expected auto, cpu or gpu", device));
+  }
+  if (device == "auto" && Getenv("CUDA_VISIBLE_DEVICES").empty()) return &kernels::CpuOps();
+  StatusOr<const kernels::Ops*> gpu = kernels::GpuOps(0);
+  if (gpu.ok() || device == "gpu") return gpu;
+  std::cerr << "gang train: no GPU answers (" << gpu.status().message() << "); training on the CPU\n";
+  return &kernels::CpuOps();
 }
 
 // Writes the checkpoint where the agent collects it: a new file renamed over the old,
@@ -49,11 +65,13 @@ Status WriteCheckpoint(const std::string& dir, const std::string& bytes) {
 
 Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(collective::Algorithm algorithm, ParseAlgorithm(options.algorithm));
+  MERIDIAN_ASSIGN_OR_RETURN(const kernels::Ops* ops, ChooseDevice(options.device));
   MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
   if (options.data.empty()) return InvalidArgumentError("--data: the digits file is required");
   MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(options.data));
   training::TrainOptions t = options.train;
   t.algorithm = algorithm;
+  t.ops = ops;
   MERIDIAN_RETURN_IF_ERROR(training::CheckTrainOptions(t, digits.size(), static_cast<int>(m.world)));
 
   const int64_t first_port = int64_t{m.master_port} + 1 + m.world;
@@ -134,6 +152,7 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   j["world_size"] = m.world;
   j["node"] = Getenv("MERIDIAN_NODE");
   j["site"] = m.sites[m.rank];
+  j["device"] = ops->name();
   j["accuracy"] = result->test_accuracy;
   j["final_loss"] = result->final_loss;
   j["steps"] = result->steps;

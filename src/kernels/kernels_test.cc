@@ -274,6 +274,80 @@ TEST(GpuKernelsTest, MatMulMatchesTheCpuToRounding) {
   EXPECT_EQ(gpu->MatMul(64, 1, 10, stop).status().code(), StatusCode::kCancelled);
 }
 
+// A perceptron of `shape` with parameters, images and labels drawn from `seed`.
+struct MlpCase {
+  MlpShape shape;
+  std::vector<float> params, x, grad;
+  std::vector<int32_t> labels;
+};
+MlpCase MakeMlpCase(MlpShape shape, int64_t images, uint64_t seed) {
+  MlpCase c{shape, {}, {}, {}, {}};
+  c.params.resize(static_cast<size_t>(shape.parameters()));
+  for (size_t i = 0; i < c.params.size(); ++i) c.params[i] = static_cast<float>(0.3 * gen::Signed(seed, i));
+  c.x.resize(static_cast<size_t>(images * shape.inputs));
+  // Pixels as the digits have them: sixteenths, a third of them zero.
+  for (size_t i = 0; i < c.x.size(); ++i) c.x[i] = static_cast<float>(gen::Int(seed + 1, i, -8, 25) < 0 ? 0 : gen::Int(seed + 1, i, 0, 17)) / 16.0f;
+  for (int64_t n = 0; n < images; ++n) c.labels.push_back(static_cast<int32_t>(gen::Int(seed + 2, n, 0, shape.classes)));
+  c.grad.resize(c.params.size());
+  return c;
+}
+
+TEST(MlpKernelTest, TheCpuGradientMatchesFiniteDifferencesAndRefusesBadArguments) {
+  // (Seed 10: no image's hidden unit lies within a step of the ReLU's kink, where the
+  // difference quotient and the gradient part ways.)
+  MlpCase c = MakeMlpCase({5, 7, 3}, 4, 10);
+  double loss = 0;
+  ASSERT_TRUE(CpuOps().MlpGradient(c.shape, c.params, c.x, c.labels, c.grad, &loss).ok());
+  // Central differences of the summed loss, in double through the float parameters.
+  auto loss_at = [&](std::vector<float> p) {
+    std::vector<float> g(p.size());
+    double l = 0;
+    EXPECT_TRUE(CpuOps().MlpGradient(c.shape, p, c.x, c.labels, g, &l).ok());
+    return l;
+  };
+  size_t far = 0;
+  for (size_t i = 0; i < c.params.size(); ++i) {
+    std::vector<float> up = c.params, down = c.params;
+    up[i] += 1e-3f;
+    down[i] -= 1e-3f;
+    const double numeric = (loss_at(up) - loss_at(down)) / (static_cast<double>(up[i]) - down[i]);
+    if (std::abs(numeric - c.grad[i]) > 2e-3 * (1 + std::abs(numeric))) {
+      ++far;
+      std::printf("param %zu: numeric %.6f, analytic %.6f\n", i, numeric, c.grad[i]);
+    }
+  }
+  EXPECT_EQ(far, 0u);
+  EXPECT_GT(loss, 0.0);
+  c.labels[2] = 3;  // of 3 classes: 0..2
+  Status bad = CpuOps().MlpGradient(c.shape, c.params, c.x, c.labels, c.grad, &loss);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("image 2: label 3 is not one of 3 classes"), std::string::npos) << bad.message();
+  c.labels[2] = 0;
+  c.x.pop_back();
+  EXPECT_EQ(CpuOps().MlpGradient(c.shape, c.params, c.x, c.labels, c.grad, &loss).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(GpuKernelsTest, MlpGradientMatchesTheCpuToRounding) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  for (const auto& [shape, images] : {std::pair{MlpShape{64, 128, 10}, int64_t{64}}, {MlpShape{64, 512, 10}, 1},
+                                      {MlpShape{300, 1000, 33}, 513}}) {
+    MlpCase c = MakeMlpCase(shape, images, 17);
+    std::vector<float> on_gpu(c.grad.size(), -1.0f);
+    double cpu_loss = 0, gpu_loss = 0;
+    ASSERT_TRUE(CpuOps().MlpGradient(shape, c.params, c.x, c.labels, c.grad, &cpu_loss).ok());
+    Status s = gpu->MlpGradient(shape, c.params, c.x, c.labels, on_gpu, &gpu_loss);
+    ASSERT_TRUE(s.ok()) << s.message();
+    float largest = 0;
+    for (float g : c.grad) largest = std::max(largest, std::abs(g));
+    size_t far = 0;
+    for (size_t i = 0; i < c.grad.size(); ++i) {
+      if (std::abs(on_gpu[i] - c.grad[i]) > 1e-4f * largest) ++far;
+    }
+    EXPECT_EQ(far, 0u) << "hidden " << shape.hidden << ", " << images << " images";
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * cpu_loss);
+  }
+}
+
 TEST(GpuKernelsTest, KernelsOnAGpuGiveTheCpuOutputs) {
   MERIDIAN_GPU_OR_SKIP(gpu);
   (void)gpu;

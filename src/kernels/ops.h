@@ -40,6 +40,18 @@ inline constexpr int64_t kMaxGpuMatMulN = 32768;
 inline constexpr int32_t kMaxCpuQubits = 30;
 inline constexpr int32_t kMaxGpuQubits = 32;
 
+// The built-in trainer's perceptron (workloads/training): inputs -> hidden (ReLU) ->
+// classes, softmax cross-entropy. Its parameters, row-major, one after another: w1
+// [inputs x hidden], b1 [hidden], w2 [hidden x classes], b2 [classes].
+struct MlpShape {
+  int32_t inputs = 64;
+  int32_t hidden = 128;
+  int32_t classes = 10;
+  int64_t parameters() const { return int64_t{inputs + 1 + classes} * hidden + classes; }
+};
+inline constexpr int32_t kMaxMlpWidth = 4096;     // inputs, hidden units, classes
+inline constexpr int64_t kMaxMlpImages = 1 << 20;  // in one call
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -74,7 +86,22 @@ class Ops {
   // bit but for the sign of a zero.
   virtual Status Simulate(int32_t qubits, std::span<const QGate> gates, std::vector<double>& state,
                           const std::atomic<bool>& stop) const = 0;
+  // grad (shape.parameters() long) = the gradient, under `params`, of the softmax
+  // cross-entropy summed over the images x (labels.size() rows of shape.inputs,
+  // row-major) with their labels; *loss = that sum. The CPU goes image by image
+  // (MlpForward); a GPU runs the batch as four SGEMMs (cuBLAS) and small kernels, so
+  // the two agree to float rounding, not bit for bit.
+  virtual Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                             std::span<const int32_t> labels, std::span<float> grad, double* loss) const = 0;
 };
+
+// The argument checks every MlpGradient makes: widths within kMaxMlpWidth, at most
+// kMaxMlpImages images, spans of the shape's sizes, labels below shape.classes.
+Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                    std::span<const int32_t> labels, std::span<const float> grad);
+// The CPU reference's forward pass of one image: `hidden` (shape.hidden, after ReLU)
+// and `logits` (shape.classes) of input `x` (shape.inputs) under `params`.
+void MlpForward(const MlpShape& shape, const float* params, const float* x, float* hidden, float* logits);
 
 // The argument checks every Simulate makes: each gate's target and controls are qubits
 // of the state, and the target is not one of its controls.

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <sodium.h>
@@ -119,9 +121,101 @@ class CpuOpsImpl final : public Ops {
     }
     return OkStatus();
   }
+
+  Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                     std::span<const int32_t> labels, std::span<float> grad, double* loss) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckMlpArgs(shape, params, x, labels, grad));
+    const int64_t h = shape.hidden;
+    const int32_t classes = shape.classes;
+    const float* w2 = params.data() + int64_t{shape.inputs + 1} * h;
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    float* g1 = grad.data();
+    float* gb1 = g1 + int64_t{shape.inputs} * h;
+    float* g2 = gb1 + h;
+    float* gb2 = g2 + h * classes;
+    std::vector<float> hid(static_cast<size_t>(h)), dhid(static_cast<size_t>(h));
+    std::vector<float> logits(static_cast<size_t>(classes)), d(static_cast<size_t>(classes));
+    double sum = 0.0;
+    for (size_t n = 0; n < labels.size(); ++n) {
+      const float* xi = x.data() + n * static_cast<size_t>(shape.inputs);
+      const int32_t label = labels[n];
+      MlpForward(shape, params.data(), xi, hid.data(), logits.data());
+      const float top = *std::max_element(logits.begin(), logits.end());
+      double z = 0.0;
+      for (float l : logits) z += std::exp(static_cast<double>(l - top));
+      for (int32_t c = 0; c < classes; ++c) {
+        d[c] = static_cast<float>(std::exp(static_cast<double>(logits[c] - top)) / z) - (c == label ? 1.0f : 0.0f);
+        gb2[c] += d[c];
+      }
+      sum += std::log(z) - static_cast<double>(logits[label] - top);
+      for (int64_t k = 0; k < h; ++k) {
+        const float* row = w2 + k * classes;
+        float* grow = g2 + k * classes;
+        float back = 0.0f;
+        for (int32_t c = 0; c < classes; ++c) {
+          grow[c] += hid[k] * d[c];
+          back += d[c] * row[c];
+        }
+        dhid[k] = hid[k] > 0.0f ? back : 0.0f;
+        gb1[k] += dhid[k];
+      }
+      for (int32_t i = 0; i < shape.inputs; ++i) {
+        if (xi[i] == 0.0f) continue;
+        float* grow = g1 + i * h;
+        for (int64_t k = 0; k < h; ++k) grow[k] += xi[i] * dhid[k];
+      }
+    }
+    *loss = sum;
+    return OkStatus();
+  }
 };
 
 }  // namespace
+
+void MlpForward(const MlpShape& shape, const float* params, const float* x, float* hid, float* logits) {
+  const int64_t h = shape.hidden;
+  const int32_t classes = shape.classes;
+  const float* w1 = params;
+  const float* b1 = w1 + int64_t{shape.inputs} * h;
+  const float* w2 = b1 + h;
+  const float* b2 = w2 + h * classes;
+  std::copy(b1, b1 + h, hid);
+  for (int32_t i = 0; i < shape.inputs; ++i) {
+    if (x[i] == 0.0f) continue;
+    const float* row = w1 + i * h;
+    for (int64_t k = 0; k < h; ++k) hid[k] += x[i] * row[k];
+  }
+  for (int64_t k = 0; k < h; ++k) hid[k] = std::max(hid[k], 0.0f);
+  std::copy(b2, b2 + classes, logits);
+  for (int64_t k = 0; k < h; ++k) {
+    if (hid[k] == 0.0f) continue;
+    const float* row = w2 + k * classes;
+    for (int32_t c = 0; c < classes; ++c) logits[c] += hid[k] * row[c];
+  }
+}
+
+Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                    std::span<const int32_t> labels, std::span<const float> grad) {
+  for (const auto& [what, v] : {std::pair{"inputs", shape.inputs}, {"hidden", shape.hidden}, {"classes", shape.classes}}) {
+    if (v < 1 || v > kMaxMlpWidth) return InvalidArgumentError(fmt::format("{} {}: expected 1..{}", what, v, kMaxMlpWidth));
+  }
+  const auto images = static_cast<int64_t>(labels.size());
+  if (images > kMaxMlpImages) {
+    return InvalidArgumentError(fmt::format("{} images in one gradient: at most {}", images, kMaxMlpImages));
+  }
+  const auto p = static_cast<size_t>(shape.parameters());
+  if (params.size() != p || grad.size() != p || x.size() != static_cast<size_t>(images * shape.inputs)) {
+    return InvalidArgumentError(fmt::format("an MLP of {} parameters over {} images of {} inputs was given {} "
+                                            "parameters, {} gradient slots and {} inputs",
+                                            p, images, shape.inputs, params.size(), grad.size(), x.size()));
+  }
+  for (size_t n = 0; n < labels.size(); ++n) {
+    if (labels[n] < 0 || labels[n] >= shape.classes) {
+      return InvalidArgumentError(fmt::format("image {}: label {} is not one of {} classes", n, labels[n], shape.classes));
+    }
+  }
+  return OkStatus();
+}
 
 Status CheckGates(int32_t qubits, std::span<const QGate> gates) {
   for (size_t k = 0; k < gates.size(); ++k) {

@@ -169,11 +169,60 @@ __global__ void ApplyGateKernel(double* state, uint64_t pairs, QGate g) {
   }
 }
 
+// ---- the trainer's perceptron ----
+
+// m[r * cols + c] += bias[c], then max(0, .) when relu.
+__global__ void AddBias(float* m, const float* bias, int64_t rows, int32_t cols, bool relu) {
+  const uint64_t total = static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float v = m[i] + bias[i % static_cast<uint64_t>(cols)];
+    m[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+// Row by row, as the CPU does: d = softmax(logits) - onehot(label), and the row's loss
+// log(sum exp(l - top)) - (l[label] - top), in double where the CPU uses double.
+__global__ void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t rows, int32_t classes,
+                                    float* d, double* row_loss) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* l = logits + r * classes;
+    float top = l[0];
+    for (int32_t c = 1; c < classes; ++c) top = fmaxf(top, l[c]);
+    double z = 0.0;
+    for (int32_t c = 0; c < classes; ++c) z += exp(static_cast<double>(l[c] - top));
+    const int32_t label = labels[r];
+    for (int32_t c = 0; c < classes; ++c) {
+      d[r * classes + c] = static_cast<float>(exp(static_cast<double>(l[c] - top)) / z) - (c == label ? 1.0f : 0.0f);
+    }
+    row_loss[r] = log(z) - static_cast<double>(l[label] - top);
+  }
+}
+
+// out[c] = sum over rows of m[r * cols + c], rows in order: one thread a column.
+__global__ void ColumnSums(const float* m, int64_t rows, int32_t cols, float* out) {
+  for (int32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) acc += m[r * cols + c];
+    out[c] = acc;
+  }
+}
+
+// dh *= (h > 0): the ReLU's gradient.
+__global__ void ReluBackward(float* dh, const float* h, uint64_t n) {
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    if (!(h[i] > 0.0f)) dh[i] = 0.0f;
+  }
+}
+
 // cuBLAS, opened once.
 struct Cublas {
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasDgemm_v2) dgemm = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
   std::string error;
 };
 
@@ -193,7 +242,10 @@ const Cublas& LoadCublas() {
     c.create = reinterpret_cast<decltype(c.create)>(dlsym(h, "cublasCreate_v2"));
     c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(h, "cublasSetStream_v2"));
     c.dgemm = reinterpret_cast<decltype(c.dgemm)>(dlsym(h, "cublasDgemm_v2"));
-    if (!c.create || !c.set_stream || !c.dgemm) c.error = soname + " lacks cublasCreate/SetStream/Dgemm";
+    c.sgemm = reinterpret_cast<decltype(c.sgemm)>(dlsym(h, "cublasSgemm_v2"));
+    if (!c.create || !c.set_stream || !c.dgemm || !c.sgemm) {
+      c.error = soname + " lacks cublasCreate/SetStream/Dgemm/Sgemm";
+    }
     return c;
   }();
   return lib;
@@ -396,6 +448,86 @@ std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t coun
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(state, d.ptr, 2 * amplitudes * sizeof(double), cudaMemcpyDeviceToHost,
                                     cudaStreamPerThread));
   return Finish("simulate");
+}
+
+}  // namespace meridian::kernels::cuda
+
+namespace meridian::kernels::cuda {
+namespace {
+
+// Row-major C[m x n] = op(A)[m x k] op(B)[k x n] (beta 0): cuBLAS is column-major, so
+// it computes C^T = op(B)^T op(A)^T, B first. A is stored [k x m] when transposed, else
+// [m x k]; B [n x k] when transposed, else [k x n].
+std::string RowGemm(cublasHandle_t handle, bool ta, bool tb, int m, int n, int k, const float* a, const float* b,
+                    float* c) {
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t s = LoadCublas().sgemm(handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                        &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
+  return s == CUBLAS_STATUS_SUCCESS ? std::string() : "cublasSgemm failed with status " + std::to_string(static_cast<int>(s));
+}
+
+}  // namespace
+
+std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
+                        const float* x, const int32_t* labels, int64_t images, float* grad, double* loss) {
+  const size_t p = static_cast<size_t>(inputs + 1 + classes) * hidden + classes;
+  *loss = 0.0;
+  if (images == 0) {
+    for (size_t i = 0; i < p; ++i) grad[i] = 0.0f;
+    return {};
+  }
+  if (std::string e = Begin(device); !e.empty()) return e;
+  cublasHandle_t handle = nullptr;
+  if (std::string e = Handle(device, &handle); !e.empty()) return e;
+  const size_t n = static_cast<size_t>(images);
+  DeviceBuffer<float> d_params, d_grad, d_x, d_h, d_logits, d_d, d_dh;
+  DeviceBuffer<int32_t> d_labels;
+  DeviceBuffer<double> d_loss;
+  MERIDIAN_CUDA_TRY(d_params.Allocate(p));
+  MERIDIAN_CUDA_TRY(d_grad.Allocate(p));
+  MERIDIAN_CUDA_TRY(d_x.Allocate(n * inputs));
+  MERIDIAN_CUDA_TRY(d_h.Allocate(n * hidden));
+  MERIDIAN_CUDA_TRY(d_logits.Allocate(n * classes));
+  MERIDIAN_CUDA_TRY(d_d.Allocate(n * classes));
+  MERIDIAN_CUDA_TRY(d_dh.Allocate(n * hidden));
+  MERIDIAN_CUDA_TRY(d_labels.Allocate(n));
+  MERIDIAN_CUDA_TRY(d_loss.Allocate(n));
+  cudaStream_t s = cudaStreamPerThread;
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_params.ptr, params, p * sizeof(float), cudaMemcpyHostToDevice, s));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_x.ptr, x, n * inputs * sizeof(float), cudaMemcpyHostToDevice, s));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_labels.ptr, labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  const float* w1 = d_params.ptr;
+  const float* b1 = w1 + static_cast<size_t>(inputs) * hidden;
+  const float* w2 = b1 + hidden;
+  const float* b2 = w2 + static_cast<size_t>(hidden) * classes;
+  float* g1 = d_grad.ptr;
+  float* gb1 = g1 + static_cast<size_t>(inputs) * hidden;
+  float* g2 = gb1 + hidden;
+  float* gb2 = g2 + static_cast<size_t>(hidden) * classes;
+  const int rows = static_cast<int>(images);
+  // Forward: h = relu(x w1 + b1), logits = h w2 + b2.
+  if (std::string e = RowGemm(handle, false, false, rows, hidden, inputs, d_x.ptr, w1, d_h.ptr); !e.empty()) return e;
+  AddBias<<<Blocks(n * hidden, 4096), kThreads, 0, s>>>(d_h.ptr, b1, images, hidden, true);
+  if (std::string e = RowGemm(handle, false, false, rows, classes, hidden, d_h.ptr, w2, d_logits.ptr); !e.empty()) {
+    return e;
+  }
+  AddBias<<<Blocks(n * classes, 4096), kThreads, 0, s>>>(d_logits.ptr, b2, images, classes, false);
+  // Backward: d = softmax - onehot; g2 = h^T d, gb2 = sum d; dh = (d w2^T) * (h > 0);
+  // g1 = x^T dh, gb1 = sum dh.
+  SoftmaxCrossEntropy<<<Blocks(n, 1024), kThreads, 0, s>>>(d_logits.ptr, d_labels.ptr, images, classes, d_d.ptr,
+                                                            d_loss.ptr);
+  if (std::string e = RowGemm(handle, true, false, hidden, classes, rows, d_h.ptr, d_d.ptr, g2); !e.empty()) return e;
+  ColumnSums<<<Blocks(classes, 1024), kThreads, 0, s>>>(d_d.ptr, images, classes, gb2);
+  if (std::string e = RowGemm(handle, false, true, rows, hidden, classes, d_d.ptr, w2, d_dh.ptr); !e.empty()) return e;
+  ReluBackward<<<Blocks(n * hidden, 4096), kThreads, 0, s>>>(d_dh.ptr, d_h.ptr, n * hidden);
+  if (std::string e = RowGemm(handle, true, false, inputs, hidden, rows, d_x.ptr, d_dh.ptr, g1); !e.empty()) return e;
+  ColumnSums<<<Blocks(hidden, 1024), kThreads, 0, s>>>(d_dh.ptr, images, hidden, gb1);
+  std::vector<double> row_loss(n);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(grad, d_grad.ptr, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(row_loss.data(), d_loss.ptr, n * sizeof(double), cudaMemcpyDeviceToHost, s));
+  if (std::string e = Finish("mlp gradient"); !e.empty()) return e;
+  for (double l : row_loss) *loss += l;  // in image order, as the CPU sums
+  return {};
 }
 
 }  // namespace meridian::kernels::cuda

@@ -49,4 +49,11 @@ std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t c
 std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t count, double* state,
                      const std::atomic<bool>* stop);
 
+// The built-in trainer's gradient (kernels/ops.h, MlpGradient): grad[0..parameters)
+// and *loss for `images` rows of x (row-major, `inputs` a row) with their labels, the
+// parameters laid out w1, b1, w2, b2. Four SGEMMs (cuBLAS) and small kernels; every
+// sum over images runs in a fixed order, so a call's result is the same every time.
+std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
+                        const float* x, const int32_t* labels, int64_t images, float* grad, double* loss);
+
 }  // namespace meridian::kernels::cuda

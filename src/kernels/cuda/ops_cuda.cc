@@ -66,6 +66,14 @@ class CudaOps final : public Ops {
     return Check(cuda::Simulate(device_, qubits, gates.data(), gates.size(), state.data(), &stop), &stop);
   }
 
+  Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                     std::span<const int32_t> labels, std::span<float> grad, double* loss) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckMlpArgs(shape, params, x, labels, grad));
+    return Check(cuda::MlpGradient(device_, shape.inputs, shape.hidden, shape.classes, params.data(), x.data(),
+                                   labels.data(), static_cast<int64_t>(labels.size()), grad.data(), loss),
+                 nullptr);
+  }
+
  private:
   Status Check(const std::string& error, const std::atomic<bool>* stop) const {
     if (stop != nullptr && stop->load()) return Status(StatusCode::kCancelled, "stopped");

@@ -135,7 +135,7 @@ StatusOr<Checkpoint> DecodeCheckpoint(std::string_view bytes, int32_t hidden) {
 }
 
 Trainer::Trainer(const Digits& data, TrainOptions options, collective::Communicator* comm)
-    : data_(data), options_(options), comm_(comm) {
+    : data_(data), options_(options), comm_(comm), ops_(options.ops != nullptr ? options.ops : &kernels::CpuOps()) {
   if (comm_ != nullptr) {
     rank_ = comm_->rank();
     world_ = comm_->size();
@@ -226,72 +226,23 @@ std::vector<int64_t> Trainer::EpochOrder(int32_t epoch) const {
   return order;
 }
 
-void Trainer::Forward(int64_t id, float* hid, float* logits) const {
-  const int64_t h = options_.hidden;
-  const float* w1 = params_.data();
-  const float* b1 = w1 + kDigitPixels * h;
-  const float* w2 = b1 + h;
-  const float* b2 = w2 + h * kDigitClasses;
-  const float* x = &data_.pixels[static_cast<size_t>(id) * kDigitPixels];
-  std::copy(b1, b1 + h, hid);
-  for (int i = 0; i < kDigitPixels; ++i) {
-    if (x[i] == 0.0f) continue;
-    const float* row = w1 + i * h;
-    for (int64_t k = 0; k < h; ++k) hid[k] += x[i] * row[k];
-  }
-  for (int64_t k = 0; k < h; ++k) hid[k] = std::max(hid[k], 0.0f);
-  std::copy(b2, b2 + kDigitClasses, logits);
-  for (int64_t k = 0; k < h; ++k) {
-    if (hid[k] == 0.0f) continue;
-    const float* row = w2 + k * kDigitClasses;
-    for (int c = 0; c < kDigitClasses; ++c) logits[c] += hid[k] * row[c];
-  }
+kernels::MlpShape Trainer::Shape() const {
+  return kernels::MlpShape{kDigitPixels, options_.hidden, kDigitClasses};
 }
 
-void Trainer::Gradient(std::span<const int64_t> ids) {
-  const int64_t h = options_.hidden;
-  const float* w2 = params_.data() + (kDigitPixels + 1) * h;
-  std::fill(grad_.begin(), grad_.end(), 0.0f);
-  float* g1 = grad_.data();
-  float* gb1 = g1 + kDigitPixels * h;
-  float* g2 = gb1 + h;
-  float* gb2 = g2 + h * kDigitClasses;
-  hidden_.resize(static_cast<size_t>(h));
-  dhidden_.resize(static_cast<size_t>(h));
-  double loss = 0.0;
-  for (const int64_t id : ids) {
-    const float* x = &data_.pixels[static_cast<size_t>(id) * kDigitPixels];
-    const int32_t label = data_.labels[static_cast<size_t>(id)];
-    float* hid = hidden_.data();
-    float logits[kDigitClasses];
-    Forward(id, hid, logits);
-    const float top = *std::max_element(logits, logits + kDigitClasses);
-    double z = 0.0;
-    for (float l : logits) z += std::exp(static_cast<double>(l - top));
-    float d[kDigitClasses];
-    for (int c = 0; c < kDigitClasses; ++c) {
-      d[c] = static_cast<float>(std::exp(static_cast<double>(logits[c] - top)) / z) - (c == label ? 1.0f : 0.0f);
-      gb2[c] += d[c];
-    }
-    loss += std::log(z) - static_cast<double>(logits[label] - top);
-    for (int64_t k = 0; k < h; ++k) {
-      const float* row = w2 + k * kDigitClasses;
-      float* grow = g2 + k * kDigitClasses;
-      float back = 0.0f;
-      for (int c = 0; c < kDigitClasses; ++c) {
-        grow[c] += hid[k] * d[c];
-        back += d[c] * row[c];
-      }
-      dhidden_[k] = hid[k] > 0.0f ? back : 0.0f;
-      gb1[k] += dhidden_[k];
-    }
-    for (int i = 0; i < kDigitPixels; ++i) {
-      if (x[i] == 0.0f) continue;
-      float* grow = g1 + i * h;
-      for (int64_t k = 0; k < h; ++k) grow[k] += x[i] * dhidden_[k];
-    }
+Status Trainer::Gradient(std::span<const int64_t> ids) {
+  batch_x_.resize(ids.size() * kDigitPixels);
+  batch_labels_.resize(ids.size());
+  for (size_t n = 0; n < ids.size(); ++n) {
+    const auto id = static_cast<size_t>(ids[n]);
+    std::copy_n(&data_.pixels[id * kDigitPixels], kDigitPixels, &batch_x_[n * kDigitPixels]);
+    batch_labels_[n] = data_.labels[id];
   }
+  double loss = 0.0;
+  MERIDIAN_RETURN_IF_ERROR(ops_->MlpGradient(Shape(), params_, batch_x_, batch_labels_,
+                                             std::span<float>(grad_.data(), params_.size()), &loss));
   grad_.back() = static_cast<float>(loss);
+  return OkStatus();
 }
 
 double Trainer::Accuracy(const std::vector<int64_t>& ids) const {
@@ -299,7 +250,8 @@ double Trainer::Accuracy(const std::vector<int64_t>& ids) const {
   int64_t right = 0;
   for (const int64_t id : ids) {
     float logits[kDigitClasses];
-    Forward(id, hid.data(), logits);
+    kernels::MlpForward(Shape(), params_.data(), &data_.pixels[static_cast<size_t>(id) * kDigitPixels], hid.data(),
+                        logits);
     if (std::max_element(logits, logits + kDigitClasses) - logits == data_.labels[static_cast<size_t>(id)]) ++right;
   }
   return static_cast<double>(right) / static_cast<double>(ids.size());
@@ -329,7 +281,7 @@ StatusOr<TrainResult> Trainer::Run(const std::function<Status(const Checkpoint&)
     const int64_t begin = k * options_.batch;
     const int64_t len = std::min<int64_t>(options_.batch, n - begin);
     const auto [lo, hi] = collective::BlockRange(static_cast<size_t>(len), world_, rank_);
-    Gradient(std::span<const int64_t>(order).subspan(static_cast<size_t>(begin) + lo, hi - lo));
+    MERIDIAN_RETURN_IF_ERROR(Gradient(std::span<const int64_t>(order).subspan(static_cast<size_t>(begin) + lo, hi - lo)));
     if (comm_ != nullptr && world_ > 1) {
       MERIDIAN_RETURN_IF_ERROR(comm_->AllReduce(reduced, collective::ReduceOp::kSum, options_.algorithm));
     }

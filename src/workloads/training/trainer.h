@@ -26,6 +26,7 @@
 
 #include "collective/communicator.h"
 #include "common/status.h"
+#include "kernels/ops.h"
 #include "workloads/training/digits.h"
 
 namespace meridian::training {
@@ -40,6 +41,8 @@ struct TrainOptions {
   int32_t test_images = 360;       // held out, never trained on
   int64_t checkpoint_every = 0;    // steps; 0: no checkpoints
   collective::Algorithm algorithm = collective::Algorithm::kAuto;
+  // Where gradients are computed: kernels::CpuOps() when null, or a GPU's.
+  const kernels::Ops* ops = nullptr;
 };
 
 struct Checkpoint {
@@ -102,10 +105,10 @@ class Trainer {
  private:
   void Initialise();  // the seed's weights, zero momentum, step 0
   Status Agree();
-  // The gradient of the summed loss over images `ids` into grad_ (the loss sum last).
-  void Gradient(std::span<const int64_t> ids);
-  // The hidden layer (after ReLU) and the logits of image `id`, with the weights now.
-  void Forward(int64_t id, float* hidden, float* logits) const;
+  // The gradient of the summed loss over images `ids` into grad_ (the loss sum last),
+  // on ops_.
+  Status Gradient(std::span<const int64_t> ids);
+  kernels::MlpShape Shape() const;
   double Accuracy(const std::vector<int64_t>& ids) const;
   std::vector<int64_t> EpochOrder(int32_t epoch) const;
 
@@ -120,8 +123,10 @@ class Trainer {
   int64_t resumed_from_ = -1;
   std::optional<Checkpoint> last_checkpoint_;
   double epoch_loss_ = 0.0;
-  // Scratch for a block of images.
-  std::vector<float> hidden_, logits_, dhidden_;
+  const kernels::Ops* ops_;
+  // A step's images and labels, laid out for ops_.
+  std::vector<float> batch_x_;
+  std::vector<int32_t> batch_labels_;
 };
 
 }  // namespace meridian::training
