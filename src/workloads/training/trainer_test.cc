@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/temp_dir.h"
+#include "workloads/training/nccl_group.h"
 
 namespace meridian::training {
 namespace {
@@ -255,6 +256,62 @@ TEST(TrainerTest, RanksWithCheckpointsOfDifferentAgesResumeFromTheNewest) {
   ASSERT_EQ(resumed.checkpoints.size(), 1u);  // step 60 again, the same
   EXPECT_EQ(resumed.checkpoints[0].step, 60);
   EXPECT_EQ(resumed.checkpoints[0].state, whole.checkpoints[5].state);
+}
+
+// `n` ranks of a gang on loopback, made at once (Create connects lazily).
+std::vector<std::unique_ptr<collective::Communicator>> Gang(int n) {
+  collective::CommunicatorOptions base;
+  base.secret = "s3cret";
+  std::vector<std::unique_ptr<TcpListener>> listeners;
+  for (int r = 0; r < n; ++r) {
+    listeners.push_back(*TcpListener::Listen("127.0.0.1", 0));
+    base.ranks.push_back({"127.0.0.1:" + std::to_string(listeners.back()->port()), "a"});
+  }
+  std::vector<std::unique_ptr<collective::Communicator>> out;
+  for (int r = 0; r < n; ++r) {
+    collective::CommunicatorOptions o = base;
+    o.rank = r;
+    out.push_back(*collective::Communicator::Create(std::move(listeners[r]), o));
+  }
+  return out;
+}
+
+// NCCL between the GPUs here (a rank a device, at most four) sums as the CPU ring
+// does, exactly (small integers); skipped without a device.
+TEST(NcclGroupTest, AllReduceAcrossTheGpusGivesTheRingsSums) {
+  const int n = std::min(kernels::CudaDevices(), 4);
+  if (n == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::unique_ptr<collective::Communicator>> g = Gang(n);
+  std::vector<std::vector<float>> data(n), ring(n);
+  std::vector<Status> s(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 1'000'003; ++i) data[r].push_back(static_cast<float>((r + 1) * 1000 + i % 977));
+    ring[r] = data[r];
+    threads.emplace_back([&, r] {
+      StatusOr<std::unique_ptr<kernels::NcclComm>> nccl = JoinNccl(*g[r], r);
+      s[r] = nccl.ok() ? (*nccl)->AllReduceSum(data[r]) : nccl.status();
+      if (s[r].ok()) s[r] = g[r]->AllReduce(ring[r], collective::ReduceOp::kSum);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(s[r].ok()) << s[r].ToString();
+    EXPECT_EQ(data[r], ring[r]) << r;
+  }
+}
+
+TEST(NcclGroupTest, WithoutADeviceEveryRankIsToldWhyAndNoneWaits) {
+  if (kernels::CudaDevices() > 0) GTEST_SKIP() << "a CUDA device is here";
+  std::vector<std::unique_ptr<collective::Communicator>> g = Gang(2);
+  std::vector<Status> s(2);
+  std::thread other([&] { s[1] = JoinNccl(*g[1], 1).status(); });
+  s[0] = JoinNccl(*g[0], 0).status();
+  other.join();
+  for (const Status& x : s) {
+    EXPECT_EQ(x.code(), StatusCode::kUnavailable) << x.ToString();
+    EXPECT_FALSE(x.message().empty());
+  }
 }
 
 }  // namespace
