@@ -172,16 +172,16 @@ void ShmStream::Wake() {
   (void)send(socket_->fd(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-template <typename Ready>
-Status ShmStream::Wait(Ready&& ready) {
+template <typename Done>
+Status ShmStream::Wait(Done&& done) {
   for (int i = 0; i < kSpins; ++i) {
     if (shut_.load(std::memory_order_relaxed)) return UnavailableError("the shared-memory stream was shut");
-    if (ready()) return OkStatus();
+    if (done()) return OkStatus();
     Relax();
   }
   char bytes[256];
   for (;;) {
-    if (ready()) return OkStatus();
+    if (done()) return OkStatus();
     const ssize_t n = recv(socket_->fd(), bytes, sizeof(bytes), 0);
     if (n > 0) continue;
     // A peer that closes with our wake-ups unread resets the socket: closed all the same.
@@ -192,30 +192,35 @@ Status ShmStream::Wait(Ready&& ready) {
   }
 }
 
+StatusOr<uint64_t> ShmStream::Ready() {
+  Status corrupt;
+  uint64_t ready = 0;
+  auto check = [&] {
+    // The peer's position: the reader never ahead of the writer, nor a ring behind.
+    const uint64_t theirs = (writer_ ? header_->read : header_->written).load(std::memory_order_acquire);
+    const uint64_t apart = writer_ ? position_ - theirs : theirs - position_;
+    if ((writer_ ? theirs > position_ : theirs < position_) || apart > capacity_) {
+      corrupt = DataLossError(fmt::format("the shared ring's {} position is corrupt", writer_ ? "read" : "write"));
+      return true;
+    }
+    ready = writer_ ? capacity_ - apart : apart;
+    return ready > 0;
+  };
+  if (!check()) {
+    Wake();  // what we did: the peer's wait for it ends
+    MERIDIAN_RETURN_IF_ERROR(Wait(check));
+  }
+  if (!corrupt.ok()) return corrupt;
+  return ready;
+}
+
 Status ShmStream::WriteAll(std::span<const iovec> buffers) {
   if (!writer_) return FailedPreconditionError("the reading end of a shared ring cannot write");
-  Status corrupt;
   for (const iovec& b : buffers) {
     const auto* from = static_cast<const std::byte*>(b.iov_base);
-    size_t left = b.iov_len;
-    while (left > 0) {
-      uint64_t free = 0;
-      // The reader's position: never ahead of ours, never a ring behind.
-      auto room = [&] {
-        const uint64_t read = header_->read.load(std::memory_order_acquire);
-        if (read > position_ || position_ - read > capacity_) {
-          corrupt = DataLossError("the shared ring's read position is corrupt");
-          return true;
-        }
-        free = capacity_ - (position_ - read);
-        return free > 0;
-      };
-      if (!room()) {
-        Wake();  // what we wrote: the reader makes room by reading it
-        MERIDIAN_RETURN_IF_ERROR(Wait(room));
-      }
-      if (!corrupt.ok()) return corrupt;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, free));
+    for (size_t left = b.iov_len; left > 0;) {
+      MERIDIAN_ASSIGN_OR_RETURN(const uint64_t room, Ready());
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, room));
       CopyIn(ring_, capacity_, position_, from, n);
       position_ += n;
       header_->written.store(position_, std::memory_order_release);
@@ -230,23 +235,8 @@ Status ShmStream::WriteAll(std::span<const iovec> buffers) {
 Status ShmStream::ReadExact(void* data, size_t size) {
   if (writer_) return FailedPreconditionError("the writing end of a shared ring cannot read");
   auto* to = static_cast<std::byte*>(data);
-  Status corrupt;
   while (size > 0) {
-    uint64_t ready = 0;
-    auto arrived = [&] {
-      const uint64_t written = header_->written.load(std::memory_order_acquire);
-      if (written < position_ || written - position_ > capacity_) {
-        corrupt = DataLossError("the shared ring's write position is corrupt");
-        return true;
-      }
-      ready = written - position_;
-      return ready > 0;
-    };
-    if (!arrived()) {
-      Wake();  // the room we made: a writer waiting on it goes on
-      MERIDIAN_RETURN_IF_ERROR(Wait(arrived));
-    }
-    if (!corrupt.ok()) return corrupt;
+    MERIDIAN_ASSIGN_OR_RETURN(const uint64_t ready, Ready());
     const size_t n = static_cast<size_t>(std::min<uint64_t>(size, ready));
     CopyOut(ring_, capacity_, position_, to, n);
     position_ += n;

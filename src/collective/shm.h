@@ -58,11 +58,15 @@ class ShmStream final : public ByteStream {
  private:
   struct Header;
   ShmStream(std::unique_ptr<TcpStream> socket, void* mapping, size_t capacity, bool writer);
-  // Waits until `ready()` or the peer sends a wake-up byte; errors when the socket
+  // Waits until `done()` or the peer sends a wake-up byte; errors when the socket
   // closes or times out.
-  template <typename Ready>
-  Status Wait(Ready&& ready);
+  template <typename Done>
+  Status Wait(Done&& done);
   void Wake();
+  // The bytes this end may move now (room for the writer, data for the reader),
+  // waiting for the peer when there are none; kDataLoss when the peer's position is
+  // impossible.
+  StatusOr<uint64_t> Ready();
 
   std::unique_ptr<TcpStream> socket_;
   void* mapping_;
