@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/open_library.h"
 #include "kernels/generate.h"
 #include "kernels/qgate.h"
 #include "kernels/sha256.h"
@@ -230,15 +231,8 @@ const Cublas& LoadCublas() {
   static const Cublas lib = [] {
     Cublas c;
     const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-#ifdef MERIDIAN_CUDA_LIBRARY_DIR
-    if (h == nullptr) h = dlopen((std::string(MERIDIAN_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
-    if (h == nullptr) {
-      const char* why = dlerror();
-      c.error = "cannot open " + soname + ": " + (why ? why : "unknown error");
-      return c;
-    }
+    void* h = OpenLibrary(soname, &c.error);
+    if (h == nullptr) return c;
     c.create = reinterpret_cast<decltype(c.create)>(dlsym(h, "cublasCreate_v2"));
     c.set_stream = reinterpret_cast<decltype(c.set_stream)>(dlsym(h, "cublasSetStream_v2"));
     c.dgemm = reinterpret_cast<decltype(c.dgemm)>(dlsym(h, "cublasDgemm_v2"));

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cuda/open_library.h"
 #include "kernels/nccl.h"
 
 namespace meridian::kernels {
@@ -26,15 +27,8 @@ const Nccl& LoadNccl() {
   static const Nccl lib = [] {
     Nccl n;
     const std::string soname = "libnccl.so." + std::to_string(NCCL_MAJOR);
-    void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-#ifdef MERIDIAN_NCCL_LIBRARY_DIR
-    if (h == nullptr) h = dlopen((std::string(MERIDIAN_NCCL_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
-    if (h == nullptr) {
-      const char* why = dlerror();
-      n.error = "cannot open " + soname + ": " + (why ? why : "unknown error");
-      return n;
-    }
+    void* h = cuda::OpenLibrary(soname, &n.error);
+    if (h == nullptr) return n;
     n.get_unique_id = reinterpret_cast<decltype(n.get_unique_id)>(dlsym(h, "ncclGetUniqueId"));
     n.init_rank = reinterpret_cast<decltype(n.init_rank)>(dlsym(h, "ncclCommInitRank"));
     n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(dlsym(h, "ncclAllReduce"));
