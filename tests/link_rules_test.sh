@@ -64,6 +64,7 @@ declare -A allowed=(
   [bench]="bench sched sim spec model common"
   [tests]="client rpc http security objects spec model common testing meridian"
   [fuzz]="spec sim sched objects rpc kernels netsim model common meridian"
+  [python]="client rpc objects model common"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client
 # stubs and the tests that speak the protocol use it.)
@@ -84,13 +85,14 @@ declare -A forbidden=(
   [workloads]="grpc sqlite3 libpq cuda"
   [vopr]="grpc sqlite3 libpq cuda thread chrono"
   [netsim]="grpc sqlite3 libpq cuda yaml-cpp nlohmann"
+  [python]="grpc sqlite3 libpq cuda"
 )
 # CUDA headers belong in kernels/cuda/ alone.
 cuda_ok="kernels/cuda"
 
 dir_of() {
   case "$1" in
-    bench|tests|fuzz) echo "$1" ;;
+    bench|tests|fuzz|python) echo "$1" ;;
     *) echo "src/$1" ;;
   esac
 }

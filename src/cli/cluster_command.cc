@@ -38,7 +38,7 @@
 namespace meridian::cli {
 namespace fs = std::filesystem;
 namespace {
-constexpr const char* kAddrFile = "coordinator.addr";
+using client::kAddrFile;
 constexpr const char* kStateStoreFile = "state-store";  // where the state is: kSqliteStore or a URI (no password)
 constexpr const char* kSqliteStore = "SQLite (state/state.db)";
 constexpr const char* kHttpAddrFile = "http.addr";  // the coordinator's HTTPS listener: "https://host:port"
@@ -66,12 +66,6 @@ int ExitCode(const Status& status) {
     default:
       return kExitInternal;
   }
-}
-
-StatusOr<std::string> ReadSmallFile(const fs::path& path) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string s, spec::ReadFileToString(path.string()));
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 Status WriteFileAtomically(const fs::path& path, const std::string& text) {
@@ -106,60 +100,6 @@ int ReadPid(const fs::path& pid_file) {
 }
 
 }  // namespace
-
-std::string DefaultClusterDir() {
-  if (const char* home = std::getenv("MERIDIAN_HOME"); home && *home) return home;
-  const char* user_home = std::getenv("HOME");
-  return fmt::format("{}/.meridian", user_home && *user_home ? user_home : ".");
-}
-
-StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target) {
-  if (!target.coordinator.empty()) return target.coordinator;
-  if (const char* env = std::getenv("MERIDIAN_COORDINATOR"); env && *env && target.dir.empty()) return std::string(env);
-  fs::path dir = target.dir.empty() ? DefaultClusterDir() : target.dir;
-  StatusOr<std::string> addr = ReadSmallFile(dir / kAddrFile);
-  if (!addr.ok() || addr->empty()) {
-    return UnavailableError(fmt::format(
-        "no coordinator: no local cluster in {} (start one with 'meridian up') and no --coordinator HOST:PORT",
-        dir.string()));
-  }
-  return *addr;
-}
-
-namespace {
-
-// The credentials a client command uses for `target` (see ClusterTarget).
-StatusOr<rpc::ChannelSecurity> ResolveSecurity(const ClusterTarget& target) {
-  if (target.insecure) return rpc::ChannelSecurity{};
-  const fs::path dir = target.dir.empty() ? DefaultClusterDir() : target.dir;
-  std::string tls_dir = target.tls_dir;
-  if (const char* env = std::getenv("MERIDIAN_TLS_DIR"); tls_dir.empty() && env && *env) tls_dir = env;
-  if (tls_dir.empty() && fs::exists(dir / "tls" / "ca.crt")) tls_dir = (dir / "tls").string();
-  if (tls_dir.empty()) {
-    if (fs::exists(dir / "insecure")) return rpc::ChannelSecurity{};  // made by 'up --insecure'
-    return FailedPreconditionError(fmt::format(
-        "no certificates to reach the coordinator with: give --tls-dir DIR (ca.crt, client.crt, client.key), set "
-        "MERIDIAN_TLS_DIR, or --insecure for a coordinator started with --insecure (no local cluster in {})",
-        dir.string()));
-  }
-  rpc::ChannelSecurity out;
-  MERIDIAN_ASSIGN_OR_RETURN(out.tls, security::LoadCredentials(tls_dir, "client"));
-  out.token = target.token;
-  if (const char* env = std::getenv("MERIDIAN_TOKEN"); out.token.empty() && env && *env) out.token = env;
-  if (out.token.empty()) {
-    StatusOr<std::string> local = ReadSmallFile(dir / "admin.token");
-    if (local.ok()) out.token = *local;
-  }
-  return out;
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
-  MERIDIAN_ASSIGN_OR_RETURN(rpc::ChannelSecurity security, ResolveSecurity(target));
-  return std::make_unique<client::Client>(address, std::move(security), timeout_us);
-}
 
 Status RunCoordinator(const CoordinatorCommandOptions& o) {
   if (o.state_dir.empty()) return InvalidArgumentError("--state-dir is required");

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "client/connect.h"
+#include "client/objects.h"
 #include "common/status.h"
 #include "spec/fleet_spec.h"
 #include "workloads/chain/generate.h"
@@ -18,31 +20,15 @@ namespace CLI {
 class App;
 }
 
-namespace meridian::client {
-class Client;
-}
-
 namespace meridian::cli {
 
-// The task whose output an object is, when it is read as one (the coordinator lets
-// whoever may see the job read it).
-struct JobOutput {
-  uint64_t job = 0;
-  std::string task;
-};
-// The bytes of an object (by id or name), fetched from a replica (the one at `site`
-// if there is one) into this process. `from` says where it came from.
-StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
-                                       std::string* from = nullptr, const JobOutput& output = {});
+// Objects read by the commands (client/objects.h).
+using client::FetchObjectBytes;
+using client::JobOutput;
 
-// Which cluster a client command talks to, and with what credentials.
-struct ClusterTarget {
-  std::string coordinator;
-  std::string dir;
-  std::string tls_dir = {};
-  std::string token = {};
-  bool insecure = false;
-};
+// Which cluster a client command talks to, and with what credentials
+// (client/connect.h says how each is found).
+using client::ClusterTarget;
 
 struct PlanOptions {
   std::string fleet;     // a fleet file: plan offline; empty: ask `target`'s coordinator
@@ -123,24 +109,16 @@ Status RunSim(const SimOptions& options, std::ostream& out);
 
 namespace meridian::cli {
 
-// How the client commands find their coordinator: --coordinator, else the
-// MERIDIAN_COORDINATOR variable, else the address file of the local cluster in `dir`;
-// and how they prove who they are: the CA and client certificate in --tls-dir (else
-// $MERIDIAN_TLS_DIR, else the local cluster's tls/), and --token (else
-// $MERIDIAN_TOKEN, else the local cluster's admin.token). --insecure: plaintext, to a
-// coordinator started with --insecure.
-// A one-line file (an address, a pid) without its line end.
-StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path);
+// How the client commands find their coordinator and credentials (--coordinator,
+// --dir, --tls-dir, --token, --insecure): client/connect.h.
+using client::ConnectClient;
+using client::DefaultClusterDir;
+using client::ReadSmallFile;
+using client::ResolveCoordinator;
 // Writes `text` to a temporary file beside `path` and renames it over `path`.
 Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
 // The last `lines` lines of a log, each on a new line, indented.
 std::string LogTail(const std::filesystem::path& log, size_t lines);
-
-// ${MERIDIAN_HOME}, else ~/.meridian: where `meridian up` keeps a local cluster.
-std::string DefaultClusterDir();
-StatusOr<std::string> ResolveCoordinator(const ClusterTarget& target);
-// A client of the target's coordinator, with its credentials.
-StatusOr<std::unique_ptr<client::Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us = 10'000'000);
 
 // A bash completion script for `app`'s subcommands and options.
 std::string BashCompletion(CLI::App& app);
@@ -590,5 +568,13 @@ Status RunBenchQsim(const BenchQsimOptions& options, std::ostream& out);
 // `meridian bench tasks`: end-to-end task throughput and round-trip latency on a
 // local cluster it starts and stops itself.
 Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);
+
+struct BenchPyTasksOptions {
+  int64_t tasks = 20'000;
+  int repeat = 3;
+  bool json = false;
+};
+// `meridian bench py-tasks`: Python functions through client.map, against Dask's.
+Status RunBenchPyTasks(const BenchPyTasksOptions& options, std::ostream& out);
 
 }  // namespace meridian::cli

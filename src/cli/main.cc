@@ -104,6 +104,13 @@ int main(int argc, char** argv) {
                         "Only a plaintext cluster (no TLS, no tokens): skip the TLS run");
   bench_tasks->add_flag("--json", bench_tasks_opts.json, "Print JSON for scripts");
 
+  cli::BenchPyTasksOptions bench_py_opts;
+  CLI::App* bench_py = bench_cmd->add_subcommand(
+      "py-tasks", "No-op Python functions through the Python package's client.map, beside Dask's, in one run");
+  bench_py->add_option("--tasks", bench_py_opts.tasks, "Functions to map (default 20000)");
+  bench_py->add_option("--repeat", bench_py_opts.repeat, "Timed runs of each; the best counts (default 3)");
+  bench_py->add_flag("--json", bench_py_opts.json, "Print JSON for scripts");
+
   cli::BenchTransferOptions bench_transfer_opts;
   std::string transfer_bytes;
   cli::BenchScaleOptions bench_scale_opts;
@@ -635,6 +642,8 @@ int main(int argc, char** argv) {
     status = cli::RunBenchScaleAgents(scale_agents_opts);
   } else if (bench_tasks->parsed()) {
     status = cli::RunBenchTasks(bench_tasks_opts, std::cout);
+  } else if (bench_py->parsed()) {
+    status = cli::RunBenchPyTasks(bench_py_opts, std::cout);
   } else if (bench_transfer->parsed()) {
     StatusOr<int64_t> bytes =
         ParseBytes(!transfer_bytes.empty() ? transfer_bytes : bench_transfer_opts.netns ? "256MiB" : "1GiB");

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "client/client.h"
+#include "client/objects.h"
 #include "common/temp_dir.h"
 #include "common/units.h"
 #include "objects/transfer.h"
@@ -50,17 +51,9 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 namespace {
 
-// Puts `data` on a node at `site` (any, if empty), uploaded from site `from` (none, if empty).
-StatusOr<model::ObjectLocation> PutObject(client::Client& c, std::string_view data, const std::string& site,
-                                          const std::string& name, const std::string& from) {
-  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectReplica target, c.PlacePut(static_cast<int64_t>(data.size()), site));
-  MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<const security::TlsContext> tls, c.TransferTls());
-  std::string receipt;
-  StatusOr<objects::ObjectId> id =
-      objects::Push(target.transfer_address, data, 30'000'000, from, tls, target.ticket, &receipt);
-  if (!id.ok()) return id.status().WithPrefix(fmt::format("putting the object on node {}", target.node));
-  return c.CommitObject(id->Hex(), static_cast<int64_t>(data.size()), target.node_id, name, receipt);
-}
+using client::FetchedObject;
+using client::FetchObject;
+using client::PutObject;
 
 // A shard to be: its bytes and the site it goes to (empty: the next in turn).
 struct ShardPlan {
@@ -222,53 +215,6 @@ Status RunDataList(const DataListOptions& o, std::ostream& out) {
   }
   t.Print(out);
   return OkStatus();
-}
-
-namespace {
-
-// An object fetched into a store of this process's own, in a temporary directory, for
-// as long as this lives. Members go in reverse order: pin, store, directory.
-struct FetchedObject {
-  std::unique_ptr<TempDir> dir;
-  std::unique_ptr<objects::ObjectStore> store;
-  std::optional<objects::Pinned> pinned;
-  model::ObjectLocation location;
-  model::ObjectReplica from;
-  objects::FetchStats stats;
-};
-
-// Fetches `ref` (an id or a name) from the replica at `site` if there is one, else the
-// first, shaped by the link between them when the cluster emulates the WAN.
-StatusOr<std::unique_ptr<FetchedObject>> FetchObject(client::Client& c, const std::string& ref,
-                                                     const std::string& site, const JobOutput& output = {}) {
-  auto out = std::make_unique<FetchedObject>();
-  MERIDIAN_ASSIGN_OR_RETURN(out->location, c.Locate(ref, output.job, output.task));
-  MERIDIAN_ASSIGN_OR_RETURN(objects::ObjectId id, objects::ObjectId::Parse(out->location.id));
-  out->from = out->location.replicas.front();
-  for (const model::ObjectReplica& r : out->location.replicas) {
-    if (!site.empty() && r.site == site) out->from = r;
-  }
-  MERIDIAN_ASSIGN_OR_RETURN(out->dir, TempDir::Make("meridian-get"));
-  MERIDIAN_ASSIGN_OR_RETURN(out->store,
-                            objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir->path()}));
-  objects::FetchOptions fo{site};
-  MERIDIAN_ASSIGN_OR_RETURN(fo.tls, c.TransferTls());
-  fo.ticket = out->location.ticket;
-  StatusOr<objects::FetchStats> f = objects::Fetch(out->from.transfer_address, id, *out->store, fo);
-  if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));
-  out->stats = *f;
-  MERIDIAN_ASSIGN_OR_RETURN(objects::Pinned pinned, out->store->Pin(id));
-  out->pinned.emplace(std::move(pinned));
-  return out;
-}
-
-}  // namespace
-
-StatusOr<std::string> FetchObjectBytes(client::Client& c, const std::string& ref, const std::string& site,
-                                       std::string* from, const JobOutput& output) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<FetchedObject> f, FetchObject(c, ref, site, output));
-  if (from != nullptr) *from = fmt::format("{}@{}", f->from.node, f->from.site);
-  return std::string(f->pinned->data());
 }
 
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {

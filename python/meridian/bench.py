@@ -1,0 +1,75 @@
+"""``meridian bench py-tasks``'s Python side: N no-op functions through
+``client.map`` on a Meridian cluster, then through Dask's ``client.map`` on a Dask
+LocalCluster of the same cores, in one run. Prints one JSON object.
+
+    python3 -m meridian.bench --dir CLUSTER_DIR --tasks 20000 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import meridian
+
+
+def noop(x):
+    return x
+
+
+def time_map(map_fn, gather_fn, n: int) -> float:
+    start = time.perf_counter()
+    results = gather_fn(map_fn(noop, range(n)))
+    seconds = time.perf_counter() - start
+    if results != list(range(n)):
+        raise SystemExit(f"bench: wrong results from {map_fn}")
+    return seconds
+
+
+def bench_meridian(cluster_dir: str, n: int, repeat: int, ungrouped: int) -> dict:
+    client = meridian.connect(dir=cluster_dir)
+    time_map(client.map, client.gather, 10)  # warm-up: the first interpreter start
+    runs = [time_map(client.map, client.gather, n) for _ in range(repeat)]
+    futures = client.map(noop, range(n))
+    client.gather(futures)
+    tasks = len(client.job(futures[0].job_id).tasks())
+    # One call a task (no grouping): each task starts an interpreter of its own.
+    one = time_map(lambda f, it: client.map(f, it, chunk_size=1), client.gather, ungrouped)
+    return {"seconds": runs, "best_seconds": min(runs), "tasks_per_second": n / min(runs), "job_tasks": tasks,
+            "one_call_per_task": {"calls": ungrouped, "seconds": one, "tasks_per_second": ungrouped / one}}
+
+
+def bench_dask(workers: int, n: int, repeat: int) -> dict:
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        time_map(lambda f, it: client.map(f, it, pure=False), client.gather, 10)
+        runs = []
+        for _ in range(repeat):
+            runs.append(time_map(lambda f, it: client.map(f, it, pure=False), client.gather, n))
+    return {"seconds": runs, "best_seconds": min(runs), "tasks_per_second": n / min(runs), "job_tasks": n}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--dir", required=True, help="the Meridian cluster's directory")
+    p.add_argument("--tasks", type=int, default=20_000)
+    p.add_argument("--workers", type=int, default=2, help="Dask worker processes (one thread each)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--ungrouped", type=int, default=200, help="calls timed with one call a task")
+    a = p.parse_args()
+    if min(a.tasks, a.repeat, a.workers, a.ungrouped) < 1:
+        raise SystemExit("bench: --tasks, --repeat, --workers and --ungrouped must be at least 1")
+    m = bench_meridian(a.dir, a.tasks, a.repeat, a.ungrouped)
+    d = bench_dask(a.workers, a.tasks, a.repeat)
+    json.dump({"tasks": a.tasks, "meridian": m, "dask": d, "ratio": m["tasks_per_second"] / d["tasks_per_second"]},
+              sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The meridian package against a real local cluster (conftest.py): connecting,
+jobs, remote functions and map, exceptions, objects with NumPy arrays, datasets."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import meridian
+from meridian import errors
+
+# The functions below are defined in this test module, which the agents' worker
+# cannot import: they travel by value, as functions of a script's __main__ do.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TIMEOUT = 120
+
+
+class Odd(Exception):
+    pass
+
+
+def add(a, b):
+    return a + b
+
+
+def fail_on_three(x):
+    if x == 3:
+        raise ValueError(f"bad {x}")
+    return x
+
+
+def where():
+    return os.environ["MERIDIAN_SITE"], os.environ["MERIDIAN_NODE"]
+
+
+def test_connect_whoami_and_nodes(client):
+    assert client.whoami()["role"] == "admin"
+    nodes = sorted(client.nodes(), key=lambda n: n.name)
+    assert [(n.name, n.site, n.state, n.cpu_milli) for n in nodes] == [
+        ("east-cpu", "east", "alive", 2000),
+        ("west-a100", "west", "alive", 2000),
+    ]
+    assert nodes[1].devices == ("A100",)
+
+
+def test_connect_errors_name_what_is_wrong(cluster_dir, tmp_path):
+    with pytest.raises(errors.Unavailable, match=f"no local cluster in {tmp_path}"):
+        meridian.connect(dir=str(tmp_path))
+    with pytest.raises(errors.Unauthenticated):
+        meridian.connect(dir=cluster_dir, token="mrd_0123456789abcdef_" + "x" * 43)
+    with pytest.raises(errors.InvalidArgument, match="scheme 'http'"):
+        meridian.connect("http://127.0.0.1:1")
+
+
+def test_remote_function_runs_on_an_agent(client):
+    square = meridian.remote(lambda x: x * x)
+    f = square.remote(7)
+    assert f.result(TIMEOUT) == 49
+    # Called here, it is the plain function.
+    assert square(8) == 64
+
+
+def test_site_places_the_task(client):
+    for site in ("east", "west"):
+        got_site, node = meridian.remote(where, site=site).remote().result(TIMEOUT)
+        assert got_site == site
+        assert node == {"east": "east-cpu", "west": "west-a100"}[site]
+
+
+def test_map_keeps_order_and_groups_calls_into_tasks(client):
+    futures = client.map(add, range(100), range(100, 200))
+    assert client.gather(futures, TIMEOUT) == [i + 100 + i for i in range(100)]
+    # 4 cores in the cluster: two tasks a core, 13 calls each, the last 9.
+    job = client.job(futures[0].job_id)
+    tasks = job.tasks()
+    assert len(tasks) == 8
+    assert all(t.state == "succeeded" for t in tasks)
+    assert job.status()["succeeded"] == 8
+
+
+def test_exceptions_come_back_with_their_traceback(client):
+    futures = client.map(fail_on_three, range(6), chunk_size=6)
+    done, _ = concurrent.futures.wait(futures, TIMEOUT)
+    assert len(done) == 6
+    assert [f.result() for i, f in enumerate(futures) if i != 3] == [0, 1, 2, 4, 5]
+    e = futures[3].exception()
+    assert type(e) is ValueError
+    assert str(e) == "bad 3"
+    note = "\n".join(e.__notes__)
+    assert "Remote traceback (task call-0 of job" in note
+    assert 'raise ValueError(f"bad {x}")' in note
+
+
+def test_an_exception_class_only_the_remote_side_has(client):
+    def raise_local_class():
+        class Private(Exception):
+            def __reduce__(self):
+                raise TypeError("not picklable")
+
+        raise Private("only here")
+
+    e = client.submit(raise_local_class).exception(TIMEOUT)
+    assert type(e) is errors.RemoteError
+    assert e.remote_type == "test_an_exception_class_only_the_remote_side_has.<locals>.raise_local_class.<locals>.Private"
+    assert "only here" in str(e)
+    assert "raise Private(\"only here\")" in e.remote_traceback
+
+
+def test_a_task_that_dies_fails_its_futures_saying_why(client):
+    def die():
+        print("about to exit", file=sys.stderr)
+        os._exit(3)
+
+    e = client.submit(die).exception(TIMEOUT)
+    assert type(e) is errors.TaskError
+    assert "failed: exit code 3" in str(e)
+    assert "about to exit" in str(e)
+
+
+def test_large_arguments_and_results_travel_as_objects(client):
+    arr = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: more than a spec carries
+
+    def stats(a):
+        return float(a.sum()), a * 2  # a 2 MiB result: more than a task's record
+
+    total, doubled = client.submit(stats, arr).result(TIMEOUT)
+    assert total == float((1 << 18) * ((1 << 18) - 1) // 2)
+    assert doubled.shape == (1 << 18,)
+    assert np.array_equal(doubled, arr * 2)
+
+
+def test_objects_and_numpy_arrays(client):
+    arr = np.arange(1 << 20, dtype=np.float32)
+    ref = client.put_buffer(arr)
+    assert ref.size == 4 * (1 << 20)
+    back = client.get_array(ref, np.float32)
+    assert back.dtype == np.float32
+    assert np.array_equal(back, arr)
+    assert client.get_array(ref.id, np.float32, (1024, 1024))[1023, 1023] == float((1 << 20) - 1)
+    value = {"weights": [1.5, 2.5], "name": "mlp"}
+    assert client.get(client.put(value)) == value
+    with pytest.raises(errors.NotFound):
+        client.get_buffer("0" * 32)
+
+
+def test_datasets_read_by_jobs(client, tmp_path):
+    refs = [client.put_buffer(b"a" * 1000, site="east"), client.put_buffer(b"b" * 3000, site="west")]
+    assert [s.id for s in client.dataset("pyparts", refs)] == [r.id for r in refs]
+    assert [s.size for s in client.dataset("pyparts")] == [1000, 3000]
+    assert [s.size for s in client.datasets()["pyparts"]] == [1000, 3000]
+    job = client.run_job({
+        "name": "count-parts",
+        "tasks": [{"name": "count", "map": {"over": "dataset://pyparts"},
+                   "command": ["sh", "-c", 'wc -c < "$MERIDIAN_INPUTS/0"']}],
+    }, timeout=TIMEOUT)
+    assert job.status()["state"] == "succeeded"
+    assert {k: v.strip() for k, v in job.outputs().items()} == {"count/0": b"1000", "count/1": b"3000"}
+
+
+def test_yaml_jobs_and_their_errors(client, tmp_path):
+    spec = tmp_path / "hello.yaml"
+    spec.write_text("name: hello\ntasks:\n  - {name: hi, command: [echo, hi]}\n")
+    job = client.run_job(str(spec), timeout=TIMEOUT)
+    assert job.outputs() == {"hi": b"hi\n"}
+    assert [l["stdout"] for l in job.logs("hi")] == [b"hi\n"]
+    with pytest.raises(errors.InvalidArgument, match="unknown field 'comand'"):
+        client.submit_job("name: bad\ntasks:\n  - {name: x, comand: [true]}\n")
+    with pytest.raises(errors.NotFound):
+        client.job(999_999)
+
+
+def test_the_cli_sees_what_python_submitted(client, cluster_dir, meridian_bin):
+    job = client.submit_job({"name": "seen", "tasks": [{"name": "t", "command": ["true"]}]})
+    job.wait(TIMEOUT)
+    out = subprocess.run([meridian_bin, "job", "get", str(job.id), "--dir", cluster_dir], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "seen" in out.stdout and "succeeded" in out.stdout
+
+
+def test_map_over_a_datasets_shards(client):
+    refs = [client.put_buffer(bytes([65 + k]) * (100 * (k + 1)), site=("east", "west")[k % 2]) for k in range(3)]
+    client.dataset("pyshards", refs)
+
+    def describe(shard: bytes):
+        return len(shard), shard[:1].decode(), os.environ["MERIDIAN_TASK"]
+
+    futures = client.map_dataset(describe, "pyshards")
+    assert client.gather(futures, TIMEOUT) == [(100, "A", "call/0"), (200, "B", "call/1"), (300, "C", "call/2")]
+    with pytest.raises(errors.NotFound):
+        client.map_dataset(describe, "no-such-dataset")
