@@ -39,6 +39,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import threading
 import uuid
@@ -323,7 +324,12 @@ class Client:
         spec: dict[str, Any] = {"name": rf.name, "tasks": tasks}
         if rf.site:
             spec["regions"] = [rf.site]
-        job = self.submit_job(spec)
+        try:
+            job = self.submit_job(spec)
+        except errors.InvalidArgument as e:
+            # Not the generated spec's line and column: the option that made it.
+            raise errors.InvalidArgument(f"remote function {rf.name}: {re.sub(r'^[^:]*:[0-9]+:[0-9]+: ', '', str(e))}") \
+                from None
         for f in futures:
             f.set_running_or_notify_cancel()
             f.job_id = job.id  # type: ignore[attr-defined]

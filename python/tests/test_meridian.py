@@ -196,3 +196,37 @@ def test_map_over_a_datasets_shards(client):
     assert client.gather(futures, TIMEOUT) == [(100, "A", "call/0"), (200, "B", "call/1"), (300, "C", "call/2")]
     with pytest.raises(errors.NotFound):
         client.map_dataset(describe, "no-such-dataset")
+
+
+def test_the_example_runs_as_the_readme_says(cluster_dir):
+    example = os.path.join(os.environ.get("MERIDIAN_SOURCE_DIR", "."), "examples", "python", "parallel.py")
+    env = dict(os.environ, MERIDIAN_HOME=cluster_dir)
+    out = subprocess.run([sys.executable, example], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    # The same figures, computed here.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parallel_example", example)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    inside = sum(ex.darts(s) for s in range(32))
+    _, trace = ex.matmul_trace(256, 7)
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("connected to ") and lines[0].endswith(": 2 nodes at 2 sites")
+    assert lines[1] == f"pi is about {4 * inside / (32 * ex.SAMPLES):.5f} ({inside} of {32 * ex.SAMPLES} darts inside)"
+    assert lines[2] == f"trace(A A^T) = {trace:.1f} on CPU (device A100, emulated)"
+
+
+def test_a_remote_function_the_cluster_cannot_run_is_refused_saying_why(client):
+    def one():
+        return 1
+
+    with pytest.raises(errors.InvalidArgument) as e:
+        meridian.remote(one, accelerator="H100").remote()
+    assert str(e.value) == ("remote function one: task 'call-0' can never run on this cluster: 0 of 2 nodes can run "
+                            "it: 2 nodes have no H100")
+    with pytest.raises(errors.InvalidArgument) as e:
+        meridian.remote(one, site="nowhere").remote()
+    assert str(e.value) == "remote function one: regions: 'nowhere' matches no site, region or region prefix of the fleet"
+    with pytest.raises(TypeError, match="options: unknown gpu"):
+        meridian.remote(one).options(gpu=1)
