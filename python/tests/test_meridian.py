@@ -230,3 +230,24 @@ def test_a_remote_function_the_cluster_cannot_run_is_refused_saying_why(client):
     assert str(e.value) == "remote function one: regions: 'nowhere' matches no site, region or region prefix of the fleet"
     with pytest.raises(TypeError, match="options: unknown gpu"):
         meridian.remote(one).options(gpu=1)
+
+
+def test_bench_py_tasks_prints_both_figures_from_one_run(meridian_bin):
+    import json
+    import math
+
+    out = subprocess.run([meridian_bin, "bench", "py-tasks", "--tasks", "200", "--repeat", "1", "--ungrouped", "4",
+                          "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)
+    m, d = j["meridian"], j["dask"]
+    assert j["tasks"] == 200
+    # One agent with this machine's cores: two tasks a core.
+    assert m["job_tasks"] == math.ceil(200 / math.ceil(200 / (2 * j["cores"])))
+    assert d["job_tasks"] == 200
+    assert m["one_call_per_task"]["calls"] == 4
+    assert m["tasks_per_second"] == 200 / m["best_seconds"]
+    assert d["tasks_per_second"] == 200 / d["best_seconds"]
+    assert j["ratio"] == m["tasks_per_second"] / d["tasks_per_second"]
+    bad = subprocess.run([meridian_bin, "bench", "py-tasks", "--tasks", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--tasks: expected 1 to 10,000,000" in bad.stderr

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,11 +25,18 @@ Status RunBenchPyTasks(const BenchPyTasksOptions& o, std::ostream& out) {
 #else
   if (o.tasks < 1 || o.tasks > 10'000'000) return InvalidArgumentError("--tasks: expected 1 to 10,000,000");
   if (o.repeat < 1 || o.repeat > 100) return InvalidArgumentError("--repeat: expected 1 to 100");
+  if (o.ungrouped < 1 || o.ungrouped > 100'000) return InvalidArgumentError("--ungrouped: expected 1 to 100,000");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<BenchCluster> cluster, BenchCluster::Start(OneSiteFleet(1), false));
   ProcessOptions p;
-  p.argv = {MERIDIAN_PYTHON_EXECUTABLE, "-m", "meridian.bench", "--dir", cluster->target().dir, "--tasks",
-            std::to_string(o.tasks), "--workers", std::to_string(cores), "--repeat", std::to_string(o.repeat)};
+  p.argv = {MERIDIAN_PYTHON_EXECUTABLE, "-m", "meridian.bench", "--dir", cluster->target().dir};
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--tasks", o.tasks},
+                                    {"--workers", cores},
+                                    {"--repeat", o.repeat},
+                                    {"--ungrouped", o.ungrouped}}) {
+    p.argv.push_back(flag);
+    p.argv.push_back(std::to_string(value));
+  }
   p.env = CurrentEnvironment();
   std::erase_if(p.env, [](const std::string& e) { return e.rfind("PYTHONPATH=", 0) == 0; });
   p.env.push_back(std::string("PYTHONPATH=") + MERIDIAN_PYTHON_DIR);

@@ -572,6 +572,7 @@ Status RunBenchTasks(const BenchTasksOptions& options, std::ostream& out);
 struct BenchPyTasksOptions {
   int64_t tasks = 20'000;
   int repeat = 3;
+  int ungrouped = 200;  // calls timed with one task each
   bool json = false;
 };
 // `meridian bench py-tasks`: Python functions through client.map, against Dask's.

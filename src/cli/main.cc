@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
       "py-tasks", "No-op Python functions through the Python package's client.map, beside Dask's, in one run");
   bench_py->add_option("--tasks", bench_py_opts.tasks, "Functions to map (default 20000)");
   bench_py->add_option("--repeat", bench_py_opts.repeat, "Timed runs of each; the best counts (default 3)");
+  bench_py->add_option("--ungrouped", bench_py_opts.ungrouped,
+                       "Calls timed with one task each, an interpreter a call (default 200)");
   bench_py->add_flag("--json", bench_py_opts.json, "Print JSON for scripts");
 
   cli::BenchTransferOptions bench_transfer_opts;
