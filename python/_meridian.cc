@@ -19,6 +19,7 @@
 #include "client/connect.h"
 #include "client/objects.h"
 #include "common/status.h"
+#include "model/plan_report.h"
 #include "model/run_state.h"
 
 namespace py = pybind11;
@@ -135,6 +136,39 @@ auto Blocking(F&& call) {
   return Take(std::move(result));
 }
 
+py::dict PlanDict(const model::PlanReport& r) {
+  py::list tasks;
+  for (const model::PlannedTask& t : r.tasks) {
+    py::dict d;
+    d["name"] = t.name;
+    d["outcome"] = t.outcome;
+    d["reason"] = t.reason;
+    d["site"] = t.site;
+    d["node"] = t.node;
+    d["device_type"] = t.device_type;
+    d["emulated"] = t.emulated;
+    d["start_us"] = t.start_us;
+    d["transfer_us"] = t.transfer_us;
+    d["compute_us"] = t.compute_us;
+    d["finish_us"] = t.finish_us;
+    d["cost_micro_usd"] = t.compute_cost_micro_usd + t.egress_cost_micro_usd;
+    tasks.append(d);
+  }
+  py::dict d;
+  d["job"] = r.job;
+  d["objective"] = r.objective;
+  d["nodes"] = r.fleet_nodes;
+  d["sites"] = r.fleet_sites;
+  d["placed"] = r.placed;
+  d["complete"] = r.complete();
+  d["makespan_us"] = r.makespan_us;
+  d["compute_cost_micro_usd"] = r.compute_cost_micro_usd;
+  d["egress_cost_micro_usd"] = r.egress_cost_micro_usd;
+  d["tasks"] = tasks;
+  d["warnings"] = r.warnings;
+  return d;
+}
+
 class PyClient {
  public:
   PyClient(const std::string& coordinator, const std::string& dir, const std::string& tls_dir,
@@ -164,6 +198,12 @@ class PyClient {
     d["tasks"] = r.tasks;
     d["warnings"] = r.warnings;
     return d;
+  }
+
+  // Where the spec's tasks would run on the live nodes, when and at what cost; nothing
+  // is submitted.
+  py::dict Plan(const std::string& spec_yaml, const std::string& spec_name, const std::string& order, uint64_t seed) {
+    return PlanDict(Blocking([&] { return client_->Plan(spec_yaml, spec_name, order, seed); }));
   }
 
   // Follows the job until it ends; the last summary.
@@ -334,6 +374,8 @@ PYBIND11_MODULE(_meridian, m) {
       .def_property_readonly("address", &PyClient::address)
       .def("whoami", &PyClient::WhoAmI)
       .def("submit", &PyClient::Submit, py::arg("spec_yaml"), py::arg("spec_name") = "python")
+      .def("plan", &PyClient::Plan, py::arg("spec_yaml"), py::arg("spec_name") = "python", py::arg("order") = "fifo",
+           py::arg("seed") = 1)
       .def("wait", &PyClient::Wait, py::arg("job_id"))
       .def("submit_and_wait", &PyClient::SubmitAndWait, py::arg("spec_yaml"), py::arg("spec_name") = "python")
       .def("job", &PyClient::Job, py::arg("job_id"), py::arg("tasks") = true)

@@ -190,6 +190,16 @@ class Client:
         summary = _run_in_thread(lambda: self._c.submit_and_wait(text, name), timeout)
         return Job(self, summary["id"], summary["name"])
 
+    def plan(self, spec: str | os.PathLike | Mapping[str, Any], *, order: str = "fifo", seed: int = 1) -> dict[
+            str, Any]:
+        """Where the job's tasks would run on the live nodes, when, and at what cost,
+        as ``meridian plan`` says; nothing is submitted. Returns the plan: ``placed``,
+        ``complete``, ``makespan_us``, costs in micro-dollars, and per task its
+        ``outcome`` ("placed", "infeasible", "waiting", "blocked"), ``reason``, ``site``
+        and ``node``."""
+        text, name = _spec_text(spec)
+        return self._c.plan(text, name, order, seed)
+
     def job(self, job_id: int) -> Job:
         s = self._c.job(job_id, tasks=False)
         return Job(self, s["id"], s["name"])

@@ -251,3 +251,17 @@ def test_bench_py_tasks_prints_both_figures_from_one_run(meridian_bin):
     assert j["ratio"] == m["tasks_per_second"] / d["tasks_per_second"]
     bad = subprocess.run([meridian_bin, "bench", "py-tasks", "--tasks", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--tasks: expected 1 to 10,000,000" in bad.stderr
+
+
+def test_plan_says_where_tasks_would_run_and_submits_nothing(client):
+    before = len(client.jobs(1000))
+    plan = client.plan({"name": "planned", "tasks": [
+        {"name": "gpu", "command": ["true"], "resources": {"accelerator": "A100"}},
+        {"name": "big", "command": ["true"], "resources": {"cpu": 64}},
+    ]})
+    assert (plan["job"], plan["nodes"], plan["sites"], plan["placed"], plan["complete"]) == ("planned", 2, 2, 1, False)
+    gpu, big = plan["tasks"]
+    assert (gpu["name"], gpu["outcome"], gpu["site"], gpu["node"]) == ("gpu", "placed", "west", "west-a100")
+    assert (big["name"], big["outcome"]) == ("big", "infeasible")
+    assert "64" in big["reason"]
+    assert len(client.jobs(1000)) == before
