@@ -19,24 +19,25 @@ def noop(x):
     return x
 
 
-def time_map(map_fn, gather_fn, n: int) -> float:
+def time_map(map_fn, gather_fn, n: int) -> tuple[float, list]:
+    """Seconds to map and gather n no-op calls, and the futures."""
     start = time.perf_counter()
-    results = gather_fn(map_fn(noop, range(n)))
+    futures = map_fn(noop, range(n))
+    results = gather_fn(futures)
     seconds = time.perf_counter() - start
     if results != list(range(n)):
         raise SystemExit(f"bench: wrong results from {map_fn}")
-    return seconds
+    return seconds, futures
 
 
 def bench_meridian(cluster_dir: str, n: int, repeat: int, ungrouped: int) -> dict:
     client = meridian.connect(dir=cluster_dir)
     time_map(client.map, client.gather, 10)  # warm-up: the first interpreter start
-    runs = [time_map(client.map, client.gather, n) for _ in range(repeat)]
-    futures = client.map(noop, range(n))
-    client.gather(futures)
-    tasks = len(client.job(futures[0].job_id).tasks())
+    timed = [time_map(client.map, client.gather, n) for _ in range(repeat)]
+    runs = [seconds for seconds, _ in timed]
+    tasks = len(client.job(timed[-1][1][0].job_id).tasks())
     # One call a task (no grouping): each task starts an interpreter of its own.
-    one = time_map(lambda f, it: client.map(f, it, chunk_size=1), client.gather, ungrouped)
+    one, _ = time_map(lambda f, it: client.map(f, it, chunk_size=1), client.gather, ungrouped)
     return {"seconds": runs, "best_seconds": min(runs), "tasks_per_second": n / min(runs), "job_tasks": tasks,
             "one_call_per_task": {"calls": ungrouped, "seconds": one, "tasks_per_second": ungrouped / one}}
 
@@ -47,9 +48,7 @@ def bench_dask(workers: int, n: int, repeat: int) -> dict:
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         time_map(lambda f, it: client.map(f, it, pure=False), client.gather, 10)
-        runs = []
-        for _ in range(repeat):
-            runs.append(time_map(lambda f, it: client.map(f, it, pure=False), client.gather, n))
+        runs = [time_map(lambda f, it: client.map(f, it, pure=False), client.gather, n)[0] for _ in range(repeat)]
     return {"seconds": runs, "best_seconds": min(runs), "tasks_per_second": n / min(runs), "job_tasks": n}
 
 
