@@ -4,6 +4,11 @@
 # all tests; builds again under ThreadSanitizer and runs the unit and runtime tests;
 # builds the fuzzers and runs each briefly from its seed corpus. Exits non-zero if
 # anything fails.
+#
+# Build time is most of CI's time (2 cores). The sanitizer presets compile with line
+# tables only (-g1: a report still names file and line of every frame), and ASan at
+# -O1 as its authors advise: coordinator.cc under ASan + UBSan took 77.5 s at -O2 -g,
+# 44.6 s at -O1 -g1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

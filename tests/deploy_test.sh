@@ -22,8 +22,7 @@ MERIDIAN_STATE_DIR=$tmp/state MERIDIAN_LISTEN=127.0.0.1:$api MERIDIAN_HTTP_LISTE
   MERIDIAN_TLS_DIR=$tmp/tls MERIDIAN_FLEET=tests/fleets/one-node.yaml MERIDIAN_ADMIN_TOKEN_FILE=$tmp/admin.token \
   "$bin" coordinator >"$tmp/coordinator.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 100); do [ -s "$tmp/admin.token" ] && break; sleep 0.1; done
-[ -s "$tmp/admin.token" ] && ok "coordinator started from MERIDIAN_* variables" ||
+wait_listening "$api" && [ -s "$tmp/admin.token" ] && ok "coordinator started from MERIDIAN_* variables" ||
   { bad "no admin token: $(tail -3 "$tmp/coordinator.log")"; exit 1; }
 export MERIDIAN_COORDINATOR=127.0.0.1:$api MERIDIAN_TOKEN=$(cat "$tmp/admin.token")
 # The operator's directory: the CA's certificate and a client certificate.

@@ -6,6 +6,14 @@ pids=()
 bad() { echo "FAIL $*"; fail=1; }
 ok() { echo "ok   $*"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Waits up to 30 s until something listens on 127.0.0.1:PORT (gRPC's socket is dual-stack:
+# ss shows it as [::ffff:127.0.0.1]:PORT). A file a process writes
+# on its way up (the coordinator's admin token) is not the sign that it listens: under
+# TSan the token appeared a second before the port did.
+wait_listening() {
+  for _ in $(seq 1 300); do ss -ltn | grep -Eq "127\.0\.0\.1]?:$1 " && return 0; sleep 0.1; done
+  return 1
+}
 # Stops the processes in `pids` and removes $tmp, unless KEEP is set (then says where).
 stop_started() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done

@@ -92,8 +92,7 @@ api=$(free_port)
 "$bin" coordinator --state-dir "$tmp/state" --listen "127.0.0.1:$api" --http-listen none --tls-dir "$tmp/tls" \
   --admin-token-file "$tmp/admin.token" >"$tmp/coordinator.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 100); do [ -s "$tmp/admin.token" ] && break; sleep 0.1; done
-[ -s "$tmp/admin.token" ] || { bad "coordinator did not start: $(tail -3 "$tmp/coordinator.log")"; exit 1; }
+wait_listening "$api" && [ -s "$tmp/admin.token" ] || { bad "coordinator did not start: $(tail -3 "$tmp/coordinator.log")"; exit 1; }
 export MERIDIAN_COORDINATOR=127.0.0.1:$api MERIDIAN_TOKEN=$(cat "$tmp/admin.token")
 "$bin" certs issue client --name ops --dir "$tmp/tls" >/dev/null || bad "certs issue client"
 mkdir -p "$tmp/ops" "$tmp/shared"
