@@ -289,14 +289,19 @@ class PyClient {
   }
 
   // The whole output of a finished task: its record's copy, or the object on the node
-  // that made it when the record holds only its start.
-  py::bytes TaskOutput(uint64_t job, const std::string& task, const std::string& output,
-                       const std::string& output_object) {
-    if (model::OutputWholeInline(output, output_object)) return py::bytes(output);
-    std::string data = Blocking([&] {
-      return client::FetchObjectBytes(*client_, output_object, "", nullptr, client::JobOutput{job, task});
-    });
-    return py::bytes(data);
+  // that made it when the record holds only its start. As bytes, or with `writable` a
+  // bytearray (what NumPy arrays unpickled over it may be written through), copied
+  // once from the fetched object.
+  py::object TaskOutput(uint64_t job, const std::string& task, const std::string& output,
+                        const std::string& output_object, bool writable) {
+    auto make = [writable](std::string_view data) -> py::object {
+      if (writable) return py::bytearray(data.data(), data.size());
+      return py::bytes(data.data(), data.size());
+    };
+    if (model::OutputWholeInline(output, output_object)) return make(output);
+    std::unique_ptr<client::FetchedObject> f = Blocking(
+        [&] { return client::FetchObject(*client_, output_object, "", client::JobOutput{job, task}); });
+    return make(f->data());
   }
 
   // Puts the bytes of any contiguous buffer (bytes, bytearray, a NumPy array...) as an
@@ -385,7 +390,7 @@ PYBIND11_MODULE(_meridian, m) {
       .def("logs", &PyClient::Logs, py::arg("job_id"), py::arg("task") = "")
       .def("nodes", &PyClient::Nodes)
       .def("task_output", &PyClient::TaskOutput, py::arg("job_id"), py::arg("task"), py::arg("output"),
-           py::arg("output_object"))
+           py::arg("output_object"), py::arg("writable") = false)
       .def("put", &PyClient::Put, py::arg("data"), py::arg("site") = "", py::arg("name") = "")
       .def("get", &PyClient::Get, py::arg("ref"), py::arg("site") = "")
       .def("locate", &PyClient::Locate, py::arg("ref"))

@@ -20,7 +20,10 @@ Connect to a cluster, then submit jobs (a YAML file, YAML text or a dict, as
 
 How a function travels: it and its arguments are pickled with cloudpickle; each task
 runs this package's ``worker.py`` (by its path here, with this interpreter), which
-calls the function and writes the pickled outcomes as the task's output. Futures are
+calls the function and writes the pickled outcomes as the task's output. Large NumPy
+arrays (and other protocol-5 buffers) in the arguments and results travel beside the
+pickles, never copied into them: the task maps its arguments, the client unpickles
+results as views of the bytes it fetched. Futures are
 :class:`concurrent.futures.Future`: ``result(timeout)``, ``exception()``,
 ``add_done_callback``, :func:`concurrent.futures.as_completed` and
 :func:`concurrent.futures.wait` all work. A function that raises makes its future
@@ -40,6 +43,7 @@ import json
 import math
 import os
 import re
+import struct
 import sys
 import threading
 import uuid
@@ -49,6 +53,7 @@ from typing import Any
 import cloudpickle
 
 from . import errors
+from . import worker as _worker
 from ._meridian import Client as _CClient
 from .errors import MeridianError, RemoteError, TaskError
 
@@ -68,6 +73,10 @@ __all__ = [
 # A call's pickled payload travels in the task's spec (as $MERIDIAN_ARG_PAYLOAD) up to
 # this size; a larger one is put as an object and read as the task's input.
 INLINE_PAYLOAD_BYTES = 32 * 1024
+# An argument's buffer (a NumPy array...) this large or larger is put as an object of
+# its own, read in place (pickle protocol 5's out-of-band buffers), never copied into
+# the payload; a smaller one costs less to copy than a put.
+ARG_OUT_OF_BAND_BYTES = 1 << 20
 # At most this many tasks in one map's job (a larger map runs more calls per task).
 MAX_TASKS_PER_MAP = 10_000
 # Tasks run the worker as a script, so that they load neither this package nor the
@@ -301,21 +310,32 @@ class Client:
         futures = [concurrent.futures.Future() for _ in shards]
         return self._start(rf, [task], {f"call/{k}": [f] for k, f in enumerate(futures)}, futures)
 
-    def _call_task(self, rf: RemoteFunction, name: str, payload: bytes) -> dict[str, Any]:
+    def _call_task(self, rf: RemoteFunction, name: str, payload: bytes,
+                   buffers: Sequence[memoryview] = ()) -> dict[str, Any]:
+        """A task that runs the worker on `payload`: in its spec when small, else put
+        as an object; each of `buffers` (the payload's out-of-band buffers) put as an
+        object of its own, read in place. The objects are the task's inputs, in that
+        order, as a dataset of their own."""
         task: dict[str, Any] = {
             "name": name,
             "command": [rf.python, _WORKER],
             "resources": rf.resources(),
             "retries": rf.retries,
+            "args": {},
         }
         if rf.timeout is not None:
             task["timeout"] = f"{int(math.ceil(rf.timeout))}s"
+        inputs = []
         if len(payload) * 4 // 3 + 4 <= INLINE_PAYLOAD_BYTES:
-            task["args"] = {"payload": base64.b64encode(payload).decode()}
+            task["args"]["payload"] = base64.b64encode(payload).decode()
         else:
-            ref = self.put_buffer(payload)
+            inputs.append(self.put_buffer(payload))
+        if buffers:
+            task["args"]["buffers"] = len(buffers)
+            inputs += [self.put_buffer(b) for b in buffers]
+        if inputs:
             dataset = f"py-calls-{uuid.uuid4().hex}"
-            self._c.define_dataset(dataset, [ref.id])
+            self._c.define_dataset(dataset, [ref.id for ref in inputs])
             task["inputs"] = [f"dataset://{dataset}"]
         return task
 
@@ -325,7 +345,10 @@ class Client:
         by_task = {}
         for i, first in enumerate(range(0, len(calls), chunk_size)):
             name = f"call-{i}"
-            tasks.append(self._call_task(rf, name, cloudpickle.dumps((rf.fn, calls[first:first + chunk_size]))))
+            buffers: list[memoryview] = []
+            payload = cloudpickle.dumps((rf.fn, calls[first:first + chunk_size]), protocol=5,
+                                        buffer_callback=_worker.out_of_band(buffers, ARG_OUT_OF_BAND_BYTES))
+            tasks.append(self._call_task(rf, name, payload, buffers))
             by_task[name] = futures[first:first + chunk_size]
         return self._start(rf, tasks, by_task, futures)
 
@@ -358,20 +381,21 @@ class Client:
             return
         for t in view["task_list"]:
             mine = by_task.get(t["name"], [])
+            where = f"task {t['name']} of job {job.id}"
             try:
                 if t["state"] != "succeeded":
                     raise TaskError(self._task_failure(job.id, t))
-                outcomes = cloudpickle.loads(
-                    self._c.task_output(job.id, t["name"], t["output"], t["output_object"]))
+                # Writable: a result's arrays are views of these bytes, not copies.
+                outcomes = _read_outcomes(
+                    self._c.task_output(job.id, t["name"], t["output"], t["output_object"], writable=True), where)
                 if len(outcomes) != len(mine):
-                    raise TaskError(f"task {t['name']} of job {job.id} returned {len(outcomes)} outcomes for "
-                                    f"{len(mine)} calls")
+                    raise TaskError(f"{where} returned {len(outcomes)} outcomes for {len(mine)} calls")
             except BaseException as e:
                 for f in mine:
                     f.set_exception(e)
                 continue
-            for f, pickled in zip(mine, outcomes):
-                _settle_one(f, pickled, f"task {t['name']} of job {job.id} on node {t['node']}")
+            for f, (pickled, buffers) in zip(mine, outcomes):
+                _settle_one(f, pickled, buffers, f"{where} on node {t['node']}")
         for f in futures:  # none should be left; never leave one waiting forever
             if not f.done():
                 f.set_exception(TaskError(f"job {job.id} ended without a task for this call"))
@@ -390,9 +414,43 @@ class Client:
         return why
 
 
-def _settle_one(f: concurrent.futures.Future, pickled: bytes, where: str) -> None:
+_RECORD = struct.Struct("<QI")
+
+
+def _read_outcomes(data: bytearray, where: str) -> list[tuple[memoryview, list[memoryview]]]:
+    """The records of a worker's output (worker.write_outcome): each call's pickle and
+    its buffers, as views of `data`. Every length is checked against what is there,
+    so a damaged or foreign output fails with TaskError, never a huge allocation."""
+    mv = memoryview(data)
+    magic = _worker.OUTPUT_MAGIC
+    if bytes(mv[:len(magic)]) != magic:
+        raise TaskError(f"{where}: its output ({len(mv)} bytes) is not a Meridian worker's")
+    at, records = len(magic), []
+    while at < len(mv):
+        if len(mv) - at < _RECORD.size:
+            raise TaskError(f"{where}: its output ends inside record {len(records)}")
+        size, count = _RECORD.unpack_from(mv, at)
+        at += _RECORD.size
+        if count > (len(mv) - at) // 8:
+            raise TaskError(f"{where}: record {len(records)} claims {count} buffers, more than its output holds")
+        sizes = struct.unpack_from(f"<{count}Q", mv, at)
+        at += 8 * count
+        if size + sum(sizes) > len(mv) - at:
+            raise TaskError(f"{where}: record {len(records)} claims {size + sum(sizes)} bytes; "
+                            f"{len(mv) - at} are left")
+        pickled = mv[at:at + size]
+        at += size
+        buffers = []
+        for n in sizes:
+            buffers.append(mv[at:at + n])
+            at += n
+        records.append((pickled, buffers))
+    return records
+
+
+def _settle_one(f: concurrent.futures.Future, pickled: memoryview, buffers: list[memoryview], where: str) -> None:
     try:
-        outcome = cloudpickle.loads(pickled)
+        outcome = cloudpickle.loads(pickled, buffers=buffers)
     except BaseException as e:
         f.set_exception(RemoteError(type(e).__qualname__, f"the outcome cannot be unpickled here: {e}", ""))
         return

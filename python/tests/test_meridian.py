@@ -128,12 +128,23 @@ def test_large_arguments_and_results_travel_as_objects(client):
     arr = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: more than a spec carries
 
     def stats(a):
-        return float(a.sum()), a * 2  # a 2 MiB result: more than a task's record
+        # A 2 MiB result: more than a task's record.
+        return float(a.sum()), a.flags.owndata, a.flags.writeable, a * 2
 
-    total, doubled = client.submit(stats, arr).result(TIMEOUT)
+    before = set(client.datasets())
+    total, owndata, writeable, doubled = client.submit(stats, arr).result(TIMEOUT)
     assert total == float((1 << 18) * ((1 << 18) - 1) // 2)
+    # The array was put as an object of its own, read in place (the small payload
+    # rode in the spec), and the task mapped it: a view, not a copy, still writable.
+    new = [[s.size for s in shards] for name, shards in client.datasets().items() if name not in before]
+    assert new == [[1 << 21]]
+    assert (owndata, writeable) == (False, True)
     assert doubled.shape == (1 << 18,)
     assert np.array_equal(doubled, arr * 2)
+    assert doubled.flags.writeable and not doubled.flags.owndata
+    # Two equal arrays are one object (ids come from content), still two arguments.
+    assert client.submit(lambda a, b: float((a - b).sum()) + len({id(a), id(b)}), arr, arr.copy()).result(
+        TIMEOUT) == 2.0
 
 
 def test_objects_and_numpy_arrays(client):
