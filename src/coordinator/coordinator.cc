@@ -26,15 +26,6 @@ model::Fleet SitesOnly(const model::Fleet& fleet) {
   return out;
 }
 
-// A resolver over a snapshot of the cluster's datasets.
-spec::DatasetResolver ResolverFor(const std::map<std::string, model::Dataset>& datasets) {
-  return [&datasets](const std::string& name) -> std::optional<model::Dataset> {
-    auto it = datasets.find(name);
-    if (it == datasets.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
 // The most tasks a dry run on the coordinator expands (it runs on an RPC thread).
 constexpr int64_t kMaxPlanTasks = 100'000;
 
@@ -139,9 +130,8 @@ Status Coordinator::LoadState() {
   store::StoreBatch fixes;
   for (auto& [id, job] : jobs_) {
     if (job.retired) continue;
-    const std::map<std::string, model::Dataset> datasets = DatasetsForJobsLocked("");
     StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput,
-                                                 ResolverFor(datasets));
+                                                 DatasetResolverLocked(""));
     if (!parsed.ok() || parsed->tasks.size() != job.tasks.size()) {
       if (!model::IsTerminal(job.rec.status)) {
         EndJob(job, JobStatus::kFailed,
@@ -332,15 +322,14 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
                                                                    const std::string& spec_name,
                                                                    const std::string& tenant, int64_t max_tasks) {
   model::Fleet sites;
-  std::map<std::string, model::Dataset> datasets;
   {
     std::lock_guard<std::mutex> lock(mu_);
     sites = SitesOnly(fleet_);
-    // A job reads its tenant's datasets only (an admin's, any).
-    datasets = DatasetsForJobsLocked(tenant);
   }
+  // A job reads its tenant's datasets only (an admin's, any). Datasets never change
+  // once defined, so looking each up as the parser meets it is a consistent view.
   StatusOr<model::Job> parsed =
-      spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput, ResolverFor(datasets), max_tasks);
+      spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput, DatasetResolverFor(tenant), max_tasks);
   if (max_tasks > 0 && parsed.status().code() == StatusCode::kOutOfRange) return std::optional<rpc::SubmitResult>();
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, std::move(parsed));
   if (!tenant.empty()) {
@@ -413,7 +402,6 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
   std::optional<sched::QueueOrder> order = order_name.empty() ? options_.order : sched::ParseQueueOrder(order_name);
   if (!order) return InvalidArgumentError(fmt::format("order: expected fifo, priority or fair, got '{}'", order_name));
   model::Fleet fleet;
-  std::map<std::string, model::Dataset> datasets;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fleet = SitesOnly(fleet_);
@@ -424,11 +412,10 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
       model::Node& n = fleet.nodes.emplace_back(fleet_.nodes[i]);
       n.id = NodeId(static_cast<uint32_t>(fleet.nodes.size() - 1));
     }
-    datasets = DatasetsForJobsLocked(tenant);
   }
   MERIDIAN_ASSIGN_OR_RETURN(
       model::Job job, spec::ParseJob(spec_yaml, spec_name, SitesOnly(fleet), options_.throughput,
-                                     ResolverFor(datasets), kMaxPlanTasks));
+                                     DatasetResolverFor(tenant), kMaxPlanTasks));
   const sched::Forecast f =
       sched::ForecastJob(fleet, options_.throughput, job, sched::Policy::Meridian(*order), seed);
   return sched::Describe(fleet, job, f);

@@ -38,6 +38,7 @@
 #include "rpc/api.h"
 #include "security/pki.h"
 #include "sched/schedule.h"
+#include "spec/job_spec.h"
 #include "store/state_store.h"
 
 namespace meridian::coordinator {
@@ -397,9 +398,15 @@ class Coordinator final : public rpc::JobApi,
   void DropAllReplicasLocked(int32_t node);
   model::ObjectLocation LocationLocked(const std::string& id, const ObjectRt& object) const;
   model::DatasetView DatasetLocked(const std::string& name) const;
-  // Every dataset as jobs see them: shards with the sites of their live replicas.
-  // The datasets a job of `tenant` may read, resolved for the parser (empty: all).
-  std::map<std::string, model::Dataset> DatasetsForJobsLocked(const std::string& tenant) const;
+  // Dataset `name` as a job of `tenant` (empty: any) sees it, if it may read it:
+  // shards with the sites of their live replicas. Looked up one name at a time: the
+  // cluster may hold many datasets (a Python call's large payload is one), and a job
+  // names few.
+  std::optional<model::Dataset> DatasetForJobLocked(const std::string& name, const std::string& tenant) const;
+  // The parser's resolver over DatasetForJobLocked: one that takes mu_ for each lookup
+  // (for a parse outside the lock), or one for a parse under it.
+  spec::DatasetResolver DatasetResolverFor(const std::string& tenant);
+  spec::DatasetResolver DatasetResolverLocked(const std::string& tenant) const;
   // Whether object or dataset `name` is `tenant`'s; whether `caller` may use it.
   bool NameIsOfLocked(const std::string& name, const std::string& tenant) const;
   bool NameIsCallersLocked(const model::Caller& caller, const std::string& name) const;

@@ -80,26 +80,37 @@ std::string Coordinator::ReadTicketLocked(const std::string& tenant, const std::
   return *std::move(signed_ticket);
 }
 
-std::map<std::string, model::Dataset> Coordinator::DatasetsForJobsLocked(const std::string& tenant) const {
-  std::map<std::string, model::Dataset> out;
-  for (const auto& [name, shards] : datasets_) {
-    if (!tenant.empty() && !NameIsOfLocked(name, tenant)) continue;
-    model::Dataset& d = out[name];
-    d.name = name;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      model::ObjectRef ref;
-      ref.name = fmt::format("{}/{}", name, i);
-      ref.size_bytes = shards[i].size;
-      ref.object_id = shards[i].id;
-      if (auto it = objects_.find(shards[i].id); it != objects_.end()) {
-        for (const model::ObjectReplica& r : LocationLocked(shards[i].id, it->second).replicas) {
-          if (auto site = fleet_.FindSite(r.site)) ref.locations.push_back(*site);
-        }
+std::optional<model::Dataset> Coordinator::DatasetForJobLocked(const std::string& name,
+                                                              const std::string& tenant) const {
+  auto found = datasets_.find(name);
+  if (found == datasets_.end() || (!tenant.empty() && !NameIsOfLocked(name, tenant))) return std::nullopt;
+  const std::vector<model::HeldObject>& shards = found->second;
+  model::Dataset d;
+  d.name = name;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    model::ObjectRef ref;
+    ref.name = fmt::format("{}/{}", name, i);
+    ref.size_bytes = shards[i].size;
+    ref.object_id = shards[i].id;
+    if (auto it = objects_.find(shards[i].id); it != objects_.end()) {
+      for (const model::ObjectReplica& r : LocationLocked(shards[i].id, it->second).replicas) {
+        if (auto site = fleet_.FindSite(r.site)) ref.locations.push_back(*site);
       }
-      d.shards.push_back(std::move(ref));
     }
+    d.shards.push_back(std::move(ref));
   }
-  return out;
+  return d;
+}
+
+spec::DatasetResolver Coordinator::DatasetResolverFor(const std::string& tenant) {
+  return [this, tenant](const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return DatasetForJobLocked(name, tenant);
+  };
+}
+
+spec::DatasetResolver Coordinator::DatasetResolverLocked(const std::string& tenant) const {
+  return [this, tenant](const std::string& name) { return DatasetForJobLocked(name, tenant); };
 }
 
 std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
