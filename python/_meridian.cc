@@ -323,6 +323,10 @@ class PyClient {
 
   py::dict Locate(const std::string& ref) { return LocationDict(Blocking([&] { return client_->Locate(ref); })); }
 
+  py::dict DeleteObject(const std::string& id) {
+    return LocationDict(Blocking([&] { return client_->DeleteObject(id); }));
+  }
+
   py::dict DefineDataset(const std::string& name, const std::vector<std::string>& ids) {
     std::vector<model::HeldObject> shards;
     shards.reserve(ids.size());
@@ -394,6 +398,7 @@ PYBIND11_MODULE(_meridian, m) {
       .def("put", &PyClient::Put, py::arg("data"), py::arg("site") = "", py::arg("name") = "")
       .def("get", &PyClient::Get, py::arg("ref"), py::arg("site") = "")
       .def("locate", &PyClient::Locate, py::arg("ref"))
+      .def("delete_object", &PyClient::DeleteObject, py::arg("id"))
       .def("define_dataset", &PyClient::DefineDataset, py::arg("name"), py::arg("object_ids"))
       .def("dataset", &PyClient::Dataset, py::arg("name"))
       .def("datasets", &PyClient::Datasets);

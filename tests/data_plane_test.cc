@@ -91,6 +91,30 @@ TEST(DataPlaneTest, ObjectsRoundTripBetweenSitesByteExact) {
   CommandResult missing = Meridian({"objects", "get", "nothing-here", "--dir", cluster.dir()});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("no object named 'nothing-here'"), std::string::npos) << missing.err;
+
+  // Deleting: a put undone lets the node drop the object; a named one is kept.
+  const std::string once = cluster.WriteFile("once.txt", "put once\n");
+  CommandResult put = Meridian({"objects", "put", once, "--dir", cluster.dir(), "--json"});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  const std::string id = nlohmann::json::parse(put.out)["id"];
+  CommandResult rm = Meridian({"objects", "rm", id, "--dir", cluster.dir()});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(rm.out, "object " + id + " (9 B): one put undone; the node lets go of it once nothing else holds it\n");
+  CommandResult twice = Meridian({"objects", "rm", id, "--dir", cluster.dir()});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_EQ(twice.err, "meridian: objects rm " + id + ": tenant 'default' has no put of object " + id +
+                           " to undo (only puts since the coordinator last started are; a task's output goes with "
+                           "its job: meridian delete JOB)\n");
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = Meridian({"objects", "get", id, "--dir", cluster.dir()}).err.find("no object " + id) != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "object " << id << " is still in the cluster after its one put was undone";
+  CommandResult kept = Meridian({"objects", "rm", "greeting", "--dir", cluster.dir()});
+  EXPECT_EQ(kept.exit_code, 2);
+  EXPECT_EQ(kept.err, "meridian: objects rm greeting: 'greeting' is not an object id (32 hex digits); objects are "
+                      "deleted by id\n");
 }
 
 TEST(DataPlaneTest, AnObjectOverOneGibMovesBetweenAgentsAtTwoSites) {

@@ -46,7 +46,7 @@ import re
 import struct
 import sys
 import threading
-import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -246,6 +246,13 @@ class Client:
         arr = numpy.frombuffer(self.get_buffer(ref, site=site), dtype=dtype)
         return arr.reshape(shape) if shape is not None else arr
 
+    def delete(self, ref: ObjectRef | str) -> None:
+        """Undoes one put of an object by this client's tenant: the node it went to
+        lets go of it, and it goes once nothing else holds it (another put, a task
+        reading it). Refused (FailedPrecondition) for a dataset's shard, a named
+        object, and the last put of one an unfinished job reads."""
+        self._c.delete_object(_ref_id(ref))
+
     def put(self, value: Any, *, name: str = "", site: str = "") -> ObjectRef:
         """Puts any picklable value as an object (cloudpickle); :meth:`get` reads it."""
         return self.put_buffer(cloudpickle.dumps(value), name=name, site=site)
@@ -305,17 +312,18 @@ class Client:
             raise errors.InvalidArgument(
                 f"map_dataset: the pickled function is {len(payload)} bytes; at most about "
                 f"{INLINE_PAYLOAD_BYTES * 3 // 4} travel with a dataset's map (pass large data as a put object)")
-        task = self._call_task(rf, "call", payload)
+        task = self._call_task(rf, "call", payload, [], [])
         task["map"] = {"over": f"dataset://{dataset}"}
         futures = [concurrent.futures.Future() for _ in shards]
         return self._start(rf, [task], {f"call/{k}": [f] for k, f in enumerate(futures)}, futures)
 
-    def _call_task(self, rf: RemoteFunction, name: str, payload: bytes,
-                   buffers: Sequence[memoryview] = ()) -> dict[str, Any]:
+    def _call_task(self, rf: RemoteFunction, name: str, payload: bytes, buffers: Sequence[memoryview],
+                   puts: list[ObjectRef]) -> dict[str, Any]:
         """A task that runs the worker on `payload`: in its spec when small, else put
         as an object; each of `buffers` (the payload's out-of-band buffers) put as an
         object of its own, read in place. The objects are the task's inputs, in that
-        order, as a dataset of their own."""
+        order (object://ID), and are added to `puts`, which the job deletes when it
+        ends."""
         task: dict[str, Any] = {
             "name": name,
             "command": [rf.python, _WORKER],
@@ -329,51 +337,72 @@ class Client:
         if len(payload) * 4 // 3 + 4 <= INLINE_PAYLOAD_BYTES:
             task["args"]["payload"] = base64.b64encode(payload).decode()
         else:
-            inputs.append(self.put_buffer(payload))
+            inputs.append(payload)
         if buffers:
             task["args"]["buffers"] = len(buffers)
-            inputs += [self.put_buffer(b) for b in buffers]
+            inputs += buffers
+        for data in inputs:
+            puts.append(self.put_buffer(data))
         if inputs:
-            dataset = f"py-calls-{uuid.uuid4().hex}"
-            self._c.define_dataset(dataset, [ref.id for ref in inputs])
-            task["inputs"] = [f"dataset://{dataset}"]
+            task["inputs"] = [f"object://{ref.id}" for ref in puts[-len(inputs):]]
         return task
 
     def _run_calls(self, rf: RemoteFunction, calls: list, chunk_size: int) -> list[concurrent.futures.Future]:
         futures = [concurrent.futures.Future() for _ in calls]
         tasks = []
         by_task = {}
-        for i, first in enumerate(range(0, len(calls), chunk_size)):
-            name = f"call-{i}"
-            buffers: list[memoryview] = []
-            payload = cloudpickle.dumps((rf.fn, calls[first:first + chunk_size]), protocol=5,
-                                        buffer_callback=_worker.out_of_band(buffers, ARG_OUT_OF_BAND_BYTES))
-            tasks.append(self._call_task(rf, name, payload, buffers))
-            by_task[name] = futures[first:first + chunk_size]
-        return self._start(rf, tasks, by_task, futures)
+        puts: list[ObjectRef] = []
+        try:
+            for i, first in enumerate(range(0, len(calls), chunk_size)):
+                name = f"call-{i}"
+                buffers: list[memoryview] = []
+                payload = cloudpickle.dumps((rf.fn, calls[first:first + chunk_size]), protocol=5,
+                                            buffer_callback=_worker.out_of_band(buffers, ARG_OUT_OF_BAND_BYTES))
+                tasks.append(self._call_task(rf, name, payload, buffers, puts))
+                by_task[name] = futures[first:first + chunk_size]
+        except BaseException:
+            self._delete_puts(puts)
+            raise
+        return self._start(rf, tasks, by_task, futures, puts)
+
+    def _delete_puts(self, puts: list[ObjectRef]) -> None:
+        """Undoes the puts of a job's calls, once it has ended (or never started)."""
+        for ref in puts:
+            try:
+                self._c.delete_object(ref.id)
+            except MeridianError as e:  # the call's result stands; the object stays
+                warnings.warn(f"meridian: could not delete call object {ref.id}: {e}", RuntimeWarning, stacklevel=2)
 
     def _start(self, rf: RemoteFunction, tasks: list[dict[str, Any]], by_task: dict[str, list],
-               futures: list[concurrent.futures.Future]) -> list[concurrent.futures.Future]:
+               futures: list[concurrent.futures.Future], puts: Sequence[ObjectRef] = ()) -> list[
+            concurrent.futures.Future]:
         spec: dict[str, Any] = {"name": rf.name, "tasks": tasks}
         if rf.site:
             spec["regions"] = [rf.site]
         try:
             job = self.submit_job(spec)
         except errors.InvalidArgument as e:
+            self._delete_puts(list(puts))
             # Not the generated spec's line and column: the option that made it.
             raise errors.InvalidArgument(f"remote function {rf.name}: {re.sub(r'^[^:]*:[0-9]+:[0-9]+: ', '', str(e))}") \
                 from None
+        except BaseException:
+            self._delete_puts(list(puts))
+            raise
         for f in futures:
             f.set_running_or_notify_cancel()
             f.job_id = job.id  # type: ignore[attr-defined]
-        threading.Thread(target=self._settle, args=(job, by_task, futures), daemon=True,
+        threading.Thread(target=self._settle, args=(job, by_task, futures, list(puts)), daemon=True,
                          name=f"meridian-job-{job.id}").start()
         return futures
 
-    def _settle(self, job: Job, by_task: dict[str, list], futures: list[concurrent.futures.Future]) -> None:
-        """Waits for the job, then gives each future its outcome."""
+    def _settle(self, job: Job, by_task: dict[str, list], futures: list[concurrent.futures.Future],
+                puts: list[ObjectRef]) -> None:
+        """Waits for the job, deletes the objects its calls were put as, then gives
+        each future its outcome."""
         try:
             self._c.wait(job.id)
+            self._delete_puts(puts)
             view = self._c.job(job.id, tasks=True)
         except BaseException as e:  # the futures say what went wrong
             for f in futures:

@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 import subprocess
 import sys
+import time
 
 import cloudpickle
 import numpy as np
@@ -132,13 +133,29 @@ def test_large_arguments_and_results_travel_as_objects(client):
         return float(a.sum()), a.flags.owndata, a.flags.writeable, a * 2
 
     before = set(client.datasets())
-    total, owndata, writeable, doubled = client.submit(stats, arr).result(TIMEOUT)
+    f = client.submit(stats, arr)
+    total, owndata, writeable, doubled = f.result(TIMEOUT)
     assert total == float((1 << 18) * ((1 << 18) - 1) // 2)
     # The array was put as an object of its own, read in place (the small payload
     # rode in the spec), and the task mapped it: a view, not a copy, still writable.
-    new = [[s.size for s in shards] for name, shards in client.datasets().items() if name not in before]
-    assert new == [[1 << 21]]
+    [task] = client.job(f.job_id).tasks()
+    assert task.state == "succeeded"
     assert (owndata, writeable) == (False, True)
+    # Read by id (object://), with no dataset defined for it; deleted once the job
+    # ended: the same bytes put and deleted here leave nothing behind.
+    assert set(client.datasets()) == before
+    mine = client.put_buffer(arr)
+    assert mine.size == 1 << 21
+    client.delete(mine)
+    gone = False
+    for _ in range(100):
+        try:
+            client._c.locate(mine.id)
+        except errors.NotFound:
+            gone = True
+            break
+        time.sleep(0.1)
+    assert gone, f"object {mine.id} is still held after its puts were deleted"
     assert doubled.shape == (1 << 18,)
     assert np.array_equal(doubled, arr * 2)
     assert doubled.flags.writeable and not doubled.flags.owndata
@@ -159,6 +176,10 @@ def test_objects_and_numpy_arrays(client):
     assert client.get(client.put(value)) == value
     with pytest.raises(errors.NotFound):
         client.get_buffer("0" * 32)
+    # Deleting undoes one put: a second delete of an object put once is refused.
+    client.delete(ref)
+    with pytest.raises(errors.FailedPrecondition, match=f"^tenant '[^']+' has no put of object {ref.id} to undo"):
+        client.delete(ref)
 
 
 def test_datasets_read_by_jobs(client, tmp_path):
@@ -173,6 +194,8 @@ def test_datasets_read_by_jobs(client, tmp_path):
     }, timeout=TIMEOUT)
     assert job.status()["state"] == "succeeded"
     assert {k: v.strip() for k, v in job.outputs().items()} == {"count/0": b"1000", "count/1": b"3000"}
+    with pytest.raises(errors.FailedPrecondition, match="is a shard of a dataset; datasets are kept for good"):
+        client.delete(refs[0])
 
 
 def test_yaml_jobs_and_their_errors(client, tmp_path):

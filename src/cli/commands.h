@@ -427,6 +427,13 @@ struct ObjectsListOptions {
   bool json = false;
 };
 Status RunObjectsList(const ObjectsListOptions& options, std::ostream& out);
+struct ObjectsRemoveOptions {
+  ClusterTarget target;
+  std::vector<std::string> ids;
+};
+// Undoes one put of each object (ObjectApi::DeleteObject), in order; stops at the first
+// refused, saying which.
+Status RunObjectsRemove(const ObjectsRemoveOptions& options, std::ostream& out);
 
 struct DataPutOptions {
   ClusterTarget target;

@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
       ->excludes(job_logs_cmd->get_option("--json"));
 
   cli::NodesOptions nodes;
-  CLI::App* objects_cmd = app.add_subcommand("objects", "Objects held by the agents: put, get, ls");
+  CLI::App* objects_cmd = app.add_subcommand("objects", "Objects held by the agents: put, get, ls, rm");
   objects_cmd->require_subcommand(1);
   cli::ObjectsPutOptions objects_put;
   CLI::App* objects_put_cmd = objects_cmd->add_subcommand("put", "Store a file as an object on an agent");
@@ -473,6 +473,11 @@ int main(int argc, char** argv) {
   CLI::App* objects_ls_cmd = objects_cmd->add_subcommand("ls", "List objects and where their replicas are");
   add_target(objects_ls_cmd, objects_ls.target);
   objects_ls_cmd->add_flag("--json", objects_ls.json, "Print JSON for scripts");
+  cli::ObjectsRemoveOptions objects_rm;
+  CLI::App* objects_rm_cmd =
+      objects_cmd->add_subcommand("rm", "Undo a put of an object: its node lets go of it once nothing else holds it");
+  add_target(objects_rm_cmd, objects_rm.target);
+  objects_rm_cmd->add_option("id", objects_rm.ids, "Object ids (32 hex digits)")->required();
 
   CLI::App* data_cmd = app.add_subcommand("data", "Datasets: shards stored on agents, read by jobs as dataset://NAME");
   data_cmd->require_subcommand(1);
@@ -705,6 +710,8 @@ int main(int argc, char** argv) {
     status = cli::RunObjectsGet(objects_get, std::cout);
   } else if (objects_ls_cmd->parsed()) {
     status = cli::RunObjectsList(objects_ls, std::cout);
+  } else if (objects_rm_cmd->parsed()) {
+    status = cli::RunObjectsRemove(objects_rm, std::cout);
   } else if (data_put_cmd->parsed()) {
     status = cli::RunDataPut(data_put, std::cout);
   } else if (data_ls_cmd->parsed()) {

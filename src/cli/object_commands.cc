@@ -286,4 +286,15 @@ Status RunObjectsList(const ObjectsListOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+Status RunObjectsRemove(const ObjectsRemoveOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
+  for (const std::string& id : o.ids) {
+    StatusOr<model::ObjectLocation> l = connected->DeleteObject(id);
+    if (!l.ok()) return l.status().WithPrefix(fmt::format("objects rm {}", id));
+    out << fmt::format("object {} ({}): one put undone; the node lets go of it once nothing else holds it\n", l->id,
+                       FormatBytes(l->size));
+  }
+  return OkStatus();
+}
+
 }  // namespace meridian::cli

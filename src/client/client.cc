@@ -411,6 +411,14 @@ StatusOr<model::ObjectLocation> Client::CommitObject(const std::string& id, int6
   return rpc::FromProto(resp);
 }
 
+StatusOr<model::ObjectLocation> Client::DeleteObject(const std::string& id) {
+  v1::DeleteObjectRequest req;
+  req.set_id(id);
+  v1::ObjectLocation resp;
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::ObjectService::Stub::Delete, req, &resp));
+  return rpc::FromProto(resp);
+}
+
 StatusOr<std::vector<model::ObjectLocation>> Client::Objects() {
   v1::ListObjectsRequest req;
   v1::ListObjectsResponse resp;

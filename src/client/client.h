@@ -93,6 +93,8 @@ class Client {
   // `receipt`: the transfer server's for the put (objects::Push gives it).
   StatusOr<model::ObjectLocation> CommitObject(const std::string& id, int64_t size, uint32_t node_id,
                                                const std::string& name, const std::string& receipt = "");
+  // Undoes one put of object `id` by this client's tenant (ObjectApi::DeleteObject).
+  StatusOr<model::ObjectLocation> DeleteObject(const std::string& id);
   StatusOr<std::vector<model::ObjectLocation>> Objects();
   StatusOr<model::DatasetView> DefineDataset(const std::string& name, const std::vector<model::HeldObject>& shards);
   StatusOr<model::DatasetView> GetDataset(const std::string& name);

@@ -131,7 +131,7 @@ Status Coordinator::LoadState() {
   for (auto& [id, job] : jobs_) {
     if (job.retired) continue;
     StatusOr<model::Job> parsed = spec::ParseJob(job.rec.spec_yaml, job.rec.spec_name, fleet_, options_.throughput,
-                                                 DatasetResolverLocked(""));
+                                                 DatasetResolverLocked(""), 0, AcceptedObjectResolverLocked());
     if (!parsed.ok() || parsed->tasks.size() != job.tasks.size()) {
       if (!model::IsTerminal(job.rec.status)) {
         EndJob(job, JobStatus::kFailed,
@@ -142,7 +142,10 @@ Status Coordinator::LoadState() {
       continue;
     }
     job.job = std::make_unique<model::Job>(std::move(*parsed));
-    if (!model::IsTerminal(job.rec.status)) ReserveOutputDatasetsLocked(id, *job.job);
+    if (!model::IsTerminal(job.rec.status)) {
+      ReserveOutputDatasetsLocked(id, *job.job);
+      NoteObjectReadersLocked(id, *job.job);
+    }
     for (size_t i = 0; i < job.tasks.size(); ++i) {
       for (TaskId d : job.job->tasks[i].after) job.tasks[d.value()].dependents.push_back(static_cast<uint32_t>(i));
     }
@@ -329,7 +332,8 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
   // A job reads its tenant's datasets only (an admin's, any). Datasets never change
   // once defined, so looking each up as the parser meets it is a consistent view.
   StatusOr<model::Job> parsed =
-      spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput, DatasetResolverFor(tenant), max_tasks);
+      spec::ParseJob(spec_yaml, spec_name, sites, options_.throughput, DatasetResolverFor(tenant), max_tasks,
+                     ObjectResolverFor(tenant));
   if (max_tasks > 0 && parsed.status().code() == StatusCode::kOutOfRange) return std::optional<rpc::SubmitResult>();
   MERIDIAN_ASSIGN_OR_RETURN(model::Job job, std::move(parsed));
   if (!tenant.empty()) {
@@ -415,7 +419,7 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
   }
   MERIDIAN_ASSIGN_OR_RETURN(
       model::Job job, spec::ParseJob(spec_yaml, spec_name, SitesOnly(fleet), options_.throughput,
-                                     DatasetResolverFor(tenant), kMaxPlanTasks));
+                                     DatasetResolverFor(tenant), kMaxPlanTasks, ObjectResolverFor(tenant)));
   const sched::Forecast f =
       sched::ForecastJob(fleet, options_.throughput, job, sched::Policy::Meridian(*order), seed);
   return sched::Describe(fleet, job, f);
@@ -424,6 +428,7 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
 void Coordinator::InstallJobLocked(model::JobRecord rec, model::Job job) {
   const uint64_t id = rec.id;
   ReserveOutputDatasetsLocked(id, job);
+  NoteObjectReadersLocked(id, job);
   const size_t n = job.tasks.size();
   JobRt& rt = jobs_[id];
   rt.rec = std::move(rec);

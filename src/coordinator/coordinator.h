@@ -198,6 +198,7 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<model::ObjectLocation> Commit(const model::Caller& caller, const std::string& id, int64_t size,
                                          uint32_t node_id, const std::string& name, const std::string& receipt) override;
   std::vector<model::ObjectLocation> ListObjects(const model::Caller& caller) override;
+  StatusOr<model::ObjectLocation> DeleteObject(const model::Caller& caller, const std::string& id) override;
   StatusOr<model::DatasetView> DefineDataset(const model::Caller& caller, const std::string& name,
                                              const std::vector<model::HeldObject>& shards) override;
   StatusOr<model::DatasetView> GetDataset(const model::Caller& caller, const std::string& name) override;
@@ -295,6 +296,10 @@ class Coordinator final : public rpc::JobApi,
     // names it. In memory only (a name's tenant is stored with the name); after a
     // restart a task's output is readable through its job (Locate's job_id).
     std::set<std::string> tenants;
+    // Each put of it by a tenant since this coordinator started (a Commit with the
+    // put's receipt): the node it went to, one entry per put. DeleteObject undoes
+    // them one at a time. In memory only.
+    std::map<std::string, std::vector<int32_t>> puts;
   };
   // A task placed before a restart whose agent has not registered yet.
   struct Orphan {
@@ -407,6 +412,18 @@ class Coordinator final : public rpc::JobApi,
   // (for a parse outside the lock), or one for a parse under it.
   spec::DatasetResolver DatasetResolverFor(const std::string& tenant);
   spec::DatasetResolver DatasetResolverLocked(const std::string& tenant) const;
+  // Object `id` as a job of `tenant` (empty: any) reads it (object://ID): one the
+  // tenant may read, with its size and the sites of its live replicas. And the
+  // parser's resolver over it, as for datasets.
+  std::optional<model::ObjectRef> ObjectForJobLocked(const std::string& id, const std::string& tenant) const;
+  spec::ObjectResolver ObjectResolverFor(const std::string& tenant);
+  // For the jobs a restart reads back, accepted when submitted: any id, with what the
+  // directory knows of it now (before the agents register again, nothing).
+  spec::ObjectResolver AcceptedObjectResolverLocked() const;
+  // The put objects an unfinished job reads by id (object://ID), noted while it runs:
+  // nobody may undo the last put of one (DeleteObject).
+  void NoteObjectReadersLocked(uint64_t job_id, const model::Job& job);
+  void ForgetObjectReadersLocked(uint64_t job_id);
   // Whether object or dataset `name` is `tenant`'s; whether `caller` may use it.
   bool NameIsOfLocked(const std::string& name, const std::string& tenant) const;
   bool NameIsCallersLocked(const model::Caller& caller, const std::string& name) const;
@@ -503,6 +520,7 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, std::vector<model::HeldObject>> datasets_;  // name -> shards
   std::map<std::string, std::string> name_tenants_;  // object or dataset name -> its tenant
   std::set<std::string> dataset_objects_;  // ids that are shards of a dataset: never let go
+  std::map<std::string, std::set<uint64_t>> object_readers_;  // object://ID -> unfinished jobs reading it
   std::map<std::string, uint64_t> output_datasets_reserved_;  // name -> the running job that will write it
   std::string ticket_key_;  // signs transfer tickets (objects/ticket.h); agents get it
 

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "store/sqlite_state_store.h"
 #include "testing/fake_clock.h"
 #include "testing/in_memory_state_store.h"
@@ -156,6 +158,76 @@ TEST_F(CoordinatorTest, DatasetAndObjectNamesAreCheckedBeforeAnythingIsStored) {
   EXPECT_EQ(coord_->Commit(kInsecure, id, 10, n.node_id, "..", "").status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(coord_->ListDatasets(kInsecure).empty());
   ASSERT_TRUE(coord_->DefineDataset(kInsecure, "logs-2026.v1", {model::HeldObject{id, 10}}).ok());
+}
+
+TEST_F(CoordinatorTest, APutObjectIsReadByIdAndDeletedOnePutAtATimeNeverUnderAJobThatReadsIt) {
+  Start();
+  model::RegistrationReply n = Register(Node("n1"));
+  const std::string id(32, 'c');
+  // The same bytes put twice (two calls' equal arrays): two references on the node.
+  ASSERT_TRUE(coord_->Commit(kInsecure, id, 4096, n.node_id, "", "").ok());
+  ASSERT_TRUE(coord_->Commit(kInsecure, id, 4096, n.node_id, "", "").ok());
+  // A job reads it by id: its task's input is that object, where it is.
+  const std::string spec = fmt::format("name: read\ntasks:\n  - {{name: r, kernel: sum, inputs: [object://{}]}}\n", id);
+  auto r = coord_->Submit(spec, "read.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<model::TaskAssignment> placed = Next(n);
+  ASSERT_EQ(placed.size(), 1u);
+  ASSERT_EQ(placed[0].input_objects.size(), 1u);
+  EXPECT_EQ(placed[0].input_objects[0].id, id);
+  EXPECT_EQ(placed[0].input_objects[0].size, 4096);
+  ASSERT_EQ(placed[0].input_objects[0].replicas.size(), 1u);
+  EXPECT_EQ(placed[0].input_objects[0].replicas[0].node, "n1");
+
+  // The first delete undoes one put: the node lets go of one reference.
+  StatusOr<model::ObjectLocation> first = coord_->DeleteObject(kInsecure, id);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->size, 4096);
+  StatusOr<model::AssignmentBatch> batch = coord_->NextAssignments(n.node_id, n.session, 0);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->release_objects, std::vector<std::string>{id});
+  // The last put, while the job that reads it runs: refused, nothing let go.
+  StatusOr<model::ObjectLocation> last = coord_->DeleteObject(kInsecure, id);
+  EXPECT_EQ(last.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(last.status().message(), fmt::format("job {} reads object {} (object://{}) and has not finished; delete "
+                                                 "the object after it ends",
+                                                 r->job_id, id, id));
+  Report(n, {Done(placed[0].key, "1")});
+  ASSERT_EQ(coord_->WaitJob(r->job_id, 0, 0)->job.status, model::JobStatus::kSucceeded);
+  ASSERT_TRUE(coord_->DeleteObject(kInsecure, id).ok());
+  batch = coord_->NextAssignments(n.node_id, n.session, 0);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->release_objects, std::vector<std::string>{id});
+  EXPECT_EQ(coord_->DeleteObject(kInsecure, id).status().message(),
+            fmt::format("this client has no put of object {} to undo (only puts since the coordinator last started "
+                        "are; a task's output goes with its job: meridian delete JOB)",
+                        id));
+  // The node dropped it: the directory forgets it, and a job naming it is refused.
+  model::AgentHeartbeat hb;
+  hb.node_id = n.node_id;
+  hb.session = n.session;
+  hb.objects_removed = {id};
+  ASSERT_TRUE(coord_->Heartbeat(hb).ok());
+  EXPECT_EQ(coord_->DeleteObject(kInsecure, id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coord_->Submit(spec, "again.yaml", "").status().message(),
+            fmt::format("again.yaml:3:37: tasks[0].inputs[0]: no object {} in the cluster that this job may read (put "
+                        "it first)",
+                        id));
+
+  // Kept for good: a dataset's shard and a named object; and only ids are deleted.
+  const std::string shard(32, 'd'), named(32, 'e');
+  ASSERT_TRUE(coord_->Commit(kInsecure, shard, 10, n.node_id, "", "").ok());
+  ASSERT_TRUE(coord_->DefineDataset(kInsecure, "kept", {model::HeldObject{shard, 10}}).ok());
+  EXPECT_EQ(coord_->DeleteObject(kInsecure, shard).status().message(),
+            fmt::format("object {} is a shard of a dataset; datasets are kept for good", shard));
+  ASSERT_TRUE(coord_->Commit(kInsecure, named, 10, n.node_id, "model", "").ok());
+  EXPECT_EQ(coord_->DeleteObject(kInsecure, named).status().message(),
+            fmt::format("object {} is named 'model'; named objects are kept (names are never reused)", named));
+  EXPECT_EQ(coord_->DeleteObject(kInsecure, "model").status().message(),
+            "'model' is not an object id (32 hex digits); objects are deleted by id");
+  batch = coord_->NextAssignments(n.node_id, n.session, 0);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_TRUE(batch->release_objects.empty());
 }
 
 TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {

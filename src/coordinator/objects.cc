@@ -113,6 +113,53 @@ spec::DatasetResolver Coordinator::DatasetResolverLocked(const std::string& tena
   return [this, tenant](const std::string& name) { return DatasetForJobLocked(name, tenant); };
 }
 
+std::optional<model::ObjectRef> Coordinator::ObjectForJobLocked(const std::string& id,
+                                                                const std::string& tenant) const {
+  auto it = objects_.find(id);
+  if (!model::LooksLikeObjectId(id) || it == objects_.end()) return std::nullopt;
+  if (!tenant.empty() && !it->second.tenants.count(tenant)) return std::nullopt;
+  model::ObjectRef ref;
+  ref.size_bytes = it->second.size;
+  ref.object_id = id;
+  for (const model::ObjectReplica& r : LocationLocked(id, it->second).replicas) {
+    if (auto site = fleet_.FindSite(r.site)) ref.locations.push_back(*site);
+  }
+  if (ref.locations.empty()) return std::nullopt;  // no live node holds it
+  return ref;
+}
+
+spec::ObjectResolver Coordinator::ObjectResolverFor(const std::string& tenant) {
+  return [this, tenant](const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ObjectForJobLocked(id, tenant);
+  };
+}
+
+spec::ObjectResolver Coordinator::AcceptedObjectResolverLocked() const {
+  return [this](const std::string& id) -> std::optional<model::ObjectRef> {
+    if (std::optional<model::ObjectRef> known = ObjectForJobLocked(id, "")) return known;
+    model::ObjectRef ref;  // its agents have not registered again yet
+    ref.object_id = id;
+    if (auto it = objects_.find(id); it != objects_.end()) ref.size_bytes = it->second.size;
+    return ref;
+  };
+}
+
+void Coordinator::NoteObjectReadersLocked(uint64_t job_id, const model::Job& job) {
+  for (const model::Task& t : job.tasks) {
+    for (const model::ObjectRef& in : t.inputs) {
+      if (in.name.rfind("object://", 0) == 0) object_readers_[in.object_id].insert(job_id);
+    }
+  }
+}
+
+void Coordinator::ForgetObjectReadersLocked(uint64_t job_id) {
+  for (auto it = object_readers_.begin(); it != object_readers_.end();) {
+    it->second.erase(job_id);
+    it = it->second.empty() ? object_readers_.erase(it) : std::next(it);
+  }
+}
+
 std::vector<model::EmulatedLink> Coordinator::LinksFrom(SiteId site) const {
   std::vector<model::EmulatedLink> out;
   for (size_t i = 0; i < fleet_.sites.size(); ++i) {
@@ -276,6 +323,9 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
   AddReplicaLocked(static_cast<int32_t>(node_id), id, size);
   ObjectRt& o = objects_.at(id);
   o.tenants.insert(caller.tenant);
+  // A put (its receipt, or a trusted plaintext client's word): one reference on that
+  // node, which DeleteObject may undo.
+  if (put_it || caller.insecure) o.puts[caller.tenant].push_back(static_cast<int32_t>(node_id));
   if (!name.empty()) {
     object_names_[name] = id;
     o.name = name;
@@ -429,6 +479,51 @@ std::vector<model::DatasetView> Coordinator::ListDatasets(const model::Caller& c
     if (NameIsCallersLocked(caller, name)) out.push_back(DatasetLocked(name));
   }
   return out;
+}
+
+StatusOr<model::ObjectLocation> Coordinator::DeleteObject(const model::Caller& caller, const std::string& id) {
+  if (!model::LooksLikeObjectId(id)) {
+    return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits); objects are deleted by id", id));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(id);
+  if (it == objects_.end() || !MayReadLocked(caller, &it->second)) {
+    return NotFoundError(fmt::format("no object {} in the cluster", id));
+  }
+  ObjectRt& o = it->second;
+  if (dataset_objects_.count(id)) {
+    return FailedPreconditionError(fmt::format("object {} is a shard of a dataset; datasets are kept for good", id));
+  }
+  if (!o.name.empty()) {
+    return FailedPreconditionError(fmt::format("object {} is named '{}'; named objects are kept (names are never "
+                                               "reused)", id, o.name));
+  }
+  auto mine = o.puts.find(caller.tenant);
+  if (mine == o.puts.end() || mine->second.empty()) {
+    return FailedPreconditionError(fmt::format(
+        "{} has no put of object {} to undo (only puts since the coordinator last started are; a task's output goes "
+        "with its job: meridian delete JOB)",
+        caller.tenant.empty() ? std::string("this client") : fmt::format("tenant '{}'", caller.tenant), id));
+  }
+  size_t puts = 0;
+  for (const auto& [tenant, nodes] : o.puts) puts += nodes.size();
+  if (auto readers = object_readers_.find(id); puts == 1 && readers != object_readers_.end()) {
+    // The last put: an unfinished job that reads it would lose its input.
+    return FailedPreconditionError(fmt::format("job {} reads object {} (object://{}) and has not finished; delete "
+                                               "the object after it ends",
+                                               *readers->second.begin(), id, id));
+  }
+  const int32_t node = mine->second.back();
+  mine->second.pop_back();
+  if (mine->second.empty()) o.puts.erase(mine);
+  model::ObjectLocation l = LocationLocked(id, o);
+  if (node >= 0 && static_cast<size_t>(node) < nodes_.size() && nodes_[node].alive) {
+    // The node drops its reference; once none is left it drops the object and says
+    // so in its heartbeat, which takes the replica out of the directory.
+    OutboxLocked(node).release_objects.push_back(id);
+    FlushOutboxesLocked();
+  }
+  return l;
 }
 
 std::vector<model::ObjectLocation> Coordinator::ListObjects(const model::Caller& caller) {

@@ -766,6 +766,7 @@ void Coordinator::EndJob(JobRt& job, JobStatus status, const std::string& given_
     }
   }
   ReleaseOutputDatasetsLocked(job.rec.id);
+  ForgetObjectReadersLocked(job.rec.id);
   // Outputs kept as objects for dependents are not needed any more: the node that
   // made each drops its reference (unless a dataset holds it). Results (outputs
   // nothing read) stay, as objects on their nodes, for the client to fetch.

@@ -175,6 +175,14 @@ class ObjectApi {
                                                  uint32_t node_id, const std::string& name,
                                                  const std::string& receipt) = 0;
   virtual std::vector<model::ObjectLocation> ListObjects(const model::Caller& caller) = 0;
+  // Undoes one put of object `id` by the caller's tenant (the receipt-backed Commits
+  // since the coordinator started): the node that holds that put lets go of its
+  // reference, and the object goes once nothing holds it. FailedPrecondition for a
+  // dataset's shard, a named object (names are kept), an object the tenant has no
+  // such put of, and the object's last put (of any tenant) while an unfinished job
+  // reads it (object://ID); NotFound when the caller may read no such object.
+  // Answers the object as the directory has it now.
+  virtual StatusOr<model::ObjectLocation> DeleteObject(const model::Caller& caller, const std::string& id) = 0;
   // Names a list of objects the caller's tenant may read, in order, as a dataset of
   // that tenant. Names are never reused.
   virtual StatusOr<model::DatasetView> DefineDataset(const model::Caller& caller, const std::string& name,

@@ -775,6 +775,14 @@ class ObjectServiceImpl final : public v1::ObjectService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Delete(grpc::ServerContext* ctx, const v1::DeleteObjectRequest* req, v1::ObjectLocation* resp) override {
+    MERIDIAN_ADMIT(caller, ctx, Need::kSubmit, "ObjectService.Delete");
+    StatusOr<model::ObjectLocation> l = api_.DeleteObject(caller, req->id());
+    if (!l.ok()) return Answer(ctx, "ObjectService.Delete", l.status());
+    ToProto(*l, resp);
+    return grpc::Status::OK;
+  }
+
   grpc::Status List(grpc::ServerContext* ctx, const v1::ListObjectsRequest*, v1::ListObjectsResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "ObjectService.List");
     for (const model::ObjectLocation& l : api_.ListObjects(caller)) ToProto(l, resp->add_objects());

@@ -21,6 +21,7 @@ constexpr int64_t kMaxTasks = 1'000'000;
 // A task's resources.qubits: as many as the OpenQASM reader takes (kernels/qasm.h).
 constexpr int64_t kMaxSimulatedQubits = 40;
 constexpr std::string_view kDatasetScheme = "dataset://";
+constexpr std::string_view kObjectScheme = "object://";
 // A command's `env`: at most this many variables, each value at most this long.
 constexpr size_t kMaxEnvVars = 64;
 constexpr size_t kMaxEnvValueBytes = 4096;
@@ -48,8 +49,8 @@ struct TaskTemplate {
 class JobParser {
  public:
   JobParser(const Reader& r, const model::Fleet& fleet, const model::ThroughputTable& throughput,
-            const DatasetResolver& resolver, int64_t max_tasks)
-      : r_(r), fleet_(fleet), throughput_(throughput), resolver_(resolver), max_tasks_(max_tasks) {}
+            const DatasetResolver& resolver, int64_t max_tasks, const ObjectResolver& objects)
+      : r_(r), fleet_(fleet), throughput_(throughput), resolver_(resolver), objects_(objects), max_tasks_(max_tasks) {}
 
   StatusOr<Job> Parse(const YAML::Node& root);
 
@@ -85,6 +86,7 @@ class JobParser {
   const model::Fleet& fleet_;
   const model::ThroughputTable& throughput_;
   const DatasetResolver& resolver_;
+  const ObjectResolver& objects_;
   const int64_t max_tasks_;  // 0: kMaxTasks only
   // Mutable: datasets the resolver finds join them while tasks are parsed.
   mutable Job job_;
@@ -288,8 +290,21 @@ Status JobParser::ParseInputs(const YAML::Node& t, const std::string& path, Task
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i].IsScalar()) {
       std::string ref = in[i].Scalar();
+      if (ref.rfind(kObjectScheme, 0) == 0) {
+        const std::string id = ref.substr(kObjectScheme.size());
+        std::optional<model::ObjectRef> found = objects_ ? objects_(id) : std::nullopt;
+        if (!found) {
+          return r_.Error(in[i], Index(ipath, i),
+                          fmt::format("no object {} in the cluster that this job may read (put it first)", id));
+        }
+        found->name = ref;
+        found->object_id = id;
+        tmpl->task.inputs.push_back(std::move(*found));
+        continue;
+      }
       if (ref.rfind(kDatasetScheme, 0) != 0) {
-        return r_.Error(in[i], Index(ipath, i), fmt::format("expected dataset://NAME or an object map, got '{}'", ref));
+        return r_.Error(in[i], Index(ipath, i),
+                        fmt::format("expected dataset://NAME, object://ID or an object map, got '{}'", ref));
       }
       std::string name = ref.substr(kDatasetScheme.size());
       if (!KnowDataset(name)) return r_.Error(in[i], Index(ipath, i), fmt::format("unknown dataset '{}'", name));
@@ -674,10 +689,11 @@ StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
 }  // namespace
 
 StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model::Fleet& fleet,
-                       const model::ThroughputTable& throughput, const DatasetResolver& resolver, int64_t max_tasks) {
+                       const model::ThroughputTable& throughput, const DatasetResolver& resolver, int64_t max_tasks,
+                       const ObjectResolver& objects) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
-  JobParser parser(r, fleet, throughput, resolver, max_tasks);
+  JobParser parser(r, fleet, throughput, resolver, max_tasks, objects);
   return parser.Parse(root);
 }
 
