@@ -252,10 +252,20 @@ TEST_F(SecurityTest, ObjectsAndDatasetsAreReadByTheirTenantOnly) {
   CommandResult get = Meridian({"objects", "get", "q3", "--dir", cluster_->dir(), "--token", bob->secret});
   EXPECT_EQ(get.exit_code, 4);
   EXPECT_EQ(get.err, "meridian: object 'q3' is not of tenant 'team-b': user bob (submitter, tenant team-b) may not read it\n");
+  // Nor may he delete it, or read it by id in a job.
+  StatusOr<model::ObjectLocation> del = b.DeleteObject(q3->id);
+  EXPECT_EQ(del.status().code(), StatusCode::kPermissionDenied) << del.status().ToString();
+  StatusOr<rpc::SubmitResult> by_id = b.Submit(
+      "name: steal\ntasks:\n  - {name: c, kernel: sum, inputs: [object://" + q3->id + "]}\n", "steal.yaml");
+  EXPECT_EQ(by_id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(by_id.status().message().find("no object " + q3->id + " in the cluster that this job may read"),
+            std::string::npos)
+      << by_id.status().ToString();
   EXPECT_EQ(Store(), before);
   const std::string log = ReadFile(cluster_->dir() + "/logs/coordinator.log");
   EXPECT_NE(log.find("audit: refused ObjectService.Locate from ipv4:127.0.0.1:"), std::string::npos);
   EXPECT_NE(log.find("audit: refused ObjectService.Commit from ipv4:127.0.0.1:"), std::string::npos);
+  EXPECT_NE(log.find("audit: refused ObjectService.Delete from ipv4:127.0.0.1:"), std::string::npos);
 
   // Alice reads hers, and so would bob the same bytes once he puts them himself.
   CommandResult mine = Meridian({"objects", "get", "q3", "--dir", cluster_->dir(), "--token", alice->secret});

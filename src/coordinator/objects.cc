@@ -487,9 +487,8 @@ StatusOr<model::ObjectLocation> Coordinator::DeleteObject(const model::Caller& c
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = objects_.find(id);
-  if (it == objects_.end() || !MayReadLocked(caller, &it->second)) {
-    return NotFoundError(fmt::format("no object {} in the cluster", id));
-  }
+  if (it == objects_.end()) return NotFoundError(fmt::format("no object {} in the cluster", id));
+  if (!MayReadLocked(caller, &it->second)) return NotYours(caller, fmt::format("object {}", id));
   ObjectRt& o = it->second;
   if (dataset_objects_.count(id)) {
     return FailedPreconditionError(fmt::format("object {} is a shard of a dataset; datasets are kept for good", id));

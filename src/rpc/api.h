@@ -180,7 +180,8 @@ class ObjectApi {
   // reference, and the object goes once nothing holds it. FailedPrecondition for a
   // dataset's shard, a named object (names are kept), an object the tenant has no
   // such put of, and the object's last put (of any tenant) while an unfinished job
-  // reads it (object://ID); NotFound when the caller may read no such object.
+  // reads it (object://ID); NotFound when there is no such object, PermissionDenied
+  // when the caller's tenant may not read it.
   // Answers the object as the directory has it now.
   virtual StatusOr<model::ObjectLocation> DeleteObject(const model::Caller& caller, const std::string& id) = 0;
   // Names a list of objects the caller's tenant may read, in order, as a dataset of
