@@ -398,13 +398,24 @@ class Client:
 
     def _settle(self, job: Job, by_task: dict[str, list], futures: list[concurrent.futures.Future],
                 puts: list[ObjectRef]) -> None:
-        """Waits for the job, deletes the objects its calls were put as, then gives
-        each future its outcome."""
+        """Waits for the job, gives each future its outcome, then deletes the objects
+        its calls were put as."""
         try:
             self._c.wait(job.id)
-            self._delete_puts(puts)
-            view = self._c.job(job.id, tasks=True)
         except BaseException as e:  # the futures say what went wrong
+            for f in futures:
+                f.set_exception(e)
+            return
+        try:
+            self._settle_futures(job, by_task, futures)
+        finally:
+            self._delete_puts(puts)
+
+    def _settle_futures(self, job: Job, by_task: dict[str, list], futures: list[concurrent.futures.Future]) -> None:
+        """Gives each future of an ended job its call's outcome."""
+        try:
+            view = self._c.job(job.id, tasks=True)
+        except BaseException as e:
             for f in futures:
                 f.set_exception(e)
             return
