@@ -274,7 +274,10 @@ class Client:
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         """Runs ``fn(*args, **kwargs)`` as a task; its future (as Dask's
-        ``client.submit``). A :class:`RemoteFunction` keeps its resources."""
+        ``client.submit``). A :class:`RemoteFunction` keeps its resources. An
+        argument that is a future (of another call) is replaced by its result: the
+        call is submitted once that is done (and fails with its exception if it
+        failed)."""
         rf = fn if isinstance(fn, RemoteFunction) else RemoteFunction(fn)
         return self._run_calls(rf, [(args, kwargs)], 1)[0]
 
@@ -348,6 +351,60 @@ class Client:
         return task
 
     def _run_calls(self, rf: RemoteFunction, calls: list, chunk_size: int) -> list[concurrent.futures.Future]:
+        deps = [a for args, kwargs in calls for a in (*args, *kwargs.values()) if isinstance(a, concurrent.futures.Future)]
+        if deps:
+            return self._run_after(deps, rf, calls, chunk_size)
+        return self._run_calls_now(rf, calls, chunk_size)
+
+    def _run_after(self, deps: list[concurrent.futures.Future], rf: RemoteFunction, calls: list,
+                   chunk_size: int) -> list[concurrent.futures.Future]:
+        """Calls some of whose arguments are futures: submitted once every one of
+        those is done, with their results in their place; if one failed, each call's
+        future fails with its exception. Each call's future is returned at once (its
+        ``job_id`` is set when its job is submitted)."""
+        outer = [concurrent.futures.Future() for _ in calls]
+        left = [len(deps)]
+        lock = threading.Lock()
+
+        def resolve(a: Any) -> Any:
+            return a.result() if isinstance(a, concurrent.futures.Future) else a
+
+        def chain(inner: concurrent.futures.Future, f: concurrent.futures.Future) -> None:
+            f.job_id = getattr(inner, "job_id", None)  # type: ignore[attr-defined]
+            if not f.set_running_or_notify_cancel():
+                return  # cancelled while it waited
+            e = inner.exception()
+            if e is not None:
+                f.set_exception(e)
+            else:
+                f.set_result(inner.result())
+
+        def all_done() -> None:
+            try:
+                resolved = [(tuple(resolve(a) for a in args), {k: resolve(v) for k, v in kwargs.items()})
+                            for args, kwargs in calls]
+                inner = self._run_calls_now(rf, resolved, chunk_size)
+            except BaseException as e:  # a dependency's exception, or the submission's
+                for f in outer:
+                    if f.set_running_or_notify_cancel():
+                        f.set_exception(e)
+                return
+            for i, f in zip(inner, outer):
+                i.add_done_callback(lambda i, f=f: chain(i, f))
+
+        def one_done(_: concurrent.futures.Future) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                # Not on the thread that settled the dependency: submitting makes RPCs.
+                threading.Thread(target=all_done, daemon=True, name="meridian-after").start()
+
+        for d in deps:
+            d.add_done_callback(one_done)
+        return outer
+
+    def _run_calls_now(self, rf: RemoteFunction, calls: list, chunk_size: int) -> list[concurrent.futures.Future]:
         futures = [concurrent.futures.Future() for _ in calls]
         tasks = []
         by_task = {}

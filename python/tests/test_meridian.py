@@ -86,6 +86,20 @@ def test_map_keeps_order_and_groups_calls_into_tasks(client):
     assert job.status()["succeeded"] == 8
 
 
+def test_futures_as_arguments_pass_their_results(client):
+    a = meridian.remote(add).remote(1, 2)
+    b = client.submit(add, a, b=10)  # submitted once a is done, with a's result
+    assert b.result(TIMEOUT) == 13
+    assert b.job_id != a.job_id
+    assert client.gather(client.map(add, [a, b], [100, 200]), TIMEOUT) == [103, 213]
+    # A failed argument fails the call that needs it, with its exception; no job runs.
+    bad = client.submit(fail_on_three, 3)
+    after = client.submit(add, bad, 1)
+    with pytest.raises(ValueError, match="^bad 3$"):
+        after.result(TIMEOUT)
+    assert getattr(after, "job_id", None) is None
+
+
 def test_exceptions_come_back_with_their_traceback(client):
     futures = client.map(fail_on_three, range(6), chunk_size=6)
     done, _ = concurrent.futures.wait(futures, TIMEOUT)
