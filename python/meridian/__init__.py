@@ -36,8 +36,10 @@ wrong. docs/python.md has the whole story.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import math
@@ -46,6 +48,7 @@ import re
 import struct
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -463,10 +466,11 @@ class Client:
             for f in futures:
                 f.set_exception(e)
             return
-        try:
-            self._settle_futures(job, by_task, futures)
-        finally:
-            self._delete_puts(puts)
+        with _finishing(threading.current_thread()):
+            try:
+                self._settle_futures(job, by_task, futures)
+            finally:
+                self._delete_puts(puts)
 
     def _settle_futures(self, job: Job, by_task: dict[str, list], futures: list[concurrent.futures.Future]) -> None:
         """Gives each future of an ended job its call's outcome."""
@@ -512,6 +516,35 @@ class Client:
 
 
 _RECORD = struct.Struct("<QI")
+
+# Threads finishing a job's calls (results, deletes): the interpreter's exit waits for
+# them. A daemon thread whose C++ call returns while Python shuts down is stopped as it
+# takes the GIL back, which C++ cannot unwind from (the process aborts: "terminate
+# called without an active exception"). One still waiting for its job holds no GIL.
+_finishing_threads: set[threading.Thread] = set()
+_finishing_lock = threading.Lock()
+# How long the exit waits for them, in seconds.
+EXIT_WAIT_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def _finishing(t: threading.Thread):
+    with _finishing_lock:
+        _finishing_threads.add(t)
+    try:
+        yield
+    finally:
+        with _finishing_lock:
+            _finishing_threads.discard(t)
+
+
+@atexit.register
+def _wait_for_finishing_threads() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    with _finishing_lock:
+        threads = list(_finishing_threads)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _read_outcomes(data: bytearray, where: str) -> list[tuple[memoryview, list[memoryview]]]:

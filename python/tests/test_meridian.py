@@ -100,6 +100,17 @@ def test_futures_as_arguments_pass_their_results(client):
     assert getattr(after, "job_id", None) is None
 
 
+def test_a_script_that_exits_right_after_a_result_exits_cleanly(cluster_dir):
+    # The call's argument was put as an object, deleted after the result is given:
+    # the exit waits for that (a daemon thread stopped inside the C++ call aborted it).
+    script = ("import numpy as np, meridian\n"
+              f"meridian.connect(dir={cluster_dir!r})\n"
+              "print(meridian.remote(lambda a: float(a.sum())).remote(np.ones(1 << 19)).result(60))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "524288.0\n", "")
+
+
 def test_exceptions_come_back_with_their_traceback(client):
     futures = client.map(fail_on_three, range(6), chunk_size=6)
     done, _ = concurrent.futures.wait(futures, TIMEOUT)
