@@ -109,11 +109,7 @@ Status Agent::StartObjects() {
                     options_.object_memory_bytes, (std::filesystem::path(options_.work_dir) / "objects").string()}));
   objects_->SetListener([this](const objects::ObjectId& id, int64_t size, bool added) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (added) {
-      objects_added_.push_back(model::HeldObject{id.Hex(), size});
-    } else {
-      objects_removed_.push_back(id.Hex());
-    }
+    object_changes_.push_back(ObjectChange{model::HeldObject{id.Hex(), size}, added});
     cv_.notify_all();
   });
   if (options_.tls.enabled()) {
@@ -362,8 +358,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   if (objects_) {
     // The full list replaces what the coordinator knew; deltas before it are moot.
     for (const auto& [id, size] : objects_->List()) reg.objects.push_back(model::HeldObject{id.Hex(), size});
-    objects_added_.clear();
-    objects_removed_.clear();
+    object_changes_.clear();
   }
   // Running first, reports second: an attempt that ends in between is in one of them
   // (the executor reports before it forgets), so none looks lost.
@@ -431,10 +426,8 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   hb.holding = executor_->Running();  // before the reports, as in RegisterLocked
   lock.lock();
   const Reports::Sent sent = reports_.ForHeartbeat(hb);
-  const size_t added = std::min(objects_added_.size(), kMaxObjectChangesPerMessage);
-  const size_t removed = std::min(objects_removed_.size(), kMaxObjectChangesPerMessage);
-  hb.objects_added.assign(objects_added_.begin(), objects_added_.begin() + static_cast<std::ptrdiff_t>(added));
-  hb.objects_removed.assign(objects_removed_.begin(), objects_removed_.begin() + static_cast<std::ptrdiff_t>(removed));
+  const size_t changes = std::min(object_changes_.size(), kMaxObjectChangesPerMessage);
+  NetObjectChanges(object_changes_, changes, hb);
   lock.unlock();
   if (transfer_) {
     for (const auto& [site, c] : transfer_->sent()) {
@@ -456,12 +449,8 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   if (answer->interval_us > 0) heartbeat_interval_us_ = answer->interval_us;
   if (!answer->reregister) {
     // Acknowledged: the object changes sent (newer ones came after them)...
-    objects_added_.erase(objects_added_.begin(),
-                         objects_added_.begin() + static_cast<std::ptrdiff_t>(
-                                                      std::min(hb.objects_added.size(), objects_added_.size())));
-    objects_removed_.erase(objects_removed_.begin(),
-                           objects_removed_.begin() + static_cast<std::ptrdiff_t>(
-                                                          std::min(hb.objects_removed.size(), objects_removed_.size())));
+    object_changes_.erase(object_changes_.begin(),
+                          object_changes_.begin() + static_cast<std::ptrdiff_t>(std::min(changes, object_changes_.size())));
     // ...and the reports, unless a newer report replaced one meanwhile.
     reports_.Acknowledged(sent);
   }
@@ -543,7 +532,7 @@ Status Agent::Run() {
     // Wait for a finished task to report or the next heartbeat.
     const int64_t due = last_beat.us + heartbeat_interval_us_;
     cv_.wait_for(lock, std::chrono::microseconds(std::max<int64_t>(0, due - env_.clock().Now().us)), [&] {
-      return stopping_ || need_register_ || env_.clock().Now().us >= due || !objects_added_.empty() ||
+      return stopping_ || need_register_ || env_.clock().Now().us >= due || !object_changes_.empty() ||
              reports_.AnyEnded();
     });
     if (stopping_ || need_register_) continue;
@@ -569,7 +558,7 @@ Status Agent::Run() {
 bool Agent::LeaveIfIdle(std::unique_lock<std::mutex>& lock) {
   if (options_.idle_exit_us <= 0) return false;
   const MonotonicTime now = env_.clock().Now();
-  if (holding_ > 0 || reports_.size() > 0 || !objects_added_.empty() || !objects_removed_.empty() ||
+  if (holding_ > 0 || reports_.size() > 0 || !object_changes_.empty() ||
       busy_at_.us == 0) {
     busy_at_ = now;
     return false;

@@ -147,9 +147,8 @@ class Agent {
   std::atomic<bool> left_{false};
   // Final and running updates not yet acknowledged, newest per attempt.
   Reports reports_;
-  // Objects gained and dropped since the last acknowledged heartbeat.
-  std::vector<model::HeldObject> objects_added_;
-  std::vector<std::string> objects_removed_;
+  // Objects gained and dropped since the last acknowledged heartbeat, in order.
+  std::deque<ObjectChange> object_changes_;
   std::map<std::string, model::EmulatedLink> links_;  // from this site, by destination
   std::shared_ptr<rpc::NodeClient> stream_client_;
   std::thread stream_thread_;

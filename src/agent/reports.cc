@@ -83,4 +83,16 @@ void Reports::Acknowledged(const Sent& sent) {
   }
 }
 
+void NetObjectChanges(const std::deque<ObjectChange>& changes, size_t n, model::AgentHeartbeat& hb) {
+  std::map<std::string, const ObjectChange*> last;
+  for (size_t i = 0; i < n && i < changes.size(); ++i) last[changes[i].object.id] = &changes[i];
+  for (const auto& [id, c] : last) {
+    if (c->added) {
+      hb.objects_added.push_back(c->object);
+    } else {
+      hb.objects_removed.push_back(id);
+    }
+  }
+}
+
 }  // namespace meridian::agent

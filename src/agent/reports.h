@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -25,6 +26,18 @@ namespace meridian::agent {
 // coordinator was away, makes a message too large to deliver (the limit is 16 MiB).
 inline constexpr size_t kMaxReportBytesPerMessage = 4 << 20;
 inline constexpr size_t kMaxObjectChangesPerMessage = 20'000;
+
+// An object a node gained (added) or dropped, in the order the changes happened.
+struct ObjectChange {
+  model::HeldObject object;
+  bool added = false;
+};
+
+// What the first `n` of `changes` come to, each object once, as its last change left
+// it: the heartbeat's objects_added and objects_removed. Two lists lose the order, and
+// the coordinator applies the adds first: an object dropped and put again before a
+// heartbeat would otherwise vanish from the directory while the node holds it.
+void NetObjectChanges(const std::deque<ObjectChange>& changes, size_t n, model::AgentHeartbeat& hb);
 
 // About how many bytes a report takes in a message.
 size_t ReportBytes(const model::TaskUpdate& u);

@@ -68,5 +68,18 @@ TEST(ReportsTest, EndedAttemptsGoFirstAndMessagesStayWithinTheirBound) {
   EXPECT_TRUE(r.Ended(model::TaskKey{1, 3, 1}));
 }
 
+TEST(ReportsTest, ObjectChangesComeToEachObjectsLastChange) {
+  // x dropped then put again, y put then dropped, z put: in the order they happened.
+  std::deque<ObjectChange> changes = {{{"x", 0}, false}, {{"y", 5}, true}, {{"x", 7}, true},
+                                      {{"y", 5}, false}, {{"z", 3}, true}, {{"w", 1}, false}};
+  model::AgentHeartbeat hb;
+  NetObjectChanges(changes, 5, hb);  // w is for the next heartbeat
+  ASSERT_EQ(hb.objects_added.size(), 2u);
+  EXPECT_EQ(hb.objects_added[0].id, "x");
+  EXPECT_EQ(hb.objects_added[0].size, 7);
+  EXPECT_EQ(hb.objects_added[1].id, "z");
+  EXPECT_EQ(hb.objects_removed, std::vector<std::string>{"y"});
+}
+
 }  // namespace
 }  // namespace meridian::agent
