@@ -30,7 +30,26 @@ def time_map(map_fn, gather_fn, n: int) -> tuple[float, list]:
     return seconds, futures
 
 
-def bench_meridian(cluster_dir: str, n: int, repeat: int, ungrouped: int) -> dict:
+def call_milliseconds(client: meridian.Client, calls: int, warm: bool) -> list[float]:
+    """Milliseconds from f.remote(x) to its result, one call at a time (a task each)."""
+    f = meridian.remote(noop, warm=warm)
+    client.submit(f, -1).result()  # warm-up: the agent's interpreter starts
+    ms = []
+    for i in range(calls):
+        start = time.perf_counter()
+        if client.submit(f, i).result() != i:
+            raise SystemExit("bench: a wrong result from one call")
+        ms.append((time.perf_counter() - start) * 1000)
+    return ms
+
+
+def percentiles(ms: list[float]) -> dict:
+    s = sorted(ms)
+    return {"calls": len(s), "p50_ms": s[len(s) // 2], "p99_ms": s[min(len(s) - 1, len(s) * 99 // 100)],
+            "min_ms": s[0], "max_ms": s[-1]}
+
+
+def bench_meridian(cluster_dir: str, n: int, repeat: int, ungrouped: int, single: int) -> dict:
     client = meridian.connect(dir=cluster_dir)
     time_map(client.map, client.gather, 10)  # warm-up: the first interpreter start
     timed = [time_map(client.map, client.gather, n) for _ in range(repeat)]
@@ -38,8 +57,13 @@ def bench_meridian(cluster_dir: str, n: int, repeat: int, ungrouped: int) -> dic
     tasks = len(client.job(timed[-1][1][0].job_id).tasks())
     # One call a task (no grouping): each task starts an interpreter of its own.
     one, _ = time_map(lambda f, it: client.map(f, it, chunk_size=1), client.gather, ungrouped)
+    # One call at a time, forked from the agent's warm interpreter and, the baseline,
+    # each in an interpreter of its own.
+    warm = percentiles(call_milliseconds(client, single, True))
+    cold = percentiles(call_milliseconds(client, single, False))
     return {"seconds": runs, "best_seconds": min(runs), "tasks_per_second": n / min(runs), "job_tasks": tasks,
-            "one_call_per_task": {"calls": ungrouped, "seconds": one, "tasks_per_second": ungrouped / one}}
+            "one_call_per_task": {"calls": ungrouped, "seconds": one, "tasks_per_second": ungrouped / one},
+            "single_call_warm": warm, "single_call_cold": cold}
 
 
 def bench_dask(workers: int, n: int, repeat: int) -> dict:
@@ -59,12 +83,16 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2, help="Dask worker processes (one thread each)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--ungrouped", type=int, default=200, help="calls timed with one call a task")
+    p.add_argument("--single", type=int, default=50, help="calls timed one at a time, warm and cold")
     a = p.parse_args()
-    if min(a.tasks, a.repeat, a.workers, a.ungrouped) < 1:
-        raise SystemExit("bench: --tasks, --repeat, --workers and --ungrouped must be at least 1")
-    m = bench_meridian(a.dir, a.tasks, a.repeat, a.ungrouped)
+    if min(a.tasks, a.repeat, a.workers, a.ungrouped, a.single) < 1:
+        raise SystemExit("bench: --tasks, --repeat, --workers, --ungrouped and --single must be at least 1")
+    m = bench_meridian(a.dir, a.tasks, a.repeat, a.ungrouped, a.single)
     d = bench_dask(a.workers, a.tasks, a.repeat)
-    json.dump({"tasks": a.tasks, "meridian": m, "dask": d, "ratio": m["tasks_per_second"] / d["tasks_per_second"]},
+    json.dump({"tasks": a.tasks, "meridian": m, "dask": d, "ratio": m["tasks_per_second"] / d["tasks_per_second"],
+               "single_call_p50_ms": m["single_call_warm"]["p50_ms"],
+               "single_call_cold_p50_ms": m["single_call_cold"]["p50_ms"],
+               "warm_ratio": m["single_call_cold"]["p50_ms"] / m["single_call_warm"]["p50_ms"]},
               sys.stdout)
     print()
     return 0

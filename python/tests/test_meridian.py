@@ -293,12 +293,35 @@ def test_a_remote_function_the_cluster_cannot_run_is_refused_saying_why(client):
         meridian.remote(one).options(gpu=1)
 
 
+def _parent():
+    import os
+    return os.getppid()
+
+
+def test_calls_fork_from_the_agents_warm_interpreter_unless_told_not_to(client):
+    warm = meridian.remote(_parent, site="east")
+    cold = warm.options(warm=False)
+    first, second = warm.remote().result(TIMEOUT), warm.remote().result(TIMEOUT)
+    own = cold.remote().result(TIMEOUT)
+
+    def cmdline(pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+
+    # Both warm calls' parent is the one interpreter (python -c ...); the cold call's
+    # is the agent itself.
+    assert first == second
+    assert cmdline(first)[1] == b"-c"
+    assert own != first
+    assert b"agent" in cmdline(own)
+
+
 def test_bench_py_tasks_prints_both_figures_from_one_run(meridian_bin):
     import json
     import math
 
     out = subprocess.run([meridian_bin, "bench", "py-tasks", "--tasks", "200", "--repeat", "1", "--ungrouped", "4",
-                          "--json"], capture_output=True, text=True, timeout=600)
+                          "--single", "3", "--json"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     j = json.loads(out.stdout)
     m, d = j["meridian"], j["dask"]
@@ -310,6 +333,10 @@ def test_bench_py_tasks_prints_both_figures_from_one_run(meridian_bin):
     assert m["tasks_per_second"] == 200 / m["best_seconds"]
     assert d["tasks_per_second"] == 200 / d["best_seconds"]
     assert j["ratio"] == m["tasks_per_second"] / d["tasks_per_second"]
+    warm, cold = m["single_call_warm"], m["single_call_cold"]
+    assert (warm["calls"], cold["calls"]) == (3, 3)
+    assert j["single_call_p50_ms"] == warm["p50_ms"] and j["single_call_cold_p50_ms"] == cold["p50_ms"]
+    assert j["warm_ratio"] == cold["p50_ms"] / warm["p50_ms"]
     bad = subprocess.run([meridian_bin, "bench", "py-tasks", "--tasks", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--tasks: expected 1 to 10,000,000" in bad.stderr
 

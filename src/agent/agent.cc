@@ -88,6 +88,7 @@ Agent::Agent(AgentOptions options, Env& env)
                          return model::HeldObject{id.Hex(), static_cast<int64_t>(output.size())};
                        }};
   exec.task_uid_base = options_.task_uid_base;
+  exec.warm_python = options_.warm_python;
   exec.release_object = [this](const std::string& hex) {
     StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(hex);
     if (id.ok() && objects_) objects_->Release(*id);

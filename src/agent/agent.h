@@ -52,6 +52,8 @@ struct AgentOptions {
   // Commands run as their tenant's user from this uid up (ExecutorOptions); 0: as
   // the agent's user.
   int task_uid_base = 0;
+  // Python tasks fork from warm interpreters (ExecutorOptions::warm_python).
+  bool warm_python = true;
   // Where its Prometheus /metrics listens (HTTPS with the node's certificate; plain
   // HTTP when insecure), port 0 for a free one; empty: no listener. Only a monitoring
   // certificate of the cluster's CA ("monitor:NAME") or the coordinator's may read it.

@@ -107,6 +107,11 @@ Executor::Executor(ExecutorOptions options, UpdateFn on_update)
     MERIDIAN_LOG_INFO("commands run as their tenant's user (uid {} and up), in {}", options_.task_uid_base,
                       tasks_root_.string());
   }
+  if (options_.warm_python) {
+    WarmPythonOptions warm;
+    warm.log_path = options_.work_dir + "/warm-python.log";
+    warm_python_ = std::make_unique<WarmPython>(std::move(warm));
+  }
   int n = options_.kernel_threads > 0 ? options_.kernel_threads
                                       : std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (int i = 0; i < n; ++i) kernel_threads_.emplace_back([this] { KernelWorker(); });
@@ -530,9 +535,17 @@ void Executor::RunCommand(Running_& task) {
   watch.dir = dir.string();
   watch.uid = p.uid >= 0 ? p.uid : -1;
   if (options_.store_output) p.on_interval = [this, &watch, key = a.key] { CollectCheckpoint(key, watch); };
+  if (warm_python_ && !ec) p.launcher = warm_python_->LauncherFor(p);
   StatusOr<ProcessResult> r = ec ? StatusOr<ProcessResult>(UnavailableError(
                                        fmt::format("cannot create {}: {}", dir.string(), ec.message())))
                                  : RunProcess(p, task.stop);
+  if (!r.ok() && p.launcher) {
+    // The warm interpreter could not start it (none of the script ran): a cold one does.
+    MERIDIAN_LOG_WARN("task {}/{} attempt {} starts cold: {}", a.key.job, a.key.task, a.key.attempt,
+                      r.status().message());
+    p.launcher = nullptr;
+    r = RunProcess(p, task.stop);
+  }
   if (!r.ok()) {
     u.kind = model::UpdateKind::kFailed;
     u.exit_code = 127;

@@ -25,6 +25,7 @@
 #include "common/cgroup.h"
 #include "common/status.h"
 #include "model/run_state.h"
+#include "agent/warm_python.h"
 
 namespace meridian::agent {
 
@@ -79,6 +80,9 @@ struct ExecutorOptions {
   // Drops the reference store_output took on an object (a checkpoint superseded by a
   // newer one of the same attempt); none: superseded checkpoints stay stored.
   std::function<void(const std::string& id)> release_object = {};
+  // Python scripts (`python SCRIPT.py ...`, a remote function's task) fork from a warm
+  // interpreter (warm_python.h) instead of starting one each; false: each starts cold.
+  bool warm_python = true;
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.
@@ -97,6 +101,8 @@ class Executor {
   void Cancel(const model::TaskKey& key);
   std::vector<model::TaskKey> Running() const;
   int64_t cpu_allocated_milli() const;
+  // Commands started in a warm Python interpreter so far.
+  int64_t warm_python_starts() const { return warm_python_ ? warm_python_->warm_starts() : 0; }
 
  private:
   struct Running_ {
@@ -141,6 +147,7 @@ class Executor {
   const ExecutorOptions options_;
   const UpdateFn on_update_;
   std::optional<CgroupTree> cgroups_;  // set once in the constructor
+  std::unique_ptr<WarmPython> warm_python_;  // set once in the constructor, when options_.warm_python
   // Where task directories go: work_dir/tasks, or, when tasks run as other users
   // who cannot reach work_dir (under a home directory of mode 0700), a directory of
   // the agent's own made in /tmp (removed with the executor).

@@ -5,11 +5,13 @@
 #include <sys/socket.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -228,6 +230,41 @@ TEST_F(ExecutorTest, CommandsRunAsTheirTenantsUserAndCannotReadAnotherTenantsDir
   model::TaskUpdate ua = Final(a.key);
   EXPECT_EQ(ua.kind, model::UpdateKind::kSucceeded) << ua.reason;
   EXPECT_EQ(ua.output, fmt::format("{}\n{}\n{}\n", uid_a, uid_a, uid_a));  // no supplementary groups
+}
+
+TEST_F(ExecutorTest, PythonScriptsForkFromAWarmInterpreterAsTheirTenantsUserInTheirTaskDirectory) {
+  const bool root = geteuid() == 0;
+  if (root) Reset(nullptr, nullptr, nullptr, nullptr, 200'000);
+  std::filesystem::create_directories(dir_);
+  const std::string script = (dir_ / "task.py").string();
+  std::ofstream(script) << "import os, time\n"
+                           "print(os.getuid(), os.getcwd() == os.environ['HOME'], os.environ['MERIDIAN_TASK_INDEX'],\n"
+                           "      os.environ.get('MERIDIAN_TOKEN'), open(os.environ['MERIDIAN_INPUTS'] + '/0').read())\n"
+                           "if os.environ['MERIDIAN_TASK_INDEX'] == '2':\n"
+                           "    time.sleep(30)\n";
+  chmod(dir_.c_str(), 0755);
+  chmod(script.c_str(), 0644);
+  setenv("MERIDIAN_TOKEN", "mrd_agent_secret", 1);
+  std::vector<model::TaskAssignment> tasks;
+  for (uint32_t i = 0; i < 3; ++i) {
+    tasks.push_back(Task(i, {"/usr/bin/python3", script}));
+    tasks.back().tenant = "team-a";
+    tasks.back().inputs = {"in" + std::to_string(i)};
+    ASSERT_TRUE(exec_->Start(tasks.back()));
+  }
+  const int uid = root ? TaskUid(200'000, "team-a") : static_cast<int>(geteuid());
+  for (uint32_t i = 0; i < 2; ++i) {
+    model::TaskUpdate u = Final(tasks[i].key);
+    EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason << u.stderr_tail;
+    EXPECT_EQ(u.output, fmt::format("{} True {} None in{}\n", uid, i, i));
+  }
+  // A cancel reaches a warm task as it reaches any.
+  exec_->Cancel(tasks[2].key);
+  model::TaskUpdate c = Final(tasks[2].key);
+  unsetenv("MERIDIAN_TOKEN");
+  EXPECT_EQ(c.kind, model::UpdateKind::kCancelled);
+  EXPECT_EQ(c.reason, "killed on cancel");
+  EXPECT_EQ(exec_->warm_python_starts(), 3);
 }
 
 TEST_F(ExecutorTest, WithoutTaskUsersCommandsRunAsTheAgentWithoutCoreDumps) {

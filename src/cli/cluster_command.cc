@@ -329,6 +329,7 @@ Status RunAgent(const AgentCommandOptions& given) {
     }
     options.idle_exit_us = *idle;
   }
+  options.warm_python = !o.cold_python;
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
   if (options.task_uid_base > 0 && geteuid() != 0) {
     return InvalidArgumentError("--task-uid-base: running commands as other users needs the agent to run as root");

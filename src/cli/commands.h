@@ -243,6 +243,8 @@ struct AgentCommandOptions {
   // Commands run as their tenant's user, uid from this up; -1: 200000 when the agent
   // runs as root, else none; 0: none (as the agent's user).
   int task_uid_base = -1;
+  // Every Python task starts an interpreter of its own (no warm ones).
+  bool cold_python = false;
   // Idle this long, the agent leaves the pool and exits (empty or 0: never).
   std::string idle_exit;
   // Inside a Slurm job: the node is the job's share of this machine (spec/slurm.h),
@@ -580,6 +582,7 @@ struct BenchPyTasksOptions {
   int64_t tasks = 20'000;
   int repeat = 3;
   int ungrouped = 200;  // calls timed with one task each
+  int single = 50;      // calls timed one at a time, warm and cold
   bool json = false;
 };
 // `meridian bench py-tasks`: Python functions through client.map, against Dask's.

@@ -110,7 +110,10 @@ int main(int argc, char** argv) {
   bench_py->add_option("--tasks", bench_py_opts.tasks, "Functions to map (default 20000)");
   bench_py->add_option("--repeat", bench_py_opts.repeat, "Timed runs of each; the best counts (default 3)");
   bench_py->add_option("--ungrouped", bench_py_opts.ungrouped,
-                       "Calls timed with one task each, an interpreter a call (default 200)");
+                       "Calls timed with one task each (default 200)");
+  bench_py->add_option("--single", bench_py_opts.single,
+                       "Calls timed one at a time, forked from a warm interpreter and in one of their own each "
+                       "(default 50)");
   bench_py->add_flag("--json", bench_py_opts.json, "Print JSON for scripts");
 
   cli::BenchTransferOptions bench_transfer_opts;
@@ -329,6 +332,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--task-uid-base", agent.task_uid_base,
                         "Commands run as their tenant's user, uid BASE + a hash of the tenant (default 200000 when "
                         "run as root; 0: as the agent's user)");
+  agent_cmd->add_flag("--cold-python", agent.cold_python,
+                      "Start an interpreter for each Python task (python SCRIPT.py) instead of forking it from a "
+                      "warm one");
   agent_cmd
       ->add_option("--idle-exit", agent.idle_exit,
                    "Idle this long (nothing running), leave the pool and exit: under a batch system the node goes "

@@ -127,6 +127,8 @@ std::vector<std::string> CurrentEnvironment() {
   return out;
 }
 
+std::string FindProgram(const std::string& name) { return FindInPath(name); }
+
 std::string SelfExecutable() {
   std::error_code ec;
   std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -215,6 +217,7 @@ __attribute__((noinline)) pid_t VforkChild(const ChildSetup& c) {
 
 StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::atomic<bool>& stop) {
   if (options.argv.empty()) return InvalidArgumentError("an empty command");
+  const bool launched = options.launcher != nullptr;
   std::string program = FindInPath(options.argv[0]);
   if (program.empty()) return NotFoundError(fmt::format("cannot run '{}': not found in PATH", options.argv[0]));
   int out_pipe[2], err_pipe[2], exec_pipe[2];
@@ -249,19 +252,32 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
       }
     }
   }
-  sigset_t all_signals, caller_mask;
-  sigfillset(&all_signals);
-  pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
-  const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
-                         out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
-  const pid_t pid = VforkChild(setup);
-  const int vfork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
-  if (pid < 0) {
-    if (cgroup_procs >= 0) close(cgroup_procs);
-    return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(vfork_errno)));
+  pid_t pid = -1;
+  if (launched) {
+    StatusOr<int> started = options.launcher->start(options, out_pipe[1], err_pipe[1], cgroup_procs);
+    if (!started.ok()) {
+      for (int fd : {cgroup_procs, out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]}) {
+        if (fd >= 0) close(fd);
+      }
+      if (cgroup_procs >= 0) KillAndRemoveCgroup(options.cgroup);
+      return started.status();
+    }
+    pid = *started;
+  } else {
+    sigset_t all_signals, caller_mask;
+    sigfillset(&all_signals);
+    pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
+    const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
+                           out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
+    pid = VforkChild(setup);
+    const int vfork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
+    if (pid < 0) {
+      if (cgroup_procs >= 0) close(cgroup_procs);
+      return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(vfork_errno)));
+    }
+    setpgid(pid, pid);
   }
-  setpgid(pid, pid);
   if (cgroup_procs >= 0) close(cgroup_procs);
   close(out_pipe[1]);
   close(err_pipe[1]);
@@ -276,7 +292,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   int exec_errno = 0;
   ssize_t got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
   close(exec_pipe[0]);
-  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
+  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {  // never for a launched child: the pipe is not its
     waitpid(pid, nullptr, 0);
     close(out_pipe[0]);
     close(err_pipe[0]);
@@ -330,7 +346,11 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     if (f.fd >= 0) close(f.fd);
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (launched) {
+    status = options.launcher->wait(pid);
+  } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   if (!killed) kill(-pid, SIGKILL);  // anything it left behind in its group
   if (!options.record_file.empty()) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,20 @@ struct OutputSoFar {
   std::string stderr_new;
   int64_t stdout_bytes = 0;  // in all, up to the end of stdout_new
   int64_t stderr_bytes = 0;
+};
+
+struct ProcessOptions;
+
+// Starts a child some other way than fork and exec (an agent's warm interpreter forks
+// it), for RunProcess to watch as its own.
+struct ProcessLauncher {
+  // Starts `options`' program with the given stdout and stderr, its resource limits,
+  // working directory and environment; before it runs any of the program's code, it
+  // joins the cgroup whose cgroup.procs is open as `cgroup_procs` (-1: none). Returns
+  // its pid, which leads a process group of its own.
+  std::function<StatusOr<int>(const ProcessOptions& options, int stdout_fd, int stderr_fd, int cgroup_procs)> start;
+  // Waits for that child to end and returns its wait status (as waitpid gives it).
+  std::function<int(int pid)> wait;
 };
 
 struct ProcessOptions {
@@ -62,6 +77,9 @@ struct ProcessOptions {
   // collects a task's checkpoints with it), on the thread that waits for the child.
   std::function<void()> on_interval;
   int64_t output_interval_us = 1'000'000;
+  // Starts the child instead of fork and exec; none: fork and exec (uid and gid are
+  // then the launcher's to honour).
+  std::shared_ptr<const ProcessLauncher> launcher;
 };
 
 struct ProcessResult {
@@ -95,6 +113,10 @@ std::vector<std::string> CurrentEnvironment();
 // Starts `argv` detached (new session, stdin from /dev/null, stdout and stderr to
 // `log_path`, appended) and returns its pid without waiting.
 StatusOr<int> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path);
+
+// Where `name` is run from: itself when it holds a '/', else the first executable of
+// that name in PATH; empty when there is none.
+std::string FindProgram(const std::string& name);
 
 // The path of the running executable.
 std::string SelfExecutable();
