@@ -152,6 +152,8 @@ StatusOr<std::shared_ptr<WarmPython::Interpreter>> WarmPython::Interpreter::Star
     // Raw system calls: only this thread's credentials change.
     if (gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, gid) != 0)) _exit(126);
     if (uid >= 0 && syscall(SYS_setuid, uid) != 0) _exit(126);
+    // Somewhere that user may be (the agent's directory may be closed to it).
+    if (chdir("/") != 0) _exit(126);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -12,10 +12,11 @@ imports the MODULEs (what the tasks would import first: cloudpickle), says
   body: NUL-separated fields, the working directory, then ``argv`` (counted), the
   environment (counted) and the resource limits (counted, each ``RESOURCE LIMIT``).
 - It forks. The parent answers ``started SEQ PID``; the child leads a process group
-  of its own (made so before the answer), dies with this process, and waits for one byte ``g`` on the go pipe: the agent
-  moves it into the task's cgroup first. Then it sets its limits, standard streams,
-  working directory, environment and ``sys.argv``, and runs the script as
-  ``python SCRIPT ARGS...`` would, exiting with the code it would.
+  of its own (made so before the answer), dies with this process, and waits for one
+  byte ``g`` on the go pipe: the agent moves it into the task's cgroup first. Then it
+  sets its limits, standard streams, working directory, environment and ``sys.argv``,
+  and runs the script as ``python SCRIPT ARGS...`` would, exiting with the code it
+  would.
 - When a child ends it says ``exited PID STATUS`` (a raw wait status).
 
 When the agent goes (end of file on the socket) it kills its children and exits.
@@ -23,10 +24,12 @@ Everything it reads is bounded; anything malformed ends it (the agent starts ano
 """
 
 import atexit
+import builtins
 import ctypes
+import gc
+import importlib.machinery
 import os
 import resource
-import runpy
 import select
 import signal
 import socket
@@ -34,6 +37,7 @@ import struct
 import sys
 import threading
 import traceback
+import types
 
 CONTROL_FD = 3
 HEADER = struct.Struct("<QQ")
@@ -65,12 +69,22 @@ def _run_script(argv):
     sys.path[0] = os.path.dirname(os.path.realpath(script))
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        # What the interpreter does with a script (runpy.run_path is slower: it
+        # imports pkgutil in each child): a fresh __main__, the file compiled as given.
+        main = types.ModuleType("__main__")
+        main.__file__ = script
+        main.__cached__ = None
+        main.__builtins__ = builtins
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+        sys.modules["__main__"] = main
+        with open(script, "rb") as f:
+            source = f.read()
+        exec(compile(source, script, "exec"), main.__dict__)
     except SystemExit as e:
         code = _exit_code(e)
     except BaseException as e:
         # As the interpreter reports it: from the script's first frame on (not this
-        # file's nor runpy's), through sys.excepthook.
+        # file's), through sys.excepthook.
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
@@ -167,6 +181,9 @@ def main():
             __import__(module)
         except ImportError:
             pass
+    # What is here now stays as it is: the collector never walks it in a child (which
+    # would copy every page it touches).
+    gc.freeze()
     ctl = socket.socket(fileno=CONTROL_FD)
     wakeup = os.pipe()
     for fd in wakeup:

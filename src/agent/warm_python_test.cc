@@ -73,7 +73,7 @@ TEST_F(WarmPythonTest, AScriptRunsWarmExactlyAsItRunsCold) {
   const std::string script = Script("show.py",
                                     "import os, sys, resource\n"
                                     "print(sys.argv, os.getcwd(), os.environ['FOO'], sorted(os.environ))\n"
-                                    "print(sys.path[0], __name__, resource.getrlimit(resource.RLIMIT_CORE))\n"
+                                    "print(sys.path[0], __name__, __file__, __spec__, __doc__, resource.getrlimit(resource.RLIMIT_CORE))\n"
                                     "print(sys.stdin.read() == '', os.getpgid(0) == os.getpid())\n"
                                     "sys.stdout.write('x' * 200000)\n"
                                     "print('to stderr', file=sys.stderr)\n"
