@@ -394,15 +394,15 @@ std::shared_ptr<const ProcessLauncher> WarmPython::LauncherFor(const ProcessOpti
         // The idle one used least recently goes; with none idle, this task runs cold.
         auto victim = interpreters_.end();
         for (auto i = interpreters_.begin(); i != interpreters_.end(); ++i) {
-          if (i->second->tasks() == 0 && (victim == interpreters_.end() || last_used_[i->first] < last_used_[victim->first])) {
-            victim = i;
-          }
+          const bool older = victim == interpreters_.end() || last_used_[i->first] < last_used_[victim->first];
+          if (i->second->tasks() == 0 && older) victim = i;
         }
         if (victim == interpreters_.end()) return nullptr;
         last_used_.erase(victim->first);
         interpreters_.erase(victim);
       }
-      StatusOr<std::shared_ptr<Interpreter>> started = Interpreter::Start(key.program, key.uid, key.gid, key.env, options_);
+      StatusOr<std::shared_ptr<Interpreter>> started =
+          Interpreter::Start(key.program, key.uid, key.gid, key.env, options_);
       if (!started.ok()) {
         MERIDIAN_LOG_WARN("Python tasks start cold: {}", started.status().message());
         cold_left_[key] = options_.cold_after_failure;

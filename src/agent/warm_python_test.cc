@@ -73,7 +73,8 @@ TEST_F(WarmPythonTest, AScriptRunsWarmExactlyAsItRunsCold) {
   const std::string script = Script("show.py",
                                     "import os, sys, resource\n"
                                     "print(sys.argv, os.getcwd(), os.environ['FOO'], sorted(os.environ))\n"
-                                    "print(sys.path[0], __name__, __file__, __spec__, __doc__, resource.getrlimit(resource.RLIMIT_CORE))\n"
+                                    "print(sys.path[0], __name__, __file__, __spec__, __doc__,\n"
+                                    "      resource.getrlimit(resource.RLIMIT_CORE))\n"
                                     "print(sys.stdin.read() == '', os.getpgid(0) == os.getpid())\n"
                                     "sys.stdout.write('x' * 200000)\n"
                                     "print('to stderr', file=sys.stderr)\n"
@@ -197,8 +198,10 @@ TEST_F(WarmPythonTest, TimeoutsAndStopsKillIt) {
 TEST_F(WarmPythonTest, ItJoinsItsTasksCgroupBeforeItRunsAndRunsAsItsUser) {
   if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
   StatusOr<CgroupTree> tree = CgroupTree::Open(fmt::format("meridian-warm-test-{}", getpid()));
-  ProcessOptions p = Options({"/usr/bin/python3", Script("who.py", "import os\nprint(os.getuid(), os.getgid(), os.getgroups())\n"
-                                                          "print(open('/proc/self/cgroup').read().strip())\n")});
+  const std::string who = Script("who.py",
+                                 "import os\nprint(os.getuid(), os.getgid(), os.getgroups())\n"
+                                 "print(open('/proc/self/cgroup').read().strip())\n");
+  ProcessOptions p = Options({"/usr/bin/python3", who});
   p.uid = p.gid = 200'123;
   p.cwd = "/";
   if (tree.ok()) p.cgroup = tree->TaskCgroup("task-1-2-3");
