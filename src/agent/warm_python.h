@@ -45,7 +45,7 @@ struct WarmPythonOptions {
   int max_interpreters = 8;
   // Imported by each interpreter as it starts (one that is missing is skipped): what
   // a remote function's worker imports.
-  std::vector<std::string> preload = {"cloudpickle", "base64", "mmap", "pickle"};
+  std::vector<std::string> preload = {"cloudpickle", "base64", "mmap", "pickle", "__future__"};
   // Where interpreters' own stderr goes (appended); their tasks' goes to the task.
   std::string log_path;
   // How long an interpreter may take to start before its tasks start cold; after a
