@@ -20,6 +20,7 @@
 
 #include "agent/warm_python_source.h"  // kWarmPythonSource, generated from warm_python.py
 #include "common/logging.h"
+#include "common/net.h"
 
 extern char** environ;
 
@@ -273,23 +274,8 @@ StatusOr<int> WarmPython::Interpreter::Spawn(const ProcessOptions& o, int stdout
   bool sent = false;
   {
     std::lock_guard<std::mutex> lock(send_mu_);
-    iovec iov{header, sizeof(header)};
     const int fds[3] = {stdout_fd, stderr_fd, go[0]};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(fds));
-    std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-    ssize_t n;
-    do {
-      n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    const ssize_t n = SendWithDescriptors(fd_, header, sizeof(header), fds);
     sent = n == static_cast<ssize_t>(sizeof(header)) && SendAll(fd_, body.data(), body.size());
   }
   close(go[0]);

@@ -80,23 +80,8 @@ StatusOr<std::unique_ptr<ShmStream>> ShmStream::Offer(std::unique_ptr<TcpStream>
   } else {
     new (mapping) Header{kMagic, capacity, {0}, {0}};
     // The descriptor, with one byte to carry it.
-    char byte = 'R';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    ssize_t n;
-    do {
-      n = sendmsg(socket->fd(), &msg, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    const char byte = 'R';
+    const ssize_t n = SendWithDescriptors(socket->fd(), &byte, 1, std::span<const int>(&fd, 1));
     if (n != 1) s = UnavailableError(Errno("handing over the shared ring"));
   }
   close(fd);  // the mapping (and the peer's descriptor) keep it

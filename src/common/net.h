@@ -101,4 +101,9 @@ class TcpListener {
   int port_;
 };
 
+// Sends `size` bytes (at least one, to carry them) on a Unix socket with the
+// descriptors `fds` attached (SCM_RIGHTS), retrying on EINTR, without SIGPIPE. Returns
+// sendmsg's result: the bytes sent (perhaps fewer than `size`), or -1 with errno set.
+ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span<const int> fds);
+
 }  // namespace meridian

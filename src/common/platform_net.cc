@@ -261,4 +261,24 @@ StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, 
   return std::make_pair(host, port);
 }
 
+ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span<const int> fds) {
+  iovec iov{const_cast<void*>(data), size};
+  std::vector<char> control(CMSG_SPACE(fds.size_bytes()));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(fds.size_bytes());
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size_bytes());
+  ssize_t n;
+  do {
+    n = sendmsg(socket, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 }  // namespace meridian
