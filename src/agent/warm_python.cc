@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -21,8 +21,6 @@
 #include "agent/warm_python_source.h"  // kWarmPythonSource, generated from warm_python.py
 #include "common/logging.h"
 #include "common/net.h"
-
-extern char** environ;
 
 namespace meridian::agent {
 namespace {
@@ -39,29 +37,24 @@ bool ReadAtStart(const std::string& entry) {
   return false;
 }
 
-// The fields of /proc/PID/status named `name` ("PPid", "Uid"), or empty.
-std::vector<long> StatusField(int pid, const std::string& name) {
+// Whether process `pid` is a child of `parent` whose uids (real, effective, saved,
+// file system) are all `uid` (-1: any), by one read of /proc/PID/status.
+bool ChildOfAs(int pid, pid_t parent, int uid) {
   std::ifstream in(fmt::format("/proc/{}/status", pid));
+  bool parent_ok = false, uid_ok = false;
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + ":", 0) != 0) continue;
-    std::istringstream fields(line.substr(name.size() + 1));
-    std::vector<long> out;
-    for (long v; fields >> v;) out.push_back(v);
-    return out;
+  while (std::getline(in, line) && !(parent_ok && uid_ok)) {
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    std::vector<long> values;
+    for (long v; fields >> v;) values.push_back(v);
+    if (name == "PPid:") parent_ok = values.size() == 1 && values[0] == parent;
+    if (name == "Uid:") {
+      uid_ok = !values.empty() && (uid < 0 || std::all_of(values.begin(), values.end(), [&](long u) { return u == uid; }));
+    }
   }
-  return {};
-}
-
-bool SendAll(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t sent = send(fd, data, n, MSG_NOSIGNAL);
-    if (sent < 0 && errno == EINTR) continue;
-    if (sent <= 0) return false;
-    data += sent;
-    n -= static_cast<size_t>(sent);
-  }
-  return true;
+  return parent_ok && uid_ok;
 }
 
 // A copy of `fd` numbered 10 or more (close-on-exec), so that the child's dup2 onto
@@ -78,9 +71,7 @@ int HighFd(int fd) {
 // interpreter says; Spawn and Wait wait on it.
 class WarmPython::Interpreter {
  public:
-  static StatusOr<std::shared_ptr<Interpreter>> Start(const std::string& program, int uid, int gid,
-                                                      const std::vector<std::string>& env,
-                                                      const WarmPythonOptions& options);
+  static StatusOr<std::shared_ptr<Interpreter>> Start(const Key& key, const WarmPythonOptions& options);
   ~Interpreter();
 
   StatusOr<int> Spawn(const ProcessOptions& o, int stdout_fd, int stderr_fd, int cgroup_procs);
@@ -115,9 +106,10 @@ class WarmPython::Interpreter {
   std::set<int> live_;                 // GUARDED_BY(mu_); started, not yet waited for
 };
 
-StatusOr<std::shared_ptr<WarmPython::Interpreter>> WarmPython::Interpreter::Start(
-    const std::string& program, int uid, int gid, const std::vector<std::string>& env,
-    const WarmPythonOptions& options) {
+StatusOr<std::shared_ptr<WarmPython::Interpreter>> WarmPython::Interpreter::Start(const Key& key,
+                                                                                 const WarmPythonOptions& options) {
+  const std::string& program = key.program;
+  const int uid = key.uid, gid = key.gid;
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     return UnavailableError(fmt::format("cannot make a socket pair: {}", std::strerror(errno)));
@@ -131,7 +123,7 @@ StatusOr<std::shared_ptr<WarmPython::Interpreter>> WarmPython::Interpreter::Star
   // Everything the child needs, made before the fork: it may only make system calls.
   std::vector<std::string> args = {program, "-c", kWarmPythonSource, std::to_string(uid), std::to_string(gid)};
   args.insert(args.end(), options.preload.begin(), options.preload.end());
-  std::vector<std::string> envs = env;
+  std::vector<std::string> envs = key.env;
   envs.push_back("HOME=/nonexistent");
   std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
@@ -276,7 +268,7 @@ StatusOr<int> WarmPython::Interpreter::Spawn(const ProcessOptions& o, int stdout
     std::lock_guard<std::mutex> lock(send_mu_);
     const int fds[3] = {stdout_fd, stderr_fd, go[0]};
     const ssize_t n = SendWithDescriptors(fd_, header, sizeof(header), fds);
-    sent = n == static_cast<ssize_t>(sizeof(header)) && SendAll(fd_, body.data(), body.size());
+    sent = n == static_cast<ssize_t>(sizeof(header)) && SendAll(fd_, body);
   }
   close(go[0]);
   int pid = -1;
@@ -289,10 +281,7 @@ StatusOr<int> WarmPython::Interpreter::Spawn(const ProcessOptions& o, int stdout
     }
   }
   // Only its own child, of the tasks' user, is let go (and moved into the cgroup).
-  std::vector<long> ppid = pid > 0 ? StatusField(pid, "PPid") : std::vector<long>();
-  std::vector<long> uids = pid > 0 ? StatusField(pid, "Uid") : std::vector<long>();
-  const bool its_own = !ppid.empty() && ppid[0] == pid_ && !uids.empty() &&
-                       (uid_ < 0 || std::all_of(uids.begin(), uids.end(), [&](long u) { return u == uid_; }));
+  const bool its_own = pid > 0 && ChildOfAs(pid, pid_, uid_);
   bool placed = its_own;
   if (its_own && cgroup_procs >= 0) {
     const std::string text = std::to_string(pid);
@@ -336,8 +325,7 @@ WarmPython::~WarmPython() {
 
 bool WarmPython::IsPythonScript(const std::vector<std::string>& argv) {
   if (argv.size() < 2) return false;
-  const std::string& program = argv[0];
-  const std::string base = program.substr(program.rfind('/') == std::string::npos ? 0 : program.rfind('/') + 1);
+  const std::string base = std::filesystem::path(argv[0]).filename().string();
   if (base.rfind("python", 0) != 0) return false;
   for (size_t i = 6; i < base.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(base[i])) && base[i] != '.') return false;
@@ -366,9 +354,8 @@ std::shared_ptr<const ProcessLauncher> WarmPython::LauncherFor(const ProcessOpti
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = interpreters_.find(key);
-    if (it != interpreters_.end() && !it->second->alive()) {
+    if (it != interpreters_.end() && !it->second.interpreter->alive()) {
       interpreters_.erase(it);
-      last_used_.erase(key);
       it = interpreters_.end();
     }
     if (it == interpreters_.end()) {
@@ -380,15 +367,13 @@ std::shared_ptr<const ProcessLauncher> WarmPython::LauncherFor(const ProcessOpti
         // The idle one used least recently goes; with none idle, this task runs cold.
         auto victim = interpreters_.end();
         for (auto i = interpreters_.begin(); i != interpreters_.end(); ++i) {
-          const bool older = victim == interpreters_.end() || last_used_[i->first] < last_used_[victim->first];
-          if (i->second->tasks() == 0 && older) victim = i;
+          const bool older = victim == interpreters_.end() || i->second.last_used < victim->second.last_used;
+          if (i->second.interpreter->tasks() == 0 && older) victim = i;
         }
         if (victim == interpreters_.end()) return nullptr;
-        last_used_.erase(victim->first);
         interpreters_.erase(victim);
       }
-      StatusOr<std::shared_ptr<Interpreter>> started =
-          Interpreter::Start(key.program, key.uid, key.gid, key.env, options_);
+      StatusOr<std::shared_ptr<Interpreter>> started = Interpreter::Start(key, options_);
       if (!started.ok()) {
         MERIDIAN_LOG_WARN("Python tasks start cold: {}", started.status().message());
         cold_left_[key] = options_.cold_after_failure;
@@ -396,10 +381,10 @@ std::shared_ptr<const ProcessLauncher> WarmPython::LauncherFor(const ProcessOpti
         return nullptr;
       }
       ++interpreters_started_;
-      it = interpreters_.emplace(key, std::move(*started)).first;
+      it = interpreters_.emplace(key, Slot{std::move(*started)}).first;
     }
-    last_used_[key] = ++uses_;
-    in = it->second;
+    it->second.last_used = ++uses_;
+    in = it->second.interpreter;
   }
   auto launcher = std::make_shared<ProcessLauncher>();
   launcher->start = [this, in](const ProcessOptions& o, int stdout_fd, int stderr_fd, int cgroup_procs) {

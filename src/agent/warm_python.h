@@ -91,10 +91,14 @@ class WarmPython {
     }
   };
 
+  struct Slot {
+    std::shared_ptr<Interpreter> interpreter;
+    uint64_t last_used = 0;  // of uses_
+  };
+
   const WarmPythonOptions options_;
   std::mutex mu_;  // held while an interpreter starts: one start at a time
-  std::map<Key, std::shared_ptr<Interpreter>> interpreters_;  // GUARDED_BY(mu_)
-  std::map<Key, uint64_t> last_used_;                          // GUARDED_BY(mu_)
+  std::map<Key, Slot> interpreters_;                           // GUARDED_BY(mu_)
   // Keys whose interpreter failed to start: tasks left to start cold before the next try.
   std::map<Key, int> cold_left_;                               // GUARDED_BY(mu_)
   uint64_t uses_ = 0;                                          // GUARDED_BY(mu_)

@@ -104,16 +104,6 @@ namespace {
 
 int32_t LaunchPort(const GangMember& m, uint32_t rank) { return m.master_port + 1 + static_cast<int32_t>(rank); }
 
-bool WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 bool ReadExactly(int fd, size_t n, std::string& out) {
   out.resize(n);
   size_t got = 0;
@@ -139,8 +129,8 @@ uint32_t FromBigEndian32(std::string_view b) {
 }
 
 bool SendFrame(int fd, Frame type, std::string_view data) {
-  return WriteAll(fd, std::string(1, static_cast<char>(type)) + BigEndian32(static_cast<uint32_t>(data.size()))) &&
-         WriteAll(fd, data);
+  return SendAll(fd, std::string(1, static_cast<char>(type)) + BigEndian32(static_cast<uint32_t>(data.size()))) &&
+         SendAll(fd, data);
 }
 
 StatusOr<int> Listen(int32_t port) {
@@ -210,7 +200,7 @@ StatusOr<int> ServeOneLaunch(int listen_fd, const GangMember& m, std::chrono::st
     setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     StatusOr<std::string> nonce = security::RandomHex(kNonceBytes / 2);
     std::string proof, length, command;
-    const bool read = nonce.ok() && WriteAll(conn, std::string(kHello) + *nonce) &&
+    const bool read = nonce.ok() && SendAll(conn, std::string(kHello) + *nonce) &&
                       ReadExactly(conn, kProofBytes, proof) && ReadExactly(conn, 4, length) &&
                       FromBigEndian32(length) <= kMaxCommandBytes &&
                       ReadExactly(conn, FromBigEndian32(length), command);
@@ -285,7 +275,7 @@ Status RunGangRsh(const GangRshOptions& options, int* exit_code) {
     return UnavailableError(fmt::format("{} did not answer as a gang member", options.host));
   }
   const std::string nonce = hello.substr(kHello.size());
-  if (!WriteAll(fd, security::GangLaunchProof(m.secret, nonce, command) +
+  if (!SendAll(fd, security::GangLaunchProof(m.secret, nonce, command) +
                         BigEndian32(static_cast<uint32_t>(command.size())) + command)) {
     close(fd);
     return UnavailableError(fmt::format("{} closed the connection", options.host));

@@ -106,4 +106,8 @@ class TcpListener {
 // sendmsg's result: the bytes sent (perhaps fewer than `size`), or -1 with errno set.
 ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span<const int> fds);
 
+// Sends every byte of `data` on a connected socket, retrying on EINTR and partial
+// sends, without SIGPIPE; false when the socket fails or the peer closed.
+bool SendAll(int socket, std::string_view data);
+
 }  // namespace meridian

@@ -281,4 +281,14 @@ ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span
   return n;
 }
 
+bool SendAll(int socket, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = send(socket, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
 }  // namespace meridian

@@ -252,32 +252,30 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
       }
     }
   }
-  pid_t pid = -1;
+  StatusOr<int> started = UnavailableError("not started");
   if (launched) {
-    StatusOr<int> started = options.launcher->start(options, out_pipe[1], err_pipe[1], cgroup_procs);
-    if (!started.ok()) {
-      for (int fd : {cgroup_procs, out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]}) {
-        if (fd >= 0) close(fd);
-      }
-      if (cgroup_procs >= 0) KillAndRemoveCgroup(options.cgroup);
-      return started.status();
-    }
-    pid = *started;
+    started = options.launcher->start(options, out_pipe[1], err_pipe[1], cgroup_procs);
   } else {
     sigset_t all_signals, caller_mask;
     sigfillset(&all_signals);
     pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
     const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
                            out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
-    pid = VforkChild(setup);
+    const pid_t forked = VforkChild(setup);
     const int vfork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
-    if (pid < 0) {
-      if (cgroup_procs >= 0) close(cgroup_procs);
-      return UnavailableError(fmt::format("cannot start a process: {}", std::strerror(vfork_errno)));
-    }
-    setpgid(pid, pid);
+    if (forked >= 0) setpgid(forked, forked);
+    started = forked >= 0 ? StatusOr<int>(forked)
+                          : UnavailableError(fmt::format("cannot start a process: {}", std::strerror(vfork_errno)));
   }
+  if (!started.ok()) {
+    for (int fd : {cgroup_procs, out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    if (cgroup_procs >= 0) KillAndRemoveCgroup(options.cgroup);
+    return started.status();
+  }
+  const pid_t pid = *started;
   if (cgroup_procs >= 0) close(cgroup_procs);
   close(out_pipe[1]);
   close(err_pipe[1]);
