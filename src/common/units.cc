@@ -13,6 +13,7 @@ namespace {
 struct Decimal {
   __int128 digits = 0;  // value = digits / 10^frac_digits
   int frac_digits = 0;
+  bool too_many_digits = false;  // more digits than any value in range needs
 };
 
 std::string_view Trim(std::string_view s) {
@@ -29,9 +30,12 @@ bool SplitNumber(std::string_view text, Decimal* number, std::string_view* unit)
   while (i < text.size()) {
     char c = text[i];
     if (c >= '0' && c <= '9') {
-      if (number->digits > (__int128{1} << 100)) return false;
-      number->digits = number->digits * 10 + (c - '0');
-      if (dot) ++number->frac_digits;
+      if (number->digits > (__int128{1} << 100)) {
+        number->too_many_digits = true;
+      } else {
+        number->digits = number->digits * 10 + (c - '0');
+        if (dot) ++number->frac_digits;
+      }
       any_digit = true;
     } else if (c == '.' && !dot) {
       dot = true;
@@ -54,7 +58,8 @@ __int128 Pow10(int n) {
 // Scales `number` by `factor` and rounds to the nearest integer; false on overflow.
 bool Scale(const Decimal& number, int64_t factor, int64_t* out) {
   __int128 div = Pow10(number.frac_digits);
-  __int128 scaled = number.digits * factor;
+  __int128 scaled = 0;
+  if (__builtin_mul_overflow(number.digits, __int128{factor}, &scaled)) return false;
   __int128 v = (scaled + div / 2) / div;
   if (v > std::numeric_limits<int64_t>::max()) return false;
   *out = static_cast<int64_t>(v);
@@ -94,7 +99,7 @@ StatusOr<int64_t> ParseWithUnits(std::string_view text, std::string_view what,
     bool match = case_sensitive ? unit == units[i].name : EqualsIgnoreCase(unit, units[i].name);
     if (!match) continue;
     int64_t out = 0;
-    if (!Scale(number, units[i].factor, &out)) {
+    if (number.too_many_digits || !Scale(number, units[i].factor, &out)) {
       return InvalidArgumentError(fmt::format("{} '{}' is too large", what, text));
     }
     return out;

@@ -68,6 +68,9 @@ TEST(UnitsTest, RejectsBadInputWithAMessageSayingWhatWasExpected) {
       {ParsePriceMicroUsdPerGB("$1/h"), "per GB"},
       {ParseMicroUsd("$5/h"), "amount in USD"},
       {ParseBytes("99999999999TiB"), "too large"},
+      // Found by fuzz_delay_line: 3.3e30 minutes overflowed the 128-bit product.
+      {ParseDurationUs("3333333333333333333333333333332m"), "too large"},
+      {ParseBytes("99999999999999999999999999999999TiB"), "too large"},
   };
   for (const Bad& c : cases) {
     ASSERT_FALSE(c.got.ok()) << c.message_part;
