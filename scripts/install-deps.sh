@@ -11,6 +11,7 @@ packages=(
   libxxhash-dev libssl-dev libsodium-dev zlib1g-dev libcpp-httplib-dev iperf3 python3-numpy prometheus
   iproute2 nftables iputils-ping systemd curl slurm-wlm munge python3-kubernetes python3-yaml
   python3-torch python3-sklearn openmpi-bin python3-mpi4py
+  mosquitto mosquitto-clients libmosquitto-dev
   python3-dev pybind11-dev python3-cloudpickle python3-pytest python3-distributed
   clang libclang-rt-14-dev
   chromium

@@ -173,6 +173,42 @@ struct GangTrainOptions {
 };
 Status RunGangTrain(const GangTrainOptions& options, std::ostream& out);
 
+// Streams (docs/streams.md). The MQTT flags default to MERIDIAN_MQTT_* (what
+// `meridian up` gives an edge site's tasks).
+struct MqttFlags {
+  std::string broker;  // mqtt://HOST:PORT or mqtts://HOST:PORT
+  std::string user;
+  std::string password_file;
+  std::string ca;
+  std::string cert;
+  std::string key;
+};
+// `meridian stream run FILE`: runs a stream spec here until stopped (SIGTERM,
+// Ctrl-C), or until --stop-after-idle passes without a record (then every open
+// window is written). Prints what it counted.
+struct StreamRunCommandOptions {
+  std::string file;
+  MqttFlags mqtt;
+  std::string client_id;
+  std::string stop_after_idle;  // a duration; empty: never
+  bool json = false;
+};
+Status RunStreamCommand(const StreamRunCommandOptions& options, std::ostream& out, std::ostream& err);
+// `meridian sensors simulate`: publishes simulated sensor records to a broker.
+struct SensorsSimulateOptions {
+  MqttFlags mqtt;
+  std::string site;  // the topic prefix is sensors/SITE unless --topic-prefix says
+  std::string topic_prefix;
+  int32_t devices = 10;
+  int64_t records = 100;  // per device
+  double rate = 1000;
+  std::string period = "100ms";
+  std::string jitter = "0s";
+  uint64_t seed = 1;
+  bool print = false;  // print the records (one JSON line each) instead of publishing
+};
+Status RunSensorsSimulate(const SensorsSimulateOptions& options, std::ostream& out);
+
 inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
 inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered
 inline constexpr int kExitRefused = 4;      // no valid credential, or not allowed

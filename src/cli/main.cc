@@ -524,6 +524,47 @@ int main(int argc, char** argv) {
   chain_gen_cmd->add_option("--seed", chain_gen.chain.seed, "Seed; the same seed writes the same bytes (default 1)");
   chain_gen_cmd->add_flag("--json", chain_gen.json, "Print JSON for scripts");
 
+  // Streams at the edge (docs/streams.md).
+  auto add_mqtt = [](CLI::App* cmd, cli::MqttFlags& f) {
+    cmd->add_option("--broker", f.broker, "MQTT broker, mqtt://HOST:PORT or mqtts://HOST:PORT (default: $MERIDIAN_MQTT_URL)");
+    cmd->add_option("--mqtt-user", f.user, "MQTT user (default: $MERIDIAN_MQTT_USER)");
+    cmd->add_option("--mqtt-password-file", f.password_file,
+                    "File holding the MQTT password (default: $MERIDIAN_MQTT_PASSWORD_FILE)");
+    cmd->add_option("--mqtt-ca", f.ca, "mqtts: the broker's CA file (default: $MERIDIAN_MQTT_CA)");
+    cmd->add_option("--mqtt-cert", f.cert, "mqtts: this client's certificate (default: $MERIDIAN_MQTT_CERT)");
+    cmd->add_option("--mqtt-key", f.key, "mqtts: this client's key (default: $MERIDIAN_MQTT_KEY)");
+  };
+  CLI::App* stream_cmd = app.add_subcommand("stream", "Stream jobs: sensor records through windows, at the edge");
+  stream_cmd->require_subcommand(1);
+  cli::StreamRunCommandOptions stream_run;
+  CLI::App* stream_run_cmd = stream_cmd->add_subcommand(
+      "run", "Run a stream spec (kind: stream) here: read its source topic, write each window's result");
+  stream_run_cmd->add_option("file", stream_run.file, "The stream spec (YAML)")->required();
+  add_mqtt(stream_run_cmd, stream_run.mqtt);
+  stream_run_cmd->add_option("--client-id", stream_run.client_id,
+                             "MQTT client id; with one, the broker keeps the subscription across restarts");
+  stream_run_cmd->add_option("--stop-after-idle", stream_run.stop_after_idle,
+                             "End of input after this long with no record: write every open window and exit (e.g. 2s)");
+  stream_run_cmd->add_flag("--json", stream_run.json, "Print JSON for scripts");
+  CLI::App* sensors_cmd = app.add_subcommand("sensors", "Simulated sensors for stream jobs");
+  sensors_cmd->require_subcommand(1);
+  cli::SensorsSimulateOptions sensors;
+  CLI::App* sensors_sim_cmd = sensors_cmd->add_subcommand(
+      "simulate", "Publish (device, seq, event_time_ms, value) records to a broker, as sensors would");
+  add_mqtt(sensors_sim_cmd, sensors.mqtt);
+  sensors_sim_cmd->add_option("--site", sensors.site, "Publish to sensors/SITE/DEVICE");
+  sensors_sim_cmd->add_option("--topic-prefix", sensors.topic_prefix, "Publish to PREFIX/DEVICE (default: sensors/SITE)");
+  sensors_sim_cmd->add_option("--devices", sensors.devices, "Devices")->capture_default_str();
+  sensors_sim_cmd->add_option("--records", sensors.records, "Records per device")->capture_default_str();
+  sensors_sim_cmd->add_option("--rate", sensors.rate, "Records a second, all devices together (0: as fast as possible)")
+      ->capture_default_str();
+  sensors_sim_cmd->add_option("--period", sensors.period, "Event time between a device's records")->capture_default_str();
+  sensors_sim_cmd->add_option("--jitter", sensors.jitter, "Event times moved by up to this, either way")
+      ->capture_default_str();
+  sensors_sim_cmd->add_option("--seed", sensors.seed, "Seed; the same seed publishes the same records")
+      ->capture_default_str();
+  sensors_sim_cmd->add_flag("--print", sensors.print, "Print TOPIC RECORD lines instead of publishing");
+
   CLI::App* certs_cmd = app.add_subcommand("certs", "The cluster's CA and certificates, as files");
   certs_cmd->require_subcommand(1);
   cli::CertsOptions certs;
@@ -629,6 +670,10 @@ int main(int argc, char** argv) {
   if (gang_mpirun_cmd->parsed()) {
     status = cli::RunGangMpirun(gang_mpirun, &gang_exit);
     if (status.ok()) return gang_exit;
+  } else if (stream_run_cmd->parsed()) {
+    status = cli::RunStreamCommand(stream_run, std::cout, std::cerr);
+  } else if (sensors_sim_cmd->parsed()) {
+    status = cli::RunSensorsSimulate(sensors, std::cout);
   } else if (gang_train_cmd->parsed()) {
     status = cli::RunGangTrain(gang_train, std::cout);
   } else if (completion_cmd->parsed()) {

@@ -1,0 +1,215 @@
+#include "spec/stream_spec.h"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "spec/yaml_reader.h"
+
+namespace meridian::spec {
+namespace {
+
+constexpr double kLowest = -std::numeric_limits<double>::max();
+constexpr size_t kMaxTopicBytes = 1024;
+constexpr int64_t kMaxWindowMs = int64_t{366} * 24 * 3600 * 1000;  // a year
+// Windows a record may fall in (size / slide): each holds it once.
+constexpr int64_t kMaxWindowsPerRecord = 1000;
+
+int64_t Ms(int64_t us) { return us / 1000; }
+
+class StreamParser {
+ public:
+  explicit StreamParser(const Reader& r) : r_(r) {}
+
+  StatusOr<model::StreamSpec> Parse(const YAML::Node& root) {
+    if (!root.IsMap()) return r_.Error(root, "", "expected a map (a stream spec)");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"kind", "name", "site", "source", "operators", "sink",
+                                                   "max_open_records"}));
+    std::string kind;
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
+    if (kind != "stream") return r_.Error(root["kind"], "kind", fmt::format("expected 'stream', got '{}'", kind));
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "name", "", &spec_.name));
+    if (spec_.name.empty() || spec_.name.size() > 128) {
+      return r_.Error(root["name"], "name", "expected a name of 1 to 128 characters");
+    }
+    MERIDIAN_RETURN_IF_ERROR(r_.String(root, "site", "", &spec_.site));
+    MERIDIAN_RETURN_IF_ERROR(Endpoint(root, "source", false, &spec_.source));
+    MERIDIAN_RETURN_IF_ERROR(Endpoint(root, "sink", true, &spec_.sink));
+    MERIDIAN_RETURN_IF_ERROR(
+        r_.Int(root, "max_open_records", "", 1, int64_t{1} << 32, &spec_.max_open_records));
+    MERIDIAN_RETURN_IF_ERROR(Operators(root));
+    return std::move(spec_);
+  }
+
+ private:
+  Status Endpoint(const YAML::Node& root, std::string_view key, bool publish, model::MqttEndpoint* out) {
+    YAML::Node e = root[std::string(key)];
+    if (!e) return r_.Error(root, "", fmt::format("missing required field '{}'", key));
+    const std::string path(key);
+    if (!e.IsMap()) return r_.Error(e, path, "expected a map with 'topic' (and 'broker')");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker"}));
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(e, "topic", path, &out->topic));
+    MERIDIAN_RETURN_IF_ERROR(r_.String(e, "broker", path, &out->broker));
+    Status s = CheckMqttEndpoint(*out, publish);
+    if (!s.ok()) return r_.Error(e, path, s.message());
+    return OkStatus();
+  }
+
+  Status Operators(const YAML::Node& root) {
+    YAML::Node ops = root["operators"];
+    if (!ops) return r_.Error(root, "", "missing required field 'operators'");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(ops, "operators"));
+    bool have_window = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const YAML::Node op = ops[i];
+      const std::string path = Index("operators", i);
+      if (!op.IsMap() || op.size() != 1) {
+        return r_.Error(op, path, "expected one of filter, map, window or detect, as a map of one key");
+      }
+      const std::string name = op.begin()->first.as<std::string>();
+      const YAML::Node body = op.begin()->second;
+      const std::string bpath = Field(path, name);
+      if (!body.IsMap()) return r_.Error(body, bpath, "expected a map");
+      if (name == "filter" || name == "map") {
+        if (have_window) {
+          return r_.Error(op, path, fmt::format("'{}' must come before the window (results are windows)", name));
+        }
+        model::StreamStep step;
+        if (name == "filter") {
+          MERIDIAN_RETURN_IF_ERROR(Filter(body, bpath, &step.filter.emplace()));
+        } else {
+          model::StreamMap& m = step.map.emplace();
+          MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(body, bpath, {"scale", "offset"}));
+          MERIDIAN_RETURN_IF_ERROR(r_.Double(body, "scale", bpath, kLowest, &m.scale));
+          MERIDIAN_RETURN_IF_ERROR(r_.Double(body, "offset", bpath, kLowest, &m.offset));
+        }
+        spec_.steps.push_back(std::move(step));
+      } else if (name == "window") {
+        if (have_window) return r_.Error(op, path, "a stream has one window");
+        have_window = true;
+        MERIDIAN_RETURN_IF_ERROR(Window(body, bpath));
+      } else if (name == "detect") {
+        if (!have_window) return r_.Error(op, path, "'detect' scores windows: it comes after the window");
+        if (spec_.detect) return r_.Error(op, path, "a stream has one detect");
+        model::StreamDetect& d = spec_.detect.emplace();
+        MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(body, bpath, {"threshold", "history"}));
+        MERIDIAN_RETURN_IF_ERROR(r_.Double(body, "threshold", bpath, 0, &d.threshold));
+        int64_t history = d.history;
+        MERIDIAN_RETURN_IF_ERROR(r_.Int(body, "history", bpath, 2, 10'000, &history));
+        d.history = static_cast<int32_t>(history);
+      } else {
+        return r_.Error(op, path, fmt::format("unknown operator '{}'; expected filter, map, window or detect", name));
+      }
+    }
+    if (!have_window) return r_.Error(ops, "operators", "a stream needs a 'window' operator");
+    return OkStatus();
+  }
+
+  Status Filter(const YAML::Node& body, const std::string& path, model::StreamFilter* f) {
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(body, path, {"min", "max", "device_prefix"}));
+    double v = 0;
+    if (body["min"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Double(body, "min", path, kLowest, &v));
+      f->min = v;
+    }
+    if (body["max"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Double(body, "max", path, kLowest, &v));
+      f->max = v;
+    }
+    if (f->min && f->max && *f->min > *f->max) {
+      return r_.Error(body, path, fmt::format("min {} is above max {}", *f->min, *f->max));
+    }
+    MERIDIAN_RETURN_IF_ERROR(r_.String(body, "device_prefix", path, &f->device_prefix));
+    if (f->device_prefix.size() > model::kMaxDeviceNameBytes) {
+      return r_.Error(body["device_prefix"], Field(path, "device_prefix"),
+                      fmt::format("longer than a device name ({} bytes at most)", model::kMaxDeviceNameBytes));
+    }
+    return OkStatus();
+  }
+
+  Status Window(const YAML::Node& body, const std::string& path) {
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(body, path, {"size", "slide", "out_of_orderness", "allowed_lateness"}));
+    model::StreamWindow& w = spec_.window;
+    int64_t us = 0;
+    if (!body["size"]) return r_.Error(body, path, "missing required field 'size'");
+    MERIDIAN_RETURN_IF_ERROR(r_.Unit(body, "size", path, ParseDurationUs, &us));
+    w.size_ms = Ms(us);
+    if (w.size_ms < 1 || w.size_ms > kMaxWindowMs || us % 1000 != 0) {
+      return r_.Error(body["size"], Field(path, "size"), "expected whole milliseconds, from 1ms to 366 days");
+    }
+    w.slide_ms = w.size_ms;
+    if (body["slide"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(body, "slide", path, ParseDurationUs, &us));
+      w.slide_ms = Ms(us);
+      if (w.slide_ms < 1 || us % 1000 != 0 || w.size_ms % w.slide_ms != 0 ||
+          w.size_ms / w.slide_ms > kMaxWindowsPerRecord) {
+        return r_.Error(body["slide"], Field(path, "slide"),
+                        fmt::format("expected whole milliseconds that divide the size, at least size/{}",
+                                    kMaxWindowsPerRecord));
+      }
+    }
+    for (auto [key, out] : {std::pair{"out_of_orderness", &w.out_of_orderness_ms},
+                            std::pair{"allowed_lateness", &w.allowed_lateness_ms}}) {
+      if (!body[key]) continue;
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(body, key, path, ParseDurationUs, &us));
+      *out = Ms(us);
+      if (us % 1000 != 0 || *out > kMaxWindowMs) {
+        return r_.Error(body[key], Field(path, key), "expected whole milliseconds, at most 366 days");
+      }
+    }
+    return OkStatus();
+  }
+
+  const Reader& r_;
+  model::StreamSpec spec_;
+};
+
+}  // namespace
+
+bool IsStreamSpec(std::string_view text) {
+  StatusOr<YAML::Node> root = ParseYaml(text, "");
+  if (!root.ok() || !root->IsMap()) return false;
+  YAML::Node kind = (*root)["kind"];
+  return kind && kind.IsScalar() && kind.Scalar() == "stream";
+}
+
+Status CheckMqttEndpoint(const model::MqttEndpoint& endpoint, bool publish) {
+  const std::string& t = endpoint.topic;
+  if (t.empty() || t.size() > kMaxTopicBytes || t.find('\0') != std::string::npos) {
+    return InvalidArgumentError(fmt::format("topic: expected 1 to {} bytes", kMaxTopicBytes));
+  }
+  if (publish && t.find_first_of("+#") != std::string::npos) {
+    return InvalidArgumentError(fmt::format("topic '{}': a topic written to may not hold + or #", t));
+  }
+  const std::string& b = endpoint.broker;
+  if (b.empty()) return OkStatus();
+  std::string_view rest = b;
+  if (rest.starts_with("mqtt://")) {
+    rest.remove_prefix(7);
+  } else if (rest.starts_with("mqtts://")) {
+    rest.remove_prefix(8);
+  } else {
+    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT or mqtts://HOST:PORT", b));
+  }
+  const size_t colon = rest.rfind(':');
+  if (colon == 0 || colon == std::string_view::npos || colon + 1 == rest.size() ||
+      rest.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos ||
+      rest.size() - colon - 1 > 5 || std::stoi(std::string(rest.substr(colon + 1))) > 65535) {
+    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT with a port up to 65535", b));
+  }
+  return OkStatus();
+}
+
+StatusOr<model::StreamSpec> ParseStreamSpec(std::string_view text, std::string_view file) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  Reader r{std::string(file)};
+  return StreamParser(r).Parse(root);
+}
+
+StatusOr<model::StreamSpec> LoadStreamSpec(const std::string& path) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxYamlFileBytes));
+  return ParseStreamSpec(text, path);
+}
+
+}  // namespace meridian::spec

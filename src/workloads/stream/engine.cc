@@ -1,0 +1,262 @@
+#include "workloads/stream/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace meridian::workloads::stream {
+namespace {
+
+using nlohmann::json;
+
+// 9999-12-31T23:59:59.999Z: event times past it are refused (and sums stay far from
+// overflow).
+constexpr int64_t kMaxEventTimeMs = 253'402'300'799'999;
+
+int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+Status Malformed(std::string_view why) { return InvalidArgumentError(fmt::format("malformed record: {}", why)); }
+
+}  // namespace
+
+StatusOr<model::SensorRecord> ParseRecord(std::string_view payload) {
+  if (payload.size() > model::kMaxSensorRecordBytes) {
+    return Malformed(fmt::format("{} bytes, more than {}", payload.size(), model::kMaxSensorRecordBytes));
+  }
+  json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Malformed("expected a JSON object");
+  model::SensorRecord r;
+  int fields = 0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (key == "device") {
+      if (!v.is_string()) return Malformed("'device' must be a string");
+      r.device = v.get<std::string>();
+      if (r.device.empty() || r.device.size() > model::kMaxDeviceNameBytes) {
+        return Malformed(fmt::format("'device' must be 1 to {} bytes", model::kMaxDeviceNameBytes));
+      }
+    } else if (key == "seq") {
+      if (!v.is_number_unsigned()) return Malformed("'seq' must be an integer >= 0");
+      r.seq = v.get<uint64_t>();
+    } else if (key == "event_time_ms") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxEventTimeMs) {
+        return Malformed("'event_time_ms' must be an integer of ms since the epoch, up to the year 9999");
+      }
+      r.event_time_ms = v.get<int64_t>();
+    } else if (key == "value") {
+      if (!v.is_number()) return Malformed("'value' must be a number");
+      r.value = v.get<double>();
+      if (!std::isfinite(r.value)) return Malformed("'value' must be finite");
+    } else {
+      return Malformed(fmt::format("unknown field '{}'", key.substr(0, 64)));
+    }
+    ++fields;
+  }
+  if (fields != 4) return Malformed("expected the fields device, seq, event_time_ms and value");
+  return r;
+}
+
+std::string FormatRecord(const model::SensorRecord& record) {
+  json j = {{"device", record.device},
+            {"seq", record.seq},
+            {"event_time_ms", record.event_time_ms},
+            {"value", record.value}};
+  return j.dump();
+}
+
+std::string FormatResult(const model::WindowResult& r) {
+  json j = {{"device", r.device}, {"window_start_ms", r.window_start_ms},
+            {"window_end_ms", r.window_end_ms}, {"count", r.count},
+            {"sum", r.sum}, {"min", r.min},
+            {"max", r.max}, {"mean", r.mean},
+            {"stddev", r.stddev}, {"first_seq", r.first_seq},
+            {"last_seq", r.last_seq}, {"score", r.score},
+            {"anomaly", r.anomaly}};
+  return j.dump();
+}
+
+StatusOr<model::WindowResult> ParseResult(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError("a window result: expected a JSON object");
+  model::WindowResult r;
+  try {
+    r.device = j.at("device").get<std::string>();
+    r.window_start_ms = j.at("window_start_ms").get<int64_t>();
+    r.window_end_ms = j.at("window_end_ms").get<int64_t>();
+    r.count = j.at("count").get<int64_t>();
+    r.sum = j.at("sum").get<double>();
+    r.min = j.at("min").get<double>();
+    r.max = j.at("max").get<double>();
+    r.mean = j.at("mean").get<double>();
+    r.stddev = j.at("stddev").get<double>();
+    r.first_seq = j.at("first_seq").get<uint64_t>();
+    r.last_seq = j.at("last_seq").get<uint64_t>();
+    r.score = j.at("score").get<double>();
+    r.anomaly = j.at("anomaly").get<bool>();
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(fmt::format("a window result: {}", e.what()));
+  }
+  return r;
+}
+
+StreamEngine::StreamEngine(model::StreamSpec spec) : spec_(std::move(spec)) {}
+
+int64_t StreamEngine::LastStart(int64_t t) const { return FloorDiv(t, spec_.window.slide_ms) * spec_.window.slide_ms; }
+
+bool StreamEngine::Written(int64_t start) const {
+  return watermark_ms_ != INT64_MIN &&
+         start + spec_.window.size_ms + spec_.window.allowed_lateness_ms <= watermark_ms_;
+}
+
+Status StreamEngine::Add(std::string_view payload, std::vector<model::WindowResult>* out) {
+  ++counters_.payloads;
+  StatusOr<model::SensorRecord> record = ParseRecord(payload);
+  if (!record.ok()) {
+    ++counters_.malformed;
+    if (counters_.first_error.empty()) counters_.first_error = record.status().message();
+    return OkStatus();
+  }
+  --counters_.payloads;  // AddRecord counts it
+  return AddRecord(std::move(*record), out);
+}
+
+Status StreamEngine::AddRecord(model::SensorRecord record, std::vector<model::WindowResult>* out) {
+  ++counters_.payloads;
+  for (const model::StreamStep& step : spec_.steps) {
+    if (step.map) record.value = record.value * step.map->scale + step.map->offset;
+    if (step.filter) {
+      const model::StreamFilter& f = *step.filter;
+      if ((f.min && !(record.value >= *f.min)) || (f.max && !(record.value <= *f.max)) ||
+          !record.device.starts_with(f.device_prefix)) {
+        ++counters_.filtered;
+        return OkStatus();
+      }
+    }
+  }
+  if (!std::isfinite(record.value)) {  // a map may overflow
+    ++counters_.malformed;
+    if (counters_.first_error.empty()) counters_.first_error = "a map made a value infinite";
+    return OkStatus();
+  }
+  const model::StreamWindow& w = spec_.window;
+  const int64_t last = LastStart(record.event_time_ms);
+  // The record's windows still open, oldest first.
+  std::vector<int64_t> starts;
+  for (int64_t s = last - w.size_ms + w.slide_ms; s <= last; s += w.slide_ms) {
+    if (!Written(s)) starts.push_back(s);
+  }
+  if (starts.empty()) {
+    ++counters_.late;
+    return OkStatus();
+  }
+  auto dit = devices_.find(record.device);
+  if (dit != devices_.end() && dit->second.held.contains(record.seq)) {
+    ++counters_.duplicates;
+    return OkStatus();
+  }
+  if (open_records_ + static_cast<int64_t>(starts.size()) > spec_.max_open_records) {
+    return ResourceExhaustedError(
+        fmt::format("stream '{}': open windows would hold more than max_open_records ({}) records; raise it, or "
+                    "shorten the window, its out_of_orderness or its allowed_lateness",
+                    spec_.name, spec_.max_open_records));
+  }
+  if (dit == devices_.end()) {
+    if (devices_.size() >= model::kMaxStreamDevices) {
+      return ResourceExhaustedError(fmt::format("stream '{}': more than {} devices", spec_.name,
+                                                model::kMaxStreamDevices));
+    }
+    dit = devices_.emplace(record.device, Device{}).first;
+  }
+  Device& device = dit->second;
+  device.held.insert(record.seq);
+  for (int64_t s : starts) {
+    auto [wit, fresh] = device.windows.try_emplace(s);
+    if (fresh) open_.emplace(s + w.size_ms, record.device, s);
+    wit->second.push_back(Entry{record.seq, record.event_time_ms, record.value});
+    ++open_records_;
+  }
+  ++counters_.accepted;
+  if (record.event_time_ms > max_event_ms_) {
+    max_event_ms_ = record.event_time_ms;
+    watermark_ms_ = max_event_ms_ - w.out_of_orderness_ms;
+    FireReady(out);
+  }
+  return OkStatus();
+}
+
+void StreamEngine::FireReady(std::vector<model::WindowResult>* out) {
+  while (!open_.empty()) {
+    auto [end, name, start] = *open_.begin();
+    if (!Written(start)) break;
+    open_.erase(open_.begin());
+    Fire(name, devices_.at(name), start, out);
+  }
+}
+
+void StreamEngine::Flush(std::vector<model::WindowResult>* out) {
+  while (!open_.empty()) {
+    auto [end, name, start] = *open_.begin();
+    open_.erase(open_.begin());
+    Fire(name, devices_.at(name), start, out);
+  }
+}
+
+void StreamEngine::Fire(const std::string& name, Device& device, int64_t start,
+                        std::vector<model::WindowResult>* out) {
+  auto wit = device.windows.find(start);
+  std::vector<Entry> entries = std::move(wit->second);
+  device.windows.erase(wit);
+  open_records_ -= static_cast<int64_t>(entries.size());
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+
+  model::WindowResult r;
+  r.device = name;
+  r.window_start_ms = start;
+  r.window_end_ms = start + spec_.window.size_ms;
+  r.count = static_cast<int64_t>(entries.size());
+  r.min = entries.front().value;
+  r.max = entries.front().value;
+  for (const Entry& e : entries) {
+    r.sum += e.value;
+    r.min = std::min(r.min, e.value);
+    r.max = std::max(r.max, e.value);
+    // The record's last window: it is held by none still open.
+    if (LastStart(e.event_time_ms) == start) device.held.erase(e.seq);
+  }
+  r.mean = r.sum / static_cast<double>(r.count);
+  double squares = 0;
+  for (const Entry& e : entries) squares += (e.value - r.mean) * (e.value - r.mean);
+  r.stddev = std::sqrt(squares / static_cast<double>(r.count));
+  r.first_seq = entries.front().seq;
+  r.last_seq = entries.back().seq;
+
+  if (spec_.detect) {
+    const std::deque<double>& h = device.history;
+    if (h.size() >= 2) {
+      double hsum = 0;
+      for (double m : h) hsum += m;
+      const double hmean = hsum / static_cast<double>(h.size());
+      double hsq = 0;
+      for (double m : h) hsq += (m - hmean) * (m - hmean);
+      const double hstd = std::sqrt(hsq / static_cast<double>(h.size()));
+      if (hstd > 0) r.score = std::fabs(r.mean - hmean) / hstd;
+    }
+    r.anomaly = r.score >= spec_.detect->threshold;
+    device.history.push_back(r.mean);
+    if (static_cast<int32_t>(device.history.size()) > spec_.detect->history) device.history.pop_front();
+  }
+  ++counters_.results;
+  if (r.anomaly) ++counters_.anomalies;
+  if (device.windows.empty() && device.held.empty() && !spec_.detect) devices_.erase(name);
+  out->push_back(std::move(r));
+}
+
+}  // namespace meridian::workloads::stream

@@ -1,0 +1,232 @@
+#include "workloads/stream/engine.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "spec/stream_spec.h"
+#include "workloads/stream/runner.h"
+
+namespace meridian::workloads::stream {
+namespace {
+
+model::StreamSpec Spec(std::string_view window_yaml, std::string_view extra = "") {
+  std::string text = fmt::format(
+      "kind: stream\nname: t\nsite: factory\nsource: {{topic: 'sensors/#'}}\nsink: {{topic: results}}\n"
+      "operators:\n{}  - window: {}\n",
+      extra, window_yaml);
+  StatusOr<model::StreamSpec> spec = spec::ParseStreamSpec(text, "t.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return *spec;
+}
+
+std::string Rec(std::string_view device, uint64_t seq, int64_t t, double v) {
+  return FormatRecord(model::SensorRecord{std::string(device), seq, t, v});
+}
+
+TEST(StreamEngineTest, TumblingWindowsWaitForLatenessDropDuplicatesAndLateRecords) {
+  StreamEngine e(Spec("{size: 10s, out_of_orderness: 1s, allowed_lateness: 2s}"));
+  std::vector<model::WindowResult> out;
+  ASSERT_TRUE(e.Add(Rec("a", 0, 0, 1.0), &out).ok());
+  ASSERT_TRUE(e.Add(Rec("a", 1, 4000, 2.0), &out).ok());
+  ASSERT_TRUE(e.Add(Rec("a", 2, 9500, 3.0), &out).ok());
+  ASSERT_TRUE(e.Add(Rec("a", 3, 10500, 4.0), &out).ok());
+  EXPECT_EQ(e.watermark_ms(), 9500);
+  ASSERT_TRUE(e.Add(Rec("a", 4, 8000, 5.0), &out).ok());  // out of order, in time
+  ASSERT_TRUE(e.Add(Rec("a", 2, 9500, 3.0), &out).ok());  // delivered twice
+  EXPECT_TRUE(out.empty());  // [0, 10s) waits for the watermark to pass 12 s
+  ASSERT_TRUE(e.Add(Rec("a", 5, 13500, 6.0), &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  const model::WindowResult& w = out[0];
+  EXPECT_EQ(w.device, "a");
+  EXPECT_EQ(w.window_start_ms, 0);
+  EXPECT_EQ(w.window_end_ms, 10000);
+  EXPECT_EQ(w.count, 4);
+  EXPECT_EQ(w.sum, 11.0);
+  EXPECT_EQ(w.min, 1.0);
+  EXPECT_EQ(w.max, 5.0);
+  EXPECT_EQ(w.mean, 2.75);
+  EXPECT_EQ(w.stddev, std::sqrt(8.75 / 4));
+  EXPECT_EQ(w.first_seq, 0u);
+  EXPECT_EQ(w.last_seq, 4u);
+  ASSERT_TRUE(e.Add(Rec("a", 6, 9000, 7.0), &out).ok());  // its window is written: late
+  e.Flush(&out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].window_start_ms, 10000);
+  EXPECT_EQ(out[1].count, 2);
+  EXPECT_EQ(out[1].mean, 5.0);
+  EXPECT_EQ(out[1].stddev, 1.0);
+  EXPECT_EQ(out[1].first_seq, 3u);
+  EXPECT_EQ(out[1].last_seq, 5u);
+  const StreamCounters& c = e.counters();
+  EXPECT_EQ(c.payloads, 8);
+  EXPECT_EQ(c.accepted, 6);
+  EXPECT_EQ(c.duplicates, 1);
+  EXPECT_EQ(c.late, 1);
+  EXPECT_EQ(c.results, 2);
+  EXPECT_EQ(e.open_records(), 0);
+}
+
+TEST(StreamEngineTest, FiguresDoNotDependOnArrivalOrder) {
+  // Sums are taken in seq order: the same records shuffled give bit-identical results.
+  std::vector<std::string> records;
+  for (int i = 0; i < 50; ++i) records.push_back(Rec("d", i, 100 * i, 0.1 * i + 1e-3 * (i % 7)));
+  std::vector<model::WindowResult> a, b;
+  StreamEngine e1(Spec("{size: 5s, out_of_orderness: 10s}"));
+  for (const std::string& r : records) ASSERT_TRUE(e1.Add(r, &a).ok());
+  e1.Flush(&a);
+  StreamEngine e2(Spec("{size: 5s, out_of_orderness: 10s}"));
+  for (auto it = records.rbegin(); it != records.rend(); ++it) ASSERT_TRUE(e2.Add(*it, &b).ok());
+  e2.Flush(&b);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(FormatResult(a[0]), FormatResult(b[0]));
+  EXPECT_EQ(a[0].count, 50);
+}
+
+TEST(StreamEngineTest, SlidingWindowsHoldARecordInEachOfItsWindows) {
+  StreamEngine e(Spec("{size: 10s, slide: 5s}"));
+  std::vector<model::WindowResult> out;
+  ASSERT_TRUE(e.Add(Rec("b", 0, 1000, 1.0), &out).ok());
+  EXPECT_EQ(e.open_records(), 2);
+  ASSERT_TRUE(e.Add(Rec("b", 1, 6000, 2.0), &out).ok());
+  ASSERT_EQ(out.size(), 1u);  // [-5 s, 5 s)
+  EXPECT_EQ(out[0].window_start_ms, -5000);
+  EXPECT_EQ(out[0].count, 1);
+  ASSERT_TRUE(e.Add(Rec("b", 2, 12000, 4.0), &out).ok());
+  ASSERT_EQ(out.size(), 2u);  // [0, 10 s)
+  EXPECT_EQ(out[1].window_start_ms, 0);
+  EXPECT_EQ(out[1].sum, 3.0);
+  EXPECT_EQ(out[1].stddev, 0.5);
+  e.Flush(&out);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[2].window_start_ms, 5000);
+  EXPECT_EQ(out[2].sum, 6.0);
+  EXPECT_EQ(out[2].first_seq, 1u);
+  EXPECT_EQ(out[2].last_seq, 2u);
+  EXPECT_EQ(out[3].window_start_ms, 10000);
+  EXPECT_EQ(out[3].sum, 4.0);
+}
+
+TEST(StreamEngineTest, DetectScoresAWindowAgainstTheDevicesLastWindows) {
+  StreamEngine e(Spec("{size: 1s}\n  - detect: {threshold: 2, history: 3}"));
+  std::vector<model::WindowResult> out;
+  const double values[] = {10, 12, 10, 12, 30};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(e.Add(Rec("c", i, 1000 * i, values[i]), &out).ok());
+  e.Flush(&out);
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[0].score, 0.0);  // no history
+  EXPECT_EQ(out[1].score, 0.0);  // one window: no spread yet
+  EXPECT_EQ(out[2].score, 1.0);  // against 10, 12: mean 11, stddev 1
+  EXPECT_NEAR(out[3].score, std::sqrt(2.0), 1e-12);
+  EXPECT_FALSE(out[3].anomaly);
+  EXPECT_NEAR(out[4].score, 28 / std::sqrt(2.0), 1e-9);  // against 12, 10, 12 (history 3)
+  EXPECT_TRUE(out[4].anomaly);
+  EXPECT_EQ(e.counters().anomalies, 1);
+}
+
+TEST(StreamEngineTest, FiltersAndMapsRunInTheSpecsOrder) {
+  StreamEngine e(Spec("{size: 1s}", "  - map: {scale: 2, offset: 1}\n  - filter: {min: 0, max: 10, device_prefix: dev-}\n"));
+  std::vector<model::WindowResult> out;
+  ASSERT_TRUE(e.Add(Rec("dev-1", 0, 0, 2), &out).ok());    // 5: kept
+  ASSERT_TRUE(e.Add(Rec("dev-1", 1, 10, 5), &out).ok());   // 11: above max
+  ASSERT_TRUE(e.Add(Rec("dev-1", 2, 20, -3), &out).ok());  // -5: below min
+  ASSERT_TRUE(e.Add(Rec("gw-1", 0, 30, 1), &out).ok());    // other prefix
+  e.Flush(&out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sum, 5.0);
+  EXPECT_EQ(e.counters().filtered, 3);
+}
+
+TEST(StreamEngineTest, MalformedRecordsAreCountedAndChangeNothing) {
+  StreamEngine e(Spec("{size: 1s}"));
+  std::vector<model::WindowResult> out;
+  const std::string bad[] = {
+      "not json",
+      R"({"device":"a","seq":1,"event_time_ms":5})",
+      R"({"device":"a","seq":1,"event_time_ms":5,"value":1,"extra":2})",
+      R"({"device":"a","seq":-1,"event_time_ms":5,"value":1})",
+      R"({"device":"a","seq":1,"event_time_ms":-5,"value":1})",
+      R"({"device":"a","seq":1,"event_time_ms":5,"value":"1"})",
+      R"({"device":"","seq":1,"event_time_ms":5,"value":1})",
+      std::string(2000, ' '),
+  };
+  for (const std::string& p : bad) ASSERT_TRUE(e.Add(p, &out).ok());
+  EXPECT_EQ(e.counters().malformed, 8);
+  EXPECT_EQ(e.counters().accepted, 0);
+  EXPECT_EQ(e.counters().first_error, "malformed record: expected a JSON object");
+  EXPECT_EQ(ParseRecord(bad[2]).status().message(), "malformed record: unknown field 'extra'");
+  EXPECT_EQ(ParseRecord(bad[7]).status().message(), "malformed record: 2000 bytes, more than 1024");
+  EXPECT_EQ(e.watermark_ms(), INT64_MIN);
+}
+
+TEST(StreamEngineTest, OpenWindowsAreBounded) {
+  model::StreamSpec spec = Spec("{size: 10s}");
+  spec.max_open_records = 2;
+  StreamEngine e(spec);
+  std::vector<model::WindowResult> out;
+  ASSERT_TRUE(e.Add(Rec("a", 0, 0, 1), &out).ok());
+  ASSERT_TRUE(e.Add(Rec("b", 0, 0, 1), &out).ok());
+  Status s = e.Add(Rec("c", 0, 0, 1), &out);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("max_open_records (2)"), std::string::npos) << s.message();
+  EXPECT_EQ(e.open_records(), 2);
+  EXPECT_EQ(e.counters().accepted, 2);
+}
+
+TEST(StreamEngineTest, ResultsRoundTripThroughJson) {
+  model::WindowResult r{"dev-7", 1000, 2000, 3, 0.1 + 0.2, -1.5, 7.25, 0.1, 1e-17, 4, 9, 3.5, true};
+  StatusOr<model::WindowResult> back = ParseResult(FormatResult(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(FormatResult(*back), FormatResult(r));
+  EXPECT_EQ(back->sum, 0.1 + 0.2);
+}
+
+TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{map: {scale: 2}}]\n",
+       "a stream needs a 'window' operator"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{join: {}}]\n",
+       "unknown operator 'join'"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 10s, slide: 3s}}]\n",
+       "operators[0].window.slide: expected whole milliseconds that divide the size"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: 'b/#'}\noperators: [{window: {size: 1s}}]\n",
+       "a topic written to may not hold + or #"},
+      {"kind: stream\nname: x\nsource: {topic: a, broker: 'http://h:1'}\nsink: {topic: b}\noperators: [{window: {size: "
+       "1s}}]\n",
+       "expected mqtt://HOST:PORT"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 1s}}, {map: {}}]\n",
+       "'map' must come before the window"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 1s, sise: 2}}]\n",
+       "sise"},
+  };
+  for (const auto& [text, want] : cases) {
+    StatusOr<model::StreamSpec> s = spec::ParseStreamSpec(text, "s.yaml");
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().message();
+    EXPECT_EQ(s.status().message().rfind("s.yaml:", 0), 0u) << s.status().message();
+  }
+  EXPECT_TRUE(spec::IsStreamSpec("kind: stream\n"));
+  EXPECT_FALSE(spec::IsStreamSpec("name: job\ntasks: []\n"));
+}
+
+TEST(SimulatedRecordsTest, AreDeterministicAndInterleaveDevices) {
+  SimulateOptions o;
+  o.devices = 3;
+  o.records_per_device = 4;
+  o.period_ms = 250;
+  std::vector<model::SensorRecord> a = SimulatedRecords(o);
+  std::vector<model::SensorRecord> b = SimulatedRecords(o);
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a[1].device, "dev-00001");
+  EXPECT_EQ(a[4].seq, 1u);
+  EXPECT_EQ(a[4].event_time_ms, o.start_ms + 250);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(FormatRecord(a[i]), FormatRecord(b[i]));
+  o.seed = 2;
+  EXPECT_NE(FormatRecord(SimulatedRecords(o)[0]), FormatRecord(a[0]));
+}
+
+}  // namespace
+}  // namespace meridian::workloads::stream

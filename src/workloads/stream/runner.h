@@ -1,0 +1,59 @@
+// Runs a stream spec (docs/streams.md) against MQTT brokers: reads the source topic
+// at QoS 1, feeds the engine, publishes each window's result to the sink topic at
+// QoS 1; and the sensor simulator that feeds it (`meridian sensors simulate`).
+//
+// Thread-safety: each call runs on its caller's thread; `stop` may be set from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/stream.h"
+#include "workloads/stream/engine.h"
+#include "workloads/stream/mqtt.h"
+
+namespace meridian::workloads::stream {
+
+struct StreamRunOptions {
+  MqttOptions mqtt;  // the source's broker (and the sink's, unless the spec names another)
+  // End of input after this long without a record: every open window is written and
+  // the run returns. 0: run until `stop`.
+  int64_t stop_after_idle_ms = 0;
+  // Called once the source's subscription is acknowledged (records sent from then on
+  // are read).
+  std::function<void()> on_subscribed;
+};
+
+struct StreamRunReport {
+  StreamCounters counters;
+  int64_t published = 0;  // results acknowledged by the sink's broker
+};
+
+StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamRunOptions& options,
+                                    const std::atomic<bool>& stop);
+
+struct SimulateOptions {
+  MqttOptions mqtt;
+  std::string topic_prefix = "sensors";  // a device's records go to PREFIX/DEVICE
+  int32_t devices = 10;
+  int64_t records_per_device = 100;
+  double rate = 1000;        // records a second, all devices together (0: as fast as the broker takes them)
+  int64_t period_ms = 100;   // event time between a device's records
+  int64_t start_ms = 1'767'225'600'000;  // the first event time (2026-01-01T00:00:00Z)
+  int64_t jitter_ms = 0;     // each record's event time moved by up to this much, either way
+  uint64_t seed = 1;
+};
+
+// The records the simulator publishes, in publishing order: device i's record k has
+// seq k and event time start + k * period (+ jitter), a daily-cycle value with noise
+// and an occasional spike; devices interleaved. Deterministic in the options.
+std::vector<model::SensorRecord> SimulatedRecords(const SimulateOptions& options);
+
+// Publishes SimulatedRecords at the rate; returns how many the broker acknowledged.
+StatusOr<int64_t> SimulateSensors(const SimulateOptions& options, const std::atomic<bool>& stop);
+
+}  // namespace meridian::workloads::stream

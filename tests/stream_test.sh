@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A stream job end to end with a real broker and an independent publisher: mosquitto
+# (password required) on a loopback port, `meridian stream run tests/stream/factory.yaml`
+# reading it, Mosquitto's own mosquitto_pub publishing records made by
+# tests/stream/reference.py (out of order, late, twice, malformed, filtered), and
+# mosquitto_sub collecting the results. Every window's result, and every counter, must
+# equal what the reference computes from the published records.
+#   tests/stream_test.sh MERIDIAN SOURCE_DIR
+set -euo pipefail
+meridian=$(realpath "$1")
+src=$(realpath "$2")
+py=/usr/bin/python3
+export PATH="$PATH:/usr/sbin:/sbin"
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$tmp"/*.log "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
+  exit 1
+}
+wait_for() {  # FILE TEXT SECONDS
+  for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  fail "no '$2' in $1 after $3 s"
+}
+
+port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mosquitto_passwd -c -b "$tmp/passwd" sensor-hub "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" 2>/dev/null
+password=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+mosquitto_passwd -b "$tmp/passwd" meridian "$password"
+printf '%s\n' "$password" >"$tmp/password"
+chmod 600 "$tmp/password"
+cat >"$tmp/mosquitto.conf" <<CONF
+listener $port 127.0.0.1
+allow_anonymous false
+password_file $tmp/passwd
+persistence false
+user $(id -un)
+max_packet_size 65536
+CONF
+mosquitto -c "$tmp/mosquitto.conf" >"$tmp/mosquitto.log" 2>&1 &
+pids+=($!)
+wait_for "$tmp/mosquitto.log" "running" 10
+broker="mqtt://127.0.0.1:$port"
+auth=(--broker "$broker" --mqtt-user meridian --mqtt-password-file "$tmp/password")
+
+# A wrong password is refused, with the broker's reason and exit code 4.
+echo wrong >"$tmp/wrong"
+set +e
+"$meridian" stream run "$src/tests/stream/factory.yaml" --broker "$broker" --mqtt-user meridian \
+  --mqtt-password-file "$tmp/wrong" >"$tmp/refused.out" 2>"$tmp/refused.err"
+rc=$?
+set -e
+[ "$rc" -eq 4 ] || fail "a wrong password: exit $rc, expected 4"
+grep -q "refused the connection: Connection Refused: not authorised" "$tmp/refused.err" ||
+  fail "a wrong password: $(cat "$tmp/refused.err")"
+
+$py "$src/tests/stream/reference.py" make "$tmp"
+want=$($py "$src/tests/stream/reference.py" count "$tmp")
+
+stdbuf -oL mosquitto_sub -d -p "$port" -u meridian -P "$password" -q 1 -t results/factory >"$tmp/results.log" 2>&1 &
+pids+=($!)
+wait_for "$tmp/results.log" "SUBACK" 10
+"$meridian" stream run "$src/tests/stream/factory.yaml" "${auth[@]}" --stop-after-idle 3s --json \
+  >"$tmp/counters.json" 2>"$tmp/stream.err" &
+stream=$!
+wait_for "$tmp/stream.err" "reading 'sensors/factory/#'" 20
+mosquitto_pub -p "$port" -u meridian -P "$password" -q 1 -t sensors/factory/line -l <"$tmp/records.txt"
+wait "$stream" || fail "stream run exited $?"
+for _ in $(seq 1 200); do
+  [ "$(grep -c '^{' "$tmp/results.log" || true)" -ge "$want" ] && break
+  sleep 0.1
+done
+sleep 0.3  # a result past the expected count would be a duplicate: give it time to show
+$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/results.log" "$tmp/counters.json" || fail "results differ"
+echo "PASS: $want windows equal the reference's"
