@@ -63,7 +63,7 @@ declare -A allowed=(
   [cli]="cli spec sched sim model common bench coordinator agent client store rpc http kernels objects collective security workloads"
   [bench]="bench sched sim spec model common"
   [tests]="client rpc http security objects spec model common testing meridian"
-  [fuzz]="spec sim sched objects rpc kernels netsim model common meridian"
+  [fuzz]="spec sim sched objects rpc kernels netsim workloads model common meridian"
   [python]="client rpc objects model common"
 )
 # ("meridian/" is the code generated from proto/meridian/v1: only rpc, the client

@@ -66,7 +66,7 @@ want=$($py "$src/tests/stream/reference.py" count "$tmp")
 stdbuf -oL mosquitto_sub -d -p "$port" -u meridian -P "$password" -q 1 -t results/factory >"$tmp/results.log" 2>&1 &
 pids+=($!)
 wait_for "$tmp/results.log" "SUBACK" 10
-"$meridian" stream run "$src/tests/stream/factory.yaml" "${auth[@]}" --stop-after-idle 3s --json \
+"$meridian" stream run "$src/tests/stream/factory.yaml" "${auth[@]}" --json \
   >"$tmp/counters.json" 2>"$tmp/stream.err" &
 stream=$!
 wait_for "$tmp/stream.err" "reading 'sensors/factory/#'" 20
@@ -78,4 +78,58 @@ for _ in $(seq 1 200); do
 done
 sleep 0.3  # a result past the expected count would be a duplicate: give it time to show
 $py "$src/tests/stream/reference.py" check "$tmp" "$tmp/results.log" "$tmp/counters.json" || fail "results differ"
-echo "PASS: $want windows equal the reference's"
+echo "standalone: $want windows equal the reference's"
+
+# The same stream as a job of a local cluster: `meridian up` starts the factory's
+# broker (TLS with the cluster's CA, passwords, ACL), the job's task runs on the
+# factory's node with the credentials its agent gives it, the sensors publish as the
+# `sensors` user.
+cluster="$tmp/cluster"
+"$meridian" up --fleet "$src/tests/stream/edge-fleet.yaml" --dir "$cluster" >"$tmp/up.log" 2>&1 || fail "meridian up"
+pids+=($(cat "$cluster"/pids/*.pid))
+url=$(cat "$cluster/mqtt/factory/url")
+[[ "$url" == mqtts://127.0.0.1:* ]] || fail "the factory's broker is at '$url', expected mqtts://127.0.0.1:PORT"
+cport=${url##*:}
+tls=(--cafile "$cluster/tls/ca.crt" -h 127.0.0.1 -p "$cport")
+# Without TLS, or anonymous, the broker is closed.
+if timeout 5 mosquitto_pub -h 127.0.0.1 -p "$cport" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" \
+    -t sensors/factory/x -m x -q 1 2>/dev/null; then
+  fail "the factory's broker took a plaintext connection"
+fi
+if timeout 5 mosquitto_pub "${tls[@]}" -t sensors/factory/x -m x -q 1 2>/dev/null; then
+  fail "the factory's broker took an anonymous client"
+fi
+stdbuf -oL mosquitto_sub -d "${tls[@]}" -u meridian -P "$(cat "$cluster/mqtt/factory/meridian.password")" -q 1 \
+  -t results/factory >"$tmp/cluster-results.log" 2>&1 &
+pids+=($!)
+wait_for "$tmp/cluster-results.log" "SUBACK" 10
+"$meridian" submit "$src/tests/stream/factory.yaml" --dir "$cluster" >"$tmp/submit.log" 2>&1 || fail "submit"
+for _ in $(seq 1 300); do
+  "$meridian" job logs 1 --dir "$cluster" >"$tmp/job.err" 2>&1 || true
+  grep -q "reading 'sensors/factory/#' at $url" "$tmp/job.err" && break
+  sleep 0.1
+done
+wait_for "$tmp/job.err" "reading 'sensors/factory/#'" 1
+"$meridian" job get 1 --dir "$cluster" --json >"$tmp/job.json"
+$py -c 'import json,sys; t=json.load(open(sys.argv[1]))["task_list"][0]; assert t["site"]=="factory", t' "$tmp/job.json" ||
+  fail "the stream's task is not at the factory"
+mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 -t sensors/factory/line \
+  -l <"$tmp/records.txt"
+state=""
+for _ in $(seq 1 300); do
+  state=$("$meridian" job get 1 --dir "$cluster" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$state" = succeeded ] && break
+  [ "$state" = failed ] && break
+  sleep 0.1
+done
+[ "$state" = succeeded ] || fail "the stream job is $state"
+"$meridian" job logs 1 --dir "$cluster" 2>&1 | grep '^{"accepted"' >"$tmp/cluster-counters.json" || fail "no counters in the job's output"
+for _ in $(seq 1 200); do
+  [ "$(grep -c '^{' "$tmp/cluster-results.log" || true)" -ge "$want" ] && break
+  sleep 0.1
+done
+sleep 0.3
+$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/cluster-results.log" "$tmp/cluster-counters.json" ||
+  fail "the cluster's results differ"
+"$meridian" down --dir "$cluster" >/dev/null
+echo "PASS: $want windows equal the reference's, standalone and as a job at the edge site"

@@ -389,6 +389,20 @@ int TaskUid(int base, const std::string& tenant) {
 
 namespace {
 
+// Writes `text` to a new file that only its owner may read.
+bool WriteSecretFile(const std::filesystem::path& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return close(fd) == 0 && done == text.size();
+}
+
 // Hands `dir` and everything in it to `uid`, readable by it alone.
 Status GiveDirectory(const std::filesystem::path& dir, int uid) {
   namespace fs = std::filesystem;
@@ -431,6 +445,25 @@ void Executor::RunCommand(Running_& task) {
     std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
   }
   if (!a.gang.name.empty() && !ec) std::ofstream(dir / "gang-peers", std::ios::binary) << GangPeersText(a.gang);
+  const auto mqtt = a.env.find("MERIDIAN_MQTT");
+  const bool wants_broker = mqtt != a.env.end() && mqtt->second == "site";
+  if (wants_broker && !ec) {
+    if (options_.site_broker.url.empty()) {
+      fs::remove_all(dir, ec);
+      u.kind = model::UpdateKind::kFailed;
+      u.exit_code = 127;
+      u.reason = fmt::format("the task asks for its site's MQTT broker (MERIDIAN_MQTT=site), but site '{}' has none "
+                             "(meridian up starts one at each edge site)",
+                             options_.site);
+      Finish(a.key, std::move(u));
+      return;
+    }
+    // Its own copies, which become the task's user's with the directory.
+    if (!WriteSecretFile(dir / "mqtt.password", options_.site_broker.password + "\n")) {
+      ec = std::make_error_code(std::errc::io_error);
+    }
+    if (!options_.site_broker.ca_pem.empty()) std::ofstream(dir / "mqtt-ca.crt", std::ios::binary) << options_.site_broker.ca_pem;
+  }
   ProcessOptions p;
   // Its tenant's user, not ours: it cannot read other tenants' task directories, nor
   // the agent's keys; and no core dumps of what it held.
@@ -489,6 +522,13 @@ void Executor::RunCommand(Running_& task) {
   // which the agent keeps as an object; and the one an earlier attempt left, if any.
   p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT_DIR={}", (dir / "checkpoints").string()));
   if (task.checkpoint_fetched) p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT={}", (dir / "checkpoint").string()));
+  if (wants_broker) {
+    const SiteBroker& b = options_.site_broker;
+    p.env.push_back("MERIDIAN_MQTT_URL=" + b.url);
+    if (!b.user.empty()) p.env.push_back("MERIDIAN_MQTT_USER=" + b.user);
+    p.env.push_back("MERIDIAN_MQTT_PASSWORD_FILE=" + (dir / "mqtt.password").string());
+    if (!b.ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_CA=" + (dir / "mqtt-ca.crt").string());
+  }
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
   // Emulated devices are not GPUs the program could open: it sees none.

@@ -54,6 +54,17 @@ using PaceFn = std::function<void(const std::map<std::string, int64_t>& bytes_fr
 // Keeps a task's output as an object on this node (for the tasks that read it).
 using StoreFn = std::function<StatusOr<model::HeldObject>(const std::string& output)>;
 
+// The MQTT broker of the node's site (an edge site's, started by `meridian up`;
+// docs/streams.md). A command whose spec sets MERIDIAN_MQTT=site gets its address
+// (MERIDIAN_MQTT_URL), the user, the password as a file of its own
+// (MERIDIAN_MQTT_PASSWORD_FILE) and the CA (MERIDIAN_MQTT_CA) for mqtts.
+struct SiteBroker {
+  std::string url;  // empty: the site has none
+  std::string user;
+  std::string password;
+  std::string ca_pem;
+};
+
 struct ExecutorOptions {
   std::string work_dir;              // task directories go under work_dir/tasks/
   std::string node_name;
@@ -83,6 +94,7 @@ struct ExecutorOptions {
   // Python scripts (`python SCRIPT.py ...`, a remote function's task) fork from a warm
   // interpreter (warm_python.h) instead of starting one each; false: each starts cold.
   bool warm_python = true;
+  SiteBroker site_broker = {};
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.

@@ -1,5 +1,7 @@
 // meridian coordinator | agent | up | down: the processes of a cluster, and a local
 // cluster on one machine started from a fleet file.
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +33,7 @@
 #include "rpc/server.h"
 #include "security/pki.h"
 #include "spec/fleet_spec.h"
+#include "spec/stream_spec.h"
 #include "spec/yaml_reader.h"
 #include "store/open_state_store.h"
 #include "store/postgres_state_store.h"
@@ -330,6 +333,21 @@ Status RunAgent(const AgentCommandOptions& given) {
     options.idle_exit_us = *idle;
   }
   options.warm_python = !o.cold_python;
+  if (!o.site_broker.broker.empty()) {
+    MERIDIAN_RETURN_IF_ERROR(
+        spec::CheckMqttEndpoint({o.site_broker.broker, "x"}, true).WithPrefix("--site-broker"));
+    options.site_broker.url = o.site_broker.broker;
+    options.site_broker.user = o.site_broker.user;
+    if (!o.site_broker.password_file.empty()) {
+      MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.password, ReadSmallFile(o.site_broker.password_file));
+      while (!options.site_broker.password.empty() && options.site_broker.password.back() == '\n') {
+        options.site_broker.password.pop_back();
+      }
+    }
+    if (!o.site_broker.ca.empty()) {
+      MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.ca_pem, ReadSmallFile(o.site_broker.ca));
+    }
+  }
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
   if (options.task_uid_base > 0 && geteuid() != 0) {
     return InvalidArgumentError("--task-uid-base: running commands as other users needs the agent to run as root");
@@ -583,8 +601,126 @@ StatusOr<std::pair<std::string, int>> StartCoordinators(const fs::path& dir, con
 }
 
 // Starts the agents of the fleet's nodes that do not run; returns how many started.
+// An edge site's MQTT broker (docs/streams.md): where it listens and what its
+// agents give the tasks that ask for it.
+struct SiteBrokerFiles {
+  std::string url;
+  fs::path password;  // the meridian user's
+  fs::path ca;        // mqtts: the cluster's CA; empty: plain mqtt
+};
+
+// The port a broker's config names ("listener PORT HOST"), or 0.
+int ConfiguredPort(const fs::path& conf) {
+  StatusOr<std::string> text = ReadSmallFile(conf);
+  if (!text.ok()) return 0;
+  std::istringstream in(*text);
+  std::string word;
+  int port = 0;
+  while (in >> word) {
+    if (word == "listener" && in >> port) return port;
+  }
+  return 0;
+}
+
+// Starts a mosquitto for each edge site of the fleet (once; `meridian up` again starts
+// one that died). It allows no anonymous client: user `meridian` (the site's agents
+// give it to tasks that ask) may read and write every topic, user `sensors` may only
+// publish under sensors/. Passwords are made once, kept 0600 under dir/mqtt/SITE/. With
+// TLS (not --insecure) it listens for mqtts with a certificate of the cluster's CA.
+StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& dir, const spec::FleetSpec& fleet,
+                                                              bool insecure, const NetnsLayout* netns, int* started) {
+  std::map<std::string, SiteBrokerFiles> out;
+  for (const model::Site& site : fleet.fleet.sites) {
+    if (site.kind != model::SiteKind::kEdge) continue;
+    const std::string mosquitto = FindProgram("mosquitto");
+    const std::string passwd = FindProgram("mosquitto_passwd");
+    if (mosquitto.empty() || passwd.empty()) {
+      return FailedPreconditionError(fmt::format(
+          "site '{}' is an edge site, which gets an MQTT broker, but mosquitto is not installed (scripts/install-deps.sh "
+          "installs it)",
+          site.name));
+    }
+    const fs::path d = dir / "mqtt" / site.name;
+    std::error_code ec;
+    fs::create_directories(d, ec);
+    if (ec) return UnavailableError(fmt::format("cannot create {}: {}", d.string(), ec.message()));
+    chmod(d.c_str(), 0700);
+    const std::string host = netns != nullptr ? netns->sites.at(site.name).second : "127.0.0.1";
+    int port = ConfiguredPort(d / "mosquitto.conf");
+    if (port == 0 && netns != nullptr) {
+      port = 1883;  // the site's namespace is its own
+    } else if (port == 0) {
+      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
+      port = probe->port();
+    }
+    if (!fs::exists(d / "passwd")) {
+      for (const char* user : {"meridian", "sensors"}) {
+        MERIDIAN_ASSIGN_OR_RETURN(std::string password, security::RandomHex(24));
+        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / (std::string(user) + ".password"), password + "\n", true));
+        ProcessOptions p;
+        p.argv = {passwd, "-b", (d / "passwd.new").string(), user, password};
+        if (user == std::string("meridian")) p.argv.insert(p.argv.begin() + 1, "-c");
+        p.env = CurrentEnvironment();
+        p.timeout_us = 30'000'000;
+        std::atomic<bool> stop{false};
+        MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
+        if (r.exit_code != 0 || r.signal != 0) {
+          return InternalError(fmt::format("mosquitto_passwd failed for site '{}': {}", site.name, r.stderr_tail));
+        }
+      }
+      chmod((d / "passwd.new").c_str(), 0600);
+      fs::rename(d / "passwd.new", d / "passwd", ec);
+      if (ec) return UnavailableError(fmt::format("cannot write {}: {}", (d / "passwd").string(), ec.message()));
+    }
+    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "acl",
+                                              "user meridian\ntopic readwrite #\n\nuser sensors\ntopic write sensors/#\n",
+                                              true));
+    std::string conf = fmt::format(
+        "# Written by meridian up for edge site {}: authenticated clients only (docs/streams.md).\n"
+        "listener {} {}\n"
+        "allow_anonymous false\n"
+        "password_file {}\n"
+        "acl_file {}\n"
+        "max_packet_size 65536\n"
+        "max_queued_messages 100000\n"
+        "persistence false\n"
+        // As the user `meridian up` runs as, who owns these files (not mosquitto's own).
+        "user {}\n",
+        site.name, port, host, (d / "passwd").string(), (d / "acl").string(),
+        getpwuid(geteuid()) != nullptr ? getpwuid(geteuid())->pw_name : "root");
+    SiteBrokerFiles files;
+    files.password = d / "meridian.password";
+    if (!insecure) {
+      if (!fs::exists(d / "broker.crt")) {
+        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_cert, ReadSmallFile(dir / "tls" / "ca.crt"));
+        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_key, ReadSmallFile(dir / "tls" / "ca.key"));
+        std::vector<std::string> hosts = {host, "localhost"};
+        MERIDIAN_ASSIGN_OR_RETURN(
+            security::KeyPair cert,
+            security::Issue(security::KeyPair{ca_cert, ca_key}, {"mqtt:" + site.name, hosts, 365 * kDayUs, true}));
+        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "broker.key", cert.key_pem, true));
+        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "broker.crt", cert.cert_pem, false));
+      }
+      conf += fmt::format("cafile {}\ncertfile {}\nkeyfile {}\ntls_version tlsv1.2\n", (dir / "tls" / "ca.crt").string(),
+                          (d / "broker.crt").string(), (d / "broker.key").string());
+      files.ca = dir / "tls" / "ca.crt";
+    }
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(d / "mosquitto.conf", conf));
+    files.url = fmt::format("{}://{}:{}", insecure ? "mqtt" : "mqtts", host, port);
+    Component broker{"mqtt-" + site.name, {mosquitto, "-c", (d / "mosquitto.conf").string()},
+                     dir / "logs" / ("mqtt-" + site.name + ".log")};
+    if (netns != nullptr) broker.argv = netns->In(netns->sites.at(site.name).first, std::move(broker.argv));
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, broker));
+    *started += pid.second ? 1 : 0;
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(d / "url", files.url + "\n"));
+    out[site.name] = std::move(files);
+  }
+  return out;
+}
+
 StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, const std::string& address,
-                          const std::string& self, bool real_gpus, bool insecure, const NetnsLayout* netns) {
+                          const std::string& self, bool real_gpus, bool insecure, const NetnsLayout* netns,
+                          const std::map<std::string, SiteBrokerFiles>& brokers) {
   int started = 0;
   for (const model::Node& node : fleet.fleet.nodes) {
     model::Node local = node;
@@ -617,6 +753,11 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
                                    (dir / "join.token").string()}) {
         agent.argv.push_back(a);
       }
+    }
+    if (auto b = brokers.find(site); b != brokers.end()) {
+      agent.argv.insert(agent.argv.end(), {"--site-broker", b->second.url, "--site-broker-user", "meridian",
+                                           "--site-broker-password-file", b->second.password.string()});
+      if (!b->second.ca.empty()) agent.argv.insert(agent.argv.end(), {"--site-broker-ca", b->second.ca.string()});
     }
     if (netns != nullptr) agent.argv = netns->In(netns->sites.at(site).first, std::move(agent.argv));
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));
@@ -709,7 +850,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     std::ostringstream ignored;
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
-    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kStateStoreFile,
+    for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kStateStoreFile, "mqtt",
                             kAddrFile, kHttpAddrFile, "tls",
                             "admin.token",
                             "join.token", "insecure", "netns"}) {
@@ -767,7 +908,11 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
                                                                      int64_t{10} * 60 * 1'000'000));
     MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "join.token", join.secret + "\n", true));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(int agents, StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout));
+  int brokers_started = 0;
+  MERIDIAN_ASSIGN_OR_RETURN(auto brokers, StartBrokers(dir, fleet, o.insecure, layout, &brokers_started));
+  MERIDIAN_ASSIGN_OR_RETURN(int agents,
+                            StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout, brokers));
+  agents += brokers_started;
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();
@@ -789,6 +934,10 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     if (fs::exists(fs::path(MERIDIAN_WEB_DIR) / "index.html")) {
       out << fmt::format("dashboard at {}/{}\n", *http, o.insecure ? "" : " (sign in with a token: meridian token create)");
     }
+  }
+  for (const auto& [site, b] : brokers) {
+    out << fmt::format("MQTT broker of edge site {} at {} (users and passwords in {})\n", site, b.url,
+                       (dir / "mqtt" / site).string());
   }
   out << "\n";
   PrintCluster(nodes, out);

@@ -281,6 +281,8 @@ struct AgentCommandOptions {
   int task_uid_base = -1;
   // Every Python task starts an interpreter of its own (no warm ones).
   bool cold_python = false;
+  // The site's MQTT broker, for the tasks that ask (agent::SiteBroker).
+  MqttFlags site_broker;
   // Idle this long, the agent leaves the pool and exits (empty or 0: never).
   std::string idle_exit;
   // Inside a Slurm job: the node is the job's share of this machine (spec/slurm.h),

@@ -332,6 +332,11 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--task-uid-base", agent.task_uid_base,
                         "Commands run as their tenant's user, uid BASE + a hash of the tenant (default 200000 when "
                         "run as root; 0: as the agent's user)");
+  agent_cmd->add_option("--site-broker", agent.site_broker.broker,
+                        "The site's MQTT broker (mqtt[s]://HOST:PORT), for tasks that ask with MERIDIAN_MQTT=site");
+  agent_cmd->add_option("--site-broker-user", agent.site_broker.user, "Its user for those tasks");
+  agent_cmd->add_option("--site-broker-password-file", agent.site_broker.password_file, "File holding that user's password");
+  agent_cmd->add_option("--site-broker-ca", agent.site_broker.ca, "mqtts: the broker's CA certificate");
   agent_cmd->add_flag("--cold-python", agent.cold_python,
                       "Start an interpreter for each Python task (python SCRIPT.py) instead of forking it from a "
                       "warm one");
@@ -539,12 +544,13 @@ int main(int argc, char** argv) {
   cli::StreamRunCommandOptions stream_run;
   CLI::App* stream_run_cmd = stream_cmd->add_subcommand(
       "run", "Run a stream spec (kind: stream) here: read its source topic, write each window's result");
-  stream_run_cmd->add_option("file", stream_run.file, "The stream spec (YAML)")->required();
+  stream_run_cmd->add_option("file", stream_run.file, "The stream spec (YAML; default: $MERIDIAN_STREAM_SPEC's text)");
   add_mqtt(stream_run_cmd, stream_run.mqtt);
   stream_run_cmd->add_option("--client-id", stream_run.client_id,
                              "MQTT client id; with one, the broker keeps the subscription across restarts");
   stream_run_cmd->add_option("--stop-after-idle", stream_run.stop_after_idle,
-                             "End of input after this long with no record: write every open window and exit (e.g. 2s)");
+                             "End of input after this long with no record: write every open window and exit (e.g. 2s; "
+                             "default: the spec's end_after_idle)");
   stream_run_cmd->add_flag("--json", stream_run.json, "Print JSON for scripts");
   CLI::App* sensors_cmd = app.add_subcommand("sensors", "Simulated sensors for stream jobs");
   sensors_cmd->require_subcommand(1);

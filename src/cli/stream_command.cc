@@ -2,6 +2,7 @@
 // spec run against MQTT brokers, and the simulated sensors that feed one.
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -49,10 +50,20 @@ StatusOr<int64_t> DurationMs(const std::string& text, std::string_view flag) {
 }  // namespace
 
 Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std::ostream& err) {
-  MERIDIAN_ASSIGN_OR_RETURN(model::StreamSpec spec, spec::LoadStreamSpec(o.file));
+  model::StreamSpec spec;
+  if (!o.file.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(spec, spec::LoadStreamSpec(o.file));
+  } else if (const char* text = std::getenv(spec::kStreamSpecEnv); text != nullptr) {
+    // A stream job's task (spec::ParseStreamJob).
+    MERIDIAN_ASSIGN_OR_RETURN(spec, spec::ParseStreamSpec(text, "the stream job's spec"));
+  } else {
+    return InvalidArgumentError(fmt::format("give a stream spec: meridian stream run FILE (or set {})",
+                                            spec::kStreamSpecEnv));
+  }
   ws::StreamRunOptions run;
   run.mqtt = Mqtt(o.mqtt);
   run.mqtt.client_id = o.client_id;
+  run.stop_after_idle_ms = spec.end_after_idle_ms;
   if (!o.stop_after_idle.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(run.stop_after_idle_ms, DurationMs(o.stop_after_idle, "--stop-after-idle"));
   }

@@ -9,6 +9,7 @@
 
 #include "common/units.h"
 #include "model/accelerators.h"
+#include "spec/stream_spec.h"
 #include "spec/yaml_reader.h"
 
 namespace meridian::spec {
@@ -692,6 +693,10 @@ StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model
                        const model::ThroughputTable& throughput, const DatasetResolver& resolver, int64_t max_tasks,
                        const ObjectResolver& objects) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  // A stream (docs/streams.md) runs as a job of one task at its site.
+  if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "stream") {
+    return ParseStreamJob(text, file, fleet);
+  }
   Reader r{std::string(file)};
   JobParser parser(r, fleet, throughput, resolver, max_tasks, objects);
   return parser.Parse(root);

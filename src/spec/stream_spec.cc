@@ -25,7 +25,7 @@ class StreamParser {
   StatusOr<model::StreamSpec> Parse(const YAML::Node& root) {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a stream spec)");
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"kind", "name", "site", "source", "operators", "sink",
-                                                   "max_open_records"}));
+                                                   "max_open_records", "end_after_idle"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "stream") return r_.Error(root["kind"], "kind", fmt::format("expected 'stream', got '{}'", kind));
@@ -39,6 +39,15 @@ class StreamParser {
     MERIDIAN_RETURN_IF_ERROR(
         r_.Int(root, "max_open_records", "", 1, int64_t{1} << 32, &spec_.max_open_records));
     MERIDIAN_RETURN_IF_ERROR(Operators(root));
+    if (root["end_after_idle"]) {
+      int64_t us = 0;
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "end_after_idle", "", ParseDurationUs, &us));
+      spec_.end_after_idle_ms = Ms(us);
+      if (spec_.end_after_idle_ms < 1 || spec_.end_after_idle_ms > kMaxWindowMs) {
+        return r_.Error(root["end_after_idle"], "end_after_idle", "expected 1ms to 366 days");
+      }
+    }
+    if (root["site"]) site_node_.reset(root["site"]);
     return std::move(spec_);
   }
 
@@ -163,6 +172,9 @@ class StreamParser {
 
   const Reader& r_;
   model::StreamSpec spec_;
+
+ public:
+  YAML::Node site_node_;  // where `site` is, for errors about it
 };
 
 }  // namespace
@@ -205,6 +217,38 @@ StatusOr<model::StreamSpec> ParseStreamSpec(std::string_view text, std::string_v
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
   return StreamParser(r).Parse(root);
+}
+
+StatusOr<model::Job> ParseStreamJob(std::string_view text, std::string_view file, const model::Fleet& fleet) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  Reader r{std::string(file)};
+  StreamParser parser(r);
+  MERIDIAN_ASSIGN_OR_RETURN(model::StreamSpec spec, parser.Parse(root));
+  const YAML::Node at = parser.site_node_ ? parser.site_node_ : root;
+  if (spec.site.empty()) return r.Error(root, "", "a stream job names its 'site' (where its broker and sensors are)");
+  std::optional<SiteId> site = fleet.FindSite(spec.site);
+  if (!site) return r.Error(at, "site", fmt::format("no site '{}' in the fleet", spec.site));
+  const bool own_brokers = !spec.source.broker.empty() && !spec.sink.broker.empty();
+  if (fleet.site(*site).kind != model::SiteKind::kEdge && !own_brokers) {
+    return r.Error(at, "site",
+                   fmt::format("site '{}' is not an edge site, so it has no broker; name one in source.broker and "
+                               "sink.broker, or run the stream at an edge site",
+                               spec.site));
+  }
+  model::Job job;
+  job.name = spec.name;
+  job.allowed_regions = {spec.site};
+  model::Task task;
+  task.id = TaskId{0};
+  task.name = "stream";
+  task.command = {"sh", "-c", "exec \"$MERIDIAN_BIN\" stream run --json"};
+  task.resources.cpu_milli = 1000;
+  task.resources.memory_bytes = int64_t{512} << 20;
+  task.retries = 3;
+  task.env[kStreamSpecEnv] = std::string(text);
+  task.env["MERIDIAN_MQTT"] = "site";
+  job.tasks.push_back(std::move(task));
+  return job;
 }
 
 StatusOr<model::StreamSpec> LoadStreamSpec(const std::string& path) {

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "spec/fleet_spec.h"
+#include "spec/job_spec.h"
 #include "spec/stream_spec.h"
 #include "workloads/stream/runner.h"
 
@@ -226,6 +228,42 @@ TEST(SimulatedRecordsTest, AreDeterministicAndInterleaveDevices) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(FormatRecord(a[i]), FormatRecord(b[i]));
   o.seed = 2;
   EXPECT_NE(FormatRecord(SimulatedRecords(o)[0]), FormatRecord(a[0]));
+}
+
+}  // namespace
+}  // namespace meridian::workloads::stream
+
+namespace meridian::workloads::stream {
+namespace {
+
+TEST(StreamJobTest, RunsAtItsEdgeSiteWithTheSpecAndTheSitesBroker) {
+  StatusOr<spec::FleetSpec> fleet = spec::ParseFleet(
+      "sites:\n  - {name: cloud, kind: cloud}\n  - {name: factory, kind: edge}\n"
+      "nodes:\n  - {name: a, site: factory, cpu: 2, memory: 4GiB}\n",
+      "f.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  const std::string text =
+      "kind: stream\nname: s\nsite: factory\nsource: {topic: 'in/#'}\nsink: {topic: out}\n"
+      "operators: [{window: {size: 1s}}]\n";
+  StatusOr<model::Job> job = spec::ParseJob(text, "s.yaml", fleet->fleet, model::ThroughputTable{});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->name, "s");
+  EXPECT_EQ(job->allowed_regions, std::vector<std::string>{"factory"});
+  ASSERT_EQ(job->tasks.size(), 1u);
+  EXPECT_EQ(job->tasks[0].env.at(spec::kStreamSpecEnv), text);
+  EXPECT_EQ(job->tasks[0].env.at("MERIDIAN_MQTT"), "site");
+  EXPECT_EQ(job->tasks[0].timeout_us, 0);
+
+  for (const auto& [from, to, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"site: factory", "site: lab", "s.yaml:3:7: site: no site 'lab' in the fleet"},
+           {"site: factory", "site: cloud", "site 'cloud' is not an edge site, so it has no broker"},
+           {"site: factory\n", "", "a stream job names its 'site'"}}) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    StatusOr<model::Job> j = spec::ParseJob(t, "s.yaml", fleet->fleet, model::ThroughputTable{});
+    ASSERT_FALSE(j.ok()) << t;
+    EXPECT_NE(j.status().message().find(want), std::string::npos) << j.status().message();
+  }
 }
 
 }  // namespace
