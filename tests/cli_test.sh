@@ -104,7 +104,8 @@ complete_words() {  # the completions bash offers after the words given
   bash -c "source '$tmp/out'; COMP_WORDS=($*); COMP_CWORD=\$((\${#COMP_WORDS[@]} - 1)); _meridian; echo \"\${COMPREPLY[*]}\""
 }
 [ "$(complete_words meridian job re)" = "resubmit" ] || { echo "FAIL completion of 'job re': $(complete_words meridian job re)"; fail=1; }
-[ "$(complete_words meridian --log-level debug st)" = "status" ] || { echo "FAIL completion of 'st'"; fail=1; }
+[ "$(complete_words meridian --log-level debug sta)" = "status" ] || { echo "FAIL completion of 'sta'"; fail=1; }
+[ "$(complete_words meridian str)" = "stream" ] || { echo "FAIL completion of 'str'"; fail=1; }
 [ "$(complete_words meridian run x.yaml --cancel)" = "--cancel-on-interrupt" ] || { echo "FAIL completion of run's flag"; fail=1; }
 check "completion for another shell" 2 "shell: fish not in {bash}" "$bin" completion fish
 check "down without a cluster" 2 "no local cluster in $tmp/no-cluster" "$bin" down
