@@ -609,6 +609,27 @@ struct SiteBrokerFiles {
   fs::path ca;        // mqtts: the cluster's CA; empty: plain mqtt
 };
 
+}  // namespace
+
+Status AddMqttUser(const fs::path& passwd, const std::string& user, const std::string& password, bool create) {
+  const std::string program = FindProgram("mosquitto_passwd");
+  if (program.empty()) return FailedPreconditionError("no mosquitto_passwd (Debian's mosquitto; scripts/install-deps.sh)");
+  ProcessOptions p;
+  p.argv = {program, "-b", passwd.string(), user, password};
+  if (create) p.argv.insert(p.argv.begin() + 1, "-c");
+  p.env = CurrentEnvironment();
+  p.timeout_us = 30'000'000;
+  std::atomic<bool> stop{false};
+  MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
+  if (r.exit_code != 0 || r.signal != 0) {
+    return InternalError(fmt::format("mosquitto_passwd failed: {}", r.stderr_tail));
+  }
+  chmod(passwd.c_str(), 0600);
+  return OkStatus();
+}
+
+namespace {
+
 // The port a broker's config names ("listener PORT HOST"), or 0.
 int ConfiguredPort(const fs::path& conf) {
   StatusOr<std::string> text = ReadSmallFile(conf);
@@ -633,8 +654,7 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
   for (const model::Site& site : fleet.fleet.sites) {
     if (site.kind != model::SiteKind::kEdge) continue;
     const std::string mosquitto = FindProgram("mosquitto");
-    const std::string passwd = FindProgram("mosquitto_passwd");
-    if (mosquitto.empty() || passwd.empty()) {
+    if (mosquitto.empty() || FindProgram("mosquitto_passwd").empty()) {
       return FailedPreconditionError(fmt::format(
           "site '{}' is an edge site, which gets an MQTT broker, but mosquitto is not installed (scripts/install-deps.sh "
           "installs it)",
@@ -657,16 +677,8 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
       for (const char* user : {"meridian", "sensors"}) {
         MERIDIAN_ASSIGN_OR_RETURN(std::string password, security::RandomHex(24));
         MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / (std::string(user) + ".password"), password + "\n", true));
-        ProcessOptions p;
-        p.argv = {passwd, "-b", (d / "passwd.new").string(), user, password};
-        if (user == std::string("meridian")) p.argv.insert(p.argv.begin() + 1, "-c");
-        p.env = CurrentEnvironment();
-        p.timeout_us = 30'000'000;
-        std::atomic<bool> stop{false};
-        MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
-        if (r.exit_code != 0 || r.signal != 0) {
-          return InternalError(fmt::format("mosquitto_passwd failed for site '{}': {}", site.name, r.stderr_tail));
-        }
+        MERIDIAN_RETURN_IF_ERROR(AddMqttUser(d / "passwd.new", user, password, user == std::string("meridian"))
+                                     .WithPrefix(fmt::format("site '{}'", site.name)));
       }
       chmod((d / "passwd.new").c_str(), 0600);
       fs::rename(d / "passwd.new", d / "passwd", ec);
@@ -683,6 +695,7 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
         "acl_file {}\n"
         "max_packet_size 65536\n"
         "max_queued_messages 100000\n"
+        "set_tcp_nodelay true\n"
         "persistence false\n"
         // As the user `meridian up` runs as, who owns these files (not mosquitto's own).
         "user {}\n",

@@ -208,6 +208,20 @@ struct SensorsSimulateOptions {
   bool print = false;  // print the records (one JSON line each) instead of publishing
 };
 Status RunSensorsSimulate(const SensorsSimulateOptions& options, std::ostream& out);
+// Adds a user to a mosquitto password file (a new file with `create`), made 0600,
+// through Mosquitto's mosquitto_passwd.
+Status AddMqttUser(const std::filesystem::path& passwd, const std::string& user, const std::string& password,
+                   bool create);
+// `meridian bench stream`: records a second through a stream with windows and detect
+// on, beside the broker's own rate with no processing, and publish-to-result latency.
+struct BenchStreamOptions {
+  int32_t devices = 100;
+  int64_t records = 200'000;        // for the throughput figures
+  double latency_rate = 5'000;      // records a second for the latency run
+  int64_t latency_seconds = 5;
+  bool json = false;
+};
+Status RunBenchStream(const BenchStreamOptions& options, std::ostream& out);
 
 inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
 inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered

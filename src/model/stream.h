@@ -84,8 +84,9 @@ struct StreamSpec {
   MqttEndpoint sink;  // each window's result, as JSON (docs/streams.md)
   // Bound on the records held in open windows (each counted once per window it is in).
   int64_t max_open_records = 4'000'000;
-  // End of input after this long without a record (every open window is then written
-  // and the stream's job succeeds); 0: the stream runs until it is cancelled.
+  // End of input after this long without a record, once one came (every open window
+  // is then written and the stream's job succeeds); 0: the stream runs until it is
+  // cancelled.
   int64_t end_after_idle_ms = 0;
 };
 

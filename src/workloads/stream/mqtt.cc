@@ -121,6 +121,9 @@ StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& opt
                         c.get());
   if (c->m_ == nullptr) return ResourceExhaustedError("mosquitto_new failed");
   mosquitto_int_option(c->m_, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311);
+  // Small messages go at once (Nagle's algorithm would hold a result back for the
+  // broker's delayed acknowledgement).
+  mosquitto_int_option(c->m_, MOSQ_OPT_TCP_NODELAY, 1);
   mosquitto_max_inflight_messages_set(c->m_, static_cast<unsigned>(c->max_inflight_));
   mosquitto_connect_callback_set(c->m_, &MqttClient::OnConnect);
   mosquitto_disconnect_callback_set(c->m_, &MqttClient::OnDisconnect);

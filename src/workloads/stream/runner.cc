@@ -1,5 +1,7 @@
 #include "workloads/stream/runner.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -17,6 +19,22 @@ int64_t NowMs() {
       .count();
 }
 
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t ThreadCpuUs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+}
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // Payloads read but not yet given to the engine, at most this many: past it the loop
 // stops reading until the engine catches up.
 constexpr size_t kMaxInbox = 100'000;
@@ -25,6 +43,7 @@ constexpr size_t kMaxInbox = 100'000;
 
 StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamRunOptions& options,
                                     const std::atomic<bool>& stop) {
+  const int64_t cpu_start = ThreadCpuUs();
   MqttOptions source_opts = options.mqtt;
   if (!spec.source.broker.empty()) source_opts.url = spec.source.broker;
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> source, MqttClient::Connect(source_opts));
@@ -46,7 +65,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   StreamEngine engine(spec);
   StreamRunReport report;
   std::vector<model::WindowResult> results;
-  int64_t last_record_ms = NowMs();
+  int64_t last_record_ms = -1;  // none yet: the idle time counts from the first
   auto publish = [&]() -> Status {
     for (const model::WindowResult& r : results) {
       MERIDIAN_RETURN_IF_ERROR(sink->Publish(spec.sink.topic, FormatResult(r)));
@@ -57,13 +76,17 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   while (!stop.load()) {
     if (inbox.size() < kMaxInbox) MERIDIAN_RETURN_IF_ERROR(source->Poll(inbox.empty() ? 50 : 0));
     if (own_sink) MERIDIAN_RETURN_IF_ERROR(own_sink->Poll(0));
-    if (!inbox.empty()) last_record_ms = NowMs();
+    if (!inbox.empty()) {
+      last_record_ms = NowMs();
+      report.last_record_steady_us = NowUs();
+    }
     while (!inbox.empty()) {
       MERIDIAN_RETURN_IF_ERROR(engine.Add(inbox.front(), &results));
       inbox.pop_front();
     }
     MERIDIAN_RETURN_IF_ERROR(publish());
-    if (options.stop_after_idle_ms > 0 && NowMs() - last_record_ms >= options.stop_after_idle_ms) {
+    if (options.stop_after_idle_ms > 0 && last_record_ms >= 0 &&
+        NowMs() - last_record_ms >= options.stop_after_idle_ms) {
       engine.Flush(&results);
       MERIDIAN_RETURN_IF_ERROR(publish());
       break;
@@ -72,6 +95,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   MERIDIAN_RETURN_IF_ERROR(sink->Drain(30'000));
   report.counters = engine.counters();
   report.published = report.counters.results;
+  report.cpu_us = ThreadCpuUs() - cpu_start;
   source->Disconnect();
   if (own_sink) own_sink->Disconnect();
   return report;
@@ -117,7 +141,13 @@ StatusOr<int64_t> SimulateSensors(const SimulateOptions& o, const std::atomic<bo
         MERIDIAN_RETURN_IF_ERROR(client->Poll(static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 50))));
       }
     }
-    MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(r)));
+    if (o.event_time_now) {
+      model::SensorRecord now = r;
+      now.event_time_ms = WallMs();
+      MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(now)));
+    } else {
+      MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(r)));
+    }
     ++sent;
     if (sent % 256 == 0) MERIDIAN_RETURN_IF_ERROR(client->Poll(0));
   }

@@ -20,8 +20,8 @@ namespace meridian::workloads::stream {
 
 struct StreamRunOptions {
   MqttOptions mqtt;  // the source's broker (and the sink's, unless the spec names another)
-  // End of input after this long without a record: every open window is written and
-  // the run returns. 0: run until `stop`.
+  // End of input after this long without a record, once one came: every open window
+  // is written and the run returns. 0: run until `stop`.
   int64_t stop_after_idle_ms = 0;
   // Called once the source's subscription is acknowledged (records sent from then on
   // are read).
@@ -31,6 +31,10 @@ struct StreamRunOptions {
 struct StreamRunReport {
   StreamCounters counters;
   int64_t published = 0;  // results acknowledged by the sink's broker
+  // When the last record was read (std::chrono::steady_clock, us), and the CPU time
+  // of the calling thread over the run: what `bench stream` divides by.
+  int64_t last_record_steady_us = 0;
+  int64_t cpu_us = 0;
 };
 
 StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamRunOptions& options,
@@ -46,6 +50,9 @@ struct SimulateOptions {
   int64_t start_ms = 1'767'225'600'000;  // the first event time (2026-01-01T00:00:00Z)
   int64_t jitter_ms = 0;     // each record's event time moved by up to this much, either way
   uint64_t seed = 1;
+  // Each record's event time is the wall clock when it is published (for latency
+  // figures), not start_ms + k * period_ms.
+  bool event_time_now = false;
 };
 
 // The records the simulator publishes, in publishing order: device i's record k has
