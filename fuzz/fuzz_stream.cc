@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MERIDIAN_CHECK_MSG(engine.open_records() <= 64, "open windows past their bound");
     start = end + 1;
   }
-  engine.Flush(&out);
+  MERIDIAN_CHECK_MSG(engine.Flush(&out).ok(), "a flush failed on the CPU");
   std::set<std::tuple<std::string, int64_t>> seen;
   for (const auto& r : out) {
     MERIDIAN_CHECK_MSG(seen.emplace(r.device, r.window_start_ms).second, "a window written twice");

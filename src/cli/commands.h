@@ -183,6 +183,11 @@ struct MqttFlags {
   std::string cert;
   std::string key;
 };
+// Where a kernel-heavy command computes: "cpu"; "gpu" (the first visible CUDA device,
+// an error when there is none); "auto" (a GPU when the agent gave the task one:
+// CUDA_VISIBLE_DEVICES names a device and it answers; else the CPU, said on stderr
+// as `who`'s).
+StatusOr<const kernels::Ops*> ChooseDevice(const std::string& device, std::string_view who);
 // `meridian stream run FILE`: runs a stream spec here until stopped (SIGTERM,
 // Ctrl-C), or until --stop-after-idle passes without a record (then every open
 // window is written). Prints what it counted.
@@ -191,6 +196,7 @@ struct StreamRunCommandOptions {
   MqttFlags mqtt;
   std::string client_id;
   std::string stop_after_idle;  // a duration; empty: never
+  std::string device = "auto";  // where windows' figures are computed (ChooseDevice)
   bool json = false;
 };
 Status RunStreamCommand(const StreamRunCommandOptions& options, std::ostream& out, std::ostream& err);

@@ -562,6 +562,9 @@ int main(int argc, char** argv) {
   stream_run_cmd->add_option("--stop-after-idle", stream_run.stop_after_idle,
                              "End of input after this long with no record (once one came): write every open window and exit (e.g. 2s; "
                              "default: the spec's end_after_idle)");
+  stream_run_cmd->add_option("--device", stream_run.device,
+                             "Where windows' figures are computed: auto (the task's GPU when it has one), cpu or gpu")
+      ->capture_default_str();
   stream_run_cmd->add_flag("--json", stream_run.json, "Print JSON for scripts");
   CLI::App* sensors_cmd = app.add_subcommand("sensors", "Simulated sensors for stream jobs");
   sensors_cmd->require_subcommand(1);

@@ -73,11 +73,12 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
                        spec.sink.topic)
         << std::flush;
   };
+  MERIDIAN_ASSIGN_OR_RETURN(run.ops, ChooseDevice(o.device, "stream run"));
   StopOnSignals();
   MERIDIAN_ASSIGN_OR_RETURN(ws::StreamRunReport report, ws::RunStream(spec, run, g_stop));
   const ws::StreamCounters& c = report.counters;
   if (o.json) {
-    nlohmann::json j = {{"stream", spec.name},       {"records", c.payloads},   {"accepted", c.accepted},
+    nlohmann::json j = {{"stream", spec.name},       {"device", run.ops->name()},       {"records", c.payloads},   {"accepted", c.accepted},
                         {"duplicates", c.duplicates}, {"late", c.late},         {"filtered", c.filtered},
                         {"malformed", c.malformed},   {"results", c.results},   {"anomalies", c.anomalies},
                         {"first_error", c.first_error}};

@@ -30,10 +30,9 @@ StatusOr<collective::Algorithm> ParseAlgorithm(const std::string& name) {
   return InvalidArgumentError(fmt::format("--algorithm {}: expected auto, ring or hierarchical", name));
 }
 
-// Where gradients are computed: "cpu"; "gpu" (the task's first visible CUDA device,
-// an error when there is none); "auto" (a GPU when the agent gave the task one:
-// CUDA_VISIBLE_DEVICES names a device, and it answers; else the CPU).
-StatusOr<const kernels::Ops*> ChooseDevice(const std::string& device) {
+}  // namespace
+
+StatusOr<const kernels::Ops*> ChooseDevice(const std::string& device, std::string_view who) {
   if (device == "cpu") return &kernels::CpuOps();
   if (device != "gpu" && device != "auto") {
     return InvalidArgumentError(fmt::format("--device {}: expected auto, cpu or gpu", device));
@@ -41,9 +40,11 @@ StatusOr<const kernels::Ops*> ChooseDevice(const std::string& device) {
   if (device == "auto" && Getenv("CUDA_VISIBLE_DEVICES").empty()) return &kernels::CpuOps();
   StatusOr<const kernels::Ops*> gpu = kernels::GpuOps(0);
   if (gpu.ok() || device == "gpu") return gpu;
-  std::cerr << "gang train: no GPU answers (" << gpu.status().message() << "); training on the CPU\n";
+  std::cerr << who << ": no GPU answers (" << gpu.status().message() << "); on the CPU\n";
   return &kernels::CpuOps();
 }
+
+namespace {
 
 // Writes the checkpoint where the agent collects it: a new file renamed over the old,
 // so the agent never reads half of one.
@@ -65,7 +66,7 @@ Status WriteCheckpoint(const std::string& dir, const std::string& bytes) {
 
 Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(collective::Algorithm algorithm, ParseAlgorithm(options.algorithm));
-  MERIDIAN_ASSIGN_OR_RETURN(const kernels::Ops* ops, ChooseDevice(options.device));
+  MERIDIAN_ASSIGN_OR_RETURN(const kernels::Ops* ops, ChooseDevice(options.device, "gang train"));
   MERIDIAN_ASSIGN_OR_RETURN(GangMember m, ReadGangMember());
   if (options.data.empty()) return InvalidArgumentError("--data: the digits file is required");
   MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(options.data));

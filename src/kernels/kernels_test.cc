@@ -240,6 +240,59 @@ TEST(GpuKernelsTest, SortMatchesTheCpuExactly) {
   }
 }
 
+// Many windows of varied lengths and values whose sums round: the figures a stream's
+// detect works from.
+void StreamWindows(std::vector<double>* values, std::vector<int64_t>* offsets, size_t windows) {
+  offsets->assign(1, 0);
+  for (size_t w = 0; w < windows; ++w) {
+    const int64_t n = 1 + static_cast<int64_t>(gen::Bits(7, w) % 300);
+    for (int64_t i = 0; i < n; ++i) {
+      values->push_back(20.0 + 10.0 * gen::Signed(11, values->size()) + 0.1 * static_cast<double>(w % 7));
+    }
+    offsets->push_back(static_cast<int64_t>(values->size()));
+  }
+}
+
+TEST(KernelsTest, WindowStatsAreEachWindowsFiguresInOrder) {
+  const std::vector<double> values = {1, 2, 3, 5, 4, 6, 0.1, 0.2};
+  const std::vector<int64_t> offsets = {0, 4, 6, 8};
+  std::vector<WindowStat> out(3);
+  ASSERT_TRUE(CpuOps().WindowStats(values, offsets, out).ok());
+  EXPECT_EQ(out[0].sum, 11.0);
+  EXPECT_EQ(out[0].min, 1.0);
+  EXPECT_EQ(out[0].max, 5.0);
+  EXPECT_EQ(out[0].mean, 2.75);
+  EXPECT_EQ(out[0].stddev, std::sqrt(8.75 / 4));
+  EXPECT_EQ(out[1].mean, 5.0);
+  EXPECT_EQ(out[1].stddev, 1.0);
+  EXPECT_EQ(out[2].sum, 0.1 + 0.2);  // in order, rounded as a sum is
+  std::vector<WindowStat> two(2);
+  EXPECT_EQ(CpuOps().WindowStats(values, offsets, two).message(), "2 windows need 3 offsets, not 4");
+  const std::vector<int64_t> empty = {0, 4, 4, 8};
+  EXPECT_EQ(CpuOps().WindowStats(values, empty, out).message(), "window 1 is empty");
+  const std::vector<int64_t> short_end = {0, 4, 6, 7};
+  EXPECT_EQ(CpuOps().WindowStats(values, short_end, out).message(),
+            "window offsets must run from 0 to the number of values");
+}
+
+TEST(GpuKernelsTest, WindowStatsMatchTheCpuBitForBit) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  std::vector<double> values;
+  std::vector<int64_t> offsets;
+  StreamWindows(&values, &offsets, 20'000);
+  std::vector<WindowStat> g(offsets.size() - 1), c(offsets.size() - 1);
+  Status s = gpu->WindowStats(values, offsets, g);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(CpuOps().WindowStats(values, offsets, c).ok());
+  for (size_t i = 0; i < c.size(); ++i) {
+    ASSERT_EQ(g[i].sum, c[i].sum) << "window " << i;
+    ASSERT_EQ(g[i].min, c[i].min) << "window " << i;
+    ASSERT_EQ(g[i].max, c[i].max) << "window " << i;
+    ASSERT_EQ(g[i].mean, c[i].mean) << "window " << i;
+    ASSERT_EQ(g[i].stddev, c[i].stddev) << "window " << i;
+  }
+}
+
 TEST(GpuKernelsTest, HistogramMatchesTheCpuExactly) {
   MERIDIAN_GPU_OR_SKIP(gpu);
   std::atomic<bool> stop{false};

@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "kernels/qgate.h"
+#include "kernels/window_stats.h"
 
 namespace meridian::kernels {
 
@@ -93,7 +94,17 @@ class Ops {
   // the two agree to float rounding, not bit for bit.
   virtual Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
                              std::span<const int32_t> labels, std::span<float> grad, double* loss) const = 0;
+  // The figures of windows whose values lie back to back (a stream's windows as they
+  // are written, workloads/stream): window i is values[offsets[i], offsets[i + 1]),
+  // offsets ascending from 0 to values.size(), every window non-empty; out has one
+  // entry per window. Bit-identical on the CPU and a GPU (kernels/window_stats.h).
+  virtual Status WindowStats(std::span<const double> values, std::span<const int64_t> offsets,
+                             std::span<WindowStat> out) const = 0;
 };
+
+// The argument checks every WindowStats makes.
+Status CheckWindowStatsArgs(std::span<const double> values, std::span<const int64_t> offsets,
+                            std::span<const WindowStat> out);
 
 // The argument checks every MlpGradient makes: widths within kMaxMlpWidth, at most
 // kMaxMlpImages images, spans of the shape's sizes, labels below shape.classes.

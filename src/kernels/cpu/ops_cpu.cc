@@ -122,6 +122,15 @@ class CpuOpsImpl final : public Ops {
     return OkStatus();
   }
 
+  Status WindowStats(std::span<const double> values, std::span<const int64_t> offsets,
+                     std::span<WindowStat> out) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckWindowStatsArgs(values, offsets, out));
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = window::Compute(values.data() + offsets[i], offsets[i + 1] - offsets[i]);
+    }
+    return OkStatus();
+  }
+
   Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
                      std::span<const int32_t> labels, std::span<float> grad, double* loss) const override {
     MERIDIAN_RETURN_IF_ERROR(CheckMlpArgs(shape, params, x, labels, grad));
@@ -225,6 +234,21 @@ Status CheckGates(int32_t qubits, std::span<const QGate> gates) {
       return InvalidArgumentError(fmt::format("gate {}: target {} or controls {:#x} outside {} qubits, or the target "
                                               "among its controls", k, g.target, g.controls, qubits));
     }
+  }
+  return OkStatus();
+}
+
+Status CheckWindowStatsArgs(std::span<const double> values, std::span<const int64_t> offsets,
+                            std::span<const WindowStat> out) {
+  if (offsets.size() != out.size() + 1) {
+    return InvalidArgumentError(fmt::format("{} windows need {} offsets, not {}", out.size(), out.size() + 1,
+                                            offsets.size()));
+  }
+  if (offsets.front() != 0 || offsets.back() != static_cast<int64_t>(values.size())) {
+    return InvalidArgumentError("window offsets must run from 0 to the number of values");
+  }
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    if (offsets[i + 1] <= offsets[i]) return InvalidArgumentError(fmt::format("window {} is empty", i));
   }
   return OkStatus();
 }

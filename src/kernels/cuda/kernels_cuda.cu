@@ -170,6 +170,15 @@ __global__ void ApplyGateKernel(double* state, uint64_t pairs, QGate g) {
   }
 }
 
+// ---- a stream's windows ----
+
+__global__ void WindowStatsKernel(const double* values, const int64_t* offsets, size_t windows, WindowStat* out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < windows;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = window::Compute(values + offsets[i], offsets[i + 1] - offsets[i]);
+  }
+}
+
 // ---- the trainer's perceptron ----
 
 // m[r * cols + c] += bias[c], then max(0, .) when relu.
@@ -420,6 +429,25 @@ std::string Sha256d(int device, const uint8_t* messages, size_t length, size_t c
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(digests, out.ptr, sha256::kDigestBytes * count, cudaMemcpyDeviceToHost,
                                     cudaStreamPerThread));
   return Finish("sha256d");
+}
+
+std::string WindowStats(int device, const double* values, size_t count, const int64_t* offsets, size_t windows,
+                        WindowStat* out) {
+  if (windows == 0) return {};
+  if (std::string e = Begin(device); !e.empty()) return e;
+  DeviceBuffer<double> d_values;
+  DeviceBuffer<int64_t> d_offsets;
+  DeviceBuffer<WindowStat> d_out;
+  MERIDIAN_CUDA_TRY(d_values.Allocate(count));
+  MERIDIAN_CUDA_TRY(d_offsets.Allocate(windows + 1));
+  MERIDIAN_CUDA_TRY(d_out.Allocate(windows));
+  cudaStream_t s = cudaStreamPerThread;
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_values.ptr, values, count * sizeof(double), cudaMemcpyHostToDevice, s));
+  MERIDIAN_CUDA_TRY(
+      cudaMemcpyAsync(d_offsets.ptr, offsets, (windows + 1) * sizeof(int64_t), cudaMemcpyHostToDevice, s));
+  WindowStatsKernel<<<Blocks(windows, 4096), kThreads, 0, s>>>(d_values.ptr, d_offsets.ptr, windows, d_out.ptr);
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(out, d_out.ptr, windows * sizeof(WindowStat), cudaMemcpyDeviceToHost, s));
+  return Finish("window stats");
 }
 
 std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t count, double* state,

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/qgate.h"
+#include "kernels/window_stats.h"
 
 namespace meridian::kernels::cuda {
 
@@ -55,5 +56,10 @@ std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t coun
 // sum over images runs in a fixed order, so a call's result is the same every time.
 std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
                         const float* x, const int32_t* labels, int64_t images, float* grad, double* loss);
+
+// A stream's window figures (kernels/ops.h, WindowStats): one thread per window, each
+// computing kernels/window_stats.h's Compute over its values, as the CPU does.
+std::string WindowStats(int device, const double* values, size_t count, const int64_t* offsets, size_t windows,
+                        WindowStat* out);
 
 }  // namespace meridian::kernels::cuda

@@ -66,6 +66,13 @@ class CudaOps final : public Ops {
     return Check(cuda::Simulate(device_, qubits, gates.data(), gates.size(), state.data(), &stop), &stop);
   }
 
+  Status WindowStats(std::span<const double> values, std::span<const int64_t> offsets,
+                     std::span<WindowStat> out) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckWindowStatsArgs(values, offsets, out));
+    return Check(cuda::WindowStats(device_, values.data(), values.size(), offsets.data(), out.size(), out.data()),
+                 nullptr);
+  }
+
   Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
                      std::span<const int32_t> labels, std::span<float> grad, double* loss) const override {
     MERIDIAN_RETURN_IF_ERROR(CheckMlpArgs(shape, params, x, labels, grad));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -107,7 +108,8 @@ StatusOr<model::WindowResult> ParseResult(std::string_view text) {
   return r;
 }
 
-StreamEngine::StreamEngine(model::StreamSpec spec) : spec_(std::move(spec)) {}
+StreamEngine::StreamEngine(model::StreamSpec spec, const kernels::Ops* ops)
+    : spec_(std::move(spec)), ops_(ops != nullptr ? ops : &kernels::CpuOps()) {}
 
 int64_t StreamEngine::LastStart(int64_t t) const { return FloorDiv(t, spec_.window.slide_ms) * spec_.window.slide_ms; }
 
@@ -187,59 +189,68 @@ Status StreamEngine::AddRecord(model::SensorRecord record, std::vector<model::Wi
   if (record.event_time_ms > max_event_ms_) {
     max_event_ms_ = record.event_time_ms;
     watermark_ms_ = max_event_ms_ - w.out_of_orderness_ms;
-    FireReady(out);
+    return FireReady(false, out);
   }
   return OkStatus();
 }
 
-void StreamEngine::FireReady(std::vector<model::WindowResult>* out) {
+Status StreamEngine::FireReady(bool all, std::vector<model::WindowResult>* out) {
+  std::vector<Closing> closing;
   while (!open_.empty()) {
     auto [end, name, start] = *open_.begin();
-    if (!Written(start)) break;
+    if (!all && !Written(start)) break;
     open_.erase(open_.begin());
-    Fire(name, devices_.at(name), start, out);
+    Device& device = devices_.at(name);
+    auto wit = device.windows.find(start);
+    Closing w{name, start, std::move(wit->second)};
+    device.windows.erase(wit);
+    open_records_ -= static_cast<int64_t>(w.entries.size());
+    std::sort(w.entries.begin(), w.entries.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+    for (const Entry& e : w.entries) {
+      // The record's last window: it is held by none still open.
+      if (LastStart(e.event_time_ms) == start) device.held.erase(e.seq);
+    }
+    closing.push_back(std::move(w));
   }
+  if (closing.empty()) return OkStatus();
+  std::vector<double> values;
+  std::vector<int64_t> offsets = {0};
+  values.reserve(static_cast<size_t>(std::accumulate(
+      closing.begin(), closing.end(), size_t{0}, [](size_t n, const Closing& w) { return n + w.entries.size(); })));
+  for (const Closing& w : closing) {
+    for (const Entry& e : w.entries) values.push_back(e.value);
+    offsets.push_back(static_cast<int64_t>(values.size()));
+  }
+  std::vector<kernels::WindowStat> stats(closing.size());
+  MERIDIAN_RETURN_IF_ERROR(ops_->WindowStats(values, offsets, stats));
+  for (size_t i = 0; i < closing.size(); ++i) Finish(closing[i], stats[i], out);
+  if (!spec_.detect) {
+    // A device with nothing open and no history to keep is forgotten.
+    for (const Closing& w : closing) {
+      auto it = devices_.find(w.device);
+      if (it != devices_.end() && it->second.windows.empty() && it->second.held.empty()) devices_.erase(it);
+    }
+  }
+  return OkStatus();
 }
 
-void StreamEngine::Flush(std::vector<model::WindowResult>* out) {
-  while (!open_.empty()) {
-    auto [end, name, start] = *open_.begin();
-    open_.erase(open_.begin());
-    Fire(name, devices_.at(name), start, out);
-  }
-}
+Status StreamEngine::Flush(std::vector<model::WindowResult>* out) { return FireReady(true, out); }
 
-void StreamEngine::Fire(const std::string& name, Device& device, int64_t start,
-                        std::vector<model::WindowResult>* out) {
-  auto wit = device.windows.find(start);
-  std::vector<Entry> entries = std::move(wit->second);
-  device.windows.erase(wit);
-  open_records_ -= static_cast<int64_t>(entries.size());
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
-
+void StreamEngine::Finish(Closing& w, const kernels::WindowStat& stat, std::vector<model::WindowResult>* out) {
   model::WindowResult r;
-  r.device = name;
-  r.window_start_ms = start;
-  r.window_end_ms = start + spec_.window.size_ms;
-  r.count = static_cast<int64_t>(entries.size());
-  r.min = entries.front().value;
-  r.max = entries.front().value;
-  for (const Entry& e : entries) {
-    r.sum += e.value;
-    r.min = std::min(r.min, e.value);
-    r.max = std::max(r.max, e.value);
-    // The record's last window: it is held by none still open.
-    if (LastStart(e.event_time_ms) == start) device.held.erase(e.seq);
-  }
-  r.mean = r.sum / static_cast<double>(r.count);
-  double squares = 0;
-  for (const Entry& e : entries) squares += (e.value - r.mean) * (e.value - r.mean);
-  r.stddev = std::sqrt(squares / static_cast<double>(r.count));
-  r.first_seq = entries.front().seq;
-  r.last_seq = entries.back().seq;
-
+  r.device = std::move(w.device);
+  r.window_start_ms = w.start;
+  r.window_end_ms = w.start + spec_.window.size_ms;
+  r.count = static_cast<int64_t>(w.entries.size());
+  r.sum = stat.sum;
+  r.min = stat.min;
+  r.max = stat.max;
+  r.mean = stat.mean;
+  r.stddev = stat.stddev;
+  r.first_seq = w.entries.front().seq;
+  r.last_seq = w.entries.back().seq;
   if (spec_.detect) {
-    const std::deque<double>& h = device.history;
+    std::deque<double>& h = devices_.at(r.device).history;
     if (h.size() >= 2) {
       double hsum = 0;
       for (double m : h) hsum += m;
@@ -250,12 +261,11 @@ void StreamEngine::Fire(const std::string& name, Device& device, int64_t start,
       if (hstd > 0) r.score = std::fabs(r.mean - hmean) / hstd;
     }
     r.anomaly = r.score >= spec_.detect->threshold;
-    device.history.push_back(r.mean);
-    if (static_cast<int32_t>(device.history.size()) > spec_.detect->history) device.history.pop_front();
+    h.push_back(r.mean);
+    if (static_cast<int32_t>(h.size()) > spec_.detect->history) h.pop_front();
   }
   ++counters_.results;
   if (r.anomaly) ++counters_.anomalies;
-  if (device.windows.empty() && device.held.empty() && !spec_.detect) devices_.erase(name);
   out->push_back(std::move(r));
 }
 

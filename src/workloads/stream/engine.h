@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/ops.h"
 #include "model/stream.h"
 
 namespace meridian::workloads::stream {
@@ -53,15 +54,18 @@ struct StreamCounters {
 
 class StreamEngine {
  public:
-  explicit StreamEngine(model::StreamSpec spec);
+  // Windows' figures are computed by `ops` (kernels/ops.h WindowStats: the CPU, or a
+  // GPU; the figures are the same), the windows written at once in one call.
+  explicit StreamEngine(model::StreamSpec spec, const kernels::Ops* ops = nullptr);
 
   // One payload from the source. Results that became final are appended to *out.
   // A malformed, filtered, duplicate or late record is counted and is not an error;
-  // ResourceExhausted when the open windows would hold more than max_open_records.
+  // ResourceExhausted when the open windows would hold more than max_open_records;
+  // the device's error when its window figures could not be computed.
   Status Add(std::string_view payload, std::vector<model::WindowResult>* out);
   Status AddRecord(model::SensorRecord record, std::vector<model::WindowResult>* out);
   // End of input: every open window is final, in order of end time.
-  void Flush(std::vector<model::WindowResult>* out);
+  Status Flush(std::vector<model::WindowResult>* out);
 
   const StreamCounters& counters() const { return counters_; }
   // The largest event time seen less the out-of-orderness (INT64_MIN before any).
@@ -81,13 +85,23 @@ class StreamEngine {
     std::deque<double> history;                    // means of its last windows
   };
 
+  // A window taken out to be written: its records in seq order.
+  struct Closing {
+    std::string device;
+    int64_t start;
+    std::vector<Entry> entries;
+  };
+
   // The start of the last window holding event time t.
   int64_t LastStart(int64_t t) const;
   bool Written(int64_t start) const;
-  void FireReady(std::vector<model::WindowResult>* out);
-  void Fire(const std::string& name, Device& device, int64_t start, std::vector<model::WindowResult>* out);
+  // Writes the windows the watermark has passed (all of them with `all`), in order of
+  // end, their figures computed in one WindowStats call.
+  Status FireReady(bool all, std::vector<model::WindowResult>* out);
+  void Finish(Closing& w, const kernels::WindowStat& stat, std::vector<model::WindowResult>* out);
 
   const model::StreamSpec spec_;
+  const kernels::Ops* ops_;
   StreamCounters counters_;
   std::unordered_map<std::string, Device> devices_;
   std::set<std::tuple<int64_t, std::string, int64_t>> open_;  // (end, device, start)

@@ -53,7 +53,7 @@ TEST(StreamEngineTest, TumblingWindowsWaitForLatenessDropDuplicatesAndLateRecord
   EXPECT_EQ(w.first_seq, 0u);
   EXPECT_EQ(w.last_seq, 4u);
   ASSERT_TRUE(e.Add(Rec("a", 6, 9000, 7.0), &out).ok());  // its window is written: late
-  e.Flush(&out);
+  ASSERT_TRUE(e.Flush(&out).ok());
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1].window_start_ms, 10000);
   EXPECT_EQ(out[1].count, 2);
@@ -77,10 +77,10 @@ TEST(StreamEngineTest, FiguresDoNotDependOnArrivalOrder) {
   std::vector<model::WindowResult> a, b;
   StreamEngine e1(Spec("{size: 5s, out_of_orderness: 10s}"));
   for (const std::string& r : records) ASSERT_TRUE(e1.Add(r, &a).ok());
-  e1.Flush(&a);
+  ASSERT_TRUE(e1.Flush(&a).ok());
   StreamEngine e2(Spec("{size: 5s, out_of_orderness: 10s}"));
   for (auto it = records.rbegin(); it != records.rend(); ++it) ASSERT_TRUE(e2.Add(*it, &b).ok());
-  e2.Flush(&b);
+  ASSERT_TRUE(e2.Flush(&b).ok());
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(FormatResult(a[0]), FormatResult(b[0]));
@@ -101,7 +101,7 @@ TEST(StreamEngineTest, SlidingWindowsHoldARecordInEachOfItsWindows) {
   EXPECT_EQ(out[1].window_start_ms, 0);
   EXPECT_EQ(out[1].sum, 3.0);
   EXPECT_EQ(out[1].stddev, 0.5);
-  e.Flush(&out);
+  ASSERT_TRUE(e.Flush(&out).ok());
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[2].window_start_ms, 5000);
   EXPECT_EQ(out[2].sum, 6.0);
@@ -116,7 +116,7 @@ TEST(StreamEngineTest, DetectScoresAWindowAgainstTheDevicesLastWindows) {
   std::vector<model::WindowResult> out;
   const double values[] = {10, 12, 10, 12, 30};
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(e.Add(Rec("c", i, 1000 * i, values[i]), &out).ok());
-  e.Flush(&out);
+  ASSERT_TRUE(e.Flush(&out).ok());
   ASSERT_EQ(out.size(), 5u);
   EXPECT_EQ(out[0].score, 0.0);  // no history
   EXPECT_EQ(out[1].score, 0.0);  // one window: no spread yet
@@ -135,7 +135,7 @@ TEST(StreamEngineTest, FiltersAndMapsRunInTheSpecsOrder) {
   ASSERT_TRUE(e.Add(Rec("dev-1", 1, 10, 5), &out).ok());   // 11: above max
   ASSERT_TRUE(e.Add(Rec("dev-1", 2, 20, -3), &out).ok());  // -5: below min
   ASSERT_TRUE(e.Add(Rec("gw-1", 0, 30, 1), &out).ok());    // other prefix
-  e.Flush(&out);
+  ASSERT_TRUE(e.Flush(&out).ok());
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].sum, 5.0);
   EXPECT_EQ(e.counters().filtered, 3);

@@ -62,7 +62,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   MERIDIAN_RETURN_IF_ERROR(source->Subscribe(spec.source.topic));
   if (options.on_subscribed) options.on_subscribed();
 
-  StreamEngine engine(spec);
+  StreamEngine engine(spec, options.ops);
   StreamRunReport report;
   std::vector<model::WindowResult> results;
   int64_t last_record_ms = -1;  // none yet: the idle time counts from the first
@@ -87,7 +87,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     MERIDIAN_RETURN_IF_ERROR(publish());
     if (options.stop_after_idle_ms > 0 && last_record_ms >= 0 &&
         NowMs() - last_record_ms >= options.stop_after_idle_ms) {
-      engine.Flush(&results);
+      MERIDIAN_RETURN_IF_ERROR(engine.Flush(&results));
       MERIDIAN_RETURN_IF_ERROR(publish());
       break;
     }

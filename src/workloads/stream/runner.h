@@ -26,6 +26,8 @@ struct StreamRunOptions {
   // Called once the source's subscription is acknowledged (records sent from then on
   // are read).
   std::function<void()> on_subscribed;
+  // Where windows' figures are computed (kernels/ops.h); none: the CPU.
+  const kernels::Ops* ops = nullptr;
 };
 
 struct StreamRunReport {
