@@ -42,6 +42,9 @@ password_file $tmp/passwd
 persistence false
 user $(id -un)
 max_packet_size 65536
+# As meridian up's brokers: a consumer behind by more than this loses QoS 1 messages
+# (mosquitto's default is 1,000, which a publisher as fast as mosquitto_pub outruns).
+max_queued_messages 100000
 CONF
 mosquitto -c "$tmp/mosquitto.conf" >"$tmp/mosquitto.log" 2>&1 &
 pids+=($!)

@@ -113,9 +113,9 @@ Status RunSensorsSimulate(const SensorsSimulateOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(sim.period_ms, DurationMs(o.period, "--period"));
   MERIDIAN_ASSIGN_OR_RETURN(sim.jitter_ms, DurationMs(o.jitter, "--jitter"));
   if (o.print) {
-    for (const model::SensorRecord& r : ws::SimulatedRecords(sim)) {
-      out << sim.topic_prefix << "/" << r.device << " " << ws::FormatRecord(r) << "\n";
-    }
+    ws::SensorSimulator records(sim);
+    model::SensorRecord r;
+    while (records.Next(&r)) out << sim.topic_prefix << "/" << r.device << " " << ws::FormatRecord(r) << "\n";
     return OkStatus();
   }
   StopOnSignals();

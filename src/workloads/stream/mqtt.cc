@@ -189,8 +189,14 @@ void MqttClient::OnMessage(mosquitto*, void* self, const mosquitto_message* mess
                                static_cast<size_t>(std::max(0, message->payloadlen))));
 }
 
-Status MqttClient::Poll(int timeout_ms) {
+Status MqttClient::Poll(int timeout_ms, int max_messages) {
+  const int64_t before = received_;
   int rc = mosquitto_loop(m_, timeout_ms, 1);
+  while (rc == MOSQ_ERR_SUCCESS && received_ > before && received_ - before < max_messages) {
+    const int64_t got = received_;
+    rc = mosquitto_loop(m_, 0, 1);
+    if (received_ == got) break;  // nothing more waiting
+  }
   if (rc != MOSQ_ERR_SUCCESS) return MosquittoError(rc, "connection", url_);
   return OkStatus();
 }

@@ -63,7 +63,9 @@ class MqttClient {
   // Publishes at QoS 1.
   Status Publish(const std::string& topic, std::string_view payload);
   // Runs the network loop for up to timeout_ms: sends, receives, calls the handler.
-  Status Poll(int timeout_ms);
+  // libmosquitto reads about one message a turn: with max_messages > 1 it turns again
+  // at once while messages keep coming, up to that many.
+  Status Poll(int timeout_ms, int max_messages = 1);
   // Runs the loop until every published message is acknowledged.
   Status Drain(int64_t timeout_ms);
   void Disconnect();

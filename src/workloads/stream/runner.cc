@@ -35,9 +35,12 @@ int64_t WallMs() {
       .count();
 }
 
-// Payloads read but not yet given to the engine, at most this many: past it the loop
-// stops reading until the engine catches up.
+// Payloads read but not yet given to the engine: past this many the loop stops
+// reading until the engine catches up. (One read of the socket adds what libmosquitto
+// has buffered, at most its receive window.)
 constexpr size_t kMaxInbox = 100'000;
+// Records read in one turn of the loop before the operators run.
+constexpr int kReadsPerTurn = 256;
 
 }  // namespace
 
@@ -47,15 +50,13 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   MqttOptions source_opts = options.mqtt;
   if (!spec.source.broker.empty()) source_opts.url = spec.source.broker;
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> source, MqttClient::Connect(source_opts));
-  std::unique_ptr<MqttClient> own_sink;
-  MqttClient* sink = source.get();
-  if (!spec.sink.broker.empty() && spec.sink.broker != source_opts.url) {
-    MqttOptions sink_opts = options.mqtt;
-    sink_opts.url = spec.sink.broker;
-    sink_opts.client_id.clear();
-    MERIDIAN_ASSIGN_OR_RETURN(own_sink, MqttClient::Connect(sink_opts));
-    sink = own_sink.get();
-  }
+  // The sink has a connection of its own, even to the same broker: waiting for its
+  // acknowledgements then reads nothing more from the source, whose records wait at
+  // the broker (TCP's flow control) rather than in this process.
+  MqttOptions sink_opts = options.mqtt;
+  if (!spec.sink.broker.empty()) sink_opts.url = spec.sink.broker;
+  sink_opts.client_id.clear();
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> sink, MqttClient::Connect(sink_opts));
 
   std::deque<std::string> inbox;
   source->SetHandler([&](std::string_view, std::string_view payload) { inbox.emplace_back(payload); });
@@ -74,8 +75,8 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     return OkStatus();
   };
   while (!stop.load()) {
-    if (inbox.size() < kMaxInbox) MERIDIAN_RETURN_IF_ERROR(source->Poll(inbox.empty() ? 50 : 0));
-    if (own_sink) MERIDIAN_RETURN_IF_ERROR(own_sink->Poll(0));
+    if (inbox.size() < kMaxInbox) MERIDIAN_RETURN_IF_ERROR(source->Poll(inbox.empty() ? 50 : 0, kReadsPerTurn));
+    MERIDIAN_RETURN_IF_ERROR(sink->Poll(0));
     if (!inbox.empty()) {
       last_record_ms = NowMs();
       report.last_record_steady_us = NowUs();
@@ -97,43 +98,51 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   report.published = report.counters.results;
   report.cpu_us = ThreadCpuUs() - cpu_start;
   source->Disconnect();
-  if (own_sink) own_sink->Disconnect();
+  sink->Disconnect();
   return report;
 }
 
-std::vector<model::SensorRecord> SimulatedRecords(const SimulateOptions& o) {
-  Random rng(o.seed);
-  std::vector<model::SensorRecord> out;
-  out.reserve(static_cast<size_t>(o.devices) * static_cast<size_t>(o.records_per_device));
-  std::vector<double> base(static_cast<size_t>(o.devices));
-  for (double& b : base) b = 15.0 + 10.0 * rng.UniformDouble();
+SensorSimulator::SensorSimulator(const SimulateOptions& options)
+    : options_(options), rng_(options.seed), base_(static_cast<size_t>(std::max(0, options.devices))) {
+  for (double& b : base_) b = 15.0 + 10.0 * rng_.UniformDouble();
+}
+
+bool SensorSimulator::Next(model::SensorRecord* r) {
+  const SimulateOptions& o = options_;
+  if (o.devices <= 0 || k_ >= o.records_per_device) return false;
   constexpr double kDayMs = 86'400'000.0;
-  for (int64_t k = 0; k < o.records_per_device; ++k) {
-    for (int32_t d = 0; d < o.devices; ++d) {
-      model::SensorRecord r;
-      r.device = fmt::format("dev-{:05d}", d);
-      r.seq = static_cast<uint64_t>(k);
-      r.event_time_ms = o.start_ms + k * o.period_ms;
-      if (o.jitter_ms > 0) r.event_time_ms += rng.UniformRange(-o.jitter_ms, o.jitter_ms);
-      if (r.event_time_ms < 0) r.event_time_ms = 0;
-      const double phase = 2 * M_PI * static_cast<double>(r.event_time_ms % 86'400'000) / kDayMs;
-      double v = base[static_cast<size_t>(d)] + 5.0 * std::sin(phase) + (rng.UniformDouble() - 0.5);
-      if (rng.Bernoulli(0.002)) v += 25.0;  // a spike
-      // Two decimals, as a thermometer reports.
-      r.value = std::round(v * 100.0) / 100.0;
-      out.push_back(std::move(r));
-    }
+  r->device = fmt::format("dev-{:05d}", device_);
+  r->seq = static_cast<uint64_t>(k_);
+  r->event_time_ms = o.start_ms + k_ * o.period_ms;
+  if (o.jitter_ms > 0) r->event_time_ms += rng_.UniformRange(-o.jitter_ms, o.jitter_ms);
+  if (r->event_time_ms < 0) r->event_time_ms = 0;
+  const double phase = 2 * M_PI * static_cast<double>(r->event_time_ms % 86'400'000) / kDayMs;
+  double v = base_[static_cast<size_t>(device_)] + 5.0 * std::sin(phase) + (rng_.UniformDouble() - 0.5);
+  if (rng_.Bernoulli(0.002)) v += 25.0;  // a spike
+  // Two decimals, as a thermometer reports.
+  r->value = std::round(v * 100.0) / 100.0;
+  if (++device_ == o.devices) {
+    device_ = 0;
+    ++k_;
   }
+  return true;
+}
+
+std::vector<model::SensorRecord> SimulatedRecords(const SimulateOptions& o) {
+  std::vector<model::SensorRecord> out;
+  SensorSimulator sim(o);
+  model::SensorRecord r;
+  while (sim.Next(&r)) out.push_back(r);
   return out;
 }
 
 StatusOr<int64_t> SimulateSensors(const SimulateOptions& o, const std::atomic<bool>& stop) {
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> client, MqttClient::Connect(o.mqtt));
-  const std::vector<model::SensorRecord> records = SimulatedRecords(o);
+  SensorSimulator records(o);
   const auto start = std::chrono::steady_clock::now();
   int64_t sent = 0;
-  for (const model::SensorRecord& r : records) {
-    if (stop.load()) break;
+  model::SensorRecord r;
+  while (!stop.load() && records.Next(&r)) {
     if (o.rate > 0) {
       const auto due = start + std::chrono::duration<double>(static_cast<double>(sent) / o.rate);
       while (std::chrono::steady_clock::now() < due) {
@@ -141,13 +150,8 @@ StatusOr<int64_t> SimulateSensors(const SimulateOptions& o, const std::atomic<bo
         MERIDIAN_RETURN_IF_ERROR(client->Poll(static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 50))));
       }
     }
-    if (o.event_time_now) {
-      model::SensorRecord now = r;
-      now.event_time_ms = WallMs();
-      MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(now)));
-    } else {
-      MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(r)));
-    }
+    if (o.event_time_now) r.event_time_ms = WallMs();
+    MERIDIAN_RETURN_IF_ERROR(client->Publish(fmt::format("{}/{}", o.topic_prefix, r.device), FormatRecord(r)));
     ++sent;
     if (sent % 256 == 0) MERIDIAN_RETURN_IF_ERROR(client->Poll(0));
   }

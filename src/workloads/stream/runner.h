@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "model/stream.h"
 #include "workloads/stream/engine.h"
@@ -57,12 +58,29 @@ struct SimulateOptions {
   bool event_time_now = false;
 };
 
-// The records the simulator publishes, in publishing order: device i's record k has
-// seq k and event time start + k * period (+ jitter), a daily-cycle value with noise
-// and an occasional spike; devices interleaved. Deterministic in the options.
+// The records the simulator publishes, one at a time in publishing order: device i's
+// record k has seq k and event time start + k * period (+ jitter), a daily-cycle value
+// with noise and an occasional spike; devices interleaved. Deterministic in the
+// options; made as they are taken, so a long run holds one record at a time.
+class SensorSimulator {
+ public:
+  explicit SensorSimulator(const SimulateOptions& options);
+  // The next record; false after the last.
+  bool Next(model::SensorRecord* record);
+
+ private:
+  const SimulateOptions options_;
+  Random rng_;
+  std::vector<double> base_;  // each device's level
+  int64_t k_ = 0;             // the round: every device's record k
+  int32_t device_ = 0;
+};
+
+// All of a SensorSimulator's records (for tests and small runs).
 std::vector<model::SensorRecord> SimulatedRecords(const SimulateOptions& options);
 
-// Publishes SimulatedRecords at the rate; returns how many the broker acknowledged.
+// Publishes a SensorSimulator's records at the rate; returns how many were sent, each
+// acknowledged by the broker.
 StatusOr<int64_t> SimulateSensors(const SimulateOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace meridian::workloads::stream
