@@ -1,6 +1,7 @@
 #include "spec/stream_spec.h"
 
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -47,7 +48,6 @@ class StreamParser {
         return r_.Error(root["end_after_idle"], "end_after_idle", "expected 1ms to 366 days");
       }
     }
-    if (root["site"]) site_node_.reset(root["site"]);
     return std::move(spec_);
   }
 
@@ -172,9 +172,6 @@ class StreamParser {
 
   const Reader& r_;
   model::StreamSpec spec_;
-
- public:
-  YAML::Node site_node_;  // where `site` is, for errors about it
 };
 
 }  // namespace
@@ -194,23 +191,32 @@ Status CheckMqttEndpoint(const model::MqttEndpoint& endpoint, bool publish) {
   if (publish && t.find_first_of("+#") != std::string::npos) {
     return InvalidArgumentError(fmt::format("topic '{}': a topic written to may not hold + or #", t));
   }
-  const std::string& b = endpoint.broker;
-  if (b.empty()) return OkStatus();
-  std::string_view rest = b;
+  if (endpoint.broker.empty()) return OkStatus();
+  return ParseMqttUrl(endpoint.broker).status();
+}
+
+StatusOr<MqttUrl> ParseMqttUrl(std::string_view url) {
+  MqttUrl u;
+  std::string_view rest = url;
   if (rest.starts_with("mqtt://")) {
     rest.remove_prefix(7);
   } else if (rest.starts_with("mqtts://")) {
     rest.remove_prefix(8);
+    u.tls = true;
   } else {
-    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT or mqtts://HOST:PORT", b));
+    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT or mqtts://HOST:PORT", url));
   }
   const size_t colon = rest.rfind(':');
-  if (colon == 0 || colon == std::string_view::npos || colon + 1 == rest.size() ||
-      rest.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos ||
-      rest.size() - colon - 1 > 5 || std::stoi(std::string(rest.substr(colon + 1))) > 65535) {
-    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT with a port up to 65535", b));
+  const std::string_view port = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+  if (colon == 0 || colon == std::string_view::npos || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string_view::npos || std::stoi(std::string(port)) < 1 ||
+      std::stoi(std::string(port)) > 65535) {
+    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT with a port from 1 to 65535", url));
   }
-  return OkStatus();
+  u.host = std::string(rest.substr(0, colon));
+  if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
+  u.port = std::stoi(std::string(port));
+  return u;
 }
 
 StatusOr<model::StreamSpec> ParseStreamSpec(std::string_view text, std::string_view file) {
@@ -222,9 +228,9 @@ StatusOr<model::StreamSpec> ParseStreamSpec(std::string_view text, std::string_v
 StatusOr<model::Job> ParseStreamJob(std::string_view text, std::string_view file, const model::Fleet& fleet) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
   Reader r{std::string(file)};
-  StreamParser parser(r);
-  MERIDIAN_ASSIGN_OR_RETURN(model::StreamSpec spec, parser.Parse(root));
-  const YAML::Node at = parser.site_node_ ? parser.site_node_ : root;
+  MERIDIAN_ASSIGN_OR_RETURN(model::StreamSpec spec, StreamParser(r).Parse(root));
+  // Errors about the site point at it (a const lookup adds no key).
+  const YAML::Node at = std::as_const(root)["site"] ? std::as_const(root)["site"] : root;
   if (spec.site.empty()) return r.Error(root, "", "a stream job names its 'site' (where its broker and sensors are)");
   std::optional<SiteId> site = fleet.FindSite(spec.site);
   if (!site) return r.Error(at, "site", fmt::format("no site '{}' in the fleet", spec.site));

@@ -37,4 +37,12 @@ inline constexpr char kStreamSpecEnv[] = "MERIDIAN_STREAM_SPEC";
 // may not hold the wildcards + and #.
 Status CheckMqttEndpoint(const model::MqttEndpoint& endpoint, bool publish);
 
+// A broker URL, mqtt://HOST:PORT or mqtts://HOST:PORT (an IPv6 host in brackets).
+struct MqttUrl {
+  bool tls = false;
+  std::string host;
+  int port = 0;
+};
+StatusOr<MqttUrl> ParseMqttUrl(std::string_view url);
+
 }  // namespace meridian::spec

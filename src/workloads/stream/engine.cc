@@ -119,14 +119,13 @@ bool StreamEngine::Written(int64_t start) const {
 }
 
 Status StreamEngine::Add(std::string_view payload, std::vector<model::WindowResult>* out) {
-  ++counters_.payloads;
   StatusOr<model::SensorRecord> record = ParseRecord(payload);
   if (!record.ok()) {
+    ++counters_.payloads;
     ++counters_.malformed;
     if (counters_.first_error.empty()) counters_.first_error = record.status().message();
     return OkStatus();
   }
-  --counters_.payloads;  // AddRecord counts it
   return AddRecord(std::move(*record), out);
 }
 

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <mosquitto.h>
 
+#include "spec/stream_spec.h"
+
 namespace meridian::workloads::stream {
 namespace {
 
@@ -23,38 +25,6 @@ int64_t NowMs() {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-struct Url {
-  bool tls = false;
-  std::string host;
-  int port = 0;
-};
-
-StatusOr<Url> ParseUrl(const std::string& url) {
-  Url u;
-  std::string_view rest = url;
-  if (rest.starts_with("mqtt://")) {
-    rest.remove_prefix(7);
-  } else if (rest.starts_with("mqtts://")) {
-    rest.remove_prefix(8);
-    u.tls = true;
-  } else {
-    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT or mqtts://HOST:PORT", url));
-  }
-  const size_t colon = rest.rfind(':');
-  if (colon == 0 || colon == std::string_view::npos) {
-    return InvalidArgumentError(fmt::format("broker '{}': expected mqtt://HOST:PORT", url));
-  }
-  u.host = std::string(rest.substr(0, colon));
-  if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
-  const std::string port(rest.substr(colon + 1));
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(port) < 1 || std::stoi(port) > 65535) {
-    return InvalidArgumentError(fmt::format("broker '{}': expected a port from 1 to 65535", url));
-  }
-  u.port = std::stoi(port);
-  return u;
 }
 
 StatusOr<std::string> ReadPassword(const std::string& path) {
@@ -113,7 +83,7 @@ StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& opt
   if (options.url.empty()) {
     return InvalidArgumentError("no MQTT broker: give --broker mqtt://HOST:PORT (or set MERIDIAN_MQTT_URL)");
   }
-  MERIDIAN_ASSIGN_OR_RETURN(Url url, ParseUrl(options.url));
+  MERIDIAN_ASSIGN_OR_RETURN(spec::MqttUrl url, spec::ParseMqttUrl(options.url));
   std::unique_ptr<MqttClient> c(new MqttClient());
   c->url_ = options.url;
   c->max_inflight_ = std::max(1, options.max_inflight);
