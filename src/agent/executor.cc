@@ -65,6 +65,27 @@ bool OthersCanReach(const std::filesystem::path& path) {
   return true;
 }
 
+// Executor::streams_root_: made here (0711: task users reach their own directories
+// in it), or, for the one in /var/tmp, refused unless it is a directory of ours.
+std::filesystem::path StreamsRoot(const std::string& work_dir, bool outside) {
+  std::filesystem::path root = std::filesystem::path(work_dir) / "streams";
+  if (outside) {
+    const std::string abs = std::filesystem::absolute(work_dir).string();
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the work directory's path
+    for (unsigned char c : abs) h = (h ^ c) * 1099511628211ull;
+    root = fmt::format("/var/tmp/meridian-streams-{}-{:016x}", geteuid(), h);
+  }
+  mkdir(root.c_str(), 0711);
+  struct stat st {};
+  if (lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    MERIDIAN_LOG_WARN("stream state directory {} is not a directory of ours: stream tasks run without one",
+                      root.string());
+    return {};
+  }
+  chmod(root.c_str(), 0711);
+  return root;
+}
+
 }  // namespace
 
 Executor::Executor(ExecutorOptions options, UpdateFn on_update)
@@ -107,6 +128,7 @@ Executor::Executor(ExecutorOptions options, UpdateFn on_update)
     MERIDIAN_LOG_INFO("commands run as their tenant's user (uid {} and up), in {}", options_.task_uid_base,
                       tasks_root_.string());
   }
+  streams_root_ = StreamsRoot(options_.work_dir, options_.task_uid_base > 0 && own_tasks_root_);
   if (options_.warm_python) {
     WarmPythonOptions warm;
     warm.log_path = options_.work_dir + "/warm-python.log";
@@ -464,6 +486,15 @@ void Executor::RunCommand(Running_& task) {
     }
     if (!options_.site_broker.ca_pem.empty()) std::ofstream(dir / "mqtt-ca.crt", std::ios::binary) << options_.site_broker.ca_pem;
   }
+  // A stream's state (its checkpoint and ingest log) outlives the attempt: the next
+  // one on this node restores it. The first attempt starts with none.
+  fs::path stream_state;
+  if (wants_broker && !ec && !streams_root_.empty()) {
+    stream_state = streams_root_ / fmt::format("{}-{}", a.key.job, a.key.task);
+    if (a.key.attempt <= 1) fs::remove_all(stream_state, ec);
+    if (!ec) fs::create_directories(stream_state, ec);
+    if (!ec) fs::permissions(stream_state, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
   ProcessOptions p;
   // Its tenant's user, not ours: it cannot read other tenants' task directories, nor
   // the agent's keys; and no core dumps of what it held.
@@ -471,7 +502,9 @@ void Executor::RunCommand(Running_& task) {
   if (options_.task_uid_base > 0 && !ec) {
     p.uid = p.gid = TaskUid(options_.task_uid_base, a.tenant);
     p.rlimits.emplace_back(RLIMIT_NPROC, 4096);
-    if (Status given = GiveDirectory(dir, p.uid); !given.ok()) {
+    Status given = GiveDirectory(dir, p.uid);
+    if (given.ok() && !stream_state.empty()) given = GiveDirectory(stream_state, p.uid);
+    if (!given.ok()) {
       fs::remove_all(dir, ec);
       u.kind = model::UpdateKind::kFailed;
       u.exit_code = 127;
@@ -528,6 +561,7 @@ void Executor::RunCommand(Running_& task) {
     if (!b.user.empty()) p.env.push_back("MERIDIAN_MQTT_USER=" + b.user);
     p.env.push_back("MERIDIAN_MQTT_PASSWORD_FILE=" + (dir / "mqtt.password").string());
     if (!b.ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_CA=" + (dir / "mqtt-ca.crt").string());
+    if (!stream_state.empty()) p.env.push_back("MERIDIAN_STREAM_STATE_DIR=" + stream_state.string());
   }
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
@@ -620,6 +654,8 @@ void Executor::RunCommand(Running_& task) {
   // The last checkpoint it wrote, before its directory goes: a retry resumes from it.
   if (options_.store_output && r.ok()) CollectCheckpoint(a.key, watch);
   fs::remove_all(dir, ec);
+  // A stream that ended has nothing to restore.
+  if (!stream_state.empty() && u.kind == model::UpdateKind::kSucceeded) fs::remove_all(stream_state, ec);
   Finish(a.key, std::move(u));
 }
 

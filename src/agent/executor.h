@@ -165,6 +165,11 @@ class Executor {
   // the agent's own made in /tmp (removed with the executor).
   std::filesystem::path tasks_root_;
   bool own_tasks_root_ = false;
+  // Where stream tasks keep their state across attempts on this node
+  // (MERIDIAN_STREAM_STATE_DIR, docs/streams.md): work_dir/streams, or, when tasks run as
+  // other users who cannot reach work_dir, a directory of the agent's own in /var/tmp
+  // named after work_dir (so that a restarted agent finds it again).
+  std::filesystem::path streams_root_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   bool stopping_ = false;                                        // GUARDED_BY(mu_)

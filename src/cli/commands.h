@@ -195,6 +195,7 @@ struct StreamRunCommandOptions {
   std::string file;
   MqttFlags mqtt;
   std::string client_id;
+  std::string state_dir;        // empty: $MERIDIAN_STREAM_STATE_DIR, or none
   std::string stop_after_idle;  // a duration; empty: never
   std::string device = "auto";  // where windows' figures are computed (ChooseDevice)
   bool json = false;

@@ -558,7 +558,12 @@ int main(int argc, char** argv) {
   stream_run_cmd->add_option("file", stream_run.file, "The stream spec (YAML; default: $MERIDIAN_STREAM_SPEC's text)");
   add_mqtt(stream_run_cmd, stream_run.mqtt);
   stream_run_cmd->add_option("--client-id", stream_run.client_id,
-                             "MQTT client id; with one, the broker keeps the subscription across restarts");
+                             "MQTT client id of the source's connection (a clean session; with --state-dir the "
+                             "directory keeps its own id)");
+  stream_run_cmd->add_option("--state-dir", stream_run.state_dir,
+                             "Exactly-once: the directory of the stream's checkpoint and ingest log, restored and "
+                             "kept, with a persistent session at the broker (default: $MERIDIAN_STREAM_STATE_DIR, "
+                             "which an agent gives a stream job; none: a run that dies loses what it held)");
   stream_run_cmd->add_option("--stop-after-idle", stream_run.stop_after_idle,
                              "End of input after this long with no record (once one came): write every open window and exit (e.g. 2s; "
                              "default: the spec's end_after_idle)");

@@ -63,6 +63,16 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
   ws::StreamRunOptions run;
   run.mqtt = Mqtt(o.mqtt);
   run.mqtt.client_id = o.client_id;
+  run.state_dir = !o.state_dir.empty() ? o.state_dir : Getenv("MERIDIAN_STREAM_STATE_DIR");
+  if (!run.state_dir.empty()) {
+    if (!o.client_id.empty()) {
+      return InvalidArgumentError("--client-id and --state-dir: give one (the state directory keeps its session's id)");
+    }
+    // What the agent gives a task: an earlier attempt's checkpoint, and where to leave one.
+    run.checkpoint_file = Getenv("MERIDIAN_CHECKPOINT");
+    run.checkpoint_copy_dir = Getenv("MERIDIAN_CHECKPOINT_DIR");
+  }
+  run.on_notice = [&](const std::string& notice) { err << notice << "\n" << std::flush; };
   run.stop_after_idle_ms = spec.end_after_idle_ms;
   if (!o.stop_after_idle.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(run.stop_after_idle_ms, DurationMs(o.stop_after_idle, "--stop-after-idle"));
@@ -82,6 +92,12 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
                         {"duplicates", c.duplicates}, {"late", c.late},         {"filtered", c.filtered},
                         {"malformed", c.malformed},   {"results", c.results},   {"anomalies", c.anomalies},
                         {"first_error", c.first_error}};
+    if (!run.state_dir.empty()) {
+      j["restored"] = report.restored;
+      j["replayed"] = report.replayed;
+      j["checkpoints"] = report.checkpoints;
+      j["replay_missing"] = report.replay_missing;
+    }
     out << j.dump() << "\n";
   } else {
     out << fmt::format(

@@ -88,6 +88,9 @@ struct StreamSpec {
   // is then written and the stream's job succeeds); 0: the stream runs until it is
   // cancelled.
   int64_t end_after_idle_ms = 0;
+  // With a state directory (docs/streams.md: exactly-once), how often the operators'
+  // state is checkpointed; what came in since is replayed from the node's ingest log.
+  int64_t checkpoint_interval_ms = 1000;
 };
 
 // One result: a device's window, written once.

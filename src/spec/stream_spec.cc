@@ -26,7 +26,8 @@ class StreamParser {
   StatusOr<model::StreamSpec> Parse(const YAML::Node& root) {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a stream spec)");
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"kind", "name", "site", "source", "operators", "sink",
-                                                   "max_open_records", "end_after_idle"}));
+                                                   "max_open_records", "end_after_idle",
+                                                   "checkpoint_interval"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "stream") return r_.Error(root["kind"], "kind", fmt::format("expected 'stream', got '{}'", kind));
@@ -46,6 +47,14 @@ class StreamParser {
       spec_.end_after_idle_ms = Ms(us);
       if (spec_.end_after_idle_ms < 1 || spec_.end_after_idle_ms > kMaxWindowMs) {
         return r_.Error(root["end_after_idle"], "end_after_idle", "expected 1ms to 366 days");
+      }
+    }
+    if (root["checkpoint_interval"]) {
+      int64_t us = 0;
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "checkpoint_interval", "", ParseDurationUs, &us));
+      spec_.checkpoint_interval_ms = Ms(us);
+      if (spec_.checkpoint_interval_ms < 100 || spec_.checkpoint_interval_ms > 3'600'000) {
+        return r_.Error(root["checkpoint_interval"], "checkpoint_interval", "expected 100ms to 1h");
       }
     }
     return std::move(spec_);

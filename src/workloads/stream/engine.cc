@@ -108,6 +108,22 @@ StatusOr<model::WindowResult> ParseResult(std::string_view text) {
   return r;
 }
 
+std::string SpecFingerprint(const model::StreamSpec& spec) {
+  std::string f = fmt::format("stream {} source {} window {}/{}/{}/{}", spec.name, spec.source.topic,
+                              spec.window.size_ms, spec.window.slide_ms, spec.window.out_of_orderness_ms,
+                              spec.window.allowed_lateness_ms);
+  for (const model::StreamStep& step : spec.steps) {
+    if (step.filter) {
+      const model::StreamFilter& x = *step.filter;
+      f += fmt::format(" filter {}/{}/{}", x.min ? fmt::format("{:.17g}", *x.min) : "-",
+                       x.max ? fmt::format("{:.17g}", *x.max) : "-", x.device_prefix);
+    }
+    if (step.map) f += fmt::format(" map {:.17g}/{:.17g}", step.map->scale, step.map->offset);
+  }
+  if (spec.detect) f += fmt::format(" detect {:.17g}/{}", spec.detect->threshold, spec.detect->history);
+  return f;
+}
+
 StreamEngine::StreamEngine(model::StreamSpec spec, const kernels::Ops* ops)
     : spec_(std::move(spec)), ops_(ops != nullptr ? ops : &kernels::CpuOps()) {}
 
@@ -234,6 +250,111 @@ Status StreamEngine::FireReady(bool all, std::vector<model::WindowResult>* out) 
 }
 
 Status StreamEngine::Flush(std::vector<model::WindowResult>* out) { return FireReady(true, out); }
+
+std::string StreamEngine::Snapshot() const {
+  // By name: the same state gives the same text.
+  std::vector<const std::string*> names;
+  names.reserve(devices_.size());
+  for (const auto& entry : devices_) names.push_back(&entry.first);
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  json devices = json::array();
+  for (const std::string* n : names) {
+    const std::string& name = *n;
+    const Device& d = devices_.at(name);
+    json windows = json::array();
+    for (const auto& [start, entries] : d.windows) {
+      json es = json::array();
+      for (const Entry& e : entries) es.push_back(json::array({e.seq, e.event_time_ms, e.value}));
+      windows.push_back(json::array({start, std::move(es)}));
+    }
+    devices.push_back({{"name", name}, {"history", d.history}, {"windows", std::move(windows)}});
+  }
+  const StreamCounters& c = counters_;
+  json j = {{"fingerprint", SpecFingerprint(spec_)},
+            {"max_event_ms", max_event_ms_},
+            {"counters",
+             {{"payloads", c.payloads}, {"malformed", c.malformed}, {"filtered", c.filtered},
+              {"duplicates", c.duplicates}, {"late", c.late}, {"accepted", c.accepted},
+              {"results", c.results}, {"anomalies", c.anomalies}, {"first_error", c.first_error}}},
+            {"devices", std::move(devices)}};
+  return j.dump();
+}
+
+Status StreamEngine::Restore(std::string_view snapshot) {
+  auto bad = [](std::string_view why) {
+    return InvalidArgumentError(fmt::format("the stream's checkpoint: {}", why));
+  };
+  json j = json::parse(snapshot, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  const model::StreamWindow& w = spec_.window;
+  std::unordered_map<std::string, Device> devices;
+  std::set<std::tuple<int64_t, std::string, int64_t>> open;
+  StreamCounters c;
+  int64_t max_event = INT64_MIN;
+  int64_t open_records = 0;
+  try {
+    if (j.at("fingerprint").get<std::string>() != SpecFingerprint(spec_)) {
+      return bad("it was taken by a stream of another spec (its operators or windows differ); start afresh with "
+                 "another state directory");
+    }
+    max_event = j.at("max_event_ms").get<int64_t>();
+    const int64_t watermark = max_event == INT64_MIN ? INT64_MIN : max_event - w.out_of_orderness_ms;
+    const json& k = j.at("counters");
+    c.payloads = k.at("payloads").get<int64_t>();
+    c.malformed = k.at("malformed").get<int64_t>();
+    c.filtered = k.at("filtered").get<int64_t>();
+    c.duplicates = k.at("duplicates").get<int64_t>();
+    c.late = k.at("late").get<int64_t>();
+    c.accepted = k.at("accepted").get<int64_t>();
+    c.results = k.at("results").get<int64_t>();
+    c.anomalies = k.at("anomalies").get<int64_t>();
+    c.first_error = k.at("first_error").get<std::string>().substr(0, 1024);
+    const json& ds = j.at("devices");
+    if (!ds.is_array() || ds.size() > model::kMaxStreamDevices) {
+      return bad(fmt::format("expected a list of at most {} devices", model::kMaxStreamDevices));
+    }
+    for (const json& dj : ds) {
+      std::string name = dj.at("name").get<std::string>();
+      if (name.empty() || name.size() > model::kMaxDeviceNameBytes) return bad("a device name out of bounds");
+      Device d;
+      for (const json& m : dj.at("history")) d.history.push_back(m.get<double>());
+      if (static_cast<int64_t>(d.history.size()) > (spec_.detect ? spec_.detect->history : 0)) {
+        return bad(fmt::format("device '{}' keeps more history than the spec's detect", name));
+      }
+      for (const json& wj : dj.at("windows")) {
+        const int64_t start = wj.at(0).get<int64_t>();
+        if (start % w.slide_ms != 0 || (watermark != INT64_MIN && start + w.size_ms + w.allowed_lateness_ms <= watermark)) {
+          return bad(fmt::format("device '{}' has a window at {} that cannot be open", name, start));
+        }
+        std::vector<Entry>& entries = d.windows[start];
+        if (!entries.empty()) return bad(fmt::format("device '{}' has the window at {} twice", name, start));
+        for (const json& e : wj.at(1)) {
+          Entry x{e.at(0).get<uint64_t>(), e.at(1).get<int64_t>(), e.at(2).get<double>()};
+          if (x.event_time_ms < start || x.event_time_ms >= start + w.size_ms || !std::isfinite(x.value)) {
+            return bad(fmt::format("device '{}' has a record outside its window at {}", name, start));
+          }
+          if (++open_records > spec_.max_open_records) {
+            return bad(fmt::format("it holds more than max_open_records ({}) records", spec_.max_open_records));
+          }
+          d.held.insert(x.seq);
+          entries.push_back(x);
+        }
+        if (entries.empty()) return bad(fmt::format("device '{}' has an empty window at {}", name, start));
+        open.emplace(start + w.size_ms, name, start);
+      }
+      if (!devices.emplace(std::move(name), std::move(d)).second) return bad("a device is listed twice");
+    }
+  } catch (const json::exception& e) {
+    return bad(e.what());
+  }
+  devices_ = std::move(devices);
+  open_ = std::move(open);
+  counters_ = std::move(c);
+  max_event_ms_ = max_event;
+  watermark_ms_ = max_event == INT64_MIN ? INT64_MIN : max_event - w.out_of_orderness_ms;
+  open_records_ = open_records;
+  return OkStatus();
+}
 
 void StreamEngine::Finish(Closing& w, const kernels::WindowStat& stat, std::vector<model::WindowResult>* out) {
   model::WindowResult r;

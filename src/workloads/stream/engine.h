@@ -38,6 +38,9 @@ StatusOr<model::SensorRecord> ParseRecord(std::string_view payload);
 std::string FormatRecord(const model::SensorRecord& record);
 // A result's JSON (docs/streams.md), and back.
 std::string FormatResult(const model::WindowResult& result);
+// What a checkpoint must agree on with the engine restoring it: the operators and
+// their parameters (a snapshot of another spec is refused).
+std::string SpecFingerprint(const model::StreamSpec& spec);
 StatusOr<model::WindowResult> ParseResult(std::string_view json);
 
 struct StreamCounters {
@@ -66,6 +69,13 @@ class StreamEngine {
   Status AddRecord(model::SensorRecord record, std::vector<model::WindowResult>* out);
   // End of input: every open window is final, in order of end time.
   Status Flush(std::vector<model::WindowResult>* out);
+
+  // The engine's whole state (open windows, each device's detect history, the
+  // watermark, the counters) as text, and back: a checkpoint (docs/streams.md,
+  // exactly-once). Restore takes only a snapshot of an engine of the same spec
+  // (SpecFingerprint) and checks every bound Add keeps; on error nothing is changed.
+  std::string Snapshot() const;
+  Status Restore(std::string_view snapshot);
 
   const StreamCounters& counters() const { return counters_; }
   // The largest event time seen less the out-of-orderness (INT64_MIN before any).

@@ -1,6 +1,9 @@
 #include "workloads/stream/engine.h"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -9,6 +12,7 @@
 #include "spec/job_spec.h"
 #include "spec/stream_spec.h"
 #include "workloads/stream/runner.h"
+#include "workloads/stream/state.h"
 
 namespace meridian::workloads::stream {
 namespace {
@@ -185,6 +189,136 @@ TEST(StreamEngineTest, ResultsRoundTripThroughJson) {
   EXPECT_EQ(back->sum, 0.1 + 0.2);
 }
 
+// A checkpoint mid-stream: an engine restored from the snapshot and fed the rest gives
+// the very results, figures and counters of one that never stopped (sliding windows,
+// detect history, out-of-order and duplicate records across the cut).
+TEST(StreamEngineTest, AnEngineRestoredFromASnapshotEndsAsOneThatNeverStopped) {
+  const std::string window = "{size: 4s, slide: 2s, out_of_orderness: 1500ms, allowed_lateness: 1s}";
+  const std::string detect = "  - detect: {threshold: 2, history: 3}\n";
+  auto spec = [&] {
+    model::StreamSpec s = Spec(window);
+    s.detect = model::StreamDetect{2, 3};
+    return s;
+  };
+  std::vector<std::string> records;
+  Random rng(7);
+  for (int i = 0; i < 400; ++i) {
+    const std::string device = fmt::format("d{}", i % 5);
+    const int64_t t = 250 * (i / 5) + rng.UniformRange(-900, 900);
+    records.push_back(Rec(device, static_cast<uint64_t>(i / 5), std::max<int64_t>(0, t), (i % 13) * 0.37 - 1));
+    if (i % 17 == 0) records.push_back(records.back());  // delivered twice
+  }
+  records.push_back("{\"device\": 1}");
+  std::vector<model::WindowResult> whole, cut;
+  StreamEngine undisturbed(spec());
+  for (const std::string& r : records) ASSERT_TRUE(undisturbed.Add(r, &whole).ok());
+  ASSERT_TRUE(undisturbed.Flush(&whole).ok());
+
+  const size_t at = records.size() / 2;
+  std::string snapshot;
+  {
+    StreamEngine first(spec());
+    for (size_t i = 0; i < at; ++i) ASSERT_TRUE(first.Add(records[i], &cut).ok());
+    ASSERT_GT(first.open_records(), 0);
+    snapshot = first.Snapshot();
+  }
+  StreamEngine second(spec());
+  ASSERT_TRUE(second.Restore(snapshot).ok());
+  EXPECT_EQ(second.Snapshot(), snapshot);
+  for (size_t i = at; i < records.size(); ++i) ASSERT_TRUE(second.Add(records[i], &cut).ok());
+  ASSERT_TRUE(second.Flush(&cut).ok());
+  ASSERT_EQ(cut.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(FormatResult(cut[i]), FormatResult(whole[i])) << i;
+  const StreamCounters& a = undisturbed.counters();
+  const StreamCounters& b = second.counters();
+  EXPECT_EQ(std::tie(a.payloads, a.accepted, a.duplicates, a.late, a.malformed, a.results, a.anomalies),
+            std::tie(b.payloads, b.accepted, b.duplicates, b.late, b.malformed, b.results, b.anomalies));
+  EXPECT_EQ(b.first_error, a.first_error);
+  EXPECT_EQ(a.payloads, 425);
+  EXPECT_EQ(a.duplicates, 24);
+  EXPECT_GT(a.anomalies, 0);
+}
+
+TEST(StreamEngineTest, RestoreRefusesAnotherSpecsOrABrokenSnapshotAndChangesNothing) {
+  StreamEngine a(Spec("{size: 10s}"));
+  std::vector<model::WindowResult> out;
+  ASSERT_TRUE(a.Add(Rec("x", 0, 1000, 2.0), &out).ok());
+  const std::string snapshot = a.Snapshot();
+  StreamEngine other(Spec("{size: 20s}"));
+  ASSERT_TRUE(other.Add(Rec("y", 0, 1000, 3.0), &out).ok());
+  const std::string before = other.Snapshot();
+  Status s = other.Restore(snapshot);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("taken by a stream of another spec"), std::string::npos) << s.message();
+  EXPECT_EQ(other.Snapshot(), before);
+  StreamEngine same(Spec("{size: 10s}"));
+  std::string broken = snapshot;
+  broken.replace(broken.find("[0,1000,2.0]"), 12, "[0,99000,2.0]");  // outside its window
+  s = same.Restore(broken);
+  EXPECT_NE(s.message().find("device 'x' has a record outside its window at 0"), std::string::npos) << s.message();
+  EXPECT_EQ(same.open_records(), 0);
+  EXPECT_EQ(same.Restore("{").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(same.Restore(snapshot).ok());
+  EXPECT_EQ(same.open_records(), 1);
+}
+
+TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornRecord) {
+  char tmpl[] = "/tmp/stream-state-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/state";
+  std::string id;
+  {
+    StatusOr<std::unique_ptr<StreamState>> s = StreamState::Open(dir);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    id = (*s)->client_id();
+    EXPECT_EQ(id.size(), 20u);
+    // A second run waits for the first, then gives up.
+    StatusOr<std::unique_ptr<StreamState>> busy = StreamState::Open(dir, 100);
+    EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(busy.status().message().find("held by another run"), std::string::npos);
+    ASSERT_TRUE((*s)->StartSegment().ok());
+    ASSERT_TRUE((*s)->Append("one").ok());
+    ASSERT_TRUE((*s)->Append("two").ok());
+    ASSERT_TRUE((*s)->Checkpoint("{\"state\": 2}", tmpl).ok());
+    ASSERT_TRUE((*s)->Append("three").ok());
+    ASSERT_TRUE((*s)->Append(std::string(5000, 'x')).ok());  // kept cut at 1 KiB + 1
+    EXPECT_EQ((*s)->log_bytes(), 4 + 5 + 4 + 1025);
+  }
+  // A record cut short by a crash.
+  std::FILE* f = std::fopen((dir + "/log-000000000001").c_str(), "ab");
+  ASSERT_NE(f, nullptr);
+  std::fwrite("\x09\x00\x00\x00fou", 1, 7, f);
+  std::fclose(f);
+  StatusOr<std::unique_ptr<StreamState>> s = StreamState::Open(dir);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->client_id(), id);
+  StatusOr<StreamCheckpoint> c = (*s)->LoadCheckpoint();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->replay_from, 1);
+  EXPECT_EQ(c->client_id, id);
+  EXPECT_EQ(c->engine, "{\"state\": 2}");
+  StatusOr<StreamCheckpoint> copy = ReadStreamCheckpoint(std::string(tmpl) + "/checkpoint");
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_EQ(FormatStreamCheckpoint(*copy), FormatStreamCheckpoint(*c));
+  std::vector<std::string> replayed;
+  ASSERT_TRUE((*s)->Replay(c->replay_from, [&](std::string_view p) {
+                   replayed.emplace_back(p);
+                   return OkStatus();
+                 }).ok());
+  ASSERT_EQ(replayed.size(), 2u);  // segment 0 went with the checkpoint
+  EXPECT_EQ(replayed[0], "three");
+  EXPECT_EQ(replayed[1].size(), model::kMaxSensorRecordBytes + 1);
+  EXPECT_EQ((*s)->torn(), 1);
+  EXPECT_TRUE((*s)->HasSegmentsFrom(1));
+  EXPECT_FALSE((*s)->HasSegmentsFrom(2));
+  EXPECT_EQ(ParseStreamCheckpoint("meridian-stream-checkpoint 1 replay_from=x client_id=a\n{}").status().code(),
+            StatusCode::kInvalidArgument);
+  (*s)->Clear();
+  EXPECT_EQ((*s)->LoadCheckpoint().status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE((*s)->HasSegmentsFrom(0));
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
   const std::pair<std::string, std::string> cases[] = {
       {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{map: {scale: 2}}]\n",
@@ -202,6 +336,9 @@ TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
        "'map' must come before the window"},
       {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 1s, sise: 2}}]\n",
        "sise"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 1s}}]\n"
+       "checkpoint_interval: 10ms\n",
+       "checkpoint_interval: expected 100ms to 1h"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<model::StreamSpec> s = spec::ParseStreamSpec(text, "s.yaml");

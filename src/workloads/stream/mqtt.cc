@@ -77,7 +77,7 @@ MqttOptions MqttOptionsFromEnvironment() {
   return o;
 }
 
-StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& options) {
+StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& options, Handler handler) {
   static std::once_flag init;
   std::call_once(init, [] { mosquitto_lib_init(); });
   if (options.url.empty()) {
@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& opt
   MERIDIAN_ASSIGN_OR_RETURN(spec::MqttUrl url, spec::ParseMqttUrl(options.url));
   std::unique_ptr<MqttClient> c(new MqttClient());
   c->url_ = options.url;
+  c->handler_ = std::move(handler);
   c->max_inflight_ = std::max(1, options.max_inflight);
   c->m_ = mosquitto_new(options.client_id.empty() ? nullptr : options.client_id.c_str(), options.clean_session,
                         c.get());
@@ -129,6 +130,13 @@ StatusOr<std::unique_ptr<MqttClient>> MqttClient::Connect(const MqttOptions& opt
     return UnavailableError(msg);
   }
   return c;
+}
+
+Status MqttClient::EndSession(MqttOptions options) {
+  options.clean_session = true;
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> c, Connect(options));
+  c->Disconnect();
+  return OkStatus();
 }
 
 MqttClient::~MqttClient() {

@@ -51,8 +51,13 @@ class MqttClient {
   using Handler = std::function<void(std::string_view topic, std::string_view payload)>;
 
   // Connects and waits for the broker's CONNACK: Unauthenticated when it refuses the
-  // user or password, Unavailable when it cannot be reached in time.
-  static StatusOr<std::unique_ptr<MqttClient>> Connect(const MqttOptions& options);
+  // user or password, Unavailable when it cannot be reached in time. `handler` gets
+  // the messages from then on: with a persistent session (clean_session false) the
+  // broker sends what it queued as soon as it has accepted the connection.
+  static StatusOr<std::unique_ptr<MqttClient>> Connect(const MqttOptions& options, Handler handler = {});
+  // Ends the persistent session of options.client_id at the broker (it stops queuing
+  // for it): a clean connection with that id, at once closed.
+  static Status EndSession(MqttOptions options);
   ~MqttClient();
   MqttClient(const MqttClient&) = delete;
   MqttClient& operator=(const MqttClient&) = delete;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "workloads/stream/state.h"
 
 namespace meridian::workloads::stream {
 namespace {
@@ -47,9 +48,34 @@ constexpr int kReadsPerTurn = 256;
 StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamRunOptions& options,
                                     const std::atomic<bool>& stop) {
   const int64_t cpu_start = ThreadCpuUs();
+  StreamEngine engine(spec, options.ops);
+  StreamRunReport report;
   MqttOptions source_opts = options.mqtt;
   if (!spec.source.broker.empty()) source_opts.url = spec.source.broker;
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> source, MqttClient::Connect(source_opts));
+  std::unique_ptr<StreamState> state;
+  int64_t replay_from = 0;
+  if (!options.state_dir.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(state, StreamState::Open(options.state_dir));
+    StatusOr<StreamCheckpoint> from = state->LoadCheckpoint();
+    if (from.ok()) {
+      report.restored = "local";
+    } else if (from.status().code() != StatusCode::kNotFound) {
+      return from.status();
+    } else if (!options.checkpoint_file.empty()) {
+      from = ReadStreamCheckpoint(options.checkpoint_file);
+      if (!from.ok()) return from.status();
+      report.restored = "object";
+      // The same session at the broker as the run that took it.
+      MERIDIAN_RETURN_IF_ERROR(state->SetClientId(from->client_id));
+    }
+    if (from.ok()) {
+      MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
+      replay_from = from->replay_from;
+      report.replay_missing = !state->HasSegmentsFrom(replay_from);
+    }
+    source_opts.client_id = state->client_id();
+    source_opts.clean_session = false;
+  }
   // The sink has a connection of its own, even to the same broker: waiting for its
   // acknowledgements then reads nothing more from the source, whose records wait at
   // the broker (TCP's flow control) rather than in this process.
@@ -57,16 +83,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   if (!spec.sink.broker.empty()) sink_opts.url = spec.sink.broker;
   sink_opts.client_id.clear();
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> sink, MqttClient::Connect(sink_opts));
-
-  std::deque<std::string> inbox;
-  source->SetHandler([&](std::string_view, std::string_view payload) { inbox.emplace_back(payload); });
-  MERIDIAN_RETURN_IF_ERROR(source->Subscribe(spec.source.topic));
-  if (options.on_subscribed) options.on_subscribed();
-
-  StreamEngine engine(spec, options.ops);
-  StreamRunReport report;
   std::vector<model::WindowResult> results;
-  int64_t last_record_ms = -1;  // none yet: the idle time counts from the first
   auto publish = [&]() -> Status {
     for (const model::WindowResult& r : results) {
       MERIDIAN_RETURN_IF_ERROR(sink->Publish(spec.sink.topic, FormatResult(r)));
@@ -74,12 +91,64 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     results.clear();
     return OkStatus();
   };
+
+  // What the log holds past the checkpoint went through the operators before; again
+  // now, their results are the same (and published again: a result's key is its
+  // device and window).
+  bool dirty = false;  // records went in since the last checkpoint
+  if (state) {
+    MERIDIAN_RETURN_IF_ERROR(state->Replay(replay_from, [&](std::string_view payload) {
+      ++report.replayed;
+      MERIDIAN_RETURN_IF_ERROR(engine.Add(payload, &results));
+      return publish();
+    }));
+    dirty = report.replayed > 0;
+    MERIDIAN_RETURN_IF_ERROR(state->StartSegment());
+    if (options.on_notice && (!report.restored.empty() || report.replayed > 0)) {
+      options.on_notice(fmt::format(
+          "stream {}: restored {} ({} records in its windows, {} read before), replayed {} logged records{}", spec.name,
+          report.restored.empty() ? "no checkpoint" : "the " + report.restored + " checkpoint", engine.open_records(),
+          engine.counters().payloads - report.replayed, report.replayed,
+          report.replay_missing ? "; the log after the checkpoint is not on this node: what the lost run read after "
+                                  "it is not replayed"
+                                : ""));
+    }
+  }
+
+  // Each record is in the log before anything else is done with it.
+  std::deque<std::string> inbox;
+  Status logged = OkStatus();
+  auto on_message = [&](std::string_view, std::string_view payload) {
+    if (state && logged.ok()) logged = state->Append(payload);
+    inbox.emplace_back(payload);
+  };
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> source, MqttClient::Connect(source_opts, on_message));
+  MERIDIAN_RETURN_IF_ERROR(source->Subscribe(spec.source.topic));
+  MERIDIAN_RETURN_IF_ERROR(logged);
+  if (options.on_subscribed) options.on_subscribed();
+
+  auto checkpoint = [&]() -> Status {
+    // Every result of the records before it is acknowledged first: after a restore
+    // they are not made again.
+    MERIDIAN_RETURN_IF_ERROR(sink->Drain(30'000));
+    MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), options.checkpoint_copy_dir));
+    ++report.checkpoints;
+    dirty = false;
+    return OkStatus();
+  };
+  // A restored run counts its idle time from the start: what it restored may be all
+  // that is left.
+  int64_t last_record_ms = report.restored.empty() && report.replayed == 0 ? -1 : NowMs();
+  int64_t last_checkpoint_ms = NowMs();
+  bool ended = false;
   while (!stop.load()) {
     if (inbox.size() < kMaxInbox) MERIDIAN_RETURN_IF_ERROR(source->Poll(inbox.empty() ? 50 : 0, kReadsPerTurn));
+    MERIDIAN_RETURN_IF_ERROR(logged);
     MERIDIAN_RETURN_IF_ERROR(sink->Poll(0));
     if (!inbox.empty()) {
       last_record_ms = NowMs();
       report.last_record_steady_us = NowUs();
+      dirty = true;
     }
     while (!inbox.empty()) {
       MERIDIAN_RETURN_IF_ERROR(engine.Add(inbox.front(), &results));
@@ -90,7 +159,12 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
         NowMs() - last_record_ms >= options.stop_after_idle_ms) {
       MERIDIAN_RETURN_IF_ERROR(engine.Flush(&results));
       MERIDIAN_RETURN_IF_ERROR(publish());
+      ended = true;
       break;
+    }
+    if (state && dirty && NowMs() - last_checkpoint_ms >= spec.checkpoint_interval_ms) {
+      MERIDIAN_RETURN_IF_ERROR(checkpoint());
+      last_checkpoint_ms = NowMs();
     }
   }
   MERIDIAN_RETURN_IF_ERROR(sink->Drain(30'000));
@@ -99,6 +173,16 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   report.cpu_us = ThreadCpuUs() - cpu_start;
   source->Disconnect();
   sink->Disconnect();
+  if (state) {
+    if (ended) {
+      // Done: the broker stops queuing for the session, and the state goes.
+      MERIDIAN_RETURN_IF_ERROR(MqttClient::EndSession(source_opts));
+      state->Clear();
+    } else if (dirty) {
+      MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), options.checkpoint_copy_dir));
+      ++report.checkpoints;
+    }
+  }
   return report;
 }
 

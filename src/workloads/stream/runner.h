@@ -29,11 +29,31 @@ struct StreamRunOptions {
   std::function<void()> on_subscribed;
   // Where windows' figures are computed (kernels/ops.h); none: the CPU.
   const kernels::Ops* ops = nullptr;
+  // Exactly-once (docs/streams.md): the node-local state directory (state.h) whose
+  // checkpoint and ingest log the run restores and keeps, with a persistent session
+  // at the source's broker. Empty: none (a run that dies loses what it held).
+  std::string state_dir;
+  // With state_dir, a checkpoint an earlier run left elsewhere (the agent's
+  // MERIDIAN_CHECKPOINT), restored when the state directory has none; and where a copy
+  // of each checkpoint goes for the agent to keep as an object (MERIDIAN_CHECKPOINT_DIR).
+  std::string checkpoint_file;
+  std::string checkpoint_copy_dir;
+  // Said once at the start of a run that restores (what it restored, what it replays).
+  std::function<void(const std::string&)> on_notice;
 };
 
 struct StreamRunReport {
   StreamCounters counters;
   int64_t published = 0;  // results acknowledged by the sink's broker
+  // With a state directory: where the state came from ("" none, "local" the
+  // directory's checkpoint, "object" the agent's copy from another node), how many
+  // logged records were replayed, how many checkpoints were written, and whether the
+  // log after the restored checkpoint was missing (restored on another node: what the
+  // lost node read after its last checkpoint is not replayed).
+  std::string restored;
+  int64_t replayed = 0;
+  int64_t checkpoints = 0;
+  bool replay_missing = false;
   // When the last record was read (std::chrono::steady_clock, us), and the CPU time
   // of the calling thread over the run: what `bench stream` divides by.
   int64_t last_record_steady_us = 0;
