@@ -92,7 +92,9 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
                         {"duplicates", c.duplicates}, {"late", c.late},         {"filtered", c.filtered},
                         {"malformed", c.malformed},   {"results", c.results},   {"anomalies", c.anomalies},
                         {"first_error", c.first_error}};
+    j["sink_disconnects"] = report.sink_disconnects;
     if (!run.state_dir.empty()) {
+      j["source_reconnects"] = report.source_reconnects;
       j["restored"] = report.restored;
       j["replayed"] = report.replayed;
       j["checkpoints"] = report.checkpoints;

@@ -91,6 +91,9 @@ struct StreamSpec {
   // With a state directory (docs/streams.md: exactly-once), how often the operators'
   // state is checkpointed; what came in since is replayed from the node's ingest log.
   int64_t checkpoint_interval_ms = 1000;
+  // Results waiting for the sink's broker (cut off, or slow): past this many the
+  // source is not read (its records wait at its broker) until the sink takes more.
+  int64_t max_pending_results = 100'000;
 };
 
 // One result: a device's window, written once.

@@ -27,7 +27,7 @@ class StreamParser {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a stream spec)");
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"kind", "name", "site", "source", "operators", "sink",
                                                    "max_open_records", "end_after_idle",
-                                                   "checkpoint_interval"}));
+                                                   "checkpoint_interval", "max_pending_results"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "stream") return r_.Error(root["kind"], "kind", fmt::format("expected 'stream', got '{}'", kind));
@@ -40,6 +40,7 @@ class StreamParser {
     MERIDIAN_RETURN_IF_ERROR(Endpoint(root, "sink", true, &spec_.sink));
     MERIDIAN_RETURN_IF_ERROR(
         r_.Int(root, "max_open_records", "", 1, int64_t{1} << 32, &spec_.max_open_records));
+    MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "max_pending_results", "", 1, 10'000'000, &spec_.max_pending_results));
     MERIDIAN_RETURN_IF_ERROR(Operators(root));
     if (root["end_after_idle"]) {
       int64_t us = 0;

@@ -279,7 +279,7 @@ TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornReco
     ASSERT_TRUE((*s)->StartSegment().ok());
     ASSERT_TRUE((*s)->Append("one").ok());
     ASSERT_TRUE((*s)->Append("two").ok());
-    ASSERT_TRUE((*s)->Checkpoint("{\"state\": 2}", tmpl).ok());
+    ASSERT_TRUE((*s)->Checkpoint("{\"state\": 2}", {"{\"r\": 1}", "{\"r\": 2}"}, tmpl).ok());
     ASSERT_TRUE((*s)->Append("three").ok());
     ASSERT_TRUE((*s)->Append(std::string(5000, 'x')).ok());  // kept cut at 1 KiB + 1
     EXPECT_EQ((*s)->log_bytes(), 4 + 5 + 4 + 1025);
@@ -297,6 +297,7 @@ TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornReco
   EXPECT_EQ(c->replay_from, 1);
   EXPECT_EQ(c->client_id, id);
   EXPECT_EQ(c->engine, "{\"state\": 2}");
+  EXPECT_EQ(c->results, (std::vector<std::string>{"{\"r\": 1}", "{\"r\": 2}"}));
   StatusOr<StreamCheckpoint> copy = ReadStreamCheckpoint(std::string(tmpl) + "/checkpoint");
   ASSERT_TRUE(copy.ok()) << copy.status().ToString();
   EXPECT_EQ(FormatStreamCheckpoint(*copy), FormatStreamCheckpoint(*c));
@@ -311,8 +312,11 @@ TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornReco
   EXPECT_EQ((*s)->torn(), 1);
   EXPECT_TRUE((*s)->HasSegmentsFrom(1));
   EXPECT_FALSE((*s)->HasSegmentsFrom(2));
-  EXPECT_EQ(ParseStreamCheckpoint("meridian-stream-checkpoint 1 replay_from=x client_id=a\n{}").status().code(),
+  EXPECT_EQ(ParseStreamCheckpoint("meridian-stream-checkpoint 1 replay_from=x client_id=a results=0\n{}").status().code(),
             StatusCode::kInvalidArgument);
+  StatusOr<StreamCheckpoint> short_one =
+      ParseStreamCheckpoint("meridian-stream-checkpoint 1 replay_from=3 client_id=a results=2\n{}\n{}");
+  EXPECT_EQ(short_one.status().message(), "a stream checkpoint: its header counts 2 results, it holds 1");
   (*s)->Clear();
   EXPECT_EQ((*s)->LoadCheckpoint().status().code(), StatusCode::kNotFound);
   EXPECT_FALSE((*s)->HasSegmentsFrom(0));

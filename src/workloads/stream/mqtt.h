@@ -76,6 +76,8 @@ class MqttClient {
   void Disconnect();
 
   int64_t unacked() const { return published_ - acked_; }
+  int64_t acked() const { return acked_; }
+  int max_inflight() const { return max_inflight_; }
   int64_t received() const { return received_; }
 
  private:

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "workloads/stream/sink.h"
 #include "workloads/stream/state.h"
 
 namespace meridian::workloads::stream {
@@ -53,6 +55,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   MqttOptions source_opts = options.mqtt;
   if (!spec.source.broker.empty()) source_opts.url = spec.source.broker;
   std::unique_ptr<StreamState> state;
+  std::optional<StreamCheckpoint> restored_from;
   int64_t replay_from = 0;
   if (!options.state_dir.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(state, StreamState::Open(options.state_dir));
@@ -72,24 +75,28 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
       replay_from = from->replay_from;
       report.replay_missing = !state->HasSegmentsFrom(replay_from);
+      restored_from = std::move(*from);
     }
     source_opts.client_id = state->client_id();
     source_opts.clean_session = false;
   }
-  // The sink has a connection of its own, even to the same broker: waiting for its
-  // acknowledgements then reads nothing more from the source, whose records wait at
-  // the broker (TCP's flow control) rather than in this process.
-  MqttOptions sink_opts = options.mqtt;
-  if (!spec.sink.broker.empty()) sink_opts.url = spec.sink.broker;
-  sink_opts.client_id.clear();
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MqttClient> sink, MqttClient::Connect(sink_opts));
+  // Results go out from a thread of their own (sink.h): a sink across a cut link holds
+  // them, in order, while the source is read on.
+  ResultSinkOptions sink_opts;
+  sink_opts.mqtt = options.mqtt;
+  if (!spec.sink.broker.empty()) sink_opts.mqtt.url = spec.sink.broker;
+  sink_opts.mqtt.client_id.clear();
+  sink_opts.mqtt.connect_timeout_ms = 5'000;
+  sink_opts.topic = spec.sink.topic;
+  sink_opts.max_pending = spec.max_pending_results;
+  std::vector<std::string> pending;
+  if (restored_from) pending = std::move(restored_from->results);
+  const int64_t pending_at_start = static_cast<int64_t>(pending.size());
+  ResultSink sink(std::move(sink_opts), std::move(pending));
   std::vector<model::WindowResult> results;
-  auto publish = [&]() -> Status {
-    for (const model::WindowResult& r : results) {
-      MERIDIAN_RETURN_IF_ERROR(sink->Publish(spec.sink.topic, FormatResult(r)));
-    }
+  auto publish = [&] {
+    for (const model::WindowResult& r : results) sink.Push(FormatResult(r));
     results.clear();
-    return OkStatus();
   };
 
   // What the log holds past the checkpoint went through the operators before; again
@@ -100,15 +107,17 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     MERIDIAN_RETURN_IF_ERROR(state->Replay(replay_from, [&](std::string_view payload) {
       ++report.replayed;
       MERIDIAN_RETURN_IF_ERROR(engine.Add(payload, &results));
-      return publish();
+      publish();
+      return OkStatus();
     }));
     dirty = report.replayed > 0;
     MERIDIAN_RETURN_IF_ERROR(state->StartSegment());
     if (options.on_notice && (!report.restored.empty() || report.replayed > 0)) {
       options.on_notice(fmt::format(
-          "stream {}: restored {} ({} records in its windows, {} read before), replayed {} logged records{}", spec.name,
-          report.restored.empty() ? "no checkpoint" : "the " + report.restored + " checkpoint", engine.open_records(),
-          engine.counters().payloads - report.replayed, report.replayed,
+          "stream {}: restored {} ({} records in its windows, {} read before, {} results to send), replayed {} "
+          "logged records{}",
+          spec.name, report.restored.empty() ? "no checkpoint" : "the " + report.restored + " checkpoint",
+          engine.open_records(), engine.counters().payloads - report.replayed, pending_at_start, report.replayed,
           report.replay_missing ? "; the log after the checkpoint is not on this node: what the lost run read after "
                                   "it is not replayed"
                                 : ""));
@@ -126,12 +135,29 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   MERIDIAN_RETURN_IF_ERROR(source->Subscribe(spec.source.topic));
   MERIDIAN_RETURN_IF_ERROR(logged);
   if (options.on_subscribed) options.on_subscribed();
+  // A persistent session survives a lost connection: what came meanwhile waits at
+  // the broker, and what was in flight comes again (the engine drops it as a
+  // duplicate). Without one, a lost connection ends the run.
+  auto read_source = [&](int timeout_ms) -> Status {
+    Status s = source ? source->Poll(timeout_ms, kReadsPerTurn) : UnavailableError("not connected");
+    if (s.ok() || !state) return s;
+    if (source) {
+      ++report.source_reconnects;
+      source.reset();
+      if (options.on_notice) options.on_notice(fmt::format("stream {}: the source's broker: {}; connecting again", spec.name, s.message()));
+    }
+    StatusOr<std::unique_ptr<MqttClient>> again = MqttClient::Connect(source_opts, on_message);
+    if (again.ok()) {
+      source = std::move(*again);
+      return source->Subscribe(spec.source.topic);
+    }
+    if (again.status().code() == StatusCode::kUnauthenticated) return again.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return OkStatus();
+  };
 
   auto checkpoint = [&]() -> Status {
-    // Every result of the records before it is acknowledged first: after a restore
-    // they are not made again.
-    MERIDIAN_RETURN_IF_ERROR(sink->Drain(30'000));
-    MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), options.checkpoint_copy_dir));
+    MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), sink.Pending(), options.checkpoint_copy_dir));
     ++report.checkpoints;
     dirty = false;
     return OkStatus();
@@ -140,11 +166,26 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   // that is left.
   int64_t last_record_ms = report.restored.empty() && report.replayed == 0 ? -1 : NowMs();
   int64_t last_checkpoint_ms = NowMs();
+  int64_t sent_at_checkpoint = sink.acknowledged();
   bool ended = false;
   while (!stop.load()) {
-    if (inbox.size() < kMaxInbox) MERIDIAN_RETURN_IF_ERROR(source->Poll(inbox.empty() ? 50 : 0, kReadsPerTurn));
+    MERIDIAN_RETURN_IF_ERROR(sink.error());
+    if (sink.full()) {
+      // Backpressure: the records wait at the broker until the sink takes results again.
+      if (!report.backpressure) {
+        report.backpressure = true;
+        if (options.on_notice) {
+          options.on_notice(fmt::format("stream {}: {} results wait for the sink (max_pending_results); the source "
+                                        "waits at the broker",
+                                        spec.name, sink.pending()));
+        }
+      }
+      // (A connection that times out meanwhile is made again when reading resumes.)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } else if (inbox.size() < kMaxInbox) {
+      MERIDIAN_RETURN_IF_ERROR(read_source(inbox.empty() ? 50 : 0));
+    }
     MERIDIAN_RETURN_IF_ERROR(logged);
-    MERIDIAN_RETURN_IF_ERROR(sink->Poll(0));
     if (!inbox.empty()) {
       last_record_ms = NowMs();
       report.last_record_steady_us = NowUs();
@@ -154,34 +195,46 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       MERIDIAN_RETURN_IF_ERROR(engine.Add(inbox.front(), &results));
       inbox.pop_front();
     }
-    MERIDIAN_RETURN_IF_ERROR(publish());
+    publish();
     if (options.stop_after_idle_ms > 0 && last_record_ms >= 0 &&
         NowMs() - last_record_ms >= options.stop_after_idle_ms) {
       MERIDIAN_RETURN_IF_ERROR(engine.Flush(&results));
-      MERIDIAN_RETURN_IF_ERROR(publish());
+      publish();
       ended = true;
       break;
     }
-    if (state && dirty && NowMs() - last_checkpoint_ms >= spec.checkpoint_interval_ms) {
+    // A checkpoint when records went in, or the sink took results, since the last.
+    if (state && (dirty || sink.acknowledged() != sent_at_checkpoint) &&
+        NowMs() - last_checkpoint_ms >= spec.checkpoint_interval_ms) {
+      sent_at_checkpoint = sink.acknowledged();
       MERIDIAN_RETURN_IF_ERROR(checkpoint());
       last_checkpoint_ms = NowMs();
     }
   }
-  MERIDIAN_RETURN_IF_ERROR(sink->Drain(30'000));
+  if (source) source->Disconnect();
+  // Every result out before the run ends (a sink cut off holds the end until it is
+  // back, or the run is stopped: then they wait in the checkpoint).
+  while (!sink.WaitEmpty(200)) {
+    MERIDIAN_RETURN_IF_ERROR(sink.error());
+    if (stop.load()) break;
+  }
   report.counters = engine.counters();
-  report.published = report.counters.results;
+  report.published = sink.acknowledged();
+  report.unsent = sink.pending();
+  report.sink_disconnects = sink.disconnects();
   report.cpu_us = ThreadCpuUs() - cpu_start;
-  source->Disconnect();
-  sink->Disconnect();
   if (state) {
-    if (ended) {
+    if (ended && report.unsent == 0) {
       // Done: the broker stops queuing for the session, and the state goes.
       MERIDIAN_RETURN_IF_ERROR(MqttClient::EndSession(source_opts));
       state->Clear();
-    } else if (dirty) {
-      MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), options.checkpoint_copy_dir));
-      ++report.checkpoints;
+    } else {
+      MERIDIAN_RETURN_IF_ERROR(checkpoint());
     }
+  } else if (report.unsent > 0) {
+    return UnavailableError(fmt::format("stream {}: stopped with {} results the sink's broker did not take (without a "
+                                        "state directory they are lost)",
+                                        spec.name, report.unsent));
   }
   return report;
 }

@@ -45,6 +45,10 @@ struct StreamRunOptions {
 struct StreamRunReport {
   StreamCounters counters;
   int64_t published = 0;  // results acknowledged by the sink's broker
+  int64_t unsent = 0;     // results it had not acknowledged when the run stopped
+  int64_t sink_disconnects = 0;
+  int64_t source_reconnects = 0;
+  bool backpressure = false;  // max_pending_results results waited at some point
   // With a state directory: where the state came from ("" none, "local" the
   // directory's checkpoint, "object" the agent's copy from another node), how many
   // logged records were replayed, how many checkpoints were written, and whether the

@@ -65,7 +65,13 @@ bool ValidClientId(std::string_view id) {
 }  // namespace
 
 std::string FormatStreamCheckpoint(const StreamCheckpoint& c) {
-  return fmt::format("{} replay_from={} client_id={}\n{}", kHeader, c.replay_from, c.client_id, c.engine);
+  std::string out = fmt::format("{} replay_from={} client_id={} results={}\n{}", kHeader, c.replay_from, c.client_id,
+                                c.results.size(), c.engine);
+  for (const std::string& r : c.results) {
+    out += '\n';
+    out += r;
+  }
+  return out;
 }
 
 StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
@@ -89,9 +95,30 @@ StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
   header.remove_prefix(sp);
   if (!header.starts_with(kClient)) return bad();
   header.remove_prefix(kClient.size());
-  if (!ValidClientId(header)) return bad();
-  c.client_id = std::string(header);
-  c.engine = std::string(text.substr(nl + 1));
+  constexpr std::string_view kResults = " results=";
+  const size_t at = header.find(kResults);
+  if (at == std::string_view::npos || !ValidClientId(header.substr(0, at))) return bad();
+  c.client_id = std::string(header.substr(0, at));
+  std::string_view count = header.substr(at + kResults.size());
+  if (count.empty() || count.size() > 9) return bad();
+  size_t results = 0;
+  for (char ch : count) {
+    if (ch < '0' || ch > '9') return bad();
+    results = results * 10 + static_cast<size_t>(ch - '0');
+  }
+  std::string_view rest = text.substr(nl + 1);
+  size_t end = rest.find('\n');
+  c.engine = std::string(rest.substr(0, end));
+  while (end != std::string_view::npos) {
+    rest.remove_prefix(end + 1);
+    end = rest.find('\n');
+    if (c.results.size() == results) return bad();
+    c.results.emplace_back(rest.substr(0, end));
+  }
+  if (c.results.size() != results) {
+    return InvalidArgumentError(fmt::format("a stream checkpoint: its header counts {} results, it holds {}", results,
+                                            c.results.size()));
+  }
   return c;
 }
 
@@ -248,12 +275,14 @@ Status StreamState::Append(std::string_view payload) {
   return OkStatus();
 }
 
-Status StreamState::Checkpoint(std::string engine_snapshot, const std::string& copy_dir) {
+Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::string> results,
+                               const std::string& copy_dir) {
   MERIDIAN_RETURN_IF_ERROR(StartSegment());
   StreamCheckpoint c;
   c.replay_from = segment_;
   c.client_id = client_id_;
   c.engine = std::move(engine_snapshot);
+  c.results = std::move(results);
   const std::string text = FormatStreamCheckpoint(c);
   MERIDIAN_RETURN_IF_ERROR(WriteWhole(dir_, "checkpoint", text));
   ++checkpoints_;

@@ -5,8 +5,9 @@
 //   DIR/log-N         the ingest log: every payload read from the source, appended in
 //                     one write(2) as soon as the client library hands it over (which
 //                     is when it has acknowledged it to the broker), in segments
-//   DIR/checkpoint    the operators' state (StreamEngine::Snapshot) and the first
-//                     segment written after it, replaced whole (rename)
+//   DIR/checkpoint    the operators' state (StreamEngine::Snapshot), the results not
+//                     yet acknowledged by the sink, and the first segment written
+//                     after it; replaced whole (rename)
 //   DIR/lock          held (flock) by the one run using the directory
 //
 // A run restores the checkpoint, replays the segments from the one it names, and reads
@@ -26,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -34,11 +36,13 @@ namespace meridian::workloads::stream {
 inline constexpr int64_t kMaxStreamLogBytes = int64_t{1} << 30;
 
 // A checkpoint's contents: the segment to replay from, the session's client id, the
-// engine's snapshot.
+// engine's snapshot (one line of JSON), and the results the sink's broker had not
+// acknowledged yet, in order (each one line of JSON).
 struct StreamCheckpoint {
   int64_t replay_from = 0;
   std::string client_id;
   std::string engine;
+  std::vector<std::string> results;
 };
 std::string FormatStreamCheckpoint(const StreamCheckpoint& checkpoint);
 StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text);
@@ -70,10 +74,10 @@ class StreamState {
   Status StartSegment();
   // Appends a payload to the current segment.
   Status Append(std::string_view payload);
-  // Starts a new segment, writes the checkpoint of `engine_snapshot` naming it (and
-  // the same file to copy_dir/checkpoint when copy_dir is given: the agent keeps
-  // that one as an object), then drops the segments before it.
-  Status Checkpoint(std::string engine_snapshot, const std::string& copy_dir);
+  // Starts a new segment, writes the checkpoint of `engine_snapshot` and the pending
+  // `results` naming it (and the same file to copy_dir/checkpoint when copy_dir is
+  // given: the agent keeps that one as an object), then drops the segments before it.
+  Status Checkpoint(std::string engine_snapshot, std::vector<std::string> results, const std::string& copy_dir);
   // The stream is over: the log and the checkpoint go (the client id stays).
   void Clear();
 

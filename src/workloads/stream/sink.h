@@ -1,0 +1,76 @@
+// A stream's results on their way to the sink's broker (docs/streams.md, offline
+// autonomy): kept in order until the broker has acknowledged them, and sent by a
+// thread of their own, so that a sink across a cut WAN link stops nothing but itself.
+// It connects again (every `retry_ms`) after a lost connection, or one whose
+// acknowledgements stopped for `stall_ms`, and sends again, in order, what was not
+// acknowledged (a result may so arrive twice: its key is its device and window).
+//
+// Bounds: at most `max_pending` results wait; the runner stops reading its source
+// while that many do (the broker's session queues the records meanwhile).
+//
+// Thread-safety: every method may be called from any thread; the sending thread is
+// the object's own.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "workloads/stream/mqtt.h"
+
+namespace meridian::workloads::stream {
+
+struct ResultSinkOptions {
+  MqttOptions mqtt;
+  std::string topic;
+  int64_t max_pending = 100'000;
+  int64_t retry_ms = 1000;
+  int64_t stall_ms = 10'000;
+};
+
+class ResultSink {
+ public:
+  // Starts sending `pending` (results an earlier run had not seen acknowledged) first.
+  ResultSink(ResultSinkOptions options, std::vector<std::string> pending);
+  ~ResultSink();
+  ResultSink(const ResultSink&) = delete;
+  ResultSink& operator=(const ResultSink&) = delete;
+
+  // Queues a result (the caller keeps to max_pending: see full()).
+  void Push(std::string result);
+  bool full() const;
+  int64_t pending() const;
+  // What waits, in order: a checkpoint's.
+  std::vector<std::string> Pending() const;
+  // Waits until nothing waits (true) or timeout_ms passed.
+  bool WaitEmpty(int64_t timeout_ms) const;
+  // The error that stops it for good (the broker refused our credentials or the
+  // topic); OK while it sends or retries.
+  Status error() const;
+  // Results acknowledged; connections made (the first one included); connections lost.
+  int64_t acknowledged() const;
+  int64_t connections() const;
+  int64_t disconnects() const;
+
+ private:
+  void Run();
+
+  const ResultSinkOptions options_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::deque<std::string> queue_;  // GUARDED_BY(mu_): the first `sent_` are on the wire
+  size_t sent_ = 0;                // GUARDED_BY(mu_)
+  bool stop_ = false;              // GUARDED_BY(mu_)
+  Status error_;                   // GUARDED_BY(mu_)
+  int64_t acknowledged_ = 0;       // GUARDED_BY(mu_)
+  int64_t connections_ = 0;        // GUARDED_BY(mu_)
+  int64_t disconnects_ = 0;        // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace meridian::workloads::stream
