@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Exactly-once across a killed edge agent (docs/streams.md): the stream of
+# Exactly-once and offline autonomy at the edge (docs/streams.md): the stream of
 # tests/stream/factory.yaml runs as a job at the factory of a local cluster while
 # mosquitto_pub publishes tests/stream/reference.py's records (out of order, late,
-# twice, malformed) a chunk at a time. Once results flow, the factory's agent is
-# killed with kill -9 (its task goes with it: the parent-death signal), and started
-# again as a supervisor would. The stream's second attempt restores its checkpoint,
-# replays its ingest log and reads on from its session at the broker. Every window,
-# and every counter but the broker's redeliveries, must equal the reference's; a
-# result that comes twice must be the very same.
+# twice, malformed) a chunk at a time, twice:
+#  1. Once results flow, the factory's agent is killed with kill -9 (its task goes
+#     with it: the parent-death signal), and started again as a supervisor would. The
+#     stream's second attempt restores its checkpoint, replays its ingest log and
+#     reads on from its session at the broker.
+#  2. The results go to a broker of the cloud site. Once they flow, the factory is cut
+#     off for 30 s: the coordinator and the cloud's broker stop answering (SIGSTOP:
+#     the test's sites share loopback, so the far side of the link is frozen rather
+#     than the link). The factory reads and computes on, holding its results; when the
+#     link returns they go out, in order.
+# Every window, and every counter but the broker's redeliveries, must equal the
+# reference's; a result that comes twice must be the very same.
 #   tests/stream_fault_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
 meridian=$(realpath "$1")
@@ -19,6 +25,7 @@ chmod 711 "$tmp"  # task users reach their directories in the cluster's
 cluster="$tmp/cluster"
 . "$src/tests/process_lib.sh"
 finish() {
+  [ -n "${coordinator:-}" ] && kill -CONT "$coordinator" "${cloud:-}" 2>/dev/null
   "$meridian" down --dir "$cluster" >/dev/null 2>&1
   if [ "$fail" -ne 0 ]; then
     for f in "$tmp"/*.log "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -31,6 +38,8 @@ wait_for() {  # FILE TEXT SECONDS
   return 1
 }
 results() { grep -c '^{' "$tmp/results.log" 2>/dev/null || true; }
+coordinator=""
+cloud=""
 job_state() {
   "$meridian" job get 1 --dir "$cluster" --json 2>/dev/null | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])'
 }
@@ -105,15 +114,90 @@ c = json.load(open(sys.argv[1]))
 assert c["restored"] == "local" and not c["replay_missing"] and c["checkpoints"] >= 1, c
 ' "$tmp/counters.json" && ok "its counters: $(cat "$tmp/counters.json")" || bad "the restored run's counters: $(cat "$tmp/counters.json")"
 
-# Every window out at least once (some twice: those of the records the killed run read
+# Every window out at least once (some twice: those of the records a stopped run read
 # after its last checkpoint), then a moment for a late one to show.
-distinct() { grep '^{' "$tmp/results.log" | $py -c 'import json,sys; print(len({(json.loads(l)["device"], json.loads(l)["window_start_ms"]) for l in sys.stdin}))'; }
-for _ in $(seq 1 200); do [ "$(distinct)" -ge "$want" ] && break; sleep 0.1; done
-sleep 0.5
-if out=$($py "$src/tests/stream/reference.py" check "$tmp" "$tmp/results.log" "$tmp/counters.json" --restored); then
-  ok "$(echo "$out" | tr '\n' ';')"
-else
-  bad "results after the restore differ: $out"
-fi
-[ "$fail" -eq 0 ] && echo "PASS: exactly-once across a killed edge agent" || echo "FAIL"
+distinct() { grep '^{' "$1" | $py -c 'import json,sys; print(len({(json.loads(l)["device"], json.loads(l)["window_start_ms"]) for l in sys.stdin}))'; }
+check_results() {  # RESULTS COUNTERS WHAT
+  for _ in $(seq 1 200); do [ "$(distinct "$1")" -ge "$want" ] && break; sleep 0.1; done
+  sleep 0.5
+  if out=$($py "$src/tests/stream/reference.py" check "$tmp" "$1" "$2" --restored); then
+    ok "$3: $(echo "$out" | tr '\n' ';')"
+  else
+    bad "$3: results differ: $out"
+  fi
+}
+check_results "$tmp/results.log" "$tmp/counters.json" "killed agent"
+
+# 2. The factory cut off for 30 s, its results bound for the cloud's broker.
+cloud_port=$(free_port)
+cat >"$tmp/cloud.conf" <<CONF
+listener $cloud_port 127.0.0.1
+allow_anonymous false
+password_file $cluster/mqtt/factory/passwd
+persistence false
+max_queued_messages 100000
+CONF
+[ "$(id -u)" = 0 ] && echo "user $(id -un)" >>"$tmp/cloud.conf"
+mosquitto -c "$tmp/cloud.conf" >"$tmp/cloud-broker.log" 2>&1 &
+cloud=$!
+pids+=($cloud)
+wait_listening "$cloud_port" || { bad "the cloud's broker listens"; exit 1; }
+stdbuf -oL mosquitto_sub -d -h 127.0.0.1 -p "$cloud_port" -u meridian \
+  -P "$(cat "$cluster/mqtt/factory/meridian.password")" -q 1 -t results/factory >"$tmp/cloud-results.log" 2>&1 &
+pids+=($!)
+wait_for "$tmp/cloud-results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed at the cloud"; exit 1; }
+sed "s|^sink: .*|sink: {topic: results/factory, broker: \"mqtt://127.0.0.1:$cloud_port\"}|" "$tmp/fault.yaml" >"$tmp/cut.yaml"
+"$meridian" submit "$tmp/cut.yaml" --dir "$cluster" >>"$tmp/submit.log" 2>&1 || { bad "submit the cut stream"; exit 1; }
+for _ in $(seq 1 300); do
+  "$meridian" job logs 2 --dir "$cluster" >"$tmp/job2.err" 2>&1
+  grep -q "reading 'sensors/factory/#'" "$tmp/job2.err" && break
+  sleep 0.1
+done
+grep -q "reading 'sensors/factory/#'" "$tmp/job2.err" || { bad "the cut stream started reading"; exit 1; }
+(
+  for c in "$tmp"/chunk.*; do
+    mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 \
+      -t sensors/factory/line -l <"$c" || exit 1
+    sleep 0.2
+  done
+) >"$tmp/publisher2.log" 2>&1 &
+publisher=$!
+pids+=($publisher)
+cloud_results() { grep -c '^{' "$tmp/cloud-results.log" 2>/dev/null || true; }
+for _ in $(seq 1 300); do [ "$(cloud_results)" -ge 20 ] && break; sleep 0.1; done
+[ "$(cloud_results)" -ge 20 ] || { bad "20 results at the cloud before the cut (got $(cloud_results))"; exit 1; }
+coordinator=$(cat "$cluster/pids/coordinator.pid")
+at_cut=$(cloud_results)
+cut_start=$SECONDS
+kill -STOP "$coordinator" "$cloud"
+ok "cut off with $at_cut of $want windows at the cloud"
+wait "$publisher" || bad "mosquitto_pub published every chunk while the factory was cut off"
+# While cut off the factory computes on: its checkpoints hold the results that wait.
+checkpoint=$(find "$cluster" -path '*streams/2-0/checkpoint' 2>/dev/null | head -n 1)
+held=0
+for _ in $(seq 1 100); do
+  [ -n "$checkpoint" ] || checkpoint=$(find "$cluster" -path '*streams/2-0/checkpoint' 2>/dev/null | head -n 1)
+  [ -n "$checkpoint" ] && held=$(head -n 1 "$checkpoint" | sed -n 's/.* results=\([0-9]*\).*/\1/p')
+  [ "${held:-0}" -ge $((want - at_cut - 12)) ] && break
+  sleep 0.2
+done
+[ "${held:-0}" -ge $((want - at_cut - 12)) ] &&
+  ok "while cut off the factory read every record and holds $held results for the cloud" ||
+  bad "while cut off the factory holds ${held:-no} results (expected about $((want - at_cut)))"
+[ "$(cloud_results)" -eq "$at_cut" ] || bad "results reached the frozen cloud"
+sleep $((30 - SECONDS + cut_start))
+kill -CONT "$coordinator" "$cloud"
+ok "the link is back after $((SECONDS - cut_start)) s"
+state=""
+for _ in $(seq 1 900); do
+  state=$("$meridian" job get 2 --dir "$cluster" --json 2>/dev/null | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$state" = succeeded ] || [ "$state" = failed ] && break
+  sleep 0.1
+done
+[ "$state" = succeeded ] && ok "the cut stream's job succeeded" || bad "the cut stream's job is '$state'"
+"$meridian" job logs 2 --dir "$cluster" >"$tmp/job2-end.err" 2>&1
+grep '^{"accepted"' "$tmp/job2-end.err" | tail -n 1 >"$tmp/counters2.json"
+grep -E "^stream factory-presses: (restored|it ended before)" "$tmp/job2-end.err" | sed "s/^/     /"
+check_results "$tmp/cloud-results.log" "$tmp/counters2.json" "cut off for 30 s"
+[ "$fail" -eq 0 ] && echo "PASS: exactly-once across a killed edge agent and a 30 s cut" || echo "FAIL"
 exit "$fail"

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +21,7 @@
 #include "common/units.h"
 #include "agent/gang.h"
 #include "kernels/kernel.h"
+#include "model/stream.h"
 
 namespace meridian::agent {
 namespace {
@@ -63,6 +65,27 @@ bool OthersCanReach(const std::filesystem::path& path) {
     if (p == p.root_path()) break;
   }
   return true;
+}
+
+// A stream's state stays after it ended (its checkpoint says so: an attempt run again
+// after one taken for lost had finished ends at once); an hour on it goes, swept when
+// a stream starts on the node.
+void SweepEndedStreams(const std::filesystem::path& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const fs::path checkpoint = e.path() / "checkpoint";
+    std::error_code ignored;
+    if (!e.is_directory(ignored) || e.is_symlink(ignored)) continue;
+    const auto written = fs::last_write_time(checkpoint, ignored);
+    if (ignored || written > hour_ago) continue;
+    std::ifstream in(checkpoint, std::ios::binary);
+    std::string first(256, '\0');
+    in.read(first.data(), static_cast<std::streamsize>(first.size()));
+    first.resize(static_cast<size_t>(in.gcount()));
+    if (model::StreamCheckpointEnded(first.substr(0, first.find('\n')))) fs::remove_all(e.path(), ignored);
+  }
 }
 
 // Executor::streams_root_: made here (0711: task users reach their own directories
@@ -491,7 +514,10 @@ void Executor::RunCommand(Running_& task) {
   fs::path stream_state;
   if (wants_broker && !ec && !streams_root_.empty()) {
     stream_state = streams_root_ / fmt::format("{}-{}", a.key.job, a.key.task);
-    if (a.key.attempt <= 1) fs::remove_all(stream_state, ec);
+    if (a.key.attempt <= 1) {
+      fs::remove_all(stream_state, ec);
+      SweepEndedStreams(streams_root_);
+    }
     if (!ec) fs::create_directories(stream_state, ec);
     if (!ec) fs::permissions(stream_state, fs::perms::owner_all, fs::perm_options::replace, ec);
   }
@@ -654,8 +680,6 @@ void Executor::RunCommand(Running_& task) {
   // The last checkpoint it wrote, before its directory goes: a retry resumes from it.
   if (options_.store_output && r.ok()) CollectCheckpoint(a.key, watch);
   fs::remove_all(dir, ec);
-  // A stream that ended has nothing to restore.
-  if (!stream_state.empty() && u.kind == model::UpdateKind::kSucceeded) fs::remove_all(stream_state, ec);
   Finish(a.key, std::move(u));
 }
 

@@ -99,6 +99,7 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
       j["replayed"] = report.replayed;
       j["checkpoints"] = report.checkpoints;
       j["replay_missing"] = report.replay_missing;
+      j["ended_before"] = report.ended_before;
     }
     out << j.dump() << "\n";
   } else {

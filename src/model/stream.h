@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meridian::model {
@@ -95,6 +96,13 @@ struct StreamSpec {
   // source is not read (its records wait at its broker) until the sink takes more.
   int64_t max_pending_results = 100'000;
 };
+
+// A stream's checkpoint file (src/workloads/stream/state.h) starts with this header
+// line; a stream that ended adds " ended" at its end.
+inline constexpr std::string_view kStreamCheckpointHeader = "meridian-stream-checkpoint 1";
+inline bool StreamCheckpointEnded(std::string_view first_line) {
+  return first_line.starts_with(kStreamCheckpointHeader) && first_line.ends_with(" ended");
+}
 
 // One result: a device's window, written once.
 struct WindowResult {

@@ -200,6 +200,15 @@ def check(out_dir, results_path, counters_path, restored=False):
     for key in by_key:
         print("unexpected result for", key)
         bad += 1
+    # In order: each window first comes where the reference writes it.
+    first = []
+    for r in got:
+        key = (r["device"], r["window_start_ms"])
+        if key not in first:
+            first.append(key)
+    if first != [(w["device"], w["window_start_ms"]) for w in want]:
+        print("results out of order")
+        bad += 1
     print("reference: %d windows, %d anomalies; records %d: accepted %d, duplicates %d, late %d, filtered %d, "
           "malformed %d; %d mismatches" % (len(want), want_c["anomalies"], want_c["records"], want_c["accepted"],
                                            want_c["duplicates"], want_c["late"], want_c["filtered"],

@@ -71,6 +71,18 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       // The same session at the broker as the run that took it.
       MERIDIAN_RETURN_IF_ERROR(state->SetClientId(from->client_id));
     }
+    if (from.ok() && from->ended) {
+      MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
+      if (options.on_notice) {
+        options.on_notice(fmt::format("stream {}: it ended before (its state in {} says so): nothing left to do; "
+                                      "remove the directory to run it afresh",
+                                      spec.name, options.state_dir));
+      }
+      report.ended_before = true;
+      report.counters = engine.counters();
+      report.cpu_us = ThreadCpuUs() - cpu_start;
+      return report;
+    }
     if (from.ok()) {
       MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
       replay_from = from->replay_from;
@@ -218,16 +230,18 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     MERIDIAN_RETURN_IF_ERROR(sink.error());
     if (stop.load()) break;
   }
+  sink.Stop();
   report.counters = engine.counters();
   report.published = sink.acknowledged();
   report.unsent = sink.pending();
   report.sink_disconnects = sink.disconnects();
-  report.cpu_us = ThreadCpuUs() - cpu_start;
+  report.cpu_us = ThreadCpuUs() - cpu_start + sink.cpu_us();
   if (state) {
     if (ended && report.unsent == 0) {
-      // Done: the broker stops queuing for the session, and the state goes.
+      // Done: the broker stops queuing for the session, and the state says so (an
+      // attempt started after this one, the first taken for lost, ends at once).
       MERIDIAN_RETURN_IF_ERROR(MqttClient::EndSession(source_opts));
-      state->Clear();
+      MERIDIAN_RETURN_IF_ERROR(state->End(engine.Snapshot()));
     } else {
       MERIDIAN_RETURN_IF_ERROR(checkpoint());
     }

@@ -58,8 +58,10 @@ struct StreamRunReport {
   int64_t replayed = 0;
   int64_t checkpoints = 0;
   bool replay_missing = false;
+  // The state said the stream had ended: the run did nothing (counters: the end's).
+  bool ended_before = false;
   // When the last record was read (std::chrono::steady_clock, us), and the CPU time
-  // of the calling thread over the run: what `bench stream` divides by.
+  // of the calling thread and the sink's over the run: what `bench stream` divides by.
   int64_t last_record_steady_us = 0;
   int64_t cpu_us = 0;
 };

@@ -1,5 +1,7 @@
 #include "workloads/stream/sink.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -25,13 +27,20 @@ ResultSink::ResultSink(ResultSinkOptions options, std::vector<std::string> pendi
   thread_ = std::thread([this] { Run(); });
 }
 
-ResultSink::~ResultSink() {
+ResultSink::~ResultSink() { Stop(); }
+
+void ResultSink::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t ResultSink::cpu_us() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cpu_us_;
 }
 
 void ResultSink::Push(std::string result) {
@@ -84,6 +93,15 @@ int64_t ResultSink::disconnects() const {
 }
 
 void ResultSink::Run() {
+  struct CpuAtExit {
+    ResultSink* self;
+    ~CpuAtExit() {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->cpu_us_ = int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+    }
+  } cpu_at_exit{this};
   std::unique_ptr<MqttClient> client;
   int64_t acked_seen = 0;
   int64_t progress_ms = 0;  // when the broker last acknowledged (or we connected)

@@ -56,6 +56,10 @@ class ResultSink {
   int64_t acknowledged() const;
   int64_t connections() const;
   int64_t disconnects() const;
+  // Stops the sending thread (what waits stays in Pending()); then cpu_us() is the
+  // CPU time it used.
+  void Stop();
+  int64_t cpu_us() const;
 
  private:
   void Run();
@@ -70,6 +74,7 @@ class ResultSink {
   int64_t acknowledged_ = 0;       // GUARDED_BY(mu_)
   int64_t connections_ = 0;        // GUARDED_BY(mu_)
   int64_t disconnects_ = 0;        // GUARDED_BY(mu_)
+  int64_t cpu_us_ = 0;             // GUARDED_BY(mu_): set as the thread ends
   std::thread thread_;
 };
 

@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kHeader = "meridian-stream-checkpoint 1";
+constexpr std::string_view kHeader = model::kStreamCheckpointHeader;
 constexpr size_t kMaxLoggedBytes = model::kMaxSensorRecordBytes + 1;
 
 Status Errno(std::string_view what, const std::string& path) {
@@ -65,8 +65,8 @@ bool ValidClientId(std::string_view id) {
 }  // namespace
 
 std::string FormatStreamCheckpoint(const StreamCheckpoint& c) {
-  std::string out = fmt::format("{} replay_from={} client_id={} results={}\n{}", kHeader, c.replay_from, c.client_id,
-                                c.results.size(), c.engine);
+  std::string out = fmt::format("{} replay_from={} client_id={} results={}{}\n{}", kHeader, c.replay_from,
+                                c.client_id, c.results.size(), c.ended ? " ended" : "", c.engine);
   for (const std::string& r : c.results) {
     out += '\n';
     out += r;
@@ -100,6 +100,10 @@ StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
   if (at == std::string_view::npos || !ValidClientId(header.substr(0, at))) return bad();
   c.client_id = std::string(header.substr(0, at));
   std::string_view count = header.substr(at + kResults.size());
+  if (count.ends_with(" ended")) {
+    c.ended = true;
+    count.remove_suffix(6);
+  }
   if (count.empty() || count.size() > 9) return bad();
   size_t results = 0;
   for (char ch : count) {
@@ -299,12 +303,18 @@ Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::str
   return OkStatus();
 }
 
-void StreamState::Clear() {
+Status StreamState::End(std::string engine_snapshot) {
+  StreamCheckpoint c;
+  c.replay_from = segment_ + 1;
+  c.client_id = client_id_;
+  c.engine = std::move(engine_snapshot);
+  c.ended = true;
+  MERIDIAN_RETURN_IF_ERROR(WriteWhole(dir_, "checkpoint", FormatStreamCheckpoint(c)));
   if (segment_fd_ >= 0) close(segment_fd_);
   segment_fd_ = -1;
   for (int64_t n : Segments()) unlink(SegmentPath(n).c_str());
-  unlink((dir_ + "/checkpoint").c_str());
   log_bytes_ = 0;
+  return OkStatus();
 }
 
 }  // namespace meridian::workloads::stream

@@ -43,6 +43,9 @@ struct StreamCheckpoint {
   std::string client_id;
   std::string engine;
   std::vector<std::string> results;
+  // The stream ended (every result acknowledged, the session ended): a run that finds
+  // this has nothing left to do.
+  bool ended = false;
 };
 std::string FormatStreamCheckpoint(const StreamCheckpoint& checkpoint);
 StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text);
@@ -78,8 +81,9 @@ class StreamState {
   // `results` naming it (and the same file to copy_dir/checkpoint when copy_dir is
   // given: the agent keeps that one as an object), then drops the segments before it.
   Status Checkpoint(std::string engine_snapshot, std::vector<std::string> results, const std::string& copy_dir);
-  // The stream is over: the log and the checkpoint go (the client id stays).
-  void Clear();
+  // The stream is over: its last checkpoint says so (StreamCheckpoint::ended), and the
+  // log goes. (The agent removes the directory once the task has succeeded.)
+  Status End(std::string engine_snapshot);
 
   int64_t log_bytes() const { return log_bytes_; }
   int64_t torn() const { return torn_; }
