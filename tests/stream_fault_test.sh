@@ -57,25 +57,34 @@ wait_for "$tmp/results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed"; exi
 
 # Checkpoints twice a second: a kill finds some records logged since the last one.
 sed 's/^end_after_idle: .*/end_after_idle: 3s\ncheckpoint_interval: 500ms/' "$src/tests/stream/factory.yaml" >"$tmp/fault.yaml"
-"$meridian" submit "$tmp/fault.yaml" --dir "$cluster" >"$tmp/submit.log" 2>&1 || { bad "submit"; exit 1; }
-for _ in $(seq 1 300); do
-  "$meridian" job logs 1 --dir "$cluster" >"$tmp/job.err" 2>&1
-  grep -q "reading 'sensors/factory/#'" "$tmp/job.err" && break
-  sleep 0.1
-done
-grep -q "reading 'sensors/factory/#'" "$tmp/job.err" || { bad "the stream job started reading"; exit 1; }
-
-# About 200 records a second, as sensors would send them.
-split -l 40 "$tmp/records.txt" "$tmp/chunk."
-(
-  for c in "$tmp"/chunk.*; do
-    mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 \
-      -t sensors/factory/line -l <"$c" || exit 1
-    sleep 0.2
+# Submits SPEC as job JOB and waits until its stream reads.
+submit_stream() {  # SPEC JOB
+  "$meridian" submit "$1" --dir "$cluster" >>"$tmp/submit.log" 2>&1 || { bad "submit $1"; exit 1; }
+  for _ in $(seq 1 300); do
+    "$meridian" job logs "$2" --dir "$cluster" >"$tmp/job$2.err" 2>&1
+    grep -q "reading 'sensors/factory/#'" "$tmp/job$2.err" && return 0
+    sleep 0.1
   done
-) >"$tmp/publisher.log" 2>&1 &
-publisher=$!
-pids+=($publisher)
+  bad "stream job $2 started reading"
+  exit 1
+}
+# Publishes the records in the background, about 200 a second, as sensors would.
+split -l 40 "$tmp/records.txt" "$tmp/chunk."
+publish_records() {  # LOG
+  (
+    for c in "$tmp"/chunk.*; do
+      mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 \
+        -t sensors/factory/line -l <"$c" || exit 1
+      sleep 0.2
+    done
+  ) >"$1" 2>&1 &
+  publisher=$!
+  pids+=($publisher)
+}
+
+# 1. The factory's agent killed mid-stream.
+submit_stream "$tmp/fault.yaml" 1
+publish_records "$tmp/publisher.log"
 
 # Mid-stream: 40 windows written, more to come.
 for _ in $(seq 1 300); do [ "$(results)" -ge 40 ] && break; sleep 0.1; done
@@ -147,22 +156,8 @@ stdbuf -oL mosquitto_sub -d -h 127.0.0.1 -p "$cloud_port" -u meridian \
 pids+=($!)
 wait_for "$tmp/cloud-results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed at the cloud"; exit 1; }
 sed "s|^sink: .*|sink: {topic: results/factory, broker: \"mqtt://127.0.0.1:$cloud_port\"}|" "$tmp/fault.yaml" >"$tmp/cut.yaml"
-"$meridian" submit "$tmp/cut.yaml" --dir "$cluster" >>"$tmp/submit.log" 2>&1 || { bad "submit the cut stream"; exit 1; }
-for _ in $(seq 1 300); do
-  "$meridian" job logs 2 --dir "$cluster" >"$tmp/job2.err" 2>&1
-  grep -q "reading 'sensors/factory/#'" "$tmp/job2.err" && break
-  sleep 0.1
-done
-grep -q "reading 'sensors/factory/#'" "$tmp/job2.err" || { bad "the cut stream started reading"; exit 1; }
-(
-  for c in "$tmp"/chunk.*; do
-    mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 \
-      -t sensors/factory/line -l <"$c" || exit 1
-    sleep 0.2
-  done
-) >"$tmp/publisher2.log" 2>&1 &
-publisher=$!
-pids+=($publisher)
+submit_stream "$tmp/cut.yaml" 2
+publish_records "$tmp/publisher2.log"
 cloud_results() { grep -c '^{' "$tmp/cloud-results.log" 2>/dev/null || true; }
 for _ in $(seq 1 300); do [ "$(cloud_results)" -ge 20 ] && break; sleep 0.1; done
 [ "$(cloud_results)" -ge 20 ] || { bad "20 results at the cloud before the cut (got $(cloud_results))"; exit 1; }

@@ -71,8 +71,8 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       // The same session at the broker as the run that took it.
       MERIDIAN_RETURN_IF_ERROR(state->SetClientId(from->client_id));
     }
+    if (from.ok()) MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
     if (from.ok() && from->ended) {
-      MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
       if (options.on_notice) {
         options.on_notice(fmt::format("stream {}: it ended before (its state in {} says so): nothing left to do; "
                                       "remove the directory to run it afresh",
@@ -84,7 +84,6 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       return report;
     }
     if (from.ok()) {
-      MERIDIAN_RETURN_IF_ERROR(engine.Restore(from->engine));
       replay_from = from->replay_from;
       report.replay_missing = !state->HasSegmentsFrom(replay_from);
       restored_from = std::move(*from);
@@ -180,8 +179,17 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   int64_t last_checkpoint_ms = NowMs();
   int64_t sent_at_checkpoint = sink.acknowledged();
   bool ended = false;
+  bool sink_away = false;  // said once per outage
   while (!stop.load()) {
     MERIDIAN_RETURN_IF_ERROR(sink.error());
+    if (const Status away = sink.failure(); away.ok() != !sink_away) {
+      sink_away = !away.ok();
+      if (options.on_notice) {
+        options.on_notice(sink_away ? fmt::format("stream {}: {}; results are held ({} now) and sent when it is back",
+                                                  spec.name, away.message(), sink.pending())
+                                    : fmt::format("stream {}: the sink's broker is back", spec.name));
+      }
+    }
     if (sink.full()) {
       // Backpressure: the records wait at the broker until the sink takes results again.
       if (!report.backpressure) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/format.h>
+
 namespace meridian::workloads::stream {
 namespace {
 
@@ -72,6 +74,11 @@ bool ResultSink::WaitEmpty(int64_t timeout_ms) const {
          queue_.empty();
 }
 
+Status ResultSink::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
 Status ResultSink::error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
@@ -105,12 +112,13 @@ void ResultSink::Run() {
   std::unique_ptr<MqttClient> client;
   int64_t acked_seen = 0;
   int64_t progress_ms = 0;  // when the broker last acknowledged (or we connected)
-  auto drop = [&] {
+  auto drop = [&](Status why) {
     client->Disconnect();
     client.reset();
     std::lock_guard<std::mutex> lock(mu_);
     sent_ = 0;  // what was on the wire goes again, in order
     ++disconnects_;
+    failure_ = why.WithPrefix("the sink's broker");
   };
   while (true) {
     if (!client) {
@@ -126,11 +134,13 @@ void ResultSink::Run() {
           cv_.notify_all();
           return;
         }
+        failure_ = c.status().WithPrefix("the sink's broker");
         cv_.wait_for(lock, std::chrono::milliseconds(options_.retry_ms), [&] { return stop_; });
         continue;
       }
       client = std::move(*c);
       ++connections_;
+      failure_ = OkStatus();
       sent_ = 0;
       acked_seen = 0;
       progress_ms = NowMs();
@@ -155,7 +165,7 @@ void ResultSink::Run() {
     }
     if (s.ok()) s = client->Poll(idle ? 0 : 2);
     if (!s.ok()) {
-      drop();
+      drop(s);
       continue;
     }
     const int64_t acked = client->acked();
@@ -170,7 +180,8 @@ void ResultSink::Run() {
       progress_ms = NowMs();
       cv_.notify_all();
     } else if (client->unacked() > 0 && NowMs() - progress_ms > options_.stall_ms) {
-      drop();  // a broker that stopped answering, or a link cut without a word
+      // A broker that stopped answering, or a link cut without a word.
+      drop(UnavailableError(fmt::format("no acknowledgement for {} ms", options_.stall_ms)));
     }
   }
   if (client) client->Disconnect();

@@ -52,6 +52,9 @@ class ResultSink {
   // The error that stops it for good (the broker refused our credentials or the
   // topic); OK while it sends or retries.
   Status error() const;
+  // Why the sink is not connected now (a failed connection, or a lost one, until the
+  // next is made); OK while connected.
+  Status failure() const;
   // Results acknowledged; connections made (the first one included); connections lost.
   int64_t acknowledged() const;
   int64_t connections() const;
@@ -71,6 +74,7 @@ class ResultSink {
   size_t sent_ = 0;                // GUARDED_BY(mu_)
   bool stop_ = false;              // GUARDED_BY(mu_)
   Status error_;                   // GUARDED_BY(mu_)
+  Status failure_;                 // GUARDED_BY(mu_)
   int64_t acknowledged_ = 0;       // GUARDED_BY(mu_)
   int64_t connections_ = 0;        // GUARDED_BY(mu_)
   int64_t disconnects_ = 0;        // GUARDED_BY(mu_)
