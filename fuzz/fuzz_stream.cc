@@ -2,7 +2,8 @@
 // sensor, or anyone who can publish to its topic, sends. A spec either parses or is
 // refused with a message; a payload is a record or counted as malformed; results come
 // once per (device, window), each from at least one record, and open windows stay
-// within their bound.
+// within their bound. A checkpoint (read back from a state directory or an object)
+// restores as it was taken, or is refused with InvalidArgument and changes nothing.
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -16,6 +17,7 @@
 #include "spec/job_spec.h"
 #include "spec/stream_spec.h"
 #include "workloads/stream/engine.h"
+#include "workloads/stream/state.h"
 
 namespace ws = meridian::workloads::stream;
 namespace spec = meridian::spec;
@@ -48,6 +50,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MERIDIAN_CHECK_MSG(engine.open_records() <= 64, "open windows past their bound");
     start = end + 1;
   }
+  // Its snapshot restores to the very same state.
+  const std::string snapshot = engine.Snapshot();
+  ws::StreamEngine again(stream);
+  MERIDIAN_CHECK_MSG(again.Restore(snapshot).ok(), "a snapshot that does not restore");
+  MERIDIAN_CHECK_MSG(again.Snapshot() == snapshot, "a snapshot restored to another state");
+  // The bytes as a checkpoint, and as an engine's snapshot.
+  auto checkpoint = ws::ParseStreamCheckpoint(bytes);
+  if (checkpoint.ok()) MERIDIAN_CHECK_MSG(!checkpoint->client_id.empty(), "a checkpoint without a client id");
+  ws::StreamEngine restored(stream);
+  meridian::Status r = restored.Restore(bytes);
+  MERIDIAN_CHECK_MSG(r.ok() || r.code() == meridian::StatusCode::kInvalidArgument, "an unexpected restore error");
+  if (!r.ok()) MERIDIAN_CHECK_MSG(restored.open_records() == 0, "a refused snapshot changed the engine");
+  MERIDIAN_CHECK_MSG(restored.open_records() <= 64, "a restored engine past its bound");
+  std::vector<meridian::model::WindowResult> restored_out;
+  MERIDIAN_CHECK_MSG(restored.Flush(&restored_out).ok(), "a restored engine failed to flush");
   MERIDIAN_CHECK_MSG(engine.Flush(&out).ok(), "a flush failed on the CPU");
   std::set<std::tuple<std::string, int64_t>> seen;
   for (const auto& r : out) {
