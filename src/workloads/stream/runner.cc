@@ -201,7 +201,9 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
         }
       }
       // (A connection that times out meanwhile is made again when reading resumes.)
+      // Time not read is not idle time: the records wait, the input has not ended.
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (last_record_ms >= 0) last_record_ms = NowMs();
     } else if (inbox.size() < kMaxInbox) {
       MERIDIAN_RETURN_IF_ERROR(read_source(inbox.empty() ? 50 : 0));
     }
