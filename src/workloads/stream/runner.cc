@@ -1,7 +1,5 @@
 #include "workloads/stream/runner.h"
 
-#include <time.h>
-
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -25,12 +23,6 @@ int64_t NowMs() {
 int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-int64_t ThreadCpuUs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
 }
 
 int64_t WallMs() {
@@ -177,27 +169,28 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   // that is left.
   int64_t last_record_ms = report.restored.empty() && report.replayed == 0 ? -1 : NowMs();
   int64_t last_checkpoint_ms = NowMs();
-  int64_t sent_at_checkpoint = sink.acknowledged();
+  int64_t sent_at_checkpoint = 0;
   bool ended = false;
   bool sink_away = false;  // said once per outage
   while (!stop.load()) {
-    MERIDIAN_RETURN_IF_ERROR(sink.error());
-    if (const Status away = sink.failure(); away.ok() != !sink_away) {
-      sink_away = !away.ok();
+    const ResultSink::Stats out = sink.stats();
+    MERIDIAN_RETURN_IF_ERROR(out.error);
+    if (out.failure.ok() == sink_away) {
+      sink_away = !out.failure.ok();
       if (options.on_notice) {
         options.on_notice(sink_away ? fmt::format("stream {}: {}; results are held ({} now) and sent when it is back",
-                                                  spec.name, away.message(), sink.pending())
+                                                  spec.name, out.failure.message(), out.pending)
                                     : fmt::format("stream {}: the sink's broker is back", spec.name));
       }
     }
-    if (sink.full()) {
+    if (out.full) {
       // Backpressure: the records wait at the broker until the sink takes results again.
       if (!report.backpressure) {
         report.backpressure = true;
         if (options.on_notice) {
           options.on_notice(fmt::format("stream {}: {} results wait for the sink (max_pending_results); the source "
                                         "waits at the broker",
-                                        spec.name, sink.pending()));
+                                        spec.name, out.pending));
         }
       }
       // (A connection that times out meanwhile is made again when reading resumes.)
@@ -226,9 +219,9 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       break;
     }
     // A checkpoint when records went in, or the sink took results, since the last.
-    if (state && (dirty || sink.acknowledged() != sent_at_checkpoint) &&
+    if (state && (dirty || out.acknowledged != sent_at_checkpoint) &&
         NowMs() - last_checkpoint_ms >= spec.checkpoint_interval_ms) {
-      sent_at_checkpoint = sink.acknowledged();
+      sent_at_checkpoint = out.acknowledged;
       MERIDIAN_RETURN_IF_ERROR(checkpoint());
       last_checkpoint_ms = NowMs();
     }
@@ -237,15 +230,16 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   // Every result out before the run ends (a sink cut off holds the end until it is
   // back, or the run is stopped: then they wait in the checkpoint).
   while (!sink.WaitEmpty(200)) {
-    MERIDIAN_RETURN_IF_ERROR(sink.error());
+    MERIDIAN_RETURN_IF_ERROR(sink.stats().error);
     if (stop.load()) break;
   }
   sink.Stop();
+  const ResultSink::Stats out = sink.stats();
   report.counters = engine.counters();
-  report.published = sink.acknowledged();
-  report.unsent = sink.pending();
-  report.sink_disconnects = sink.disconnects();
-  report.cpu_us = ThreadCpuUs() - cpu_start + sink.cpu_us();
+  report.published = out.acknowledged;
+  report.unsent = out.pending;
+  report.sink_disconnects = out.disconnects;
+  report.cpu_us = ThreadCpuUs() - cpu_start + out.cpu_us;
   if (state) {
     if (ended && report.unsent == 0) {
       // Done: the broker stops queuing for the session, and the state says so (an

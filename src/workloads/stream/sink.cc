@@ -24,6 +24,12 @@ bool Permanent(const Status& s) {
 
 }  // namespace
 
+int64_t ThreadCpuUs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+}
+
 ResultSink::ResultSink(ResultSinkOptions options, std::vector<std::string> pending) : options_(std::move(options)) {
   for (std::string& r : pending) queue_.push_back(std::move(r));
   thread_ = std::thread([this] { Run(); });
@@ -40,27 +46,12 @@ void ResultSink::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-int64_t ResultSink::cpu_us() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cpu_us_;
-}
-
 void ResultSink::Push(std::string result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(result));
   }
   cv_.notify_all();
-}
-
-bool ResultSink::full() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(queue_.size()) >= options_.max_pending;
-}
-
-int64_t ResultSink::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(queue_.size());
 }
 
 std::vector<std::string> ResultSink::Pending() const {
@@ -74,39 +65,26 @@ bool ResultSink::WaitEmpty(int64_t timeout_ms) const {
          queue_.empty();
 }
 
-Status ResultSink::failure() const {
+ResultSink::Stats ResultSink::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return failure_;
-}
-
-Status ResultSink::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
-}
-
-int64_t ResultSink::acknowledged() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return acknowledged_;
-}
-
-int64_t ResultSink::connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return connections_;
-}
-
-int64_t ResultSink::disconnects() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return disconnects_;
+  Stats st;
+  st.pending = static_cast<int64_t>(queue_.size());
+  st.full = st.pending >= options_.max_pending;
+  st.acknowledged = acknowledged_;
+  st.disconnects = disconnects_;
+  st.failure = failure_;
+  st.error = error_;
+  st.cpu_us = cpu_us_;
+  return st;
 }
 
 void ResultSink::Run() {
   struct CpuAtExit {
     ResultSink* self;
     ~CpuAtExit() {
-      timespec ts{};
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      const int64_t used = ThreadCpuUs();
       std::lock_guard<std::mutex> lock(self->mu_);
-      self->cpu_us_ = int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+      self->cpu_us_ = used;
     }
   } cpu_at_exit{this};
   std::unique_ptr<MqttClient> client;
@@ -139,7 +117,6 @@ void ResultSink::Run() {
         continue;
       }
       client = std::move(*c);
-      ++connections_;
       failure_ = OkStatus();
       sent_ = 0;
       acked_seen = 0;

@@ -33,6 +33,9 @@ struct ResultSinkOptions {
   int64_t stall_ms = 10'000;
 };
 
+// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), in microseconds.
+int64_t ThreadCpuUs();
+
 class ResultSink {
  public:
   // Starts sending `pending` (results an earlier run had not seen acknowledged) first.
@@ -41,28 +44,28 @@ class ResultSink {
   ResultSink(const ResultSink&) = delete;
   ResultSink& operator=(const ResultSink&) = delete;
 
-  // Queues a result (the caller keeps to max_pending: see full()).
+  // Queues a result (the caller keeps to max_pending: see Stats::full).
   void Push(std::string result);
-  bool full() const;
-  int64_t pending() const;
   // What waits, in order: a checkpoint's.
   std::vector<std::string> Pending() const;
   // Waits until nothing waits (true) or timeout_ms passed.
   bool WaitEmpty(int64_t timeout_ms) const;
-  // The error that stops it for good (the broker refused our credentials or the
-  // topic); OK while it sends or retries.
-  Status error() const;
-  // Why the sink is not connected now (a failed connection, or a lost one, until the
-  // next is made); OK while connected.
-  Status failure() const;
-  // Results acknowledged; connections made (the first one included); connections lost.
-  int64_t acknowledged() const;
-  int64_t connections() const;
-  int64_t disconnects() const;
-  // Stops the sending thread (what waits stays in Pending()); then cpu_us() is the
-  // CPU time it used.
+  // Stops the sending thread (what waits stays in Pending()).
   void Stop();
-  int64_t cpu_us() const;
+
+  struct Stats {
+    int64_t pending = 0;       // results waiting (sent or not)
+    bool full = false;         // pending reached max_pending
+    int64_t acknowledged = 0;  // results the broker took
+    int64_t disconnects = 0;   // connections lost
+    // Why the sink is not connected now (a failed or lost connection, until the next
+    // is made); OK while connected.
+    Status failure;
+    // What stops it for good (the broker refused our credentials or the topic).
+    Status error;
+    int64_t cpu_us = 0;  // the sending thread's CPU time, once it has stopped
+  };
+  Stats stats() const;
 
  private:
   void Run();
@@ -76,7 +79,6 @@ class ResultSink {
   Status error_;                   // GUARDED_BY(mu_)
   Status failure_;                 // GUARDED_BY(mu_)
   int64_t acknowledged_ = 0;       // GUARDED_BY(mu_)
-  int64_t connections_ = 0;        // GUARDED_BY(mu_)
   int64_t disconnects_ = 0;        // GUARDED_BY(mu_)
   int64_t cpu_us_ = 0;             // GUARDED_BY(mu_): set as the thread ends
   std::thread thread_;

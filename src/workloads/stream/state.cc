@@ -57,6 +57,18 @@ Status WriteWhole(const std::string& dir, const std::string& name, std::string_v
   return OkStatus();
 }
 
+// A count in decimal digits only (no sign, no spaces), at most max_digits of them.
+bool ParseCount(std::string_view text, size_t max_digits, int64_t* out) {
+  if (text.empty() || text.size() > max_digits) return false;
+  int64_t n = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return false;
+    n = n * 10 + (ch - '0');
+  }
+  *out = n;
+  return true;
+}
+
 bool ValidClientId(std::string_view id) {
   return !id.empty() && id.size() <= 23 &&
          std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
@@ -87,11 +99,7 @@ StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
   if (!header.starts_with(kReplay)) return bad();
   header.remove_prefix(kReplay.size());
   const size_t sp = header.find(' ');
-  if (sp == std::string_view::npos || sp == 0 || sp > 18) return bad();
-  for (char ch : header.substr(0, sp)) {
-    if (ch < '0' || ch > '9') return bad();
-    c.replay_from = c.replay_from * 10 + (ch - '0');
-  }
+  if (sp == std::string_view::npos || !ParseCount(header.substr(0, sp), 18, &c.replay_from)) return bad();
   header.remove_prefix(sp);
   if (!header.starts_with(kClient)) return bad();
   header.remove_prefix(kClient.size());
@@ -104,12 +112,9 @@ StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
     c.ended = true;
     count.remove_suffix(6);
   }
-  if (count.empty() || count.size() > 9) return bad();
-  size_t results = 0;
-  for (char ch : count) {
-    if (ch < '0' || ch > '9') return bad();
-    results = results * 10 + static_cast<size_t>(ch - '0');
-  }
+  int64_t counted = 0;
+  if (!ParseCount(count, 9, &counted)) return bad();
+  const size_t results = static_cast<size_t>(counted);
   std::string_view rest = text.substr(nl + 1);
   size_t end = rest.find('\n');
   c.engine = std::string(rest.substr(0, end));
@@ -193,14 +198,10 @@ std::vector<int64_t> StreamState::Segments() const {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() != 16 || !name.starts_with("log-")) continue;
     int64_t n = 0;
-    bool digits = true;
-    for (char ch : std::string_view(name).substr(4)) {
-      if (ch < '0' || ch > '9') digits = false;
-      n = n * 10 + (ch - '0');
+    if (name.size() == 16 && name.starts_with("log-") && ParseCount(std::string_view(name).substr(4), 12, &n)) {
+      out.push_back(n);
     }
-    if (digits) out.push_back(n);
   }
   std::sort(out.begin(), out.end());
   return out;
