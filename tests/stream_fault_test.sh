@@ -3,17 +3,20 @@
 # tests/stream/factory.yaml runs as a job at the factory of a local cluster while
 # mosquitto_pub publishes tests/stream/reference.py's records (out of order, late,
 # twice, malformed) a chunk at a time, twice:
-#  1. Once results flow, the factory's agent is killed with kill -9 (its task goes
-#     with it: the parent-death signal), and started again as a supervisor would. The
-#     stream's second attempt restores its checkpoint, replays its ingest log and
-#     reads on from its session at the broker.
-#  2. The results go to a broker of the cloud site. Once they flow, the factory is cut
-#     off for 30 s: the coordinator and the cloud's broker stop answering (SIGSTOP:
-#     the test's sites share loopback, so the far side of the link is frozen rather
-#     than the link). The factory reads and computes on, holding its results; when the
-#     link returns they go out, in order.
+#  1. Two jobs of the stream, one whose sink is an MQTT topic, one whose sink is a
+#     dataset. Once results flow, the factory's agent is killed with kill -9 (their
+#     tasks go with it: the parent-death signal), and started again as a supervisor
+#     would. Each stream's second attempt restores its checkpoint, replays its ingest
+#     log and reads on from its session at the broker.
+#  2. The results go to the broker of another edge site, the depot (`sink: {site:
+#     depot}`, as the factory's user there). Once they flow, the factory is cut off for
+#     30 s: the coordinator and the depot's broker stop answering (SIGSTOP: the test's
+#     sites share loopback, so the far side of the link is frozen rather than the
+#     link). The factory reads and computes on, holding its results; when the link
+#     returns they go out, in order.
 # Every window, and every counter but the broker's redeliveries, must equal the
-# reference's; a result that comes twice must be the very same.
+# reference's; a result that comes twice must be the very same, and the dataset holds
+# each once.
 #   tests/stream_fault_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
 meridian=$(realpath "$1")
@@ -25,7 +28,7 @@ chmod 711 "$tmp"  # task users reach their directories in the cluster's
 cluster="$tmp/cluster"
 . "$src/tests/process_lib.sh"
 finish() {
-  [ -n "${coordinator:-}" ] && kill -CONT "$coordinator" "${cloud:-}" 2>/dev/null
+  [ -n "${coordinator:-}" ] && kill -CONT "$coordinator" "${depot:-}" 2>/dev/null
   "$meridian" down --dir "$cluster" >/dev/null 2>&1
   if [ "$fail" -ne 0 ]; then
     for f in "$tmp"/*.log "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -39,9 +42,18 @@ wait_for() {  # FILE TEXT SECONDS
 }
 results() { grep -c '^{' "$tmp/results.log" 2>/dev/null || true; }
 coordinator=""
-cloud=""
-job_state() {
-  "$meridian" job get 1 --dir "$cluster" --json 2>/dev/null | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])'
+depot=""
+job_state() {  # JOB
+  "$meridian" job get "$1" --dir "$cluster" --json 2>/dev/null | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])'
+}
+wait_job() {  # JOB: until it ends; says how
+  local state=""
+  for _ in $(seq 1 900); do
+    state=$(job_state "$1")
+    [ "$state" = succeeded ] || [ "$state" = failed ] && break
+    sleep 0.1
+  done
+  echo "$state"
 }
 
 $py "$src/tests/stream/reference.py" make "$tmp"
@@ -57,6 +69,7 @@ wait_for "$tmp/results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed"; exi
 
 # Checkpoints twice a second: a kill finds some records logged since the last one.
 sed 's/^end_after_idle: .*/end_after_idle: 3s\ncheckpoint_interval: 500ms/' "$src/tests/stream/factory.yaml" >"$tmp/fault.yaml"
+sed 's/^sink: .*/sink: {dataset: presses-windows}/' "$tmp/fault.yaml" >"$tmp/fault-dataset.yaml"
 # Submits SPEC as job JOB and waits until its stream reads.
 submit_stream() {  # SPEC JOB
   "$meridian" submit "$1" --dir "$cluster" >>"$tmp/submit.log" 2>&1 || { bad "submit $1"; exit 1; }
@@ -84,6 +97,7 @@ publish_records() {  # LOG
 
 # 1. The factory's agent killed mid-stream.
 submit_stream "$tmp/fault.yaml" 1
+submit_stream "$tmp/fault-dataset.yaml" 2
 publish_records "$tmp/publisher.log"
 
 # Mid-stream: 40 windows written, more to come.
@@ -103,25 +117,26 @@ kill -0 "$runner" 2>/dev/null && bad "the task outlived its killed agent" ||
   bad "meridian up after the kill"
 wait "$publisher" || bad "mosquitto_pub published every chunk"
 
-state=""
-for _ in $(seq 1 900); do
-  state=$(job_state)
-  [ "$state" = succeeded ] || [ "$state" = failed ] && break
-  sleep 0.1
-done
-[ "$state" = succeeded ] && ok "the stream job succeeded" || bad "the stream job is '$state'"
-"$meridian" job get 1 --dir "$cluster" --json >"$tmp/job.json"
-attempt=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["task_list"][0]["attempts"])' "$tmp/job.json")
-[ "$attempt" = 2 ] && ok "one retry: attempt 2 ran to the end" || bad "the stream's task ended at attempt $attempt, not 2"
-"$meridian" job logs 1 --dir "$cluster" >"$tmp/job-end.err" 2>&1
-grep '^{"accepted"' "$tmp/job-end.err" | tail -n 1 >"$tmp/counters.json"
-notice=$(grep -m1 "restored the local checkpoint" "$tmp/job-end.err")
-[ -n "$notice" ] && ok "attempt 2 said: ${notice#*: }" || bad "attempt 2 did not restore the local checkpoint"
-$py -c '
+# Each job: succeeded at its second attempt, which restored the local checkpoint.
+check_restored() {  # JOB
+  local state
+  state=$(wait_job "$1")
+  [ "$state" = succeeded ] && ok "stream job $1 succeeded" || bad "stream job $1 is '$state'"
+  "$meridian" job get "$1" --dir "$cluster" --json >"$tmp/job$1.json"
+  attempt=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["task_list"][0]["attempts"])' "$tmp/job$1.json")
+  [ "$attempt" = 2 ] && ok "one retry: attempt 2 ran to the end" || bad "the stream's task ended at attempt $attempt, not 2"
+  "$meridian" job logs "$1" --dir "$cluster" >"$tmp/job$1-end.err" 2>&1
+  grep '^{"accepted"' "$tmp/job$1-end.err" | tail -n 1 >"$tmp/counters$1.json"
+  notice=$(grep -m1 "restored the local checkpoint" "$tmp/job$1-end.err")
+  [ -n "$notice" ] && ok "attempt 2 said: ${notice#*: }" || bad "attempt 2 did not restore the local checkpoint"
+  $py -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
 assert c["restored"] == "local" and not c["replay_missing"] and c["checkpoints"] >= 1, c
-' "$tmp/counters.json" && ok "its counters: $(cat "$tmp/counters.json")" || bad "the restored run's counters: $(cat "$tmp/counters.json")"
+' "$tmp/counters$1.json" && ok "its counters: $(cat "$tmp/counters$1.json")" || bad "the restored run's counters: $(cat "$tmp/counters$1.json")"
+}
+check_restored 1
+check_restored 2
 
 # Every window out at least once (some twice: those of the records a stopped run read
 # after its last checkpoint), then a moment for a late one to show.
@@ -135,64 +150,65 @@ check_results() {  # RESULTS COUNTERS WHAT
     bad "$3: results differ: $out"
   fi
 }
-check_results "$tmp/results.log" "$tmp/counters.json" "killed agent"
+check_results "$tmp/results.log" "$tmp/counters1.json" "killed agent, MQTT sink"
+# The dataset: one shard, the results file of the stream's last attempt, each window
+# once.
+"$meridian" data ls presses-windows --dir "$cluster" --json >"$tmp/dataset.json" 2>&1 || bad "data ls presses-windows"
+shard=$($py -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+d = d[0] if isinstance(d, list) else d
+shards = d["shards"]
+assert len(shards) == 1, shards
+print(shards[0]["object_id"] if "object_id" in shards[0] else shards[0]["id"])
+' "$tmp/dataset.json") || bad "dataset presses-windows: $(head -c 400 "$tmp/dataset.json")"
+"$meridian" objects get "$shard" --dir "$cluster" -o "$tmp/dataset-results.log" >/dev/null 2>&1 || bad "objects get $shard"
+if out=$($py "$src/tests/stream/reference.py" check "$tmp" "$tmp/dataset-results.log" "$tmp/counters2.json" --restored --once); then
+  ok "killed agent, dataset sink: $(echo "$out" | tr '\n' ';')"
+else
+  bad "killed agent, dataset sink: results differ: $out"
+fi
 
-# 2. The factory cut off for 30 s, its results bound for the cloud's broker.
-cloud_port=$(free_port)
-cat >"$tmp/cloud.conf" <<CONF
-listener $cloud_port 127.0.0.1
-allow_anonymous false
-password_file $cluster/mqtt/factory/passwd
-persistence false
-max_queued_messages 100000
-CONF
-[ "$(id -u)" = 0 ] && echo "user $(id -un)" >>"$tmp/cloud.conf"
-mosquitto -c "$tmp/cloud.conf" >"$tmp/cloud-broker.log" 2>&1 &
-cloud=$!
-pids+=($cloud)
-wait_listening "$cloud_port" || { bad "the cloud's broker listens"; exit 1; }
-stdbuf -oL mosquitto_sub -d -h 127.0.0.1 -p "$cloud_port" -u meridian \
-  -P "$(cat "$cluster/mqtt/factory/meridian.password")" -q 1 -t results/factory >"$tmp/cloud-results.log" 2>&1 &
+# 2. The factory cut off for 30 s, its results bound for the depot's broker.
+depot_url=$(cat "$cluster/mqtt/depot/url")
+stdbuf -oL mosquitto_sub -d --cafile "$cluster/tls/ca.crt" -h 127.0.0.1 -p "${depot_url##*:}" -u meridian \
+  -P "$(cat "$cluster/mqtt/depot/meridian.password")" -q 1 -t sites/factory/results >"$tmp/depot-results.log" 2>&1 &
 pids+=($!)
-wait_for "$tmp/cloud-results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed at the cloud"; exit 1; }
-sed "s|^sink: .*|sink: {topic: results/factory, broker: \"mqtt://127.0.0.1:$cloud_port\"}|" "$tmp/fault.yaml" >"$tmp/cut.yaml"
-submit_stream "$tmp/cut.yaml" 2
+wait_for "$tmp/depot-results.log" "SUBACK" 10 || { bad "mosquitto_sub subscribed at the depot"; exit 1; }
+depot=$(cat "$cluster/pids/mqtt-depot.pid")
+sed "s|^sink: .*|sink: {site: depot, topic: sites/factory/results}|" "$tmp/fault.yaml" >"$tmp/cut.yaml"
+submit_stream "$tmp/cut.yaml" 3
 publish_records "$tmp/publisher2.log"
-cloud_results() { grep -c '^{' "$tmp/cloud-results.log" 2>/dev/null || true; }
-for _ in $(seq 1 300); do [ "$(cloud_results)" -ge 20 ] && break; sleep 0.1; done
-[ "$(cloud_results)" -ge 20 ] || { bad "20 results at the cloud before the cut (got $(cloud_results))"; exit 1; }
+depot_results() { grep -c '^{' "$tmp/depot-results.log" 2>/dev/null || true; }
+for _ in $(seq 1 300); do [ "$(depot_results)" -ge 20 ] && break; sleep 0.1; done
+[ "$(depot_results)" -ge 20 ] || { bad "20 results at the depot before the cut (got $(depot_results))"; exit 1; }
 coordinator=$(cat "$cluster/pids/coordinator.pid")
-at_cut=$(cloud_results)
+at_cut=$(depot_results)
 cut_start=$SECONDS
-kill -STOP "$coordinator" "$cloud"
-ok "cut off with $at_cut of $want windows at the cloud"
+kill -STOP "$coordinator" "$depot"
+ok "cut off with $at_cut of $want windows at the depot"
 wait "$publisher" || bad "mosquitto_pub published every chunk while the factory was cut off"
 # While cut off the factory computes on: its checkpoints hold the results that wait.
-checkpoint=$(find "$cluster" -path '*streams/2-0/checkpoint' 2>/dev/null | head -n 1)
+checkpoint=$(find "$cluster" -path '*streams/3-0/checkpoint' 2>/dev/null | head -n 1)
 held=0
 for _ in $(seq 1 100); do
-  [ -n "$checkpoint" ] || checkpoint=$(find "$cluster" -path '*streams/2-0/checkpoint' 2>/dev/null | head -n 1)
+  [ -n "$checkpoint" ] || checkpoint=$(find "$cluster" -path '*streams/3-0/checkpoint' 2>/dev/null | head -n 1)
   [ -n "$checkpoint" ] && held=$(head -n 1 "$checkpoint" | sed -n 's/.* results=\([0-9]*\).*/\1/p')
   [ "${held:-0}" -ge $((want - at_cut - 12)) ] && break
   sleep 0.2
 done
 [ "${held:-0}" -ge $((want - at_cut - 12)) ] &&
-  ok "while cut off the factory read every record and holds $held results for the cloud" ||
+  ok "while cut off the factory read every record and holds $held results for the depot" ||
   bad "while cut off the factory holds ${held:-no} results (expected about $((want - at_cut)))"
-[ "$(cloud_results)" -eq "$at_cut" ] || bad "results reached the frozen cloud"
+[ "$(depot_results)" -eq "$at_cut" ] || bad "results reached the frozen depot"
 sleep $((30 - SECONDS + cut_start))
-kill -CONT "$coordinator" "$cloud"
+kill -CONT "$coordinator" "$depot"
 ok "the link is back after $((SECONDS - cut_start)) s"
-state=""
-for _ in $(seq 1 900); do
-  state=$("$meridian" job get 2 --dir "$cluster" --json 2>/dev/null | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$state" = succeeded ] || [ "$state" = failed ] && break
-  sleep 0.1
-done
+state=$(wait_job 3)
 [ "$state" = succeeded ] && ok "the cut stream's job succeeded" || bad "the cut stream's job is '$state'"
-"$meridian" job logs 2 --dir "$cluster" >"$tmp/job2-end.err" 2>&1
-grep '^{"accepted"' "$tmp/job2-end.err" | tail -n 1 >"$tmp/counters2.json"
-grep -E "^stream factory-presses: (restored|it ended before)" "$tmp/job2-end.err" | sed "s/^/     /"
-check_results "$tmp/cloud-results.log" "$tmp/counters2.json" "cut off for 30 s"
+"$meridian" job logs 3 --dir "$cluster" >"$tmp/job3-end.err" 2>&1
+grep '^{"accepted"' "$tmp/job3-end.err" | tail -n 1 >"$tmp/counters3.json"
+grep -E "^stream factory-presses: (restored|it ended before)" "$tmp/job3-end.err" | sed "s/^/     /"
+check_results "$tmp/depot-results.log" "$tmp/counters3.json" "cut off for 30 s"
 [ "$fail" -eq 0 ] && echo "PASS: exactly-once across a killed edge agent and a 30 s cut" || echo "FAIL"
 exit "$fail"

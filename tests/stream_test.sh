@@ -72,9 +72,19 @@ wait_for "$tmp/results.log" "SUBACK" 10
 "$meridian" stream run "$src/tests/stream/factory.yaml" "${auth[@]}" --json \
   >"$tmp/counters.json" 2>"$tmp/stream.err" &
 stream=$!
+# The same stream with a dataset sink, by hand: its results on stdout (what becomes the
+# dataset's shard in a job), what it counted on stderr.
+sed 's/^sink: .*/sink: {dataset: presses}/' "$src/tests/stream/factory.yaml" >"$tmp/dataset.yaml"
+"$meridian" stream run "$tmp/dataset.yaml" "${auth[@]}" --json >"$tmp/dataset-results.log" 2>"$tmp/dataset.err" &
+to_dataset=$!
 wait_for "$tmp/stream.err" "reading 'sensors/factory/#'" 20
+wait_for "$tmp/dataset.err" "results to dataset 'presses'" 20
 mosquitto_pub -p "$port" -u meridian -P "$password" -q 1 -t sensors/factory/line -l <"$tmp/records.txt"
 wait "$stream" || fail "stream run exited $?"
+wait "$to_dataset" || fail "stream run (dataset sink) exited $?"
+[ "$(grep -vc '^{' "$tmp/dataset-results.log")" = 0 ] || fail "a dataset sink's stdout holds more than results"
+$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/dataset-results.log" "$tmp/dataset.err" ||
+  fail "the dataset sink's results differ"
 for _ in $(seq 1 200); do
   [ "$(grep -c '^{' "$tmp/results.log" || true)" -ge "$want" ] && break
   sleep 0.1
@@ -102,6 +112,29 @@ fi
 if timeout 5 mosquitto_pub "${tls[@]}" -t sensors/factory/x -m x -q 1 2>/dev/null; then
   fail "the factory's broker took an anonymous client"
 fi
+# The factory's user at the depot's broker (its streams' sinks there) may publish under
+# sites/factory/ and nothing else: not read, not write as the depot's sensors.
+durl=$(cat "$cluster/mqtt/depot/url")
+dtls=(--cafile "$cluster/tls/ca.crt" -h 127.0.0.1 -p "${durl##*:}")
+as_factory=(-u site-factory -P "$(cat "$cluster/mqtt/depot/site-factory.password")")
+ps -eo args | grep -q -- "--peer-broker depot,$durl,site-factory," || fail "the factory's agent was not given the depot's broker"
+stdbuf -oL mosquitto_sub -d "${dtls[@]}" -u meridian -P "$(cat "$cluster/mqtt/depot/meridian.password")" -q 1 -t '#' \
+  >"$tmp/depot-all.log" 2>&1 &
+pids+=($!)
+stdbuf -oL mosquitto_sub -d "${dtls[@]}" "${as_factory[@]}" -q 1 -t '#' >"$tmp/peer-read.log" 2>&1 &
+pids+=($!)
+wait_for "$tmp/depot-all.log" "SUBACK" 10
+wait_for "$tmp/peer-read.log" "SUBACK" 10
+mosquitto_pub "${dtls[@]}" "${as_factory[@]}" -q 1 -t sensors/depot/spoofed -m spoofed || fail "publish as site-factory"
+mosquitto_pub "${dtls[@]}" "${as_factory[@]}" -q 1 -t sites/factory/summary -m summary || fail "publish as site-factory"
+mosquitto_pub "${dtls[@]}" -u sensors -P "$(cat "$cluster/mqtt/depot/sensors.password")" -q 1 -t sensors/depot/reading \
+  -m reading || fail "publish as the depot's sensors"
+wait_for "$tmp/depot-all.log" "sites/factory/summary" 10 || fail "the depot's broker did not deliver the factory's summary"
+wait_for "$tmp/depot-all.log" "sensors/depot/reading" 10 || fail "the depot's broker did not deliver its sensor's reading"
+sleep 0.3
+grep -q "spoofed" "$tmp/depot-all.log" && fail "the factory's user wrote as the depot's sensors"
+grep -q "received PUBLISH" "$tmp/peer-read.log" && fail "the factory's user read at the depot: $(cat "$tmp/peer-read.log")"
+echo "the depot's broker: the factory's user publishes under sites/factory/ only, and reads nothing"
 stdbuf -oL mosquitto_sub -d "${tls[@]}" -u meridian -P "$(cat "$cluster/mqtt/factory/meridian.password")" -q 1 \
   -t results/factory >"$tmp/cluster-results.log" 2>&1 &
 pids+=($!)

@@ -90,6 +90,7 @@ Agent::Agent(AgentOptions options, Env& env)
   exec.task_uid_base = options_.task_uid_base;
   exec.warm_python = options_.warm_python;
   exec.site_broker = options_.site_broker;
+  exec.peer_brokers = options_.peer_brokers;
   exec.release_object = [this](const std::string& hex) {
     StatusOr<objects::ObjectId> id = objects::ObjectId::Parse(hex);
     if (id.ok() && objects_) objects_->Release(*id);

@@ -55,6 +55,7 @@ struct AgentOptions {
   // Python tasks fork from warm interpreters (ExecutorOptions::warm_python).
   bool warm_python = true;
   SiteBroker site_broker;  // ExecutorOptions::site_broker
+  std::map<std::string, SiteBroker> peer_brokers;  // ExecutorOptions::peer_brokers
   // Where its Prometheus /metrics listens (HTTPS with the node's certificate; plain
   // HTTP when insecure), port 0 for a free one; empty: no listener. Only a monitoring
   // certificate of the cluster's CA ("monitor:NAME") or the coordinator's may read it.

@@ -509,6 +509,28 @@ void Executor::RunCommand(Running_& task) {
     }
     if (!options_.site_broker.ca_pem.empty()) std::ofstream(dir / "mqtt-ca.crt", std::ios::binary) << options_.site_broker.ca_pem;
   }
+  // A stream whose sink is another site's broker: this site's user there, which may
+  // publish only under sites/THIS_SITE/.
+  const SiteBroker* sink_broker = nullptr;
+  if (const auto sink = a.env.find("MERIDIAN_MQTT_SINK"); wants_broker && sink != a.env.end() && !ec) {
+    const auto peer = options_.peer_brokers.find(sink->second);
+    if (peer == options_.peer_brokers.end()) {
+      fs::remove_all(dir, ec);
+      u.kind = model::UpdateKind::kFailed;
+      u.exit_code = 127;
+      u.reason = fmt::format("the task's stream sends its results to site '{}' (MERIDIAN_MQTT_SINK), but this agent "
+                             "knows no broker there (meridian up gives each edge site's agents the others' brokers: "
+                             "--peer-broker)",
+                             sink->second.substr(0, 128));
+      Finish(a.key, std::move(u));
+      return;
+    }
+    sink_broker = &peer->second;
+    if (!WriteSecretFile(dir / "mqtt-sink.password", sink_broker->password + "\n")) {
+      ec = std::make_error_code(std::errc::io_error);
+    }
+    if (!sink_broker->ca_pem.empty()) std::ofstream(dir / "mqtt-sink-ca.crt", std::ios::binary) << sink_broker->ca_pem;
+  }
   // A stream's state (its checkpoint and ingest log) outlives the attempt: the next
   // one on this node restores it. The first attempt starts with none.
   fs::path stream_state;
@@ -588,6 +610,12 @@ void Executor::RunCommand(Running_& task) {
     p.env.push_back("MERIDIAN_MQTT_PASSWORD_FILE=" + (dir / "mqtt.password").string());
     if (!b.ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_CA=" + (dir / "mqtt-ca.crt").string());
     if (!stream_state.empty()) p.env.push_back("MERIDIAN_STREAM_STATE_DIR=" + stream_state.string());
+  }
+  if (sink_broker != nullptr) {
+    p.env.push_back("MERIDIAN_MQTT_SINK_URL=" + sink_broker->url);
+    p.env.push_back("MERIDIAN_MQTT_SINK_USER=" + sink_broker->user);
+    p.env.push_back("MERIDIAN_MQTT_SINK_PASSWORD_FILE=" + (dir / "mqtt-sink.password").string());
+    if (!sink_broker->ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_SINK_CA=" + (dir / "mqtt-sink-ca.crt").string());
   }
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));

@@ -95,6 +95,10 @@ struct ExecutorOptions {
   // interpreter (warm_python.h) instead of starting one each; false: each starts cold.
   bool warm_python = true;
   SiteBroker site_broker = {};
+  // Other sites' brokers, by site, for a stream whose sink is there (its spec's
+  // `sink: {site: X}`; the task's MERIDIAN_MQTT_SINK=X). The user is this site's at
+  // that broker, which may only publish under sites/THIS_SITE/ (docs/streams.md).
+  std::map<std::string, SiteBroker> peer_brokers = {};
 };
 
 // The uid (and gid) commands of `tenant` run as, under `base`.

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -348,6 +349,26 @@ Status RunAgent(const AgentCommandOptions& given) {
       MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.ca_pem, ReadSmallFile(o.site_broker.ca));
     }
   }
+  for (const std::string& peer : o.peer_brokers) {
+    // The password file is the rest: its path may hold commas.
+    std::vector<std::string> f;
+    size_t from = 0;
+    for (size_t comma; f.size() < 3 && (comma = peer.find(',', from)) != std::string::npos; from = comma + 1) {
+      f.push_back(peer.substr(from, comma - from));
+    }
+    f.push_back(peer.substr(from));
+    if (f.size() != 4 || f[0].empty() || f[2].empty() || f[3].empty()) {
+      return InvalidArgumentError(
+          fmt::format("--peer-broker '{}': expected SITE,URL,USER,PASSWORD_FILE", peer.substr(0, 256)));
+    }
+    MERIDIAN_RETURN_IF_ERROR(spec::CheckMqttEndpoint({f[1], "x"}, true).WithPrefix("--peer-broker " + f[0]));
+    agent::SiteBroker& b = options.peer_brokers[f[0]];
+    b.url = f[1];
+    b.user = f[2];
+    MERIDIAN_ASSIGN_OR_RETURN(b.password, ReadSmallFile(f[3]));
+    while (!b.password.empty() && b.password.back() == '\n') b.password.pop_back();
+    b.ca_pem = options.site_broker.ca_pem;
+  }
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
   if (options.task_uid_base > 0 && geteuid() != 0) {
     return InvalidArgumentError("--task-uid-base: running commands as other users needs the agent to run as root");
@@ -643,10 +664,14 @@ int ConfiguredPort(const fs::path& conf) {
   return 0;
 }
 
+// The user an edge site's streams have at another edge site's broker.
+std::string PeerBrokerUser(const std::string& site) { return "site-" + site; }
+
 // Starts a mosquitto for each edge site of the fleet (once; `meridian up` again starts
 // one that died). It allows no anonymous client: user `meridian` (the site's agents
 // give it to tasks that ask) may read and write every topic, user `sensors` may only
-// publish under sensors/. Passwords are made once, kept 0600 under dir/mqtt/SITE/. With
+// publish under sensors/, and user `site-OTHER` of each other edge site only under
+// sites/OTHER/. Passwords are made once, kept 0600 under dir/mqtt/SITE/. With
 // TLS (not --insecure) it listens for mqtts with a certificate of the cluster's CA.
 StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& dir, const spec::FleetSpec& fleet,
                                                               bool insecure, const NetnsLayout* netns, int* started) {
@@ -673,20 +698,37 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
       MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
       port = probe->port();
     }
-    if (!fs::exists(d / "passwd")) {
-      for (const char* user : {"meridian", "sensors"}) {
-        MERIDIAN_ASSIGN_OR_RETURN(std::string password, security::RandomHex(24));
-        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / (std::string(user) + ".password"), password + "\n", true));
-        MERIDIAN_RETURN_IF_ERROR(AddMqttUser(d / "passwd.new", user, password, user == std::string("meridian"))
+    // Each other edge site has a user here that may only publish under sites/ITS_NAME/:
+    // its streams' summaries (a stream's `sink: {site: ...}`).
+    std::vector<std::string> users = {"meridian", "sensors"};
+    std::string acl = "user meridian\ntopic readwrite #\n\nuser sensors\ntopic write sensors/#\n";
+    for (const model::Site& peer : fleet.fleet.sites) {
+      if (peer.kind != model::SiteKind::kEdge || peer.name == site.name) continue;
+      users.push_back(PeerBrokerUser(peer.name));
+      acl += fmt::format("\nuser {}\ntopic write sites/{}/#\n", users.back(), peer.name);
+    }
+    // The password file is made again, whole, when a user has no password yet.
+    if (!fs::exists(d / "passwd") || std::any_of(users.begin(), users.end(), [&](const std::string& user) {
+          return !fs::exists(d / (user + ".password"));
+        })) {
+      for (const std::string& user : users) {
+        const fs::path file = d / (user + ".password");
+        std::string password;
+        if (fs::exists(file)) {
+          MERIDIAN_ASSIGN_OR_RETURN(password, ReadSmallFile(file));
+          while (!password.empty() && password.back() == '\n') password.pop_back();
+        } else {
+          MERIDIAN_ASSIGN_OR_RETURN(password, security::RandomHex(24));
+          MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(file, password + "\n", true));
+        }
+        MERIDIAN_RETURN_IF_ERROR(AddMqttUser(d / "passwd.new", user, password, user == users.front())
                                      .WithPrefix(fmt::format("site '{}'", site.name)));
       }
       chmod((d / "passwd.new").c_str(), 0600);
       fs::rename(d / "passwd.new", d / "passwd", ec);
       if (ec) return UnavailableError(fmt::format("cannot write {}: {}", (d / "passwd").string(), ec.message()));
     }
-    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "acl",
-                                              "user meridian\ntopic readwrite #\n\nuser sensors\ntopic write sensors/#\n",
-                                              true));
+    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "acl", acl, true));
     std::string conf = fmt::format(
         "# Written by meridian up for edge site {}: authenticated clients only (docs/streams.md).\n"
         "listener {} {}\n"
@@ -771,6 +813,13 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
       agent.argv.insert(agent.argv.end(), {"--site-broker", b->second.url, "--site-broker-user", "meridian",
                                            "--site-broker-password-file", b->second.password.string()});
       if (!b->second.ca.empty()) agent.argv.insert(agent.argv.end(), {"--site-broker-ca", b->second.ca.string()});
+      // The other edge sites' brokers, as this site's user there (streams' sinks).
+      for (const auto& [peer, files] : brokers) {
+        if (peer == site) continue;
+        agent.argv.insert(agent.argv.end(),
+                          {"--peer-broker", fmt::format("{},{},{},{}", peer, files.url, PeerBrokerUser(site),
+                                                        (dir / "mqtt" / peer / (PeerBrokerUser(site) + ".password")).string())});
+      }
     }
     if (netns != nullptr) agent.argv = netns->In(netns->sites.at(site).first, std::move(agent.argv));
     MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, agent));

@@ -304,6 +304,9 @@ struct AgentCommandOptions {
   bool cold_python = false;
   // The site's MQTT broker, for the tasks that ask (agent::SiteBroker).
   MqttFlags site_broker;
+  // Other sites' brokers for streams' sinks there: SITE,URL,USER,PASSWORD_FILE each
+  // (checked against site_broker.ca).
+  std::vector<std::string> peer_brokers;
   // Idle this long, the agent leaves the pool and exits (empty or 0: never).
   std::string idle_exit;
   // Inside a Slurm job: the node is the job's share of this machine (spec/slurm.h),

@@ -348,6 +348,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--site-broker-user", agent.site_broker.user, "Its user for those tasks");
   agent_cmd->add_option("--site-broker-password-file", agent.site_broker.password_file, "File holding that user's password");
   agent_cmd->add_option("--site-broker-ca", agent.site_broker.ca, "mqtts: the broker's CA certificate");
+  agent_cmd->add_option("--peer-broker", agent.peer_brokers,
+                        "Another site's MQTT broker, for streams whose sink is there: SITE,URL,USER,PASSWORD_FILE "
+                        "(repeatable; its certificate is checked against --site-broker-ca)");
   agent_cmd->add_flag("--cold-python", agent.cold_python,
                       "Start an interpreter for each Python task (python SCRIPT.py) instead of forking it from a "
                       "warm one");

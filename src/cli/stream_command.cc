@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/temp_dir.h"
 #include "common/units.h"
 #include "spec/stream_spec.h"
 #include "workloads/stream/runner.h"
+#include "workloads/stream/sink.h"
 
 namespace meridian::cli {
 namespace {
@@ -72,6 +74,19 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
     run.checkpoint_file = Getenv("MERIDIAN_CHECKPOINT");
     run.checkpoint_copy_dir = Getenv("MERIDIAN_CHECKPOINT_DIR");
   }
+  if (!spec.sink.site.empty()) {
+    // Another site's broker: what the agent gives a stream job's task (or the same
+    // variables set by hand).
+    ws::MqttOptions sink = ws::MqttOptionsFromEnvironment("MERIDIAN_MQTT_SINK");
+    if (!sink.url.empty()) {
+      run.sink_mqtt = std::move(sink);
+    } else if (spec.sink.site != spec.site) {
+      return InvalidArgumentError(fmt::format(
+          "sink.site '{}': this run has no broker for that site (a stream job's agent gives it; by hand, set "
+          "MERIDIAN_MQTT_SINK_URL, _USER, _PASSWORD_FILE and _CA)",
+          spec.sink.site));
+    }
+  }
   run.on_notice = [&](const std::string& notice) { err << notice << "\n" << std::flush; };
   run.stop_after_idle_ms = spec.end_after_idle_ms;
   if (!o.stop_after_idle.empty()) {
@@ -79,13 +94,30 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
   }
   const std::string source_url = spec.source.broker.empty() ? run.mqtt.url : spec.source.broker;
   run.on_subscribed = [&] {
-    err << fmt::format("stream {}: reading '{}' at {}; results to '{}'\n", spec.name, spec.source.topic, source_url,
-                       spec.sink.topic)
+    err << fmt::format("stream {}: reading '{}' at {}; results to {}\n", spec.name, spec.source.topic, source_url,
+                       spec.sink_dataset.empty()
+                           ? fmt::format("'{}'{}", spec.sink.topic,
+                                         spec.sink.site.empty() ? "" : fmt::format(" at site {}", spec.sink.site))
+                                                 : fmt::format("dataset '{}'", spec.sink_dataset))
         << std::flush;
   };
   MERIDIAN_ASSIGN_OR_RETURN(run.ops, ChooseDevice(o.device, "stream run"));
+  // A dataset sink's results go to a file (the state directory's, which a restore
+  // cuts back to its checkpoint), then to stdout as the task's output (the dataset's
+  // shard); what the run counted then goes to stderr.
+  std::unique_ptr<TempDir> temp_results;
+  if (!spec.sink_dataset.empty()) {
+    if (!run.state_dir.empty()) {
+      run.results_file = run.state_dir + "/results";
+    } else {
+      MERIDIAN_ASSIGN_OR_RETURN(temp_results, TempDir::Make("meridian-stream"));
+      run.results_file = temp_results->path() + "/results";
+    }
+  }
   StopOnSignals();
   MERIDIAN_ASSIGN_OR_RETURN(ws::StreamRunReport report, ws::RunStream(spec, run, g_stop));
+  if (!spec.sink_dataset.empty()) MERIDIAN_RETURN_IF_ERROR(ws::CopyResults(run.results_file, report.sink_bytes, out));
+  std::ostream& counted = spec.sink_dataset.empty() ? out : err;
   const ws::StreamCounters& c = report.counters;
   if (o.json) {
     nlohmann::json j = {{"stream", spec.name},       {"device", run.ops->name()},       {"records", c.payloads},   {"accepted", c.accepted},
@@ -101,13 +133,13 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
       j["replay_missing"] = report.replay_missing;
       j["ended_before"] = report.ended_before;
     }
-    out << j.dump() << "\n";
+    counted << j.dump() << "\n";
   } else {
-    out << fmt::format(
+    counted << fmt::format(
         "stream {}: {} records read: {} accepted, {} duplicates, {} late, {} filtered, {} malformed; {} windows "
         "written ({} anomalies)\n",
         spec.name, c.payloads, c.accepted, c.duplicates, c.late, c.filtered, c.malformed, c.results, c.anomalies);
-    if (!c.first_error.empty()) out << "first malformed record: " << c.first_error << "\n";
+    if (!c.first_error.empty()) counted << "first malformed record: " << c.first_error << "\n";
   }
   return OkStatus();
 }

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/work.h"
+
 namespace meridian::model {
 
 // Bounds on what a sensor may send: a record's text, its device name.
@@ -73,6 +75,10 @@ struct StreamStep {
 struct MqttEndpoint {
   std::string broker;
   std::string topic;
+  // A sink's only: another edge site's broker, named by site (a stream job's agent
+  // gives the stream that site's address and credentials). Its topic lies under
+  // sites/OWN_SITE/, all that the site may write there.
+  std::string site = {};
 };
 
 struct StreamSpec {
@@ -83,6 +89,10 @@ struct StreamSpec {
   StreamWindow window;
   std::optional<StreamDetect> detect;
   MqttEndpoint sink;  // each window's result, as JSON (docs/streams.md)
+  // Or the sink is a dataset (`sink: {dataset: NAME}`; then `sink` is empty): the
+  // results, one JSON line each in the order written, become dataset NAME (one shard)
+  // when the stream's job succeeds.
+  std::string sink_dataset;
   // Bound on the records held in open windows (each counted once per window it is in).
   int64_t max_open_records = 4'000'000;
   // End of input after this long without a record, once one came (every open window
@@ -95,6 +105,15 @@ struct StreamSpec {
   // Results waiting for the sink's broker (cut off, or slow): past this many the
   // source is not read (its records wait at its broker) until the sink takes more.
   int64_t max_pending_results = 100'000;
+  // What the stream's task asks of its node (`resources`, as a job task's): one core and
+  // 512 MiB unless told; with an accelerator, the windows' figures are computed on it
+  // (kernels/ops.h: WindowStats) when it answers, on the CPU otherwise.
+  ResourceRequest resources = [] {
+    ResourceRequest r;
+    r.cpu_milli = 1000;
+    r.memory_bytes = int64_t{512} << 20;
+    return r;
+  }();
 };
 
 // A stream's checkpoint file (src/workloads/stream/state.h) starts with this header

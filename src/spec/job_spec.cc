@@ -9,6 +9,7 @@
 
 #include "common/units.h"
 #include "model/accelerators.h"
+#include "spec/resource_spec.h"
 #include "spec/stream_spec.h"
 #include "spec/yaml_reader.h"
 
@@ -61,7 +62,6 @@ class JobParser {
                           const std::vector<std::string>& rules) const;
   Status ParseObject(const YAML::Node& o, const std::string& path, model::ObjectRef* obj) const;
   Status ParseDatasets(const YAML::Node& root);
-  Status ParseResources(const YAML::Node& t, const std::string& path, model::ResourceRequest* req) const;
   Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
   Status ParseInputs(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const;
   // A command's `env` (after its kernel or command is known).
@@ -202,15 +202,17 @@ Status JobParser::ParseDatasets(const YAML::Node& root) {
   return OkStatus();
 }
 
-Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
-                                 model::ResourceRequest* req) const {
+}  // namespace
+
+Status ParseResourceRequest(const Reader& r, const YAML::Node& t, const std::string& path,
+                            model::ResourceRequest* req) {
   YAML::Node res = t["resources"];
   if (!res) return OkStatus();
   std::string rpath = Field(path, "resources");
   MERIDIAN_RETURN_IF_ERROR(
-      r_.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "qubits", "cpu", "memory", "labels", "spot"}));
-  MERIDIAN_RETURN_IF_ERROR(r_.StringMap(res, "labels", rpath, "label: value", "label", &req->node_labels));
-  MERIDIAN_RETURN_IF_ERROR(r_.Enum(res, "spot", rpath,
+      r.CheckMap(res, rpath, {"accelerator", "count", "share", "min_memory", "qubits", "cpu", "memory", "labels", "spot"}));
+  MERIDIAN_RETURN_IF_ERROR(r.StringMap(res, "labels", rpath, "label: value", "label", &req->node_labels));
+  MERIDIAN_RETURN_IF_ERROR(r.Enum(res, "spot", rpath,
                                    {{"any", model::SpotRule::kAny}, {"never", model::SpotRule::kNever},
                                     {"only", model::SpotRule::kOnly}, {"prefer", model::SpotRule::kPrefer},
                                     {"avoid", model::SpotRule::kAvoid}},
@@ -221,14 +223,14 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
     if (acc.IsScalar()) {
       types.push_back(acc.Scalar());
     } else {
-      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(acc, apath, {"any_of"}));
-      MERIDIAN_RETURN_IF_ERROR(r_.StringList(acc, "any_of", apath, &types));
-      if (types.empty()) return r_.Error(acc, apath, "missing required field 'any_of'");
+      MERIDIAN_RETURN_IF_ERROR(r.CheckMap(acc, apath, {"any_of"}));
+      MERIDIAN_RETURN_IF_ERROR(r.StringList(acc, "any_of", apath, &types));
+      if (types.empty()) return r.Error(acc, apath, "missing required field 'any_of'");
     }
     for (const std::string& name : types) {
       auto known = model::FindAcceleratorType(name);
       if (!known || known->klass == model::AcceleratorClass::kCpu) {
-        return r_.Error(acc, apath, fmt::format("unknown accelerator type '{}' (known: {})", name,
+        return r.Error(acc, apath, fmt::format("unknown accelerator type '{}' (known: {})", name,
                                                 model::KnownAcceleratorTypeNames()));
       }
       req->accelerator_any_of.emplace_back(known->name);
@@ -238,25 +240,27 @@ Status JobParser::ParseResources(const YAML::Node& t, const std::string& path,
   // A state-vector simulation of N qubits holds 2^N amplitudes of 16 bytes on its
   // device: that much device memory at least, on one device unless told otherwise.
   int64_t qubits = 0;
-  MERIDIAN_RETURN_IF_ERROR(r_.Int(res, "qubits", rpath, 1, kMaxSimulatedQubits, &qubits));
+  MERIDIAN_RETURN_IF_ERROR(r.Int(res, "qubits", rpath, 1, kMaxSimulatedQubits, &qubits));
   if (qubits > 0 && req->device_count == 0) req->device_count = 1;
   int64_t count = req->device_count;
-  MERIDIAN_RETURN_IF_ERROR(r_.Int(res, "count", rpath, 0, 64, &count));
+  MERIDIAN_RETURN_IF_ERROR(r.Int(res, "count", rpath, 0, 64, &count));
   req->device_count = static_cast<int32_t>(count);
   int64_t share = req->device_share_milli;
-  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "share", rpath, ParseMilli, &share));
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(res, "share", rpath, ParseMilli, &share));
   if (share <= 0 || share > kMilliPerUnit) {
-    return r_.Error(res["share"], Field(rpath, "share"), "expected a share of each device in (0, 1], such as 0.5 or 250m");
+    return r.Error(res["share"], Field(rpath, "share"), "expected a share of each device in (0, 1], such as 0.5 or 250m");
   }
   req->device_share_milli = static_cast<int32_t>(share);
   if (req->device_count == 0 && (res["share"] || res["min_memory"] || res["accelerator"] || res["qubits"])) {
-    return r_.Error(res, rpath, "'accelerator', 'share', 'min_memory' and 'qubits' need 'count' of at least 1");
+    return r.Error(res, rpath, "'accelerator', 'share', 'min_memory' and 'qubits' need 'count' of at least 1");
   }
-  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "min_memory", rpath, ParseBytes, &req->min_device_memory_bytes));
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(res, "min_memory", rpath, ParseBytes, &req->min_device_memory_bytes));
   if (qubits > 0) req->min_device_memory_bytes = std::max(req->min_device_memory_bytes, int64_t{16} << qubits);
-  MERIDIAN_RETURN_IF_ERROR(r_.Unit(res, "cpu", rpath, ParseMilli, &req->cpu_milli));
-  return r_.Unit(res, "memory", rpath, ParseBytes, &req->memory_bytes);
+  MERIDIAN_RETURN_IF_ERROR(r.Unit(res, "cpu", rpath, ParseMilli, &req->cpu_milli));
+  return r.Unit(res, "memory", rpath, ParseBytes, &req->memory_bytes);
 }
+
+namespace {
 
 Status JobParser::ParseWork(const YAML::Node& t, const std::string& path, Task* task) const {
   if (t["duration"]) {
@@ -364,7 +368,7 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
     return r_.Error(t, path, "give exactly one of 'kernel' or 'command'");
   }
   MERIDIAN_RETURN_IF_ERROR(ParseWork(t, path, &task));
-  MERIDIAN_RETURN_IF_ERROR(ParseResources(t, path, &task.resources));
+  MERIDIAN_RETURN_IF_ERROR(ParseResourceRequest(r_, t, path, &task.resources));
   MERIDIAN_RETURN_IF_ERROR(ParseInputs(t, path, tmpl));
   if (YAML::Node m = t["map"]) {
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(m, Field(path, "map"), {"over"}));

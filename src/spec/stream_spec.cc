@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "spec/resource_spec.h"
 #include "spec/yaml_reader.h"
 
 namespace meridian::spec {
@@ -27,7 +28,7 @@ class StreamParser {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a stream spec)");
     MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"kind", "name", "site", "source", "operators", "sink",
                                                    "max_open_records", "end_after_idle",
-                                                   "checkpoint_interval", "max_pending_results"}));
+                                                   "checkpoint_interval", "max_pending_results", "resources"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "stream") return r_.Error(root["kind"], "kind", fmt::format("expected 'stream', got '{}'", kind));
@@ -37,11 +38,15 @@ class StreamParser {
     }
     MERIDIAN_RETURN_IF_ERROR(r_.String(root, "site", "", &spec_.site));
     MERIDIAN_RETURN_IF_ERROR(Endpoint(root, "source", false, &spec_.source));
-    MERIDIAN_RETURN_IF_ERROR(Endpoint(root, "sink", true, &spec_.sink));
+    MERIDIAN_RETURN_IF_ERROR(Sink(root));
     MERIDIAN_RETURN_IF_ERROR(
         r_.Int(root, "max_open_records", "", 1, int64_t{1} << 32, &spec_.max_open_records));
     MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "max_pending_results", "", 1, 10'000'000, &spec_.max_pending_results));
     MERIDIAN_RETURN_IF_ERROR(Operators(root));
+    MERIDIAN_RETURN_IF_ERROR(ParseResourceRequest(r_, root, "", &spec_.resources));
+    if (spec_.resources.device_count > 1) {
+      return r_.Error(root["resources"], "resources.count", "a stream uses one accelerator at most");
+    }
     if (root["end_after_idle"]) {
       int64_t us = 0;
       MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "end_after_idle", "", ParseDurationUs, &us));
@@ -66,13 +71,48 @@ class StreamParser {
     YAML::Node e = root[std::string(key)];
     if (!e) return r_.Error(root, "", fmt::format("missing required field '{}'", key));
     const std::string path(key);
-    if (!e.IsMap()) return r_.Error(e, path, "expected a map with 'topic' (and 'broker')");
-    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker"}));
+    if (!e.IsMap()) {
+      return r_.Error(e, path, publish ? "expected a map with 'topic' (and 'broker'), or 'dataset'"
+                                       : "expected a map with 'topic' (and 'broker')");
+    }
+    if (publish) {
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker", "site"}));
+    } else {
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker"}));
+    }
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(e, "topic", path, &out->topic));
     MERIDIAN_RETURN_IF_ERROR(r_.String(e, "broker", path, &out->broker));
+    MERIDIAN_RETURN_IF_ERROR(r_.String(e, "site", path, &out->site));
+    if (e["site"] && e["broker"]) return r_.Error(e, path, "give 'site' or 'broker', not both");
+    if (e["site"]) {
+      if (Status named = model::CheckName(out->site, "a site name"); !named.ok()) {
+        return r_.Error(e["site"], Field(path, "site"), named.message());
+      }
+    }
     Status s = CheckMqttEndpoint(*out, publish);
     if (!s.ok()) return r_.Error(e, path, s.message());
     return OkStatus();
+  }
+
+  // An MQTT topic (Endpoint), or a dataset.
+  Status Sink(const YAML::Node& root) {
+    YAML::Node e = root["sink"];
+    if (e && e.IsMap() && e["dataset"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, "sink", {"dataset"}));
+      MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(e, "dataset", "sink", &spec_.sink_dataset));
+      Status named = model::CheckName(spec_.sink_dataset, "a dataset name");
+      if (named.ok() && model::LooksLikeObjectId(spec_.sink_dataset)) {
+        named = InvalidArgumentError("a dataset name must not read as an object id (32 hex digits)");
+      }
+      if (!named.ok()) return r_.Error(e["dataset"], "sink.dataset", named.message());
+      // The dataset is made when the stream's job succeeds: a stream that never ends
+      // would make none.
+      if (!root["end_after_idle"]) {
+        return r_.Error(e, "sink", "a dataset sink needs 'end_after_idle' (the dataset is made when the stream ends)");
+      }
+      return OkStatus();
+    }
+    return Endpoint(root, "sink", true, &spec_.sink);
   }
 
   Status Operators(const YAML::Node& root) {
@@ -244,12 +284,32 @@ StatusOr<model::Job> ParseStreamJob(std::string_view text, std::string_view file
   if (spec.site.empty()) return r.Error(root, "", "a stream job names its 'site' (where its broker and sensors are)");
   std::optional<SiteId> site = fleet.FindSite(spec.site);
   if (!site) return r.Error(at, "site", fmt::format("no site '{}' in the fleet", spec.site));
-  const bool own_brokers = !spec.source.broker.empty() && !spec.sink.broker.empty();
+  const bool own_brokers = !spec.source.broker.empty() && (!spec.sink.broker.empty() || !spec.sink_dataset.empty());
   if (fleet.site(*site).kind != model::SiteKind::kEdge && !own_brokers) {
     return r.Error(at, "site",
                    fmt::format("site '{}' is not an edge site, so it has no broker; name one in source.broker and "
                                "sink.broker, or run the stream at an edge site",
                                spec.site));
+  }
+  // A sink at another site: that site's broker, written under sites/OWN_SITE/ (all its
+  // ACL lets this site write there).
+  if (!spec.sink.site.empty() && spec.sink.site != spec.site) {
+    const YAML::Node sink = std::as_const(root)["sink"];
+    const YAML::Node sink_site = sink["site"];
+    std::optional<SiteId> to = fleet.FindSite(spec.sink.site);
+    if (!to) return r.Error(sink_site, "sink.site", fmt::format("no site '{}' in the fleet", spec.sink.site));
+    if (fleet.site(*to).kind != model::SiteKind::kEdge) {
+      return r.Error(sink_site, "sink.site",
+                     fmt::format("site '{}' is not an edge site, so it has no broker (name one in sink.broker)",
+                                 spec.sink.site));
+    }
+    const std::string prefix = fmt::format("sites/{}/", spec.site);
+    if (!spec.sink.topic.starts_with(prefix) || spec.sink.topic.size() == prefix.size()) {
+      return r.Error(sink["topic"], "sink.topic",
+                     fmt::format("a stream of site '{}' writes at another site's broker under '{}' (its ACL allows "
+                                 "that site nothing else); got '{}'",
+                                 spec.site, prefix, spec.sink.topic));
+    }
   }
   model::Job job;
   job.name = spec.name;
@@ -258,11 +318,13 @@ StatusOr<model::Job> ParseStreamJob(std::string_view text, std::string_view file
   task.id = TaskId{0};
   task.name = "stream";
   task.command = {"sh", "-c", "exec \"$MERIDIAN_BIN\" stream run --json"};
-  task.resources.cpu_milli = 1000;
-  task.resources.memory_bytes = int64_t{512} << 20;
+  task.resources = spec.resources;
   task.retries = 3;
   task.env[kStreamSpecEnv] = std::string(text);
   task.env["MERIDIAN_MQTT"] = "site";
+  if (!spec.sink.site.empty() && spec.sink.site != spec.site) task.env["MERIDIAN_MQTT_SINK"] = spec.sink.site;
+  // Its output (stdout) is then the results: they become the dataset.
+  task.output_dataset = spec.sink_dataset;
   job.tasks.push_back(std::move(task));
   return job;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "spec/job_spec.h"
 #include "spec/stream_spec.h"
 #include "workloads/stream/runner.h"
+#include "workloads/stream/sink.h"
 #include "workloads/stream/state.h"
 
 namespace meridian::workloads::stream {
@@ -279,7 +281,7 @@ TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornReco
     ASSERT_TRUE((*s)->StartSegment().ok());
     ASSERT_TRUE((*s)->Append("one").ok());
     ASSERT_TRUE((*s)->Append("two").ok());
-    ASSERT_TRUE((*s)->Checkpoint("{\"state\": 2}", {"{\"r\": 1}", "{\"r\": 2}"}, tmpl).ok());
+    ASSERT_TRUE((*s)->Checkpoint("{\"state\": 2}", {"{\"r\": 1}", "{\"r\": 2}"}, 0, tmpl).ok());
     ASSERT_TRUE((*s)->Append("three").ok());
     ASSERT_TRUE((*s)->Append(std::string(5000, 'x')).ok());  // kept cut at 1 KiB + 1
     EXPECT_EQ((*s)->log_bytes(), 4 + 5 + 4 + 1025);
@@ -317,13 +319,49 @@ TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornReco
   StatusOr<StreamCheckpoint> short_one =
       ParseStreamCheckpoint("meridian-stream-checkpoint 1 replay_from=3 client_id=a results=2\n{}\n{}");
   EXPECT_EQ(short_one.status().message(), "a stream checkpoint: its header counts 2 results, it holds 1");
-  ASSERT_TRUE((*s)->End("{\"state\": 3}").ok());
+  ASSERT_TRUE((*s)->End("{\"state\": 3}", 4321).ok());
   StatusOr<StreamCheckpoint> ended = (*s)->LoadCheckpoint();
   ASSERT_TRUE(ended.ok()) << ended.status().ToString();
   EXPECT_TRUE(ended->ended);
   EXPECT_FALSE(c->ended);
   EXPECT_EQ(ended->engine, "{\"state\": 3}");
+  EXPECT_EQ(ended->sink_bytes, 4321);
+  EXPECT_EQ(c->sink_bytes, 0);
   EXPECT_FALSE((*s)->HasSegmentsFrom(0));
+  std::filesystem::remove_all(tmpl);
+}
+
+// A dataset sink's file across a restore: cut back to the checkpoint's length (the
+// replay writes the rest again), refused when shorter, bounded.
+TEST(ResultFileTest, ARestoreCutsTheFileBackToItsCheckpointAndAShorterOneIsRefused) {
+  char tmpl[] = "/tmp/stream-results-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/results";
+  int64_t at_checkpoint = 0;
+  {
+    StatusOr<std::unique_ptr<ResultFile>> f = ResultFile::Open(path, 0, 64);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->Append("{\"w\":1}").ok());
+    at_checkpoint = (*f)->bytes();
+    ASSERT_TRUE((*f)->Append("{\"w\":2}").ok());  // after the checkpoint: made again by the replay
+    EXPECT_EQ((*f)->bytes(), 16);
+  }
+  StatusOr<std::unique_ptr<ResultFile>> f = ResultFile::Open(path, at_checkpoint, 30);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->bytes(), 8);
+  ASSERT_TRUE((*f)->Append("{\"w\":2}").ok());
+  ASSERT_TRUE((*f)->Append("{\"w\":3}").ok());
+  Status full = (*f)->Append("{\"w\":4}");  // 32 bytes > 30
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("a dataset sink's results would pass"), std::string::npos) << full.message();
+  std::ostringstream out;
+  ASSERT_TRUE(CopyResults(path, (*f)->bytes(), out).ok());
+  EXPECT_EQ(out.str(), "{\"w\":1}\n{\"w\":2}\n{\"w\":3}\n");
+  EXPECT_EQ(CopyResults(path, 100, out).code(), StatusCode::kDataLoss);
+  StatusOr<std::unique_ptr<ResultFile>> lost = ResultFile::Open(std::string(tmpl) + "/other", 24, 30);
+  EXPECT_EQ(lost.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(lost.status().message().find("holds 0 bytes, the checkpoint counts 24"), std::string::npos)
+      << lost.status().message();
   std::filesystem::remove_all(tmpl);
 }
 
@@ -347,6 +385,14 @@ TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
       {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{window: {size: 1s}}]\n"
        "checkpoint_interval: 10ms\n",
        "checkpoint_interval: expected 100ms to 1h"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {dataset: d}\noperators: [{window: {size: 1s}}]\n",
+       "s.yaml:4:7: sink: a dataset sink needs 'end_after_idle'"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {dataset: d, topic: b}\noperators: [{window: {size: 1s}}]\n"
+       "end_after_idle: 1s\n",
+       "unknown field 'topic'"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {dataset: 'a b'}\noperators: [{window: {size: 1s}}]\n"
+       "end_after_idle: 1s\n",
+       "sink.dataset: "},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<model::StreamSpec> s = spec::ParseStreamSpec(text, "s.yaml");
@@ -383,7 +429,7 @@ namespace {
 
 TEST(StreamJobTest, RunsAtItsEdgeSiteWithTheSpecAndTheSitesBroker) {
   StatusOr<spec::FleetSpec> fleet = spec::ParseFleet(
-      "sites:\n  - {name: cloud, kind: cloud}\n  - {name: factory, kind: edge}\n"
+      "sites:\n  - {name: cloud, kind: cloud}\n  - {name: factory, kind: edge}\n  - {name: depot, kind: edge}\n"
       "nodes:\n  - {name: a, site: factory, cpu: 2, memory: 4GiB}\n",
       "f.yaml", "");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
@@ -398,11 +444,43 @@ TEST(StreamJobTest, RunsAtItsEdgeSiteWithTheSpecAndTheSitesBroker) {
   EXPECT_EQ(job->tasks[0].env.at(spec::kStreamSpecEnv), text);
   EXPECT_EQ(job->tasks[0].env.at("MERIDIAN_MQTT"), "site");
   EXPECT_EQ(job->tasks[0].timeout_us, 0);
+  EXPECT_EQ(job->tasks[0].output_dataset, "");
+  // A dataset sink: the task's output (its results) becomes the dataset.
+  std::string to_dataset = text;
+  to_dataset.replace(to_dataset.find("{topic: out}"), 12, "{dataset: windows}\nend_after_idle: 5s");
+  StatusOr<model::Job> dj = spec::ParseJob(to_dataset, "s.yaml", fleet->fleet, model::ThroughputTable{});
+  ASSERT_TRUE(dj.ok()) << dj.status().ToString();
+  EXPECT_EQ(dj->tasks[0].output_dataset, "windows");
+  EXPECT_EQ(job->tasks[0].resources.device_count, 0);
+  EXPECT_EQ(job->tasks[0].resources.cpu_milli, 1000);
+  EXPECT_EQ(job->tasks[0].resources.memory_bytes, int64_t{512} << 20);
+  // The site's accelerator, for the windows' figures.
+  std::string on_gpu = text + "resources: {accelerator: T4, memory: 1GiB}\n";
+  StatusOr<model::Job> gj = spec::ParseJob(on_gpu, "s.yaml", fleet->fleet, model::ThroughputTable{});
+  ASSERT_TRUE(gj.ok()) << gj.status().ToString();
+  EXPECT_EQ(gj->tasks[0].resources.device_count, 1);
+  EXPECT_EQ(gj->tasks[0].resources.accelerator_any_of, std::vector<std::string>{"T4"});
+  EXPECT_EQ(gj->tasks[0].resources.memory_bytes, int64_t{1} << 30);
+  // A sink at another edge site: its broker, under sites/OWN_SITE/.
+  std::string to_depot = text;
+  to_depot.replace(to_depot.find("{topic: out}"), 12, "{site: depot, topic: sites/factory/out}");
+  StatusOr<model::Job> sj = spec::ParseJob(to_depot, "s.yaml", fleet->fleet, model::ThroughputTable{});
+  ASSERT_TRUE(sj.ok()) << sj.status().ToString();
+  EXPECT_EQ(sj->tasks[0].env.at("MERIDIAN_MQTT_SINK"), "depot");
+  EXPECT_EQ(job->tasks[0].env.count("MERIDIAN_MQTT_SINK"), 0u);
 
   for (const auto& [from, to, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"site: factory", "site: lab", "s.yaml:3:7: site: no site 'lab' in the fleet"},
            {"site: factory", "site: cloud", "site 'cloud' is not an edge site, so it has no broker"},
-           {"site: factory\n", "", "a stream job names its 'site'"}}) {
+           {"site: factory\n", "", "a stream job names its 'site'"},
+           {"{topic: out}", "{site: depot, topic: out}",
+            "s.yaml:5:28: sink.topic: a stream of site 'factory' writes at another site's broker under "
+            "'sites/factory/'"},
+           {"{topic: out}", "{site: cloud, topic: sites/factory/x}", "site 'cloud' is not an edge site"},
+           {"{topic: out}", "{site: lab, topic: sites/factory/x}", "sink.site: no site 'lab' in the fleet"},
+           {"{topic: out}", "{site: depot, broker: 'mqtt://h:1', topic: x}", "give 'site' or 'broker', not both"},
+           {"site: factory\n", "site: factory\nresources: {accelerator: T4, count: 2}\n",
+            "resources.count: a stream uses one accelerator at most"}}) {
     std::string t = text;
     t.replace(t.find(from), from.size(), to);
     StatusOr<model::Job> j = spec::ParseJob(t, "s.yaml", fleet->fleet, model::ThroughputTable{});

@@ -66,14 +66,15 @@ Status MosquittoError(int rc, std::string_view what, const std::string& url) {
 
 }  // namespace
 
-MqttOptions MqttOptionsFromEnvironment() {
+MqttOptions MqttOptionsFromEnvironment(std::string_view prefix) {
+  auto env = [&](std::string_view name) { return Env(fmt::format("{}_{}", prefix, name).c_str()); };
   MqttOptions o;
-  o.url = Env("MERIDIAN_MQTT_URL");
-  o.user = Env("MERIDIAN_MQTT_USER");
-  o.password_file = Env("MERIDIAN_MQTT_PASSWORD_FILE");
-  o.ca_file = Env("MERIDIAN_MQTT_CA");
-  o.cert_file = Env("MERIDIAN_MQTT_CERT");
-  o.key_file = Env("MERIDIAN_MQTT_KEY");
+  o.url = env("URL");
+  o.user = env("USER");
+  o.password_file = env("PASSWORD_FILE");
+  o.ca_file = env("CA");
+  o.cert_file = env("CERT");
+  o.key_file = env("KEY");
   return o;
 }
 

@@ -43,8 +43,10 @@ struct MqttOptions {
 
 // The MQTT options every stream command takes by default from the environment:
 // MERIDIAN_MQTT_URL, MERIDIAN_MQTT_USER, MERIDIAN_MQTT_PASSWORD_FILE, MERIDIAN_MQTT_CA,
-// MERIDIAN_MQTT_CERT, MERIDIAN_MQTT_KEY (what `meridian up` gives an edge site's tasks).
-MqttOptions MqttOptionsFromEnvironment();
+// MERIDIAN_MQTT_CERT, MERIDIAN_MQTT_KEY (what `meridian up` gives an edge site's tasks);
+// with another prefix, PREFIX_URL and so on (MERIDIAN_MQTT_SINK: the broker of the site
+// a stream's sink names).
+MqttOptions MqttOptionsFromEnvironment(std::string_view prefix = "MERIDIAN_MQTT");
 
 class MqttClient {
  public:

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "model/run_state.h"
 #include "workloads/stream/sink.h"
 #include "workloads/stream/state.h"
 
@@ -71,6 +72,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
                                       spec.name, options.state_dir));
       }
       report.ended_before = true;
+      report.sink_bytes = from->sink_bytes;
       report.counters = engine.counters();
       report.cpu_us = ThreadCpuUs() - cpu_start;
       return report;
@@ -83,24 +85,45 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     source_opts.client_id = state->client_id();
     source_opts.clean_session = false;
   }
-  // Results go out from a thread of their own (sink.h): a sink across a cut link holds
-  // them, in order, while the source is read on.
-  ResultSinkOptions sink_opts;
-  sink_opts.mqtt = options.mqtt;
-  if (!spec.sink.broker.empty()) sink_opts.mqtt.url = spec.sink.broker;
-  sink_opts.mqtt.client_id.clear();
-  sink_opts.mqtt.connect_timeout_ms = 5'000;
-  sink_opts.topic = spec.sink.topic;
-  sink_opts.max_pending = spec.max_pending_results;
+  // Results go to a file (a dataset sink: cut back to the checkpoint's length), or out
+  // from a thread of their own (sink.h): an MQTT sink across a cut link holds them, in
+  // order, while the source is read on.
+  std::unique_ptr<ResultFile> file;
+  std::unique_ptr<ResultSink> sink;
   std::vector<std::string> pending;
   if (restored_from) pending = std::move(restored_from->results);
   const int64_t pending_at_start = static_cast<int64_t>(pending.size());
-  ResultSink sink(std::move(sink_opts), std::move(pending));
+  if (!spec.sink_dataset.empty()) {
+    if (options.results_file.empty()) {
+      return InvalidArgumentError(fmt::format("stream {}: its sink is a dataset, and the run was given no file for "
+                                              "its results",
+                                              spec.name));
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(file, ResultFile::Open(options.results_file, restored_from ? restored_from->sink_bytes : 0,
+                                                     static_cast<int64_t>(model::kMaxObjectOutputBytes)));
+  } else {
+    ResultSinkOptions sink_opts;
+    sink_opts.mqtt = options.sink_mqtt ? *options.sink_mqtt : options.mqtt;
+    if (!spec.sink.broker.empty()) sink_opts.mqtt.url = spec.sink.broker;
+    sink_opts.mqtt.client_id.clear();
+    sink_opts.mqtt.connect_timeout_ms = 5'000;
+    sink_opts.topic = spec.sink.topic;
+    sink_opts.max_pending = spec.max_pending_results;
+    sink = std::make_unique<ResultSink>(std::move(sink_opts), std::move(pending));
+  }
   std::vector<model::WindowResult> results;
-  auto publish = [&] {
-    for (const model::WindowResult& r : results) sink.Push(FormatResult(r));
+  auto publish = [&]() -> Status {
+    for (const model::WindowResult& r : results) {
+      if (file) {
+        MERIDIAN_RETURN_IF_ERROR(file->Append(FormatResult(r)));
+      } else {
+        sink->Push(FormatResult(r));
+      }
+    }
     results.clear();
+    return OkStatus();
   };
+  auto sink_stats = [&] { return sink ? sink->stats() : ResultSink::Stats{}; };
 
   // What the log holds past the checkpoint went through the operators before; again
   // now, their results are the same (and published again: a result's key is its
@@ -110,8 +133,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
     MERIDIAN_RETURN_IF_ERROR(state->Replay(replay_from, [&](std::string_view payload) {
       ++report.replayed;
       MERIDIAN_RETURN_IF_ERROR(engine.Add(payload, &results));
-      publish();
-      return OkStatus();
+      return publish();
     }));
     dirty = report.replayed > 0;
     MERIDIAN_RETURN_IF_ERROR(state->StartSegment());
@@ -160,7 +182,8 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   };
 
   auto checkpoint = [&]() -> Status {
-    MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), sink.Pending(), options.checkpoint_copy_dir));
+    MERIDIAN_RETURN_IF_ERROR(state->Checkpoint(engine.Snapshot(), sink ? sink->Pending() : std::vector<std::string>{},
+                                               file ? file->bytes() : 0, options.checkpoint_copy_dir));
     ++report.checkpoints;
     dirty = false;
     return OkStatus();
@@ -173,7 +196,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   bool ended = false;
   bool sink_away = false;  // said once per outage
   while (!stop.load()) {
-    const ResultSink::Stats out = sink.stats();
+    const ResultSink::Stats out = sink_stats();
     MERIDIAN_RETURN_IF_ERROR(out.error);
     if (out.failure.ok() == sink_away) {
       sink_away = !out.failure.ok();
@@ -210,11 +233,11 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       MERIDIAN_RETURN_IF_ERROR(engine.Add(inbox.front(), &results));
       inbox.pop_front();
     }
-    publish();
+    MERIDIAN_RETURN_IF_ERROR(publish());
     if (options.stop_after_idle_ms > 0 && last_record_ms >= 0 &&
         NowMs() - last_record_ms >= options.stop_after_idle_ms) {
       MERIDIAN_RETURN_IF_ERROR(engine.Flush(&results));
-      publish();
+      MERIDIAN_RETURN_IF_ERROR(publish());
       ended = true;
       break;
     }
@@ -229,12 +252,13 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   if (source) source->Disconnect();
   // Every result out before the run ends (a sink cut off holds the end until it is
   // back, or the run is stopped: then they wait in the checkpoint).
-  while (!sink.WaitEmpty(200)) {
-    MERIDIAN_RETURN_IF_ERROR(sink.stats().error);
+  while (sink && !sink->WaitEmpty(200)) {
+    MERIDIAN_RETURN_IF_ERROR(sink->stats().error);
     if (stop.load()) break;
   }
-  sink.Stop();
-  const ResultSink::Stats out = sink.stats();
+  if (sink) sink->Stop();
+  const ResultSink::Stats out = sink_stats();
+  if (file) report.sink_bytes = file->bytes();
   report.counters = engine.counters();
   report.published = out.acknowledged;
   report.unsent = out.pending;
@@ -245,7 +269,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
       // Done: the broker stops queuing for the session, and the state says so (an
       // attempt started after this one, the first taken for lost, ends at once).
       MERIDIAN_RETURN_IF_ERROR(MqttClient::EndSession(source_opts));
-      MERIDIAN_RETURN_IF_ERROR(state->End(engine.Snapshot()));
+      MERIDIAN_RETURN_IF_ERROR(state->End(engine.Snapshot(), report.sink_bytes));
     } else {
       MERIDIAN_RETURN_IF_ERROR(checkpoint());
     }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ namespace meridian::workloads::stream {
 
 struct StreamRunOptions {
   MqttOptions mqtt;  // the source's broker (and the sink's, unless the spec names another)
+  // The broker of the site the spec's sink names (sink.site), with this site's
+  // credentials there; none: the sink's broker is `mqtt`'s (or sink.broker).
+  std::optional<MqttOptions> sink_mqtt;
   // End of input after this long without a record, once one came: every open window
   // is written and the run returns. 0: run until `stop`.
   int64_t stop_after_idle_ms = 0;
@@ -38,6 +42,9 @@ struct StreamRunOptions {
   // of each checkpoint goes for the agent to keep as an object (MERIDIAN_CHECKPOINT_DIR).
   std::string checkpoint_file;
   std::string checkpoint_copy_dir;
+  // A dataset sink's (spec.sink_dataset): the file its results go to (sink.h:
+  // ResultFile); with state_dir, the directory's. Required with such a sink.
+  std::string results_file;
   // Said once at the start of a run that restores (what it restored, what it replays).
   std::function<void(const std::string&)> on_notice;
 };
@@ -48,6 +55,8 @@ struct StreamRunReport {
   int64_t unsent = 0;     // results it had not acknowledged when the run stopped
   int64_t sink_disconnects = 0;
   int64_t source_reconnects = 0;
+  // A dataset sink's: how long the results file is (what the stream wrote to it).
+  int64_t sink_bytes = 0;
   bool backpressure = false;  // max_pending_results results waited at some point
   // With a state directory: where the state came from ("" none, "local" the
   // directory's checkpoint, "object" the agent's copy from another node), how many

@@ -1,9 +1,15 @@
 #include "workloads/stream/sink.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <ostream>
 
 #include <fmt/format.h>
 
@@ -162,6 +168,78 @@ void ResultSink::Run() {
     }
   }
   if (client) client->Disconnect();
+}
+
+StatusOr<std::unique_ptr<ResultFile>> ResultFile::Open(const std::string& path, int64_t keep_bytes,
+                                                       int64_t max_bytes) {
+  std::unique_ptr<ResultFile> f(new ResultFile());
+  f->path_ = path;
+  f->max_bytes_ = max_bytes;
+  f->fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  struct stat st {};
+  if (f->fd_ < 0 || fstat(f->fd_, &st) != 0) {
+    return UnavailableError(fmt::format("cannot open the results file {}: {}", path, std::strerror(errno)));
+  }
+  if (st.st_size < keep_bytes) {
+    return FailedPreconditionError(fmt::format(
+        "the results file {} holds {} bytes, the checkpoint counts {}: the results written before it are not on "
+        "this node (the stream ran on another, lost with it); a dataset sink's results cannot be made again "
+        "without them",
+        path, st.st_size, keep_bytes));
+  }
+  // What came after the checkpoint is written again by the replay.
+  if (st.st_size > keep_bytes && ftruncate(f->fd_, keep_bytes) != 0) {
+    return UnavailableError(fmt::format("cannot cut {} back to its checkpoint: {}", path, std::strerror(errno)));
+  }
+  f->bytes_ = keep_bytes;
+  return f;
+}
+
+ResultFile::~ResultFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status ResultFile::Append(std::string_view result) {
+  if (bytes_ + static_cast<int64_t>(result.size()) + 1 > max_bytes_) {
+    return ResourceExhaustedError(fmt::format(
+        "a dataset sink's results would pass {} MiB (what a task's output may be); end the stream sooner "
+        "(end_after_idle), or send its results to an MQTT topic",
+        max_bytes_ >> 20));
+  }
+  std::string line;
+  line.reserve(result.size() + 1);
+  line.append(result);
+  line += '\n';
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  bytes_ += static_cast<int64_t>(line.size());
+  return OkStatus();
+}
+
+Status CopyResults(const std::string& path, int64_t bytes, std::ostream& out) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return UnavailableError(fmt::format("cannot read the results file {}: {}", path, std::strerror(errno)));
+  char buf[1 << 16];
+  int64_t left = bytes;
+  while (left > 0) {
+    const ssize_t n = read(fd, buf, static_cast<size_t>(std::min<int64_t>(left, sizeof(buf))));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.write(buf, n);
+    left -= n;
+  }
+  close(fd);
+  if (left > 0) return DataLossError(fmt::format("the results file {} ended {} bytes short", path, left));
+  out.flush();
+  if (!out) return UnavailableError("cannot write the results to stdout");
+  return OkStatus();
 }
 
 }  // namespace meridian::workloads::stream

@@ -15,8 +15,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <iosfwd>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -83,5 +86,37 @@ class ResultSink {
   int64_t cpu_us_ = 0;             // GUARDED_BY(mu_): set as the thread ends
   std::thread thread_;
 };
+
+// A dataset sink's results (docs/streams.md): one JSON line each, appended to a file in
+// the order written; when the stream's job succeeds the file is its output, and so
+// the dataset's shard. With a state directory each checkpoint holds the file's length,
+// and a restore cuts the file back to it: the replay writes what came after again, so
+// the file holds each result once.
+//
+// Bounds: at most max_bytes (ResourceExhausted past it, naming the bound).
+class ResultFile {
+ public:
+  // Opens `path` (made 0600 when missing) and cuts it to keep_bytes: FailedPrecondition
+  // when it holds fewer (the results before the checkpoint were written on another node).
+  static StatusOr<std::unique_ptr<ResultFile>> Open(const std::string& path, int64_t keep_bytes, int64_t max_bytes);
+  ~ResultFile();
+  ResultFile(const ResultFile&) = delete;
+  ResultFile& operator=(const ResultFile&) = delete;
+
+  // Appends `result` and a newline in one write.
+  Status Append(std::string_view result);
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  ResultFile() = default;
+  std::string path_;
+  int fd_ = -1;
+  int64_t bytes_ = 0;
+  int64_t max_bytes_ = 0;
+};
+
+// Copies the first `bytes` of the file at `path` to `out` (a dataset sink's results, as
+// the task's output).
+Status CopyResults(const std::string& path, int64_t bytes, std::ostream& out);
 
 }  // namespace meridian::workloads::stream

@@ -77,8 +77,10 @@ bool ValidClientId(std::string_view id) {
 }  // namespace
 
 std::string FormatStreamCheckpoint(const StreamCheckpoint& c) {
-  std::string out = fmt::format("{} replay_from={} client_id={} results={}{}\n{}", kHeader, c.replay_from,
-                                c.client_id, c.results.size(), c.ended ? " ended" : "", c.engine);
+  std::string out = fmt::format("{} replay_from={} client_id={} results={}{}{}\n{}", kHeader, c.replay_from,
+                                c.client_id, c.results.size(),
+                                c.sink_bytes > 0 ? fmt::format(" sink_bytes={}", c.sink_bytes) : "",
+                                c.ended ? " ended" : "", c.engine);
   for (const std::string& r : c.results) {
     out += '\n';
     out += r;
@@ -111,6 +113,11 @@ StatusOr<StreamCheckpoint> ParseStreamCheckpoint(std::string_view text) {
   if (count.ends_with(" ended")) {
     c.ended = true;
     count.remove_suffix(6);
+  }
+  constexpr std::string_view kSinkBytes = " sink_bytes=";
+  if (const size_t b = count.find(kSinkBytes); b != std::string_view::npos) {
+    if (!ParseCount(count.substr(b + kSinkBytes.size()), 18, &c.sink_bytes)) return bad();
+    count = count.substr(0, b);
   }
   int64_t counted = 0;
   if (!ParseCount(count, 9, &counted)) return bad();
@@ -280,7 +287,7 @@ Status StreamState::Append(std::string_view payload) {
   return OkStatus();
 }
 
-Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::string> results,
+Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::string> results, int64_t sink_bytes,
                                const std::string& copy_dir) {
   MERIDIAN_RETURN_IF_ERROR(StartSegment());
   StreamCheckpoint c;
@@ -288,6 +295,7 @@ Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::str
   c.client_id = client_id_;
   c.engine = std::move(engine_snapshot);
   c.results = std::move(results);
+  c.sink_bytes = sink_bytes;
   const std::string text = FormatStreamCheckpoint(c);
   MERIDIAN_RETURN_IF_ERROR(WriteWhole(dir_, "checkpoint", text));
   ++checkpoints_;
@@ -304,11 +312,12 @@ Status StreamState::Checkpoint(std::string engine_snapshot, std::vector<std::str
   return OkStatus();
 }
 
-Status StreamState::End(std::string engine_snapshot) {
+Status StreamState::End(std::string engine_snapshot, int64_t sink_bytes) {
   StreamCheckpoint c;
   c.replay_from = segment_ + 1;
   c.client_id = client_id_;
   c.engine = std::move(engine_snapshot);
+  c.sink_bytes = sink_bytes;
   c.ended = true;
   MERIDIAN_RETURN_IF_ERROR(WriteWhole(dir_, "checkpoint", FormatStreamCheckpoint(c)));
   if (segment_fd_ >= 0) close(segment_fd_);

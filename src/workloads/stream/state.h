@@ -6,8 +6,10 @@
 //                     one write(2) as soon as the client library hands it over (which
 //                     is when it has acknowledged it to the broker), in segments
 //   DIR/checkpoint    the operators' state (StreamEngine::Snapshot), the results not
-//                     yet acknowledged by the sink, and the first segment written
-//                     after it; replaced whole (rename)
+//                     yet acknowledged by the sink (or, for a dataset sink, the length
+//                     of its results file), and the first segment written after it;
+//                     replaced whole (rename)
+//   DIR/results       a dataset sink's results (sink.h: ResultFile)
 //   DIR/lock          held (flock) by the one run using the directory
 //
 // A run restores the checkpoint, replays the segments from the one it names, and reads
@@ -43,6 +45,9 @@ struct StreamCheckpoint {
   std::string client_id;
   std::string engine;
   std::vector<std::string> results;
+  // A dataset sink's results file was this long (what came after it is made again by
+  // the replay); 0 for an MQTT sink.
+  int64_t sink_bytes = 0;
   // The stream ended (every result acknowledged, the session ended): a run that finds
   // this has nothing left to do.
   bool ended = false;
@@ -77,13 +82,17 @@ class StreamState {
   Status StartSegment();
   // Appends a payload to the current segment.
   Status Append(std::string_view payload);
-  // Starts a new segment, writes the checkpoint of `engine_snapshot` and the pending
-  // `results` naming it (and the same file to copy_dir/checkpoint when copy_dir is
-  // given: the agent keeps that one as an object), then drops the segments before it.
-  Status Checkpoint(std::string engine_snapshot, std::vector<std::string> results, const std::string& copy_dir);
+  // Starts a new segment, writes the checkpoint of `engine_snapshot`, the pending
+  // `results` and the results file's length naming it (and the same file to
+  // copy_dir/checkpoint when copy_dir is given: the agent keeps that one as an
+  // object), then drops the segments before it.
+  Status Checkpoint(std::string engine_snapshot, std::vector<std::string> results, int64_t sink_bytes,
+                    const std::string& copy_dir);
   // The stream is over: its last checkpoint says so (StreamCheckpoint::ended), and the
-  // log goes. (The agent removes the directory once the task has succeeded.)
-  Status End(std::string engine_snapshot);
+  // log goes. (The agent sweeps the directory an hour after the stream ended.)
+  Status End(std::string engine_snapshot, int64_t sink_bytes);
+  // Where a dataset sink's results go in this directory.
+  std::string results_path() const { return dir_ + "/results"; }
 
   int64_t log_bytes() const { return log_bytes_; }
   int64_t torn() const { return torn_; }
