@@ -57,7 +57,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MERIDIAN_CHECK_MSG(again.Snapshot() == snapshot, "a snapshot restored to another state");
   // The bytes as a checkpoint, and as an engine's snapshot.
   auto checkpoint = ws::ParseStreamCheckpoint(bytes);
-  if (checkpoint.ok()) MERIDIAN_CHECK_MSG(!checkpoint->client_id.empty(), "a checkpoint without a client id");
+  if (checkpoint.ok()) {
+    MERIDIAN_CHECK_MSG(!checkpoint->client_id.empty(), "a checkpoint without a client id");
+    MERIDIAN_CHECK_MSG(checkpoint->sink_bytes >= 0, "a checkpoint with a negative results length");
+    // As it is written again, it reads back the same.
+    auto again = ws::ParseStreamCheckpoint(ws::FormatStreamCheckpoint(*checkpoint));
+    MERIDIAN_CHECK_MSG(again.ok() && again->replay_from == checkpoint->replay_from &&
+                           again->client_id == checkpoint->client_id && again->engine == checkpoint->engine &&
+                           again->results == checkpoint->results && again->sink_bytes == checkpoint->sink_bytes &&
+                           again->ended == checkpoint->ended,
+                       "a checkpoint that does not read back as written");
+  }
   ws::StreamEngine restored(stream);
   meridian::Status r = restored.Restore(bytes);
   MERIDIAN_CHECK_MSG(r.ok() || r.code() == meridian::StatusCode::kInvalidArgument, "an unexpected restore error");

@@ -147,8 +147,8 @@ for _ in $(seq 1 300); do
 done
 wait_for "$tmp/job.err" "reading 'sensors/factory/#'" 1
 "$meridian" job get 1 --dir "$cluster" --json >"$tmp/job.json"
-$py -c 'import json,sys; t=json.load(open(sys.argv[1]))["task_list"][0]; assert t["site"]=="factory", t' "$tmp/job.json" ||
-  fail "the stream's task is not at the factory"
+$py -c 'import json,sys; t=json.load(open(sys.argv[1]))["task_list"][0]; assert t["site"]=="factory" and t["device_type"]=="T4", t' "$tmp/job.json" ||
+  fail "the stream's task is not on the factory's T4"
 mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 -t sensors/factory/line \
   -l <"$tmp/records.txt"
 state=""
