@@ -139,33 +139,62 @@ stdbuf -oL mosquitto_sub -d "${tls[@]}" -u meridian -P "$(cat "$cluster/mqtt/fac
   -t results/factory >"$tmp/cluster-results.log" 2>&1 &
 pids+=($!)
 wait_for "$tmp/cluster-results.log" "SUBACK" 10
-"$meridian" submit "$src/tests/stream/factory.yaml" --dir "$cluster" >"$tmp/submit.log" 2>&1 || fail "submit"
-for _ in $(seq 1 300); do
-  "$meridian" job logs 1 --dir "$cluster" >"$tmp/job.err" 2>&1 || true
-  grep -q "reading 'sensors/factory/#' at $url" "$tmp/job.err" && break
-  sleep 0.1
-done
-wait_for "$tmp/job.err" "reading 'sensors/factory/#'" 1
+# Submits SPEC as job JOB and waits until its stream reads TOPIC.
+submit_stream() {  # SPEC JOB TOPIC
+  "$meridian" submit "$1" --dir "$cluster" >>"$tmp/submit.log" 2>&1 || fail "submit $1"
+  for _ in $(seq 1 300); do
+    "$meridian" job logs "$2" --dir "$cluster" >"$tmp/job$2.err" 2>&1 || true
+    grep -q "reading '$3'" "$tmp/job$2.err" && return 0
+    sleep 0.1
+  done
+  fail "job $2 did not start reading '$3'"
+}
+wait_succeeded() {  # JOB
+  local state=""
+  for _ in $(seq 1 300); do
+    state=$("$meridian" job get "$1" --dir "$cluster" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+    [ "$state" = succeeded ] || [ "$state" = failed ] && break
+    sleep 0.1
+  done
+  [ "$state" = succeeded ] || fail "stream job $1 is $state"
+  "$meridian" job logs "$1" --dir "$cluster" 2>&1 | grep '^{"accepted"' >"$tmp/counters$1.json" ||
+    fail "no counters in job $1's output"
+}
+submit_stream "$src/tests/stream/factory.yaml" 1 "sensors/factory/#"
+grep -q "reading 'sensors/factory/#' at $url" "$tmp/job1.err" || fail "job 1 reads another broker than the factory's"
 "$meridian" job get 1 --dir "$cluster" --json >"$tmp/job.json"
 $py -c 'import json,sys; t=json.load(open(sys.argv[1]))["task_list"][0]; assert t["site"]=="factory" and t["device_type"]=="T4", t' "$tmp/job.json" ||
   fail "the stream's task is not on the factory's T4"
+# A stream at the depot over the factory's summaries: the same stream at the factory
+# (job 3) sends its results to the depot's broker, where job 2 windows them again
+# into a dataset.
+submit_stream "$src/tests/stream/depot.yaml" 2 "sites/factory/windows"
+sed 's|^sink: .*|sink: {site: depot, topic: sites/factory/windows}|' "$src/tests/stream/factory.yaml" >"$tmp/to-depot.yaml"
+submit_stream "$tmp/to-depot.yaml" 3 "sensors/factory/#"
+grep -q "results to 'sites/factory/windows' at site depot" "$tmp/job3.err" || fail "job 3: $(cat "$tmp/job3.err")"
 mosquitto_pub "${tls[@]}" -u sensors -P "$(cat "$cluster/mqtt/factory/sensors.password")" -q 1 -t sensors/factory/line \
   -l <"$tmp/records.txt"
-state=""
-for _ in $(seq 1 300); do
-  state=$("$meridian" job get 1 --dir "$cluster" --json | $py -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$state" = succeeded ] && break
-  [ "$state" = failed ] && break
-  sleep 0.1
-done
-[ "$state" = succeeded ] || fail "the stream job is $state"
-"$meridian" job logs 1 --dir "$cluster" 2>&1 | grep '^{"accepted"' >"$tmp/cluster-counters.json" || fail "no counters in the job's output"
+wait_succeeded 1
 for _ in $(seq 1 200); do
   [ "$(grep -c '^{' "$tmp/cluster-results.log" || true)" -ge "$want" ] && break
   sleep 0.1
 done
 sleep 0.3
-$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/cluster-results.log" "$tmp/cluster-counters.json" ||
+$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/cluster-results.log" "$tmp/counters1.json" ||
   fail "the cluster's results differ"
+wait_succeeded 3
+wait_succeeded 2
+"$meridian" data ls factory-20s --dir "$cluster" --json >"$tmp/dataset.json" || fail "data ls factory-20s"
+shard=$($py -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+d = d[0] if isinstance(d, list) else d
+assert len(d["shards"]) == 1, d
+s = d["shards"][0]
+print(s.get("object_id") or s["id"])
+' "$tmp/dataset.json") || fail "dataset factory-20s: $(head -c 400 "$tmp/dataset.json")"
+"$meridian" objects get "$shard" --dir "$cluster" -o "$tmp/depot-results.log" >/dev/null || fail "objects get $shard"
+$py "$src/tests/stream/reference.py" check "$tmp" "$tmp/depot-results.log" "$tmp/counters2.json" --chained ||
+  fail "the depot's windows over the factory's summaries differ"
 "$meridian" down --dir "$cluster" >/dev/null
-echo "PASS: $want windows equal the reference's, standalone and as a job at the edge site"
+echo "PASS: $want windows equal the reference's, standalone and as a job at the edge site; the depot's windows over them too"

@@ -81,10 +81,22 @@ struct MqttEndpoint {
   std::string site = {};
 };
 
+// What a stream's source carries: sensor records, or another stream's window results
+// (its summaries, sent here by a sink at this site), each read as a record.
+enum class StreamInput { kRecords, kResults };
+
+// The figures of a window result a stream reading results takes as a record's value.
+inline constexpr std::string_view kResultFigures[] = {"mean", "min", "max", "sum", "count", "stddev", "score"};
+
 struct StreamSpec {
   std::string name;
   std::string site;  // the edge site whose broker and accelerators it uses
   MqttEndpoint source;
+  // `source: {format: results, value: FIGURE}`: each message is a window result of
+  // another stream, read as the record (device, seq = window_start_ms, event_time_ms =
+  // window_end_ms - 1, value = FIGURE), so a result delivered twice is a duplicate.
+  StreamInput input = StreamInput::kRecords;
+  std::string input_value = "mean";
   std::vector<StreamStep> steps;
   StreamWindow window;
   std::optional<StreamDetect> detect;

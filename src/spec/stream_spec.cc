@@ -1,9 +1,11 @@
 #include "spec/stream_spec.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "spec/resource_spec.h"
@@ -78,7 +80,23 @@ class StreamParser {
     if (publish) {
       MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker", "site"}));
     } else {
-      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker"}));
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(e, path, {"topic", "broker", "format", "value"}));
+      MERIDIAN_RETURN_IF_ERROR(r_.Enum(e, "format", path,
+                                       {{"records", model::StreamInput::kRecords},
+                                        {"results", model::StreamInput::kResults}},
+                                       &spec_.input));
+      if (e["value"]) {
+        if (spec_.input != model::StreamInput::kResults) {
+          return r_.Error(e["value"], Field(path, "value"), "'value' picks a figure of a result: it needs 'format: results'");
+        }
+        MERIDIAN_RETURN_IF_ERROR(r_.String(e, "value", path, &spec_.input_value));
+        if (std::find(std::begin(model::kResultFigures), std::end(model::kResultFigures), spec_.input_value) ==
+            std::end(model::kResultFigures)) {
+          return r_.Error(e["value"], Field(path, "value"),
+                          fmt::format("unknown figure '{}'; expected one of {}", spec_.input_value.substr(0, 64),
+                                      fmt::join(model::kResultFigures, ", ")));
+        }
+      }
     }
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(e, "topic", path, &out->topic));
     MERIDIAN_RETURN_IF_ERROR(r_.String(e, "broker", path, &out->broker));

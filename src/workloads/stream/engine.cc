@@ -65,6 +65,42 @@ StatusOr<model::SensorRecord> ParseRecord(std::string_view payload) {
   return r;
 }
 
+StatusOr<model::SensorRecord> ParseResultAsRecord(std::string_view payload, std::string_view value) {
+  if (payload.size() > model::kMaxSensorRecordBytes) {
+    return Malformed(fmt::format("{} bytes, more than {}", payload.size(), model::kMaxSensorRecordBytes));
+  }
+  json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Malformed("expected a JSON object (a window result)");
+  auto field = [&](std::string_view key) -> const json* {
+    auto it = j.find(std::string(key));
+    return it == j.end() ? nullptr : &*it;
+  };
+  model::SensorRecord r;
+  const json* device = field("device");
+  if (device == nullptr || !device->is_string() || device->get<std::string>().empty() ||
+      device->get<std::string>().size() > model::kMaxDeviceNameBytes) {
+    return Malformed(fmt::format("a window result's 'device' must be a string of 1 to {} bytes",
+                                 model::kMaxDeviceNameBytes));
+  }
+  r.device = device->get<std::string>();
+  const json* start = field("window_start_ms");
+  const json* end = field("window_end_ms");
+  if (start == nullptr || end == nullptr || !start->is_number_integer() || !end->is_number_integer() ||
+      start->get<int64_t>() < 0 || end->get<int64_t>() <= start->get<int64_t>() ||
+      end->get<int64_t>() > kMaxEventTimeMs + 1) {
+    return Malformed("a window result's 'window_start_ms' and 'window_end_ms' must be integers, 0 <= start < end, "
+                     "up to the year 9999");
+  }
+  r.seq = static_cast<uint64_t>(start->get<int64_t>());
+  r.event_time_ms = end->get<int64_t>() - 1;
+  const json* figure = field(value);
+  if (figure == nullptr || !figure->is_number() || !std::isfinite(figure->get<double>())) {
+    return Malformed(fmt::format("a window result's '{}' must be a finite number", value));
+  }
+  r.value = figure->get<double>();
+  return r;
+}
+
 std::string FormatRecord(const model::SensorRecord& record) {
   json j = {{"device", record.device},
             {"seq", record.seq},
@@ -121,6 +157,7 @@ std::string SpecFingerprint(const model::StreamSpec& spec) {
     if (step.map) f += fmt::format(" map {:.17g}/{:.17g}", step.map->scale, step.map->offset);
   }
   if (spec.detect) f += fmt::format(" detect {:.17g}/{}", spec.detect->threshold, spec.detect->history);
+  if (spec.input == model::StreamInput::kResults) f += " results " + spec.input_value;
   return f;
 }
 
@@ -135,7 +172,9 @@ bool StreamEngine::Written(int64_t start) const {
 }
 
 Status StreamEngine::Add(std::string_view payload, std::vector<model::WindowResult>* out) {
-  StatusOr<model::SensorRecord> record = ParseRecord(payload);
+  StatusOr<model::SensorRecord> record = spec_.input == model::StreamInput::kResults
+                                             ? ParseResultAsRecord(payload, spec_.input_value)
+                                             : ParseRecord(payload);
   if (!record.ok()) {
     ++counters_.payloads;
     ++counters_.malformed;

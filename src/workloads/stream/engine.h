@@ -36,6 +36,11 @@ namespace meridian::workloads::stream {
 // four fields and no others.
 StatusOr<model::SensorRecord> ParseRecord(std::string_view payload);
 std::string FormatRecord(const model::SensorRecord& record);
+// Another stream's window result read as a record (model::StreamInput::kResults):
+// (device, seq = window_start_ms, event_time_ms = window_end_ms - 1, value = the
+// result's figure `value`). Malformed (InvalidArgument) as ParseRecord's, within the
+// same bounds.
+StatusOr<model::SensorRecord> ParseResultAsRecord(std::string_view payload, std::string_view value);
 // A result's JSON (docs/streams.md), and back.
 std::string FormatResult(const model::WindowResult& result);
 // What a checkpoint must agree on with the engine restoring it: the operators and

@@ -264,6 +264,55 @@ TEST(StreamEngineTest, RestoreRefusesAnotherSpecsOrABrokenSnapshotAndChangesNoth
   EXPECT_EQ(same.open_records(), 1);
 }
 
+// A stream at another site reading the first's summaries: each result a record of
+// (device, window start, window end - 1, figure); one sent twice is a duplicate.
+TEST(StreamEngineTest, AStreamOfResultsWindowsAnotherStreamsSummaries) {
+  StreamEngine first(Spec("{size: 1s}"));
+  std::vector<model::WindowResult> firsts;
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(first.Add(Rec(i % 2 == 0 ? "a" : "b", i / 2, int64_t{250} * i, 1.0 + i), &firsts).ok());
+  }
+  ASSERT_TRUE(first.Flush(&firsts).ok());
+  ASSERT_EQ(firsts.size(), 20u);  // 10 s of records, 2 devices, 1 s windows
+  std::string text =
+      "kind: stream\nname: summaries\nsite: depot\nsource: {topic: 'sites/factory/#', format: results, value: max}\n"
+      "sink: {topic: out}\noperators: [{window: {size: 5s}}]\n";
+  StatusOr<model::StreamSpec> spec = spec::ParseStreamSpec(text, "s.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  StreamEngine second(*spec);
+  std::vector<model::WindowResult> out;
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    ASSERT_TRUE(second.Add(FormatResult(firsts[i]), &out).ok());
+    if (i == 3) {
+      ASSERT_TRUE(second.Add(FormatResult(firsts[i]), &out).ok());  // sent again after a restore
+    }
+  }
+  ASSERT_TRUE(second.Add(R"({"device":"a","window_start_ms":5000,"window_end_ms":4000,"max":1})", &out).ok());
+  ASSERT_TRUE(second.Flush(&out).ok());
+  EXPECT_EQ(second.counters().duplicates, 1);
+  EXPECT_EQ(second.counters().malformed, 1);
+  EXPECT_NE(second.counters().first_error.find("0 <= start < end"), std::string::npos) << second.counters().first_error;
+  ASSERT_EQ(out.size(), 4u);  // [0, 5 s) and [5 s, 10 s) for a and b
+  // Device a's first window holds its results of [0, 1 s) .. [4 s, 5 s); a's records
+  // are i = 0, 2, 4, ... at 250 i ms, of value 1 + i: the max of [k s, k+1 s) is 3 + 4k.
+  const model::WindowResult& a0 = out[0];
+  EXPECT_EQ(a0.device, "a");
+  EXPECT_EQ(a0.window_start_ms, 0);
+  EXPECT_EQ(a0.count, 5);
+  EXPECT_EQ(a0.first_seq, 0u);
+  EXPECT_EQ(a0.last_seq, 4000u);
+  EXPECT_EQ(a0.min, 3.0);
+  EXPECT_EQ(a0.max, 19.0);
+  EXPECT_EQ(a0.sum, 3.0 + 7.0 + 11.0 + 15.0 + 19.0);
+  EXPECT_EQ(second.counters().late, 0);
+  // Another figure, another stream: a checkpoint of one does not restore into the other.
+  text.replace(text.find("value: max"), 10, "value: mean");
+  StatusOr<model::StreamSpec> by_mean = spec::ParseStreamSpec(text, "s.yaml");
+  ASSERT_TRUE(by_mean.ok());
+  StreamEngine third(*by_mean);
+  EXPECT_EQ(third.Restore(second.Snapshot()).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(StreamStateTest, TheLogReplaysWhatCameAfterTheCheckpointAndStopsAtATornRecord) {
   char tmpl[] = "/tmp/stream-state-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -393,6 +442,11 @@ TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
       {"kind: stream\nname: x\nsource: {topic: a}\nsink: {dataset: 'a b'}\noperators: [{window: {size: 1s}}]\n"
        "end_after_idle: 1s\n",
        "sink.dataset: "},
+      {"kind: stream\nname: x\nsource: {topic: a, value: max}\nsink: {topic: b}\noperators: [{window: {size: 1s}}]\n",
+       "source.value: 'value' picks a figure of a result: it needs 'format: results'"},
+      {"kind: stream\nname: x\nsource: {topic: a, format: results, value: median}\nsink: {topic: b}\n"
+       "operators: [{window: {size: 1s}}]\n",
+       "unknown figure 'median'; expected one of mean, min, max, sum, count, stddev, score"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<model::StreamSpec> s = spec::ParseStreamSpec(text, "s.yaml");
