@@ -195,9 +195,19 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   int64_t sent_at_checkpoint = 0;
   bool ended = false;
   bool sink_away = false;  // said once per outage
+  int64_t drops_said = 0;
+  // A connection lost and made again between two looks is said all the same.
+  auto say_drops = [&](const ResultSink::Stats& out) {
+    if (out.disconnects > drops_said && out.failure.ok() && !sink_away && options.on_notice) {
+      options.on_notice(fmt::format("stream {}: {}; connected again, sending what it had not acknowledged",
+                                    spec.name, out.last_drop.message()));
+    }
+    drops_said = out.disconnects;
+  };
   while (!stop.load()) {
     const ResultSink::Stats out = sink_stats();
     MERIDIAN_RETURN_IF_ERROR(out.error);
+    say_drops(out);
     if (out.failure.ok() == sink_away) {
       sink_away = !out.failure.ok();
       if (options.on_notice) {
@@ -258,6 +268,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   }
   if (sink) sink->Stop();
   const ResultSink::Stats out = sink_stats();
+  say_drops(out);
   if (file) report.sink_bytes = file->bytes();
   report.counters = engine.counters();
   report.published = out.acknowledged;

@@ -78,6 +78,7 @@ ResultSink::Stats ResultSink::stats() const {
   st.full = st.pending >= options_.max_pending;
   st.acknowledged = acknowledged_;
   st.disconnects = disconnects_;
+  st.last_drop = last_drop_;
   st.failure = failure_;
   st.error = error_;
   st.cpu_us = cpu_us_;
@@ -95,7 +96,7 @@ void ResultSink::Run() {
   } cpu_at_exit{this};
   std::unique_ptr<MqttClient> client;
   int64_t acked_seen = 0;
-  int64_t progress_ms = 0;  // when the broker last acknowledged (or we connected)
+  int64_t progress_ms = 0;  // when the broker last acknowledged, we connected, or sent after a quiet spell
   auto drop = [&](Status why) {
     client->Disconnect();
     client.reset();
@@ -103,6 +104,7 @@ void ResultSink::Run() {
     sent_ = 0;  // what was on the wire goes again, in order
     ++disconnects_;
     failure_ = why.WithPrefix("the sink's broker");
+    last_drop_ = failure_;
   };
   while (true) {
     if (!client) {
@@ -141,6 +143,10 @@ void ResultSink::Run() {
       // and then, for the connection's keepalive).
       if (idle) cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || sent_ < queue_.size(); });
     }
+    // The stall clock runs from the oldest message on the wire: a first result after a
+    // quiet spell starts it afresh (else a stream whose results come every 10 s or
+    // more took each batch for a stall, dropped the connection and sent it again).
+    if (!batch.empty() && client->unacked() == 0) progress_ms = NowMs();
     Status s = OkStatus();
     for (const std::string& r : batch) {
       s = client->Publish(options_.topic, r);

@@ -61,6 +61,7 @@ class ResultSink {
     bool full = false;         // pending reached max_pending
     int64_t acknowledged = 0;  // results the broker took
     int64_t disconnects = 0;   // connections lost
+    Status last_drop;          // why the last one was lost (OK: none was)
     // Why the sink is not connected now (a failed or lost connection, until the next
     // is made); OK while connected.
     Status failure;
@@ -83,6 +84,7 @@ class ResultSink {
   Status failure_;                 // GUARDED_BY(mu_)
   int64_t acknowledged_ = 0;       // GUARDED_BY(mu_)
   int64_t disconnects_ = 0;        // GUARDED_BY(mu_)
+  Status last_drop_;               // GUARDED_BY(mu_)
   int64_t cpu_us_ = 0;             // GUARDED_BY(mu_): set as the thread ends
   std::thread thread_;
 };
