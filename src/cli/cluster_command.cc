@@ -816,9 +816,9 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
       // The other edge sites' brokers, as this site's user there (streams' sinks).
       for (const auto& [peer, files] : brokers) {
         if (peer == site) continue;
-        agent.argv.insert(agent.argv.end(),
-                          {"--peer-broker", fmt::format("{},{},{},{}", peer, files.url, PeerBrokerUser(site),
-                                                        (dir / "mqtt" / peer / (PeerBrokerUser(site) + ".password")).string())});
+        const fs::path password = dir / "mqtt" / peer / (PeerBrokerUser(site) + ".password");
+        agent.argv.insert(agent.argv.end(), {"--peer-broker", fmt::format("{},{},{},{}", peer, files.url,
+                                                                          PeerBrokerUser(site), password.string())});
       }
     }
     if (netns != nullptr) agent.argv = netns->In(netns->sites.at(site).first, std::move(agent.argv));

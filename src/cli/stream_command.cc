@@ -93,12 +93,12 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
     MERIDIAN_ASSIGN_OR_RETURN(run.stop_after_idle_ms, DurationMs(o.stop_after_idle, "--stop-after-idle"));
   }
   const std::string source_url = spec.source.broker.empty() ? run.mqtt.url : spec.source.broker;
+  std::string sink_is = fmt::format("'{}'", spec.sink.topic);
+  if (!spec.sink.site.empty()) sink_is += " at site " + spec.sink.site;
+  if (!spec.sink_dataset.empty()) sink_is = fmt::format("dataset '{}'", spec.sink_dataset);
   run.on_subscribed = [&] {
     err << fmt::format("stream {}: reading '{}' at {}; results to {}\n", spec.name, spec.source.topic, source_url,
-                       spec.sink_dataset.empty()
-                           ? fmt::format("'{}'{}", spec.sink.topic,
-                                         spec.sink.site.empty() ? "" : fmt::format(" at site {}", spec.sink.site))
-                                                 : fmt::format("dataset '{}'", spec.sink_dataset))
+                       sink_is)
         << std::flush;
   };
   MERIDIAN_ASSIGN_OR_RETURN(run.ops, ChooseDevice(o.device, "stream run"));

@@ -87,7 +87,8 @@ class StreamParser {
                                        &spec_.input));
       if (e["value"]) {
         if (spec_.input != model::StreamInput::kResults) {
-          return r_.Error(e["value"], Field(path, "value"), "'value' picks a figure of a result: it needs 'format: results'");
+          return r_.Error(e["value"], Field(path, "value"),
+                          "'value' picks a figure of a result: it needs 'format: results'");
         }
         MERIDIAN_RETURN_IF_ERROR(r_.String(e, "value", path, &spec_.input_value));
         if (std::find(std::begin(model::kResultFigures), std::end(model::kResultFigures), spec_.input_value) ==

@@ -99,8 +99,9 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
                                               "its results",
                                               spec.name));
     }
-    MERIDIAN_ASSIGN_OR_RETURN(file, ResultFile::Open(options.results_file, restored_from ? restored_from->sink_bytes : 0,
-                                                     static_cast<int64_t>(model::kMaxObjectOutputBytes)));
+    const int64_t keep = restored_from ? restored_from->sink_bytes : 0;
+    MERIDIAN_ASSIGN_OR_RETURN(
+        file, ResultFile::Open(options.results_file, keep, static_cast<int64_t>(model::kMaxObjectOutputBytes)));
   } else {
     ResultSinkOptions sink_opts;
     sink_opts.mqtt = options.sink_mqtt ? *options.sink_mqtt : options.mqtt;
