@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/parallel.h"
 #include "common/subprocess.h"
 #include "common/units.h"
@@ -438,14 +439,26 @@ namespace {
 bool WriteSecretFile(const std::filesystem::path& path, const std::string& text) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return false;
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return close(fd) == 0 && done == text.size();
+  const bool written = WriteAll(fd, text);
+  return close(fd) == 0 && written;
+}
+
+// A broker's credentials for a task, its own copies in the task's directory (they
+// become the task's user's with it): STEM.password (0600) and STEM-ca.crt.
+bool WriteBrokerFiles(const std::filesystem::path& dir, const std::string& stem, const SiteBroker& b) {
+  if (!WriteSecretFile(dir / (stem + ".password"), b.password + "\n")) return false;
+  if (!b.ca_pem.empty()) std::ofstream(dir / (stem + "-ca.crt"), std::ios::binary) << b.ca_pem;
+  return true;
+}
+
+// The variables that name them: PREFIX_URL, PREFIX_USER, PREFIX_PASSWORD_FILE and
+// PREFIX_CA (stream/mqtt.h: MqttOptionsFromEnvironment).
+void AddBrokerEnv(std::vector<std::string>& env, std::string_view prefix, const std::filesystem::path& dir,
+                  const std::string& stem, const SiteBroker& b) {
+  env.push_back(fmt::format("{}_URL={}", prefix, b.url));
+  if (!b.user.empty()) env.push_back(fmt::format("{}_USER={}", prefix, b.user));
+  env.push_back(fmt::format("{}_PASSWORD_FILE={}", prefix, (dir / (stem + ".password")).string()));
+  if (!b.ca_pem.empty()) env.push_back(fmt::format("{}_CA={}", prefix, (dir / (stem + "-ca.crt")).string()));
 }
 
 // Hands `dir` and everything in it to `uid`, readable by it alone.
@@ -474,6 +487,14 @@ void Executor::RunCommand(Running_& task) {
   const fs::path dir = tasks_root_ /
                        fmt::format("{}-{}-{}", a.key.job, a.key.task, a.key.attempt);
   std::error_code ec;
+  // A task that cannot start: its directory goes, and it fails saying why.
+  auto refuse = [&](std::string why) {
+    fs::remove_all(dir, ec);
+    u.kind = model::UpdateKind::kFailed;
+    u.exit_code = 127;
+    u.reason = std::move(why);
+    Finish(a.key, std::move(u));
+  };
   fs::create_directories(dir / "inputs", ec);
   if (!ec) fs::create_directories(dir / "checkpoints", ec);
   std::vector<std::string> inputs;
@@ -494,20 +515,12 @@ void Executor::RunCommand(Running_& task) {
   const bool wants_broker = mqtt != a.env.end() && mqtt->second == "site";
   if (wants_broker && !ec) {
     if (options_.site_broker.url.empty()) {
-      fs::remove_all(dir, ec);
-      u.kind = model::UpdateKind::kFailed;
-      u.exit_code = 127;
-      u.reason = fmt::format("the task asks for its site's MQTT broker (MERIDIAN_MQTT=site), but site '{}' has none "
-                             "(meridian up starts one at each edge site)",
-                             options_.site);
-      Finish(a.key, std::move(u));
+      refuse(fmt::format("the task asks for its site's MQTT broker (MERIDIAN_MQTT=site), but site '{}' has none "
+                         "(meridian up starts one at each edge site)",
+                         options_.site));
       return;
     }
-    // Its own copies, which become the task's user's with the directory.
-    if (!WriteSecretFile(dir / "mqtt.password", options_.site_broker.password + "\n")) {
-      ec = std::make_error_code(std::errc::io_error);
-    }
-    if (!options_.site_broker.ca_pem.empty()) std::ofstream(dir / "mqtt-ca.crt", std::ios::binary) << options_.site_broker.ca_pem;
+    if (!WriteBrokerFiles(dir, "mqtt", options_.site_broker)) ec = std::make_error_code(std::errc::io_error);
   }
   // A stream whose sink is another site's broker: this site's user there, which may
   // publish only under sites/THIS_SITE/.
@@ -515,21 +528,14 @@ void Executor::RunCommand(Running_& task) {
   if (const auto sink = a.env.find("MERIDIAN_MQTT_SINK"); wants_broker && sink != a.env.end() && !ec) {
     const auto peer = options_.peer_brokers.find(sink->second);
     if (peer == options_.peer_brokers.end()) {
-      fs::remove_all(dir, ec);
-      u.kind = model::UpdateKind::kFailed;
-      u.exit_code = 127;
-      u.reason = fmt::format("the task's stream sends its results to site '{}' (MERIDIAN_MQTT_SINK), but this agent "
-                             "knows no broker there (meridian up gives each edge site's agents the others' brokers: "
-                             "--peer-broker)",
-                             sink->second.substr(0, 128));
-      Finish(a.key, std::move(u));
+      refuse(fmt::format("the task's stream sends its results to site '{}' (MERIDIAN_MQTT_SINK), but this agent knows "
+                         "no broker there (meridian up gives each edge site's agents the others' brokers: "
+                         "--peer-broker)",
+                         sink->second.substr(0, 128)));
       return;
     }
     sink_broker = &peer->second;
-    if (!WriteSecretFile(dir / "mqtt-sink.password", sink_broker->password + "\n")) {
-      ec = std::make_error_code(std::errc::io_error);
-    }
-    if (!sink_broker->ca_pem.empty()) std::ofstream(dir / "mqtt-sink-ca.crt", std::ios::binary) << sink_broker->ca_pem;
+    if (!WriteBrokerFiles(dir, "mqtt-sink", *sink_broker)) ec = std::make_error_code(std::errc::io_error);
   }
   // A stream's state (its checkpoint and ingest log) outlives the attempt: the next
   // one on this node restores it. The first attempt starts with none.
@@ -553,11 +559,7 @@ void Executor::RunCommand(Running_& task) {
     Status given = GiveDirectory(dir, p.uid);
     if (given.ok() && !stream_state.empty()) given = GiveDirectory(stream_state, p.uid);
     if (!given.ok()) {
-      fs::remove_all(dir, ec);
-      u.kind = model::UpdateKind::kFailed;
-      u.exit_code = 127;
-      u.reason = given.message();
-      Finish(a.key, std::move(u));
+      refuse(given.message());
       return;
     }
   }
@@ -604,19 +606,10 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT_DIR={}", (dir / "checkpoints").string()));
   if (task.checkpoint_fetched) p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT={}", (dir / "checkpoint").string()));
   if (wants_broker) {
-    const SiteBroker& b = options_.site_broker;
-    p.env.push_back("MERIDIAN_MQTT_URL=" + b.url);
-    if (!b.user.empty()) p.env.push_back("MERIDIAN_MQTT_USER=" + b.user);
-    p.env.push_back("MERIDIAN_MQTT_PASSWORD_FILE=" + (dir / "mqtt.password").string());
-    if (!b.ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_CA=" + (dir / "mqtt-ca.crt").string());
+    AddBrokerEnv(p.env, "MERIDIAN_MQTT", dir, "mqtt", options_.site_broker);
     if (!stream_state.empty()) p.env.push_back("MERIDIAN_STREAM_STATE_DIR=" + stream_state.string());
   }
-  if (sink_broker != nullptr) {
-    p.env.push_back("MERIDIAN_MQTT_SINK_URL=" + sink_broker->url);
-    p.env.push_back("MERIDIAN_MQTT_SINK_USER=" + sink_broker->user);
-    p.env.push_back("MERIDIAN_MQTT_SINK_PASSWORD_FILE=" + (dir / "mqtt-sink.password").string());
-    if (!sink_broker->ca_pem.empty()) p.env.push_back("MERIDIAN_MQTT_SINK_CA=" + (dir / "mqtt-sink-ca.crt").string());
-  }
+  if (sink_broker != nullptr) AddBrokerEnv(p.env, "MERIDIAN_MQTT_SINK", dir, "mqtt-sink", *sink_broker);
   p.env.push_back(fmt::format("MERIDIAN_DEVICE_TYPE={}", a.device_type));
   p.env.push_back(fmt::format("MERIDIAN_DEVICES={}", devices));
   // Emulated devices are not GPUs the program could open: it sees none.

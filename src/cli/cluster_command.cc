@@ -273,6 +273,13 @@ StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o,
   return security::LoadCredentials(dir.string(), "node");
 }
 
+// A password file's one line, without its newline.
+StatusOr<std::string> ReadPasswordFile(const fs::path& path) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string password, ReadSmallFile(path));
+  while (!password.empty() && password.back() == '\n') password.pop_back();
+  return password;
+}
+
 }  // namespace
 
 Status RunAgent(const AgentCommandOptions& given) {
@@ -340,10 +347,7 @@ Status RunAgent(const AgentCommandOptions& given) {
     options.site_broker.url = o.site_broker.broker;
     options.site_broker.user = o.site_broker.user;
     if (!o.site_broker.password_file.empty()) {
-      MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.password, ReadSmallFile(o.site_broker.password_file));
-      while (!options.site_broker.password.empty() && options.site_broker.password.back() == '\n') {
-        options.site_broker.password.pop_back();
-      }
+      MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.password, ReadPasswordFile(o.site_broker.password_file));
     }
     if (!o.site_broker.ca.empty()) {
       MERIDIAN_ASSIGN_OR_RETURN(options.site_broker.ca_pem, ReadSmallFile(o.site_broker.ca));
@@ -365,8 +369,7 @@ Status RunAgent(const AgentCommandOptions& given) {
     agent::SiteBroker& b = options.peer_brokers[f[0]];
     b.url = f[1];
     b.user = f[2];
-    MERIDIAN_ASSIGN_OR_RETURN(b.password, ReadSmallFile(f[3]));
-    while (!b.password.empty() && b.password.back() == '\n') b.password.pop_back();
+    MERIDIAN_ASSIGN_OR_RETURN(b.password, ReadPasswordFile(f[3]));
     b.ca_pem = options.site_broker.ca_pem;
   }
   options.task_uid_base = o.task_uid_base >= 0 ? o.task_uid_base : geteuid() == 0 ? 200'000 : 0;
@@ -715,8 +718,7 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
         const fs::path file = d / (user + ".password");
         std::string password;
         if (fs::exists(file)) {
-          MERIDIAN_ASSIGN_OR_RETURN(password, ReadSmallFile(file));
-          while (!password.empty() && password.back() == '\n') password.pop_back();
+          MERIDIAN_ASSIGN_OR_RETURN(password, ReadPasswordFile(file));
         } else {
           MERIDIAN_ASSIGN_OR_RETURN(password, security::RandomHex(24));
           MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(file, password + "\n", true));

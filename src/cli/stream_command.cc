@@ -103,20 +103,16 @@ Status RunStreamCommand(const StreamRunCommandOptions& o, std::ostream& out, std
   };
   MERIDIAN_ASSIGN_OR_RETURN(run.ops, ChooseDevice(o.device, "stream run"));
   // A dataset sink's results go to a file (the state directory's, which a restore
-  // cuts back to its checkpoint), then to stdout as the task's output (the dataset's
-  // shard); what the run counted then goes to stderr.
+  // cuts back to its checkpoint; without one, a temporary file), then to stdout as the
+  // task's output (the dataset's shard); what the run counted then goes to stderr.
   std::unique_ptr<TempDir> temp_results;
-  if (!spec.sink_dataset.empty()) {
-    if (!run.state_dir.empty()) {
-      run.results_file = run.state_dir + "/results";
-    } else {
-      MERIDIAN_ASSIGN_OR_RETURN(temp_results, TempDir::Make("meridian-stream"));
-      run.results_file = temp_results->path() + "/results";
-    }
+  if (!spec.sink_dataset.empty() && run.state_dir.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(temp_results, TempDir::Make("meridian-stream"));
+    run.results_file = temp_results->path() + "/results";
   }
   StopOnSignals();
   MERIDIAN_ASSIGN_OR_RETURN(ws::StreamRunReport report, ws::RunStream(spec, run, g_stop));
-  if (!spec.sink_dataset.empty()) MERIDIAN_RETURN_IF_ERROR(ws::CopyResults(run.results_file, report.sink_bytes, out));
+  if (!spec.sink_dataset.empty()) MERIDIAN_RETURN_IF_ERROR(ws::CopyResults(report.results_file, report.sink_bytes, out));
   std::ostream& counted = spec.sink_dataset.empty() ? out : err;
   const ws::StreamCounters& c = report.counters;
   if (o.json) {

@@ -110,4 +110,8 @@ ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span
 // sends, without SIGPIPE; false when the socket fails or the peer closed.
 bool SendAll(int socket, std::string_view data);
 
+// Writes every byte of `data` to a descriptor (a file, a pipe), retrying on EINTR and
+// partial writes; false (errno set) when a write fails.
+bool WriteAll(int fd, std::string_view data);
+
 }  // namespace meridian

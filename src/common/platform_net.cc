@@ -281,6 +281,16 @@ ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span
   return n;
 }
 
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
 bool SendAll(int socket, std::string_view data) {
   while (!data.empty()) {
     const ssize_t n = send(socket, data.data(), data.size(), MSG_NOSIGNAL);

@@ -77,12 +77,12 @@ StatusOr<model::SensorRecord> ParseResultAsRecord(std::string_view payload, std:
   };
   model::SensorRecord r;
   const json* device = field("device");
-  if (device == nullptr || !device->is_string() || device->get<std::string>().empty() ||
-      device->get<std::string>().size() > model::kMaxDeviceNameBytes) {
+  const std::string* name = device != nullptr && device->is_string() ? device->get_ptr<const std::string*>() : nullptr;
+  if (name == nullptr || name->empty() || name->size() > model::kMaxDeviceNameBytes) {
     return Malformed(fmt::format("a window result's 'device' must be a string of 1 to {} bytes",
                                  model::kMaxDeviceNameBytes));
   }
-  r.device = device->get<std::string>();
+  r.device = *name;
   const json* start = field("window_start_ms");
   const json* end = field("window_end_ms");
   if (start == nullptr || end == nullptr || !start->is_number_integer() || !end->is_number_integer() ||

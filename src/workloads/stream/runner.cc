@@ -72,6 +72,7 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
                                       spec.name, options.state_dir));
       }
       report.ended_before = true;
+      report.results_file = state->results_path();
       report.sink_bytes = from->sink_bytes;
       report.counters = engine.counters();
       report.cpu_us = ThreadCpuUs() - cpu_start;
@@ -94,14 +95,15 @@ StatusOr<StreamRunReport> RunStream(const model::StreamSpec& spec, const StreamR
   if (restored_from) pending = std::move(restored_from->results);
   const int64_t pending_at_start = static_cast<int64_t>(pending.size());
   if (!spec.sink_dataset.empty()) {
-    if (options.results_file.empty()) {
+    report.results_file = state ? state->results_path() : options.results_file;
+    if (report.results_file.empty()) {
       return InvalidArgumentError(fmt::format("stream {}: its sink is a dataset, and the run was given no file for "
                                               "its results",
                                               spec.name));
     }
     const int64_t keep = restored_from ? restored_from->sink_bytes : 0;
     MERIDIAN_ASSIGN_OR_RETURN(
-        file, ResultFile::Open(options.results_file, keep, static_cast<int64_t>(model::kMaxObjectOutputBytes)));
+        file, ResultFile::Open(report.results_file, keep, static_cast<int64_t>(model::kMaxObjectOutputBytes)));
   } else {
     ResultSinkOptions sink_opts;
     sink_opts.mqtt = options.sink_mqtt ? *options.sink_mqtt : options.mqtt;

@@ -42,8 +42,8 @@ struct StreamRunOptions {
   // of each checkpoint goes for the agent to keep as an object (MERIDIAN_CHECKPOINT_DIR).
   std::string checkpoint_file;
   std::string checkpoint_copy_dir;
-  // A dataset sink's (spec.sink_dataset): the file its results go to (sink.h:
-  // ResultFile); with state_dir, the directory's. Required with such a sink.
+  // A dataset sink's (spec.sink_dataset) without a state directory: the file its
+  // results go to (sink.h: ResultFile). With state_dir they go to the directory's.
   std::string results_file;
   // Said once at the start of a run that restores (what it restored, what it replays).
   std::function<void(const std::string&)> on_notice;
@@ -55,7 +55,8 @@ struct StreamRunReport {
   int64_t unsent = 0;     // results it had not acknowledged when the run stopped
   int64_t sink_disconnects = 0;
   int64_t source_reconnects = 0;
-  // A dataset sink's: how long the results file is (what the stream wrote to it).
+  // A dataset sink's: the results file, and how long it is (what the stream wrote to it).
+  std::string results_file;
   int64_t sink_bytes = 0;
   bool backpressure = false;  // max_pending_results results waited at some point
   // With a state directory: where the state came from ("" none, "local" the

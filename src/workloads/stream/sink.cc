@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "common/net.h"
+
 namespace meridian::workloads::stream {
 namespace {
 
@@ -216,15 +218,7 @@ Status ResultFile::Append(std::string_view result) {
   line.reserve(result.size() + 1);
   line.append(result);
   line += '\n';
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    const ssize_t n = write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return UnavailableError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  if (!WriteAll(fd_, line)) return UnavailableError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
   bytes_ += static_cast<int64_t>(line.size());
   return OkStatus();
 }

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "common/net.h"
 #include "model/run_state.h"
 #include "model/stream.h"
 #include "spec/yaml_reader.h"
@@ -33,24 +34,13 @@ Status Errno(std::string_view what, const std::string& path) {
   return UnavailableError(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
 }
 
-bool WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Writes `bytes` to dir/name whole: a temporary file renamed over it.
 Status WriteWhole(const std::string& dir, const std::string& name, std::string_view bytes) {
   const std::string tmp = dir + "/." + name + ".tmp";
   const std::string path = dir + "/" + name;
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot write", tmp);
-  const bool ok = WriteAll(fd, bytes.data(), bytes.size());
+  const bool ok = WriteAll(fd, bytes);
   close(fd);
   if (!ok) return Errno("cannot write", tmp);
   if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename into place", path);
@@ -282,7 +272,7 @@ Status StreamState::Append(std::string_view payload) {
   buf[2] = static_cast<char>((n >> 16) & 0xff);
   buf[3] = static_cast<char>((n >> 24) & 0xff);
   std::memcpy(buf + 4, payload.data(), size);
-  if (!WriteAll(segment_fd_, buf, 4 + size)) return Errno("cannot append to", SegmentPath(segment_));
+  if (!WriteAll(segment_fd_, std::string_view(buf, 4 + size))) return Errno("cannot append to", SegmentPath(segment_));
   log_bytes_ += 4 + static_cast<int64_t>(size);
   return OkStatus();
 }
