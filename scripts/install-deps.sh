@@ -12,6 +12,7 @@ packages=(
   iproute2 nftables iputils-ping systemd curl slurm-wlm munge python3-kubernetes python3-yaml
   python3-torch python3-sklearn openmpi-bin python3-mpi4py
   mosquitto mosquitto-clients libmosquitto-dev
+  libh2o-evloop-dev wrk
   python3-dev pybind11-dev python3-cloudpickle python3-pytest python3-distributed
   clang libclang-rt-14-dev
   chromium

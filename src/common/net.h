@@ -94,6 +94,13 @@ class TcpListener {
   StatusOr<std::unique_ptr<TcpStream>> Accept();
   void Shutdown();
   int port() const { return port_; }
+  // Hands the listening socket to an event loop (workloads/serving's HTTP server),
+  // which closes it; this listener then owns nothing.
+  int ReleaseFd() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   TcpListener(int fd, int port) : fd_(fd), port_(port) {}

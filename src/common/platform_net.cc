@@ -229,7 +229,9 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::ListenLocal(std::string_view
   return std::unique_ptr<TcpListener>(new TcpListener(fd, 0));
 }
 
-TcpListener::~TcpListener() { close(fd_); }
+TcpListener::~TcpListener() {
+  if (fd_ >= 0) close(fd_);
+}
 
 StatusOr<std::unique_ptr<TcpStream>> TcpListener::Accept() {
   while (true) {

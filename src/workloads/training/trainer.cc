@@ -17,8 +17,6 @@ constexpr std::string_view kMagic = "MRCK";
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 4 + 8 + 8 + 8;  // magic, version, hidden, step, loss, count
 
-int64_t ParameterCount(int32_t hidden) { return int64_t{kDigitPixels + 1 + kDigitClasses} * hidden + kDigitClasses; }
-
 template <typename T>
 void Append(std::string& out, T v) {
   char b[sizeof(T)];
@@ -97,6 +95,20 @@ std::string EncodeCheckpoint(const Checkpoint& c, int32_t hidden) {
   out.append(reinterpret_cast<const char*>(c.state.data()), c.state.size() * sizeof(float));
   Append<uint32_t>(out, Crc(out));
   return out;
+}
+
+int64_t ParameterCount(int32_t hidden) { return int64_t{kDigitPixels + 1 + kDigitClasses} * hidden + kDigitClasses; }
+
+StatusOr<int32_t> CheckpointHidden(std::string_view bytes) {
+  if (bytes.size() < kHeaderBytes || bytes.substr(0, 4) != kMagic) {
+    return DataLossError("not a checkpoint of Meridian's trainer (no MRCK header)");
+  }
+  int32_t hidden;
+  std::memcpy(&hidden, bytes.data() + 8, sizeof(hidden));
+  if (hidden < 1 || hidden > kernels::kMaxMlpWidth) {
+    return DataLossError(fmt::format("the checkpoint's hidden size {} is not in 1..{}", hidden, kernels::kMaxMlpWidth));
+  }
+  return hidden;
 }
 
 int64_t CheckpointBytes(int32_t hidden) {

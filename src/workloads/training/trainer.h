@@ -72,6 +72,12 @@ Status CheckTrainOptions(const TrainOptions& options, int64_t images, int world)
 // "MRCK" magic, a version, hidden size, step, element count, the floats (little
 // endian), and a CRC-32 of all before it.
 std::string EncodeCheckpoint(const Checkpoint& c, int32_t hidden);
+// The model's parameters (w1, b1, w2, b2: kernels::MlpShape's layout), which a
+// checkpoint's state begins with.
+int64_t ParameterCount(int32_t hidden);
+// The hidden size an encoded checkpoint's header names (kDataLoss when it is not one,
+// or the size is out of range); DecodeCheckpoint then checks the rest.
+StatusOr<int32_t> CheckpointHidden(std::string_view bytes);
 // The size of an encoded checkpoint of a model with `hidden` hidden units.
 int64_t CheckpointBytes(int32_t hidden);
 // Refuses (kDataLoss, naming what) bytes that are not a checkpoint of a model with

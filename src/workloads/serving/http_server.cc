@@ -1,0 +1,269 @@
+#include "workloads/serving/http_server.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+
+#include <chrono>
+#include <future>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <h2o.h>  // H2O_USE_LIBUV=0 comes from CMake: h2o's own event loop
+
+#include "common/logging.h"
+#include "common/net.h"
+
+namespace meridian::serving {
+
+namespace {
+
+// A function run on the loop thread: every cross-thread hand-over is one of these.
+struct LoopTask {
+  h2o_multithread_message_t message;  // first: the queue links through it
+  std::function<void()> fn;
+};
+
+const char* Reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
+  }
+}
+
+}  // namespace
+
+struct HttpServer::State {
+  Options options;
+  Handler handler;
+  h2o_globalconf_t config{};
+  h2o_context_t context{};
+  h2o_accept_ctx_t accept{};
+  h2o_evloop_t* loop = nullptr;
+  h2o_socket_t* listener = nullptr;
+  h2o_multithread_queue_t* queue = nullptr;
+  h2o_multithread_receiver_t receiver{};
+  std::string bearer;  // "Bearer TOKEN", or empty
+  std::atomic<bool> stopping{false};
+  std::mutex post_mu;  // a post and the loop's end do not cross
+  bool stopped = false;  // GUARDED_BY(post_mu): nothing more is posted
+  std::thread::id loop_thread;
+};
+
+struct Reply::Impl {
+  HttpServer::State* server = nullptr;
+  h2o_req_t* req = nullptr;  // null once the request is gone (its pool disposed)
+  bool sent = false;         // loop thread only, as is req
+
+  // On the loop thread.
+  void SendNow(const HttpResponse& r) {
+    if (sent || req == nullptr) return;
+    sent = true;
+    req->res.status = r.status;
+    req->res.reason = Reason(r.status);
+    const h2o_iovec_t type = h2o_strdup(&req->pool, r.content_type.data(), r.content_type.size());
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, nullptr, type.base, type.len);
+    if (r.retry_after_s > 0) {
+      const std::string after = std::to_string(r.retry_after_s);
+      const h2o_iovec_t v = h2o_strdup(&req->pool, after.data(), after.size());
+      h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, nullptr, v.base, v.len);
+    }
+    h2o_send_inline(req, r.body.data(), r.body.size());
+  }
+};
+
+namespace {
+
+// Lives in the request's pool: when h2o disposes the request, its Reply learns so.
+struct ReplyAnchor {
+  std::shared_ptr<Reply::Impl> impl;
+};
+
+void DisposeAnchor(void* p) {
+  auto* anchor = static_cast<ReplyAnchor*>(p);
+  anchor->impl->req = nullptr;
+  anchor->~ReplyAnchor();
+}
+
+struct HandlerSlot {
+  h2o_handler_t super;  // first: h2o hands us this pointer
+  HttpServer::State* state;
+};
+
+void Post(HttpServer::State* s, std::function<void()> fn) {
+  std::lock_guard lock(s->post_mu);
+  if (s->stopped) return;
+  auto* task = new LoopTask{};
+  task->fn = std::move(fn);
+  h2o_multithread_send_message(&s->receiver, &task->message);
+}
+
+void OnMessages(h2o_multithread_receiver_t*, h2o_linklist_t* messages) {
+  while (!h2o_linklist_is_empty(messages)) {
+    auto* message = H2O_STRUCT_FROM_MEMBER(h2o_multithread_message_t, link, messages->next);
+    h2o_linklist_unlink(&message->link);
+    std::unique_ptr<LoopTask> task(reinterpret_cast<LoopTask*>(message));
+    task->fn();
+  }
+}
+
+int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
+  HttpServer::State* s = reinterpret_cast<HandlerSlot*>(self)->state;
+  auto impl = std::make_shared<Reply::Impl>();
+  impl->server = s;
+  impl->req = req;
+  auto* anchor = static_cast<ReplyAnchor*>(h2o_mem_alloc_shared(&req->pool, sizeof(ReplyAnchor), DisposeAnchor));
+  new (anchor) ReplyAnchor{impl};
+  if (!s->bearer.empty()) {
+    const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    const bool ok = at >= 0 && std::string_view(req->headers.entries[at].value.base,
+                                                 req->headers.entries[at].value.len) == s->bearer;
+    if (!ok) {
+      impl->SendNow(JsonError(401, at >= 0 ? "the bearer token is not this service's"
+                                           : "no 'Authorization: Bearer TOKEN' header: this service needs its token"));
+      return 0;
+    }
+  }
+  HttpRequest request;
+  request.method = std::string_view(req->method.base, req->method.len);
+  request.path = std::string_view(req->path.base, req->path.len);
+  if (req->entity.base != nullptr) request.body = std::string_view(req->entity.base, req->entity.len);
+  request.version = req->version;
+  s->handler(request, std::unique_ptr<Reply>(new Reply(impl)));
+  return 0;
+}
+
+void OnAccept(h2o_socket_t* listener, const char* err) {
+  if (err != nullptr) return;
+  auto* s = static_cast<HttpServer::State*>(listener->data);
+  h2o_socket_t* sock = h2o_evloop_socket_accept(listener);
+  if (sock == nullptr) return;
+  h2o_accept(&s->accept, sock);
+}
+
+bool HasConnections(h2o_context_t& c) {
+  return !h2o_linklist_is_empty(&c.http1._conns) || !h2o_linklist_is_empty(&c.http2._conns);
+}
+
+}  // namespace
+
+Reply::~Reply() {
+  if (impl_ == nullptr) return;
+  // An unsent reply (a handler's bug or an exception) still answers its client.
+  Send(JsonError(500, "the handler returned no response"));
+}
+
+void Reply::Send(HttpResponse response) {
+  std::shared_ptr<Impl> impl = std::move(impl_);
+  if (impl == nullptr) return;
+  if (std::this_thread::get_id() == impl->server->loop_thread) {
+    impl->SendNow(response);
+    return;
+  }
+  Post(impl->server, [impl, response = std::move(response)] { impl->SendNow(response); });
+}
+
+HttpResponse JsonError(int status, std::string_view message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = nlohmann::json{{"error", message}}.dump() + "\n";
+  return r;
+}
+
+HttpServer::HttpServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler handler) {
+  if (options.max_body_bytes < 1) return InvalidArgumentError("max_body_bytes must be positive");
+  MERIDIAN_ASSIGN_OR_RETURN(auto listener, TcpListener::Listen(options.host, options.port));
+  const int port = listener->port();
+  const int fd = listener->ReleaseFd();
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+
+  auto state = std::make_unique<State>();
+  State* s = state.get();
+  s->options = std::move(options);
+  s->handler = std::move(handler);
+  if (!s->options.token.empty()) s->bearer = "Bearer " + s->options.token;
+  h2o_config_init(&s->config);
+  s->config.server_name = h2o_iovec_init(s->options.name.data(), s->options.name.size());
+  s->config.max_request_entity_size = static_cast<size_t>(s->options.max_body_bytes);
+  h2o_hostconf_t* host = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+  h2o_pathconf_t* path = h2o_config_register_path(host, "/", 0);
+  auto* slot = reinterpret_cast<HandlerSlot*>(h2o_create_handler(path, sizeof(HandlerSlot)));
+  slot->super.on_req = OnRequest;
+  slot->state = s;
+  s->loop = h2o_evloop_create();
+  h2o_context_init(&s->context, s->loop, &s->config);
+  s->accept.ctx = &s->context;
+  s->accept.hosts = s->config.hosts;
+  s->queue = h2o_multithread_create_queue(s->loop);
+  h2o_multithread_register_receiver(s->queue, &s->receiver, OnMessages);
+  s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+  s->listener->data = s;
+  h2o_socket_read_start(s->listener, OnAccept);
+
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(state)));
+  server->port_ = port;
+  std::promise<void> started;
+  auto running = started.get_future();
+  server->thread_ = std::thread([s, &started] {
+    s->loop_thread = std::this_thread::get_id();
+    started.set_value();
+    while (!s->stopping.load()) h2o_evloop_run(s->loop, INT32_MAX);
+    // Close the listener, ask open connections to finish, and give them a second.
+    h2o_socket_read_stop(s->listener);
+    h2o_socket_close(s->listener);
+    h2o_context_request_shutdown(&s->context);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (HasConnections(s->context) && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
+    std::lock_guard lock(s->post_mu);
+    s->stopped = true;
+  });
+  running.wait();
+  return server;
+}
+
+st_h2o_evloop_t* HttpServer::loop() const { return state_->loop; }
+
+void HttpServer::RunOnLoop(std::function<void()> fn) {
+  Post(state_.get(), std::move(fn));
+}
+
+void HttpServer::Stop() {
+  if (!thread_.joinable()) return;
+  State* s = state_.get();
+  Post(s, [s] { s->stopping.store(true); });
+  thread_.join();
+  if (HasConnections(s->context)) {
+    // Connections that did not close in time keep the loop's memory: leaking it is
+    // safer than freeing what they point into (the process is usually exiting).
+    MERIDIAN_LOG_WARN("http server on port {}: connections still open at stop", port_);
+    (void)state_.release();
+    return;
+  }
+  // Run what was posted meanwhile (replies to gone requests: dropped).
+  h2o_evloop_run(s->loop, 0);
+  // request_shutdown armed HTTP/2's graceful-shutdown timer; no connection needs it now.
+  if (h2o_timeout_is_linked(&s->context.http2._graceful_shutdown_timeout)) {
+    h2o_timeout_unlink(&s->context.http2._graceful_shutdown_timeout);
+  }
+  h2o_multithread_unregister_receiver(s->queue, &s->receiver);
+  h2o_multithread_destroy_queue(s->queue);
+  h2o_context_dispose(&s->context);
+  h2o_evloop_destroy(s->loop);
+  h2o_config_dispose(&s->config);
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+}  // namespace meridian::serving

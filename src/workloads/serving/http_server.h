@@ -1,0 +1,100 @@
+// The HTTP front of a model replica and of the gateway: HTTP/1.1 and HTTP/2 (cleartext,
+// by prior knowledge or Upgrade: h2c) on one port, served by h2o's event loop (Debian's
+// libh2o-evloop) on one thread. Every request's body is bounded before it is read
+// (413 past max_body_bytes) and, when a token is set, a request without
+// "Authorization: Bearer TOKEN" is answered 401 before any handler sees it.
+//
+// A handler runs on the loop thread and answers through its Reply, at once or later
+// from any thread (a batch computed elsewhere). A reply to a client that has gone is
+// dropped.
+//
+// Thread-safety: Start and Stop from one thread; Reply::Send from any thread, once;
+// RunOnLoop from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+struct st_h2o_evloop_t;
+
+namespace meridian::serving {
+
+struct HttpRequest {
+  std::string_view method;
+  std::string_view path;  // with its query, as sent
+  std::string_view body;
+  int version = 0x101;  // 0x100, 0x101 or 0x200 (HTTP/2)
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  // Seconds for a Retry-After header (a shed request), 0 for none.
+  int retry_after_s = 0;
+};
+
+class HttpServer;
+
+// What a handler owes its request. Send once; a Reply dropped unsent answers 500.
+class Reply {
+ public:
+  ~Reply();
+  void Send(HttpResponse response);
+
+  // Made by the server only (Impl is its own).
+  struct Impl;
+  explicit Reply(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<void(const HttpRequest&, std::unique_ptr<Reply>)>;
+
+  struct Options {
+    std::string host = "127.0.0.1";
+    int port = 0;  // 0: a free one (see port())
+    int64_t max_body_bytes = int64_t{1} << 20;
+    std::string token;  // empty: no authentication (tests of the library alone)
+    std::string name = "meridian";  // the Server header
+  };
+
+  // Listens, then serves on its own thread until Stop or destruction.
+  static StatusOr<std::unique_ptr<HttpServer>> Start(Options options, Handler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  // The loop, for clients that run on it (the gateway's upstream connections).
+  st_h2o_evloop_t* loop() const;
+  // Runs `fn` on the loop thread soon.
+  void RunOnLoop(std::function<void()> fn);
+  // Stops accepting and serving; the loop thread has ended when it returns.
+  void Stop();
+
+  struct State;
+
+ private:
+  explicit HttpServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// A JSON error body: {"error": message}.
+HttpResponse JsonError(int status, std::string_view message);
+
+}  // namespace meridian::serving

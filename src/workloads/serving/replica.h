@@ -1,0 +1,53 @@
+// A model replica: the digits MLP behind HTTP (http_server.h), its requests batched
+// (batcher.h).
+//
+//   POST /v1/predict  {"instances": [[64 pixels in 0..1], ...]}   (1..256 images)
+//     -> 200 {"predictions": [{"label": 3, "probabilities": [10 numbers]}, ...]}
+//     -> 400 naming what is wrong with the body; 503 when the replica is saturated
+//   GET /healthz       -> 200 {"status": "ok"}
+//   GET /v1/stats      -> requests, images, batches, refused, the model's hidden size
+//
+// Thread-safety: Start and destruction from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "workloads/serving/batcher.h"
+#include "workloads/serving/http_server.h"
+#include "workloads/serving/model.h"
+
+namespace meridian::serving {
+
+inline constexpr int64_t kMaxImagesPerRequest = 256;
+
+struct ReplicaOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string token;  // the bearer token callers (the gateway) must present
+  BatchOptions batch;
+};
+
+class Replica {
+ public:
+  static StatusOr<std::unique_ptr<Replica>> Start(MlpModel model, ReplicaOptions options);
+  ~Replica();
+  int port() const { return server_->port(); }
+  BatcherStats stats() const { return batcher_->stats(); }
+
+ private:
+  Replica(MlpModel model, const ReplicaOptions& options);
+  void Handle(const HttpRequest& request, std::unique_ptr<Reply> reply);
+
+  MlpModel model_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+// Parses a predict body into images (images x inputs); the error names what is wrong.
+StatusOr<std::vector<float>> ParsePredictBody(std::string_view body, int32_t inputs);
+// The predict answer for `logits` (images x classes).
+std::string PredictAnswer(std::span<const float> logits, int32_t classes);
+
+}  // namespace meridian::serving
