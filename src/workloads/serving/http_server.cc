@@ -1,11 +1,14 @@
 #include "workloads/serving/http_server.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -58,6 +61,7 @@ struct HttpServer::State {
   std::mutex post_mu;  // a post and the loop's end do not cross
   bool stopped = false;  // GUARDED_BY(post_mu): nothing more is posted
   std::thread::id loop_thread;
+  std::set<h2o_socket_t*> open;  // accepted connections, loop thread only
 };
 
 struct Reply::Impl {
@@ -100,12 +104,13 @@ struct HandlerSlot {
   HttpServer::State* state;
 };
 
-void Post(HttpServer::State* s, std::function<void()> fn) {
+bool Post(HttpServer::State* s, std::function<void()> fn) {
   std::lock_guard lock(s->post_mu);
-  if (s->stopped) return;
+  if (s->stopped) return false;
   auto* task = new LoopTask{};
   task->fn = std::move(fn);
   h2o_multithread_send_message(&s->receiver, &task->message);
+  return true;
 }
 
 void OnMessages(h2o_multithread_receiver_t*, h2o_linklist_t* messages) {
@@ -124,7 +129,10 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   impl->req = req;
   auto* anchor = static_cast<ReplyAnchor*>(h2o_mem_alloc_shared(&req->pool, sizeof(ReplyAnchor), DisposeAnchor));
   new (anchor) ReplyAnchor{impl};
-  if (!s->bearer.empty()) {
+  const std::string_view path(req->path_normalized.base, req->path_normalized.len);
+  const bool open = std::find(s->options.public_paths.begin(), s->options.public_paths.end(), path) !=
+                    s->options.public_paths.end();
+  if (!s->bearer.empty() && !open) {
     const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
     const bool ok = at >= 0 && std::string_view(req->headers.entries[at].value.base,
                                                  req->headers.entries[at].value.len) == s->bearer;
@@ -143,16 +151,32 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   return 0;
 }
 
+// What a connection's close callback needs (h2o calls it after freeing the socket).
+struct OpenSocket {
+  HttpServer::State* state;
+  h2o_socket_t* sock;  // a key only, once closed
+};
+
+void OnSocketClose(void* data) {
+  std::unique_ptr<OpenSocket> open(static_cast<OpenSocket*>(data));
+  open->state->open.erase(open->sock);
+}
+
 void OnAccept(h2o_socket_t* listener, const char* err) {
   if (err != nullptr) return;
   auto* s = static_cast<HttpServer::State*>(listener->data);
   h2o_socket_t* sock = h2o_evloop_socket_accept(listener);
   if (sock == nullptr) return;
+  s->open.insert(sock);
+  sock->on_close.cb = OnSocketClose;
+  sock->on_close.data = new OpenSocket{s, sock};
   h2o_accept(&s->accept, sock);
 }
 
-bool HasConnections(h2o_context_t& c) {
-  return !h2o_linklist_is_empty(&c.http1._conns) || !h2o_linklist_is_empty(&c.http2._conns);
+// Runs the loop until every accepted connection has closed or `ms` have passed.
+void DrainFor(HttpServer::State* s, int ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!s->open.empty() && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
 }
 
 }  // namespace
@@ -220,12 +244,16 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
     s->loop_thread = std::this_thread::get_id();
     started.set_value();
     while (!s->stopping.load()) h2o_evloop_run(s->loop, INT32_MAX);
-    // Close the listener, ask open connections to finish, and give them a second.
+    // Close the listener and ask open connections to finish (HTTP/2's GOAWAY); then
+    // shut the sockets of those still open (idle kept-alive ones), which h2o closes as
+    // it reads their end.
     h2o_socket_read_stop(s->listener);
     h2o_socket_close(s->listener);
     h2o_context_request_shutdown(&s->context);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (HasConnections(s->context) && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
+    DrainFor(s, 50);
+    for (h2o_socket_t* sock : s->open) shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+    DrainFor(s, 1000);
+    if (s->options.on_stop) s->options.on_stop();
     std::lock_guard lock(s->post_mu);
     s->stopped = true;
   });
@@ -235,8 +263,8 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
 
 st_h2o_evloop_t* HttpServer::loop() const { return state_->loop; }
 
-void HttpServer::RunOnLoop(std::function<void()> fn) {
-  Post(state_.get(), std::move(fn));
+bool HttpServer::RunOnLoop(std::function<void()> fn) {
+  return Post(state_.get(), std::move(fn));
 }
 
 void HttpServer::Stop() {
@@ -244,7 +272,7 @@ void HttpServer::Stop() {
   State* s = state_.get();
   Post(s, [s] { s->stopping.store(true); });
   thread_.join();
-  if (HasConnections(s->context)) {
+  if (!s->open.empty()) {
     // Connections that did not close in time keep the loop's memory: leaking it is
     // safer than freeing what they point into (the process is usually exiting).
     MERIDIAN_LOG_WARN("http server on port {}: connections still open at stop", port_);

@@ -68,7 +68,12 @@ class HttpServer {
     int port = 0;  // 0: a free one (see port())
     int64_t max_body_bytes = int64_t{1} << 20;
     std::string token;  // empty: no authentication (tests of the library alone)
+    // Paths answered without the token (a load balancer's health check).
+    std::vector<std::string> public_paths;
     std::string name = "meridian";  // the Server header
+    // Runs on the loop thread as it ends, after the server's connections: whoever ran
+    // clients or timers on the loop releases them here, before the loop is freed.
+    std::function<void()> on_stop;
   };
 
   // Listens, then serves on its own thread until Stop or destruction.
@@ -80,8 +85,8 @@ class HttpServer {
   int port() const { return port_; }
   // The loop, for clients that run on it (the gateway's upstream connections).
   st_h2o_evloop_t* loop() const;
-  // Runs `fn` on the loop thread soon.
-  void RunOnLoop(std::function<void()> fn);
+  // Runs `fn` on the loop thread soon; false (and `fn` dropped) once the loop has ended.
+  bool RunOnLoop(std::function<void()> fn);
   // Stops accepting and serving; the loop thread has ended when it returns.
   void Stop();
 

@@ -1,6 +1,7 @@
 #include <httplib.h>
 
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/subprocess.h"
 #include "kernels/ops.h"
 #include "workloads/serving/batcher.h"
+#include "workloads/serving/gateway.h"
 #include "workloads/serving/model.h"
 #include "workloads/serving/replica.h"
 #include "workloads/training/trainer.h"
@@ -114,13 +116,23 @@ TEST(BatcherTest, WaitsForAFullBatchOrItsDeadlineAndRefusesPastItsQueue) {
     EXPECT_EQ(batcher.stats().batches, 4);
   }
   {
-    // A long wait holds the first request: the queue (8 images) refuses the ninth.
-    Batcher batcher(*model, BatchOptions{16, 1'000'000, 16});
-    ASSERT_TRUE(batcher.Submit(Images(8, 1), [&](std::vector<float>) { ++done; }).ok());
+    // The model's thread is held in the first request's callback: 8 images fill the
+    // queue and the ninth is refused.
+    Batcher batcher(*model, BatchOptions{4, 0, 8});
+    std::promise<void> release;
+    std::atomic<bool> held{false};
+    auto hold = release.get_future();
+    ASSERT_TRUE(batcher.Submit(Images(1, 1), [&](std::vector<float>) {
+      held = true;
+      hold.wait();
+      ++done;
+    }).ok());
+    while (!held.load()) std::this_thread::yield();
     ASSERT_TRUE(batcher.Submit(Images(8, 2), [&](std::vector<float>) { ++done; }).ok());
     const Status refused = batcher.Submit(Images(1, 3), [&](std::vector<float>) { ++done; });
-    EXPECT_EQ(refused.message(), "the replica is saturated: 16 images wait for the model (at most 16)");
+    EXPECT_EQ(refused.message(), "the replica is saturated: 8 images wait for the model (at most 8)");
     EXPECT_EQ(batcher.stats().refused, 1);
+    release.set_value();
   }
   EXPECT_EQ(done.load(), 46);  // the destructor ran what was queued
 }
@@ -179,6 +191,153 @@ TEST(ReplicaTest, AnswersOverHttp1AndHttp2AndRefusesWithoutItsToken) {
   ran = RunProcess(curl, stop);
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->stdout_head, "413");
+}
+
+}  // namespace
+}  // namespace meridian::serving
+
+namespace meridian::serving {
+namespace {
+
+struct Fleet {
+  std::vector<std::unique_ptr<Replica>> replicas;
+  std::string answer;  // what every replica answers for `body`
+  std::string body;
+};
+
+Fleet StartReplicas(int n, BatchOptions batch) {
+  Fleet fleet;
+  const std::string ckpt = Checkpoint(24, 11);
+  const std::vector<float> x = Images(2, 4);
+  std::vector<float> logits(20);
+  MlpModel::FromCheckpoint(ckpt)->Infer(x, logits);
+  fleet.answer = PredictAnswer(logits, 10);
+  fleet.body = Body(x);
+  for (int i = 0; i < n; ++i) {
+    ReplicaOptions options;
+    options.token = "replica-token";
+    options.batch = batch;
+    auto r = Replica::Start(*MlpModel::FromCheckpoint(ckpt), options);
+    MERIDIAN_CHECK(r.ok());
+    fleet.replicas.push_back(*std::move(r));
+  }
+  return fleet;
+}
+
+GatewayOptions GatewayFor(const Fleet& fleet) {
+  GatewayOptions options;
+  options.token = "client-token";
+  options.replica_token = "replica-token";
+  options.probe_interval_ms = 50;
+  for (const auto& r : fleet.replicas) options.replicas.push_back({"127.0.0.1", r->port(), "here"});
+  return options;
+}
+
+template <typename Pred>
+void WaitFor(Gateway& g, Pred pred) {
+  for (int i = 0; i < 400 && !pred(g.Snapshot()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(pred(g.Snapshot())) << GatewayViewJson(g.Snapshot());
+}
+
+TEST(GatewayTest, ForwardsEveryRequestAndSendsAgainWhenAReplicaDies) {
+  Fleet fleet = StartReplicas(2, BatchOptions{8, 200, 64});
+  GatewayOptions options = GatewayFor(fleet);
+  // Probed once at the start, then not within the test: requests find the dead replica.
+  options.probe_interval_ms = 60'000;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].rtt_us > 0 && v.replicas[1].rtt_us > 0; });
+
+  httplib::Client client("127.0.0.1", g.port());
+  EXPECT_EQ(client.Get("/healthz")->status, 200);  // no token needed
+  auto anonymous = client.Post("/v1/predict", fleet.body, "application/json");
+  EXPECT_EQ(anonymous->status, 401);
+  client.set_bearer_token_auth("client-token");
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = client.Post("/v1/predict", fleet.body, "application/json");
+    ok += r && r->status == 200 && r->body == fleet.answer;
+  }
+  EXPECT_EQ(ok, 20);
+  GatewayView v = g.Snapshot();
+  EXPECT_EQ(v.replicas[0].served + v.replicas[1].served, 20);
+  EXPECT_EQ(v.requests, 20);
+
+  // The replica the gateway prefers (the nearer, one at a time) goes: the next request
+  // fails there and is sent to the other, and the rest go there directly.
+  const int near = v.replicas[0].served >= v.replicas[1].served ? 0 : 1;
+  const int far = 1 - near;
+  const int64_t far_served = v.replicas[far].served;
+  fleet.replicas[near].reset();
+  for (int i = 0; i < 20; ++i) {
+    auto r = client.Post("/v1/predict", fleet.body, "application/json");
+    ok += r && r->status == 200 && r->body == fleet.answer;
+    if (!(r && r->status == 200)) ADD_FAILURE() << (r ? std::to_string(r->status) + r->body : httplib::to_string(r.error()));
+  }
+  EXPECT_EQ(ok, 40);
+  v = g.Snapshot();
+  EXPECT_EQ(v.failed, 0);
+  EXPECT_EQ(v.shed, 0);
+  EXPECT_EQ(v.requests, 40);
+  EXPECT_EQ(v.retried, 1);
+  EXPECT_EQ(v.replicas[near].failures, 1);
+  EXPECT_FALSE(v.replicas[near].healthy);
+  EXPECT_EQ(v.replicas[far].served, far_served + 20);
+
+  // With the other gone too, the one request sent there fails, and says where.
+  const int far_port = fleet.replicas[far]->port();
+  fleet.replicas[far].reset();
+  auto none = client.Post("/v1/predict", fleet.body, "application/json");
+  EXPECT_EQ(none->status, 502);
+  EXPECT_EQ(none->body, fmt::format("{{\"error\":\"replicas 127.0.0.1:{0} failed; the last: 127.0.0.1:{0}: "
+                                    "connection failed\"}}\n", far_port));
+  auto after = client.Post("/v1/predict", fleet.body, "application/json");
+  EXPECT_EQ(after->status, 503);
+  EXPECT_EQ(after->body, "{\"error\":\"no healthy replica: 2 known, none answering its health probe\"}\n");
+  EXPECT_EQ(after->get_header_value("Retry-After"), "1");
+}
+
+TEST(GatewayTest, ShedsLoadWhenEveryReplicaIsFull) {
+  // A replica that holds each batch 300 ms; the gateway lets one request in flight to it.
+  Fleet fleet = StartReplicas(1, BatchOptions{64, 300'000, 64});
+  GatewayOptions options = GatewayFor(fleet);
+  options.max_inflight = 1;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok());
+  Gateway& g = **gateway;
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].rtt_us > 0; });
+  std::vector<std::thread> callers;
+  std::vector<int> status(3);
+  std::vector<std::string> body(3);
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(i == 0 ? 0 : 100));
+      httplib::Client client("127.0.0.1", g.port());
+      client.set_bearer_token_auth("client-token");
+      auto r = client.Post("/v1/predict", fleet.body, "application/json");
+      status[i] = r ? r->status : -1;
+      body[i] = r ? r->body : "";
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(status[0], 200);
+  EXPECT_EQ(body[0], fleet.answer);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(status[i], 503);
+    EXPECT_EQ(body[i],
+              "{\"error\":\"all 1 healthy replicas are saturated (1 requests in flight each); retry later\"}\n");
+  }
+  EXPECT_EQ(g.Snapshot().shed, 2);
+}
+
+TEST(GatewayTest, ErrorsNameTheBadOption) {
+  EXPECT_EQ(ParseReplicaEndpoint("10.0.0.1:8080@eu-west")->region, "eu-west");
+  EXPECT_EQ(ParseReplicaEndpoint("10.0.0.1:8080@").status().message(), "replica '10.0.0.1:8080@': empty region after '@'");
+  EXPECT_EQ(ParseReplicaEndpoint("nohost").status().message(), "replica 'nohost' 'nohost': expected host:port");
+  GatewayOptions o;
+  o.max_inflight = 0;
+  EXPECT_EQ(CheckGatewayOptions(o).message(), "max in flight 0: expected 1..100000 a replica");
 }
 
 }  // namespace

@@ -1,0 +1,543 @@
+#include "workloads/serving/gateway.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <h2o.h>  // H2O_USE_LIBUV=0 comes from CMake
+#include <h2o/http1client.h>
+
+#include "common/net.h"
+
+namespace meridian::serving {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t MicrosSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
+}
+
+void Smooth(double& average, int64_t sample_us) {
+  average = average == 0.0 ? static_cast<double>(sample_us) : 0.8 * average + 0.2 * static_cast<double>(sample_us);
+}
+
+}  // namespace
+
+StatusOr<ReplicaEndpoint> ParseReplicaEndpoint(const std::string& text) {
+  ReplicaEndpoint e;
+  std::string address = text;
+  if (const size_t at = text.find('@'); at != std::string::npos) {
+    address = text.substr(0, at);
+    e.region = text.substr(at + 1);
+    if (e.region.empty()) return InvalidArgumentError(fmt::format("replica '{}': empty region after '@'", text));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address, fmt::format("replica '{}'", text)));
+  e.host = host_port.first;
+  e.port = host_port.second;
+  return e;
+}
+
+Status CheckGatewayOptions(const GatewayOptions& o) {
+  if (o.max_inflight < 1 || o.max_inflight > 100'000) {
+    return InvalidArgumentError(fmt::format("max in flight {}: expected 1..100000 a replica", o.max_inflight));
+  }
+  if (o.max_attempts < 1 || o.max_attempts > 16) {
+    return InvalidArgumentError(fmt::format("max attempts {}: expected 1..16", o.max_attempts));
+  }
+  if (o.probe_interval_ms < 10 || o.probe_interval_ms > 60'000) {
+    return InvalidArgumentError(fmt::format("probe interval {} ms: expected 10..60000", o.probe_interval_ms));
+  }
+  if (o.upstream_timeout_ms < 10 || o.upstream_timeout_ms > 600'000) {
+    return InvalidArgumentError(fmt::format("upstream timeout {} ms: expected 10..600000", o.upstream_timeout_ms));
+  }
+  if (o.replicas.size() > 10'000) return InvalidArgumentError("at most 10000 replicas behind one gateway");
+  return OkStatus();
+}
+
+struct Upstream;
+
+// A timer entry with its owner (h2o hands back the entry alone).
+struct ProbeTimer {
+  h2o_timeout_entry_t entry;  // first
+  Upstream* owner;
+};
+
+struct Upstream {
+  ReplicaEndpoint endpoint;
+  Gateway::Impl* gateway = nullptr;
+  h2o_socketpool_t pool{};
+  bool removed = false;
+  bool healthy = true;  // until a probe or a request says otherwise
+  int32_t inflight = 0;
+  double rtt_us = 0.0;
+  double service_us = 0.0;
+  int64_t served = 0;
+  int64_t failures = 0;
+  ProbeTimer timer{};
+  h2o_http1client_t* probe = nullptr;
+  Clock::time_point probe_sent;
+  std::string probe_head;
+  h2o_iovec_t probe_buf{};
+};
+
+// One client request on its way through the replicas.
+struct Forward {
+  Gateway::Impl* gateway = nullptr;
+  std::unique_ptr<Reply> reply;
+  std::string body;
+  std::string path;
+  std::string method;
+  std::vector<Upstream*> tried;
+  Upstream* upstream = nullptr;
+  h2o_http1client_t* client = nullptr;
+  std::string head;
+  h2o_iovec_t bufs[2]{};
+  Clock::time_point sent;
+  int status = 0;
+  std::string content_type;
+  std::string response;
+  std::string last_error;
+};
+
+struct Gateway::Impl {
+  GatewayOptions options;
+  std::unique_ptr<HttpServer> server;
+  h2o_loop_t* loop = nullptr;
+  h2o_timeout_t io_timeout{};
+  h2o_timeout_t probe_io_timeout{};
+  h2o_timeout_t probe_interval{};
+  h2o_http1client_ctx_t client_ctx{};
+  h2o_http1client_ctx_t probe_ctx{};
+  std::vector<std::unique_ptr<Upstream>> upstreams;  // live ones first in no order; removed ones kept
+  std::set<Forward*> forwards;
+  int64_t requests = 0, retried = 0, shed = 0, failed = 0;
+  std::string bearer_line;  // "Authorization: Bearer T\r\n" or empty
+
+  void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
+  void Dispatch(Forward* f);
+  void Finish(Forward* f, HttpResponse response);
+  void Failed(Forward* f, std::string error, bool broken);
+  void Completed(Forward* f);
+  void Add(const ReplicaEndpoint& e);
+  void Probe(Upstream* u);
+  void ProbeDone(Upstream* u, bool ok);
+  void Shutdown();
+  GatewayView View() const;
+};
+
+namespace {
+
+h2o_http1client_body_cb OnHead(h2o_http1client_t* client, const char* errstr, int, int status, h2o_iovec_t,
+                               h2o_header_t* headers, size_t num_headers, int);
+
+int OnBody(h2o_http1client_t* client, const char* errstr) {
+  auto* f = static_cast<Forward*>(client->data);
+  if (errstr == nullptr || errstr == h2o_http1client_error_is_eos) {
+    h2o_buffer_t* in = client->sock->input;
+    if (static_cast<int64_t>(f->response.size() + in->size) > f->gateway->options.max_response_bytes) {
+      f->client = nullptr;
+      f->gateway->Failed(f, fmt::format("its answer is over {} bytes", f->gateway->options.max_response_bytes), false);
+      return -1;
+    }
+    f->response.append(in->bytes, in->size);
+    h2o_buffer_consume(&client->sock->input, in->size);
+  }
+  if (errstr == nullptr) return 0;
+  f->client = nullptr;
+  if (errstr == h2o_http1client_error_is_eos) {
+    f->gateway->Completed(f);
+  } else {
+    f->gateway->Failed(f, errstr, true);
+  }
+  return 0;
+}
+
+h2o_http1client_body_cb OnHead(h2o_http1client_t* client, const char* errstr, int, int status, h2o_iovec_t,
+                               h2o_header_t* headers, size_t num_headers, int) {
+  auto* f = static_cast<Forward*>(client->data);
+  if (errstr != nullptr && errstr != h2o_http1client_error_is_eos) {
+    f->client = nullptr;
+    f->gateway->Failed(f, errstr, true);
+    return nullptr;
+  }
+  f->status = status;
+  for (size_t i = 0; i < num_headers; ++i) {
+    if (h2o_lcstris(headers[i].name->base, headers[i].name->len, H2O_STRLIT("content-type"))) {
+      f->content_type.assign(headers[i].value.base, headers[i].value.len);
+    }
+  }
+  if (errstr == h2o_http1client_error_is_eos) {
+    f->client = nullptr;
+    f->gateway->Completed(f);
+    return nullptr;
+  }
+  return OnBody;
+}
+
+h2o_http1client_head_cb OnConnect(h2o_http1client_t* client, const char* errstr, h2o_iovec_t** reqbufs,
+                                  size_t* reqbufcnt, int* method_is_head) {
+  auto* f = static_cast<Forward*>(client->data);
+  if (errstr != nullptr) {
+    f->client = nullptr;
+    f->gateway->Failed(f, errstr, true);
+    return nullptr;
+  }
+  *reqbufs = f->bufs;
+  *reqbufcnt = f->body.empty() ? 1 : 2;
+  *method_is_head = 0;
+  return OnHead;
+}
+
+int OnProbeBody(h2o_http1client_t* client, const char* errstr) {
+  auto* u = static_cast<Upstream*>(client->data);
+  if (errstr == nullptr || errstr == h2o_http1client_error_is_eos) {
+    h2o_buffer_consume(&client->sock->input, client->sock->input->size);
+  }
+  if (errstr == nullptr) return 0;
+  u->probe = nullptr;
+  u->gateway->ProbeDone(u, errstr == h2o_http1client_error_is_eos);
+  return 0;
+}
+
+h2o_http1client_body_cb OnProbeHead(h2o_http1client_t* client, const char* errstr, int, int status, h2o_iovec_t,
+                                    h2o_header_t*, size_t, int) {
+  auto* u = static_cast<Upstream*>(client->data);
+  if ((errstr != nullptr && errstr != h2o_http1client_error_is_eos) || status != 200) {
+    // A body of a refusal is not read: the connection is closed with the client.
+    u->probe = nullptr;
+    u->gateway->ProbeDone(u, false);
+    return nullptr;
+  }
+  if (errstr == h2o_http1client_error_is_eos) {
+    u->probe = nullptr;
+    u->gateway->ProbeDone(u, true);
+    return nullptr;
+  }
+  return OnProbeBody;
+}
+
+h2o_http1client_head_cb OnProbeConnect(h2o_http1client_t* client, const char* errstr, h2o_iovec_t** reqbufs,
+                                       size_t* reqbufcnt, int* method_is_head) {
+  auto* u = static_cast<Upstream*>(client->data);
+  if (errstr != nullptr) {
+    u->probe = nullptr;
+    u->gateway->ProbeDone(u, false);
+    return nullptr;
+  }
+  *reqbufs = &u->probe_buf;
+  *reqbufcnt = 1;
+  *method_is_head = 0;
+  return OnProbeHead;
+}
+
+void OnProbeTimer(h2o_timeout_entry_t* entry) {
+  Upstream* u = reinterpret_cast<ProbeTimer*>(entry)->owner;
+  u->gateway->Probe(u);
+}
+
+}  // namespace
+
+void Gateway::Impl::Add(const ReplicaEndpoint& e) {
+  auto u = std::make_unique<Upstream>();
+  u->endpoint = e;
+  u->gateway = this;
+  // Resolved once, here: the pool then connects to the address without a resolver.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(e.port);
+  if (getaddrinfo(e.host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    u->healthy = false;
+    u->removed = true;  // never connectable: kept only to be reported
+    ++u->failures;
+  } else {
+    h2o_socketpool_init_by_address(&u->pool, found->ai_addr, found->ai_addrlen, 0,
+                                   static_cast<size_t>(options.max_inflight) + 1);
+    h2o_socketpool_set_timeout(&u->pool, loop, 30'000);
+    freeaddrinfo(found);
+  }
+  u->probe_head = fmt::format("GET /healthz HTTP/1.1\r\nHost: {}:{}\r\n{}\r\n", e.host, e.port, bearer_line);
+  u->probe_buf = h2o_iovec_init(u->probe_head.data(), u->probe_head.size());
+  u->timer.owner = u.get();
+  u->timer.entry.cb = OnProbeTimer;
+  Upstream* raw = u.get();
+  upstreams.push_back(std::move(u));
+  if (!raw->removed) Probe(raw);
+}
+
+void Gateway::Impl::Probe(Upstream* u) {
+  if (u->removed || u->probe != nullptr) return;
+  u->probe_sent = Clock::now();
+  h2o_http1client_connect_with_pool(&u->probe, u, &probe_ctx, &u->pool, OnProbeConnect);
+}
+
+void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
+  if (ok) {
+    Smooth(u->rtt_us, MicrosSince(u->probe_sent));
+    u->healthy = true;
+  } else {
+    u->healthy = false;
+  }
+  if (!u->removed) h2o_timeout_link(loop, &probe_interval, &u->timer.entry);
+}
+
+void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
+  if (req.path == "/healthz") {
+    reply->Send(HttpResponse{200, "{\"status\":\"ok\"}\n"});
+    return;
+  }
+  if (req.path == "/v1/gateway") {
+    reply->Send(HttpResponse{200, GatewayViewJson(View())});
+    return;
+  }
+  ++requests;
+  auto* f = new Forward();
+  f->gateway = this;
+  f->reply = std::move(reply);
+  f->body.assign(req.body);
+  f->path.assign(req.path);
+  f->method.assign(req.method);
+  forwards.insert(f);
+  Dispatch(f);
+}
+
+void Gateway::Impl::Dispatch(Forward* f) {
+  Upstream* best = nullptr;
+  double best_cost = 0.0;
+  int healthy_untried = 0;
+  for (const auto& u : upstreams) {
+    if (u->removed || !u->healthy) continue;
+    if (std::find(f->tried.begin(), f->tried.end(), u.get()) != f->tried.end()) continue;
+    ++healthy_untried;
+    if (u->inflight >= options.max_inflight) continue;
+    const double cost = u->rtt_us + u->inflight * u->service_us;
+    if (best == nullptr || cost < best_cost) {
+      best = u.get();
+      best_cost = cost;
+    }
+  }
+  if (best == nullptr) {
+    if (healthy_untried > 0) {
+      ++shed;
+      HttpResponse busy = JsonError(
+          503, fmt::format("all {} healthy replicas are saturated ({} requests in flight each); retry later",
+                           healthy_untried, options.max_inflight));
+      busy.retry_after_s = 1;
+      Finish(f, std::move(busy));
+      return;
+    }
+    ++failed;
+    int live = 0;
+    for (const auto& u : upstreams) live += u->removed ? 0 : 1;
+    if (f->tried.empty()) {
+      HttpResponse none = JsonError(503, fmt::format("no healthy replica: {} known, none answering its health probe",
+                                                     live));
+      none.retry_after_s = 1;
+      Finish(f, std::move(none));
+    } else {
+      std::string names;
+      for (const Upstream* u : f->tried) {
+        names += fmt::format("{}{}:{}", names.empty() ? "" : ", ", u->endpoint.host, u->endpoint.port);
+      }
+      Finish(f, JsonError(502, fmt::format("replicas {} failed; the last: {}", names, f->last_error)));
+    }
+    return;
+  }
+  if (!f->tried.empty()) ++retried;
+  f->tried.push_back(best);
+  f->upstream = best;
+  ++best->inflight;
+  f->status = 0;
+  f->content_type.clear();
+  f->response.clear();
+  f->head = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nContent-Type: application/json\r\n{}\r\n",
+                        f->method, f->path, best->endpoint.host, best->endpoint.port, f->body.size(), bearer_line);
+  f->bufs[0] = h2o_iovec_init(f->head.data(), f->head.size());
+  f->bufs[1] = h2o_iovec_init(f->body.data(), f->body.size());
+  f->sent = Clock::now();
+  h2o_http1client_connect_with_pool(&f->client, f, &client_ctx, &best->pool, OnConnect);
+}
+
+void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
+  Upstream* u = f->upstream;
+  --u->inflight;
+  ++u->failures;
+  if (broken) u->healthy = false;  // until its probe answers again
+  f->last_error = fmt::format("{}:{}: {}", u->endpoint.host, u->endpoint.port, error);
+  if (static_cast<int32_t>(f->tried.size()) >= options.max_attempts) {
+    ++failed;
+    Finish(f, JsonError(502, fmt::format("{} replicas tried; the last failed: {}", f->tried.size(), f->last_error)));
+    return;
+  }
+  Dispatch(f);
+}
+
+void Gateway::Impl::Completed(Forward* f) {
+  if (f->status == 503) {
+    // A saturated replica: another may have room.
+    Failed(f, "saturated (503)", false);
+    return;
+  }
+  Upstream* u = f->upstream;
+  --u->inflight;
+  ++u->served;
+  Smooth(u->service_us, MicrosSince(f->sent));
+  HttpResponse r;
+  r.status = f->status;
+  r.body = std::move(f->response);
+  if (!f->content_type.empty()) r.content_type = f->content_type;
+  Finish(f, std::move(r));
+}
+
+void Gateway::Impl::Finish(Forward* f, HttpResponse response) {
+  f->reply->Send(std::move(response));
+  forwards.erase(f);
+  delete f;
+}
+
+void Gateway::Impl::Shutdown() {
+  for (Forward* f : forwards) {
+    if (f->client != nullptr) h2o_http1client_cancel(f->client);
+    f->reply->Send(JsonError(503, "the gateway is stopping"));
+    delete f;
+  }
+  forwards.clear();
+  for (const auto& u : upstreams) {
+    if (u->probe != nullptr) h2o_http1client_cancel(u->probe);
+    u->probe = nullptr;
+    if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
+    if (u->pool.capacity != 0) h2o_socketpool_dispose(&u->pool);
+  }
+  h2o_timeout_dispose(loop, &probe_interval);
+  h2o_timeout_dispose(loop, &probe_io_timeout);
+  h2o_timeout_dispose(loop, &io_timeout);
+}
+
+GatewayView Gateway::Impl::View() const {
+  GatewayView v;
+  for (const auto& u : upstreams) {
+    if (u->removed) continue;
+    ReplicaView r;
+    r.endpoint = u->endpoint;
+    r.healthy = u->healthy;
+    r.inflight = u->inflight;
+    r.rtt_us = static_cast<int64_t>(u->rtt_us);
+    r.service_us = static_cast<int64_t>(u->service_us);
+    r.served = u->served;
+    r.failures = u->failures;
+    v.replicas.push_back(r);
+  }
+  v.requests = requests;
+  v.retried = retried;
+  v.shed = shed;
+  v.failed = failed;
+  return v;
+}
+
+std::string GatewayViewJson(const GatewayView& v) {
+  nlohmann::json replicas = nlohmann::json::array();
+  for (const ReplicaView& r : v.replicas) {
+    replicas.push_back({{"address", fmt::format("{}:{}", r.endpoint.host, r.endpoint.port)},
+                        {"region", r.endpoint.region},
+                        {"healthy", r.healthy},
+                        {"inflight", r.inflight},
+                        {"rtt_us", r.rtt_us},
+                        {"service_us", r.service_us},
+                        {"served", r.served},
+                        {"failures", r.failures}});
+  }
+  return nlohmann::json{{"replicas", replicas},
+                        {"requests", v.requests},
+                        {"retried", v.retried},
+                        {"shed", v.shed},
+                        {"failed", v.failed}}
+             .dump() + "\n";
+}
+
+Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
+  MERIDIAN_RETURN_IF_ERROR(CheckGatewayOptions(options));
+  auto impl = std::make_unique<Impl>();
+  Impl* g = impl.get();
+  g->options = std::move(options);
+  if (!g->options.replica_token.empty()) {
+    g->bearer_line = fmt::format("Authorization: Bearer {}\r\n", g->options.replica_token);
+  }
+  HttpServer::Options http;
+  http.host = g->options.host;
+  http.port = g->options.port;
+  http.token = g->options.token;
+  http.public_paths = {"/healthz"};
+  http.name = "meridian-gateway";
+  http.on_stop = [g] { g->Shutdown(); };
+  MERIDIAN_ASSIGN_OR_RETURN(g->server, HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
+    g->Handle(req, std::move(r));
+  }));
+  std::promise<void> ready;
+  auto done = ready.get_future();
+  g->server->RunOnLoop([g, &ready] {
+    g->loop = g->server->loop();
+    h2o_timeout_init(g->loop, &g->io_timeout, static_cast<uint64_t>(g->options.upstream_timeout_ms));
+    h2o_timeout_init(g->loop, &g->probe_io_timeout,
+                     static_cast<uint64_t>(std::max<int64_t>(1000, 4 * g->options.probe_interval_ms)));
+    h2o_timeout_init(g->loop, &g->probe_interval, static_cast<uint64_t>(g->options.probe_interval_ms));
+    g->client_ctx.loop = g->loop;
+    g->client_ctx.io_timeout = &g->io_timeout;
+    g->probe_ctx.loop = g->loop;
+    g->probe_ctx.io_timeout = &g->probe_io_timeout;
+    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e);
+    ready.set_value();
+  });
+  done.wait();
+  return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
+}
+
+Gateway::~Gateway() {
+  if (impl_->server != nullptr) impl_->server->Stop();
+}
+
+int Gateway::port() const { return impl_->server->port(); }
+
+void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
+  Impl* g = impl_.get();
+  std::promise<void> applied;
+  auto done = applied.get_future();
+  if (!g->server->RunOnLoop([g, &applied, replicas = std::move(replicas)] {
+        for (const auto& u : g->upstreams) {
+          if (!u->removed && std::find(replicas.begin(), replicas.end(), u->endpoint) == replicas.end()) {
+            u->removed = true;
+            if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
+          }
+        }
+        for (const ReplicaEndpoint& e : replicas) {
+          const bool known = std::any_of(g->upstreams.begin(), g->upstreams.end(), [&](const auto& u) {
+            return !u->removed && u->endpoint == e;
+          });
+          if (!known) g->Add(e);
+        }
+        applied.set_value();
+      })) {
+    return;
+  }
+  done.wait();
+}
+
+GatewayView Gateway::Snapshot() {
+  Impl* g = impl_.get();
+  std::promise<GatewayView> view;
+  auto got = view.get_future();
+  if (!g->server->RunOnLoop([g, &view] { view.set_value(g->View()); })) return GatewayView{};
+  return got.get();
+}
+
+}  // namespace meridian::serving

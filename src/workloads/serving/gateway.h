@@ -1,0 +1,99 @@
+// A region's gateway: clients call it (HTTP/1.1 or HTTP/2, http_server.h) and it
+// forwards each request to one of the service's replicas over kept-alive HTTP/1.1
+// connections, from its own event loop (no thread hand-over on the way).
+//
+// Which replica: among the healthy ones with room (fewer than max_inflight requests
+// in flight), the one with the least expected time: its measured round trip (each
+// replica's /healthz is probed every probe_interval_ms) plus its requests in flight
+// times its mean service time. So a near replica is preferred until it queues more
+// than a far one's extra distance.
+//
+// When a replica fails (it refuses the connection, the connection breaks, it answers
+// 503 saturated) the request is sent to another (at most max_attempts replicas in all;
+// predictions have no side effects, so sending one twice is safe), and a replica whose
+// connection failed is left out until a probe finds it healthy again. When every
+// healthy replica is full the gateway sheds the request: 503, saying so, with
+// Retry-After. When none is healthy: 503 naming how many it has and why.
+//
+//   GET /healthz      -> 200 {"status": "ok"} (no token needed: load balancers probe it)
+//   GET /v1/gateway   -> the replicas as the gateway sees them, and its counters
+//   anything else     -> forwarded
+//
+// Thread-safety: Start, SetReplicas, Snapshot and destruction from any one thread at
+// a time; the routing state lives on the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "workloads/serving/http_server.h"
+
+namespace meridian::serving {
+
+struct ReplicaEndpoint {
+  std::string host;
+  int port = 0;
+  std::string region;
+  friend bool operator==(const ReplicaEndpoint&, const ReplicaEndpoint&) = default;
+};
+
+// "HOST:PORT" or "HOST:PORT@REGION"; the error names the flag's value.
+StatusOr<ReplicaEndpoint> ParseReplicaEndpoint(const std::string& text);
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string region;
+  std::string token;          // clients' bearer token (empty: none asked, tests only)
+  std::string replica_token;  // what the gateway presents to replicas
+  std::vector<ReplicaEndpoint> replicas;
+  int32_t max_inflight = 64;  // a replica's requests in flight before it counts as full
+  int32_t max_attempts = 3;   // replicas tried for one request
+  int64_t probe_interval_ms = 250;
+  int64_t upstream_timeout_ms = 10'000;
+  int64_t max_response_bytes = int64_t{16} << 20;
+};
+
+Status CheckGatewayOptions(const GatewayOptions& options);
+
+struct ReplicaView {
+  ReplicaEndpoint endpoint;
+  bool healthy = false;
+  int32_t inflight = 0;
+  int64_t rtt_us = 0;      // smoothed /healthz round trip (0: not measured yet)
+  int64_t service_us = 0;  // smoothed time a forwarded request took
+  int64_t served = 0;
+  int64_t failures = 0;    // connections refused or broken, 503s
+};
+
+struct GatewayView {
+  std::vector<ReplicaView> replicas;
+  int64_t requests = 0;   // forwarded requests received
+  int64_t retried = 0;    // sent again to another replica
+  int64_t shed = 0;       // answered 503: every healthy replica full
+  int64_t failed = 0;     // answered 502/503 otherwise: no healthy replica, attempts used up
+};
+
+class Gateway {
+ public:
+  static StatusOr<std::unique_ptr<Gateway>> Start(GatewayOptions options);
+  ~Gateway();
+  int port() const;
+  // Replaces the replica set (a service scaled or re-placed): kept endpoints keep their
+  // figures and connections; removed ones finish what they have in flight.
+  void SetReplicas(std::vector<ReplicaEndpoint> replicas);
+  GatewayView Snapshot();
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string GatewayViewJson(const GatewayView& view);
+
+}  // namespace meridian::serving
