@@ -274,13 +274,13 @@ StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o,
 }
 
 // A password file's one line, without its newline.
+}  // namespace
+
 StatusOr<std::string> ReadPasswordFile(const fs::path& path) {
   MERIDIAN_ASSIGN_OR_RETURN(std::string password, ReadSmallFile(path));
   while (!password.empty() && password.back() == '\n') password.pop_back();
   return password;
 }
-
-}  // namespace
 
 Status RunAgent(const AgentCommandOptions& given) {
   spec::NodeConfig config;

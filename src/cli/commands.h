@@ -230,6 +230,42 @@ struct BenchStreamOptions {
 };
 Status RunBenchStream(const BenchStreamOptions& options, std::ostream& out);
 
+// Serving (docs/serving.md).
+struct ReplicaCommandOptions {
+  std::string model;       // a checkpoint file of the trainer's
+  std::string listen = "127.0.0.1:0";
+  std::string token_file;  // the bearer token callers present
+  int32_t max_batch = 32;
+  int64_t max_wait_us = 1000;
+  int64_t max_queued_images = 4096;
+};
+Status RunReplicaCommand(const ReplicaCommandOptions& options, std::ostream& out);
+
+struct GatewayCommandOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string region;
+  std::vector<std::string> replicas;  // HOST:PORT[@REGION]
+  std::string token_file;             // clients' bearer token
+  std::string replica_token_file;     // the replicas'
+  int32_t max_inflight = 64;
+  int32_t max_attempts = 3;
+  int64_t probe_interval_ms = 250;
+};
+Status RunGatewayCommand(const GatewayCommandOptions& options, std::ostream& out);
+
+struct BenchServeOptions {
+  int32_t hidden = 1024;
+  int32_t connections = 64;
+  int64_t seconds = 5;
+  int32_t max_batch = 32;
+  int64_t max_wait_us = 2000;
+  bool json = false;
+};
+Status RunBenchServe(const BenchServeOptions& options, std::ostream& out);
+
+// A password or token file's first line (a trailing newline dropped), bounded.
+StatusOr<std::string> ReadPasswordFile(const std::filesystem::path& path);
+
 inline constexpr int kExitBadRequest = 2;   // bad flags, a malformed spec, a missing file or job, a refused precondition
 inline constexpr int kExitUnreachable = 3;  // no coordinator (or agent) answered
 inline constexpr int kExitRefused = 4;      // no valid credential, or not allowed

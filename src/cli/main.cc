@@ -574,6 +574,47 @@ int main(int argc, char** argv) {
                              "Where windows' figures are computed: auto (the task's GPU when it has one), cpu or gpu")
       ->capture_default_str();
   stream_run_cmd->add_flag("--json", stream_run.json, "Print JSON for scripts");
+  cli::BenchServeOptions bench_serve;
+  CLI::App* bench_serve_cmd = bench_cmd->add_subcommand(
+      "serve", "Requests/s and latency of a model replica (wrk), batching on and off, and the gateway's overhead");
+  bench_serve_cmd->add_option("--hidden", bench_serve.hidden, "The MLP's hidden units")->capture_default_str();
+  bench_serve_cmd->add_option("--connections", bench_serve.connections, "wrk's connections for the throughput runs")
+      ->capture_default_str();
+  bench_serve_cmd->add_option("--seconds", bench_serve.seconds, "Length of each run")->capture_default_str();
+  bench_serve_cmd->add_option("--max-batch", bench_serve.max_batch, "Batching on: images a batch")->capture_default_str();
+  bench_serve_cmd->add_option("--max-wait-us", bench_serve.max_wait_us, "Batching on: the longest a request waits for a batch")
+      ->capture_default_str();
+  bench_serve_cmd->add_flag("--json", bench_serve.json, "Print JSON for scripts");
+
+  cli::ReplicaCommandOptions replica;
+  CLI::App* replica_cmd =
+      app.add_subcommand("replica", "Serve a model: the digits MLP from a trainer's checkpoint, over HTTP/1.1 and HTTP/2");
+  replica_cmd->add_option("--model", replica.model, "The checkpoint file")->required();
+  replica_cmd->add_option("--listen", replica.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
+  replica_cmd->add_option("--token-file", replica.token_file, "File holding the bearer token callers present")
+      ->required();
+  replica_cmd->add_option("--max-batch", replica.max_batch, "Images a batch (1: batching off)")->capture_default_str();
+  replica_cmd->add_option("--max-wait-us", replica.max_wait_us, "The longest the first image of a batch waits")
+      ->capture_default_str();
+  replica_cmd->add_option("--max-queued-images", replica.max_queued_images, "Images waiting before requests get 503")
+      ->capture_default_str();
+  cli::GatewayCommandOptions gateway;
+  CLI::App* gateway_cmd = app.add_subcommand(
+      "gateway", "A region's gateway: routes requests to the nearest healthy replica, retries, sheds load");
+  gateway_cmd->add_option("--listen", gateway.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
+  gateway_cmd->add_option("--region", gateway.region, "This gateway's region");
+  gateway_cmd->add_option("--replica", gateway.replicas, "A replica: HOST:PORT[@REGION] (repeat)")->required();
+  gateway_cmd->add_option("--token-file", gateway.token_file, "File holding the bearer token clients present")
+      ->required();
+  gateway_cmd->add_option("--replica-token-file", gateway.replica_token_file,
+                          "File holding the bearer token the replicas ask for")
+      ->required();
+  gateway_cmd->add_option("--max-inflight", gateway.max_inflight, "Requests in flight to one replica before it is full")
+      ->capture_default_str();
+  gateway_cmd->add_option("--max-attempts", gateway.max_attempts, "Replicas tried for one request")->capture_default_str();
+  gateway_cmd->add_option("--probe-interval-ms", gateway.probe_interval_ms, "Health probes of each replica")
+      ->capture_default_str();
+
   CLI::App* sensors_cmd = app.add_subcommand("sensors", "Simulated sensors for stream jobs");
   sensors_cmd->require_subcommand(1);
   cli::SensorsSimulateOptions sensors;
@@ -698,6 +739,12 @@ int main(int argc, char** argv) {
   if (gang_mpirun_cmd->parsed()) {
     status = cli::RunGangMpirun(gang_mpirun, &gang_exit);
     if (status.ok()) return gang_exit;
+  } else if (bench_serve_cmd->parsed()) {
+    status = cli::RunBenchServe(bench_serve, std::cout);
+  } else if (replica_cmd->parsed()) {
+    status = cli::RunReplicaCommand(replica, std::cout);
+  } else if (gateway_cmd->parsed()) {
+    status = cli::RunGatewayCommand(gateway, std::cout);
   } else if (bench_stream_cmd->parsed()) {
     status = cli::RunBenchStream(bench_stream, std::cout);
   } else if (stream_run_cmd->parsed()) {

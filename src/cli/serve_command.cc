@@ -1,0 +1,265 @@
+// meridian replica, meridian gateway and meridian bench serve (docs/serving.md).
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "common/net.h"
+#include "common/subprocess.h"
+#include "common/temp_dir.h"
+#include "spec/yaml_reader.h"
+#include "workloads/serving/gateway.h"
+#include "workloads/serving/replica.h"
+#include "workloads/training/digits.h"
+
+namespace meridian::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace sv = serving;
+
+// The largest checkpoint a model of kMaxMlpWidth hidden units makes, with room.
+constexpr int64_t kMaxModelFileBytes = int64_t{64} << 20;
+
+StatusOr<std::string> RequiredToken(const std::string& file, std::string_view flag, std::string_view whose) {
+  if (file.empty()) {
+    return InvalidArgumentError(fmt::format("{}: a file holding {} (every listener authenticates its callers)", flag, whose));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::string token, ReadPasswordFile(file));
+  if (token.size() < 16) {
+    return InvalidArgumentError(fmt::format("{} '{}': the token is {} characters; at least 16", flag, file, token.size()));
+  }
+  return token;
+}
+
+StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
+  if (path.empty()) return InvalidArgumentError("--model: a checkpoint file of the trainer's (meridian gang train)");
+  MERIDIAN_ASSIGN_OR_RETURN(std::string bytes, spec::ReadFileToString(path, kMaxModelFileBytes));
+  auto model = sv::MlpModel::FromCheckpoint(bytes);
+  if (!model.ok()) return InvalidArgumentError(fmt::format("--model '{}': {}", path, model.status().message()));
+  return model;
+}
+
+}  // namespace
+
+Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitHostPort(o.listen, "--listen"));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
+  MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
+  sv::ReplicaOptions options;
+  options.host = address.first;
+  options.port = address.second;
+  options.token = token;
+  options.batch = sv::BatchOptions{o.max_batch, o.max_wait_us, o.max_queued_images};
+  const int32_t hidden = model.hidden();
+  const int64_t step = model.step();
+  BlockTerminationSignals();  // before the server's threads start, so they inherit it
+  MERIDIAN_ASSIGN_OR_RETURN(auto replica, sv::Replica::Start(std::move(model), options));
+  out << fmt::format("replica: listening on {}:{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
+                     "images, waiting up to {} us)\n",
+                     address.first, replica->port(), hidden, step, o.max_batch, o.max_wait_us)
+      << std::flush;
+  WaitForTerminationSignal();
+  return OkStatus();
+}
+
+Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitHostPort(o.listen, "--listen"));
+  sv::GatewayOptions options;
+  options.host = address.first;
+  options.port = address.second;
+  options.region = o.region;
+  MERIDIAN_ASSIGN_OR_RETURN(options.token, RequiredToken(o.token_file, "--token-file", "the token clients present"));
+  MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
+                                                                 "the token the replicas ask for"));
+  if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION]: at least one");
+  for (const std::string& r : o.replicas) {
+    MERIDIAN_ASSIGN_OR_RETURN(sv::ReplicaEndpoint e, sv::ParseReplicaEndpoint(r));
+    options.replicas.push_back(e);
+  }
+  options.max_inflight = o.max_inflight;
+  options.max_attempts = o.max_attempts;
+  options.probe_interval_ms = o.probe_interval_ms;
+  BlockTerminationSignals();
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
+  out << fmt::format("gateway: listening on {}:{} ({} replicas{})\n", address.first, gateway->port(),
+                     options.replicas.size(), o.region.empty() ? "" : ", region " + o.region)
+      << std::flush;
+  WaitForTerminationSignal();
+  return OkStatus();
+}
+
+namespace {
+
+struct LoadRun {
+  std::string name;
+  int32_t connections = 0;
+  int64_t requests = 0;
+  int64_t errors = 0;  // non-2xx answers and socket errors
+  double requests_per_second = 0.0;
+  double p50_ms = 0.0;
+  double p99_ms = 0.0;
+};
+
+// wrk's Lua: POST `body` with the token, and print the figures as one JSON line.
+std::string WrkScript(const std::string& body, const std::string& token) {
+  return fmt::format(R"(wrk.method = "POST"
+wrk.body = [==[{}]==]
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {}"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('\nRESULT {{"requests":%d,"duration_us":%d,"errors":%d,"p50_us":%d,"p99_us":%d}}\n',
+    summary.requests, summary.duration, e.status + e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+)",
+                     body, token);
+}
+
+StatusOr<LoadRun> RunWrk(const std::string& wrk, const std::string& script, const std::string& name, int port,
+                         int32_t connections, int64_t seconds) {
+  ProcessOptions p;
+  p.argv = {wrk, "-t1", fmt::format("-c{}", connections), fmt::format("-d{}s", seconds), "--timeout", "10s",
+            "-s", script, fmt::format("http://127.0.0.1:{}/v1/predict", port)};
+  std::atomic<bool> stop{false};
+  MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
+  const size_t at = r.stdout_head.rfind("RESULT ");
+  if (r.exit_code != 0 || at == std::string::npos) {
+    return InternalError(fmt::format("wrk ({}) exited {}: {}{}", name, r.exit_code, r.stdout_tail, r.stderr_tail));
+  }
+  const auto j = nlohmann::json::parse(r.stdout_head.substr(at + 7), nullptr, false);
+  if (j.is_discarded()) return InternalError(fmt::format("wrk ({}): unreadable figures: {}", name, r.stdout_head));
+  LoadRun run;
+  run.name = name;
+  run.connections = connections;
+  run.requests = j["requests"].get<int64_t>();
+  run.errors = j["errors"].get<int64_t>();
+  run.requests_per_second = static_cast<double>(run.requests) / (j["duration_us"].get<double>() / 1e6);
+  run.p50_ms = j["p50_us"].get<double>() / 1000.0;
+  run.p99_ms = j["p99_us"].get<double>() / 1000.0;
+  return run;
+}
+
+// The digits MLP trained here for three epochs: a real model, from a real checkpoint.
+StatusOr<std::pair<std::string, training::TrainResult>> TrainModel(const training::Digits& digits, int32_t hidden) {
+  training::TrainOptions t;
+  t.hidden = hidden;
+  t.epochs = 3;
+  t.checkpoint_every = 1;
+  MERIDIAN_RETURN_IF_ERROR(training::CheckTrainOptions(t, digits.size(), 1));
+  training::Trainer trainer(digits, t, nullptr);
+  training::Checkpoint last;
+  MERIDIAN_ASSIGN_OR_RETURN(training::TrainResult result, trainer.Run(
+      [&](const training::Checkpoint& c) {
+        last = c;
+        return OkStatus();
+      },
+      [](const training::EpochReport&) {}));
+  return std::pair{training::EncodeCheckpoint(last, hidden), result};
+}
+
+}  // namespace
+
+Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
+  const std::string wrk = FindProgram("wrk");
+  if (wrk.empty()) return FailedPreconditionError("bench serve needs wrk (scripts/install-deps.sh installs it)");
+  if (o.connections < 2 || o.connections > 1024) return InvalidArgumentError("--connections: 2..1024");
+  if (o.seconds < 1 || o.seconds > 600) return InvalidArgumentError("--seconds: 1..600");
+  MERIDIAN_ASSIGN_OR_RETURN(std::string digits_path, training::DebianDigitsPath());
+  MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(digits_path));
+  MERIDIAN_ASSIGN_OR_RETURN(auto trained, TrainModel(digits, o.hidden));
+
+  MERIDIAN_ASSIGN_OR_RETURN(auto dir, TempDir::Make("meridian-bench-serve"));
+  const std::string replica_token = "bench-replica-token-0123456789";
+  const std::string client_token = "bench-client-token-0123456789";
+  auto start_replica = [&](sv::BatchOptions batch) -> StatusOr<std::unique_ptr<sv::Replica>> {
+    MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, sv::MlpModel::FromCheckpoint(trained.first));
+    sv::ReplicaOptions r;
+    r.token = replica_token;
+    r.batch = batch;
+    return sv::Replica::Start(std::move(model), r);
+  };
+  auto start_gateway = [&](int replica_port) {
+    sv::GatewayOptions g;
+    g.token = client_token;
+    g.replica_token = replica_token;
+    g.replicas = {{"127.0.0.1", replica_port, "local"}};
+    g.max_inflight = 4 * o.connections;
+    return sv::Gateway::Start(g);
+  };
+  const int64_t queue = std::max<int64_t>(4096, o.max_batch);
+  MERIDIAN_ASSIGN_OR_RETURN(auto unbatched, start_replica(sv::BatchOptions{1, 0, queue}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto batched, start_replica(sv::BatchOptions{o.max_batch, o.max_wait_us, queue}));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_unbatched, start_gateway(unbatched->port()));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_batched, start_gateway(batched->port()));
+
+  // One real test image a request (the last of the file: never trained on).
+  const auto last = digits.pixels.end() - training::kDigitPixels;
+  const std::string body =
+      nlohmann::json{{"instances", {std::vector<float>(last, digits.pixels.end())}}}.dump();
+  const std::string direct_script = (fs::path(dir->path()) / "direct.lua").string();
+  const std::string gateway_script = (fs::path(dir->path()) / "gateway.lua").string();
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(direct_script, WrkScript(body, replica_token)));
+  MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(gateway_script, WrkScript(body, client_token)));
+
+  std::vector<LoadRun> runs;
+  auto run = [&](const std::string& name, const std::string& script, int port, int32_t connections) -> Status {
+    MERIDIAN_ASSIGN_OR_RETURN(LoadRun r, RunWrk(wrk, script, name, port, connections, o.seconds));
+    runs.push_back(r);
+    return OkStatus();
+  };
+  // Alternated so that a slow minute of the machine falls on both sides.
+  MERIDIAN_RETURN_IF_ERROR(run("direct, 1 connection", direct_script, unbatched->port(), 1));
+  MERIDIAN_RETURN_IF_ERROR(run("gateway, 1 connection", gateway_script, gateway_unbatched->port(), 1));
+  MERIDIAN_RETURN_IF_ERROR(run("batching off", direct_script, unbatched->port(), o.connections));
+  MERIDIAN_RETURN_IF_ERROR(run("batching on", direct_script, batched->port(), o.connections));
+  MERIDIAN_RETURN_IF_ERROR(run("batching on, through the gateway", gateway_script, gateway_batched->port(),
+                               o.connections));
+  const double overhead_ms = runs[1].p50_ms - runs[0].p50_ms;
+  const double batching_ratio = runs[3].requests_per_second / std::max(1.0, runs[2].requests_per_second);
+  const sv::BatcherStats batches = batched->stats();
+  const double mean_batch = batches.batches == 0 ? 0.0 : static_cast<double>(batches.images) / batches.batches;
+
+  if (o.json) {
+    nlohmann::json j;
+    j["gateway_overhead_p50_ms"] = overhead_ms;
+    j["batching_ratio"] = batching_ratio;
+    j["model"] = {{"hidden", o.hidden}, {"test_accuracy", trained.second.test_accuracy}};
+    j["connections"] = o.connections;
+    j["seconds"] = o.seconds;
+    j["max_batch"] = o.max_batch;
+    j["max_wait_us"] = o.max_wait_us;
+    j["mean_batch_images"] = mean_batch;
+    for (const LoadRun& r : runs) {
+      j["runs"].push_back({{"name", r.name},
+                           {"connections", r.connections},
+                           {"requests", r.requests},
+                           {"errors", r.errors},
+                           {"requests_per_second", r.requests_per_second},
+                           {"p50_ms", r.p50_ms},
+                           {"p99_ms", r.p99_ms}});
+    }
+    out << j.dump(2) << "\n";
+    return OkStatus();
+  }
+  out << fmt::format("the digits MLP ({} hidden units, test accuracy {:.1f}%), one image a request, wrk for {} s a run\n",
+                     o.hidden, 100.0 * trained.second.test_accuracy, o.seconds);
+  out << fmt::format("  {:<36} {:>5} {:>12} {:>9} {:>9} {:>7}\n", "run", "conns", "requests/s", "p50 ms", "p99 ms",
+                     "errors");
+  for (const LoadRun& r : runs) {
+    out << fmt::format("  {:<36} {:>5} {:>12.0f} {:>9.3f} {:>9.3f} {:>7}\n", r.name, r.connections,
+                       r.requests_per_second, r.p50_ms, r.p99_ms, r.errors);
+  }
+  out << fmt::format("  gateway overhead at p50: {:.3f} ms (gateway {:.3f} - direct {:.3f})\n", overhead_ms,
+                     runs[1].p50_ms, runs[0].p50_ms);
+  out << fmt::format("  batching: {:.2f}x the requests/s (batches of {:.1f} images on average, up to {}, waiting up to "
+                     "{} us)\n",
+                     batching_ratio, mean_batch, o.max_batch, o.max_wait_us);
+  return OkStatus();
+}
+
+}  // namespace meridian::cli
