@@ -167,6 +167,7 @@ struct GangTrainOptions {
   training::TrainOptions train;    // but its algorithm, which is read from:
   std::string algorithm = "auto";  // auto, ring, hierarchical
   std::string device = "auto";     // auto, cpu, gpu: where gradients are computed
+  std::string save_model;          // rank 0 writes the trained model there (a checkpoint)
   int64_t timeout_us = 60'000'000;  // a collective waiting this long on a peer fails
   // An elastic gang's rank gives up rejoining after failing this long with no step done.
   int64_t rejoin_us = 600'000'000;

@@ -709,6 +709,8 @@ int main(int argc, char** argv) {
   gang_train_cmd->add_option("--checkpoint-every", gang_train.train.checkpoint_every,
                              "Steps between checkpoints (0: none), kept as objects by the agent")
       ->capture_default_str();
+  gang_train_cmd->add_option("--save-model", gang_train.save_model,
+                             "Rank 0 writes the trained model to this file (meridian replica --model serves it)");
   gang_train_cmd->add_option("--algorithm", gang_train.algorithm, "auto, ring or hierarchical")->capture_default_str();
   gang_train_cmd
       ->add_option("--device", gang_train.device,

@@ -35,10 +35,20 @@ StatusOr<std::string> RequiredToken(const std::string& file, std::string_view fl
   return token;
 }
 
+// HOST:PORT, where port 0 asks for a free one (the server prints which).
+StatusOr<std::pair<std::string, int>> ParseListen(const std::string& listen) {
+  if (listen.size() > 2 && listen.ends_with(":0")) {
+    MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(listen.substr(0, listen.size() - 1) + "1", "--listen"));
+    return std::pair{hp.first, 0};
+  }
+  return SplitHostPort(listen, "--listen");
+}
+
 StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
   if (path.empty()) return InvalidArgumentError("--model: a checkpoint file of the trainer's (meridian gang train)");
-  MERIDIAN_ASSIGN_OR_RETURN(std::string bytes, spec::ReadFileToString(path, kMaxModelFileBytes));
-  auto model = sv::MlpModel::FromCheckpoint(bytes);
+  auto bytes = spec::ReadFileToString(path, kMaxModelFileBytes);
+  if (!bytes.ok()) return Status(bytes.status().code(), fmt::format("--model: {}", bytes.status().message()));
+  auto model = sv::MlpModel::FromCheckpoint(*bytes);
   if (!model.ok()) return InvalidArgumentError(fmt::format("--model '{}': {}", path, model.status().message()));
   return model;
 }
@@ -46,7 +56,7 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
 }  // namespace
 
 Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitHostPort(o.listen, "--listen"));
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, ParseListen(o.listen));
   MERIDIAN_ASSIGN_OR_RETURN(std::string token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
   sv::ReplicaOptions options;
@@ -67,7 +77,7 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
 }
 
 Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitHostPort(o.listen, "--listen"));
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, ParseListen(o.listen));
   sv::GatewayOptions options;
   options.host = address.first;
   options.port = address.second;
@@ -149,17 +159,11 @@ StatusOr<std::pair<std::string, training::TrainResult>> TrainModel(const trainin
   training::TrainOptions t;
   t.hidden = hidden;
   t.epochs = 3;
-  t.checkpoint_every = 1;
   MERIDIAN_RETURN_IF_ERROR(training::CheckTrainOptions(t, digits.size(), 1));
   training::Trainer trainer(digits, t, nullptr);
-  training::Checkpoint last;
-  MERIDIAN_ASSIGN_OR_RETURN(training::TrainResult result, trainer.Run(
-      [&](const training::Checkpoint& c) {
-        last = c;
-        return OkStatus();
-      },
-      [](const training::EpochReport&) {}));
-  return std::pair{training::EncodeCheckpoint(last, hidden), result};
+  MERIDIAN_ASSIGN_OR_RETURN(training::TrainResult result, trainer.Run([](const training::Checkpoint&) { return OkStatus(); },
+                                                                      [](const training::EpochReport&) {}));
+  return std::pair{training::EncodeCheckpoint(trainer.Current(), hidden), result};
 }
 
 }  // namespace

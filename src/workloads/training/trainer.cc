@@ -111,6 +111,15 @@ StatusOr<int32_t> CheckpointHidden(std::string_view bytes) {
   return hidden;
 }
 
+Checkpoint Trainer::Current() const {
+  Checkpoint c;
+  c.step = step_;
+  c.epoch_loss = epoch_loss_;
+  c.state = params_;
+  c.state.insert(c.state.end(), velocity_.begin(), velocity_.end());
+  return c;
+}
+
 int64_t CheckpointBytes(int32_t hidden) {
   return static_cast<int64_t>(kHeaderBytes + 2 * ParameterCount(hidden) * sizeof(float) + 4);
 }

@@ -106,6 +106,8 @@ class Trainer {
                             const std::function<void(const EpochReport&)>& on_epoch);
 
   int64_t parameter_count() const { return static_cast<int64_t>(params_.size()); }
+  // The state now (after Run: the trained model), as a checkpoint holds it.
+  Checkpoint Current() const;
   int64_t step() const { return step_; }  // steps done
 
  private:

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# meridian replica and meridian gateway as a user runs them: a model trained by
+# `gang train --save-model`, two replicas behind a gateway, answers checked against a
+# NumPy forward pass of the same checkpoint, HTTP/1.1 and HTTP/2 through the gateway,
+# the tokens both ways, a replica killed mid-load with no request failing, and one
+# clear error line for each kind of bad input.
+set -uo pipefail
+bin=$1
+root=$2
+cd "$root"
+py=/usr/bin/python3  # Debian's, with NumPy
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+check() {  # name, want_rc, stderr_substring, command...
+  local name=$1 want=$2 needle=$3
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/err"; fail=1; return
+  fi
+  if [ -n "$needle" ] && ! grep -qF -- "$needle" "$tmp/err"; then
+    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/err"; fail=1; return
+  fi
+  if [ "$want" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+    echo "FAIL $name: expected one error line, got:"; cat "$tmp/err"; fail=1; return
+  fi
+  echo "ok   $name"
+}
+# Starts a server in the background; sets `port` to the one its first line names.
+start() {  # log, command...
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if grep -q "listening on" "$log"; then
+      port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "FAIL: no 'listening on' in $log:"; cat "$log"
+  exit 1
+}
+
+digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
+env RANK=0 WORLD_SIZE=1 MASTER_PORT=29970 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_GANG_PEERS="$tmp/peers" \
+  "$bin" gang train --data "$digits" --epochs 10 --hidden 32 --save-model "$tmp/model" >"$tmp/train.json" || {
+  echo "FAIL: gang train"; exit 1; }
+$py -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/replica-token"
+$py -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/client-token"
+chmod 600 "$tmp/replica-token" "$tmp/client-token"
+
+# The CLI's errors.
+check "replica without a model file" 2 "--model: $tmp/none: no such file" "$bin" replica --model "$tmp/none" --token-file "$tmp/replica-token"
+check "replica of a file that is no checkpoint" 2 "not a checkpoint of Meridian's trainer (no MRCK header)" \
+  "$bin" replica --model "$tmp/peers" --token-file "$tmp/replica-token"
+printf 'short\n' >"$tmp/short"
+check "replica with a short token" 2 "the token is 5 characters; at least 16" \
+  "$bin" replica --model "$tmp/model" --token-file "$tmp/short"
+check "replica without a token" 2 "--token-file is required" "$bin" replica --model "$tmp/model"
+check "replica batching nothing" 2 "max batch 0: expected 1..4096 images" \
+  "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" --max-batch 0
+check "gateway to a replica without a port" 2 "expected host:port" "$bin" gateway --replica nohost \
+  --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token"
+
+start "$tmp/r1.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
+p1=$port
+start "$tmp/r2.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
+p2=$port
+start "$tmp/g.log" "$bin" gateway --region here --replica "127.0.0.1:$p1@here" --replica "127.0.0.1:$p2@there" \
+  --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token" --probe-interval-ms 100
+g=$port
+grep -q "the digits MLP, 32 hidden units, step 230" "$tmp/r1.log" || { echo "FAIL replica's first line:"; cat "$tmp/r1.log"; fail=1; }
+
+# Every image of the file, 100 a request, through the gateway (HTTP/1.1) and straight
+# to a replica (HTTP/2), against NumPy's forward pass of the checkpoint.
+"$py" - "$tmp" "$g" "$p2" "$digits" <<'PY' || fail=1
+import gzip, json, struct, subprocess, sys
+import numpy as np
+tmp, gport, rport, digits = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+raw = open(f"{tmp}/model", "rb").read()
+assert raw[:4] == b"MRCK", raw[:4]
+hidden = struct.unpack_from("<i", raw, 8)[0]
+n = (64 + 1 + 10) * hidden + 10
+p = np.frombuffer(raw, dtype="<f4", count=n, offset=36).astype(np.float64)
+w1 = p[:64 * hidden].reshape(64, hidden); b1 = p[64 * hidden:65 * hidden]
+w2 = p[65 * hidden:75 * hidden].reshape(hidden, 10); b2 = p[75 * hidden:]
+rows = np.loadtxt(gzip.open(digits), delimiter=",")
+x, labels = rows[:, :64] / 16.0, rows[:, 64].astype(int)
+logits = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+want = logits.argmax(axis=1)
+prob = np.exp(logits - logits.max(axis=1, keepdims=True)); prob /= prob.sum(axis=1, keepdims=True)
+client = open(f"{tmp}/client-token").read().strip(); replica = open(f"{tmp}/replica-token").read().strip()
+def ask(url, token, body, *extra):
+    out = subprocess.run(["curl", "-sS", "-w", "\n%{http_code} %{http_version}", *extra, "-H", f"Authorization: Bearer {token}",
+                          "-H", "Content-Type: application/json", "--data-binary", body, url], capture_output=True, text=True)
+    text, status = out.stdout.rsplit("\n", 1)
+    return json.loads(text), status
+got_gw, got_direct = [], []
+for at in range(0, len(x), 100):
+    body = json.dumps({"instances": x[at:at + 100].tolist()})
+    a, s1 = ask(f"http://127.0.0.1:{gport}/v1/predict", client, body)
+    b, s2 = ask(f"http://127.0.0.1:{rport}/v1/predict", replica, body, "--http2-prior-knowledge")
+    assert s1 == "200 1.1" and s2 == "200 2", (s1, s2, a, b)
+    assert a == b, "the gateway's answer differs from the replica's"
+    got_gw += a["predictions"]
+labels_served = np.array([q["label"] for q in got_gw])
+assert (labels_served == want).all(), np.nonzero(labels_served != want)
+served_prob = np.array([q["probabilities"] for q in got_gw])
+assert np.abs(served_prob - prob).max() < 1e-5, np.abs(served_prob - prob).max()
+right = int((labels_served == labels).sum())
+print(f"ok   {len(x)} images through the gateway: the same labels as NumPy's forward pass, {right} right")
+assert right == int((want == labels).sum())
+PY
+
+# Tokens: none, or the replicas' own, is refused at the gateway; its health check is open.
+ct=$(cat "$tmp/client-token"); rt=$(cat "$tmp/replica-token")
+body='{"instances": [[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}'
+check "no token at the gateway" 0 "" curl -sS -o "$tmp/body" -w "%{http_code}" --data-binary "$body" "http://127.0.0.1:$g/v1/predict"
+[ "$(cat "$tmp/out")" = 401 ] && grep -qF "no 'Authorization: Bearer TOKEN' header" "$tmp/body" || { echo "FAIL anonymous: $(cat "$tmp/out") $(cat "$tmp/body")"; fail=1; }
+check "the replicas' token at the gateway" 0 "" curl -sS -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $rt" --data-binary "$body" "http://127.0.0.1:$g/v1/predict"
+[ "$(cat "$tmp/out")" = 401 ] || { echo "FAIL replicas' token: $(cat "$tmp/out")"; fail=1; }
+check "the gateway's health, no token" 0 "" curl -sSf "http://127.0.0.1:$g/healthz"
+
+# The replica the gateway prefers killed (SIGKILL) while requests come, one after
+# another: none fails.
+"$py" - "$g" "$ct" "$body" "$p1=${pids[0]}" "$p2=${pids[1]}" <<'PY' || fail=1
+import json, os, signal, subprocess, sys, urllib.request
+port, token, body = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+pid_of = {int(a.split("=")[0]): int(a.split("=")[1]) for a in sys.argv[4:]}
+def call(path, data=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, r.read()
+start = json.loads(call("/v1/gateway")[1])
+statuses = []
+for i in range(300):
+    if i == 100:
+        before = json.loads(call("/v1/gateway")[1])
+        busiest = max(before["replicas"], key=lambda r: r["served"])
+        victim = int(busiest["address"].split(":")[1])
+        os.kill(pid_of[victim], signal.SIGKILL)
+    statuses.append(call("/v1/predict", body)[0])
+assert statuses == [200] * 300, [s for s in statuses if s != 200]
+view = json.loads(call("/v1/gateway")[1])
+assert view["requests"] - start["requests"] == 300 and view["failed"] == 0 and view["shed"] == 0, view
+dead = [r for r in view["replicas"] if not r["healthy"]]
+assert len(dead) == 1 and dead[0]["address"] == busiest["address"], view
+# The next request found it dead and was sent again (unless a probe found it first).
+assert view["retried"] <= 1 and dead[0]["failures"] == view["retried"], view
+assert sum(r["served"] for r in view["replicas"]) - sum(r["served"] for r in start["replicas"]) == 300, view
+print(f"ok   300 requests, a replica killed at the 100th: 300 answered 200, {view['retried']} sent again")
+PY
+exit $fail
