@@ -288,6 +288,7 @@ void HttpServer::Stop() {
   h2o_multithread_unregister_receiver(s->queue, &s->receiver);
   h2o_multithread_destroy_queue(s->queue);
   h2o_context_dispose(&s->context);
+  h2o_evloop_run(s->loop, 0);  // frees the sockets closed above (the queue's, the pools')
   h2o_evloop_destroy(s->loop);
   h2o_config_dispose(&s->config);
 }
