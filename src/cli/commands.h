@@ -236,6 +236,7 @@ struct ReplicaCommandOptions {
   std::string model;       // a checkpoint file of the trainer's
   std::string listen = "127.0.0.1:0";
   std::string token_file;  // the bearer token callers present
+  std::string tls_cert, tls_key;
   int32_t max_batch = 32;
   int64_t max_wait_us = 1000;
   int64_t max_queued_images = 4096;
@@ -248,6 +249,7 @@ struct GatewayCommandOptions {
   std::vector<std::string> replicas;  // HOST:PORT[@REGION]
   std::string token_file;             // clients' bearer token
   std::string replica_token_file;     // the replicas'
+  std::string tls_cert, tls_key;
   int32_t max_inflight = 64;
   int32_t max_attempts = 3;
   int64_t probe_interval_ms = 250;

@@ -593,6 +593,8 @@ int main(int argc, char** argv) {
   replica_cmd->add_option("--listen", replica.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
   replica_cmd->add_option("--token-file", replica.token_file, "File holding the bearer token callers present")
       ->required();
+  replica_cmd->add_option("--tls-cert", replica.tls_cert, "HTTPS: the certificate chain (PEM; meridian certs issue)");
+  replica_cmd->add_option("--tls-key", replica.tls_key, "HTTPS: its key (PEM)");
   replica_cmd->add_option("--max-batch", replica.max_batch, "Images a batch (1: batching off)")->capture_default_str();
   replica_cmd->add_option("--max-wait-us", replica.max_wait_us, "The longest the first image of a batch waits")
       ->capture_default_str();
@@ -609,6 +611,8 @@ int main(int argc, char** argv) {
   gateway_cmd->add_option("--replica-token-file", gateway.replica_token_file,
                           "File holding the bearer token the replicas ask for")
       ->required();
+  gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
+  gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");
   gateway_cmd->add_option("--max-inflight", gateway.max_inflight, "Requests in flight to one replica before it is full")
       ->capture_default_str();
   gateway_cmd->add_option("--max-attempts", gateway.max_attempts, "Replicas tried for one request")->capture_default_str();

@@ -63,14 +63,16 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   options.host = address.first;
   options.port = address.second;
   options.token = token;
+  options.tls_cert_file = o.tls_cert;
+  options.tls_key_file = o.tls_key;
   options.batch = sv::BatchOptions{o.max_batch, o.max_wait_us, o.max_queued_images};
   const int32_t hidden = model.hidden();
   const int64_t step = model.step();
   BlockTerminationSignals();  // before the server's threads start, so they inherit it
   MERIDIAN_ASSIGN_OR_RETURN(auto replica, sv::Replica::Start(std::move(model), options));
-  out << fmt::format("replica: listening on {}:{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
+  out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
                      "images, waiting up to {} us)\n",
-                     address.first, replica->port(), hidden, step, o.max_batch, o.max_wait_us)
+                     address.first, replica->port(), o.tls_cert.empty() ? "" : " with TLS", hidden, step, o.max_batch, o.max_wait_us)
       << std::flush;
   WaitForTerminationSignal();
   return OkStatus();
@@ -90,12 +92,15 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(sv::ReplicaEndpoint e, sv::ParseReplicaEndpoint(r));
     options.replicas.push_back(e);
   }
+  options.tls_cert_file = o.tls_cert;
+  options.tls_key_file = o.tls_key;
   options.max_inflight = o.max_inflight;
   options.max_attempts = o.max_attempts;
   options.probe_interval_ms = o.probe_interval_ms;
   BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
-  out << fmt::format("gateway: listening on {}:{} ({} replicas{})\n", address.first, gateway->port(),
+  out << fmt::format("gateway: listening on {}:{}{} ({} replicas{})\n", address.first, gateway->port(),
+                     o.tls_cert.empty() ? "" : " with TLS",
                      options.replicas.size(), o.region.empty() ? "" : ", region " + o.region)
       << std::flush;
   WaitForTerminationSignal();

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <set>
 
 #include <fmt/format.h>
@@ -477,15 +476,15 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   http.host = g->options.host;
   http.port = g->options.port;
   http.token = g->options.token;
+  http.tls_cert_file = g->options.tls_cert_file;
+  http.tls_key_file = g->options.tls_key_file;
   http.public_paths = {"/healthz"};
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
   MERIDIAN_ASSIGN_OR_RETURN(g->server, HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
     g->Handle(req, std::move(r));
   }));
-  std::promise<void> ready;
-  auto done = ready.get_future();
-  g->server->RunOnLoop([g, &ready] {
+  g->server->RunOnLoopAndWait([g] {
     g->loop = g->server->loop();
     h2o_timeout_init(g->loop, &g->io_timeout, static_cast<uint64_t>(g->options.upstream_timeout_ms));
     h2o_timeout_init(g->loop, &g->probe_io_timeout,
@@ -496,9 +495,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     g->probe_ctx.loop = g->loop;
     g->probe_ctx.io_timeout = &g->probe_io_timeout;
     for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e);
-    ready.set_value();
   });
-  done.wait();
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
 
@@ -510,9 +507,7 @@ int Gateway::port() const { return impl_->server->port(); }
 
 void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
   Impl* g = impl_.get();
-  std::promise<void> applied;
-  auto done = applied.get_future();
-  if (!g->server->RunOnLoop([g, &applied, replicas = std::move(replicas)] {
+  g->server->RunOnLoopAndWait([g, &replicas] {
         for (const auto& u : g->upstreams) {
           if (!u->removed && std::find(replicas.begin(), replicas.end(), u->endpoint) == replicas.end()) {
             u->removed = true;
@@ -525,19 +520,14 @@ void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
           });
           if (!known) g->Add(e);
         }
-        applied.set_value();
-      })) {
-    return;
-  }
-  done.wait();
+      });
 }
 
 GatewayView Gateway::Snapshot() {
   Impl* g = impl_.get();
-  std::promise<GatewayView> view;
-  auto got = view.get_future();
-  if (!g->server->RunOnLoop([g, &view] { view.set_value(g->View()); })) return GatewayView{};
-  return got.get();
+  GatewayView view;
+  g->server->RunOnLoopAndWait([g, &view] { view = g->View(); });
+  return view;
 }
 
 }  // namespace meridian::serving

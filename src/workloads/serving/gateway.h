@@ -49,6 +49,7 @@ struct GatewayOptions {
   std::string region;
   std::string token;          // clients' bearer token (empty: none asked, tests only)
   std::string replica_token;  // what the gateway presents to replicas
+  std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)
   std::vector<ReplicaEndpoint> replicas;
   int32_t max_inflight = 64;  // a replica's requests in flight before it counts as full
   int32_t max_attempts = 3;   // replicas tried for one request

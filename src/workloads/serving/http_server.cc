@@ -2,11 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
-#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <chrono>
-#include <future>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 
@@ -62,6 +63,7 @@ struct HttpServer::State {
   bool stopped = false;  // GUARDED_BY(post_mu): nothing more is posted
   std::thread::id loop_thread;
   std::set<h2o_socket_t*> open;  // accepted connections, loop thread only
+  SSL_CTX* ssl = nullptr;
 };
 
 struct Reply::Impl {
@@ -179,6 +181,27 @@ void DrainFor(HttpServer::State* s, int ms) {
   while (!s->open.empty() && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
 }
 
+StatusOr<SSL_CTX*> ServerTls(const std::string& cert, const std::string& key) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return InternalError("cannot make a TLS context");
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  auto fail = [&](std::string what) -> Status {
+    const unsigned long e = ERR_get_error();
+    char reason[256] = "";
+    if (e != 0) ERR_error_string_n(e, reason, sizeof(reason));
+    ERR_clear_error();
+    SSL_CTX_free(ctx);
+    return InvalidArgumentError(fmt::format("{}: {}", what, reason));
+  };
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) return fail(fmt::format("--tls-cert '{}'", cert));
+  if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    return fail(fmt::format("--tls-key '{}'", key));
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) return fail("the TLS key is not the certificate's");
+  h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
+  return ctx;
+}
+
 }  // namespace
 
 Reply::~Reply() {
@@ -213,8 +236,16 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
   const int fd = listener->ReleaseFd();
   fcntl(fd, F_SETFL, O_NONBLOCK);
 
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert and --tls-key)");
+  }
+  SSL_CTX* ssl = nullptr;
+  if (!options.tls_cert_file.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(ssl, ServerTls(options.tls_cert_file, options.tls_key_file));
+  }
   auto state = std::make_unique<State>();
   State* s = state.get();
+  s->ssl = ssl;
   s->options = std::move(options);
   s->handler = std::move(handler);
   if (!s->options.token.empty()) s->bearer = "Bearer " + s->options.token;
@@ -230,6 +261,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
   h2o_context_init(&s->context, s->loop, &s->config);
   s->accept.ctx = &s->context;
   s->accept.hosts = s->config.hosts;
+  s->accept.ssl_ctx = s->ssl;
   s->queue = h2o_multithread_create_queue(s->loop);
   h2o_multithread_register_receiver(s->queue, &s->receiver, OnMessages);
   s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
@@ -238,11 +270,18 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
 
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(state)));
   server->port_ = port;
-  std::promise<void> started;
-  auto running = started.get_future();
-  server->thread_ = std::thread([s, &started] {
-    s->loop_thread = std::this_thread::get_id();
-    started.set_value();
+  std::mutex started_mu;
+  std::condition_variable started_cv;
+  bool started = false;
+  server->thread_ = std::thread([s, &started_mu, &started_cv, &started] {
+    {
+      // Notified under the lock: Start's waiter owns the condition and may return
+      // (destroying it) as soon as it sees `started`.
+      std::lock_guard lock(started_mu);
+      s->loop_thread = std::this_thread::get_id();
+      started = true;
+      started_cv.notify_all();
+    }
     while (!s->stopping.load()) h2o_evloop_run(s->loop, INT32_MAX);
     // Close the listener and ask open connections to finish (HTTP/2's GOAWAY); then
     // shut the sockets of those still open (idle kept-alive ones), which h2o closes as
@@ -257,11 +296,34 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
     std::lock_guard lock(s->post_mu);
     s->stopped = true;
   });
-  running.wait();
+  std::unique_lock lock(started_mu);
+  started_cv.wait(lock, [&] { return started; });
   return server;
 }
 
 st_h2o_evloop_t* HttpServer::loop() const { return state_->loop; }
+
+bool HttpServer::RunOnLoopAndWait(const std::function<void()>& fn) {
+  // A mutex and a condition rather than std::promise, whose wait ThreadSanitizer
+  // cannot follow.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ran = false;
+  };
+  auto done = std::make_shared<Done>();
+  if (!RunOnLoop([done, &fn] {
+        fn();
+        std::lock_guard lock(done->mu);
+        done->ran = true;
+        done->cv.notify_all();
+      })) {
+    return false;
+  }
+  std::unique_lock lock(done->mu);
+  done->cv.wait(lock, [&] { return done->ran; });
+  return true;
+}
 
 bool HttpServer::RunOnLoop(std::function<void()> fn) {
   return Post(state_.get(), std::move(fn));
@@ -291,6 +353,7 @@ void HttpServer::Stop() {
   h2o_evloop_run(s->loop, 0);  // frees the sockets closed above (the queue's, the pools')
   h2o_evloop_destroy(s->loop);
   h2o_config_dispose(&s->config);
+  if (s->ssl != nullptr) SSL_CTX_free(s->ssl);
 }
 
 HttpServer::~HttpServer() { Stop(); }

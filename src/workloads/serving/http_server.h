@@ -1,5 +1,5 @@
-// The HTTP front of a model replica and of the gateway: HTTP/1.1 and HTTP/2 (cleartext,
-// by prior knowledge or Upgrade: h2c) on one port, served by h2o's event loop (Debian's
+// The HTTP front of a model replica and of the gateway: HTTP/1.1 and HTTP/2 (over TLS
+// by ALPN, or cleartext by prior knowledge or Upgrade: h2c) on one port, served by h2o's event loop (Debian's
 // libh2o-evloop) on one thread. Every request's body is bounded before it is read
 // (413 past max_body_bytes) and, when a token is set, a request without
 // "Authorization: Bearer TOKEN" is answered 401 before any handler sees it.
@@ -68,6 +68,10 @@ class HttpServer {
     int port = 0;  // 0: a free one (see port())
     int64_t max_body_bytes = int64_t{1} << 20;
     std::string token;  // empty: no authentication (tests of the library alone)
+    // HTTPS when both are given (PEM files: the certificate chain, its key): TLS 1.2
+    // or newer, HTTP/2 chosen by ALPN ("h2"), HTTP/1.1 otherwise.
+    std::string tls_cert_file;
+    std::string tls_key_file;
     // Paths answered without the token (a load balancer's health check).
     std::vector<std::string> public_paths;
     std::string name = "meridian";  // the Server header
@@ -87,6 +91,8 @@ class HttpServer {
   st_h2o_evloop_t* loop() const;
   // Runs `fn` on the loop thread soon; false (and `fn` dropped) once the loop has ended.
   bool RunOnLoop(std::function<void()> fn);
+  // The same, and waits until it has run (not from the loop thread).
+  bool RunOnLoopAndWait(const std::function<void()>& fn);
   // Stops accepting and serving; the loop thread has ended when it returns.
   void Stop();
 

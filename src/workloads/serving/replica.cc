@@ -68,6 +68,8 @@ StatusOr<std::unique_ptr<Replica>> Replica::Start(MlpModel model, ReplicaOptions
   http.host = options.host;
   http.port = options.port;
   http.token = options.token;
+  http.tls_cert_file = options.tls_cert_file;
+  http.tls_key_file = options.tls_key_file;
   // 256 images of 64 pixels, each a few bytes of JSON.
   http.max_body_bytes = int64_t{1} << 20;
   http.name = "meridian-replica";

@@ -26,6 +26,7 @@ struct ReplicaOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string token;  // the bearer token callers (the gateway) must present
+  std::string tls_cert_file, tls_key_file;  // HTTPS when given (http_server.h)
   BatchOptions batch;
 };
 
