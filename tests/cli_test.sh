@@ -195,6 +195,18 @@ for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "
           "meridian_shm_busbw_gbs", "openmpi_shm_busbw_gbs", "shm_ratio"):
     assert isinstance(j[k], float) and j[k] > 0, (k, j)
 PY
+# bench serve: a short run whose JSON carries the serving issue's figures.
+check "bench serve with one connection" 2 "--connections: 2..1024" "$bin" bench serve --connections 1
+check "bench serve runs" 0 "" "$bin" bench serve --hidden 16 --seconds 1 --connections 8 --json
+/usr/bin/python3 - "$tmp/out" <<'PY' || { echo "FAIL bench serve json:"; cat "$tmp/out"; fail=1; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert isinstance(j["gateway_overhead_p50_ms"], float) and isinstance(j["batching_ratio"], float) and j["batching_ratio"] > 0, j
+assert [r["name"] for r in j["runs"]] == ["direct, 1 connection", "gateway, 1 connection", "batching off", "batching on",
+                                           "batching on, through the gateway"], j
+assert all(r["requests"] > 0 and r["errors"] == 0 for r in j["runs"]), j
+assert j["model"]["hidden"] == 16 and 0 < j["model"]["test_accuracy"] <= 1 and j["mean_batch_images"] >= 1, j
+PY
 # gang train: outside a gang, with bad options, and one rank of a gang of one (its
 # JSON line), each error one line.
 digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
