@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/subprocess.h"
-#include "security/pki.h"
 #include "kernels/ops.h"
 #include "workloads/serving/batcher.h"
 #include "workloads/serving/gateway.h"
@@ -338,13 +337,15 @@ TEST(GatewayTest, ShedsLoadWhenEveryReplicaIsFull) {
 TEST(ReplicaTest, ServesHttpsWithHttp2ByAlpn) {
   const std::string dir = testing::TempDir() + "/serving-tls";
   std::filesystem::create_directories(dir);
-  auto ca = security::MakeCa("test-ca", 3'600'000'000);
-  ASSERT_TRUE(ca.ok());
-  auto cert = security::Issue(*ca, security::CertRequest{"replica", {"localhost", "127.0.0.1"}, 3'600'000'000, true});
-  ASSERT_TRUE(cert.ok());
-  std::ofstream(dir + "/ca.crt") << ca->cert_pem;
-  std::ofstream(dir + "/replica.crt") << cert->cert_pem;
-  std::ofstream(dir + "/replica.key") << cert->key_pem;
+  // A self-signed certificate for localhost (the openssl command line), its own CA.
+  ProcessOptions openssl;
+  openssl.argv = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", dir + "/replica.key", "-out", dir + "/replica.crt", "-days", "1", "-subj", "/CN=localhost",
+                  "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"};
+  std::atomic<bool> stop{false};
+  auto made = RunProcess(openssl, stop);
+  ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->stderr_tail : made.status().ToString());
+  std::filesystem::copy_file(dir + "/replica.crt", dir + "/ca.crt", std::filesystem::copy_options::overwrite_existing);
   Fleet fleet = StartReplicas(0, BatchOptions{});
   ReplicaOptions options;
   options.token = "replica-token";
@@ -356,7 +357,6 @@ TEST(ReplicaTest, ServesHttpsWithHttp2ByAlpn) {
   ProcessOptions curl;
   curl.argv = {"curl", "-sS", "--http2", "--cacert", dir + "/ca.crt", "-w", "\n%{http_version}", "-H",
                "Authorization: Bearer replica-token", "--data-binary", fleet.body, url};
-  std::atomic<bool> stop{false};
   auto ran = RunProcess(curl, stop);
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->stdout_head, fleet.answer + "\n2") << ran->stderr_tail;
