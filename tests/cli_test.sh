@@ -8,23 +8,7 @@ cd "$root"
 fleet=tests/fleets/three-sites.yaml
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {  # name, want_rc, stderr_substring, command...
-  local name=$1 want=$2 needle=$3
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/err"; fail=1; return
-  fi
-  if [ -n "$needle" ] && ! grep -qF -- "$needle" "$tmp/err"; then
-    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/err"; fail=1; return
-  fi
-  if [ "$want" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
-    echo "FAIL $name: expected one error line, got:"; cat "$tmp/err"; fail=1; return
-  fi
-  echo "ok   $name"
-}
+. tests/process_lib.sh  # check, fail
 
 check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-histograms.yaml
 grep -q "Total: 13 of 13 tasks placed" "$tmp/out" || { echo "FAIL plan output:"; cat "$tmp/out"; fail=1; }

@@ -1,10 +1,28 @@
-# Shared by the shell process tests (deploy, slurm, k8s): results, free ports, and
-# stopping what a test started. Source it after making $tmp; add each background
+# Shared by the shell process tests (cli, serve, deploy, slurm, k8s...): results, a
+# command's exit and error line, free ports, and stopping what a test started. Source it after making $tmp; add each background
 # process's pid to `pids`; the test's EXIT trap calls stop_started.
 fail=0
 pids=()
 bad() { echo "FAIL $*"; fail=1; }
 ok() { echo "ok   $*"; }
+# Runs a command (stdout to $tmp/out, stderr to $tmp/err) and checks its exit code and,
+# when it fails, that it said one line holding `stderr_substring`.
+check() {  # name, want_rc, stderr_substring, command...
+  local name=$1 want=$2 needle=$3
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/err"; fail=1; return
+  fi
+  if [ -n "$needle" ] && ! grep -qF -- "$needle" "$tmp/err"; then
+    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/err"; fail=1; return
+  fi
+  if [ "$want" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+    echo "FAIL $name: expected one error line, got:"; cat "$tmp/err"; fail=1; return
+  fi
+  echo "ok   $name"
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Waits up to 30 s until something listens on 127.0.0.1:PORT (gRPC's socket is dual-stack:
 # ss shows it as [::ffff:127.0.0.1]:PORT). A file a process writes

@@ -10,30 +10,8 @@ root=$2
 cd "$root"
 py=/usr/bin/python3  # Debian's, with NumPy
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail=0
-check() {  # name, want_rc, stderr_substring, command...
-  local name=$1 want=$2 needle=$3
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/err"; fail=1; return
-  fi
-  if [ -n "$needle" ] && ! grep -qF -- "$needle" "$tmp/err"; then
-    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/err"; fail=1; return
-  fi
-  if [ "$want" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
-    echo "FAIL $name: expected one error line, got:"; cat "$tmp/err"; fail=1; return
-  fi
-  echo "ok   $name"
-}
+. tests/process_lib.sh  # check, pids, stop_started
+trap stop_started EXIT
 # Starts a server in the background; sets `port` to the one its first line names.
 start() {  # log, command...
   local log=$1
