@@ -298,6 +298,15 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
     reply->Send(HttpResponse{200, GatewayViewJson(View())});
     return;
   }
+  // The method and path go into the request line sent upstream: printable ASCII only
+  // (HTTP/2 carries them as header values, which h2o does not restrict so).
+  auto printable = [](std::string_view v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  };
+  if (!printable(req.method) || !printable(req.path) || req.path.size() > 2048) {
+    reply->Send(JsonError(400, "the method or path is not printable ASCII of at most 2048 bytes"));
+    return;
+  }
   ++requests;
   auto* f = new Forward();
   f->gateway = this;
