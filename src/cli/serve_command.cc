@@ -35,15 +35,6 @@ StatusOr<std::string> RequiredToken(const std::string& file, std::string_view fl
   return token;
 }
 
-// HOST:PORT, where port 0 asks for a free one (the server prints which).
-StatusOr<std::pair<std::string, int>> ParseListen(const std::string& listen) {
-  if (listen.size() > 2 && listen.ends_with(":0")) {
-    MERIDIAN_ASSIGN_OR_RETURN(auto hp, SplitHostPort(listen.substr(0, listen.size() - 1) + "1", "--listen"));
-    return std::pair{hp.first, 0};
-  }
-  return SplitHostPort(listen, "--listen");
-}
-
 StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
   if (path.empty()) return InvalidArgumentError("--model: a checkpoint file of the trainer's (meridian gang train)");
   auto bytes = spec::ReadFileToString(path, kMaxModelFileBytes);
@@ -56,7 +47,7 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
 }  // namespace
 
 Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto address, ParseListen(o.listen));
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   MERIDIAN_ASSIGN_OR_RETURN(std::string token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
   sv::ReplicaOptions options;
@@ -79,7 +70,7 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
 }
 
 Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto address, ParseListen(o.listen));
+  MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   sv::GatewayOptions options;
   options.host = address.first;
   options.port = address.second;

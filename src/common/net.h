@@ -73,6 +73,8 @@ class TcpStream final : public ByteStream {
 // "host:port" (or "[v6]:port") split; `what` names the address in errors
 // ("transfer address", "rank 2's address").
 StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what);
+// The same for an address to listen on, where port 0 asks for a free one.
+StatusOr<std::pair<std::string, int>> SplitListenAddress(const std::string& address, std::string_view what);
 
 // `host`'s address (an IPv4 one where it has one) with `port`, as "a.b.c.d:port" or
 // "[v6]:port".

@@ -247,7 +247,9 @@ StatusOr<std::unique_ptr<TcpStream>> TcpListener::Accept() {
 
 void TcpListener::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
-StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what) {
+namespace {
+
+StatusOr<std::pair<std::string, int>> SplitAddress(const std::string& address, std::string_view what, int min_port) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return InvalidArgumentError(fmt::format("{} '{}': expected host:port", what, address));
@@ -259,8 +261,18 @@ StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, 
     if (c < '0' || c > '9' || port > 65535) return InvalidArgumentError(fmt::format("{} '{}': bad port", what, address));
     port = port * 10 + (c - '0');
   }
-  if (port <= 0 || port > 65535) return InvalidArgumentError(fmt::format("{} '{}': bad port", what, address));
+  if (port < min_port || port > 65535) return InvalidArgumentError(fmt::format("{} '{}': bad port", what, address));
   return std::make_pair(host, port);
+}
+
+}  // namespace
+
+StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what) {
+  return SplitAddress(address, what, 1);
+}
+
+StatusOr<std::pair<std::string, int>> SplitListenAddress(const std::string& address, std::string_view what) {
+  return SplitAddress(address, what, 0);
 }
 
 ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span<const int> fds) {

@@ -132,9 +132,8 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   auto* anchor = static_cast<ReplyAnchor*>(h2o_mem_alloc_shared(&req->pool, sizeof(ReplyAnchor), DisposeAnchor));
   new (anchor) ReplyAnchor{impl};
   const std::string_view path(req->path_normalized.base, req->path_normalized.len);
-  const bool open = std::find(s->options.public_paths.begin(), s->options.public_paths.end(), path) !=
-                    s->options.public_paths.end();
-  if (!s->bearer.empty() && !open) {
+  const auto& open = s->options.public_paths;
+  if (!s->bearer.empty() && std::find(open.begin(), open.end(), path) == open.end()) {
     const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
     const bool ok = at >= 0 && std::string_view(req->headers.entries[at].value.base,
                                                  req->headers.entries[at].value.len) == s->bearer;
