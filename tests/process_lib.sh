@@ -32,6 +32,24 @@ wait_listening() {
   for _ in $(seq 1 300); do ss -ltn | grep -Eq "127\.0\.0\.1]?:$1 " && return 0; sleep 0.1; done
   return 1
 }
+# Starts a server (meridian replica, gateway) in the background, adds it to `pids`, and
+# sets `port` to the one its first "listening on HOST:PORT" line names; exits the test
+# when none comes within 10 s.
+start_listening() {  # log, command...
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if grep -q "listening on" "$log"; then
+      port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "FAIL: no 'listening on' in $log:"; cat "$log"
+  exit 1
+}
 # Stops the processes in `pids` and removes $tmp, unless KEEP is set (then says where).
 stop_started() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done

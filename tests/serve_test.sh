@@ -10,24 +10,8 @@ root=$2
 cd "$root"
 py=/usr/bin/python3  # Debian's, with NumPy
 tmp=$(mktemp -d)
-. tests/process_lib.sh  # check, pids, stop_started
+. tests/process_lib.sh  # check, pids, start_listening, stop_started
 trap stop_started EXIT
-# Starts a server in the background; sets `port` to the one its first line names.
-start() {  # log, command...
-  local log=$1
-  shift
-  "$@" >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do
-    if grep -q "listening on" "$log"; then
-      port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log" | head -1)
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "FAIL: no 'listening on' in $log:"; cat "$log"
-  exit 1
-}
 
 digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
 printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
@@ -45,17 +29,19 @@ check "replica of a file that is no checkpoint" 2 "not a checkpoint of Meridian'
 printf 'short\n' >"$tmp/short"
 check "replica with a short token" 2 "the token is 5 characters; at least 16" \
   "$bin" replica --model "$tmp/model" --token-file "$tmp/short"
-check "replica without a token" 2 "--token-file is required" "$bin" replica --model "$tmp/model"
+check "replica without a token" 2 "--token-file FILE or --token-env VARIABLE: the token callers present" "$bin" replica --model "$tmp/model"
+check "replica with a short token in its variable" 2 "--token-env SHORT_TOKEN: the variable holds 5 characters; at least 16" \
+  env SHORT_TOKEN=short "$bin" replica --model "$tmp/model" --token-env SHORT_TOKEN
 check "replica batching nothing" 2 "max batch 0: expected 1..4096 images" \
   "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" --max-batch 0
 check "gateway to a replica without a port" 2 "expected host:port" "$bin" gateway --replica nohost \
   --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token"
 
-start "$tmp/r1.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
+start_listening "$tmp/r1.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
 p1=$port
-start "$tmp/r2.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
+start_listening "$tmp/r2.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token"
 p2=$port
-start "$tmp/g.log" "$bin" gateway --region here --replica "127.0.0.1:$p1@here" --replica "127.0.0.1:$p2@there" \
+start_listening "$tmp/g.log" "$bin" gateway --region here --replica "127.0.0.1:$p1@here" --replica "127.0.0.1:$p2@there" \
   --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token" --probe-interval-ms 100
 g=$port
 grep -q "the digits MLP, 32 hidden units, step 230" "$tmp/r1.log" || { echo "FAIL replica's first line:"; cat "$tmp/r1.log"; fail=1; }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -236,6 +237,7 @@ struct ReplicaCommandOptions {
   std::string model;       // a checkpoint file of the trainer's
   std::string listen = "127.0.0.1:0";
   std::string token_file;  // the bearer token callers present
+  std::string token_env;   // or the variable holding it (a service's replicas: docs/serving.md)
   std::string tls_cert, tls_key;
   int32_t max_batch = 32;
   int64_t max_wait_us = 1000;
@@ -247,6 +249,11 @@ struct GatewayCommandOptions {
   std::string listen = "127.0.0.1:0";
   std::string region;
   std::vector<std::string> replicas;  // HOST:PORT[@REGION]
+  // Or a service's: its replicas as the coordinator places them, read every
+  // watch_interval_ms (with the replicas' token).
+  std::string service;
+  ClusterTarget target;
+  int64_t watch_interval_ms = 1000;
   std::string token_file;             // clients' bearer token
   std::string replica_token_file;     // the replicas'
   std::string tls_cert, tls_key;
@@ -265,6 +272,52 @@ struct BenchServeOptions {
   bool json = false;
 };
 Status RunBenchServe(const BenchServeOptions& options, std::ostream& out);
+
+// Services (docs/serving.md, "Services"): each replica is a job of its own.
+struct ServeOptions {
+  ClusterTarget target;
+  std::string file;  // a service spec (kind: service)
+  bool json = false;
+};
+Status RunServe(const ServeOptions& options, std::ostream& out);
+struct ServicesOptions {
+  ClusterTarget target;
+  bool json = false;
+};
+Status RunServices(const ServicesOptions& options, std::ostream& out);
+struct ServiceOptions {
+  ClusterTarget target;
+  std::string name;
+  bool json = false;
+};
+Status RunServiceGet(const ServiceOptions& options, std::ostream& out);
+Status RunServiceDelete(const ServiceOptions& options, std::ostream& out);
+struct ServiceScaleOptions {
+  ClusterTarget target;
+  std::string name;
+  std::string region;
+  int32_t replicas = 0;
+};
+Status RunServiceScale(const ServiceScaleOptions& options, std::ostream& out);
+// A live (not ended) replica job of a service, and with tasks, where it runs.
+struct ServiceReplica {
+  uint64_t job = 0;
+  std::string job_name;
+  std::string service, region;
+  int32_t ordinal = 0;
+  model::JobStatus job_status = model::JobStatus::kQueued;
+  std::optional<model::TaskStatus> task_status;
+  int32_t attempt = 0;
+  std::string node, site, host;
+  bool node_alive = false;
+  // Running on a live node whose address is known: it listens (or is about to).
+  bool Serving() const {
+    return task_status == model::TaskStatus::kRunning && node_alive && !host.empty();
+  }
+};
+// The live replica jobs of `service` (empty: of every service), by service and number.
+StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, const std::string& service,
+                                                          bool with_tasks);
 
 // A password or token file's first line (a trailing newline dropped), bounded.
 StatusOr<std::string> ReadPasswordFile(const std::filesystem::path& path);

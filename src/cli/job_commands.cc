@@ -696,6 +696,7 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
       }
       j.back()["sent"] = sent;
       j.back()["metrics_url"] = n.metrics_url;
+      j.back()["host"] = n.host;  // where its tasks listen (a service's replicas)
     }
     out << j.dump(2) << '\n';
     return OkStatus();

@@ -591,8 +591,12 @@ int main(int argc, char** argv) {
       app.add_subcommand("replica", "Serve a model: the digits MLP from a trainer's checkpoint, over HTTP/1.1 and HTTP/2");
   replica_cmd->add_option("--model", replica.model, "The checkpoint file")->required();
   replica_cmd->add_option("--listen", replica.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
-  replica_cmd->add_option("--token-file", replica.token_file, "File holding the bearer token callers present")
-      ->required();
+  CLI::Option* replica_token_file =
+      replica_cmd->add_option("--token-file", replica.token_file, "File holding the bearer token callers present");
+  replica_cmd
+      ->add_option("--token-env", replica.token_env,
+                   "Or the environment variable holding it (a service's replicas get theirs so)")
+      ->excludes(replica_token_file);
   replica_cmd->add_option("--tls-cert", replica.tls_cert, "HTTPS: the certificate chain (PEM; meridian certs issue)");
   replica_cmd->add_option("--tls-key", replica.tls_key, "HTTPS: its key (PEM)");
   replica_cmd->add_option("--max-batch", replica.max_batch, "Images a batch (1: batching off)")->capture_default_str();
@@ -605,12 +609,17 @@ int main(int argc, char** argv) {
       "gateway", "A region's gateway: routes requests to the nearest healthy replica, retries, sheds load");
   gateway_cmd->add_option("--listen", gateway.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
   gateway_cmd->add_option("--region", gateway.region, "This gateway's region");
-  gateway_cmd->add_option("--replica", gateway.replicas, "A replica: HOST:PORT[@REGION] (repeat)")->required();
+  gateway_cmd->add_option("--replica", gateway.replicas, "A replica: HOST:PORT[@REGION] (repeat)");
   gateway_cmd->add_option("--token-file", gateway.token_file, "File holding the bearer token clients present")
       ->required();
   gateway_cmd->add_option("--replica-token-file", gateway.replica_token_file,
-                          "File holding the bearer token the replicas ask for")
-      ->required();
+                          "File holding the bearer token the replicas ask for");
+  gateway_cmd->add_option("--service", gateway.service,
+                          "Or a service's replicas (meridian serve), as the coordinator places them");
+  gateway_cmd->add_option("--watch-interval-ms", gateway.watch_interval_ms,
+                          "With --service: how often the service's replicas are read")
+      ->capture_default_str();
+  add_target(gateway_cmd, gateway.target);
   gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
   gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");
   gateway_cmd->add_option("--max-inflight", gateway.max_inflight, "Requests in flight to one replica before it is full")
@@ -618,6 +627,34 @@ int main(int argc, char** argv) {
   gateway_cmd->add_option("--max-attempts", gateway.max_attempts, "Replicas tried for one request")->capture_default_str();
   gateway_cmd->add_option("--probe-interval-ms", gateway.probe_interval_ms, "Health probes of each replica")
       ->capture_default_str();
+
+  cli::ServeOptions serve;
+  CLI::App* serve_cmd = app.add_subcommand(
+      "serve", "Start a service (kind: service): its replicas, each a job, in each of its regions");
+  serve_cmd->add_option("file", serve.file, "The service spec (YAML)")->required();
+  add_target(serve_cmd, serve.target);
+  serve_cmd->add_flag("--json", serve.json, "Print JSON for scripts");
+  cli::ServicesOptions services;
+  CLI::App* services_cmd = app.add_subcommand("services", "List the services that run, by region");
+  add_target(services_cmd, services.target);
+  services_cmd->add_flag("--json", services.json, "Print JSON for scripts");
+  CLI::App* service_cmd = app.add_subcommand("service", "One service: get, scale, delete");
+  service_cmd->require_subcommand(1);
+  cli::ServiceOptions service;
+  CLI::App* service_get_cmd = service_cmd->add_subcommand("get", "A service's replicas: where they run, their endpoints");
+  CLI::App* service_delete_cmd = service_cmd->add_subcommand("delete", "End a service: cancel its replica jobs");
+  for (CLI::App* cmd : {service_get_cmd, service_delete_cmd}) {
+    cmd->add_option("name", service.name, "The service")->required();
+    add_target(cmd, service.target);
+  }
+  service_get_cmd->add_flag("--json", service.json, "Print JSON for scripts");
+  cli::ServiceScaleOptions service_scale;
+  CLI::App* service_scale_cmd =
+      service_cmd->add_subcommand("scale", "Set a region's replicas (within its min and max)");
+  service_scale_cmd->add_option("name", service_scale.name, "The service")->required();
+  service_scale_cmd->add_option("--region", service_scale.region, "One of the service's regions")->required();
+  service_scale_cmd->add_option("--replicas", service_scale.replicas, "Replicas it should have")->required();
+  add_target(service_scale_cmd, service_scale.target);
 
   CLI::App* sensors_cmd = app.add_subcommand("sensors", "Simulated sensors for stream jobs");
   sensors_cmd->require_subcommand(1);
@@ -751,6 +788,16 @@ int main(int argc, char** argv) {
     status = cli::RunReplicaCommand(replica, std::cout);
   } else if (gateway_cmd->parsed()) {
     status = cli::RunGatewayCommand(gateway, std::cout);
+  } else if (serve_cmd->parsed()) {
+    status = cli::RunServe(serve, std::cout);
+  } else if (services_cmd->parsed()) {
+    status = cli::RunServices(services, std::cout);
+  } else if (service_get_cmd->parsed()) {
+    status = cli::RunServiceGet(service, std::cout);
+  } else if (service_delete_cmd->parsed()) {
+    status = cli::RunServiceDelete(service, std::cout);
+  } else if (service_scale_cmd->parsed()) {
+    status = cli::RunServiceScale(service_scale, std::cout);
   } else if (bench_stream_cmd->parsed()) {
     status = cli::RunBenchStream(bench_stream, std::cout);
   } else if (stream_run_cmd->parsed()) {

@@ -1,5 +1,6 @@
 // meridian replica, meridian gateway and meridian bench serve (docs/serving.md).
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +11,7 @@
 #include "common/net.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
+#include "spec/service_spec.h"
 #include "spec/yaml_reader.h"
 #include "workloads/serving/gateway.h"
 #include "workloads/serving/replica.h"
@@ -20,6 +22,35 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace sv = serving;
+
+// A service's replicas that serve now, as a gateway addresses them.
+struct ServiceEndpoints {
+  spec::ServiceSpec spec;
+  std::string token;
+  std::vector<sv::ReplicaEndpoint> endpoints;
+};
+
+// Reads the service's replica jobs: those running on a live node are its endpoints.
+// Without `known` (the spec read before) the spec and the replicas' token are read
+// too, from its first replica job.
+StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::string& service,
+                                             const spec::ServiceSpec* known) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<ServiceReplica> live, ListServiceReplicas(c, service, true));
+  ServiceEndpoints out;
+  if (known == nullptr) {
+    if (live.empty()) return NotFoundError(fmt::format("--service: no service '{}' runs (meridian serve FILE starts one)", service));
+    MERIDIAN_ASSIGN_OR_RETURN(auto job_spec, c.JobSpec(live.front().job));
+    MERIDIAN_ASSIGN_OR_RETURN(spec::ServiceOfReplica s, spec::ServiceFromReplicaJob(job_spec.first, live.front().job_name));
+    out.spec = std::move(s.spec);
+    out.token = std::move(s.token);
+  } else {
+    out.spec = *known;
+  }
+  for (const ServiceReplica& r : live) {
+    if (r.Serving()) out.endpoints.push_back(sv::ReplicaEndpoint{r.host, out.spec.port + r.ordinal, r.region});
+  }
+  return out;
+}
 
 // The largest checkpoint a model of kMaxMlpWidth hidden units makes, with room.
 constexpr int64_t kMaxModelFileBytes = int64_t{64} << 20;
@@ -48,7 +79,20 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
 
 Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
+  std::string token;
+  if (!o.token_env.empty()) {
+    const char* value = std::getenv(o.token_env.c_str());
+    token = value == nullptr ? "" : value;
+    if (token.size() < 16) {
+      return InvalidArgumentError(fmt::format("--token-env {}: the variable holds {} characters; at least 16",
+                                              o.token_env, token.size()));
+    }
+  } else if (o.token_file.empty()) {
+    return InvalidArgumentError(
+        "--token-file FILE or --token-env VARIABLE: the token callers present (every listener authenticates its callers)");
+  } else {
+    MERIDIAN_ASSIGN_OR_RETURN(token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
   sv::ReplicaOptions options;
   options.host = address.first;
@@ -76,10 +120,32 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   options.port = address.second;
   options.region = o.region;
   MERIDIAN_ASSIGN_OR_RETURN(options.token, RequiredToken(o.token_file, "--token-file", "the token clients present"));
-  MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
-                                                                 "the token the replicas ask for"));
-  if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION]: at least one");
-  for (const std::string& r : o.replicas) {
+  std::unique_ptr<client::Client> coordinator;
+  spec::ServiceSpec service_spec;
+  if (!o.service.empty()) {
+    if (!o.replicas.empty() || !o.replica_token_file.empty()) {
+      return InvalidArgumentError("--service: the coordinator names the replicas and their token (no --replica, no "
+                                  "--replica-token-file)");
+    }
+    if (o.watch_interval_ms < 100 || o.watch_interval_ms > 60'000) {
+      return InvalidArgumentError(fmt::format("--watch-interval-ms {}: expected 100..60000", o.watch_interval_ms));
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
+    MERIDIAN_ASSIGN_OR_RETURN(auto service, ServiceReplicaSet(*coordinator, o.service, nullptr));
+    service_spec = service.spec;
+    options.replica_token = service.token;
+    options.replicas = std::move(service.endpoints);
+    if (!o.region.empty() &&
+        std::none_of(service.spec.regions.begin(), service.spec.regions.end(),
+                     [&](const spec::ServiceRegion& r) { return r.region == o.region; })) {
+      return InvalidArgumentError(fmt::format("--region '{}': service '{}' has no such region", o.region, o.service));
+    }
+  } else {
+    MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
+                                                                   "the token the replicas ask for"));
+    if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION] (at least one), or --service NAME");
+  }
+  for (const std::string& r : o.replicas) {  // (none with --service)
     MERIDIAN_ASSIGN_OR_RETURN(sv::ReplicaEndpoint e, sv::ParseReplicaEndpoint(r));
     options.replicas.push_back(e);
   }
@@ -90,11 +156,34 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   options.probe_interval_ms = o.probe_interval_ms;
   BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
-  out << fmt::format("gateway: listening on {}:{}{} ({} replicas{})\n", address.first, gateway->port(),
-                     o.tls_cert.empty() ? "" : " with TLS",
-                     options.replicas.size(), o.region.empty() ? "" : ", region " + o.region)
+  out << fmt::format("gateway: listening on {}:{}{} ({} replicas{}{})\n", address.first, gateway->port(),
+                     o.tls_cert.empty() ? "" : " with TLS", options.replicas.size(),
+                     o.service.empty() ? "" : " of service " + o.service, o.region.empty() ? "" : ", region " + o.region)
       << std::flush;
-  WaitForTerminationSignal();
+  if (coordinator == nullptr) {
+    WaitForTerminationSignal();
+    return OkStatus();
+  }
+  // Follows the service: replicas placed, lost, re-placed or scaled. While the
+  // coordinator cannot be reached, the gateway keeps the set it has (its probes still
+  // find dead replicas) and says so once.
+  std::vector<sv::ReplicaEndpoint> current = options.replicas;
+  bool lost = false;
+  while (WaitForTerminationSignalFor(o.watch_interval_ms * 1000) == 0) {
+    auto service = ServiceReplicaSet(*coordinator, o.service, &service_spec);
+    if (!service.ok()) {
+      if (!lost) out << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", o.service,
+                                    service.status().message(), current.size()) << std::flush;
+      lost = true;
+      continue;
+    }
+    lost = false;
+    if (service->endpoints == current) continue;
+    out << fmt::format("gateway: service {} now has {} replicas serving\n", o.service, service->endpoints.size())
+        << std::flush;
+    current = service->endpoints;
+    gateway->SetReplicas(current);
+  }
   return OkStatus();
 }
 

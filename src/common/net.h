@@ -75,6 +75,9 @@ class TcpStream final : public ByteStream {
 StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address, std::string_view what);
 // The same for an address to listen on, where port 0 asks for a free one.
 StatusOr<std::pair<std::string, int>> SplitListenAddress(const std::string& address, std::string_view what);
+// The host part of an advertised "host:port", leniently ("[::1]:7000" gives "::1",
+// "h" gives "h"); for addresses already checked when they were registered.
+std::string HostOfAddress(const std::string& address);
 
 // `host`'s address (an IPv4 one where it has one) with `port`, as "a.b.c.d:port" or
 // "[v6]:port".

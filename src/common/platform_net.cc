@@ -275,6 +275,13 @@ StatusOr<std::pair<std::string, int>> SplitListenAddress(const std::string& addr
   return SplitAddress(address, what, 0);
 }
 
+std::string HostOfAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 ssize_t SendWithDescriptors(int socket, const void* data, size_t size, std::span<const int> fds) {
   iovec iov{const_cast<void*>(data), size};
   std::vector<char> control(CMSG_SPACE(fds.size_bytes()));

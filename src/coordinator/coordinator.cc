@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/units.h"
 #include "sched/forecast.h"
 #include "security/ticket.h"
@@ -1171,6 +1172,7 @@ std::vector<model::NodeView> Coordinator::ListNodes() {
     v.registered_us = rt.registered_us;
     for (const auto& [site, t] : rt.traffic) v.sent.push_back(t);
     v.metrics_url = rt.metrics_url;
+    v.host = HostOfAddress(rt.transfer_address);
     out.push_back(std::move(v));
   }
   return out;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/net.h"
 #include "common/units.h"
 #include "coordinator/coordinator.h"
 #include "sched/estimate.h"
@@ -366,14 +367,6 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
 
 namespace {
 
-// The host part of an agent's advertised "host:port" ("[::1]:7000" gives "::1").
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
-}
-
 }  // namespace
 
 model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task& spec) const {
@@ -386,7 +379,7 @@ model::GangInfo Coordinator::GangInfoLocked(const JobRt& job, const model::Task&
     model::GangMember& member = g.members.emplace_back(model::GangMember{r.node, r.site, r.node});
     auto node = node_by_name_.find(r.node);
     if (node != node_by_name_.end() && !nodes_[node->second].transfer_address.empty()) {
-      member.host = HostOf(nodes_[node->second].transfer_address);
+      member.host = HostOfAddress(nodes_[node->second].transfer_address);
     }
   }
   g.master_addr = g.members.front().host;

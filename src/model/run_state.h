@@ -178,6 +178,7 @@ struct NodeView {
   int64_t registered_us = 0;
   std::vector<LinkTraffic> sent;  // what its transfer server sent, by destination site
   std::string metrics_url;        // its agent's /metrics listener; empty: none
+  std::string host;               // the address its agent advertises (its tasks listen there)
 };
 // "alive", "left" or "dead", as `meridian nodes` and the API show it.
 inline const char* NodeStateName(const NodeView& n) { return n.alive ? "alive" : n.left ? "left" : "dead"; }

@@ -616,6 +616,7 @@ void ToProto(const model::NodeView& n, v1::NodeInfo* out) {
   out->set_registered_us(n.registered_us);
   for (const model::LinkTraffic& t : n.sent) ToProto(t, out->add_sent());
   out->set_metrics_url(n.metrics_url);
+  out->set_host(n.host);
 }
 
 model::NodeView FromProto(const v1::NodeInfo& in) {
@@ -636,6 +637,7 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
     n.sent.push_back(FromProto(t));
   }
   n.metrics_url = in.metrics_url();
+  n.host = in.host();
   return n;
 }
 

@@ -701,6 +701,11 @@ StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model
   if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "stream") {
     return ParseStreamJob(text, file, fleet);
   }
+  // A service is not one job but one per replica, started by `meridian serve`.
+  if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "service") {
+    return InvalidArgumentError(
+        fmt::format("{}: a service spec (kind: service): start it with `meridian serve {}`", file, file));
+  }
   Reader r{std::string(file)};
   JobParser parser(r, fleet, throughput, resolver, max_tasks, objects);
   return parser.Parse(root);

@@ -72,6 +72,7 @@ struct ProbeTimer {
 
 struct Upstream {
   ReplicaEndpoint endpoint;
+  std::string name;  // "host:port@region", the X-Meridian-Replica of its answers
   Gateway::Impl* gateway = nullptr;
   h2o_socketpool_t pool{};
   bool removed = false;
@@ -248,6 +249,7 @@ void OnProbeTimer(h2o_timeout_entry_t* entry) {
 void Gateway::Impl::Add(const ReplicaEndpoint& e) {
   auto u = std::make_unique<Upstream>();
   u->endpoint = e;
+  u->name = e.region.empty() ? fmt::format("{}:{}", e.host, e.port) : fmt::format("{}:{}@{}", e.host, e.port, e.region);
   u->gateway = this;
   // Resolved once, here: the pool then connects to the address without a resolver.
   addrinfo hints{};
@@ -319,18 +321,23 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
 }
 
 void Gateway::Impl::Dispatch(Forward* f) {
+  // The gateway's own region first: another region's replica only when none of its
+  // own is healthy with room (a region's traffic stays in it until it cannot).
   Upstream* best = nullptr;
   double best_cost = 0.0;
+  bool best_local = false;
   int healthy_untried = 0;
   for (const auto& u : upstreams) {
     if (u->removed || !u->healthy) continue;
     if (std::find(f->tried.begin(), f->tried.end(), u.get()) != f->tried.end()) continue;
     ++healthy_untried;
     if (u->inflight >= options.max_inflight) continue;
+    const bool local = !options.region.empty() && u->endpoint.region == options.region;
     const double cost = u->rtt_us + u->inflight * u->service_us;
-    if (best == nullptr || cost < best_cost) {
+    if (best == nullptr || (local && !best_local) || (local == best_local && cost < best_cost)) {
       best = u.get();
       best_cost = cost;
+      best_local = local;
     }
   }
   if (best == nullptr) {
@@ -403,6 +410,7 @@ void Gateway::Impl::Completed(Forward* f) {
   r.status = f->status;
   r.body = std::move(f->response);
   if (!f->content_type.empty()) r.content_type = f->content_type;
+  r.replica = u->name;
   Finish(f, std::move(r));
 }
 

@@ -3,10 +3,12 @@
 // connections, from its own event loop (no thread hand-over on the way).
 //
 // Which replica: among the healthy ones with room (fewer than max_inflight requests
-// in flight), the one with the least expected time: its measured round trip (each
-// replica's /healthz is probed every probe_interval_ms) plus its requests in flight
-// times its mean service time. So a near replica is preferred until it queues more
-// than a far one's extra distance.
+// in flight), those of the gateway's own region first (when it has one); among them,
+// the one with the least expected time: its measured round trip (each replica's
+// /healthz is probed every probe_interval_ms) plus its requests in flight times its
+// mean service time. So a near replica is preferred until it queues more than a far
+// one's extra distance, and a region's traffic leaves it only when none of its own
+// replicas is healthy with room (failover).
 //
 // When a replica fails (it refuses the connection, the connection breaks, it answers
 // 503 saturated) the request is sent to another (at most max_attempts replicas in all;

@@ -84,6 +84,11 @@ struct Reply::Impl {
       const h2o_iovec_t v = h2o_strdup(&req->pool, after.data(), after.size());
       h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, nullptr, v.base, v.len);
     }
+    if (!r.replica.empty()) {
+      static constexpr char kName[] = "x-meridian-replica";
+      const h2o_iovec_t v = h2o_strdup(&req->pool, r.replica.data(), r.replica.size());
+      h2o_add_header_by_str(&req->pool, &req->res.headers, kName, sizeof(kName) - 1, 0, nullptr, v.base, v.len);
+    }
     h2o_send_inline(req, r.body.data(), r.body.size());
   }
 };

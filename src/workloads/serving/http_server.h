@@ -41,6 +41,8 @@ struct HttpResponse {
   std::string content_type = "application/json";
   // Seconds for a Retry-After header (a shed request), 0 for none.
   int retry_after_s = 0;
+  // The gateway's X-Meridian-Replica header: which replica answered (empty: none).
+  std::string replica = {};
 };
 
 class HttpServer;

@@ -1,0 +1,260 @@
+#include "spec/service_spec.h"
+
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "model/work.h"
+#include "spec/resource_spec.h"
+#include "spec/yaml_reader.h"
+
+namespace meridian::spec {
+namespace {
+
+constexpr std::string_view kJobPrefix = "serve/";
+// A replica that cannot start (a model that is not a checkpoint, a port taken) fails
+// for good after this many attempts; a lost node costs one.
+constexpr int kReplicaRetries = 20;
+
+bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }
+bool IsRegionChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+         c == '.';
+}
+bool AllOf(std::string_view s, bool (*ok)(char)) {
+  for (char c : s) {
+    if (!ok(c)) return false;
+  }
+  return true;
+}
+
+class ServiceParser {
+ public:
+  explicit ServiceParser(const Reader& r) : r_(r) {}
+
+  StatusOr<ServiceSpec> Parse(const YAML::Node& root) {
+    if (!root.IsMap()) return r_.Error(root, "", "expected a map (a service spec)");
+    MERIDIAN_RETURN_IF_ERROR(
+        r_.CheckMap(root, "", {"kind", "name", "model", "port", "regions", "batching", "resources"}));
+    std::string kind;
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
+    if (kind != "service") return r_.Error(root["kind"], "kind", fmt::format("expected 'service', got '{}'", kind));
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "name", "", &spec_.name));
+    if (spec_.name.empty() || spec_.name.size() > 63 || !(spec_.name[0] >= 'a' && spec_.name[0] <= 'z') ||
+        !AllOf(spec_.name, IsNameChar)) {
+      return r_.Error(root["name"], "name",
+                      fmt::format("expected 1 to 63 of a-z, 0-9 and '-', starting with a letter, got '{}'", spec_.name));
+    }
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "model", "", &spec_.model));
+    if (spec_.model.rfind("dataset://", 0) != 0 && spec_.model.rfind("object://", 0) != 0) {
+      return r_.Error(root["model"], "model",
+                      fmt::format("expected dataset://NAME or object://ID (a checkpoint put with `meridian data "
+                                  "put`), got '{}'",
+                                  spec_.model));
+    }
+    int64_t port = spec_.port;
+    MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "port", "", 1024, 65535, &port));
+    spec_.port = static_cast<int32_t>(port);
+    MERIDIAN_RETURN_IF_ERROR(Regions(root));
+    MERIDIAN_RETURN_IF_ERROR(Batching(root));
+    model::ResourceRequest resources;
+    MERIDIAN_RETURN_IF_ERROR(ParseResourceRequest(r_, root, "", &resources));
+    if (YAML::Node res = root["resources"]) {
+      YAML::Emitter e;
+      e << YAML::Flow << res;
+      spec_.resources_yaml = e.c_str();
+    }
+    // Its replica jobs carry the spec in one variable, of at most 4 KiB.
+    if (const size_t size = ServiceSpecYaml(spec_).size(); size > 4096) {
+      return r_.Error(root, "", fmt::format("the spec takes {} bytes written compactly; at most 4096", size));
+    }
+    return std::move(spec_);
+  }
+
+ private:
+  Status Regions(const YAML::Node& root) {
+    YAML::Node regions = root["regions"];
+    if (!regions) return r_.Error(root, "", "missing required field 'regions'");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckSeq(regions, "regions"));
+    if (regions.size() == 0 || regions.size() > kMaxServiceRegions) {
+      return r_.Error(regions, "regions", fmt::format("expected 1 to {} regions", kMaxServiceRegions));
+    }
+    std::set<std::string> seen;
+    int64_t total = 0, total_min = 0;
+    for (size_t i = 0; i < regions.size(); ++i) {
+      const YAML::Node g = regions[i];
+      const std::string path = Index("regions", i);
+      if (!g.IsMap()) return r_.Error(g, path, "expected a map: {region: R, min: N, max: M}");
+      MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(g, path, {"region", "min", "max"}));
+      ServiceRegion region;
+      MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(g, "region", path, &region.region));
+      if (region.region.empty() || region.region.size() > 128 || !AllOf(region.region, IsRegionChar)) {
+        return r_.Error(g["region"], Field(path, "region"),
+                        fmt::format("expected 1 to 128 of letters, digits, '-', '_' and '.', got '{}'", region.region));
+      }
+      if (!seen.insert(region.region).second) {
+        return r_.Error(g["region"], Field(path, "region"), fmt::format("region '{}' is listed twice", region.region));
+      }
+      int64_t min = 1;
+      MERIDIAN_RETURN_IF_ERROR(r_.Int(g, "min", path, 0, kMaxReplicasPerRegion, &min));
+      int64_t max = std::max<int64_t>(min, 1);
+      MERIDIAN_RETURN_IF_ERROR(r_.Int(g, "max", path, 1, kMaxReplicasPerRegion, &max));
+      if (max < min) {
+        return r_.Error(g["max"], Field(path, "max"), fmt::format("max {} is below min {}", max, min));
+      }
+      region.min = static_cast<int32_t>(min);
+      region.max = static_cast<int32_t>(max);
+      total += max;
+      total_min += min;
+      spec_.regions.push_back(std::move(region));
+    }
+    if (total_min == 0) {
+      return r_.Error(regions, "regions", "every region's min is 0: the service would start with no replica");
+    }
+    if (total > kMaxServiceReplicas) {
+      return r_.Error(regions, "regions",
+                      fmt::format("the regions' max add up to {} replicas; at most {}", total, kMaxServiceReplicas));
+    }
+    if (spec_.port + total - 1 > 65535) {
+      return r_.Error(root["port"] ? root["port"] : regions, "port",
+                      fmt::format("port {} leaves no room for {} replicas (replica k listens on port + k, at most "
+                                  "65535)",
+                                  spec_.port, total));
+    }
+    return OkStatus();
+  }
+
+  Status Batching(const YAML::Node& root) {
+    YAML::Node b = root["batching"];
+    if (!b) return OkStatus();
+    if (!b.IsMap()) return r_.Error(b, "batching", "expected a map: {max_batch: N, max_wait: DURATION}");
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(b, "batching", {"max_batch", "max_wait"}));
+    int64_t max_batch = spec_.max_batch;
+    MERIDIAN_RETURN_IF_ERROR(r_.Int(b, "max_batch", "batching", 1, 4096, &max_batch));
+    spec_.max_batch = static_cast<int32_t>(max_batch);
+    if (b["max_wait"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(b, "max_wait", "batching", ParseDurationUs, &spec_.max_wait_us));
+      if (spec_.max_wait_us < 0 || spec_.max_wait_us > 1'000'000) {
+        return r_.Error(b["max_wait"], "batching.max_wait", "expected 0 to 1s");
+      }
+    }
+    return OkStatus();
+  }
+
+  const Reader& r_;
+  ServiceSpec spec_;
+};
+
+}  // namespace
+
+StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view file) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  Reader r{std::string(file)};
+  return ServiceParser(r).Parse(root);
+}
+
+StatusOr<ServiceSpec> LoadServiceSpec(const std::string& path) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxYamlFileBytes));
+  return ParseServiceSpec(text, path);
+}
+
+bool IsServiceSpec(std::string_view text) {
+  try {
+    YAML::Node root = YAML::Load(std::string(text));
+    return root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "service";
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+std::string ReplicaJobName(std::string_view service, std::string_view region, int32_t ordinal) {
+  return fmt::format("{}{}/{}/{}", kJobPrefix, service, region, ordinal);
+}
+
+std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
+  if (name.substr(0, kJobPrefix.size()) != kJobPrefix) return std::nullopt;
+  name.remove_prefix(kJobPrefix.size());
+  const size_t a = name.find('/');
+  if (a == std::string_view::npos) return std::nullopt;
+  const size_t b = name.find('/', a + 1);
+  if (b == std::string_view::npos || name.find('/', b + 1) != std::string_view::npos) return std::nullopt;
+  ReplicaJobId id{std::string(name.substr(0, a)), std::string(name.substr(a + 1, b - a - 1)), 0};
+  const std::string_view k = name.substr(b + 1);
+  if (id.service.empty() || id.region.empty() || k.empty() || k.size() > 4) return std::nullopt;
+  for (char c : k) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id.ordinal = id.ordinal * 10 + (c - '0');
+  }
+  return id;
+}
+
+std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
+                           const std::string& token) {
+  // Every value the spec gave was checked to hold only [A-Za-z0-9._/:-], but the
+  // emitter quotes what needs it all the same.
+  const std::string command = fmt::format(
+      "exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env {} --listen 0.0.0.0:{} "
+      "--max-batch {} --max-wait-us {}",
+      kReplicaTokenEnv, spec.port + ordinal, spec.max_batch, spec.max_wait_us);
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
+  e << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{region};
+  e << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << "replica";
+  e << YAML::Key << "command" << YAML::Value << YAML::Flow << std::vector<std::string>{"sh", "-c", command};
+  e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << std::vector<std::string>{spec.model};
+  e << YAML::Key << "env" << YAML::Value << YAML::BeginMap << YAML::Key << kReplicaTokenEnv << YAML::Value << token
+    << YAML::Key << kServiceSpecEnv << YAML::Value << ServiceSpecYaml(spec) << YAML::EndMap;
+  if (!spec.resources_yaml.empty()) {
+    e << YAML::Key << "resources" << YAML::Value << YAML::Flow << YAML::Load(spec.resources_yaml);
+  }
+  e << YAML::Key << "retries" << YAML::Value << kReplicaRetries;
+  e << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+std::string ServiceSpecYaml(const ServiceSpec& spec) {
+  YAML::Emitter e;
+  e << YAML::Flow << YAML::BeginMap;
+  e << YAML::Key << "kind" << YAML::Value << "service";
+  e << YAML::Key << "name" << YAML::Value << spec.name;
+  e << YAML::Key << "model" << YAML::Value << spec.model;
+  e << YAML::Key << "port" << YAML::Value << spec.port;
+  e << YAML::Key << "regions" << YAML::Value << YAML::BeginSeq;
+  for (const ServiceRegion& r : spec.regions) {
+    e << YAML::BeginMap << YAML::Key << "region" << YAML::Value << r.region << YAML::Key << "min" << YAML::Value
+      << r.min << YAML::Key << "max" << YAML::Value << r.max << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::Key << "batching" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch" << YAML::Value
+    << spec.max_batch << YAML::Key << "max_wait" << YAML::Value << fmt::format("{}us", spec.max_wait_us)
+    << YAML::EndMap;
+  if (!spec.resources_yaml.empty()) e << YAML::Key << "resources" << YAML::Value << YAML::Load(spec.resources_yaml);
+  e << YAML::EndMap;
+  return e.c_str();
+}
+
+StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std::string_view job_name) {
+  MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(job_yaml, job_name));
+  const auto missing = [&](std::string_view what) {
+    return InvalidArgumentError(fmt::format("job '{}' is not a replica job of `meridian serve`: no {}", job_name, what));
+  };
+  if (!root.IsMap() || !root["tasks"] || !root["tasks"].IsSequence() || root["tasks"].size() != 1) {
+    return missing("single task");
+  }
+  const YAML::Node env = root["tasks"][0]["env"];
+  if (!env || !env.IsMap()) return missing("env");
+  const YAML::Node spec = env[kServiceSpecEnv];
+  const YAML::Node token = env[kReplicaTokenEnv];
+  if (!spec || !spec.IsScalar()) return missing(kServiceSpecEnv);
+  if (!token || !token.IsScalar()) return missing(kReplicaTokenEnv);
+  ServiceOfReplica out;
+  MERIDIAN_ASSIGN_OR_RETURN(out.spec, ParseServiceSpec(spec.Scalar(), fmt::format("{} ({})", job_name, kServiceSpecEnv)));
+  out.token = token.Scalar();
+  return out;
+}
+
+}  // namespace meridian::spec

@@ -1,0 +1,77 @@
+// Service files (YAML, `kind: service`, docs/serving.md): a model served by replicas
+// in one or more regions. `meridian serve FILE` runs each replica as a job of its own,
+// one task that runs `meridian replica` on its node; this file reads the spec and
+// writes those jobs. Any error names the file, line, column and field; on error
+// nothing is returned.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace meridian::spec {
+
+inline constexpr int32_t kMaxServiceRegions = 16;
+inline constexpr int32_t kMaxReplicasPerRegion = 256;
+inline constexpr int32_t kMaxServiceReplicas = 1024;  // over all its regions
+
+struct ServiceRegion {
+  std::string region;  // a region rule (docs/job-spec.md): a site, a region or a prefix
+  int32_t min = 1;     // replicas started by `meridian serve`; scale never goes below
+  int32_t max = 1;     // nor above
+};
+
+struct ServiceSpec {
+  std::string name;   // [a-z][a-z0-9-]*, at most 63
+  std::string model;  // dataset://NAME or object://ID: a checkpoint of the trainer's
+  int32_t port = 8500;  // replica k of the service listens on port + k on its node
+  std::vector<ServiceRegion> regions;
+  int32_t max_batch = 32;
+  int64_t max_wait_us = 1000;
+  std::string resources_yaml;  // the spec's `resources` map, checked, as flow YAML ("" none)
+};
+
+StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view file);
+StatusOr<ServiceSpec> LoadServiceSpec(const std::string& path);
+
+// True when a YAML document's top-level `kind` is `service`.
+bool IsServiceSpec(std::string_view text);
+
+// A replica's job: "serve/NAME/REGION/K" (K the replica's number in the service).
+std::string ReplicaJobName(std::string_view service, std::string_view region, int32_t ordinal);
+struct ReplicaJobId {
+  std::string service, region;
+  int32_t ordinal = 0;
+};
+// The parts of a replica job's name; nullopt for any other job's.
+std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name);
+
+// The job file of replica `ordinal` in `region` (one of the spec's): one command task,
+// restricted to the region, that reads the model as its input and runs
+// `meridian replica` on port + ordinal with `token` (given in its environment as
+// kReplicaTokenEnv, never on a command line).
+std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
+                           const std::string& token);
+inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
+
+// The spec as a service file (kind: service) again: what ParseServiceSpec reads back
+// as `spec`. A service's replica jobs carry it (kServiceSpecEnv), so that scaling it
+// later starts replicas like the first ones.
+std::string ServiceSpecYaml(const ServiceSpec& spec);
+inline constexpr char kServiceSpecEnv[] = "SERVICE_SPEC";
+
+// The service spec and the replicas' token that a replica job's file (ReplicaJobYaml's
+// text, as the coordinator gives it back) carries.
+struct ServiceOfReplica {
+  ServiceSpec spec;
+  std::string token;
+};
+StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std::string_view job_name);
+
+}  // namespace meridian::spec

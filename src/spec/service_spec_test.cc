@@ -1,0 +1,169 @@
+#include "spec/service_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "spec/fleet_spec.h"
+#include "spec/job_spec.h"
+
+namespace meridian::spec {
+namespace {
+
+constexpr const char* kFleet = R"(sites:
+  - {name: us-east, region: us-east-1}
+  - {name: eu-west, region: eu-west-1}
+links:
+  - {between: [us-east, eu-west], rtt: 80ms, bandwidth: 1Gbps}
+nodes:
+  - {name: a, site: us-east, cpu: 8, memory: 32GiB}
+  - {name: b, site: eu-west, cpu: 8, memory: 32GiB}
+)";
+
+constexpr const char* kService = R"(kind: service
+name: digits
+model: dataset://digits-model
+port: 9000
+regions:
+  - {region: eu, min: 2, max: 4}
+  - {region: us-east, min: 0, max: 3}
+batching: {max_batch: 16, max_wait: 2ms}
+resources: {cpu: 0.5, memory: 256MiB}
+)";
+
+TEST(ServiceSpecTest, ReadsEveryField) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->name, "digits");
+  EXPECT_EQ(s->model, "dataset://digits-model");
+  EXPECT_EQ(s->port, 9000);
+  ASSERT_EQ(s->regions.size(), 2u);
+  EXPECT_EQ(s->regions[0].region, "eu");
+  EXPECT_EQ(s->regions[0].min, 2);
+  EXPECT_EQ(s->regions[0].max, 4);
+  EXPECT_EQ(s->regions[1].region, "us-east");
+  EXPECT_EQ(s->regions[1].min, 0);
+  EXPECT_EQ(s->regions[1].max, 3);
+  EXPECT_EQ(s->max_batch, 16);
+  EXPECT_EQ(s->max_wait_us, 2000);
+  EXPECT_EQ(s->resources_yaml, "{cpu: 0.5, memory: 256MiB}");
+  EXPECT_TRUE(IsServiceSpec(kService));
+  EXPECT_FALSE(IsServiceSpec("name: job\ntasks: []\n"));
+  EXPECT_FALSE(IsServiceSpec("{{{"));
+}
+
+TEST(ServiceSpecTest, DefaultsAreOneReplicaAndMaxFollowsMin) {
+  StatusOr<ServiceSpec> s =
+      ParseServiceSpec("kind: service\nname: m\nmodel: object://00ff\nregions: [{region: eu}, {region: us, min: 3}]\n",
+                       "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->port, 8500);
+  EXPECT_EQ(s->regions[0].min, 1);
+  EXPECT_EQ(s->regions[0].max, 1);
+  EXPECT_EQ(s->regions[1].min, 3);
+  EXPECT_EQ(s->regions[1].max, 3);
+  EXPECT_EQ(s->max_batch, 32);
+  EXPECT_EQ(s->max_wait_us, 1000);
+  EXPECT_EQ(s->resources_yaml, "");
+}
+
+TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
+  const std::string head = "kind: service\nname: m\nmodel: dataset://x\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"kind: job\nname: m\nmodel: dataset://x\nregions: [{region: eu}]\n", "svc.yaml:1:7: kind: expected 'service', got 'job'"},
+      {"kind: service\nname: Big\nmodel: dataset://x\nregions: [{region: eu}]\n",
+       "svc.yaml:2:7: name: expected 1 to 63 of a-z, 0-9 and '-', starting with a letter, got 'Big'"},
+      {"kind: service\nname: m\nmodel: /tmp/model\nregions: [{region: eu}]\n",
+       "svc.yaml:3:8: model: expected dataset://NAME or object://ID (a checkpoint put with `meridian data put`), got "
+       "'/tmp/model'"},
+      {head, "svc.yaml:1:1: missing required field 'regions'"},
+      {head + "regions: []\n", "svc.yaml:4:10: regions: expected 1 to 16 regions"},
+      {head + "regions: [{region: eu}, {region: eu}]\n", "svc.yaml:4:34: regions[1].region: region 'eu' is listed twice"},
+      {head + "regions: [{region: 'e u'}]\n",
+       "svc.yaml:4:20: regions[0].region: expected 1 to 128 of letters, digits, '-', '_' and '.', got 'e u'"},
+      {head + "regions: [{region: eu, min: 3, max: 2}]\n", "svc.yaml:4:37: regions[0].max: max 2 is below min 3"},
+      {head + "regions: [{region: eu, min: 257}]\n", "regions[0].min"},
+      {head + "regions: [{region: eu, max: 256}, {region: us, max: 256}, {region: ap, max: 256}, {region: sa, max: "
+              "256}, {region: af, max: 1}]\n",
+       "svc.yaml:4:10: regions: the regions' max add up to 1025 replicas; at most 1024"},
+      {head + "port: 65535\nregions: [{region: eu, max: 2}]\n",
+       "svc.yaml:4:7: port: port 65535 leaves no room for 2 replicas (replica k listens on port + k, at most 65535)"},
+      {head + "regions: [{region: eu, min: 0, max: 2}]\n",
+       "svc.yaml:4:10: regions: every region's min is 0: the service would start with no replica"},
+      {head + "port: 80\nregions: [{region: eu}]\n", "port"},
+      {head + "regions: [{region: eu}]\nbatching: {max_batch: 0}\n", "batching.max_batch"},
+      {head + "regions: [{region: eu}]\nbatching: {max_wait: 2s}\n", "svc.yaml:5:22: batching.max_wait: expected 0 to 1s"},
+      {head + "regions: [{region: eu}]\nresources: {gpus: 1}\n", "unknown field 'gpus'"},
+      {head + "regions: [{region: eu}]\nreplicas: 3\n",
+       "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, port, regions, batching, resources)"},
+  };
+  for (const auto& [text, want] : cases) {
+    StatusOr<ServiceSpec> s = ParseServiceSpec(text, "svc.yaml");
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_THAT(s.status().message(), ::testing::HasSubstr(want)) << text;
+  }
+}
+
+TEST(ServiceSpecTest, ReplicaJobNamesRoundTrip) {
+  EXPECT_EQ(ReplicaJobName("digits", "eu-west", 12), "serve/digits/eu-west/12");
+  std::optional<ReplicaJobId> id = ParseReplicaJobName("serve/digits/eu-west/12");
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(id->service, "digits");
+  EXPECT_EQ(id->region, "eu-west");
+  EXPECT_EQ(id->ordinal, 12);
+  for (const char* other : {"etl", "serve/digits/eu", "serve/digits/eu/x", "serve//eu/1", "serve/d/eu/1/2",
+                            "serve/d/eu/", "serve/d/eu/12345", "serving/d/eu/1"}) {
+    EXPECT_FALSE(ParseReplicaJobName(other).has_value()) << other;
+  }
+}
+
+// The job `meridian serve` submits for a replica is an ordinary job file: the cluster
+// parses it with the region, the model as input, the token in the environment (not on
+// the command line), and the spec, which reads back as it was.
+TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  const std::string yaml = ReplicaJobYaml(*s, "eu", 3, token);
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
+    if (name != "digits-model") return std::nullopt;
+    model::ObjectRef shard;
+    shard.name = "digits-model/0";
+    shard.size_bytes = 19000;
+    return model::Dataset{name, {shard}};
+  };
+  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+  ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
+  EXPECT_EQ(job->name, "serve/digits/eu/3");
+  EXPECT_EQ(job->allowed_regions, std::vector<std::string>{"eu"});
+  ASSERT_EQ(job->tasks.size(), 1u);
+  const model::Task& t = job->tasks[0];
+  EXPECT_EQ(t.command, (std::vector<std::string>{
+                           "sh", "-c",
+                           "exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env REPLICA_TOKEN "
+                           "--listen 0.0.0.0:9003 --max-batch 16 --max-wait-us 2000"}));
+  ASSERT_EQ(t.inputs.size(), 1u);
+  EXPECT_EQ(t.inputs[0].name, "digits-model/0");
+  EXPECT_EQ(t.env.at("REPLICA_TOKEN"), token);
+  EXPECT_EQ(t.resources.cpu_milli, 500);
+  EXPECT_EQ(t.resources.memory_bytes, int64_t{256} << 20);
+  EXPECT_EQ(t.retries, 20);
+  StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->token, token);
+  EXPECT_EQ(ServiceSpecYaml(back->spec), ServiceSpecYaml(*s));
+  EXPECT_EQ(back->spec.regions[0].max, 4);
+  EXPECT_EQ(back->spec.max_wait_us, 2000);
+
+  StatusOr<ServiceOfReplica> other = ServiceFromReplicaJob("name: etl\ntasks: [{name: a, kernel: sum}]\n", "job 4 (etl)");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().message(), "job 'job 4 (etl)' is not a replica job of `meridian serve`: no env");
+  // A job file of kind service is refused, naming the command that runs it.
+  StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "svc.yaml: a service spec (kind: service): start it with `meridian serve svc.yaml`");
+}
+
+}  // namespace
+}  // namespace meridian::spec

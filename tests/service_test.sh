@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Services as a user runs them (docs/serving.md, "Services"), on a local cluster of two
+# regions (tests/serving/two-regions.yaml): `meridian serve` starts the digits model's
+# replicas as jobs, a gateway in each region follows them through the coordinator, and
+# under a steady stream of requests:
+#  1. region-first routing: while eu-west has replicas, its gateway sends nothing away;
+#  2. failover: both eu-west agents are killed (kill -9; the replicas die with them):
+#     no request fails, and us-east answers the first request after the kill;
+#  3. re-placement: the agents come back (`meridian up`, as a supervisor would), the
+#     replica jobs run again there and eu-west's traffic comes home;
+#  4. scale-in under load: no request fails;
+#  5. delete: the jobs end, the gateway's set empties, clients get a clear 503.
+# Plus each command's errors, one line and exit 2, with nothing started.
+#   tests/service_test.sh MERIDIAN SOURCE_DIR
+set -uo pipefail
+bin=$(realpath "$1")
+root=$(realpath "$2")
+cd "$root"
+py=/usr/bin/python3  # Debian's
+export PATH="$PATH:/usr/sbin:/sbin"
+tmp=$(mktemp -d)
+chmod 711 "$tmp"  # task users reach their directories in the cluster's
+cluster="$tmp/cluster"
+D=(--dir "$cluster")
+. tests/process_lib.sh  # check, pids, start_listening, stop_started
+finish() {
+  "$bin" down "${D[@]}" >/dev/null 2>&1
+  if [ "$fail" -ne 0 ]; then
+    for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
+  fi
+  stop_started
+}
+trap finish EXIT
+# Replicas of `digits` running with an endpoint, by region: "eu-west=2 us-east=1".
+serving() {
+  "$bin" service get digits "${D[@]}" --json 2>/dev/null | $py -c '
+import collections, json, sys
+n = collections.Counter(r["region"] for r in json.load(sys.stdin)["replicas"] if r["endpoint"])
+print(" ".join(f"{k}={v}" for k, v in sorted(n.items())))'
+}
+wait_serving() {  # WANT SECONDS
+  for _ in $(seq 1 $(($2 * 10))); do [ "$(serving)" = "$1" ] && return 0; sleep 0.1; done
+  return 1
+}
+# The replicas a gateway has, as "eu-west:healthy ..." sorted.
+gateway_set() {  # PORT
+  curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$1/v1/gateway" | $py -c '
+import json, sys
+print(" ".join(sorted(r["region"] + (":up" if r["healthy"] else ":down") for r in json.load(sys.stdin)["replicas"])))'
+}
+wait_gateway_set() {  # PORT WANT SECONDS
+  for _ in $(seq 1 $(($3 * 10))); do [ "$(gateway_set "$1")" = "$2" ] && return 0; sleep 0.1; done
+  echo "FAIL gateway :$1 has '$(gateway_set "$1")', want '$2'"; fail=1; return 1
+}
+
+"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >"$tmp/up.log" 2>&1 ||
+  { bad "meridian up"; exit 1; }
+digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
+env RANK=0 WORLD_SIZE=1 MASTER_PORT=29971 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_GANG_PEERS="$tmp/peers" \
+  "$bin" gang train --data "$digits" --epochs 10 --hidden 32 --save-model "$tmp/model" >"$tmp/train.log" 2>&1 ||
+  { bad "gang train"; exit 1; }
+# The model is kept in us-east: eu-west's replicas read it from there, and it outlives
+# eu-west's nodes (an object whose only node dies is lost).
+"$bin" data put "$tmp/model" --name digits-model --site us-east "${D[@]}" >"$tmp/put.log" 2>&1 || { bad "data put"; exit 1; }
+# The replicas' ports: a base no other test uses at once, most likely.
+base=$((20000 + RANDOM % 20000))
+sed "s/^port: .*/port: $base/" tests/serving/digits.yaml >"$tmp/digits.yaml"
+$py -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/client-token"
+ct=$(cat "$tmp/client-token")
+
+# Errors: one line, exit 2, nothing started.
+check "submit of a service file" 2 "a service spec (kind: service): start it with \`meridian serve $tmp/digits.yaml\`" \
+  "$bin" submit "$tmp/digits.yaml" "${D[@]}"
+sed 's/region: us-east,/region: mars,/' "$tmp/digits.yaml" >"$tmp/mars.yaml"
+check "serve in a region the fleet lacks" 2 "service 'digits', region 'mars': serve/digits/mars/1:2:10: regions: 'mars' matches no site, region or region prefix of the fleet; nothing was started" \
+  "$bin" serve "$tmp/mars.yaml" "${D[@]}"
+sed 's/digits-model/no-model/' "$tmp/digits.yaml" >"$tmp/nomodel.yaml"
+check "serve of a model not put" 2 "unknown dataset 'no-model'; nothing was started" "$bin" serve "$tmp/nomodel.yaml" "${D[@]}"
+printf 'kind: service\nname: x\nmodel: dataset://m\nregions: [{region: eu-west}]\nreplicas: 2\n' >"$tmp/field.yaml"
+check "serve with an unknown field" 2 "$tmp/field.yaml:5:1: unknown field 'replicas'" "$bin" serve "$tmp/field.yaml" "${D[@]}"
+printf 'kind: service\nname: x\nmodel: dataset://m\nregions: [{region: eu-west, min: 3, max: 2}]\n' >"$tmp/minmax.yaml"
+check "serve with max below min" 2 "regions[0].max: max 2 is below min 3" "$bin" serve "$tmp/minmax.yaml" "${D[@]}"
+check "get of no service" 2 "no service 'nope' runs" "$bin" service get nope "${D[@]}"
+check "gateway of no service" 2 "--service: no service 'digits' runs" \
+  "$bin" gateway --service digits --token-file "$tmp/client-token" "${D[@]}"
+check "gateway of nothing" 2 "--replica HOST:PORT[@REGION] (at least one), or --service NAME" \
+  "$bin" gateway --token-file "$tmp/client-token" --replica-token-file "$tmp/client-token"
+"$bin" jobs "${D[@]}" >"$tmp/jobs.log" 2>&1
+grep -q "no jobs yet" "$tmp/jobs.log" && ok "no job was left by the refused commands" || { bad "jobs left:"; cat "$tmp/jobs.log"; }
+
+check "serve" 0 "" "$bin" serve "$tmp/digits.yaml" "${D[@]}"
+grep -q "service 'digits': 2 replicas submitted" "$tmp/out" || { bad "serve said:"; cat "$tmp/out"; }
+check "serve again" 2 "service 'digits' runs already (2 replicas)" "$bin" serve "$tmp/digits.yaml" "${D[@]}"
+wait_serving "eu-west=1 us-east=1" 30 && ok "a replica serves in each region" || bad "serving: $(serving)"
+check "scale past max" 2 "--replicas 4: region 'eu-west' of service 'digits' takes 1 to 3" \
+  "$bin" service scale digits --region eu-west --replicas 4 "${D[@]}"
+check "scale an unknown region" 2 "--region 'ap': service 'digits' has no such region (it has eu-west, us-east)" \
+  "$bin" service scale digits --region ap --replicas 1 "${D[@]}"
+check "scale eu-west to 2" 0 "" "$bin" service scale digits --region eu-west --replicas 2 "${D[@]}"
+grep -qF "service 'digits', region 'eu-west': 1 -> 2 replicas" "$tmp/out" || { bad "scale said:"; cat "$tmp/out"; }
+wait_serving "eu-west=2 us-east=1" 30 && ok "scaled: two replicas in eu-west" || bad "serving: $(serving)"
+check "services" 0 "" "$bin" services "${D[@]}"
+[ "$(awk 'NR > 1 {print $1, $2, $3, $4}' "$tmp/out" | tr '\n' ';')" = "digits eu-west 2 2;digits us-east 1 1;" ] &&
+  ok "services lists both regions" || { bad "services:"; cat "$tmp/out"; }
+
+start_listening "$tmp/gw-eu.log" "$bin" gateway --service digits --region eu-west --token-file "$tmp/client-token" "${D[@]}" \
+  --watch-interval-ms 250 --probe-interval-ms 100
+eu=$port
+start_listening "$tmp/gw-us.log" "$bin" gateway --service digits --region us-east --token-file "$tmp/client-token" "${D[@]}" \
+  --watch-interval-ms 250 --probe-interval-ms 100
+us=$port
+wait_gateway_set "$eu" "eu-west:up eu-west:up us-east:up" 10 && ok "eu-west's gateway has the 3 replicas"
+
+# Requests one after another at a gateway from t=0 for SECONDS; at AT seconds, runs
+# ACTION (a shell command). Writes one line a request: time since the action (s),
+# status, the replica that answered.
+load() {  # PORT SECONDS AT ACTION OUT
+  "$py" - "$@" "$ct" <<'PY'
+import http.client, json, subprocess, sys, time
+port, seconds, at, action, out, token = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+body = json.dumps({"instances": [[0.5] * 64]})
+conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=20)
+start = time.monotonic(); acted = None; lines = []
+while time.monotonic() - start < seconds:
+    if acted is None and time.monotonic() - start >= at:
+        subprocess.run(["bash", "-c", action], check=True)
+        acted = time.monotonic()
+    conn.request("POST", "/v1/predict", body, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    r = conn.getresponse(); r.read()
+    lines.append(f"{time.monotonic() - (acted or start) if acted else -1:.4f} {r.status} {r.getheader('X-Meridian-Replica', '-')}")
+open(out, "w").write("\n".join(lines) + "\n")
+PY
+}
+# Failover: both eu-west agents killed at t=1.5 s of 6.
+eu_agents="$(cat "$cluster/pids/agent-eu-0.pid") $(cat "$cluster/pids/agent-eu-1.pid")"
+load "$eu" 6 1.5 "kill -9 $eu_agents" "$tmp/failover.txt" || bad "the failover load"
+"$py" - "$tmp/failover.txt" <<'PY' || fail=1
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+before = [r for r in rows if float(r[0]) < 0]
+after = [r for r in rows if float(r[0]) >= 0]
+failed = [r for r in rows if r[1] != "200"]
+assert before and after, (len(before), len(after))
+assert all(r[2].endswith("@eu-west") for r in before), [r for r in before if not r[2].endswith("@eu-west")][:3]
+assert not failed, failed[:5]
+first_us = next(float(r[0]) for r in after if r[2].endswith("@us-east"))
+# The replicas die with their agent (its death signal): at once, but not within the
+# same microsecond. From 0.5 s on, none answers; the bar is 2 s.
+late_eu = [r for r in after if float(r[0]) >= 0.5 and not r[2].endswith("@us-east")]
+assert first_us < 2.0 and not late_eu, (first_us, late_eu[:3])
+eu_after = sum(1 for r in after if r[2].endswith("@eu-west"))
+print(f"ok   failover: {len(before)} requests served in eu-west; its agents killed: {len(after)} more, 0 failed, "
+      f"{eu_after} still from eu-west, the first from us-east {first_us * 1000:.1f} ms after the kill")
+PY
+wait_gateway_set "$eu" "us-east:up" 10 && ok "the coordinator found eu-west's nodes dead: its gateway keeps us-east's replica only"
+state=$("$bin" service get digits "${D[@]}" --json | $py -c '
+import json, sys
+print(" ".join(r["region"] + ":" + r["state"] for r in json.load(sys.stdin)["replicas"]))')
+[ "$state" = "eu-west:queued us-east:running eu-west:queued" ] && ok "eu-west's replicas wait for room in eu-west" ||
+  bad "replica states: $state"
+
+# Re-placement: the agents come back; the replicas run there again, traffic comes home.
+"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >>"$tmp/up.log" 2>&1 ||
+  bad "meridian up again"
+wait_serving "eu-west=2 us-east=1" 60 && ok "eu-west's replicas run again" || bad "serving: $(serving)"
+wait_gateway_set "$eu" "eu-west:up eu-west:up us-east:up" 20 && ok "eu-west's gateway has them again"
+load "$eu" 1 0 "true" "$tmp/home.txt" || bad "the load after recovery"
+[ "$(awk '$2 != 200 || $3 !~ /@eu-west$/' "$tmp/home.txt" | wc -l)" = 0 ] && [ -s "$tmp/home.txt" ] &&
+  ok "$(wc -l <"$tmp/home.txt") requests after recovery, all answered in eu-west" || bad "after recovery: $(sort "$tmp/home.txt" | uniq -c -f1 | head)"
+
+# Scale-in under load: eu-west from 2 to 1 replica, no request fails.
+load "$eu" 3 1 "'$bin' service scale digits --region eu-west --replicas 1 --dir '$cluster' >/dev/null" "$tmp/scalein.txt" ||
+  bad "the scale-in load"
+n=$(wc -l <"$tmp/scalein.txt")
+[ "$(awk '$2 != 200' "$tmp/scalein.txt" | wc -l)" = 0 ] && [ "$n" -gt 0 ] && ok "scale-in under load: $n requests, 0 failed" ||
+  bad "scale-in: $(awk '$2 != 200' "$tmp/scalein.txt" | head -3)"
+wait_serving "eu-west=1 us-east=1" 20 && ok "one replica left in eu-west" || bad "serving: $(serving)"
+wait_gateway_set "$eu" "eu-west:up us-east:up" 10 && ok "eu-west's gateway dropped the replica scaled in"
+
+# Delete: the gateway empties, and says so to clients.
+check "delete" 0 "" "$bin" service delete digits "${D[@]}"
+grep -qF "service 'digits': its 2 replica jobs cancelled" "$tmp/out" || { bad "delete said:"; cat "$tmp/out"; }
+check "services after delete" 0 "" "$bin" services "${D[@]}"
+grep -q "no services" "$tmp/out" || { bad "services:"; cat "$tmp/out"; }
+wait_gateway_set "$eu" "" 10 && ok "the gateway's set is empty"
+code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" -d '{"instances": [[0]]}' "http://127.0.0.1:$eu/v1/predict")
+[ "$code" = 503 ] && grep -qF "no healthy replica: 0 known" "$tmp/body" && ok "a request after delete: 503 no healthy replica" ||
+  bad "after delete: $code $(cat "$tmp/body")"
+exit $fail
