@@ -9,7 +9,10 @@
 #  3. re-placement: the agents come back (`meridian up`, as a supervisor would), the
 #     replica jobs run again there and eu-west's traffic comes home;
 #  4. scale-in under load: no request fails;
-#  5. delete: the jobs end, the gateway's set empties, clients get a clear 503.
+#  5. autoscaling: a gateway with --autoscale sees the load rise 10x (1 connection,
+#     then 10): eu-west's replicas go to its max, 3; the load falls back: they drain,
+#     one at a time, to 1; no request fails or is even sent twice;
+#  6. delete: the jobs end, the gateway's set empties, clients get a clear 503.
 # Plus each command's errors, one line and exit 2, with nothing started.
 #   tests/service_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
@@ -178,12 +181,76 @@ n=$(wc -l <"$tmp/scalein.txt")
 wait_serving "eu-west=1 us-east=1" 20 && ok "one replica left in eu-west" || bad "serving: $(serving)"
 wait_gateway_set "$eu" "eu-west:up us-east:up" 10 && ok "eu-west's gateway dropped the replica scaled in"
 
+# Autoscaling: 1 connection for 3 s, 10 until eu-west serves with 3 replicas (and 2 s
+# more), 1 until it is back to 1 (and 1 s more). Writes the figures as JSON.
+start_listening "$tmp/gw-auto.log" "$bin" gateway --service digits --region eu-west --autoscale \
+  --token-file "$tmp/client-token" "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
+auto=$port
+"$py" - "$auto" "$ct" "$tmp/autoscale.json" <<'PY' || bad "the autoscaling load"
+import http.client, json, sys, threading, time
+port, token, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+body = json.dumps({"instances": [[0.5] * 64]})
+headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+statuses, lock = [], threading.Lock()
+def view():
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    c.request("GET", "/v1/gateway", headers=headers)
+    return json.loads(c.getresponse().read())
+def eu_healthy():
+    return sum(1 for r in view()["replicas"] if r["region"] == "eu-west" and r["healthy"])
+def client(stop):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    while not stop.is_set():
+        conn.request("POST", "/v1/predict", body, headers)
+        r = conn.getresponse(); r.read()
+        with lock: statuses.append(r.status)
+def run(connections, until, after, limit):
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(stop,)) for _ in range(connections)]
+    for t in threads: t.start()
+    start = time.monotonic(); reached = None; most = 0
+    while time.monotonic() - start < limit:
+        n = eu_healthy(); most = max(most, n)
+        if reached is None and until(n): reached = time.monotonic() - start
+        if reached is not None and time.monotonic() - start >= reached + after: break
+        time.sleep(0.05)
+    stop.set()
+    for t in threads: t.join()
+    return reached, most
+start = view()
+_, low_most = run(1, lambda n: False, 0, 3)
+up, up_most = run(10, lambda n: n == 3, 2, 40)
+down, _ = run(1, lambda n: n == 1, 1, 40)
+end = view()
+json.dump({"low_most": low_most, "up_s": up, "up_most": up_most, "down_s": down, "requests": len(statuses),
+           "failed": sum(1 for s in statuses if s != 200), "retried": end["retried"] - start["retried"],
+           "gateway_failed": end["failed"] - start["failed"], "shed": end["shed"] - start["shed"]}, open(out, "w"))
+PY
+"$py" - "$tmp/autoscale.json" "$tmp/gw-auto.log" <<'PY' || fail=1
+import json, re, sys
+f = json.load(open(sys.argv[1]))
+log = open(sys.argv[2]).read()
+assert f["low_most"] == 1, f  # 1 connection: 1 replica
+assert f["up_s"] is not None and f["up_most"] == 3, f  # 10 connections: to max, never past it
+assert f["down_s"] is not None, f
+assert f["failed"] == 0 and f["retried"] == 0 and f["gateway_failed"] == 0 and f["shed"] == 0, f
+downs = re.findall(r"autoscale eu-west: (\d+) -> (\d+) replicas .*; draining", log)
+assert downs == [("3", "2"), ("2", "1")], downs
+drained = re.findall(r"drained \((\d+) requests in flight\)", log)
+assert drained == ["0", "0"], drained
+print(f"ok   autoscaling: load 1 -> 10 connections: eu-west 1 -> 3 replicas in {f['up_s']:.1f} s; back to 1 "
+      f"connection: drained to 1 in {f['down_s']:.1f} s (2 s wait each); {f['requests']} requests, 0 failed, 0 sent twice")
+PY
+
 # Delete: the gateway empties, and says so to clients.
 check "delete" 0 "" "$bin" service delete digits "${D[@]}"
 grep -qF "service 'digits': its 2 replica jobs cancelled" "$tmp/out" || { bad "delete said:"; cat "$tmp/out"; }
+wait_gateway_set "$eu" "" 10 && ok "the gateway's set is empty"
+wait_gateway_set "$auto" "" 10 && sleep 1  # the autoscaling gateway has read it, and more than once
 check "services after delete" 0 "" "$bin" services "${D[@]}"
 grep -q "no services" "$tmp/out" || { bad "services:"; cat "$tmp/out"; }
-wait_gateway_set "$eu" "" 10 && ok "the gateway's set is empty"
+grep -q "gateway: service digits has no replica jobs (deleted): not scaling it" "$tmp/gw-auto.log" &&
+  ok "the autoscaling gateway does not bring a deleted service back" || bad "gw-auto: $(tail -3 "$tmp/gw-auto.log")"
 code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" -d '{"instances": [[0]]}' "http://127.0.0.1:$eu/v1/predict")
 [ "$code" = 503 ] && grep -qF "no healthy replica: 0 known" "$tmp/body" && ok "a request after delete: 503 no healthy replica" ||
   bad "after delete: $code $(cat "$tmp/body")"

@@ -14,6 +14,7 @@
 #include "client/objects.h"
 #include "common/status.h"
 #include "spec/fleet_spec.h"
+#include "spec/service_spec.h"
 #include "workloads/chain/generate.h"
 #include "workloads/training/trainer.h"
 
@@ -254,6 +255,7 @@ struct GatewayCommandOptions {
   std::string service;
   ClusterTarget target;
   int64_t watch_interval_ms = 1000;
+  bool autoscale = false;  // scale the service's replicas in --region by its spec's `autoscale`
   std::string token_file;             // clients' bearer token
   std::string replica_token_file;     // the replicas'
   std::string tls_cert, tls_key;
@@ -318,6 +320,11 @@ struct ServiceReplica {
 // The live replica jobs of `service` (empty: of every service), by service and number.
 StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, const std::string& service,
                                                           bool with_tasks);
+// Submits `count` more replicas of `spec` in `region`, numbered with the lowest
+// numbers none of `live` has; on a failure, those it submitted are undone.
+StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec, const std::string& token,
+                                            const std::string& region, int32_t count,
+                                            const std::vector<ServiceReplica>& live);
 
 // A password or token file's first line (a trailing newline dropped), bounded.
 StatusOr<std::string> ReadPasswordFile(const std::filesystem::path& path);

@@ -619,6 +619,8 @@ int main(int argc, char** argv) {
   gateway_cmd->add_option("--watch-interval-ms", gateway.watch_interval_ms,
                           "With --service: how often the service's replicas are read")
       ->capture_default_str();
+  gateway_cmd->add_flag("--autoscale", gateway.autoscale,
+                        "With --service and --region: scale the region's replicas by the spec's autoscale");
   add_target(gateway_cmd, gateway.target);
   gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
   gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");

@@ -1,8 +1,13 @@
 // meridian replica, meridian gateway and meridian bench serve (docs/serving.md).
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +18,7 @@
 #include "common/temp_dir.h"
 #include "spec/service_spec.h"
 #include "spec/yaml_reader.h"
+#include "workloads/serving/autoscaler.h"
 #include "workloads/serving/gateway.h"
 #include "workloads/serving/replica.h"
 #include "workloads/training/digits.h"
@@ -28,6 +34,7 @@ struct ServiceEndpoints {
   spec::ServiceSpec spec;
   std::string token;
   std::vector<sv::ReplicaEndpoint> endpoints;
+  std::vector<ServiceReplica> live;  // its live replica jobs, serving or not
 };
 
 // Reads the service's replica jobs: those running on a live node are its endpoints.
@@ -49,8 +56,186 @@ StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::strin
   for (const ServiceReplica& r : live) {
     if (r.Serving()) out.endpoints.push_back(sv::ReplicaEndpoint{r.host, out.spec.port + r.ordinal, r.region});
   }
+  out.live = std::move(live);
   return out;
 }
+
+// A replica being drained: out of the gateway's set, stopped once nothing is in
+// flight to it (or after kDrainTimeoutUs).
+struct Draining {
+  uint64_t job = 0;
+  sv::ReplicaEndpoint endpoint;
+  int64_t since_us = 0;
+  bool cancelled = false;
+};
+constexpr int64_t kDrainTimeoutUs = 30'000'000;
+constexpr int64_t kAutoscaleSampleUs = 100'000;
+
+// A gateway following its service (gateway --service): the replicas placed, lost,
+// re-placed or scaled, read from the coordinator every watch interval; with
+// autoscaling, its region's replicas scaled by the requests in flight to them and
+// their answer time, sampled every 100 ms. While the coordinator cannot be reached,
+// the gateway keeps the set it has (its probes still find dead replicas) and says so
+// once.
+class ServiceFollower {
+ public:
+  ServiceFollower(const GatewayCommandOptions& o, client::Client& coordinator, sv::Gateway& gateway,
+                  spec::ServiceSpec spec, std::string token, std::vector<sv::ReplicaEndpoint> current,
+                  std::ostream& out)
+      : o_(o), c_(coordinator), gateway_(gateway), spec_(std::move(spec)), token_(std::move(token)),
+        current_(std::move(current)), out_(out) {
+    if (o.autoscale) {
+      for (const spec::ServiceRegion& r : spec_.regions) {
+        if (r.region != o.region) continue;
+        sv::AutoscalePolicy policy;
+        policy.target_inflight = spec_.autoscale->target_inflight;
+        policy.latency_target_us = spec_.autoscale->latency_target_us;
+        policy.scale_in_after_us = spec_.autoscale->scale_in_after_us;
+        policy.min = r.min;
+        policy.max = r.max;
+        autoscaler_.emplace(policy);
+      }
+    }
+  }
+
+  void Run() {
+    const int64_t tick_us = autoscaler_ ? kAutoscaleSampleUs : o_.watch_interval_ms * 1000;
+    int64_t next_read_us = 0;
+    while (WaitForTerminationSignalFor(tick_us) == 0) {
+      const int64_t now = NowUs();
+      if (autoscaler_) Sample(now);
+      if (now < next_read_us) continue;
+      next_read_us = now + o_.watch_interval_ms * 1000;
+      Follow(now);
+    }
+  }
+
+ private:
+  static int64_t NowUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The region's requests in flight and the mean answer time of its replicas that
+  // answered since the last sample.
+  void Sample(int64_t now) {
+    const sv::GatewayView view = gateway_.Snapshot();
+    double inflight = 0;
+    int64_t answer_sum = 0, answered = 0;
+    std::map<std::string, int64_t> served;
+    for (const sv::ReplicaView& r : view.replicas) {
+      if (r.endpoint.region != o_.region) continue;
+      inflight += r.inflight;
+      const std::string key = fmt::format("{}:{}", r.endpoint.host, r.endpoint.port);
+      served[key] = r.served;
+      auto before = served_.find(key);
+      if (before != served_.end() && r.served > before->second) {
+        answer_sum += r.service_us;
+        ++answered;
+      }
+    }
+    for (const Draining& d : draining_) inflight += gateway_.InflightTo(d.endpoint);
+    served_ = std::move(served);
+    autoscaler_->Observe(now, inflight, answered == 0 ? 0 : answer_sum / answered);
+  }
+
+  void Follow(int64_t now) {
+    auto service = ServiceReplicaSet(c_, o_.service, &spec_);
+    if (!service.ok()) {
+      if (!lost_) {
+        out_ << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", o_.service,
+                            service.status().message(), current_.size())
+             << std::flush;
+      }
+      lost_ = true;
+      return;
+    }
+    lost_ = false;
+    std::set<uint64_t> live_jobs;
+    for (const ServiceReplica& r : service->live) live_jobs.insert(r.job);
+    // A drained replica's job gone: forget it.
+    std::erase_if(draining_, [&](const Draining& d) { return d.cancelled && live_jobs.count(d.job) == 0; });
+    for (Draining& d : draining_) {
+      if (d.cancelled) continue;
+      const int32_t inflight = gateway_.InflightTo(d.endpoint);
+      if (inflight > 0 && now - d.since_us < kDrainTimeoutUs) continue;
+      auto cancelled = c_.Cancel(d.job);
+      d.cancelled = cancelled.ok() || cancelled.status().code() == StatusCode::kNotFound;
+      out_ << fmt::format("gateway: replica {}:{} drained ({} requests in flight): job {} {}\n", d.endpoint.host,
+                          d.endpoint.port, inflight, d.job,
+                          cancelled.ok() ? "cancelled" : "not cancelled: " + std::string(cancelled.status().message()))
+           << std::flush;
+    }
+    std::vector<sv::ReplicaEndpoint> endpoints;
+    for (const sv::ReplicaEndpoint& e : service->endpoints) {
+      if (std::none_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.endpoint == e; })) {
+        endpoints.push_back(e);
+      }
+    }
+    if (endpoints != current_) {
+      out_ << fmt::format("gateway: service {} now has {} replicas serving\n", o_.service, endpoints.size())
+           << std::flush;
+      current_ = endpoints;
+      gateway_.SetReplicas(current_);
+    }
+    if (autoscaler_) Autoscale(now, service->live);
+  }
+
+  void Autoscale(int64_t now, const std::vector<ServiceReplica>& live) {
+    // No replica job left anywhere: the service was deleted, not emptied by load.
+    if (live.empty()) {
+      if (!deleted_) out_ << fmt::format("gateway: service {} has no replica jobs (deleted): not scaling it\n", o_.service) << std::flush;
+      deleted_ = true;
+      return;
+    }
+    deleted_ = false;
+    std::vector<const ServiceReplica*> here;  // the region's, not draining
+    for (const ServiceReplica& r : live) {
+      const bool draining =
+          std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == r.job; });
+      if (r.region == o_.region && !draining) here.push_back(&r);
+    }
+    const int32_t now_count = static_cast<int32_t>(here.size());
+    const int32_t want = autoscaler_->Want(now, now_count);
+    if (want == now_count) return;
+    const std::string why = fmt::format("{:.1f} requests in flight on average, target {} a replica; answers in {} us",
+                                        autoscaler_->MeanInflight(), spec_.autoscale->target_inflight,
+                                        autoscaler_->MeanAnswerUs());
+    if (want > now_count) {
+      auto added = AddReplicas(c_, spec_, token_, o_.region, want - now_count, live);
+      out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}){}\n", o_.region, now_count, want, why,
+                          added.ok() ? "" : ": " + std::string(added.status().message()))
+           << std::flush;
+      return;
+    }
+    // Down: the serving replica with the highest number drains first.
+    const ServiceReplica* victim = nullptr;
+    for (const ServiceReplica* r : here) {
+      if (r->Serving() && (victim == nullptr || r->ordinal > victim->ordinal)) victim = r;
+    }
+    if (victim == nullptr) return;
+    const sv::ReplicaEndpoint endpoint{victim->host, spec_.port + victim->ordinal, victim->region};
+    draining_.push_back(Draining{victim->job, endpoint, now, false});
+    current_.erase(std::remove(current_.begin(), current_.end(), endpoint), current_.end());
+    gateway_.SetReplicas(current_);
+    out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); draining {}:{}\n", o_.region, now_count, want,
+                        why, endpoint.host, endpoint.port)
+         << std::flush;
+  }
+
+  const GatewayCommandOptions& o_;
+  client::Client& c_;
+  sv::Gateway& gateway_;
+  spec::ServiceSpec spec_;
+  std::string token_;
+  std::vector<sv::ReplicaEndpoint> current_;
+  std::ostream& out_;
+  bool lost_ = false;
+  bool deleted_ = false;
+  std::optional<sv::Autoscaler> autoscaler_;
+  std::map<std::string, int64_t> served_;  // per replica, at the last sample
+  std::vector<Draining> draining_;
+};
 
 // The largest checkpoint a model of kMaxMlpWidth hidden units makes, with room.
 constexpr int64_t kMaxModelFileBytes = int64_t{64} << 20;
@@ -140,7 +325,13 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
                      [&](const spec::ServiceRegion& r) { return r.region == o.region; })) {
       return InvalidArgumentError(fmt::format("--region '{}': service '{}' has no such region", o.region, o.service));
     }
+    if (o.autoscale && (o.region.empty() || !service.spec.autoscale)) {
+      return InvalidArgumentError(fmt::format(
+          "--autoscale: {}", o.region.empty() ? "a gateway scales its own region's replicas: give --region"
+                                              : fmt::format("service '{}' has no 'autoscale' in its spec", o.service)));
+    }
   } else {
+    if (o.autoscale) return InvalidArgumentError("--autoscale: only a service's gateway (--service NAME) scales replicas");
     MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
                                                                    "the token the replicas ask for"));
     if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION] (at least one), or --service NAME");
@@ -164,26 +355,8 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     WaitForTerminationSignal();
     return OkStatus();
   }
-  // Follows the service: replicas placed, lost, re-placed or scaled. While the
-  // coordinator cannot be reached, the gateway keeps the set it has (its probes still
-  // find dead replicas) and says so once.
-  std::vector<sv::ReplicaEndpoint> current = options.replicas;
-  bool lost = false;
-  while (WaitForTerminationSignalFor(o.watch_interval_ms * 1000) == 0) {
-    auto service = ServiceReplicaSet(*coordinator, o.service, &service_spec);
-    if (!service.ok()) {
-      if (!lost) out << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", o.service,
-                                    service.status().message(), current.size()) << std::flush;
-      lost = true;
-      continue;
-    }
-    lost = false;
-    if (service->endpoints == current) continue;
-    out << fmt::format("gateway: service {} now has {} replicas serving\n", o.service, service->endpoints.size())
-        << std::flush;
-    current = service->endpoints;
-    gateway->SetReplicas(current);
-  }
+  ServiceFollower(o, *coordinator, *gateway, std::move(service_spec), options.replica_token, options.replicas, out)
+      .Run();
   return OkStatus();
 }
 

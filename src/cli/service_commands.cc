@@ -157,6 +157,24 @@ StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, con
   return out;
 }
 
+StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec, const std::string& token,
+                                            const std::string& region, int32_t count,
+                                            const std::vector<ServiceReplica>& live) {
+  // New replicas take the lowest numbers no live replica of the service has.
+  std::set<int32_t> used;
+  for (const ServiceReplica& r : live) used.insert(r.ordinal);
+  std::vector<std::pair<std::string, int32_t>> replicas;
+  int32_t ordinal = 0;
+  for (int32_t k = 0; k < count; ++k) {
+    while (used.count(ordinal) > 0) ++ordinal;
+    used.insert(ordinal);
+    replicas.emplace_back(region, ordinal);
+  }
+  std::vector<uint64_t> submitted;
+  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, token, &submitted));
+  return submitted;
+}
+
 Status RunServe(const ServeOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(spec::ServiceSpec spec, spec::LoadServiceSpec(o.file));
   MERIDIAN_ASSIGN_OR_RETURN(auto c, ConnectClient(o.target));
@@ -280,9 +298,7 @@ Status RunServiceScale(const ServiceScaleOptions& o, std::ostream& out) {
                                             o.region, o.name, region->min, region->max));
   }
   std::vector<const ServiceReplica*> here;
-  std::set<int32_t> used;
   for (const ServiceReplica& r : live) {
-    used.insert(r.ordinal);
     if (r.region == o.region) here.push_back(&r);
   }
   if (o.replicas == 0 && here.size() == live.size()) {
@@ -293,16 +309,7 @@ Status RunServiceScale(const ServiceScaleOptions& o, std::ostream& out) {
   const int32_t now = static_cast<int32_t>(here.size());
   if (o.replicas > now) {
     MERIDIAN_RETURN_IF_ERROR(CheckRegion(*c, spec, o.region, 0, service.token));
-    // New replicas take the lowest numbers no live replica of the service has.
-    std::vector<std::pair<std::string, int32_t>> replicas;
-    int32_t ordinal = 0;
-    for (int32_t k = now; k < o.replicas; ++k) {
-      while (used.count(ordinal) > 0) ++ordinal;
-      used.insert(ordinal);
-      replicas.emplace_back(o.region, ordinal);
-    }
-    std::vector<uint64_t> submitted;
-    MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(*c, spec, replicas, service.token, &submitted));
+    MERIDIAN_RETURN_IF_ERROR(AddReplicas(*c, spec, service.token, o.region, o.replicas - now, live).status());
   } else {
     // The newest replicas go first (the highest numbers).
     std::sort(here.begin(), here.end(), [](const ServiceReplica* a, const ServiceReplica* b) {

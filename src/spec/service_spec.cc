@@ -37,7 +37,7 @@ class ServiceParser {
   StatusOr<ServiceSpec> Parse(const YAML::Node& root) {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a service spec)");
     MERIDIAN_RETURN_IF_ERROR(
-        r_.CheckMap(root, "", {"kind", "name", "model", "port", "regions", "batching", "resources"}));
+        r_.CheckMap(root, "", {"kind", "name", "model", "port", "regions", "batching", "autoscale", "resources"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "service") return r_.Error(root["kind"], "kind", fmt::format("expected 'service', got '{}'", kind));
@@ -59,6 +59,7 @@ class ServiceParser {
     spec_.port = static_cast<int32_t>(port);
     MERIDIAN_RETURN_IF_ERROR(Regions(root));
     MERIDIAN_RETURN_IF_ERROR(Batching(root));
+    MERIDIAN_RETURN_IF_ERROR(Autoscale(root));
     model::ResourceRequest resources;
     MERIDIAN_RETURN_IF_ERROR(ParseResourceRequest(r_, root, "", &resources));
     if (YAML::Node res = root["resources"]) {
@@ -140,6 +141,34 @@ class ServiceParser {
         return r_.Error(b["max_wait"], "batching.max_wait", "expected 0 to 1s");
       }
     }
+    return OkStatus();
+  }
+
+  Status Autoscale(const YAML::Node& root) {
+    YAML::Node a = root["autoscale"];
+    if (!a) return OkStatus();
+    if (!a.IsMap()) {
+      return r_.Error(a, "autoscale", "expected a map: {target_inflight: N, latency_target: DURATION, scale_in_after: DURATION}");
+    }
+    MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(a, "autoscale", {"target_inflight", "latency_target", "scale_in_after"}));
+    ServiceAutoscale s;
+    MERIDIAN_RETURN_IF_ERROR(r_.Double(a, "target_inflight", "autoscale", 0.1, &s.target_inflight));
+    if (s.target_inflight > 10'000) {
+      return r_.Error(a["target_inflight"], "autoscale.target_inflight", "expected 0.1 to 10000 requests");
+    }
+    if (a["latency_target"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(a, "latency_target", "autoscale", ParseDurationUs, &s.latency_target_us));
+      if (s.latency_target_us < 100 || s.latency_target_us > 600'000'000) {
+        return r_.Error(a["latency_target"], "autoscale.latency_target", "expected 100us to 10m");
+      }
+    }
+    if (a["scale_in_after"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.Unit(a, "scale_in_after", "autoscale", ParseDurationUs, &s.scale_in_after_us));
+      if (s.scale_in_after_us < 1'000'000 || s.scale_in_after_us > 86'400'000'000) {
+        return r_.Error(a["scale_in_after"], "autoscale.scale_in_after", "expected 1s to 24h");
+      }
+    }
+    spec_.autoscale = s;
     return OkStatus();
   }
 
@@ -232,6 +261,12 @@ std::string ServiceSpecYaml(const ServiceSpec& spec) {
   e << YAML::Key << "batching" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch" << YAML::Value
     << spec.max_batch << YAML::Key << "max_wait" << YAML::Value << fmt::format("{}us", spec.max_wait_us)
     << YAML::EndMap;
+  if (spec.autoscale) {
+    e << YAML::Key << "autoscale" << YAML::Value << YAML::BeginMap << YAML::Key << "target_inflight" << YAML::Value
+      << spec.autoscale->target_inflight << YAML::Key << "latency_target" << YAML::Value
+      << fmt::format("{}us", spec.autoscale->latency_target_us) << YAML::Key << "scale_in_after" << YAML::Value
+      << fmt::format("{}us", spec.autoscale->scale_in_after_us) << YAML::EndMap;
+  }
   if (!spec.resources_yaml.empty()) e << YAML::Key << "resources" << YAML::Value << YAML::Load(spec.resources_yaml);
   e << YAML::EndMap;
   return e.c_str();

@@ -27,6 +27,14 @@ struct ServiceRegion {
   int32_t max = 1;     // nor above
 };
 
+// How each region's gateway scales the region's replicas (gateway --autoscale;
+// serving::Autoscaler has the rules).
+struct ServiceAutoscale {
+  double target_inflight = 2.0;          // requests in flight a replica should have
+  int64_t latency_target_us = 100'000;   // a replica's mean answer time above this adds one
+  int64_t scale_in_after_us = 10'000'000;  // low load this long before one replica goes
+};
+
 struct ServiceSpec {
   std::string name;   // [a-z][a-z0-9-]*, at most 63
   std::string model;  // dataset://NAME or object://ID: a checkpoint of the trainer's
@@ -35,6 +43,7 @@ struct ServiceSpec {
   int32_t max_batch = 32;
   int64_t max_wait_us = 1000;
   std::string resources_yaml;  // the spec's `resources` map, checked, as flow YAML ("" none)
+  std::optional<ServiceAutoscale> autoscale;
 };
 
 StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view file);

@@ -27,6 +27,7 @@ regions:
   - {region: eu, min: 2, max: 4}
   - {region: us-east, min: 0, max: 3}
 batching: {max_batch: 16, max_wait: 2ms}
+autoscale: {target_inflight: 1.5, latency_target: 50ms, scale_in_after: 30s}
 resources: {cpu: 0.5, memory: 256MiB}
 )";
 
@@ -46,6 +47,10 @@ TEST(ServiceSpecTest, ReadsEveryField) {
   EXPECT_EQ(s->max_batch, 16);
   EXPECT_EQ(s->max_wait_us, 2000);
   EXPECT_EQ(s->resources_yaml, "{cpu: 0.5, memory: 256MiB}");
+  ASSERT_TRUE(s->autoscale.has_value());
+  EXPECT_DOUBLE_EQ(s->autoscale->target_inflight, 1.5);
+  EXPECT_EQ(s->autoscale->latency_target_us, 50'000);
+  EXPECT_EQ(s->autoscale->scale_in_after_us, 30'000'000);
   EXPECT_TRUE(IsServiceSpec(kService));
   EXPECT_FALSE(IsServiceSpec("name: job\ntasks: []\n"));
   EXPECT_FALSE(IsServiceSpec("{{{"));
@@ -64,6 +69,7 @@ TEST(ServiceSpecTest, DefaultsAreOneReplicaAndMaxFollowsMin) {
   EXPECT_EQ(s->max_batch, 32);
   EXPECT_EQ(s->max_wait_us, 1000);
   EXPECT_EQ(s->resources_yaml, "");
+  EXPECT_FALSE(s->autoscale.has_value());
 }
 
 TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
@@ -93,8 +99,15 @@ TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
       {head + "regions: [{region: eu}]\nbatching: {max_batch: 0}\n", "batching.max_batch"},
       {head + "regions: [{region: eu}]\nbatching: {max_wait: 2s}\n", "svc.yaml:5:22: batching.max_wait: expected 0 to 1s"},
       {head + "regions: [{region: eu}]\nresources: {gpus: 1}\n", "unknown field 'gpus'"},
+      {head + "regions: [{region: eu}]\nautoscale: {target_inflight: 0}\n",
+       "svc.yaml:5:30: autoscale.target_inflight: expected a number >= 0.1, got 0"},
+      {head + "regions: [{region: eu}]\nautoscale: {scale_in_after: 10ms}\n",
+       "svc.yaml:5:29: autoscale.scale_in_after: expected 1s to 24h"},
+      {head + "regions: [{region: eu}]\nautoscale: {target: 2}\n",
+       "unknown field 'target' (expected one of: target_inflight, latency_target, scale_in_after)"},
       {head + "regions: [{region: eu}]\nreplicas: 3\n",
-       "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, port, regions, batching, resources)"},
+       "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, port, regions, batching, autoscale, "
+       "resources)"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<ServiceSpec> s = ParseServiceSpec(text, "svc.yaml");
@@ -155,6 +168,10 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   EXPECT_EQ(ServiceSpecYaml(back->spec), ServiceSpecYaml(*s));
   EXPECT_EQ(back->spec.regions[0].max, 4);
   EXPECT_EQ(back->spec.max_wait_us, 2000);
+  ASSERT_TRUE(back->spec.autoscale.has_value());
+  EXPECT_DOUBLE_EQ(back->spec.autoscale->target_inflight, 1.5);
+  EXPECT_EQ(back->spec.autoscale->latency_target_us, 50'000);
+  EXPECT_EQ(back->spec.autoscale->scale_in_after_us, 30'000'000);
 
   StatusOr<ServiceOfReplica> other = ServiceFromReplicaJob("name: etl\ntasks: [{name: a, kernel: sum}]\n", "job 4 (etl)");
   ASSERT_FALSE(other.ok());

@@ -76,7 +76,7 @@ struct Upstream {
   Gateway::Impl* gateway = nullptr;
   h2o_socketpool_t pool{};
   bool removed = false;
-  bool healthy = true;  // until a probe or a request says otherwise
+  bool healthy = true;  // until a probe or a request says otherwise (Add sets it)
   int32_t inflight = 0;
   double rtt_us = 0.0;
   double service_us = 0.0;
@@ -127,7 +127,10 @@ struct Gateway::Impl {
   void Finish(Forward* f, HttpResponse response);
   void Failed(Forward* f, std::string error, bool broken);
   void Completed(Forward* f);
-  void Add(const ReplicaEndpoint& e);
+  // `healthy`: whether it takes requests before its first probe answers (replicas
+  // given at start do; one added later, a replica just placed that may not listen
+  // yet, waits for its probe).
+  void Add(const ReplicaEndpoint& e, bool healthy);
   void Probe(Upstream* u);
   void ProbeDone(Upstream* u, bool ok);
   void Shutdown();
@@ -246,9 +249,10 @@ void OnProbeTimer(h2o_timeout_entry_t* entry) {
 
 }  // namespace
 
-void Gateway::Impl::Add(const ReplicaEndpoint& e) {
+void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
   auto u = std::make_unique<Upstream>();
   u->endpoint = e;
+  u->healthy = healthy;
   u->name = e.region.empty() ? fmt::format("{}:{}", e.host, e.port) : fmt::format("{}:{}@{}", e.host, e.port, e.region);
   u->gateway = this;
   // Resolved once, here: the pool then connects to the address without a resolver.
@@ -511,7 +515,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     g->client_ctx.io_timeout = &g->io_timeout;
     g->probe_ctx.loop = g->loop;
     g->probe_ctx.io_timeout = &g->probe_io_timeout;
-    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e);
+    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e, true);
   });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
@@ -535,9 +539,20 @@ void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
           const bool known = std::any_of(g->upstreams.begin(), g->upstreams.end(), [&](const auto& u) {
             return !u->removed && u->endpoint == e;
           });
-          if (!known) g->Add(e);
+          if (!known) g->Add(e, false);
         }
       });
+}
+
+int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {
+  Impl* g = impl_.get();
+  int32_t inflight = 0;
+  g->server->RunOnLoopAndWait([g, &endpoint, &inflight] {
+    for (const auto& u : g->upstreams) {
+      if (u->endpoint == endpoint) inflight += u->inflight;
+    }
+  });
+  return inflight;
 }
 
 GatewayView Gateway::Snapshot() {

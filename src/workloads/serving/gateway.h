@@ -86,9 +86,14 @@ class Gateway {
   ~Gateway();
   int port() const;
   // Replaces the replica set (a service scaled or re-placed): kept endpoints keep their
-  // figures and connections; removed ones finish what they have in flight.
+  // figures and connections; removed ones finish what they have in flight; new ones
+  // take requests once their first health probe answers.
   void SetReplicas(std::vector<ReplicaEndpoint> replicas);
   GatewayView Snapshot();
+  // Requests in flight to `endpoint`, whether it is in the set or was removed from it
+  // (a replica draining: removed, so that no request is sent to it, and stopped when
+  // this is 0).
+  int32_t InflightTo(const ReplicaEndpoint& endpoint);
 
   struct Impl;
 

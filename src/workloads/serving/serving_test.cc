@@ -12,6 +12,7 @@
 
 #include "common/subprocess.h"
 #include "kernels/ops.h"
+#include "workloads/serving/autoscaler.h"
 #include "workloads/serving/batcher.h"
 #include "workloads/serving/gateway.h"
 #include "workloads/serving/model.h"
@@ -50,6 +51,86 @@ std::string Body(const std::vector<float>& x) {
     instances.push_back(std::vector<float>(x.begin() + static_cast<long>(b * 64), x.begin() + static_cast<long>(b * 64 + 64)));
   }
   return nlohmann::json{{"instances", instances}}.dump();
+}
+
+constexpr int64_t kSecond = 1'000'000;
+
+AutoscalePolicy Policy() {
+  AutoscalePolicy p;
+  p.target_inflight = 2.0;
+  p.latency_target_us = 100'000;
+  p.scale_in_after_us = 10 * kSecond;
+  p.window_us = 2 * kSecond;
+  p.min = 1;
+  p.max = 5;
+  return p;
+}
+
+// Samples every 100 ms from `from` for `seconds`: `inflight` requests, answered in
+// `answer_us`.
+void Feed(Autoscaler& a, int64_t from, double seconds, double inflight, int64_t answer_us) {
+  for (int64_t t = from; t < from + static_cast<int64_t>(seconds * kSecond); t += 100'000) a.Observe(t, inflight, answer_us);
+}
+
+TEST(AutoscalerTest, ScalesUpAtOnceByQueueDepthWithinMax) {
+  Autoscaler a(Policy());
+  Feed(a, 0, 2, 7.0, 5'000);  // 7 in flight, target 2 each: 4 replicas
+  EXPECT_DOUBLE_EQ(a.MeanInflight(), 7.0);
+  EXPECT_EQ(a.MeanAnswerUs(), 5'000);
+  EXPECT_EQ(a.Want(2 * kSecond, 1), 4);
+  EXPECT_EQ(a.Want(2 * kSecond, 4), 4);
+  Feed(a, 2 * kSecond, 2, 30.0, 5'000);  // past max
+  EXPECT_EQ(a.Want(4 * kSecond, 4), 5);
+  // Exactly on a multiple of the target: no replica more.
+  Autoscaler b(Policy());
+  Feed(b, 0, 2, 6.0, 5'000);
+  EXPECT_EQ(b.Want(2 * kSecond, 3), 3);
+}
+
+TEST(AutoscalerTest, AddsOneReplicaWhenAnswersAreSlowerThanTheTarget) {
+  Autoscaler a(Policy());
+  Feed(a, 0, 2, 2.0, 250'000);  // 2 in flight wants 1, but answers take 250 ms > 100 ms
+  EXPECT_EQ(a.Want(2 * kSecond, 2), 3);
+  // Slow answers never go past max.
+  EXPECT_EQ(a.Want(2 * kSecond, 5), 5);
+  // Samples without answers (0) do not count as fast ones.
+  Autoscaler b(Policy());
+  Feed(b, 0, 1, 2.0, 250'000);
+  Feed(b, kSecond, 1, 2.0, 0);
+  EXPECT_EQ(b.MeanAnswerUs(), 250'000);
+}
+
+TEST(AutoscalerTest, ScalesInOneReplicaAtATimeAfterLowLoadLastsItsTime) {
+  Autoscaler a(Policy());
+  int64_t t = 0;
+  Feed(a, t, 2, 1.0, 5'000);  // wants 1; has 4
+  t += 2 * kSecond;
+  EXPECT_EQ(a.Want(t, 4), 4);  // the low load starts now
+  Feed(a, t, 9.9, 1.0, 5'000);
+  EXPECT_EQ(a.Want(t + 9'900'000, 4), 4);  // 9.9 s: not yet
+  EXPECT_EQ(a.Want(t + 10 * kSecond, 4), 3);  // 10 s: one goes
+  EXPECT_EQ(a.Want(t + 10 * kSecond + 100'000, 3), 3);  // the next waits its own 10 s
+  EXPECT_EQ(a.Want(t + 20 * kSecond, 3), 2);
+  // A burst in between starts the wait again.
+  t += 20 * kSecond;
+  Feed(a, t, 2, 4.0, 5'000);  // wants 2 = has 2
+  EXPECT_EQ(a.Want(t + 2 * kSecond, 2), 2);
+  Feed(a, t + 2 * kSecond, 2, 1.0, 5'000);
+  EXPECT_EQ(a.Want(t + 4 * kSecond, 2), 2);
+  EXPECT_EQ(a.Want(t + 13 * kSecond, 2), 2);
+  EXPECT_EQ(a.Want(t + 14 * kSecond, 2), 1);
+  EXPECT_EQ(a.Want(t + 40 * kSecond, 1), 1);  // never below min
+}
+
+TEST(AutoscalerTest, BringsARegionBelowMinBackAtOnce) {
+  Autoscaler a(Policy());
+  Feed(a, 0, 2, 0.0, 0);
+  EXPECT_EQ(a.Want(2 * kSecond, 0), 1);
+  AutoscalePolicy p = Policy();
+  p.min = 3;
+  Autoscaler b(p);
+  Feed(b, 0, 2, 0.0, 0);
+  EXPECT_EQ(b.Want(2 * kSecond, 1), 3);
 }
 
 TEST(MlpModelTest, ABatchGivesExactlyTheReferenceForwardPassOfEachImage) {

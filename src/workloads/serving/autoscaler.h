@@ -1,0 +1,58 @@
+// A region's autoscaling policy (docs/serving.md, "Autoscaling"): how many replicas a
+// region should have, from what its gateway sees: the requests in flight to the
+// region's replicas (its queue depth) and the time they take to answer.
+//
+//  - Up, at once: wanted = ceil(mean in flight over the last `window_us` / target in
+//    flight per replica); and one more than now when the replicas' answer time over
+//    the window is above the latency target while that count would not grow.
+//  - Down, slowly: only after the load has wanted fewer replicas for `scale_in_after_us`
+//    without a break, and one replica at a time (the timer starts again after each).
+//  - Always within [min, max].
+//
+// Pure arithmetic on the samples given (no clock, no I/O), so tests drive it exactly.
+//
+// Thread-safety: not thread-safe; one owner.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+namespace meridian::serving {
+
+struct AutoscalePolicy {
+  double target_inflight = 2.0;        // requests in flight a replica should have
+  int64_t latency_target_us = 100'000;  // a replica's mean answer time above this adds one
+  int64_t scale_in_after_us = 10'000'000;
+  int64_t window_us = 2'000'000;        // samples averaged
+  int32_t min = 1, max = 1;
+};
+
+class Autoscaler {
+ public:
+  explicit Autoscaler(AutoscalePolicy policy) : policy_(policy) {}
+
+  // One sample at `now_us`: the requests in flight to the region's replicas, all
+  // together, and their mean answer time (0: none answered since the last sample).
+  void Observe(int64_t now_us, double inflight, int64_t answer_us);
+
+  // The replicas the region should have, given it has `replicas` now (running or on
+  // their way, not counting those draining).
+  int32_t Want(int64_t now_us, int32_t replicas);
+
+  // The mean in flight, and the mean answer time of the samples that had one, over
+  // the window (for the gateway's log line).
+  double MeanInflight() const;
+  int64_t MeanAnswerUs() const;
+
+ private:
+  struct Sample {
+    int64_t at_us;
+    double inflight;
+    int64_t answer_us;
+  };
+  AutoscalePolicy policy_;
+  std::deque<Sample> samples_;
+  int64_t low_since_us_ = -1;  // since when the load wants fewer replicas; -1: it does not
+};
+
+}  // namespace meridian::serving
