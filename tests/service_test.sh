@@ -226,6 +226,8 @@ json.dump({"low_most": low_most, "up_s": up, "up_most": up_most, "down_s": down,
            "failed": sum(1 for s in statuses if s != 200), "retried": end["retried"] - start["retried"],
            "gateway_failed": end["failed"] - start["failed"], "shed": end["shed"] - start["shed"]}, open(out, "w"))
 PY
+# The last replica left the set when it began to drain; its job is cancelled after.
+for _ in $(seq 100); do [ "$(grep -c "drained (" "$tmp/gw-auto.log")" -ge 2 ] && break; sleep 0.1; done
 "$py" - "$tmp/autoscale.json" "$tmp/gw-auto.log" <<'PY' || fail=1
 import json, re, sys
 f = json.load(open(sys.argv[1]))
