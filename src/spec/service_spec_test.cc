@@ -1,5 +1,7 @@
 #include "spec/service_spec.h"
 
+#include <cstdlib>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -180,6 +182,31 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(), "svc.yaml: a service spec (kind: service): start it with `meridian serve svc.yaml`");
+}
+
+// The example of the README and docs/serving.md: each of its regions' replica jobs is a
+// job the default local cluster (examples/fleets/three-sites.yaml) takes.
+TEST(ServiceSpecTest, TheExampleServiceFitsTheDefaultLocalCluster) {
+  const char* dir = std::getenv("MERIDIAN_SOURCE_DIR");
+  const std::string root = dir != nullptr ? dir : ".";
+  StatusOr<ServiceSpec> s = LoadServiceSpec(root + "/examples/serving/digits.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(s->autoscale.has_value());
+  StatusOr<FleetSpec> fleet = LoadFleet(root + "/examples/fleets/three-sites.yaml");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
+    model::ObjectRef shard;
+    shard.name = name + "/0";
+    shard.size_bytes = 19000;
+    return model::Dataset{name, {shard}};
+  };
+  int32_t ordinal = 0;
+  for (const ServiceRegion& region : s->regions) {
+    const std::string yaml = ReplicaJobYaml(*s, region.region, ordinal++, "0123456789abcdef");
+    StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+    EXPECT_TRUE(job.ok()) << region.region << ": " << job.status().ToString();
+  }
+  EXPECT_EQ(ordinal, 2);
 }
 
 }  // namespace
