@@ -185,14 +185,15 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
 }
 
 // The example of the README and docs/serving.md: each of its regions' replica jobs is a
-// job the default local cluster (examples/fleets/three-sites.yaml) takes.
+// job the default local cluster (examples/fleets/three-sites.yaml, whose committed
+// test copy is tests/fleets/three-sites.yaml) takes.
 TEST(ServiceSpecTest, TheExampleServiceFitsTheDefaultLocalCluster) {
   const char* dir = std::getenv("MERIDIAN_SOURCE_DIR");
   const std::string root = dir != nullptr ? dir : ".";
   StatusOr<ServiceSpec> s = LoadServiceSpec(root + "/examples/serving/digits.yaml");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_TRUE(s->autoscale.has_value());
-  StatusOr<FleetSpec> fleet = LoadFleet(root + "/examples/fleets/three-sites.yaml");
+  StatusOr<FleetSpec> fleet = LoadFleet(root + "/tests/fleets/three-sites.yaml");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
   DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
     model::ObjectRef shard;
