@@ -320,6 +320,13 @@ struct ServiceReplica {
 // The live replica jobs of `service` (empty: of every service), by service and number.
 StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, const std::string& service,
                                                           bool with_tasks);
+// A running service: its live replica jobs, and the spec and token they carry (read
+// from the first). NotFound when none runs.
+struct LiveService {
+  std::vector<ServiceReplica> replicas;
+  spec::ServiceOfReplica service;
+};
+StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bool with_tasks);
 // Submits `count` more replicas of `spec` in `region`, numbered with the lowest
 // numbers none of `live` has; on a failure, those it submitted are undone.
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec, const std::string& token,

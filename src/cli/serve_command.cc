@@ -42,15 +42,16 @@ struct ServiceEndpoints {
 // too, from its first replica job.
 StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::string& service,
                                              const spec::ServiceSpec* known) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<ServiceReplica> live, ListServiceReplicas(c, service, true));
   ServiceEndpoints out;
+  std::vector<ServiceReplica> live;
   if (known == nullptr) {
-    if (live.empty()) return NotFoundError(fmt::format("--service: no service '{}' runs (meridian serve FILE starts one)", service));
-    MERIDIAN_ASSIGN_OR_RETURN(auto job_spec, c.JobSpec(live.front().job));
-    MERIDIAN_ASSIGN_OR_RETURN(spec::ServiceOfReplica s, spec::ServiceFromReplicaJob(job_spec.first, live.front().job_name));
-    out.spec = std::move(s.spec);
-    out.token = std::move(s.token);
+    auto found = FindService(c, service, true);
+    if (!found.ok()) return Status(found.status().code(), fmt::format("--service: {}", found.status().message()));
+    live = std::move(found->replicas);
+    out.spec = std::move(found->service.spec);
+    out.token = std::move(found->service.token);
   } else {
+    MERIDIAN_ASSIGN_OR_RETURN(live, ListServiceReplicas(c, service, true));
     out.spec = *known;
   }
   for (const ServiceReplica& r : live) {

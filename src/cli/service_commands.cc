@@ -97,11 +97,8 @@ Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
   return OkStatus();
 }
 
-// A running service: its live replica jobs, and the spec and token they carry.
-struct LiveService {
-  std::vector<ServiceReplica> replicas;
-  spec::ServiceOfReplica service;
-};
+}  // namespace
+
 StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bool with_tasks) {
   LiveService s;
   MERIDIAN_ASSIGN_OR_RETURN(s.replicas, ListServiceReplicas(c, name, with_tasks));
@@ -109,6 +106,8 @@ StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bo
   MERIDIAN_ASSIGN_OR_RETURN(s.service, ServiceOf(c, s.replicas.front()));
   return s;
 }
+
+namespace {
 
 }  // namespace
 

@@ -697,12 +697,11 @@ StatusOr<Job> ParseJob(std::string_view text, std::string_view file, const model
                        const model::ThroughputTable& throughput, const DatasetResolver& resolver, int64_t max_tasks,
                        const ObjectResolver& objects) {
   MERIDIAN_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(text, file));
+  const bool has_kind = root.IsMap() && root["kind"] && root["kind"].IsScalar();
   // A stream (docs/streams.md) runs as a job of one task at its site.
-  if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "stream") {
-    return ParseStreamJob(text, file, fleet);
-  }
+  if (has_kind && root["kind"].Scalar() == "stream") return ParseStreamJob(text, file, fleet);
   // A service is not one job but one per replica, started by `meridian serve`.
-  if (root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "service") {
+  if (has_kind && root["kind"].Scalar() == "service") {
     return InvalidArgumentError(
         fmt::format("{}: a service spec (kind: service): start it with `meridian serve {}`", file, file));
   }

@@ -189,15 +189,6 @@ StatusOr<ServiceSpec> LoadServiceSpec(const std::string& path) {
   return ParseServiceSpec(text, path);
 }
 
-bool IsServiceSpec(std::string_view text) {
-  try {
-    YAML::Node root = YAML::Load(std::string(text));
-    return root.IsMap() && root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "service";
-  } catch (const YAML::Exception&) {
-    return false;
-  }
-}
-
 std::string ReplicaJobName(std::string_view service, std::string_view region, int32_t ordinal) {
   return fmt::format("{}{}/{}/{}", kJobPrefix, service, region, ordinal);
 }

@@ -49,9 +49,6 @@ struct ServiceSpec {
 StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view file);
 StatusOr<ServiceSpec> LoadServiceSpec(const std::string& path);
 
-// True when a YAML document's top-level `kind` is `service`.
-bool IsServiceSpec(std::string_view text);
-
 // A replica's job: "serve/NAME/REGION/K" (K the replica's number in the service).
 std::string ReplicaJobName(std::string_view service, std::string_view region, int32_t ordinal);
 struct ReplicaJobId {
