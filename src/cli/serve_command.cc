@@ -85,22 +85,11 @@ class ServiceFollower {
                   std::ostream& out)
       : o_(o), c_(coordinator), gateway_(gateway), spec_(std::move(spec)), token_(std::move(token)),
         current_(std::move(current)), out_(out) {
-    if (o.autoscale) {
-      for (const spec::ServiceRegion& r : spec_.regions) {
-        if (r.region != o.region) continue;
-        sv::AutoscalePolicy policy;
-        policy.target_inflight = spec_.autoscale->target_inflight;
-        policy.latency_target_us = spec_.autoscale->latency_target_us;
-        policy.scale_in_after_us = spec_.autoscale->scale_in_after_us;
-        policy.min = r.min;
-        policy.max = r.max;
-        autoscaler_.emplace(policy);
-      }
-    }
+    if (o.autoscale) MakeAutoscaler();
   }
 
   void Run() {
-    const int64_t tick_us = autoscaler_ ? kAutoscaleSampleUs : o_.watch_interval_ms * 1000;
+    const int64_t tick_us = o_.autoscale ? kAutoscaleSampleUs : o_.watch_interval_ms * 1000;
     int64_t next_read_us = 0;
     while (WaitForTerminationSignalFor(tick_us) == 0) {
       const int64_t now = NowUs();
@@ -141,7 +130,12 @@ class ServiceFollower {
   }
 
   void Follow(int64_t now) {
-    auto service = ServiceReplicaSet(c_, o_.service, &spec_);
+    // After the service had no replica job, it is read whole again: served again, it
+    // has a new token for its replicas, and maybe another spec.
+    auto service = ServiceReplicaSet(c_, o_.service, gone_ ? nullptr : &spec_);
+    if (gone_ && !service.ok() && service.status().code() == StatusCode::kNotFound) return;  // still none
+    if (service.ok() && gone_) ServedAgain(*service);
+    if (service.ok()) gone_ = service->live.empty();
     if (!service.ok()) {
       if (!lost_) {
         out_ << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", o_.service,
@@ -154,6 +148,7 @@ class ServiceFollower {
     lost_ = false;
     std::set<uint64_t> live_jobs;
     for (const ServiceReplica& r : service->live) live_jobs.insert(r.job);
+    if (autoscaler_) NoteCancelledByOthers(service->live, live_jobs);
     // A drained replica's job gone: forget it.
     std::erase_if(draining_, [&](const Draining& d) { return d.cancelled && live_jobs.count(d.job) == 0; });
     for (Draining& d : draining_) {
@@ -182,14 +177,84 @@ class ServiceFollower {
     if (autoscaler_) Autoscale(now, service->live);
   }
 
+  void ServedAgain(const ServiceEndpoints& service) {
+    spec_ = service.spec;
+    const bool scales = std::any_of(spec_.regions.begin(), spec_.regions.end(), [&](const spec::ServiceRegion& r) {
+      return r.region == o_.region;
+    }) && spec_.autoscale.has_value();
+    out_ << fmt::format("gateway: service {} is served again ({} replica jobs){}\n", o_.service, service.live.size(),
+                        !o_.autoscale || scales ? ""
+                                                : fmt::format("; its spec does not autoscale {}: not scaling it",
+                                                              o_.region))
+         << std::flush;
+    if (service.token != token_) {
+      token_ = service.token;
+      gateway_.SetReplicaToken(token_);
+    }
+    if (o_.autoscale) MakeAutoscaler();
+  }
+
+  // The autoscaler of the gateway's region, from the spec (none when the spec does not
+  // autoscale it or lacks the region).
+  void MakeAutoscaler() {
+    autoscaler_.reset();
+    if (!spec_.autoscale) return;
+    for (const spec::ServiceRegion& r : spec_.regions) {
+      if (r.region != o_.region) continue;
+      sv::AutoscalePolicy policy;
+      policy.target_inflight = spec_.autoscale->target_inflight;
+      policy.latency_target_us = spec_.autoscale->latency_target_us;
+      policy.scale_in_after_us = spec_.autoscale->scale_in_after_us;
+      policy.min = r.min;
+      policy.max = r.max;
+      autoscaler_.emplace(policy);
+    }
+  }
+
+  // The region's replica jobs that ended since the last read, not cancelled by this
+  // gateway: a cancelled one (or one deleted) was ended by an operator (`service
+  // delete`, `service scale`, `job cancel`); a failed one is for the autoscaler to
+  // replace. Remembers the region's live jobs for the next read.
+  void NoteCancelledByOthers(const std::vector<ServiceReplica>& live, const std::set<uint64_t>& live_jobs) {
+    cancelled_by_others_.clear();
+    for (uint64_t job : here_before_) {
+      if (live_jobs.count(job) != 0) continue;
+      if (std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == job; })) continue;
+      auto view = c_.GetJob(job, false);
+      if (!view.ok() ? view.status().code() == StatusCode::kNotFound
+                     : view->summary.job.status == model::JobStatus::kCancelled) {
+        cancelled_by_others_.push_back(job);
+      }
+    }
+    here_before_.clear();
+    for (const ServiceReplica& r : live) {
+      if (r.region == o_.region) here_before_.push_back(r.job);
+      max_job_seen_ = std::max(max_job_seen_, r.job);
+    }
+  }
+
   void Autoscale(int64_t now, const std::vector<ServiceReplica>& live) {
     // No replica job left anywhere: the service was deleted, not emptied by load.
     if (live.empty()) {
-      if (!deleted_) out_ << fmt::format("gateway: service {} has no replica jobs (deleted): not scaling it\n", o_.service) << std::flush;
-      deleted_ = true;
+      if (!said_deleted_) {
+        out_ << fmt::format("gateway: service {} has no replica jobs (deleted): not scaling it\n", o_.service)
+             << std::flush;
+      }
+      said_deleted_ = true;
+      stopped_below_job_ = max_job_seen_ + 1;
       return;
     }
-    deleted_ = false;
+    // Stopped: scaling resumes only once the service is served again (a replica job
+    // newer than any this gateway saw before it stopped).
+    if (stopped_below_job_ != 0) {
+      const bool served_again = std::any_of(live.begin(), live.end(), [&](const ServiceReplica& r) {
+        return r.job >= stopped_below_job_;
+      });
+      if (!served_again) return;
+      out_ << fmt::format("gateway: service {} has a new replica job: scaling it again\n", o_.service) << std::flush;
+      stopped_below_job_ = 0;
+      said_deleted_ = false;
+    }
     std::vector<const ServiceReplica*> here;  // the region's, not draining
     for (const ServiceReplica& r : live) {
       const bool draining =
@@ -197,6 +262,20 @@ class ServiceFollower {
       if (r.region == o_.region && !draining) here.push_back(&r);
     }
     const int32_t now_count = static_cast<int32_t>(here.size());
+    // An operator's cancel that leaves the region below its min is not for the
+    // autoscaler to undo: `service scale` never goes below min, so this is `service
+    // delete` under way (it cancels the replicas one by one; the other regions' may
+    // still run) or a `job cancel` by hand.
+    if (!cancelled_by_others_.empty() && now_count < autoscaler_->policy().min) {
+      out_ << fmt::format(
+                  "gateway: service {}: replica job {} of {} was cancelled (not by this gateway), leaving {} "
+                  "replicas, below its min {} (`service delete` under way, or a cancel by hand): not scaling it "
+                  "until it is served again\n",
+                  o_.service, cancelled_by_others_.front(), o_.region, now_count, autoscaler_->policy().min)
+           << std::flush;
+      stopped_below_job_ = max_job_seen_ + 1;
+      return;
+    }
     const int32_t want = autoscaler_->Want(now, now_count);
     if (want == now_count) return;
     const std::string why = fmt::format("{:.1f} requests in flight on average, target {} a replica; answers in {} us",
@@ -232,7 +311,14 @@ class ServiceFollower {
   std::vector<sv::ReplicaEndpoint> current_;
   std::ostream& out_;
   bool lost_ = false;
-  bool deleted_ = false;
+  bool gone_ = false;  // the last read found no replica job of the service
+  bool said_deleted_ = false;
+  // Scaling stopped (the service deleted or being deleted) until a replica job with at
+  // least this id appears; 0: scaling.
+  uint64_t stopped_below_job_ = 0;
+  uint64_t max_job_seen_ = 0;
+  std::vector<uint64_t> here_before_;          // the region's live replica jobs at the last read
+  std::vector<uint64_t> cancelled_by_others_;  // of those, the ones an operator ended since
   std::optional<sv::Autoscaler> autoscaler_;
   std::map<std::string, int64_t> served_;  // per replica, at the last sample
   std::vector<Draining> draining_;

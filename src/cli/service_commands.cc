@@ -331,7 +331,7 @@ Status RunServiceDelete(const ServiceOptions& o, std::ostream& out) {
     auto cancelled = c->Cancel(r.job);
     if (!cancelled.ok()) return cancelled.status();
   }
-  out << fmt::format("service '{}': its {} replica jobs cancelled\n", o.name, live.size());
+  out << fmt::format("service '{}': its {} replica job{} cancelled\n", o.name, live.size(), live.size() == 1 ? "" : "s");
   return OkStatus();
 }
 

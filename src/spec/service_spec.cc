@@ -1,5 +1,6 @@
 #include "spec/service_spec.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -280,6 +281,14 @@ StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std:
   ServiceOfReplica out;
   MERIDIAN_ASSIGN_OR_RETURN(out.spec, ParseServiceSpec(spec.Scalar(), fmt::format("{} ({})", job_name, kServiceSpecEnv)));
   out.token = token.Scalar();
+  // It goes into the gateway's requests as a header: hex, as `meridian serve` makes it.
+  const bool hex = std::all_of(out.token.begin(), out.token.end(), [](char ch) {
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+  });
+  if (out.token.size() < 16 || out.token.size() > 256 || !hex) {
+    return InvalidArgumentError(fmt::format("job '{}': {} is not 16 to 256 lowercase hex digits", job_name,
+                                            kReplicaTokenEnv));
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include "spec/fleet_spec.h"
 #include "spec/job_spec.h"
@@ -175,6 +176,18 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<ServiceOfReplica> other = ServiceFromReplicaJob("name: etl\ntasks: [{name: a, kernel: sum}]\n", "job 4 (etl)");
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().message(), "job 'job 4 (etl)' is not a replica job of `meridian serve`: no env");
+  // The token becomes a header of the gateway's requests: a line break in it (a job
+  // written by hand) is refused, as is a short one.
+  for (const std::string bad : {"0123456789abcdef\r\nX-Admin: 1", "0123456789abcde", "0123456789ABCDEF"}) {
+    std::string forged = ReplicaJobYaml(*s, "eu", 3, "0123456789abcdef");
+    const size_t at = forged.find("0123456789abcdef");
+    ASSERT_NE(at, std::string::npos);
+    forged.replace(at, 16, YAML::Dump(YAML::Node(bad)));
+    StatusOr<ServiceOfReplica> refused_token = ServiceFromReplicaJob(forged, "serve/digits/eu/3");
+    ASSERT_FALSE(refused_token.ok()) << bad;
+    EXPECT_EQ(refused_token.status().message(),
+              "job 'serve/digits/eu/3': REPLICA_TOKEN is not 16 to 256 lowercase hex digits");
+  }
   // A job file of kind service is refused, naming the command that runs it.
   StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
   ASSERT_FALSE(refused.ok());

@@ -30,6 +30,7 @@ struct AutoscalePolicy {
 class Autoscaler {
  public:
   explicit Autoscaler(AutoscalePolicy policy) : policy_(policy) {}
+  const AutoscalePolicy& policy() const { return policy_; }
 
   // One sample at `now_us`: the requests in flight to the region's replicas, all
   // together, and their mean answer time (0: none answered since the last sample).

@@ -483,6 +483,12 @@ std::string GatewayViewJson(const GatewayView& v) {
              .dump() + "\n";
 }
 
+namespace {
+std::string BearerLine(const std::string& token) {
+  return token.empty() ? "" : fmt::format("Authorization: Bearer {}\r\n", token);
+}
+}  // namespace
+
 Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
@@ -490,9 +496,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   auto impl = std::make_unique<Impl>();
   Impl* g = impl.get();
   g->options = std::move(options);
-  if (!g->options.replica_token.empty()) {
-    g->bearer_line = fmt::format("Authorization: Bearer {}\r\n", g->options.replica_token);
-  }
+  g->bearer_line = BearerLine(g->options.replica_token);
   HttpServer::Options http;
   http.host = g->options.host;
   http.port = g->options.port;
@@ -542,6 +546,15 @@ void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
           if (!known) g->Add(e, false);
         }
       });
+}
+
+void Gateway::SetReplicaToken(const std::string& token) {
+  Impl* g = impl_.get();
+  std::string line = BearerLine(token);
+  g->server->RunOnLoopAndWait([g, &token, &line] {
+    g->options.replica_token = token;
+    g->bearer_line = std::move(line);
+  });
 }
 
 int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {

@@ -21,8 +21,9 @@
 //   GET /v1/gateway   -> the replicas as the gateway sees them, and its counters
 //   anything else     -> forwarded
 //
-// Thread-safety: Start, SetReplicas, Snapshot and destruction from any one thread at
-// a time; the routing state lives on the loop thread.
+// Thread-safety: Start, SetReplicas, SetReplicaToken, Snapshot, InflightTo and
+// destruction from any one thread at a time; the routing state lives on the loop
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +90,9 @@ class Gateway {
   // figures and connections; removed ones finish what they have in flight; new ones
   // take requests once their first health probe answers.
   void SetReplicas(std::vector<ReplicaEndpoint> replicas);
+  // Replaces the token presented to replicas (a service deleted and served again has
+  // a new one); requests sent after the call carry it.
+  void SetReplicaToken(const std::string& token);
   GatewayView Snapshot();
   // Requests in flight to `endpoint`, whether it is in the set or was removed from it
   // (a replica draining: removed, so that no request is sent to it, and stopped when
