@@ -14,7 +14,9 @@
 #     one at a time, to 1; no request fails or is even sent twice;
 #  6. an operator's cancel is not undone by the autoscaler;
 #  7. delete: the jobs end, the gateway's set empties, clients get a clear 503;
-#     served again (a new token), the gateways follow it.
+#     served again (a new token), the gateways follow it;
+#  8. a command's service (tests/serving/files.yaml): answers through its gateway,
+#     checks the token for its command, and comes back when its command dies.
 # Plus each command's errors, one line and exit 2, with nothing started.
 #   tests/service_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
@@ -288,4 +290,39 @@ for p in "$eu" "$auto"; do
   [ "$code" = 200 ] && grep -qF '"predictions"' "$tmp/body" && ok "gateway :$p answers with the new token" ||
     bad "gateway :$p after serving again: $code $(cat "$tmp/body")"
 done
+
+# A command's service: Python's file server behind `meridian replica --command-env`.
+# The replica asks callers for the token, the command never sees it; when the command
+# dies, the replica ends with it and the job's next attempt serves again.
+sed "s/^port: .*/port: $((base + 100))/" tests/serving/files.yaml >"$tmp/files.yaml"
+check "serve a command" 0 "" "$bin" serve "$tmp/files.yaml" "${D[@]}"
+files_endpoint() {  # the replica's HOST:PORT and attempt, once it serves
+  "$bin" service get files "${D[@]}" --json 2>/dev/null | $py -c '
+import json, sys
+print(*[r["endpoint"] + " " + str(r["attempt"]) for r in json.load(sys.stdin)["replicas"] if r["endpoint"]])'
+}
+for _ in $(seq 300); do [ -n "$(files_endpoint)" ] && break; sleep 0.1; done
+read -r files_at attempt <<<"$(files_endpoint)"
+[ -n "$files_at" ] && [ "$attempt" = 1 ] && ok "the command's replica serves at $files_at" || bad "files: '$files_at' '$attempt'"
+start_listening "$tmp/gw-files.log" "$bin" gateway --service files --region us-east --token-file "$tmp/client-token" \
+  "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
+files=$port
+wait_gateway_set "$files" "us-east:up" 20
+code=$(curl -s -o "$tmp/env.txt" -w "%{http_code}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$files/env.txt")
+[ "$code" = 200 ] && grep -q "^PORT=[0-9]" "$tmp/env.txt" && ! grep -q "REPLICA_TOKEN\|SERVICE_COMMAND\|$ct" "$tmp/env.txt" &&
+  ok "the command answers through the gateway; its environment has PORT, not the replicas' token" ||
+  bad "env.txt: $code $(head -c 300 "$tmp/env.txt")"
+code=$(curl -s -o "$tmp/body" -w "%{http_code}" "http://$files_at/env.txt")
+[ "$code" = 401 ] && grep -qF "no 'Authorization: Bearer TOKEN' header" "$tmp/body" &&
+  ok "the command's replica refuses a caller without the token" || bad "direct: $code $(cat "$tmp/body")"
+inner=$(grep -F "PORT=" "$tmp/env.txt" | cut -d= -f2)
+pkill -f "http.server $inner --bind 127.0.0.1" || bad "no command listening on $inner"
+for _ in $(seq 300); do read -r _ attempt <<<"$(files_endpoint)"; [ "$attempt" = 2 ] && break; sleep 0.1; done
+[ "$attempt" = 2 ] && ok "the command died: its replica's job runs again (attempt 2)" || bad "attempt: '$attempt'"
+for _ in $(seq 100); do
+  code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$files/env.txt")
+  [ "$code" = 200 ] && break; sleep 0.1
+done
+[ "$code" = 200 ] && ok "and answers again through the gateway" || bad "after the command died: $code $(cat "$tmp/body")"
+check "delete the command's service" 0 "" "$bin" service delete files "${D[@]}"
 exit $fail

@@ -236,6 +236,8 @@ Status RunBenchStream(const BenchStreamOptions& options, std::ostream& out);
 // Serving (docs/serving.md).
 struct ReplicaCommandOptions {
   std::string model;       // a checkpoint file of the trainer's
+  std::string command_env;  // or the variable holding a command that serves HTTP on $PORT
+  std::string health_path = "/healthz";  // the command's
   std::string listen = "127.0.0.1:0";
   std::string token_file;  // the bearer token callers present
   std::string token_env;   // or the variable holding it (a service's replicas: docs/serving.md)

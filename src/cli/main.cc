@@ -588,8 +588,18 @@ int main(int argc, char** argv) {
 
   cli::ReplicaCommandOptions replica;
   CLI::App* replica_cmd =
-      app.add_subcommand("replica", "Serve a model: the digits MLP from a trainer's checkpoint, over HTTP/1.1 and HTTP/2");
-  replica_cmd->add_option("--model", replica.model, "The checkpoint file")->required();
+      app.add_subcommand("replica", "Serve a model (the digits MLP from a trainer's checkpoint) over HTTP/1.1 and HTTP/2, "
+                                    "or front a command that serves HTTP");
+  CLI::Option* replica_model = replica_cmd->add_option("--model", replica.model, "The checkpoint file");
+  CLI::Option* replica_command =
+      replica_cmd
+          ->add_option("--command-env", replica.command_env,
+                       "Or the environment variable holding a command (run by /bin/sh with $PORT set) that serves "
+                       "HTTP on 127.0.0.1:$PORT: the replica checks callers' token and forwards to it")
+          ->excludes(replica_model);
+  replica_model->excludes(replica_command);
+  replica_cmd->add_option("--health", replica.health_path, "The command's health path (200: healthy)")
+      ->capture_default_str();
   replica_cmd->add_option("--listen", replica.listen, "HOST:PORT (port 0: a free one)")->capture_default_str();
   CLI::Option* replica_token_file =
       replica_cmd->add_option("--token-file", replica.token_file, "File holding the bearer token callers present");

@@ -1,13 +1,22 @@
 // meridian replica, meridian gateway and meridian bench serve (docs/serving.md).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -339,12 +348,107 @@ StatusOr<std::string> RequiredToken(const std::string& file, std::string_view fl
 }
 
 StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
-  if (path.empty()) return InvalidArgumentError("--model: a checkpoint file of the trainer's (meridian gang train)");
+  if (path.empty()) {
+    return InvalidArgumentError(
+        "--model: a checkpoint file of the trainer's (meridian gang train), or --command-env VARIABLE");
+  }
   auto bytes = spec::ReadFileToString(path, kMaxModelFileBytes);
   if (!bytes.ok()) return Status(bytes.status().code(), fmt::format("--model: {}", bytes.status().message()));
   auto model = sv::MlpModel::FromCheckpoint(*bytes);
   if (!model.ok()) return InvalidArgumentError(fmt::format("--model '{}': {}", path, model.status().message()));
   return model;
+}
+
+// A free TCP port on 127.0.0.1, for a child to listen on. Another process may take it
+// before the child does; the child then fails to start, and so does the replica.
+StatusOr<int> FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(fmt::format("socket: {}", std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int error = errno;
+  close(fd);
+  if (!ok) return InternalError(fmt::format("a free loopback port: {}", std::strerror(error)));
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+// `meridian replica --command-env VAR`: the command runs by /bin/sh with PORT set to
+// a free loopback port, and this process fronts it on --listen: callers need the
+// replicas' token (the command never sees it: it is taken out of its environment),
+// requests go to the command, and /healthz answers 200 only while the command's
+// health path does. The replica ends when the command does, with its status, so the
+// job's retries start it again; a termination signal stops the command's whole group.
+Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::string, int>& address,
+                       const std::string& token, std::ostream& out) {
+  const char* value = std::getenv(o.command_env.c_str());
+  const std::string command = value == nullptr ? "" : value;
+  if (command.empty() || command.size() > spec::kMaxServiceCommandBytes) {
+    return InvalidArgumentError(fmt::format("--command-env {}: the variable holds {} bytes; expected 1 to {}",
+                                            o.command_env, command.size(), spec::kMaxServiceCommandBytes));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(const int inner, FreeLoopbackPort());
+  sv::GatewayOptions front;
+  front.host = address.first;
+  front.port = address.second;
+  front.token = token;
+  front.tls_cert_file = o.tls_cert;
+  front.tls_key_file = o.tls_key;
+  front.replicas = {sv::ReplicaEndpoint{"127.0.0.1", inner, ""}};
+  front.health_path = o.health_path;
+  front.front = true;
+  front.max_attempts = 1;  // one command: a failed request is not sent to it twice
+  front.probe_interval_ms = 250;
+  BlockTerminationSignals();  // before any thread starts, so they inherit it
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(front));
+
+  ProcessOptions p;
+  p.argv = {"/bin/sh", "-c", command};
+  for (std::string& kv : CurrentEnvironment()) {
+    const std::string name = kv.substr(0, kv.find('='));
+    if (name == o.token_env || name == o.command_env || name == "PORT") continue;
+    p.env.push_back(std::move(kv));
+  }
+  p.env.push_back(fmt::format("PORT={}", inner));
+  p.max_tail = 4096;
+  p.output_interval_us = 100'000;
+  // The command's output goes on to the replica's (the job's log), as it comes.
+  int64_t out_bytes = 0, err_bytes = 0;
+  p.on_output = [&](const OutputSoFar& so_far) {
+    out << so_far.stdout_new << std::flush;
+    std::cerr << so_far.stderr_new << std::flush;
+    out_bytes = so_far.stdout_bytes;
+    err_bytes = so_far.stderr_bytes;
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ended{false};
+  StatusOr<ProcessResult> result = InternalError("not run");
+  std::thread child([&] {
+    result = RunProcess(p, stop);
+    ended = true;
+  });
+  out << fmt::format("replica: listening on {}:{}{}, in front of its command on 127.0.0.1:{} (health {})\n",
+                     address.first, gateway->port(), o.tls_cert.empty() ? "" : " with TLS", inner, o.health_path)
+      << std::flush;
+  int signal = 0;
+  while (!ended && (signal = WaitForTerminationSignalFor(100'000)) == 0) {
+  }
+  stop = true;
+  child.join();
+  if (!result.ok()) return Status(result.status().code(), fmt::format("the command: {}", result.status().message()));
+  // What it wrote after the last on_output call is in the result's tails only.
+  auto rest = [](const std::string& tail, int64_t unseen) {
+    return tail.substr(tail.size() - static_cast<size_t>(std::clamp<int64_t>(unseen, 0, static_cast<int64_t>(tail.size()))));
+  };
+  out << rest(result->stdout_tail, result->stdout_bytes - out_bytes) << std::flush;
+  std::cerr << rest(result->stderr_tail, result->stderr_bytes - err_bytes) << std::flush;
+  if (signal != 0) return OkStatus();
+  return FailedPreconditionError(
+      result->signal != 0 ? fmt::format("the command ended by signal {}", result->signal)
+                          : fmt::format("the command exited with status {}", result->exit_code));
 }
 
 }  // namespace
@@ -365,6 +469,7 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   } else {
     MERIDIAN_ASSIGN_OR_RETURN(token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
   }
+  if (!o.command_env.empty()) return RunCommandFront(o, address, token, out);
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
   sv::ReplicaOptions options;
   options.host = address.first;

@@ -269,13 +269,19 @@ Status RunServiceGet(const ServiceOptions& o, std::ostream& out) {
     regions.push_back({{"region", region.region}, {"min", region.min}, {"max", region.max}});
   }
   if (o.json) {
-    out << json{{"name", spec.name}, {"model", spec.model}, {"port", spec.port}, {"regions", regions},
-                {"replicas", replicas}}
-               .dump(2)
-        << '\n';
+    json j{{"name", spec.name}, {"port", spec.port}, {"regions", regions}, {"replicas", replicas}};
+    if (spec.command.empty()) {
+      j["model"] = spec.model;
+    } else {
+      j["command"] = spec.command;
+      j["health"] = spec.health_path;
+    }
+    out << j.dump(2) << '\n';
     return OkStatus();
   }
-  out << fmt::format("service {}: model {}, replica k on port {} + k, regions {}\n", spec.name, spec.model, spec.port,
+  const std::string handler =
+      spec.command.empty() ? "model " + spec.model : fmt::format("command `{}` (health {})", spec.command, spec.health_path);
+  out << fmt::format("service {}: {}, replica k on port {} + k, regions {}\n", spec.name, handler, spec.port,
                      RegionNames(spec));
   t.Print(out);
   return OkStatus();

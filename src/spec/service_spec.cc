@@ -38,7 +38,8 @@ class ServiceParser {
   StatusOr<ServiceSpec> Parse(const YAML::Node& root) {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a service spec)");
     MERIDIAN_RETURN_IF_ERROR(
-        r_.CheckMap(root, "", {"kind", "name", "model", "port", "regions", "batching", "autoscale", "resources"}));
+        r_.CheckMap(root, "", {"kind", "name", "model", "command", "health", "port", "regions", "batching", "autoscale",
+                               "resources"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "service") return r_.Error(root["kind"], "kind", fmt::format("expected 'service', got '{}'", kind));
@@ -48,17 +49,14 @@ class ServiceParser {
       return r_.Error(root["name"], "name",
                       fmt::format("expected 1 to 63 of a-z, 0-9 and '-', starting with a letter, got '{}'", spec_.name));
     }
-    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "model", "", &spec_.model));
-    if (spec_.model.rfind("dataset://", 0) != 0 && spec_.model.rfind("object://", 0) != 0) {
-      return r_.Error(root["model"], "model",
-                      fmt::format("expected dataset://NAME or object://ID (a checkpoint put with `meridian data "
-                                  "put`), got '{}'",
-                                  spec_.model));
-    }
+    MERIDIAN_RETURN_IF_ERROR(Handler(root));
     int64_t port = spec_.port;
     MERIDIAN_RETURN_IF_ERROR(r_.Int(root, "port", "", 1024, 65535, &port));
     spec_.port = static_cast<int32_t>(port);
     MERIDIAN_RETURN_IF_ERROR(Regions(root));
+    if (!spec_.command.empty() && root["batching"]) {
+      return r_.Error(root["batching"], "batching", "batching is for a model's replicas; a command batches as it will");
+    }
     MERIDIAN_RETURN_IF_ERROR(Batching(root));
     MERIDIAN_RETURN_IF_ERROR(Autoscale(root));
     model::ResourceRequest resources;
@@ -76,6 +74,50 @@ class ServiceParser {
   }
 
  private:
+  // model: or command: (with health:), exactly one.
+  Status Handler(const YAML::Node& root) {
+    if (root["model"] && root["command"]) {
+      return r_.Error(root["command"], "command", "a service has a model or a command, not both");
+    }
+    if (root["command"]) {
+      MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "command", "", &spec_.command));
+      const bool printable = std::all_of(spec_.command.begin(), spec_.command.end(), [](unsigned char c) {
+        return c == '\t' || c == '\n' || (c >= 0x20 && c != 0x7f);
+      });
+      if (spec_.command.empty() || spec_.command.size() > kMaxServiceCommandBytes || !printable) {
+        return r_.Error(root["command"], "command",
+                        fmt::format("expected 1 to {} bytes of text without control characters (run by /bin/sh "
+                                    "with $PORT set)",
+                                    kMaxServiceCommandBytes));
+      }
+      if (root["health"]) {
+        MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "health", "", &spec_.health_path));
+        // It goes on the replica's command line, in single quotes.
+        const bool ok = std::all_of(spec_.health_path.begin(), spec_.health_path.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 std::string_view("/-._~%?=&").find(c) != std::string_view::npos;
+        });
+        if (spec_.health_path.empty() || spec_.health_path[0] != '/' || spec_.health_path.size() > 256 || !ok) {
+          return r_.Error(root["health"], "health",
+                          fmt::format("expected a path from '/' of at most 256 letters, digits and /-._~%?=&, got "
+                                      "'{}'",
+                                      spec_.health_path));
+        }
+      }
+      return OkStatus();
+    }
+    if (root["health"]) return r_.Error(root["health"], "health", "health is a command's (the model's replica has its own)");
+    if (!root["model"]) return r_.Error(root, "", "missing required field 'model' (or 'command')");
+    MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "model", "", &spec_.model));
+    if (spec_.model.rfind("dataset://", 0) != 0 && spec_.model.rfind("object://", 0) != 0) {
+      return r_.Error(root["model"], "model",
+                      fmt::format("expected dataset://NAME or object://ID (a checkpoint put with `meridian data "
+                                  "put`), got '{}'",
+                                  spec_.model));
+    }
+    return OkStatus();
+  }
+
   Status Regions(const YAML::Node& root) {
     YAML::Node regions = root["regions"];
     if (!regions) return r_.Error(root, "", "missing required field 'regions'");
@@ -215,10 +257,14 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
                            const std::string& token) {
   // Every value the spec gave was checked to hold only [A-Za-z0-9._/:-], but the
   // emitter quotes what needs it all the same.
-  const std::string command = fmt::format(
-      "exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env {} --listen 0.0.0.0:{} "
-      "--max-batch {} --max-wait-us {}",
-      kReplicaTokenEnv, spec.port + ordinal, spec.max_batch, spec.max_wait_us);
+  const std::string command =
+      spec.command.empty()
+          ? fmt::format("exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env {} --listen "
+                        "0.0.0.0:{} --max-batch {} --max-wait-us {}",
+                        kReplicaTokenEnv, spec.port + ordinal, spec.max_batch, spec.max_wait_us)
+          : fmt::format("exec \"$MERIDIAN_BIN\" replica --command-env {} --health '{}' --token-env {} --listen "
+                        "0.0.0.0:{}",
+                        kServiceCommandEnv, spec.health_path, kReplicaTokenEnv, spec.port + ordinal);
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
@@ -226,9 +272,11 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   e << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << "replica";
   e << YAML::Key << "command" << YAML::Value << YAML::Flow << std::vector<std::string>{"sh", "-c", command};
-  e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << std::vector<std::string>{spec.model};
+  if (!spec.model.empty()) e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << std::vector<std::string>{spec.model};
   e << YAML::Key << "env" << YAML::Value << YAML::BeginMap << YAML::Key << kReplicaTokenEnv << YAML::Value << token
-    << YAML::Key << kServiceSpecEnv << YAML::Value << ServiceSpecYaml(spec) << YAML::EndMap;
+    << YAML::Key << kServiceSpecEnv << YAML::Value << ServiceSpecYaml(spec);
+  if (!spec.command.empty()) e << YAML::Key << kServiceCommandEnv << YAML::Value << spec.command;
+  e << YAML::EndMap;
   if (!spec.resources_yaml.empty()) {
     e << YAML::Key << "resources" << YAML::Value << YAML::Flow << YAML::Load(spec.resources_yaml);
   }
@@ -242,7 +290,12 @@ std::string ServiceSpecYaml(const ServiceSpec& spec) {
   e << YAML::Flow << YAML::BeginMap;
   e << YAML::Key << "kind" << YAML::Value << "service";
   e << YAML::Key << "name" << YAML::Value << spec.name;
-  e << YAML::Key << "model" << YAML::Value << spec.model;
+  if (spec.command.empty()) {
+    e << YAML::Key << "model" << YAML::Value << spec.model;
+  } else {
+    e << YAML::Key << "command" << YAML::Value << spec.command;
+    e << YAML::Key << "health" << YAML::Value << spec.health_path;
+  }
   e << YAML::Key << "port" << YAML::Value << spec.port;
   e << YAML::Key << "regions" << YAML::Value << YAML::BeginSeq;
   for (const ServiceRegion& r : spec.regions) {
@@ -250,9 +303,11 @@ std::string ServiceSpecYaml(const ServiceSpec& spec) {
       << r.min << YAML::Key << "max" << YAML::Value << r.max << YAML::EndMap;
   }
   e << YAML::EndSeq;
-  e << YAML::Key << "batching" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch" << YAML::Value
-    << spec.max_batch << YAML::Key << "max_wait" << YAML::Value << fmt::format("{}us", spec.max_wait_us)
-    << YAML::EndMap;
+  if (spec.command.empty()) {
+    e << YAML::Key << "batching" << YAML::Value << YAML::BeginMap << YAML::Key << "max_batch" << YAML::Value
+      << spec.max_batch << YAML::Key << "max_wait" << YAML::Value << fmt::format("{}us", spec.max_wait_us)
+      << YAML::EndMap;
+  }
   if (spec.autoscale) {
     e << YAML::Key << "autoscale" << YAML::Value << YAML::BeginMap << YAML::Key << "target_inflight" << YAML::Value
       << spec.autoscale->target_inflight << YAML::Key << "latency_target" << YAML::Value

@@ -37,7 +37,13 @@ struct ServiceAutoscale {
 
 struct ServiceSpec {
   std::string name;   // [a-z][a-z0-9-]*, at most 63
-  std::string model;  // dataset://NAME or object://ID: a checkpoint of the trainer's
+  // The handler, one of two: a model served by `meridian replica` (dataset://NAME or
+  // object://ID: a checkpoint of the trainer's), or a command that serves HTTP on
+  // 127.0.0.1:$PORT, run by /bin/sh behind `meridian replica --command-env` (which
+  // checks the replicas' token and forwards to it).
+  std::string model;
+  std::string command;
+  std::string health_path = "/healthz";  // a command's: probed, healthy on 200
   int32_t port = 8500;  // replica k of the service listens on port + k on its node
   std::vector<ServiceRegion> regions;
   int32_t max_batch = 32;
@@ -59,12 +65,15 @@ struct ReplicaJobId {
 std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name);
 
 // The job file of replica `ordinal` in `region` (one of the spec's): one command task,
-// restricted to the region, that reads the model as its input and runs
-// `meridian replica` on port + ordinal with `token` (given in its environment as
-// kReplicaTokenEnv, never on a command line).
+// restricted to the region, that runs `meridian replica` on port + ordinal with
+// `token` (given in its environment as kReplicaTokenEnv, never on a command line):
+// with the model as its input, or in front of the spec's command (in its environment
+// as kServiceCommandEnv).
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
                            const std::string& token);
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
+inline constexpr char kServiceCommandEnv[] = "SERVICE_COMMAND";
+inline constexpr size_t kMaxServiceCommandBytes = 2048;
 
 // The spec as a service file (kind: service) again: what ParseServiceSpec reads back
 // as `spec`. A service's replica jobs carry it (kServiceSpecEnv), so that scaling it

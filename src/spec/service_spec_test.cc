@@ -106,8 +106,20 @@ TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
       {head + "regions: [{region: eu}]\nautoscale: {target: 2}\n",
        "unknown field 'target' (expected one of: target_inflight, latency_target, scale_in_after)"},
       {head + "regions: [{region: eu}]\nreplicas: 3\n",
-       "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, port, regions, batching, autoscale, "
-       "resources)"},
+       "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, command, health, port, regions, "
+       "batching, autoscale, resources)"},
+      {head + "command: 'python3 -m http.server'\nregions: [{region: eu}]\n",
+       "svc.yaml:4:10: command: a service has a model or a command, not both"},
+      {"kind: service\nname: m\nregions: [{region: eu}]\n", "svc.yaml:1:1: missing required field 'model' (or 'command')"},
+      {"kind: service\nname: m\nhealth: /ok\nmodel: dataset://x\nregions: [{region: eu}]\n",
+       "svc.yaml:3:9: health: health is a command's (the model's replica has its own)"},
+      {"kind: service\nname: m\ncommand: x\nbatching: {max_batch: 4}\nregions: [{region: eu}]\n",
+       "svc.yaml:4:11: batching: batching is for a model's replicas; a command batches as it will"},
+      {"kind: service\nname: m\ncommand: x\nhealth: \"/a'b\"\nregions: [{region: eu}]\n",
+       "svc.yaml:4:9: health: expected a path from '/' of at most 256 letters, digits and /-._~%?=&, got '/a'b'"},
+      {"kind: service\nname: m\ncommand: \"a\\x01b\"\nregions: [{region: eu}]\n",
+       "svc.yaml:3:10: command: expected 1 to 2048 bytes of text without control characters (run by /bin/sh with $PORT "
+       "set)"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<ServiceSpec> s = ParseServiceSpec(text, "svc.yaml");
@@ -192,6 +204,42 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(), "svc.yaml: a service spec (kind: service): start it with `meridian serve svc.yaml`");
+}
+
+// A service of a command: its replica job runs `meridian replica` in front of the
+// command (in the environment, as the token is), with no input; the spec reads back.
+TEST(ServiceSpecTest, ACommandServiceRunsTheReplicaInFrontOfItsCommand) {
+  constexpr const char* kCommand = R"(kind: service
+name: files
+command: exec python3 -m http.server "$PORT" --bind 127.0.0.1
+health: /
+port: 9100
+regions: [{region: us-east, min: 1, max: 2}]
+)";
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kCommand, "files.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->command, "exec python3 -m http.server \"$PORT\" --bind 127.0.0.1");
+  EXPECT_EQ(s->health_path, "/");
+  EXPECT_EQ(s->model, "");
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  const std::string yaml = ReplicaJobYaml(*s, "us-east", 1, "0123456789abcdef");
+  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput);
+  ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
+  ASSERT_EQ(job->tasks.size(), 1u);
+  const model::Task& t = job->tasks[0];
+  EXPECT_EQ(t.command, (std::vector<std::string>{
+                           "sh", "-c",
+                           "exec \"$MERIDIAN_BIN\" replica --command-env SERVICE_COMMAND --health '/' --token-env "
+                           "REPLICA_TOKEN --listen 0.0.0.0:9101"}));
+  EXPECT_TRUE(t.inputs.empty());
+  EXPECT_EQ(t.env.at("SERVICE_COMMAND"), s->command);
+  EXPECT_EQ(t.env.at("REPLICA_TOKEN"), "0123456789abcdef");
+  StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/files/us-east/1");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ServiceSpecYaml(back->spec), ServiceSpecYaml(*s));
+  EXPECT_EQ(back->spec.command, s->command);
+  EXPECT_EQ(back->spec.health_path, "/");
 }
 
 // The example of the README and docs/serving.md: each of its regions' replica jobs is a

@@ -59,6 +59,11 @@ Status CheckGatewayOptions(const GatewayOptions& o) {
     return InvalidArgumentError(fmt::format("upstream timeout {} ms: expected 10..600000", o.upstream_timeout_ms));
   }
   if (o.replicas.size() > 10'000) return InvalidArgumentError("at most 10000 replicas behind one gateway");
+  if (o.health_path.empty() || o.health_path[0] != '/' || o.health_path.size() > 256 ||
+      !std::all_of(o.health_path.begin(), o.health_path.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+    return InvalidArgumentError(fmt::format("health path '{}': expected printable ASCII from '/', at most 256 bytes",
+                                            o.health_path));
+  }
   return OkStatus();
 }
 
@@ -96,6 +101,7 @@ struct Forward {
   std::string body;
   std::string path;
   std::string method;
+  std::string content_type_in;  // the client's, sent upstream
   std::vector<Upstream*> tried;
   Upstream* upstream = nullptr;
   h2o_http1client_t* client = nullptr;
@@ -270,7 +276,8 @@ void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
     h2o_socketpool_set_timeout(&u->pool, loop, 30'000);
     freeaddrinfo(found);
   }
-  u->probe_head = fmt::format("GET /healthz HTTP/1.1\r\nHost: {}:{}\r\n{}\r\n", e.host, e.port, bearer_line);
+  u->probe_head = fmt::format("GET {} HTTP/1.1\r\nHost: {}:{}\r\n{}\r\n", options.health_path, e.host, e.port,
+                               bearer_line);
   u->probe_buf = h2o_iovec_init(u->probe_head.data(), u->probe_head.size());
   u->timer.owner = u.get();
   u->timer.entry.cb = OnProbeTimer;
@@ -297,7 +304,11 @@ void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
 
 void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   if (req.path == "/healthz") {
-    reply->Send(HttpResponse{200, "{\"status\":\"ok\"}\n"});
+    const bool any = !options.front || std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) {
+      return !u->removed && u->healthy;
+    });
+    reply->Send(any ? HttpResponse{200, "{\"status\":\"ok\"}\n"}
+                    : JsonError(503, "the replica's command does not answer its health probe yet"));
     return;
   }
   if (req.path == "/v1/gateway") {
@@ -313,6 +324,14 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
     reply->Send(JsonError(400, "the method or path is not printable ASCII of at most 2048 bytes"));
     return;
   }
+  // The content type goes upstream as a header line too (spaces allowed: "; charset").
+  const bool content_type_ok = req.content_type.size() <= 256 &&
+                               std::all_of(req.content_type.begin(), req.content_type.end(),
+                                           [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (!content_type_ok) {
+    reply->Send(JsonError(400, "the Content-Type is not printable ASCII of at most 256 bytes"));
+    return;
+  }
   ++requests;
   auto* f = new Forward();
   f->gateway = this;
@@ -320,6 +339,7 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
   f->body.assign(req.body);
   f->path.assign(req.path);
   f->method.assign(req.method);
+  f->content_type_in = req.content_type.empty() ? std::string("application/json") : std::string(req.content_type);
   forwards.insert(f);
   Dispatch(f);
 }
@@ -378,8 +398,9 @@ void Gateway::Impl::Dispatch(Forward* f) {
   f->status = 0;
   f->content_type.clear();
   f->response.clear();
-  f->head = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nContent-Type: application/json\r\n{}\r\n",
-                        f->method, f->path, best->endpoint.host, best->endpoint.port, f->body.size(), bearer_line);
+  f->head = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nContent-Type: {}\r\n{}\r\n", f->method,
+                        f->path, best->endpoint.host, best->endpoint.port, f->body.size(), f->content_type_in,
+                        bearer_line);
   f->bufs[0] = h2o_iovec_init(f->head.data(), f->head.size());
   f->bufs[1] = h2o_iovec_init(f->body.data(), f->body.size());
   f->sent = Clock::now();
@@ -519,7 +540,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     g->client_ctx.io_timeout = &g->io_timeout;
     g->probe_ctx.loop = g->loop;
     g->probe_ctx.io_timeout = &g->probe_io_timeout;
-    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e, true);
+    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e, !g->options.front);
   });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }

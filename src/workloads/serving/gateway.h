@@ -59,6 +59,14 @@ struct GatewayOptions {
   int64_t probe_interval_ms = 250;
   int64_t upstream_timeout_ms = 10'000;
   int64_t max_response_bytes = int64_t{16} << 20;
+  // The path probed on each replica (printable ASCII from '/', at most 256 bytes); a
+  // 200 answer is healthy.
+  std::string health_path = "/healthz";
+  // The replicas given at start take requests only once their first probe answers
+  // (as those added later always do), and the gateway's own /healthz answers 503
+  // while no replica is healthy: a replica's front for a command that serves HTTP,
+  // which is healthy when its command is (`meridian replica --command-env`).
+  bool front = false;
 };
 
 Status CheckGatewayOptions(const GatewayOptions& options);

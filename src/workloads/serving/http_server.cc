@@ -152,6 +152,9 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   request.method = std::string_view(req->method.base, req->method.len);
   request.path = std::string_view(req->path.base, req->path.len);
   if (req->entity.base != nullptr) request.body = std::string_view(req->entity.base, req->entity.len);
+  if (const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1); at >= 0) {
+    request.content_type = std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
+  }
   request.version = req->version;
   s->handler(request, std::unique_ptr<Reply>(new Reply(impl)));
   return 0;

@@ -32,6 +32,7 @@ struct HttpRequest {
   std::string_view method;
   std::string_view path;  // with its query, as sent
   std::string_view body;
+  std::string_view content_type;  // its Content-Type header (empty: none)
   int version = 0x101;  // 0x100, 0x101 or 0x200 (HTTP/2)
 };
 

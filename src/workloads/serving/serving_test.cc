@@ -1,9 +1,12 @@
 #include <httplib.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -458,6 +461,66 @@ TEST(ReplicaTest, ServesHttpsWithHttp2ByAlpn) {
   EXPECT_TRUE(wrong_key.starts_with(fmt::format("--tls-key '{}/ca.crt': ", dir))) << wrong_key;
 }
 
+// A replica's front for a command (`meridian replica --command-env`): healthy only
+// while the command's health path answers 200; the client's content type goes to the
+// command, the callers' token does not.
+TEST(GatewayTest, FrontsACommandHealthyOnlyWhileItsHealthPathAnswers) {
+  std::atomic<bool> ready{false};
+  httplib::Server command;
+  command.Get("/ready", [&](const httplib::Request&, httplib::Response& res) { res.status = ready ? 200 : 503; });
+  command.Post("/echo", [](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(fmt::format("{} {} auth={}", req.get_header_value("Content-Type"), req.body,
+                                req.has_header("Authorization")),
+                    "text/plain");
+  });
+  const int command_port = command.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(command_port, 0);
+  std::thread serving([&] { command.listen_after_bind(); });
+  GatewayOptions options;
+  options.token = "front-token-0123456789";
+  options.replicas = {{"127.0.0.1", command_port, ""}};
+  options.health_path = "/ready";
+  options.front = true;
+  options.max_attempts = 1;
+  options.probe_interval_ms = 20;
+  auto front = Gateway::Start(options);
+  ASSERT_TRUE(front.ok()) << front.status().ToString();
+  Gateway& g = **front;
+  httplib::Client client("127.0.0.1", g.port());
+  client.set_bearer_token_auth("front-token-0123456789");
+  // Not ready: the front is not healthy, and sends nothing to the command.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(health->body, "{\"error\":\"the replica's command does not answer its health probe yet\"}\n");
+  auto early = client.Post("/echo", "hello", "text/plain");
+  ASSERT_TRUE(early);
+  EXPECT_EQ(early->status, 503);
+  EXPECT_EQ(early->body, "{\"error\":\"no healthy replica: 1 known, none answering its health probe\"}\n");
+  ready = true;
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].healthy; });
+  health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto echoed = client.Post("/echo", "hello", "text/plain; charset=utf-8");
+  ASSERT_TRUE(echoed);
+  EXPECT_EQ(echoed->status, 200);
+  EXPECT_EQ(echoed->body, "text/plain; charset=utf-8 hello auth=false");
+  EXPECT_EQ(echoed->get_header_value("Content-Type"), "text/plain");
+  // Without the token: refused at the front.
+  httplib::Client anonymous("127.0.0.1", g.port());
+  auto refused = anonymous.Post("/echo", "hello", "text/plain");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  // The command stops answering its health path: the front is unhealthy again.
+  ready = false;
+  WaitFor(g, [](const GatewayView& v) { return !v.replicas[0].healthy; });
+  EXPECT_EQ(client.Get("/healthz")->status, 503);
+  command.stop();
+  serving.join();
+}
+
 TEST(GatewayTest, ErrorsNameTheBadOption) {
   EXPECT_EQ(ParseReplicaEndpoint("10.0.0.1:8080@eu-west")->region, "eu-west");
   EXPECT_EQ(ParseReplicaEndpoint("10.0.0.1:8080@").status().message(), "replica '10.0.0.1:8080@': empty region after '@'");
@@ -465,6 +528,10 @@ TEST(GatewayTest, ErrorsNameTheBadOption) {
   GatewayOptions o;
   o.max_inflight = 0;
   EXPECT_EQ(CheckGatewayOptions(o).message(), "max in flight 0: expected 1..100000 a replica");
+  o.max_inflight = 64;
+  o.health_path = "healthz";
+  EXPECT_EQ(CheckGatewayOptions(o).message(),
+            "health path 'healthz': expected printable ASCII from '/', at most 256 bytes");
 }
 
 }  // namespace
