@@ -143,7 +143,7 @@ class ServiceFollower {
     // has a new token for its replicas, and maybe another spec.
     auto service = ServiceReplicaSet(c_, o_.service, gone_ ? nullptr : &spec_);
     if (gone_ && !service.ok() && service.status().code() == StatusCode::kNotFound) return;  // still none
-    if (service.ok() && gone_) ServedAgain(*service);
+    if (service.ok() && gone_) ServedAgain(now, *service);
     if (service.ok()) gone_ = service->live.empty();
     if (!service.ok()) {
       if (!lost_) {
@@ -186,7 +186,11 @@ class ServiceFollower {
     if (autoscaler_) Autoscale(now, service->live);
   }
 
-  void ServedAgain(const ServiceEndpoints& service) {
+  // `meridian serve` submits a region's replicas after another's: for a few seconds
+  // the regions not submitted yet would look below their min.
+  static constexpr int64_t kServedAgainGraceUs = 5'000'000;
+
+  void ServedAgain(int64_t now, const ServiceEndpoints& service) {
     spec_ = service.spec;
     const bool scales = std::any_of(spec_.regions.begin(), spec_.regions.end(), [&](const spec::ServiceRegion& r) {
       return r.region == o_.region;
@@ -201,6 +205,9 @@ class ServiceFollower {
       gateway_.SetReplicaToken(token_);
     }
     if (o_.autoscale) MakeAutoscaler();
+    stopped_below_job_ = 0;
+    said_deleted_ = false;
+    hold_until_us_ = now + kServedAgainGraceUs;
   }
 
   // The autoscaler of the gateway's region, from the spec (none when the spec does not
@@ -264,6 +271,7 @@ class ServiceFollower {
       stopped_below_job_ = 0;
       said_deleted_ = false;
     }
+    if (now < hold_until_us_) return;
     std::vector<const ServiceReplica*> here;  // the region's, not draining
     for (const ServiceReplica& r : live) {
       const bool draining =
@@ -326,6 +334,7 @@ class ServiceFollower {
   // least this id appears; 0: scaling.
   uint64_t stopped_below_job_ = 0;
   uint64_t max_job_seen_ = 0;
+  int64_t hold_until_us_ = 0;  // no scaling before (the service just served again)
   std::vector<uint64_t> here_before_;          // the region's live replica jobs at the last read
   std::vector<uint64_t> cancelled_by_others_;  // of those, the ones an operator ended since
   std::optional<sv::Autoscaler> autoscaler_;
