@@ -12,7 +12,9 @@
 #  5. autoscaling: a gateway with --autoscale sees the load rise 10x (1 connection,
 #     then 10): eu-west's replicas go to its max, 3; the load falls back: they drain,
 #     one at a time, to 1; no request fails or is even sent twice;
-#  6. an operator's cancel is not undone by the autoscaler;
+#  6. an operator's cancel is not undone by the autoscaler; capacity follows load
+#     across regions: us-east's autoscaling gateway scales us-east up for the clients
+#     that eu-west's gateway sends there (replicas report their load to the probe);
 #  7. delete: the jobs end, the gateway's set empties, clients get a clear 503;
 #     served again (a new token), the gateways follow it;
 #  8. a command's service (tests/serving/files.yaml): answers through its gateway,
@@ -263,9 +265,60 @@ check "services after the cancel" 0 "" "$bin" services "${D[@]}"
   grep -qF "gateway: service digits: replica job $eu_job of eu-west was cancelled (not by this gateway), leaving 0 replicas, below its min 1 (\`service delete\` under way, or a cancel by hand): not scaling it until it is served again" "$tmp/gw-auto.log" &&
   ok "the autoscaling gateway leaves a replica cancelled by hand" || { bad "after the cancel:"; cat "$tmp/out"; tail -3 "$tmp/gw-auto.log"; }
 
+# Capacity follows the load across regions. eu-west has no replica now: its gateway
+# sends eu-west's clients to us-east. us-east's autoscaling gateway gets no request of
+# its own, yet scales us-east up for them: each replica tells its health probe the
+# requests in flight at it, from every gateway.
+start_listening "$tmp/gw-us-auto.log" "$bin" gateway --service digits --region us-east --autoscale \
+  --token-file "$tmp/client-token" "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
+usauto=$port
+"$py" - "$eu" "$usauto" "$ct" "$tmp/across.json" <<'PY' || bad "the load across regions"
+import http.client, json, sys, threading, time
+eu, usauto, token, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+body = json.dumps({"instances": [[0.5] * 64]})
+headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+statuses, regions, lock, stop = [], set(), threading.Lock(), threading.Event()
+def view(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    c.request("GET", "/v1/gateway", headers=headers)
+    return json.loads(c.getresponse().read())
+def client():
+    conn = http.client.HTTPConnection("127.0.0.1", eu, timeout=20)
+    while not stop.is_set():
+        conn.request("POST", "/v1/predict", body, headers)
+        r = conn.getresponse(); r.read()
+        with lock:
+            statuses.append(r.status); regions.add(r.getheader("X-Meridian-Replica", "-").split("@")[-1])
+threads = [threading.Thread(target=client) for _ in range(10)]
+for t in threads: t.start()
+start = time.monotonic(); reached = None
+while time.monotonic() - start < 40 and reached is None:
+    if sum(1 for r in view(usauto)["replicas"] if r["region"] == "us-east" and r["healthy"]) >= 2:
+        reached = time.monotonic() - start
+    time.sleep(0.05)
+stop.set()
+for t in threads: t.join()
+own = view(usauto)["requests"]
+json.dump({"reached_s": reached, "requests": len(statuses), "failed": sum(1 for s in statuses if s != 200),
+           "regions": sorted(regions), "own_requests": own}, open(out, "w"))
+PY
+"$py" - "$tmp/across.json" "$tmp/gw-us-auto.log" <<'PY' || fail=1
+import json, re, sys
+f = json.load(open(sys.argv[1]))
+log = open(sys.argv[2]).read()
+assert f["reached_s"] is not None and f["failed"] == 0 and f["regions"] == ["us-east"] and f["own_requests"] == 0, f
+# Up at least once (the replicas count what is in flight at them: less than a gateway
+# counts, which includes the hops; 10 connections make 2 to 3 here).
+ups = re.findall(r"autoscale us-east: (\d+) -> (\d+) replicas", log)
+assert ups and ups[0][0] == "1" and all(int(b) > int(a) for a, b in ups), ups
+print(f"ok   capacity follows the load: eu-west's 10 clients sent to us-east; us-east's autoscaling gateway, "
+      f"with 0 requests of its own, took it 1 -> {ups[-1][1]} replicas in {f['reached_s']:.1f} s; {f['requests']} "
+      f"requests, 0 failed")
+PY
+
 # Delete: the gateway empties, and says so to clients.
 check "delete" 0 "" "$bin" service delete digits "${D[@]}"
-grep -qF "service 'digits': its 1 replica job cancelled" "$tmp/out" || { bad "delete said:"; cat "$tmp/out"; }
+grep -qE "^service 'digits': its [1-3] replica jobs? cancelled$" "$tmp/out" || { bad "delete said:"; cat "$tmp/out"; }
 wait_gateway_set "$eu" "" 10 && ok "the gateway's set is empty"
 wait_gateway_set "$auto" "" 10 && sleep 1  # the autoscaling gateway has read it, and more than once
 check "services after delete" 0 "" "$bin" services "${D[@]}"

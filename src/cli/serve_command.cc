@@ -116,7 +116,9 @@ class ServiceFollower {
   }
 
   // The region's requests in flight and the mean answer time of its replicas that
-  // answered since the last sample.
+  // answered since the last sample. A replica's load is what it reports to the health
+  // probe when it does (every gateway's requests: another region's gateway fails
+  // over to this region, and this region scales for it), else this gateway's own.
   void Sample(int64_t now) {
     const sv::GatewayView view = gateway_.Snapshot();
     double inflight = 0;
@@ -124,7 +126,7 @@ class ServiceFollower {
     std::map<std::string, int64_t> served;
     for (const sv::ReplicaView& r : view.replicas) {
       if (r.endpoint.region != o_.region) continue;
-      inflight += r.inflight;
+      inflight += std::max<double>(r.inflight, static_cast<double>(r.reported_inflight));
       const std::string key = fmt::format("{}:{}", r.endpoint.host, r.endpoint.port);
       served[key] = r.served;
       auto before = served_.find(key);
@@ -260,14 +262,18 @@ class ServiceFollower {
       stopped_below_job_ = max_job_seen_ + 1;
       return;
     }
-    // Stopped: scaling resumes only once the service is served again (a replica job
-    // newer than any this gateway saw before it stopped).
+    // Stopped: scaling resumes only once the region has a replica job newer than any
+    // this gateway saw before it stopped (scaled by hand; a service served again after
+    // its deletion is ServedAgain's). Another region's new replicas do not count: its
+    // own gateway scales it.
     if (stopped_below_job_ != 0) {
       const bool served_again = std::any_of(live.begin(), live.end(), [&](const ServiceReplica& r) {
-        return r.job >= stopped_below_job_;
+        return r.region == o_.region && r.job >= stopped_below_job_;
       });
       if (!served_again) return;
-      out_ << fmt::format("gateway: service {} has a new replica job: scaling it again\n", o_.service) << std::flush;
+      out_ << fmt::format("gateway: service {} has a new replica job in {}: scaling it again\n", o_.service,
+                          o_.region)
+           << std::flush;
       stopped_below_job_ = 0;
       said_deleted_ = false;
     }

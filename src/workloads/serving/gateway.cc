@@ -92,7 +92,22 @@ struct Upstream {
   Clock::time_point probe_sent;
   std::string probe_head;
   h2o_iovec_t probe_buf{};
+  std::string probe_body;          // of the probe's answer so far (at most kMaxProbeBody)
+  int64_t reported_inflight = -1;  // as the last probe's body said; -1: it did not
 };
+
+constexpr size_t kMaxProbeBody = 4096;
+
+// "inflight" of a replica's /healthz answer ({"status":"ok","inflight":N}); -1 when
+// the body is not such (a command's health path, an older replica).
+int64_t ReportedInflight(const std::string& body) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return -1;
+  auto it = j.find("inflight");
+  if (it == j.end() || !it->is_number_integer()) return -1;
+  const int64_t n = it->get<int64_t>();
+  return n >= 0 && n <= 1'000'000'000 ? n : -1;
+}
 
 // One client request on its way through the replicas.
 struct Forward {
@@ -209,11 +224,17 @@ h2o_http1client_head_cb OnConnect(h2o_http1client_t* client, const char* errstr,
 int OnProbeBody(h2o_http1client_t* client, const char* errstr) {
   auto* u = static_cast<Upstream*>(client->data);
   if (errstr == nullptr || errstr == h2o_http1client_error_is_eos) {
-    h2o_buffer_consume(&client->sock->input, client->sock->input->size);
+    h2o_buffer_t* in = client->sock->input;
+    if (u->probe_body.size() < kMaxProbeBody) {
+      u->probe_body.append(in->bytes, std::min(in->size, kMaxProbeBody - u->probe_body.size()));
+    }
+    h2o_buffer_consume(&client->sock->input, in->size);
   }
   if (errstr == nullptr) return 0;
   u->probe = nullptr;
-  u->gateway->ProbeDone(u, errstr == h2o_http1client_error_is_eos);
+  const bool ok = errstr == h2o_http1client_error_is_eos;
+  u->reported_inflight = ok ? ReportedInflight(u->probe_body) : -1;
+  u->gateway->ProbeDone(u, ok);
   return 0;
 }
 
@@ -228,9 +249,11 @@ h2o_http1client_body_cb OnProbeHead(h2o_http1client_t* client, const char* errst
   }
   if (errstr == h2o_http1client_error_is_eos) {
     u->probe = nullptr;
+    u->reported_inflight = -1;
     u->gateway->ProbeDone(u, true);
     return nullptr;
   }
+  u->probe_body.clear();
   return OnProbeBody;
 }
 
@@ -298,6 +321,7 @@ void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
     u->healthy = true;
   } else {
     u->healthy = false;
+    u->reported_inflight = -1;
   }
   if (!u->removed) h2o_timeout_link(loop, &probe_interval, &u->timer.entry);
 }
@@ -307,8 +331,15 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
     const bool any = !options.front || std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) {
       return !u->removed && u->healthy;
     });
-    reply->Send(any ? HttpResponse{200, "{\"status\":\"ok\"}\n"}
-                    : JsonError(503, "the replica's command does not answer its health probe yet"));
+    if (!any) {
+      reply->Send(JsonError(503, "the replica's command does not answer its health probe yet"));
+      return;
+    }
+    // As a model's replica does: the requests in flight through it (a command's
+    // front: to its command).
+    int64_t inflight = 0;
+    for (const auto& u : upstreams) inflight += u->inflight;
+    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight)});
     return;
   }
   if (req.path == "/v1/gateway") {
@@ -475,6 +506,7 @@ GatewayView Gateway::Impl::View() const {
     r.service_us = static_cast<int64_t>(u->service_us);
     r.served = u->served;
     r.failures = u->failures;
+    r.reported_inflight = u->reported_inflight;
     v.replicas.push_back(r);
   }
   v.requests = requests;
@@ -494,7 +526,8 @@ std::string GatewayViewJson(const GatewayView& v) {
                         {"rtt_us", r.rtt_us},
                         {"service_us", r.service_us},
                         {"served", r.served},
-                        {"failures", r.failures}});
+                        {"failures", r.failures},
+                        {"reported_inflight", r.reported_inflight}});
   }
   return nlohmann::json{{"replicas", replicas},
                         {"requests", v.requests},

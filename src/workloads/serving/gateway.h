@@ -79,6 +79,9 @@ struct ReplicaView {
   int64_t service_us = 0;  // smoothed time a forwarded request took
   int64_t served = 0;
   int64_t failures = 0;    // connections refused or broken, 503s
+  // Requests in flight at the replica from all its callers, as its last health probe
+  // answered ("inflight" in /healthz's body); -1: it does not say.
+  int64_t reported_inflight = -1;
 };
 
 struct GatewayView {

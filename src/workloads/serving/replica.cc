@@ -88,7 +88,7 @@ Replica::~Replica() {
 
 void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   if (req.path == "/healthz") {
-    reply->Send(HttpResponse{200, "{\"status\":\"ok\"}\n"});
+    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight_->load())});
     return;
   }
   if (req.path == "/v1/stats") {
@@ -117,10 +117,14 @@ void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   }
   const int32_t classes = model_.classes();
   auto shared = std::make_shared<std::unique_ptr<Reply>>(std::move(reply));
-  const Status queued = batcher_->Submit(std::move(*images), [shared, classes](std::vector<float> logits) {
-    (*shared)->Send(HttpResponse{200, PredictAnswer(logits, classes)});
-  });
+  inflight_->fetch_add(1);
+  const Status queued =
+      batcher_->Submit(std::move(*images), [shared, classes, inflight = inflight_](std::vector<float> logits) {
+        inflight->fetch_sub(1);
+        (*shared)->Send(HttpResponse{200, PredictAnswer(logits, classes)});
+      });
   if (!queued.ok()) {
+    inflight_->fetch_sub(1);
     HttpResponse busy = JsonError(503, queued.message());
     busy.retry_after_s = 1;
     (*shared)->Send(std::move(busy));

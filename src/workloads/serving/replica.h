@@ -10,6 +10,7 @@
 // Thread-safety: Start and destruction from one thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,9 @@ class Replica {
   void Handle(const HttpRequest& request, std::unique_ptr<Reply> reply);
 
   MlpModel model_;
+  // Predict requests taken and not answered yet, from every caller: /healthz says it,
+  // so that each region's gateway sees the load all gateways put on the replica.
+  std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<HttpServer> server_;
 };

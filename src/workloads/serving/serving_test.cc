@@ -461,6 +461,39 @@ TEST(ReplicaTest, ServesHttpsWithHttp2ByAlpn) {
   EXPECT_TRUE(wrong_key.starts_with(fmt::format("--tls-key '{}/ca.crt': ", dir))) << wrong_key;
 }
 
+// Each probe reads the replica's own count of requests in flight, from every caller:
+// a gateway sees the load that others (another region's gateway) put on it.
+TEST(GatewayTest, ReadsTheLoadEachReplicaReportsToItsProbe) {
+  // A replica that holds each batch 400 ms: requests sent to it straight stay in flight.
+  Fleet fleet = StartReplicas(1, BatchOptions{64, 400'000, 64});
+  GatewayOptions options = GatewayFor(fleet);
+  options.probe_interval_ms = 20;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok());
+  Gateway& g = **gateway;
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].reported_inflight == 0; });
+  std::vector<std::thread> callers;
+  std::vector<int> status(3);
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", fleet.replicas[0]->port());
+      client.set_bearer_token_auth("replica-token");
+      auto r = client.Post("/v1/predict", fleet.body, "application/json");
+      status[i] = r ? r->status : -1;
+    });
+  }
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].reported_inflight == 3; });
+  EXPECT_EQ(g.Snapshot().replicas[0].inflight, 0);  // none of them through this gateway
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(status, (std::vector<int>{200, 200, 200}));
+  WaitFor(g, [](const GatewayView& v) { return v.replicas[0].reported_inflight == 0; });
+  httplib::Client client("127.0.0.1", fleet.replicas[0]->port());
+  client.set_bearer_token_auth("replica-token");  // a replica's /healthz is its callers' only
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->body, "{\"status\":\"ok\",\"inflight\":0}\n");
+}
+
 // A replica's front for a command (`meridian replica --command-env`): healthy only
 // while the command's health path answers 200; the client's content type goes to the
 // command, the callers' token does not.
@@ -503,6 +536,7 @@ TEST(GatewayTest, FrontsACommandHealthyOnlyWhileItsHealthPathAnswers) {
   health = client.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "{\"status\":\"ok\",\"inflight\":0}\n");
   auto echoed = client.Post("/echo", "hello", "text/plain; charset=utf-8");
   ASSERT_TRUE(echoed);
   EXPECT_EQ(echoed->status, 200);
