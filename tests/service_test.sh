@@ -6,7 +6,8 @@
 #  1. region-first routing: while eu-west has replicas, its gateway sends nothing away;
 #  2. failover: both eu-west agents are killed (kill -9; the replicas die with them):
 #     no request fails, and us-east answers the first request after the kill;
-#  3. re-placement: the agents come back (`meridian up`, as a supervisor would), the
+#  3. an autoscaling gateway scales in a replica that waits for room first, at once;
+#     re-placement: the agents come back (`meridian up`, as a supervisor would), the
 #     replica jobs run again there and eu-west's traffic comes home;
 #  4. scale-in under load: no request fails;
 #  5. autoscaling: a gateway with --autoscale sees the load rise 10x (1 connection,
@@ -169,9 +170,28 @@ print(" ".join(r["region"] + ":" + r["state"] for r in json.load(sys.stdin)["rep
 [ "$state" = "eu-west:queued us-east:running eu-west:queued" ] && ok "eu-west's replicas wait for room in eu-west" ||
   bad "replica states: $state"
 
+# Scaling in replicas that wait: an autoscaling eu-west gateway, with no load, takes
+# eu-west from 2 replicas to its min, 1. Both wait for room: the one removed is
+# cancelled at once (nothing to drain), the highest-numbered (replica 2; 0 is the
+# other in eu-west, 1 is us-east's).
+start_listening "$tmp/gw-auto0.log" "$bin" gateway --service digits --region eu-west --autoscale \
+  --token-file "$tmp/client-token" "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
+for _ in $(seq 100); do grep -q "does not serve yet" "$tmp/gw-auto0.log" && break; sleep 0.1; done
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
+sleep 0.5  # the coordinator has ended the cancelled job's task
+state=$("$bin" service get digits "${D[@]}" --json | $py -c '
+import json, sys
+print(" ".join(r["region"] + "/" + str(r["replica"]) + ":" + r["state"] for r in json.load(sys.stdin)["replicas"]))')
+grep -qE "^gateway: autoscale eu-west: 2 -> 1 replicas \(.*\); replica 2 \(job [0-9]+\) does not serve yet: cancelled$" \
+  "$tmp/gw-auto0.log" && [ "$state" = "eu-west/0:queued us-east/1:running" ] &&
+  ok "an autoscaler scales in a replica that waits for room first, at once" ||
+  bad "scale-in of waiting replicas: $state; $(tail -2 "$tmp/gw-auto0.log")"
+
 # Re-placement: the agents come back; the replicas run there again, traffic comes home.
 "$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >>"$tmp/up.log" 2>&1 ||
   bad "meridian up again"
+wait_serving "eu-west=1 us-east=1" 60 && ok "eu-west's replica runs again" || bad "serving: $(serving)"
+check "scale eu-west to 2 again" 0 "" "$bin" service scale digits --region eu-west --replicas 2 "${D[@]}"
 wait_serving "eu-west=2 us-east=1" 60 && ok "eu-west's replicas run again" || bad "serving: $(serving)"
 wait_gateway_set "$eu" "eu-west:up eu-west:up us-east:up" 20 && ok "eu-west's gateway has them again"
 load "$eu" 1 0 "true" "$tmp/home.txt" || bad "the load after recovery"

@@ -311,12 +311,23 @@ class ServiceFollower {
            << std::flush;
       return;
     }
-    // Down: the serving replica with the highest number drains first.
-    const ServiceReplica* victim = nullptr;
-    for (const ServiceReplica* r : here) {
-      if (r->Serving() && (victim == nullptr || r->ordinal > victim->ordinal)) victim = r;
+    // Down: a replica that does not serve yet goes at once; else the serving one with
+    // the highest number drains first.
+    std::vector<sv::ScaleInCandidate> candidates;
+    for (const ServiceReplica* r : here) candidates.push_back({r->ordinal, r->Serving()});
+    const int chosen = sv::ChooseScaleIn(candidates);
+    if (chosen < 0) return;
+    const ServiceReplica* victim = here[static_cast<size_t>(chosen)];
+    if (!victim->Serving()) {
+      auto cancelled = c_.Cancel(victim->job);
+      // Kept among the drained (cancelled), so that its end is known as this gateway's.
+      draining_.push_back(Draining{victim->job, {}, now, true});
+      out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); replica {} (job {}) does not serve yet: {}\n",
+                          o_.region, now_count, want, why, victim->ordinal, victim->job,
+                          cancelled.ok() ? "cancelled" : "not cancelled: " + std::string(cancelled.status().message()))
+           << std::flush;
+      return;
     }
-    if (victim == nullptr) return;
     const sv::ReplicaEndpoint endpoint{victim->host, spec_.port + victim->ordinal, victim->region};
     draining_.push_back(Draining{victim->job, endpoint, now, false});
     current_.erase(std::remove(current_.begin(), current_.end(), endpoint), current_.end());

@@ -43,4 +43,19 @@ int32_t Autoscaler::Want(int64_t now_us, int32_t replicas) {
   return replicas - 1;
 }
 
+int ChooseScaleIn(std::span<const ScaleInCandidate> replicas) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(replicas.size()); ++i) {
+    const ScaleInCandidate& r = replicas[static_cast<size_t>(i)];
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const ScaleInCandidate& b = replicas[static_cast<size_t>(best)];
+    // Not serving before serving; then the highest number.
+    if (r.serving != b.serving ? !r.serving : r.ordinal > b.ordinal) best = i;
+  }
+  return best;
+}
+
 }  // namespace meridian::serving

@@ -8,6 +8,9 @@
 //  - Down, slowly: only after the load has wanted fewer replicas for `scale_in_after_us`
 //    without a break, and one replica at a time (the timer starts again after each).
 //  - Always within [min, max].
+//  - Which replica leaves (ChooseScaleIn): one that does not serve yet first (waiting
+//    for room, or starting: no request is in flight to it, so it is cancelled at
+//    once), else the serving one with the highest number (drained first).
 //
 // Pure arithmetic on the samples given (no clock, no I/O), so tests drive it exactly.
 //
@@ -16,6 +19,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 
 namespace meridian::serving {
 
@@ -55,5 +59,12 @@ class Autoscaler {
   std::deque<Sample> samples_;
   int64_t low_since_us_ = -1;  // since when the load wants fewer replicas; -1: it does not
 };
+
+struct ScaleInCandidate {
+  int32_t ordinal = 0;   // the replica's number in its service
+  bool serving = false;  // it runs and the gateway sends it requests
+};
+// The index of the replica to remove when scaling in; -1 when there is none.
+int ChooseScaleIn(std::span<const ScaleInCandidate> replicas);
 
 }  // namespace meridian::serving

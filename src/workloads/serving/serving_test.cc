@@ -136,6 +136,18 @@ TEST(AutoscalerTest, BringsARegionBelowMinBackAtOnce) {
   EXPECT_EQ(b.Want(2 * kSecond, 1), 3);
 }
 
+// Scaling in takes a replica that does not serve yet first (waiting for room: nothing
+// to drain), the newest of those; else the newest serving one.
+TEST(AutoscalerTest, ScalesInAReplicaThatDoesNotServeYetFirst) {
+  const std::vector<ScaleInCandidate> mixed = {{1, true}, {2, false}, {4, true}, {3, false}};
+  EXPECT_EQ(ChooseScaleIn(mixed), 3);  // replica 3: not serving, the highest such
+  const std::vector<ScaleInCandidate> serving = {{1, true}, {3, true}, {2, true}};
+  EXPECT_EQ(ChooseScaleIn(serving), 1);  // replica 3
+  const std::vector<ScaleInCandidate> one = {{5, false}};
+  EXPECT_EQ(ChooseScaleIn(one), 0);
+  EXPECT_EQ(ChooseScaleIn({}), -1);
+}
+
 TEST(MlpModelTest, ABatchGivesExactlyTheReferenceForwardPassOfEachImage) {
   // 37 hidden units and 7 images: neither a whole number of the kernel's blocks.
   auto model = MlpModel::FromCheckpoint(Checkpoint(37, 1));
