@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "common/net.h"
+#include "common/subprocess.h"
 
 namespace meridian::serving {
 
@@ -238,6 +239,10 @@ HttpServer::HttpServer(std::unique_ptr<State> state) : state_(std::move(state)) 
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler handler) {
   if (options.max_body_bytes < 1) return InvalidArgumentError("max_body_bytes must be positive");
+  // h2o writes to its sockets with writev(): a client that closes while its answer is
+  // written would otherwise kill the whole process with SIGPIPE (seen: `bench serve`,
+  // under TSan, when wrk closed its connections at the end of a run).
+  IgnoreBrokenPipes();
   MERIDIAN_ASSIGN_OR_RETURN(auto listener, TcpListener::Listen(options.host, options.port));
   const int port = listener->port();
   const int fd = listener->ReleaseFd();

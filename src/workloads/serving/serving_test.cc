@@ -1,6 +1,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -428,6 +429,20 @@ TEST(GatewayTest, ShedsLoadWhenEveryReplicaIsFull) {
               "{\"error\":\"all 1 healthy replicas are saturated (1 requests in flight each); retry later\"}\n");
   }
   EXPECT_EQ(g.Snapshot().shed, 2);
+}
+
+// A client that closes while its answer is written must not kill the server: h2o
+// writes with writev(), which raises SIGPIPE unless it is ignored. Once a server runs,
+// a SIGPIPE to the process does nothing.
+TEST(ReplicaTest, ABrokenPipeDoesNotKillTheProcess) {
+  signal(SIGPIPE, SIG_DFL);  // as a process starts
+  Fleet fleet = StartReplicas(1, BatchOptions{});
+  raise(SIGPIPE);  // before the fix: the test binary died here
+  httplib::Client client("127.0.0.1", fleet.replicas[0]->port());
+  client.set_bearer_token_auth("replica-token");
+  auto answer = client.Post("/v1/predict", fleet.body, "application/json");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 200);
 }
 
 TEST(ReplicaTest, ServesHttpsWithHttp2ByAlpn) {
