@@ -1,15 +1,8 @@
 // meridian replica, meridian gateway and meridian bench serve (docs/serving.md).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -388,18 +381,8 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
 // A free TCP port on 127.0.0.1, for a child to listen on. Another process may take it
 // before the child does; the child then fails to start, and so does the replica.
 StatusOr<int> FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return InternalError(fmt::format("socket: {}", std::strerror(errno)));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  const int error = errno;
-  close(fd);
-  if (!ok) return InternalError(fmt::format("a free loopback port: {}", std::strerror(error)));
-  return static_cast<int>(ntohs(a.sin_port));
+  MERIDIAN_ASSIGN_OR_RETURN(auto listener, TcpListener::Listen("127.0.0.1", 0));
+  return listener->port();  // closed as it goes out of scope
 }
 
 // `meridian replica --command-env VAR`: the command runs by /bin/sh with PORT set to
