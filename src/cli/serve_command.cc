@@ -150,6 +150,9 @@ class ServiceFollower {
       return;
     }
     lost_ = false;
+    // A scale-up not confirmed yet (the read after its submission failed): judged on
+    // this read; undone, the rest of this read is stale.
+    if (unconfirmed_ && UndoScaleUpIfServiceEnded(service->live)) return;
     std::set<uint64_t> live_jobs;
     for (const ServiceReplica& r : service->live) live_jobs.insert(r.job);
     if (autoscaler_) NoteCancelledByOthers(service->live, live_jobs);
@@ -302,6 +305,15 @@ class ServiceFollower {
       out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}){}\n", o_.region, now_count, want, why,
                           added.ok() ? "" : ": " + std::string(added.status().message()))
            << std::flush;
+      if (!added.ok() || added->empty()) return;
+      // `service delete` may have ended the service between the read this rests on
+      // and the submission: read again (a failed read leaves it to the next).
+      UnconfirmedScaleUp pending;
+      for (const ServiceReplica& r : live) pending.basis.push_back(r.job);
+      pending.added = *added;
+      unconfirmed_ = std::move(pending);
+      auto after = ListServiceReplicas(c_, o_.service, false);
+      if (after.ok()) UndoScaleUpIfServiceEnded(*after);
       return;
     }
     // Down: a replica that does not serve yet goes at once; else the serving one with
@@ -330,6 +342,45 @@ class ServiceFollower {
          << std::flush;
   }
 
+  // Whether the service ended under the scale-up not confirmed yet (none of the jobs it
+  // was decided on lives in `live`, a read made after its submission). If so, cancels
+  // the replica jobs it added and stops scaling until the service is served again.
+  // Confirmed (or all of them cancelled), it is forgotten.
+  bool UndoScaleUpIfServiceEnded(const std::vector<ServiceReplica>& live) {
+    std::vector<uint64_t> after;
+    for (const ServiceReplica& r : live) after.push_back(r.job);
+    if (!sv::ScaleUpOutlivedItsService(unconfirmed_->basis, after)) {
+      unconfirmed_.reset();
+      return false;
+    }
+    const size_t added = unconfirmed_->added.size();
+    std::string failure;
+    std::erase_if(unconfirmed_->added, [&](uint64_t job) {
+      max_job_seen_ = std::max(max_job_seen_, job);
+      auto cancelled = c_.Cancel(job);
+      const bool ended = cancelled.ok() || cancelled.status().code() == StatusCode::kNotFound ||
+                         cancelled.status().code() == StatusCode::kFailedPrecondition;  // ended already
+      if (!ended) failure = cancelled.status().message();
+      return ended;
+    });
+    out_ << fmt::format("gateway: service {} was deleted while this gateway added {} replica job{} to {}: {}; not "
+                        "scaling it until it is served again\n",
+                        o_.service, added, added == 1 ? "" : "s", o_.region,
+                        failure.empty() ? "cancelled" : fmt::format("{} left to cancel ({})", unconfirmed_->added.size(),
+                                                                    failure))
+         << std::flush;
+    said_deleted_ = true;
+    stopped_below_job_ = max_job_seen_ + 1;
+    if (unconfirmed_->added.empty()) unconfirmed_.reset();
+    return true;
+  }
+
+  // Replica jobs added on a read of the service's live jobs (`basis`), kept until a
+  // later read shows the service still has one of them.
+  struct UnconfirmedScaleUp {
+    std::vector<uint64_t> basis, added;
+  };
+
   const GatewayCommandOptions& o_;
   client::Client& c_;
   sv::Gateway& gateway_;
@@ -348,6 +399,7 @@ class ServiceFollower {
   std::vector<uint64_t> here_before_;          // the region's live replica jobs at the last read
   std::vector<uint64_t> cancelled_by_others_;  // of those, the ones an operator ended since
   std::optional<sv::Autoscaler> autoscaler_;
+  std::optional<UnconfirmedScaleUp> unconfirmed_;
   std::map<std::string, int64_t> served_;  // per replica, at the last sample
   std::vector<Draining> draining_;
 };

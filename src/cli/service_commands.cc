@@ -329,15 +329,35 @@ Status RunServiceScale(const ServiceScaleOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+// Cancels every live replica job of the service, then reads again until none is left:
+// an autoscaling gateway may submit a replica between a read and the cancels (it
+// cancels its own when it finds the service ended after it submitted, see
+// serving::ScaleUpOutlivedItsService; together, no replica outlives the delete).
 Status RunServiceDelete(const ServiceOptions& o, std::ostream& out) {
+  constexpr int kMaxRounds = 20;
   MERIDIAN_ASSIGN_OR_RETURN(auto c, ConnectClient(o.target));
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<ServiceReplica> live, ListServiceReplicas(*c, o.name, false));
-  if (live.empty()) return NoSuchService(o.name);
-  for (const ServiceReplica& r : live) {
-    auto cancelled = c->Cancel(r.job);
-    if (!cancelled.ok()) return cancelled.status();
+  size_t cancelled_jobs = 0;
+  for (int round = 0;; ++round) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::vector<ServiceReplica> live, ListServiceReplicas(*c, o.name, false));
+    if (live.empty()) break;
+    if (round == kMaxRounds) {
+      return AbortedError(fmt::format(
+          "service '{}': {} replica jobs cancelled, yet {} more appeared after {} reads (is something submitting "
+          "them? `meridian jobs` lists them); run `meridian service delete {}` again",
+          o.name, cancelled_jobs, live.size(), kMaxRounds, o.name));
+    }
+    for (const ServiceReplica& r : live) {
+      auto cancelled = c->Cancel(r.job);
+      // Ended since the read (drained by a gateway, failed, or deleted): nothing to do.
+      const bool ended_already = !cancelled.ok() && (cancelled.status().code() == StatusCode::kFailedPrecondition ||
+                                                     cancelled.status().code() == StatusCode::kNotFound);
+      if (!cancelled.ok() && !ended_already) return cancelled.status();
+      if (cancelled.ok()) ++cancelled_jobs;
+    }
   }
-  out << fmt::format("service '{}': its {} replica job{} cancelled\n", o.name, live.size(), live.size() == 1 ? "" : "s");
+  if (cancelled_jobs == 0) return NoSuchService(o.name);
+  out << fmt::format("service '{}': its {} replica job{} cancelled\n", o.name, cancelled_jobs,
+                     cancelled_jobs == 1 ? "" : "s");
   return OkStatus();
 }
 

@@ -58,4 +58,11 @@ int ChooseScaleIn(std::span<const ScaleInCandidate> replicas) {
   return best;
 }
 
+bool ScaleUpOutlivedItsService(std::span<const uint64_t> basis, std::span<const uint64_t> live_after) {
+  if (basis.empty()) return false;
+  return std::none_of(basis.begin(), basis.end(), [&](uint64_t job) {
+    return std::find(live_after.begin(), live_after.end(), job) != live_after.end();
+  });
+}
+
 }  // namespace meridian::serving

@@ -11,6 +11,7 @@
 //  - Which replica leaves (ChooseScaleIn): one that does not serve yet first (waiting
 //    for room, or starting: no request is in flight to it, so it is cancelled at
 //    once), else the serving one with the highest number (drained first).
+//  - A scale-up that raced a deletion (ScaleUpOutlivedItsService) is undone.
 //
 // Pure arithmetic on the samples given (no clock, no I/O), so tests drive it exactly.
 //
@@ -66,5 +67,13 @@ struct ScaleInCandidate {
 };
 // The index of the replica to remove when scaling in; -1 when there is none.
 int ChooseScaleIn(std::span<const ScaleInCandidate> replicas);
+
+// Whether replicas added on a read of the service's live replica jobs (`basis`, their
+// ids) outlived the service, judged on a read made after they were submitted
+// (`live_after`): true when none of `basis` lives any more. `service delete` cancels
+// every replica job and reads again until none is left, so a scale-up submitted after
+// its last read finds every job of its basis ended, and must cancel what it added
+// (else the deleted service keeps a replica). An empty basis never outlives anything.
+bool ScaleUpOutlivedItsService(std::span<const uint64_t> basis, std::span<const uint64_t> live_after);
 
 }  // namespace meridian::serving

@@ -149,6 +149,19 @@ TEST(AutoscalerTest, ScalesInAReplicaThatDoesNotServeYetFirst) {
   EXPECT_EQ(ChooseScaleIn({}), -1);
 }
 
+// CI caught `service delete` racing an autoscaling gateway: the gateway read the
+// service (jobs 4 and 5 live), delete cancelled both, then the gateway submitted job 6;
+// the deleted service kept a replica. Read again after its submission, the gateway
+// finds none of its basis alive and cancels what it added.
+TEST(AutoscalerTest, AScaleUpWhoseServiceEndedUnderItIsUndone) {
+  const std::vector<uint64_t> basis = {4, 5};
+  EXPECT_TRUE(ScaleUpOutlivedItsService(basis, std::vector<uint64_t>{6}));   // deleted: only the new job
+  EXPECT_TRUE(ScaleUpOutlivedItsService(basis, std::vector<uint64_t>{}));    // new job cancelled already
+  EXPECT_FALSE(ScaleUpOutlivedItsService(basis, std::vector<uint64_t>{5, 6}));  // 4 scaled in: the service runs
+  EXPECT_FALSE(ScaleUpOutlivedItsService(basis, std::vector<uint64_t>{4}));
+  EXPECT_FALSE(ScaleUpOutlivedItsService({}, std::vector<uint64_t>{6}));
+}
+
 TEST(MlpModelTest, ABatchGivesExactlyTheReferenceForwardPassOfEachImage) {
   // 37 hidden units and 7 images: neither a whole number of the kernel's blocks.
   auto model = MlpModel::FromCheckpoint(Checkpoint(37, 1));
