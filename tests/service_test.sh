@@ -2,7 +2,8 @@
 # Services as a user runs them (docs/serving.md, "Services"), on a local cluster of two
 # regions (tests/serving/two-regions.yaml): `meridian serve` starts the digits model's
 # replicas as jobs, a gateway in each region follows them through the coordinator, and
-# under a steady stream of requests:
+# under a steady stream of requests (every gateway speaking TLS to the replicas, which
+# prove the service's own certificate):
 #  1. region-first routing: while eu-west has replicas, its gateway sends nothing away;
 #  2. failover: both eu-west agents are killed (kill -9; the replicas die with them):
 #     no request fails, and us-east answers the first request after the kill;
@@ -19,7 +20,8 @@
 #  7. delete: the jobs end, the gateway's set empties, clients get a clear 503;
 #     served again (a new token), the gateways follow it;
 #  8. a command's service (tests/serving/files.yaml): answers through its gateway,
-#     checks the token for its command, and comes back when its command dies.
+#     checks the token for its command (HTTPS only, with the service's CA), and comes
+#     back when its command dies.
 # Plus each command's errors, one line and exit 2, with nothing started.
 #   tests/service_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
@@ -121,6 +123,10 @@ start_listening "$tmp/gw-us.log" "$bin" gateway --service digits --region us-eas
   --watch-interval-ms 250 --probe-interval-ms 100
 us=$port
 wait_gateway_set "$eu" "eu-west:up eu-west:up us-east:up" 10 && ok "eu-west's gateway has the 3 replicas"
+# It speaks HTTPS to them, checking their certificate (of the service's own CA).
+curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$eu/v1/gateway" |
+  $py -c 'import json, sys; r = json.load(sys.stdin)["replicas"]; assert len(r) == 3 and all(x["tls"] for x in r), r' &&
+  ok "the gateway speaks TLS to each replica" || bad "the gateway's replicas are not all over TLS"
 
 # Requests one after another at a gateway from t=0 for SECONDS; at AT seconds, runs
 # ACTION (a shell command). Writes one line a request: time since the action (s),
@@ -387,9 +393,23 @@ code=$(curl -s -o "$tmp/env.txt" -w "%{http_code}" -H "Authorization: Bearer $ct
 [ "$code" = 200 ] && grep -q "^PORT=[0-9]" "$tmp/env.txt" && ! grep -q "REPLICA_TOKEN\|SERVICE_COMMAND\|$ct" "$tmp/env.txt" &&
   ok "the command answers through the gateway; its environment has PORT, not the replicas' token" ||
   bad "env.txt: $code $(head -c 300 "$tmp/env.txt")"
-code=$(curl -s -o "$tmp/body" -w "%{http_code}" "http://$files_at/env.txt")
+# The replica speaks HTTPS only, as files.service.meridian, with the service's own CA.
+"$bin" service get files "${D[@]}" --json | $py -c '
+import json, sys
+t = json.load(sys.stdin)["tls"]
+assert t["name"] == "files.service.meridian", t
+open(sys.argv[1], "w").write(t["ca"])' "$tmp/files-ca.pem" || bad "service get: no tls"
+files_port=${files_at##*:}
+code=$(curl -s -o "$tmp/body" -w "%{http_code}" --cacert "$tmp/files-ca.pem" \
+  --resolve "files.service.meridian:$files_port:127.0.0.1" "https://files.service.meridian:$files_port/env.txt")
 [ "$code" = 401 ] && grep -qF "no 'Authorization: Bearer TOKEN' header" "$tmp/body" &&
-  ok "the command's replica refuses a caller without the token" || bad "direct: $code $(cat "$tmp/body")"
+  ok "the command's replica refuses a caller without the token (over TLS)" || bad "direct: $code $(cat "$tmp/body")"
+rm -f "$tmp/body"
+code=$(curl -s -o "$tmp/body" -w "%{http_code}" "http://$files_at/env.txt")
+[ "$code" = 000 ] && [ ! -s "$tmp/body" ] && ok "the command's replica does not answer plain HTTP" || bad "plain: $code"
+code=$(curl -s -o /dev/null -w "%{http_code}" --resolve "files.service.meridian:$files_port:127.0.0.1" \
+  "https://files.service.meridian:$files_port/env.txt")
+[ "$code" = 000 ] && ok "its certificate is of the service's own CA, no other" || bad "without the CA: $code"
 inner=$(grep -F "PORT=" "$tmp/env.txt" | cut -d= -f2)
 pkill -f "http.server $inner --bind 127.0.0.1" || bad "no command listening on $inner"
 for _ in $(seq 300); do read -r _ attempt <<<"$(files_endpoint)"; [ "$attempt" = 2 ] && break; sleep 0.1; done

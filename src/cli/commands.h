@@ -242,6 +242,8 @@ struct ReplicaCommandOptions {
   std::string token_file;  // the bearer token callers present
   std::string token_env;   // or the variable holding it (a service's replicas: docs/serving.md)
   std::string tls_cert, tls_key;
+  // Or the variables holding them as PEM text (a service's replicas).
+  std::string tls_cert_env, tls_key_env;
   int32_t max_batch = 32;
   int64_t max_wait_us = 1000;
   int64_t max_queued_images = 4096;
@@ -331,7 +333,8 @@ struct LiveService {
 StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bool with_tasks);
 // Submits `count` more replicas of `spec` in `region`, numbered with the lowest
 // numbers none of `live` has; on a failure, those it submitted are undone.
-StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec, const std::string& token,
+StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
+                                            const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
                                             const std::vector<ServiceReplica>& live);
 

@@ -609,6 +609,9 @@ int main(int argc, char** argv) {
       ->excludes(replica_token_file);
   replica_cmd->add_option("--tls-cert", replica.tls_cert, "HTTPS: the certificate chain (PEM; meridian certs issue)");
   replica_cmd->add_option("--tls-key", replica.tls_key, "HTTPS: its key (PEM)");
+  replica_cmd->add_option("--tls-cert-env", replica.tls_cert_env,
+                          "Or the environment variable holding the certificate as PEM text (a service's replicas)");
+  replica_cmd->add_option("--tls-key-env", replica.tls_key_env, "And the one holding its key");
   replica_cmd->add_option("--max-batch", replica.max_batch, "Images a batch (1: batching off)")->capture_default_str();
   replica_cmd->add_option("--max-wait-us", replica.max_wait_us, "The longest the first image of a batch waits")
       ->capture_default_str();

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -34,13 +35,13 @@ namespace sv = serving;
 // A service's replicas that serve now, as a gateway addresses them.
 struct ServiceEndpoints {
   spec::ServiceSpec spec;
-  std::string token;
+  spec::ReplicaSecrets secrets;
   std::vector<sv::ReplicaEndpoint> endpoints;
   std::vector<ServiceReplica> live;  // its live replica jobs, serving or not
 };
 
 // Reads the service's replica jobs: those running on a live node are its endpoints.
-// Without `known` (the spec read before) the spec and the replicas' token are read
+// Without `known` (the spec read before) the spec and the replicas' secrets are read
 // too, from its first replica job.
 StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::string& service,
                                              const spec::ServiceSpec* known) {
@@ -51,7 +52,7 @@ StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::strin
     if (!found.ok()) return Status(found.status().code(), fmt::format("--service: {}", found.status().message()));
     live = std::move(found->replicas);
     out.spec = std::move(found->service.spec);
-    out.token = std::move(found->service.token);
+    out.secrets = std::move(found->service.secrets);
   } else {
     MERIDIAN_ASSIGN_OR_RETURN(live, ListServiceReplicas(c, service, true));
     out.spec = *known;
@@ -61,6 +62,13 @@ StatusOr<ServiceEndpoints> ServiceReplicaSet(client::Client& c, const std::strin
   }
   out.live = std::move(live);
   return out;
+}
+
+// How a gateway authenticates the service's replicas (plain HTTP for replica jobs of
+// before TLS).
+sv::ReplicaTls ReplicaTlsOf(const std::string& service, const spec::ReplicaSecrets& secrets) {
+  if (!secrets.tls()) return {};
+  return sv::ReplicaTls{secrets.tls_ca_pem, sv::ServiceTlsName(service)};
 }
 
 // A replica being drained: out of the gateway's set, stopped once nothing is in
@@ -83,9 +91,9 @@ constexpr int64_t kAutoscaleSampleUs = 100'000;
 class ServiceFollower {
  public:
   ServiceFollower(const GatewayCommandOptions& o, client::Client& coordinator, sv::Gateway& gateway,
-                  spec::ServiceSpec spec, std::string token, std::vector<sv::ReplicaEndpoint> current,
+                  spec::ServiceSpec spec, spec::ReplicaSecrets secrets, std::vector<sv::ReplicaEndpoint> current,
                   std::ostream& out)
-      : o_(o), c_(coordinator), gateway_(gateway), spec_(std::move(spec)), token_(std::move(token)),
+      : o_(o), c_(coordinator), gateway_(gateway), spec_(std::move(spec)), secrets_(std::move(secrets)),
         current_(std::move(current)), out_(out) {
     if (o.autoscale) MakeAutoscaler();
   }
@@ -198,10 +206,17 @@ class ServiceFollower {
                                                 : fmt::format("; its spec does not autoscale {}: not scaling it",
                                                               o_.region))
          << std::flush;
-    if (service.token != token_) {
-      token_ = service.token;
-      gateway_.SetReplicaToken(token_);
+    if (service.secrets.token != secrets_.token) gateway_.SetReplicaToken(service.secrets.token);
+    const sv::ReplicaTls tls = ReplicaTlsOf(spec_.name, service.secrets);
+    if (tls != ReplicaTlsOf(spec_.name, secrets_)) {
+      Status set = gateway_.SetReplicaTls(tls);
+      if (!set.ok()) {
+        out_ << fmt::format("gateway: service {}: its replicas' TLS credentials: {}; keeping the old ones\n",
+                            o_.service, set.message())
+             << std::flush;
+      }
     }
+    secrets_ = service.secrets;
     if (o_.autoscale) MakeAutoscaler();
     stopped_below_job_ = 0;
     said_deleted_ = false;
@@ -301,7 +316,7 @@ class ServiceFollower {
                                         autoscaler_->MeanInflight(), spec_.autoscale->target_inflight,
                                         autoscaler_->MeanAnswerUs());
     if (want > now_count) {
-      auto added = AddReplicas(c_, spec_, token_, o_.region, want - now_count, live);
+      auto added = AddReplicas(c_, spec_, secrets_, o_.region, want - now_count, live);
       out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}){}\n", o_.region, now_count, want, why,
                           added.ok() ? "" : ": " + std::string(added.status().message()))
            << std::flush;
@@ -385,7 +400,7 @@ class ServiceFollower {
   client::Client& c_;
   sv::Gateway& gateway_;
   spec::ServiceSpec spec_;
-  std::string token_;
+  spec::ReplicaSecrets secrets_;
   std::vector<sv::ReplicaEndpoint> current_;
   std::ostream& out_;
   bool lost_ = false;
@@ -430,6 +445,31 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
   return model;
 }
 
+// A replica's TLS certificate and key as PEM text, from --tls-cert-env/--tls-key-env
+// (the files of --tls-cert/--tls-key are read by the server itself).
+struct ReplicaPems {
+  std::string cert_pem, key_pem;
+  bool with = false;  // TLS, from either
+};
+StatusOr<ReplicaPems> ReplicaTlsPems(const ReplicaCommandOptions& o) {
+  ReplicaPems out;
+  out.with = !o.tls_cert.empty() || !o.tls_cert_env.empty();
+  if (o.tls_cert_env.empty() && o.tls_key_env.empty()) return out;
+  if (o.tls_cert_env.empty() || o.tls_key_env.empty() || !o.tls_cert.empty() || !o.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert-env and --tls-key-env come together, without --tls-cert or --tls-key");
+  }
+  for (const auto& [flag, name, pem] : {std::tuple{"--tls-cert-env", &o.tls_cert_env, &out.cert_pem},
+                                        std::tuple{"--tls-key-env", &o.tls_key_env, &out.key_pem}}) {
+    const char* value = std::getenv(name->c_str());
+    *pem = value == nullptr ? "" : value;
+    if (!pem->starts_with("-----BEGIN ")) {
+      return InvalidArgumentError(fmt::format("{} {}: the variable {}", flag, *name,
+                                              pem->empty() ? "is empty or unset" : "does not hold PEM text"));
+    }
+  }
+  return out;
+}
+
 // A free TCP port on 127.0.0.1, for a child to listen on. Another process may take it
 // before the child does; the child then fails to start, and so does the replica.
 StatusOr<int> FreeLoopbackPort() {
@@ -444,7 +484,7 @@ StatusOr<int> FreeLoopbackPort() {
 // health path does. The replica ends when the command does, with its status, so the
 // job's retries start it again; a termination signal stops the command's whole group.
 Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::string, int>& address,
-                       const std::string& token, std::ostream& out) {
+                       const std::string& token, const ReplicaPems& tls, std::ostream& out) {
   const char* value = std::getenv(o.command_env.c_str());
   const std::string command = value == nullptr ? "" : value;
   if (command.empty() || command.size() > spec::kMaxServiceCommandBytes) {
@@ -458,6 +498,8 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   front.token = token;
   front.tls_cert_file = o.tls_cert;
   front.tls_key_file = o.tls_key;
+  front.tls_cert_pem = tls.cert_pem;
+  front.tls_key_pem = tls.key_pem;
   front.replicas = {sv::ReplicaEndpoint{"127.0.0.1", inner, ""}};
   front.health_path = o.health_path;
   front.front = true;
@@ -470,7 +512,11 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   p.argv = {"/bin/sh", "-c", command};
   for (std::string& kv : CurrentEnvironment()) {
     const std::string name = kv.substr(0, kv.find('='));
-    if (name == o.token_env || name == o.command_env || name == "PORT") continue;
+    // The replicas' secrets are the front's, not the command's.
+    if (name == o.token_env || name == o.command_env || name == "PORT" || name == o.tls_cert_env ||
+        name == o.tls_key_env || name.starts_with("REPLICA_TLS_")) {
+      continue;
+    }
     p.env.push_back(std::move(kv));
   }
   p.env.push_back(fmt::format("PORT={}", inner));
@@ -492,7 +538,7 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
     ended = true;
   });
   out << fmt::format("replica: listening on {}:{}{}, in front of its command on 127.0.0.1:{} (health {})\n",
-                     address.first, gateway->port(), o.tls_cert.empty() ? "" : " with TLS", inner, o.health_path)
+                     address.first, gateway->port(), tls.with ? " with TLS" : "", inner, o.health_path)
       << std::flush;
   int signal = 0;
   while (!ended && (signal = WaitForTerminationSignalFor(100'000)) == 0) {
@@ -530,7 +576,8 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   } else {
     MERIDIAN_ASSIGN_OR_RETURN(token, RequiredToken(o.token_file, "--token-file", "the token callers present"));
   }
-  if (!o.command_env.empty()) return RunCommandFront(o, address, token, out);
+  MERIDIAN_ASSIGN_OR_RETURN(const ReplicaPems tls, ReplicaTlsPems(o));
+  if (!o.command_env.empty()) return RunCommandFront(o, address, token, tls, out);
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
   sv::ReplicaOptions options;
   options.host = address.first;
@@ -538,6 +585,8 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   options.token = token;
   options.tls_cert_file = o.tls_cert;
   options.tls_key_file = o.tls_key;
+  options.tls_cert_pem = tls.cert_pem;
+  options.tls_key_pem = tls.key_pem;
   options.batch = sv::BatchOptions{o.max_batch, o.max_wait_us, o.max_queued_images};
   const int32_t hidden = model.hidden();
   const int64_t step = model.step();
@@ -545,7 +594,8 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto replica, sv::Replica::Start(std::move(model), options));
   out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
                      "images, waiting up to {} us)\n",
-                     address.first, replica->port(), o.tls_cert.empty() ? "" : " with TLS", hidden, step, o.max_batch, o.max_wait_us)
+                     address.first, replica->port(), tls.with ? " with TLS" : "", hidden, step, o.max_batch,
+                     o.max_wait_us)
       << std::flush;
   WaitForTerminationSignal();
   return OkStatus();
@@ -560,6 +610,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(options.token, RequiredToken(o.token_file, "--token-file", "the token clients present"));
   std::unique_ptr<client::Client> coordinator;
   spec::ServiceSpec service_spec;
+  spec::ReplicaSecrets secrets;
   if (!o.service.empty()) {
     if (!o.replicas.empty() || !o.replica_token_file.empty()) {
       return InvalidArgumentError("--service: the coordinator names the replicas and their token (no --replica, no "
@@ -571,7 +622,9 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
     MERIDIAN_ASSIGN_OR_RETURN(auto service, ServiceReplicaSet(*coordinator, o.service, nullptr));
     service_spec = service.spec;
-    options.replica_token = service.token;
+    secrets = service.secrets;
+    options.replica_token = service.secrets.token;
+    options.replica_tls = ReplicaTlsOf(service.spec.name, service.secrets);
     options.replicas = std::move(service.endpoints);
     if (!o.region.empty() &&
         std::none_of(service.spec.regions.begin(), service.spec.regions.end(),
@@ -608,8 +661,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     WaitForTerminationSignal();
     return OkStatus();
   }
-  ServiceFollower(o, *coordinator, *gateway, std::move(service_spec), options.replica_token, options.replicas, out)
-      .Run();
+  ServiceFollower(o, *coordinator, *gateway, std::move(service_spec), std::move(secrets), options.replicas, out).Run();
   return OkStatus();
 }
 
@@ -691,26 +743,36 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto dir, TempDir::Make("meridian-bench-serve"));
   const std::string replica_token = "bench-replica-token-0123456789";
   const std::string client_token = "bench-client-token-0123456789";
-  auto start_replica = [&](sv::BatchOptions batch) -> StatusOr<std::unique_ptr<sv::Replica>> {
+  // A service's credentials, as `meridian serve` makes them, for the TLS hop.
+  MERIDIAN_ASSIGN_OR_RETURN(sv::ServiceCredentials tls,
+                            sv::MakeServiceCredentials("bench", int64_t{3600} * 1'000'000));
+  auto start_replica = [&](sv::BatchOptions batch, bool with_tls) -> StatusOr<std::unique_ptr<sv::Replica>> {
     MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, sv::MlpModel::FromCheckpoint(trained.first));
     sv::ReplicaOptions r;
     r.token = replica_token;
     r.batch = batch;
+    if (with_tls) {
+      r.tls_cert_pem = tls.cert_pem;
+      r.tls_key_pem = tls.key_pem;
+    }
     return sv::Replica::Start(std::move(model), r);
   };
-  auto start_gateway = [&](int replica_port) {
+  auto start_gateway = [&](int replica_port, bool with_tls) {
     sv::GatewayOptions g;
     g.token = client_token;
     g.replica_token = replica_token;
     g.replicas = {{"127.0.0.1", replica_port, "local"}};
     g.max_inflight = 4 * o.connections;
+    if (with_tls) g.replica_tls = sv::ReplicaTls{tls.ca_pem, sv::ServiceTlsName("bench")};
     return sv::Gateway::Start(g);
   };
   const int64_t queue = std::max<int64_t>(4096, o.max_batch);
-  MERIDIAN_ASSIGN_OR_RETURN(auto unbatched, start_replica(sv::BatchOptions{1, 0, queue}));
-  MERIDIAN_ASSIGN_OR_RETURN(auto batched, start_replica(sv::BatchOptions{o.max_batch, o.max_wait_us, queue}));
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_unbatched, start_gateway(unbatched->port()));
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_batched, start_gateway(batched->port()));
+  MERIDIAN_ASSIGN_OR_RETURN(auto unbatched, start_replica(sv::BatchOptions{1, 0, queue}, false));
+  MERIDIAN_ASSIGN_OR_RETURN(auto unbatched_tls, start_replica(sv::BatchOptions{1, 0, queue}, true));
+  MERIDIAN_ASSIGN_OR_RETURN(auto batched, start_replica(sv::BatchOptions{o.max_batch, o.max_wait_us, queue}, false));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_unbatched, start_gateway(unbatched->port(), false));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_tls, start_gateway(unbatched_tls->port(), true));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway_batched, start_gateway(batched->port(), false));
 
   // One real test image a request (the last of the file: never trained on).
   const auto last = digits.pixels.end() - training::kDigitPixels;
@@ -734,7 +796,10 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   MERIDIAN_RETURN_IF_ERROR(run("batching on", direct_script, batched->port(), o.connections));
   MERIDIAN_RETURN_IF_ERROR(run("batching on, through the gateway", gateway_script, gateway_batched->port(),
                                o.connections));
+  // As a service's gateways call its replicas: HTTPS, the certificate checked.
+  MERIDIAN_RETURN_IF_ERROR(run("gateway, TLS to the replica, 1 conn", gateway_script, gateway_tls->port(), 1));
   const double overhead_ms = runs[1].p50_ms - runs[0].p50_ms;
+  const double tls_overhead_ms = runs[5].p50_ms - runs[0].p50_ms;
   const double batching_ratio = runs[3].requests_per_second / std::max(1.0, runs[2].requests_per_second);
   const sv::BatcherStats batches = batched->stats();
   const double mean_batch = batches.batches == 0 ? 0.0 : static_cast<double>(batches.images) / batches.batches;
@@ -742,6 +807,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   if (o.json) {
     nlohmann::json j;
     j["gateway_overhead_p50_ms"] = overhead_ms;
+    j["gateway_tls_overhead_p50_ms"] = tls_overhead_ms;
     j["batching_ratio"] = batching_ratio;
     j["model"] = {{"hidden", o.hidden}, {"test_accuracy", trained.second.test_accuracy}};
     j["connections"] = o.connections;
@@ -771,6 +837,8 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   }
   out << fmt::format("  gateway overhead at p50: {:.3f} ms (gateway {:.3f} - direct {:.3f})\n", overhead_ms,
                      runs[1].p50_ms, runs[0].p50_ms);
+  out << fmt::format("  gateway overhead at p50, TLS to the replica: {:.3f} ms (gateway {:.3f} - direct {:.3f})\n",
+                     tls_overhead_ms, runs[5].p50_ms, runs[0].p50_ms);
   out << fmt::format("  batching: {:.2f}x the requests/s (batches of {:.1f} images on average, up to {}, waiting up to "
                      "{} us)\n",
                      batching_ratio, mean_batch, o.max_batch, o.max_wait_us);

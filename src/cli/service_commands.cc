@@ -2,7 +2,7 @@
 //
 // A service is the set of its replica jobs: replica k in region R is the job
 // "serve/NAME/R/k", one task running `meridian replica` on port + k of its node. The
-// jobs carry the service's spec and its replicas' token in their environment, so
+// jobs carry the service's spec and its replicas' secrets (token, TLS credentials) in their environment, so
 // scaling starts replicas like the first ones; the coordinator holds no service
 // object of its own.
 #include <algorithm>
@@ -17,11 +17,16 @@
 #include "client/client.h"
 #include "security/pki.h"
 #include "spec/service_spec.h"
+#include "workloads/serving/gateway.h"
 
 namespace meridian::cli {
 namespace {
 
 using nlohmann::json;
+
+// A service's TLS credentials outlive any run of it; `meridian serve` after `service
+// delete` makes new ones.
+constexpr int64_t kServiceCredentialsValidUs = int64_t{10} * 365 * 24 * 3600 * 1'000'000;
 
 // Undoes a half-done change (best effort): cancels the jobs and deletes them, so no
 // trace is left; says how many went.
@@ -34,9 +39,9 @@ int UndoSubmitted(client::Client& c, const std::vector<uint64_t>& jobs) {
 // The cluster's checks of a region's replica jobs (the region, the model, the
 // resources) before any is submitted: a plan of the first one.
 Status CheckRegion(client::Client& c, const spec::ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                   const std::string& token) {
+                   const spec::ReplicaSecrets& secrets) {
   const std::string name = spec::ReplicaJobName(spec.name, region, ordinal);
-  auto plan = c.Plan(spec::ReplicaJobYaml(spec, region, ordinal, token), name, "fifo", 1);
+  auto plan = c.Plan(spec::ReplicaJobYaml(spec, region, ordinal, secrets), name, "fifo", 1);
   if (!plan.ok()) {
     return Status(plan.status().code(), fmt::format("service '{}', region '{}': {}; nothing was started", spec.name,
                                                     region, plan.status().message()));
@@ -46,9 +51,9 @@ Status CheckRegion(client::Client& c, const spec::ServiceSpec& spec, const std::
 
 // Submits replica `ordinal` of `spec` in `region`.
 StatusOr<uint64_t> SubmitReplica(client::Client& c, const spec::ServiceSpec& spec, const std::string& region,
-                                 int32_t ordinal, const std::string& token) {
+                                 int32_t ordinal, const spec::ReplicaSecrets& secrets) {
   const std::string name = spec::ReplicaJobName(spec.name, region, ordinal);
-  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, token), name);
+  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets), name);
   if (!r.ok()) {
     return Status(r.status().code(), fmt::format("service '{}', replica {} in region '{}': {}", spec.name, ordinal,
                                                  region, r.status().message()));
@@ -82,10 +87,10 @@ Status NoSuchService(const std::string& name) {
 // Submits replicas (region, number) in order; on a failure, undoes those it submitted
 // and says so.
 Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
-                      const std::vector<std::pair<std::string, int32_t>>& replicas, const std::string& token,
+                      const std::vector<std::pair<std::string, int32_t>>& replicas, const spec::ReplicaSecrets& secrets,
                       std::vector<uint64_t>* jobs) {
   for (const auto& [region, ordinal] : replicas) {
-    auto id = SubmitReplica(c, spec, region, ordinal, token);
+    auto id = SubmitReplica(c, spec, region, ordinal, secrets);
     if (!id.ok()) {
       const int undone = UndoSubmitted(c, *jobs);
       return Status(id.status().code(), fmt::format("{} (the {} replica jobs submitted before it: {} cancelled and "
@@ -156,7 +161,8 @@ StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, con
   return out;
 }
 
-StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec, const std::string& token,
+StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
+                                            const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
                                             const std::vector<ServiceReplica>& live) {
   // New replicas take the lowest numbers no live replica of the service has.
@@ -170,7 +176,7 @@ StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::Servi
     replicas.emplace_back(region, ordinal);
   }
   std::vector<uint64_t> submitted;
-  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, token, &submitted));
+  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted));
   return submitted;
 }
 
@@ -184,10 +190,18 @@ Status RunServe(const ServeOptions& o, std::ostream& out) {
         "delete {}` first",
         spec.name, live.size(), spec.name));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::string token, security::RandomHex(16));
+  // The replicas' secrets: a token for their callers, and the service's own TLS
+  // credentials (docs/serving.md, "TLS to the replicas").
+  spec::ReplicaSecrets secrets;
+  MERIDIAN_ASSIGN_OR_RETURN(secrets.token, security::RandomHex(16));
+  MERIDIAN_ASSIGN_OR_RETURN(serving::ServiceCredentials tls,
+                            serving::MakeServiceCredentials(spec.name, kServiceCredentialsValidUs));
+  secrets.tls_ca_pem = std::move(tls.ca_pem);
+  secrets.tls_cert_pem = std::move(tls.cert_pem);
+  secrets.tls_key_pem = std::move(tls.key_pem);
   int32_t first = 0;
   for (const spec::ServiceRegion& region : spec.regions) {
-    MERIDIAN_RETURN_IF_ERROR(CheckRegion(*c, spec, region.region, first, token));
+    MERIDIAN_RETURN_IF_ERROR(CheckRegion(*c, spec, region.region, first, secrets));
     first += region.min;
   }
   std::vector<std::pair<std::string, int32_t>> replicas;
@@ -195,7 +209,7 @@ Status RunServe(const ServeOptions& o, std::ostream& out) {
     for (int32_t k = 0; k < region.min; ++k) replicas.emplace_back(region.region, static_cast<int32_t>(replicas.size()));
   }
   std::vector<uint64_t> submitted;
-  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(*c, spec, replicas, token, &submitted));
+  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(*c, spec, replicas, secrets, &submitted));
   json regions = json::array();
   for (const spec::ServiceRegion& region : spec.regions) {
     json jobs = json::array();
@@ -270,6 +284,9 @@ Status RunServiceGet(const ServiceOptions& o, std::ostream& out) {
   }
   if (o.json) {
     json j{{"name", spec.name}, {"port", spec.port}, {"regions", regions}, {"replicas", replicas}};
+    // A caller of the replicas themselves checks their certificate with the CA.
+    const spec::ReplicaSecrets& secrets = found.service.secrets;
+    j["tls"] = secrets.tls() ? json{{"name", serving::ServiceTlsName(spec.name)}, {"ca", secrets.tls_ca_pem}} : json();
     if (spec.command.empty()) {
       j["model"] = spec.model;
     } else {
@@ -281,7 +298,10 @@ Status RunServiceGet(const ServiceOptions& o, std::ostream& out) {
   }
   const std::string handler =
       spec.command.empty() ? "model " + spec.model : fmt::format("command `{}` (health {})", spec.command, spec.health_path);
-  out << fmt::format("service {}: {}, replica k on port {} + k, regions {}\n", spec.name, handler, spec.port,
+  out << fmt::format("service {}: {}, replica k on port {} + k ({}), regions {}\n", spec.name, handler, spec.port,
+                     found.service.secrets.tls()
+                         ? fmt::format("HTTPS as {}; --json has its CA", serving::ServiceTlsName(spec.name))
+                         : "plain HTTP",
                      RegionNames(spec));
   t.Print(out);
   return OkStatus();
@@ -313,8 +333,8 @@ Status RunServiceScale(const ServiceScaleOptions& o, std::ostream& out) {
   }
   const int32_t now = static_cast<int32_t>(here.size());
   if (o.replicas > now) {
-    MERIDIAN_RETURN_IF_ERROR(CheckRegion(*c, spec, o.region, 0, service.token));
-    MERIDIAN_RETURN_IF_ERROR(AddReplicas(*c, spec, service.token, o.region, o.replicas - now, live).status());
+    MERIDIAN_RETURN_IF_ERROR(CheckRegion(*c, spec, o.region, 0, service.secrets));
+    MERIDIAN_RETURN_IF_ERROR(AddReplicas(*c, spec, service.secrets, o.region, o.replicas - now, live).status());
   } else {
     // The newest replicas go first (the highest numbers).
     std::sort(here.begin(), here.end(), [](const ServiceReplica* a, const ServiceReplica* b) {

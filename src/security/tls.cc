@@ -100,37 +100,8 @@ class TlsStreamImpl final : public ByteStream {
 // Loads `c` into `ctx`: the CA bundle whose certificates peers must show, and this
 // process's certificate and key.
 Status LoadInto(SSL_CTX* ctx, const TlsCredentials& c) {
-  auto fail = [&](std::string_view what) {
-    return InvalidArgumentError(fmt::format("TLS: {}: {}", what, SslError()));
-  };
-  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
-  BIO* bio = BIO_new_mem_buf(c.ca_pem.data(), static_cast<int>(c.ca_pem.size()));
-  int cas = 0;
-  while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_STORE_add_cert(store, ca);
-    X509_free(ca);
-    ++cas;
-  }
-  BIO_free(bio);
-  ERR_clear_error();
-  if (cas == 0) return fail("the CA bundle holds no certificate");
-  bio = BIO_new_mem_buf(c.cert_pem.data(), static_cast<int>(c.cert_pem.size()));
-  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  if (cert == nullptr || SSL_CTX_use_certificate(ctx, cert) != 1) {
-    X509_free(cert);
-    return fail("this process's certificate");
-  }
-  X509_free(cert);
-  bio = BIO_new_mem_buf(c.key_pem.data(), static_cast<int>(c.key_pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
-  BIO_free(bio);
-  if (key == nullptr || SSL_CTX_use_PrivateKey(ctx, key) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-    EVP_PKEY_free(key);
-    return fail("this process's key");
-  }
-  EVP_PKEY_free(key);
-  return OkStatus();
+  MERIDIAN_RETURN_IF_ERROR(TrustCas(ctx, c.ca_pem));
+  return UseCertificate(ctx, c.cert_pem, c.key_pem);
 }
 
 // A context requiring TLS 1.3 and a peer certificate of the CA in `c`.
@@ -156,6 +127,44 @@ StatusOr<SSL_CTX*> MakeContext(const TlsCredentials& c, bool server) {
 }
 
 }  // namespace
+
+Status TrustCas(ssl_ctx_st* ctx, const std::string& ca_pem) {
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  BIO* bio = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
+  int cas = 0;
+  while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, ca);
+    X509_free(ca);
+    ++cas;
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (cas == 0) return InvalidArgumentError("TLS: the CA bundle holds no certificate");
+  return OkStatus();
+}
+
+Status UseCertificate(ssl_ctx_st* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  auto fail = [&](std::string_view what) {
+    return InvalidArgumentError(fmt::format("TLS: {}: {}", what, SslError()));
+  };
+  BIO* bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr || SSL_CTX_use_certificate(ctx, cert) != 1) {
+    X509_free(cert);
+    return fail("this process's certificate");
+  }
+  X509_free(cert);
+  bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (key == nullptr || SSL_CTX_use_PrivateKey(ctx, key) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    EVP_PKEY_free(key);
+    return fail("this process's key");
+  }
+  EVP_PKEY_free(key);
+  return OkStatus();
+}
 
 Status ConfigureHttpsServer(ssl_ctx_st* ctx, const TlsCredentials& credentials) {
   if (!credentials.enabled()) return InvalidArgumentError("TLS: no CA certificate");

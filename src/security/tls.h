@@ -36,6 +36,11 @@ StatusOr<TlsCredentials> LoadCredentials(const std::string& dir, const std::stri
 // certificate is asked for but not required (a browser has none; its requests carry
 // a token instead); one that is shown must be of the CA in `credentials`.
 Status ConfigureHttpsServer(ssl_ctx_st* ctx, const TlsCredentials& credentials);
+// Adds the certificates of `ca_pem` (a bundle) to `ctx`'s trust store; fails when it
+// holds none.
+Status TrustCas(ssl_ctx_st* ctx, const std::string& ca_pem);
+// Makes `ctx` present `cert_pem` with its key `key_pem` (checked to match).
+Status UseCertificate(ssl_ctx_st* ctx, const std::string& cert_pem, const std::string& key_pem);
 // The common name of the certificate the peer of `ssl` showed, verified against the
 // CA; empty when it showed none.
 std::string VerifiedPeerName(ssl_st* ssl);

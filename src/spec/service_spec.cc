@@ -254,17 +254,20 @@ std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
 }
 
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const std::string& token) {
+                           const ReplicaSecrets& secrets) {
+  const std::string tls = secrets.tls() ? fmt::format(" --tls-cert-env {} --tls-key-env {}", kReplicaTlsCertEnv,
+                                                      kReplicaTlsKeyEnv)
+                                        : "";
   // Every value the spec gave was checked to hold only [A-Za-z0-9._/:-], but the
   // emitter quotes what needs it all the same.
   const std::string command =
       spec.command.empty()
-          ? fmt::format("exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env {} --listen "
+          ? fmt::format("exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env {}{} --listen "
                         "0.0.0.0:{} --max-batch {} --max-wait-us {}",
-                        kReplicaTokenEnv, spec.port + ordinal, spec.max_batch, spec.max_wait_us)
-          : fmt::format("exec \"$MERIDIAN_BIN\" replica --command-env {} --health '{}' --token-env {} --listen "
+                        kReplicaTokenEnv, tls, spec.port + ordinal, spec.max_batch, spec.max_wait_us)
+          : fmt::format("exec \"$MERIDIAN_BIN\" replica --command-env {} --health '{}' --token-env {}{} --listen "
                         "0.0.0.0:{}",
-                        kServiceCommandEnv, spec.health_path, kReplicaTokenEnv, spec.port + ordinal);
+                        kServiceCommandEnv, spec.health_path, kReplicaTokenEnv, tls, spec.port + ordinal);
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
@@ -273,8 +276,13 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   e << YAML::Key << "name" << YAML::Value << "replica";
   e << YAML::Key << "command" << YAML::Value << YAML::Flow << std::vector<std::string>{"sh", "-c", command};
   if (!spec.model.empty()) e << YAML::Key << "inputs" << YAML::Value << YAML::Flow << std::vector<std::string>{spec.model};
-  e << YAML::Key << "env" << YAML::Value << YAML::BeginMap << YAML::Key << kReplicaTokenEnv << YAML::Value << token
-    << YAML::Key << kServiceSpecEnv << YAML::Value << ServiceSpecYaml(spec);
+  e << YAML::Key << "env" << YAML::Value << YAML::BeginMap << YAML::Key << kReplicaTokenEnv << YAML::Value
+    << secrets.token << YAML::Key << kServiceSpecEnv << YAML::Value << ServiceSpecYaml(spec);
+  if (secrets.tls()) {
+    e << YAML::Key << kReplicaTlsCaEnv << YAML::Value << YAML::Literal << secrets.tls_ca_pem;
+    e << YAML::Key << kReplicaTlsCertEnv << YAML::Value << YAML::Literal << secrets.tls_cert_pem;
+    e << YAML::Key << kReplicaTlsKeyEnv << YAML::Value << YAML::Literal << secrets.tls_key_pem;
+  }
   if (!spec.command.empty()) e << YAML::Key << kServiceCommandEnv << YAML::Value << spec.command;
   e << YAML::EndMap;
   if (!spec.resources_yaml.empty()) {
@@ -335,14 +343,33 @@ StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std:
   if (!token || !token.IsScalar()) return missing(kReplicaTokenEnv);
   ServiceOfReplica out;
   MERIDIAN_ASSIGN_OR_RETURN(out.spec, ParseServiceSpec(spec.Scalar(), fmt::format("{} ({})", job_name, kServiceSpecEnv)));
-  out.token = token.Scalar();
+  out.secrets.token = token.Scalar();
   // It goes into the gateway's requests as a header: hex, as `meridian serve` makes it.
-  const bool hex = std::all_of(out.token.begin(), out.token.end(), [](char ch) {
+  const bool hex = std::all_of(out.secrets.token.begin(), out.secrets.token.end(), [](char ch) {
     return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
   });
-  if (out.token.size() < 16 || out.token.size() > 256 || !hex) {
+  if (out.secrets.token.size() < 16 || out.secrets.token.size() > 256 || !hex) {
     return InvalidArgumentError(fmt::format("job '{}': {} is not 16 to 256 lowercase hex digits", job_name,
                                             kReplicaTokenEnv));
+  }
+  // TLS: all three PEM texts or none (a replica job of before TLS). Whether they parse
+  // is for OpenSSL, where they are used.
+  const std::pair<const char*, std::string*> pems[] = {{kReplicaTlsCaEnv, &out.secrets.tls_ca_pem},
+                                                       {kReplicaTlsCertEnv, &out.secrets.tls_cert_pem},
+                                                       {kReplicaTlsKeyEnv, &out.secrets.tls_key_pem}};
+  int present = 0;
+  for (const auto& [name, value] : pems) {
+    const YAML::Node v = env[name];
+    if (!v) continue;
+    ++present;
+    if (!v.IsScalar() || !v.Scalar().starts_with("-----BEGIN ")) {
+      return InvalidArgumentError(fmt::format("job '{}': {} is not PEM text", job_name, name));
+    }
+    *value = v.Scalar();
+  }
+  if (present != 0 && present != 3) {
+    return InvalidArgumentError(fmt::format("job '{}': {}, {} and {} come together", job_name, kReplicaTlsCaEnv,
+                                            kReplicaTlsCertEnv, kReplicaTlsKeyEnv));
   }
   return out;
 }

@@ -64,14 +64,27 @@ struct ReplicaJobId {
 // The parts of a replica job's name; nullopt for any other job's.
 std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name);
 
+// What a service's replicas share, and its gateways read from their jobs: the token
+// callers present, and the TLS credentials (PEM) they serve with: the service's own CA
+// and the certificate and key it signed (serving::MakeServiceCredentials). Without
+// them (a replica job of before TLS) the replicas speak plain HTTP.
+struct ReplicaSecrets {
+  std::string token;
+  std::string tls_ca_pem, tls_cert_pem, tls_key_pem;
+  bool tls() const { return !tls_ca_pem.empty(); }
+};
+
 // The job file of replica `ordinal` in `region` (one of the spec's): one command task,
-// restricted to the region, that runs `meridian replica` on port + ordinal with
-// `token` (given in its environment as kReplicaTokenEnv, never on a command line):
-// with the model as its input, or in front of the spec's command (in its environment
-// as kServiceCommandEnv).
+// restricted to the region, that runs `meridian replica` on port + ordinal with the
+// secrets (in its environment, never on a command line: kReplicaTokenEnv and the
+// kReplicaTls*Env): with the model as its input, or in front of the spec's command (in
+// its environment as kServiceCommandEnv).
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const std::string& token);
+                           const ReplicaSecrets& secrets);
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
+inline constexpr char kReplicaTlsCaEnv[] = "REPLICA_TLS_CA";
+inline constexpr char kReplicaTlsCertEnv[] = "REPLICA_TLS_CERT";
+inline constexpr char kReplicaTlsKeyEnv[] = "REPLICA_TLS_KEY";
 inline constexpr char kServiceCommandEnv[] = "SERVICE_COMMAND";
 inline constexpr size_t kMaxServiceCommandBytes = 2048;
 
@@ -81,11 +94,11 @@ inline constexpr size_t kMaxServiceCommandBytes = 2048;
 std::string ServiceSpecYaml(const ServiceSpec& spec);
 inline constexpr char kServiceSpecEnv[] = "SERVICE_SPEC";
 
-// The service spec and the replicas' token that a replica job's file (ReplicaJobYaml's
-// text, as the coordinator gives it back) carries.
+// The service spec and the replicas' secrets that a replica job's file
+// (ReplicaJobYaml's text, as the coordinator gives it back) carries.
 struct ServiceOfReplica {
   ServiceSpec spec;
-  std::string token;
+  ReplicaSecrets secrets;
 };
 StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std::string_view job_name);
 

@@ -141,6 +141,12 @@ TEST(ServiceSpecTest, ReplicaJobNamesRoundTrip) {
   }
 }
 
+ReplicaSecrets TokenOnly(std::string token) {
+  ReplicaSecrets s;
+  s.token = std::move(token);
+  return s;
+}
+
 // The job `meridian serve` submits for a replica is an ordinary job file: the cluster
 // parses it with the region, the model as input, the token in the environment (not on
 // the command line), and the spec, which reads back as it was.
@@ -148,7 +154,7 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::string token = "0123456789abcdef0123456789abcdef";
-  const std::string yaml = ReplicaJobYaml(*s, "eu", 3, token);
+  const std::string yaml = ReplicaJobYaml(*s, "eu", 3, TokenOnly(token));
   StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
   DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
@@ -176,7 +182,7 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   EXPECT_EQ(t.retries, 20);
   StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->token, token);
+  EXPECT_EQ(back->secrets.token, token);
   EXPECT_EQ(ServiceSpecYaml(back->spec), ServiceSpecYaml(*s));
   EXPECT_EQ(back->spec.regions[0].max, 4);
   EXPECT_EQ(back->spec.max_wait_us, 2000);
@@ -191,7 +197,7 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   // The token becomes a header of the gateway's requests: a line break in it (a job
   // written by hand) is refused, as is a short one.
   for (const std::string bad : {"0123456789abcdef\r\nX-Admin: 1", "0123456789abcde", "0123456789ABCDEF"}) {
-    std::string forged = ReplicaJobYaml(*s, "eu", 3, "0123456789abcdef");
+    std::string forged = ReplicaJobYaml(*s, "eu", 3, TokenOnly("0123456789abcdef"));
     const size_t at = forged.find("0123456789abcdef");
     ASSERT_NE(at, std::string::npos);
     forged.replace(at, 16, YAML::Dump(YAML::Node(bad)));
@@ -204,6 +210,47 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(), "svc.yaml: a service spec (kind: service): start it with `meridian serve svc.yaml`");
+}
+
+// With TLS credentials, the replica serves HTTPS with the certificate and key from its
+// environment; the gateway reads the CA from the job. All three, or none.
+TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironment) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const ReplicaSecrets secrets{"0123456789abcdef", "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n",
+                               "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n",
+                               "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n"};
+  const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
+    model::ObjectRef shard;
+    shard.name = name + "/0";
+    shard.size_bytes = 19000;
+    return model::Dataset{name, {shard}};
+  };
+  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+  ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
+  const model::Task& t = job->tasks[0];
+  EXPECT_EQ(t.command[2],
+            "exec \"$MERIDIAN_BIN\" replica --model \"$MERIDIAN_INPUTS/0\" --token-env REPLICA_TOKEN --tls-cert-env "
+            "REPLICA_TLS_CERT --tls-key-env REPLICA_TLS_KEY --listen 0.0.0.0:9003 --max-batch 16 --max-wait-us 2000");
+  EXPECT_EQ(t.env.at("REPLICA_TLS_CA"), secrets.tls_ca_pem);
+  EXPECT_EQ(t.env.at("REPLICA_TLS_CERT"), secrets.tls_cert_pem);
+  EXPECT_EQ(t.env.at("REPLICA_TLS_KEY"), secrets.tls_key_pem);
+  StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->secrets.tls_ca_pem, secrets.tls_ca_pem);
+  EXPECT_EQ(back->secrets.tls_cert_pem, secrets.tls_cert_pem);
+  EXPECT_EQ(back->secrets.tls_key_pem, secrets.tls_key_pem);
+  // A job written by hand with the CA alone, or a value that is not PEM.
+  YAML::Node forged = YAML::Load(yaml);
+  forged["tasks"][0]["env"].remove("REPLICA_TLS_KEY");
+  EXPECT_EQ(ServiceFromReplicaJob(YAML::Dump(forged), "serve/digits/eu/3").status().message(),
+            "job 'serve/digits/eu/3': REPLICA_TLS_CA, REPLICA_TLS_CERT and REPLICA_TLS_KEY come together");
+  forged["tasks"][0]["env"]["REPLICA_TLS_KEY"] = "KEY";
+  EXPECT_EQ(ServiceFromReplicaJob(YAML::Dump(forged), "serve/digits/eu/3").status().message(),
+            "job 'serve/digits/eu/3': REPLICA_TLS_KEY is not PEM text");
 }
 
 // A service of a command: its replica job runs `meridian replica` in front of the
@@ -223,7 +270,7 @@ regions: [{region: us-east, min: 1, max: 2}]
   EXPECT_EQ(s->model, "");
   StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
-  const std::string yaml = ReplicaJobYaml(*s, "us-east", 1, "0123456789abcdef");
+  const std::string yaml = ReplicaJobYaml(*s, "us-east", 1, TokenOnly("0123456789abcdef"));
   StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput);
   ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
   ASSERT_EQ(job->tasks.size(), 1u);
@@ -261,7 +308,7 @@ TEST(ServiceSpecTest, TheExampleServiceFitsTheDefaultLocalCluster) {
   };
   int32_t ordinal = 0;
   for (const ServiceRegion& region : s->regions) {
-    const std::string yaml = ReplicaJobYaml(*s, region.region, ordinal++, "0123456789abcdef");
+    const std::string yaml = ReplicaJobYaml(*s, region.region, ordinal++, TokenOnly("0123456789abcdef"));
     StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
     EXPECT_TRUE(job.ok()) << region.region << ": " << job.status().ToString();
   }

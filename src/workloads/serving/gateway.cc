@@ -12,8 +12,12 @@
 
 #include <h2o.h>  // H2O_USE_LIBUV=0 comes from CMake
 #include <h2o/http1client.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "common/net.h"
+#include "security/pki.h"
+#include "security/tls.h"
 
 namespace meridian::serving {
 
@@ -45,6 +49,19 @@ StatusOr<ReplicaEndpoint> ParseReplicaEndpoint(const std::string& text) {
   return e;
 }
 
+std::string ServiceTlsName(const std::string& service) { return service + ".service.meridian"; }
+
+StatusOr<ServiceCredentials> MakeServiceCredentials(const std::string& service, int64_t valid_for_us) {
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair ca, security::MakeCa("service:" + service, valid_for_us));
+  security::CertRequest request;
+  request.common_name = "service:" + service;
+  request.hosts = {ServiceTlsName(service)};
+  request.valid_for_us = valid_for_us;
+  request.server = true;
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair replicas, security::Issue(ca, request));
+  return ServiceCredentials{ca.cert_pem, replicas.cert_pem, replicas.key_pem};
+}
+
 Status CheckGatewayOptions(const GatewayOptions& o) {
   if (o.max_inflight < 1 || o.max_inflight > 100'000) {
     return InvalidArgumentError(fmt::format("max in flight {}: expected 1..100000 a replica", o.max_inflight));
@@ -59,6 +76,14 @@ Status CheckGatewayOptions(const GatewayOptions& o) {
     return InvalidArgumentError(fmt::format("upstream timeout {} ms: expected 10..600000", o.upstream_timeout_ms));
   }
   if (o.replicas.size() > 10'000) return InvalidArgumentError("at most 10000 replicas behind one gateway");
+  if (o.replica_tls.enabled() &&
+      (o.replica_tls.server_name.empty() || o.replica_tls.server_name.size() > 253 ||
+       !std::all_of(o.replica_tls.server_name.begin(), o.replica_tls.server_name.end(), [](char c) {
+         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+       }))) {
+    return InvalidArgumentError(fmt::format("replicas' TLS name '{}': expected 1 to 253 of [a-z0-9.-]",
+                                            o.replica_tls.server_name));
+  }
   if (o.health_path.empty() || o.health_path[0] != '/' || o.health_path.size() > 256 ||
       !std::all_of(o.health_path.begin(), o.health_path.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
     return InvalidArgumentError(fmt::format("health path '{}': expected printable ASCII from '/', at most 256 bytes",
@@ -80,6 +105,11 @@ struct Upstream {
   std::string name;  // "host:port@region", the X-Meridian-Replica of its answers
   Gateway::Impl* gateway = nullptr;
   h2o_socketpool_t pool{};
+  // Its own client contexts (the gateway's, with the TLS context of when it was added:
+  // a connection in flight keeps using them after SetReplicaTls).
+  h2o_http1client_ctx_t client_ctx{};
+  h2o_http1client_ctx_t probe_ctx{};
+  SSL_CTX* ssl = nullptr;  // a reference of its own; none: plain HTTP
   bool removed = false;
   bool healthy = true;  // until a probe or a request says otherwise (Add sets it)
   int32_t inflight = 0;
@@ -138,6 +168,7 @@ struct Gateway::Impl {
   h2o_timeout_t probe_interval{};
   h2o_http1client_ctx_t client_ctx{};
   h2o_http1client_ctx_t probe_ctx{};
+  SSL_CTX* replica_ssl = nullptr;  // when the replicas speak TLS: what each one added uses
   std::vector<std::unique_ptr<Upstream>> upstreams;  // live ones first in no order; removed ones kept
   std::set<Forward*> forwards;
   int64_t requests = 0, retried = 0, shed = 0, failed = 0;
@@ -284,6 +315,12 @@ void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
   u->healthy = healthy;
   u->name = e.region.empty() ? fmt::format("{}:{}", e.host, e.port) : fmt::format("{}:{}@{}", e.host, e.port, e.region);
   u->gateway = this;
+  u->ssl = replica_ssl;
+  if (u->ssl != nullptr) SSL_CTX_up_ref(u->ssl);
+  u->client_ctx = client_ctx;
+  u->client_ctx.ssl_ctx = u->ssl;
+  u->probe_ctx = probe_ctx;
+  u->probe_ctx.ssl_ctx = u->ssl;
   // Resolved once, here: the pool then connects to the address without a resolver.
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -294,8 +331,15 @@ void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
     u->removed = true;  // never connectable: kept only to be reported
     ++u->failures;
   } else {
-    h2o_socketpool_init_by_address(&u->pool, found->ai_addr, found->ai_addrlen, 0,
+    h2o_socketpool_init_by_address(&u->pool, found->ai_addr, found->ai_addrlen, u->ssl != nullptr ? 1 : 0,
                                    static_cast<size_t>(options.max_inflight) + 1);
+    if (u->ssl != nullptr) {
+      // A pool of an address names its peer, for TLS (SNI and the certificate's name),
+      // by the address: the replicas' certificate names the service instead.
+      const std::string& name = options.replica_tls.server_name;
+      free(u->pool.peer.host.base);
+      u->pool.peer.host = h2o_strdup(nullptr, name.data(), name.size());
+    }
     h2o_socketpool_set_timeout(&u->pool, loop, 30'000);
     freeaddrinfo(found);
   }
@@ -312,7 +356,7 @@ void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
 void Gateway::Impl::Probe(Upstream* u) {
   if (u->removed || u->probe != nullptr) return;
   u->probe_sent = Clock::now();
-  h2o_http1client_connect_with_pool(&u->probe, u, &probe_ctx, &u->pool, OnProbeConnect);
+  h2o_http1client_connect_with_pool(&u->probe, u, &u->probe_ctx, &u->pool, OnProbeConnect);
 }
 
 void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
@@ -325,6 +369,32 @@ void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
   }
   if (!u->removed) h2o_timeout_link(loop, &probe_interval, &u->timer.entry);
 }
+
+namespace {
+
+// A client context for the replicas: TLS 1.3; their certificate must be of `tls`'s CA
+// (the only one trusted) and carry its name. OpenSSL checks the name in the handshake,
+// and h2o checks it again after.
+StatusOr<SSL_CTX*> ReplicaClientTls(const ReplicaTls& tls) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) return InternalError("cannot make a TLS context");
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  Status trusted = security::TrustCas(ctx, tls.ca_pem);
+  if (!trusted.ok()) {
+    SSL_CTX_free(ctx);
+    return InvalidArgumentError(fmt::format("the replicas' CA: {}", trusted.message()));
+  }
+  X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx);
+  X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  if (X509_VERIFY_PARAM_set1_host(param, tls.server_name.c_str(), tls.server_name.size()) != 1) {
+    SSL_CTX_free(ctx);
+    return InvalidArgumentError(fmt::format("the replicas' TLS name '{}'", tls.server_name));
+  }
+  return ctx;
+}
+
+}  // namespace
 
 void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   if (req.path == "/healthz") {
@@ -435,7 +505,7 @@ void Gateway::Impl::Dispatch(Forward* f) {
   f->bufs[0] = h2o_iovec_init(f->head.data(), f->head.size());
   f->bufs[1] = h2o_iovec_init(f->body.data(), f->body.size());
   f->sent = Clock::now();
-  h2o_http1client_connect_with_pool(&f->client, f, &client_ctx, &best->pool, OnConnect);
+  h2o_http1client_connect_with_pool(&f->client, f, &best->client_ctx, &best->pool, OnConnect);
 }
 
 void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
@@ -488,7 +558,11 @@ void Gateway::Impl::Shutdown() {
     u->probe = nullptr;
     if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
     if (u->pool.capacity != 0) h2o_socketpool_dispose(&u->pool);
+    if (u->ssl != nullptr) SSL_CTX_free(u->ssl);
+    u->ssl = nullptr;
   }
+  if (replica_ssl != nullptr) SSL_CTX_free(replica_ssl);
+  replica_ssl = nullptr;
   h2o_timeout_dispose(loop, &probe_interval);
   h2o_timeout_dispose(loop, &probe_io_timeout);
   h2o_timeout_dispose(loop, &io_timeout);
@@ -507,6 +581,7 @@ GatewayView Gateway::Impl::View() const {
     r.served = u->served;
     r.failures = u->failures;
     r.reported_inflight = u->reported_inflight;
+    r.tls = u->pool.is_ssl != 0;
     v.replicas.push_back(r);
   }
   v.requests = requests;
@@ -527,7 +602,8 @@ std::string GatewayViewJson(const GatewayView& v) {
                         {"service_us", r.service_us},
                         {"served", r.served},
                         {"failures", r.failures},
-                        {"reported_inflight", r.reported_inflight}});
+                        {"reported_inflight", r.reported_inflight},
+                        {"tls", r.tls}});
   }
   return nlohmann::json{{"replicas", replicas},
                         {"requests", v.requests},
@@ -551,19 +627,30 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   Impl* g = impl.get();
   g->options = std::move(options);
   g->bearer_line = BearerLine(g->options.replica_token);
+  SSL_CTX* replica_ssl = nullptr;
+  if (g->options.replica_tls.enabled()) {
+    MERIDIAN_ASSIGN_OR_RETURN(replica_ssl, ReplicaClientTls(g->options.replica_tls));
+  }
   HttpServer::Options http;
   http.host = g->options.host;
   http.port = g->options.port;
   http.token = g->options.token;
   http.tls_cert_file = g->options.tls_cert_file;
   http.tls_key_file = g->options.tls_key_file;
+  http.tls_cert_pem = g->options.tls_cert_pem;
+  http.tls_key_pem = g->options.tls_key_pem;
   http.public_paths = {"/healthz"};
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
-  MERIDIAN_ASSIGN_OR_RETURN(g->server, HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
+  auto server = HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
     g->Handle(req, std::move(r));
-  }));
-  g->server->RunOnLoopAndWait([g] {
+  });
+  if (!server.ok()) {
+    if (replica_ssl != nullptr) SSL_CTX_free(replica_ssl);
+    return server.status();
+  }
+  g->server = std::move(*server);
+  g->server->RunOnLoopAndWait([g, replica_ssl] {
     g->loop = g->server->loop();
     h2o_timeout_init(g->loop, &g->io_timeout, static_cast<uint64_t>(g->options.upstream_timeout_ms));
     h2o_timeout_init(g->loop, &g->probe_io_timeout,
@@ -573,6 +660,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     g->client_ctx.io_timeout = &g->io_timeout;
     g->probe_ctx.loop = g->loop;
     g->probe_ctx.io_timeout = &g->probe_io_timeout;
+    g->replica_ssl = replica_ssl;
     for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e, !g->options.front);
   });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
@@ -609,6 +697,33 @@ void Gateway::SetReplicaToken(const std::string& token) {
     g->options.replica_token = token;
     g->bearer_line = std::move(line);
   });
+}
+
+Status Gateway::SetReplicaTls(const ReplicaTls& tls) {
+  Impl* g = impl_.get();
+  GatewayOptions checked = g->options;
+  checked.replica_tls = tls;
+  MERIDIAN_RETURN_IF_ERROR(CheckGatewayOptions(checked));
+  SSL_CTX* ssl = nullptr;
+  if (tls.enabled()) {
+    MERIDIAN_ASSIGN_OR_RETURN(ssl, ReplicaClientTls(tls));
+  }
+  g->server->RunOnLoopAndWait([g, &tls, ssl] {
+    // The replicas added before keep their reference (and their connections in flight).
+    if (g->replica_ssl != nullptr) SSL_CTX_free(g->replica_ssl);
+    g->replica_ssl = ssl;
+    g->options.replica_tls = tls;
+    // Each replica anew: its pool's connections were made the old way.
+    std::vector<std::pair<ReplicaEndpoint, bool>> live;
+    for (const auto& u : g->upstreams) {
+      if (u->removed) continue;
+      live.emplace_back(u->endpoint, false);
+      u->removed = true;
+      if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
+    }
+    for (const auto& [e, healthy] : live) g->Add(e, healthy);
+  });
+  return OkStatus();
 }
 
 int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {

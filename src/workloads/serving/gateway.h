@@ -21,7 +21,13 @@
 //   GET /v1/gateway   -> the replicas as the gateway sees them, and its counters
 //   anything else     -> forwarded
 //
-// Thread-safety: Start, SetReplicas, SetReplicaToken, Snapshot, InflightTo and
+// To its replicas the gateway speaks HTTPS when given their CA (ReplicaTls: a
+// service's replicas share one certificate, for the name "NAME.service.meridian",
+// signed by a CA of the service's own whose key `meridian serve` threw away): the
+// replica must prove that name with a certificate of that CA, or no request (nor the
+// replicas' token) is sent to it.
+//
+// Thread-safety: Start, SetReplicas, SetReplicaToken, SetReplicaTls, Snapshot, InflightTo and
 // destruction from any one thread at a time; the routing state lives on the loop
 // thread.
 #pragma once
@@ -46,6 +52,27 @@ struct ReplicaEndpoint {
 // "HOST:PORT" or "HOST:PORT@REGION"; the error names the flag's value.
 StatusOr<ReplicaEndpoint> ParseReplicaEndpoint(const std::string& text);
 
+// How the gateway authenticates its replicas: TLS 1.3, the replica's certificate of
+// `ca_pem` and for `server_name`. Empty `ca_pem`: plain HTTP (replicas on loopback,
+// tests, a benchmark's).
+struct ReplicaTls {
+  std::string ca_pem;
+  std::string server_name;
+  bool enabled() const { return !ca_pem.empty(); }
+  friend bool operator==(const ReplicaTls&, const ReplicaTls&) = default;
+};
+
+// The name a service's replicas prove: "NAME.service.meridian".
+std::string ServiceTlsName(const std::string& service);
+// A service's TLS credentials: a CA of its own, made here and its key dropped (it can
+// sign nothing more), and the one certificate (P-256, for ServiceTlsName) and key
+// that its replicas share, signed by it. Valid for `valid_for_us`.
+struct ServiceCredentials {
+  std::string ca_pem;
+  std::string cert_pem, key_pem;
+};
+StatusOr<ServiceCredentials> MakeServiceCredentials(const std::string& service, int64_t valid_for_us);
+
 struct GatewayOptions {
   std::string host = "127.0.0.1";
   int port = 0;
@@ -53,6 +80,8 @@ struct GatewayOptions {
   std::string token;          // clients' bearer token (empty: none asked, tests only)
   std::string replica_token;  // what the gateway presents to replicas
   std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)
+  std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
+  ReplicaTls replica_tls;
   std::vector<ReplicaEndpoint> replicas;
   int32_t max_inflight = 64;  // a replica's requests in flight before it counts as full
   int32_t max_attempts = 3;   // replicas tried for one request
@@ -82,6 +111,7 @@ struct ReplicaView {
   // Requests in flight at the replica from all its callers, as its last health probe
   // answered ("inflight" in /healthz's body); -1: it does not say.
   int64_t reported_inflight = -1;
+  bool tls = false;  // the gateway speaks HTTPS to it, checking its certificate
 };
 
 struct GatewayView {
@@ -104,6 +134,10 @@ class Gateway {
   // Replaces the token presented to replicas (a service deleted and served again has
   // a new one); requests sent after the call carry it.
   void SetReplicaToken(const std::string& token);
+  // Replaces how replicas are authenticated (a service served again has a new
+  // certificate): the replicas in the set are connected to anew, each taking requests
+  // once a probe answers; requests in flight finish as they were.
+  Status SetReplicaTls(const ReplicaTls& tls);
   GatewayView Snapshot();
   // Requests in flight to `endpoint`, whether it is in the set or was removed from it
   // (a replica draining: removed, so that no request is sent to it, and stopped when

@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/subprocess.h"
+#include "security/tls.h"
 
 namespace meridian::serving {
 
@@ -189,7 +190,7 @@ void DrainFor(HttpServer::State* s, int ms) {
   while (!s->open.empty() && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
 }
 
-StatusOr<SSL_CTX*> ServerTls(const std::string& cert, const std::string& key) {
+StatusOr<SSL_CTX*> ServerTls(const HttpServer::Options& o) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) return InternalError("cannot make a TLS context");
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -201,11 +202,18 @@ StatusOr<SSL_CTX*> ServerTls(const std::string& cert, const std::string& key) {
     SSL_CTX_free(ctx);
     return InvalidArgumentError(fmt::format("{}: {}", what, reason));
   };
-  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) return fail(fmt::format("--tls-cert '{}'", cert));
-  if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return fail(fmt::format("--tls-key '{}'", key));
+  if (o.tls_cert_file.empty()) {
+    Status used = security::UseCertificate(ctx, o.tls_cert_pem, o.tls_key_pem);
+    if (!used.ok()) return fail(std::string(used.message()));
+  } else {
+    const std::string& cert = o.tls_cert_file;
+    const std::string& key = o.tls_key_file;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) return fail(fmt::format("--tls-cert '{}'", cert));
+    if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return fail(fmt::format("--tls-key '{}'", key));
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) return fail("the TLS key is not the certificate's");
   }
-  if (SSL_CTX_check_private_key(ctx) != 1) return fail("the TLS key is not the certificate's");
   h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
   return ctx;
 }
@@ -248,12 +256,13 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
   const int fd = listener->ReleaseFd();
   fcntl(fd, F_SETFL, O_NONBLOCK);
 
-  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty() ||
+      options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert and --tls-key)");
   }
   SSL_CTX* ssl = nullptr;
-  if (!options.tls_cert_file.empty()) {
-    MERIDIAN_ASSIGN_OR_RETURN(ssl, ServerTls(options.tls_cert_file, options.tls_key_file));
+  if (!options.tls_cert_file.empty() || !options.tls_cert_pem.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(ssl, ServerTls(options));
   }
   auto state = std::make_unique<State>();
   State* s = state.get();

@@ -75,6 +75,10 @@ class HttpServer {
     // or newer, HTTP/2 chosen by ALPN ("h2"), HTTP/1.1 otherwise.
     std::string tls_cert_file;
     std::string tls_key_file;
+    // The same as PEM text (a service's replicas get theirs in their environment);
+    // used when the files are not given.
+    std::string tls_cert_pem;
+    std::string tls_key_pem;
     // Paths answered without the token (a load balancer's health check).
     std::vector<std::string> public_paths;
     std::string name = "meridian";  // the Server header

@@ -70,6 +70,8 @@ StatusOr<std::unique_ptr<Replica>> Replica::Start(MlpModel model, ReplicaOptions
   http.token = options.token;
   http.tls_cert_file = options.tls_cert_file;
   http.tls_key_file = options.tls_key_file;
+  http.tls_cert_pem = options.tls_cert_pem;
+  http.tls_key_pem = options.tls_key_pem;
   // 256 images of 64 pixels, each a few bytes of JSON.
   http.max_body_bytes = int64_t{1} << 20;
   http.name = "meridian-replica";

@@ -28,6 +28,7 @@ struct ReplicaOptions {
   int port = 0;
   std::string token;  // the bearer token callers (the gateway) must present
   std::string tls_cert_file, tls_key_file;  // HTTPS when given (http_server.h)
+  std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
   BatchOptions batch;
 };
 

@@ -606,6 +606,79 @@ TEST(GatewayTest, ErrorsNameTheBadOption) {
   o.health_path = "healthz";
   EXPECT_EQ(CheckGatewayOptions(o).message(),
             "health path 'healthz': expected printable ASCII from '/', at most 256 bytes");
+  o.health_path = "/healthz";
+  o.replica_tls = ReplicaTls{"-----BEGIN CERTIFICATE-----", "Digits.service.meridian"};
+  EXPECT_EQ(CheckGatewayOptions(o).message(),
+            "replicas' TLS name 'Digits.service.meridian': expected 1 to 253 of [a-z0-9.-]");
+  o.replica_tls.server_name = "digits.service.meridian";
+  EXPECT_EQ(Gateway::Start(o).status().message(), "the replicas' CA: TLS: the CA bundle holds no certificate");
+}
+
+// A service's replicas speak TLS to its gateways: a gateway sends requests (and the
+// replicas' token) only to a replica that proves the service's name with a
+// certificate of the service's own CA. Not to one of another service, nor to an
+// impostor with a certificate for the same name from another CA, nor in plain HTTP.
+TEST(GatewayTest, SpeaksTlsOnlyToReplicasWithTheServicesCertificate) {
+  constexpr int64_t kHour = int64_t{3600} * 1'000'000;
+  auto digits = MakeServiceCredentials("digits", kHour);
+  auto impostor = MakeServiceCredentials("digits", kHour);  // the same name, another CA
+  auto other = MakeServiceCredentials("other", kHour);
+  ASSERT_TRUE(digits.ok() && impostor.ok() && other.ok()) << digits.status().ToString();
+  EXPECT_EQ(ServiceTlsName("digits"), "digits.service.meridian");
+  Fleet fleet = StartReplicas(0, BatchOptions{});
+  auto start = [&](const ServiceCredentials& c) {
+    ReplicaOptions options;
+    options.token = "replica-token";
+    options.tls_cert_pem = c.cert_pem;
+    options.tls_key_pem = c.key_pem;
+    auto r = Replica::Start(*MlpModel::FromCheckpoint(Checkpoint(24, 11)), options);
+    MERIDIAN_CHECK(r.ok());
+    return *std::move(r);
+  };
+  fleet.replicas.push_back(start(*digits));
+  const int port = fleet.replicas[0]->port();
+  auto predict = [&](Gateway& g) {
+    httplib::Client client("127.0.0.1", g.port());
+    client.set_bearer_token_auth("client-token");
+    auto r = client.Post("/v1/predict", fleet.body, "application/json");
+    return r ? fmt::format("{} {}", r->status, r->body) : std::string("no answer");
+  };
+  const ReplicaTls right{digits->ca_pem, "digits.service.meridian"};
+  {
+    GatewayOptions options = GatewayFor(fleet);
+    options.replica_tls = right;
+    auto gateway = Gateway::Start(options);
+    ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+    WaitFor(**gateway, [](const GatewayView& v) { return v.replicas[0].healthy && v.replicas[0].rtt_us > 0; });
+    EXPECT_EQ(predict(**gateway), "200 " + fleet.answer);
+    EXPECT_TRUE((*gateway)->Snapshot().replicas[0].tls);
+  }
+  const std::string refused = "503 {\"error\":\"no healthy replica: 1 known, none answering its health probe\"}\n";
+  for (const ReplicaTls& wrong : {ReplicaTls{other->ca_pem, "other.service.meridian"},  // another service's
+                                  ReplicaTls{digits->ca_pem, "other.service.meridian"},  // the wrong name
+                                  ReplicaTls{}}) {                                        // plain HTTP
+    GatewayOptions options = GatewayFor(fleet);
+    options.replica_tls = wrong;
+    auto gateway = Gateway::Start(options);
+    ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+    WaitFor(**gateway, [](const GatewayView& v) { return !v.replicas[0].healthy; });
+    EXPECT_EQ(predict(**gateway), refused) << wrong.server_name;
+  }
+  // An impostor: a certificate for digits.service.meridian, of another CA.
+  fleet.replicas[0] = start(*impostor);
+  GatewayOptions options = GatewayFor(fleet);
+  options.replica_tls = right;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok());
+  Gateway& g = **gateway;
+  WaitFor(g, [](const GatewayView& v) { return !v.replicas[0].healthy; });
+  EXPECT_EQ(predict(g), refused);
+  // Served again with new credentials: the gateway is told the new CA, and takes the
+  // replica once a probe answers.
+  ASSERT_TRUE(g.SetReplicaTls(ReplicaTls{impostor->ca_pem, "digits.service.meridian"}).ok());
+  WaitFor(g, [](const GatewayView& v) { return v.replicas.size() == 1 && v.replicas[0].healthy; });
+  EXPECT_EQ(predict(g), "200 " + fleet.answer);
+  EXPECT_NE(fleet.replicas[0]->port(), port);
 }
 
 }  // namespace
