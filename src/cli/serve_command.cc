@@ -504,6 +504,7 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   front.health_path = o.health_path;
   front.front = true;
   front.max_attempts = 1;  // one command: a failed request is not sent to it twice
+  front.resend_unsafe = false;
   front.probe_interval_ms = 250;
   BlockTerminationSignals();  // before any thread starts, so they inherit it
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(front));
@@ -625,6 +626,8 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     secrets = service.secrets;
     options.replica_token = service.secrets.token;
     options.replica_tls = ReplicaTlsOf(service.spec.name, service.secrets);
+    // A command's POST may act: one that reached a replica is not sent to another.
+    options.resend_unsafe = service.spec.command.empty();
     options.replicas = std::move(service.endpoints);
     if (!o.region.empty() &&
         std::none_of(service.spec.regions.begin(), service.spec.regions.end(),

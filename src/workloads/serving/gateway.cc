@@ -148,6 +148,7 @@ struct Forward {
   std::string method;
   std::string content_type_in;  // the client's, sent upstream
   std::vector<Upstream*> tried;
+  bool reached = false;  // the request went out to `upstream` (it may have acted on it)
   Upstream* upstream = nullptr;
   h2o_http1client_t* client = nullptr;
   std::string head;
@@ -179,6 +180,8 @@ struct Gateway::Impl {
   void Finish(Forward* f, HttpResponse response);
   void Failed(Forward* f, std::string error, bool broken);
   void Completed(Forward* f);
+  // Whether `f`, having reached a replica, may be sent to another (GatewayOptions::resend_unsafe).
+  bool MayResend(const Forward& f) const;
   // `healthy`: whether it takes requests before its first probe answers (replicas
   // given at start do; one added later, a replica just placed that may not listen
   // yet, waits for its probe).
@@ -246,6 +249,7 @@ h2o_http1client_head_cb OnConnect(h2o_http1client_t* client, const char* errstr,
     f->gateway->Failed(f, errstr, true);
     return nullptr;
   }
+  f->reached = true;
   *reqbufs = f->bufs;
   *reqbufcnt = f->body.empty() ? 1 : 2;
   *method_is_head = 0;
@@ -495,6 +499,7 @@ void Gateway::Impl::Dispatch(Forward* f) {
   if (!f->tried.empty()) ++retried;
   f->tried.push_back(best);
   f->upstream = best;
+  f->reached = false;
   ++best->inflight;
   f->status = 0;
   f->content_type.clear();
@@ -514,6 +519,12 @@ void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
   ++u->failures;
   if (broken) u->healthy = false;  // until its probe answers again
   f->last_error = fmt::format("{}:{}: {}", u->endpoint.host, u->endpoint.port, error);
+  if (f->reached && !MayResend(*f)) {
+    ++failed;
+    Finish(f, JsonError(502, fmt::format("{}; the request had reached it and is not sent again ({} may act twice)",
+                                         f->last_error, f->method)));
+    return;
+  }
   if (static_cast<int32_t>(f->tried.size()) >= options.max_attempts) {
     ++failed;
     Finish(f, JsonError(502, fmt::format("{} replicas tried; the last failed: {}", f->tried.size(), f->last_error)));
@@ -522,8 +533,14 @@ void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
   Dispatch(f);
 }
 
+bool Gateway::Impl::MayResend(const Forward& f) const {
+  if (options.resend_unsafe) return true;
+  static constexpr std::string_view kIdempotent[] = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"};
+  return std::find(std::begin(kIdempotent), std::end(kIdempotent), f.method) != std::end(kIdempotent);
+}
+
 void Gateway::Impl::Completed(Forward* f) {
-  if (f->status == 503) {
+  if (f->status == 503 && MayResend(*f)) {
     // A saturated replica: another may have room.
     Failed(f, "saturated (503)", false);
     return;

@@ -13,7 +13,11 @@
 // When a replica fails (it refuses the connection, the connection breaks, it answers
 // 503 saturated) the request is sent to another (at most max_attempts replicas in all;
 // predictions have no side effects, so sending one twice is safe), and a replica whose
-// connection failed is left out until a probe finds it healthy again. When every
+// connection failed is left out until a probe finds it healthy again. In front of
+// replicas whose requests may act (a command's service: resend_unsafe false), a POST
+// or PATCH that reached a replica is never sent to another: only one that was not
+// sent (the connection refused) or of a method that may be repeated (GET, HEAD,
+// OPTIONS, PUT, DELETE) is; the others get the failure (502), or the replica's 503. When every
 // healthy replica is full the gateway sheds the request: 503, saying so, with
 // Retry-After. When none is healthy: 503 naming how many it has and why.
 //
@@ -85,6 +89,8 @@ struct GatewayOptions {
   std::vector<ReplicaEndpoint> replicas;
   int32_t max_inflight = 64;  // a replica's requests in flight before it counts as full
   int32_t max_attempts = 3;   // replicas tried for one request
+  // Whether a POST or PATCH that reached a replica may be sent to another (above).
+  bool resend_unsafe = true;
   int64_t probe_interval_ms = 250;
   int64_t upstream_timeout_ms = 10'000;
   int64_t max_response_bytes = int64_t{16} << 20;

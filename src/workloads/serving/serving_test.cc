@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/net.h"
 #include "common/subprocess.h"
 #include "kernels/ops.h"
 #include "workloads/serving/autoscaler.h"
@@ -592,6 +594,113 @@ TEST(GatewayTest, FrontsACommandHealthyOnlyWhileItsHealthPathAnswers) {
   WaitFor(g, [](const GatewayView& v) { return !v.replicas[0].healthy; });
   EXPECT_EQ(client.Get("/healthz")->status, 503);
   command.stop();
+  serving.join();
+}
+
+// A replica that takes each request and closes the connection without an answer (it
+// crashed while acting on it); its health probe it answers.
+class DroppingReplica {
+ public:
+  DroppingReplica() {
+    listener_ = *TcpListener::Listen("127.0.0.1", 0);
+    thread_ = std::thread([this] {
+      while (true) {
+        auto conn = listener_->Accept();
+        if (!conn.ok()) return;
+        std::string head;
+        char c;
+        while (head.find("\r\n\r\n") == std::string::npos && (*conn)->ReadExact(&c, 1).ok()) head += c;
+        if (head.starts_with("GET /healthz ")) {
+          constexpr std::string_view kOk = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+          (void)(*conn)->WriteAll(kOk.data(), kOk.size());
+        } else if (!head.empty()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          taken_.push_back(head.substr(0, head.find(' ')));
+        }
+      }
+    });
+  }
+  ~DroppingReplica() {
+    listener_->Shutdown();
+    thread_.join();
+  }
+  int port() const { return listener_->port(); }
+  std::vector<std::string> taken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return taken_;
+  }
+
+ private:
+  std::unique_ptr<TcpListener> listener_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> taken_;  // the methods of the requests taken
+};
+
+// In front of a command's replicas a POST may act: one that reached a replica that
+// then failed is not sent to another (the client gets 502); a GET is. In front of a
+// model's (resend_unsafe), a POST is sent again too.
+TEST(GatewayTest, ARequestThatMayActIsNotSentTwice) {
+  DroppingReplica dropping;
+  std::atomic<int> other_posts{0}, other_gets{0};
+  httplib::Server other;
+  other.Post("/act", [&](const httplib::Request&, httplib::Response& res) {
+    ++other_posts;
+    res.set_content("acted", "text/plain");
+  });
+  other.Get("/act", [&](const httplib::Request&, httplib::Response& res) {
+    ++other_gets;
+    res.set_content("read", "text/plain");
+  });
+  other.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
+  const int other_port = other.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(other_port, 0);
+  std::thread serving([&] { other.listen_after_bind(); });
+  GatewayOptions options;
+  options.token = "client-token";
+  options.region = "here";  // the dropping replica first: it is the gateway's region's
+  options.replicas = {{"127.0.0.1", dropping.port(), "here"}, {"127.0.0.1", other_port, "there"}};
+  options.probe_interval_ms = 20;
+  options.resend_unsafe = false;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  auto both_healthy = [](const GatewayView& v) {
+    return v.replicas.size() == 2 && v.replicas[0].healthy && v.replicas[0].rtt_us > 0 && v.replicas[1].healthy;
+  };
+  WaitFor(g, both_healthy);
+  httplib::Client client("127.0.0.1", g.port());
+  client.set_bearer_token_auth("client-token");
+  auto posted = client.Post("/act", "x", "text/plain");
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(posted->status, 502);
+  EXPECT_TRUE(posted->body.starts_with(fmt::format("{{\"error\":\"127.0.0.1:{}: ", dropping.port()))) << posted->body;
+  EXPECT_TRUE(posted->body.ends_with("; the request had reached it and is not sent again (POST may act twice)\"}\n"))
+      << posted->body;
+  EXPECT_EQ(other_posts, 0);
+  EXPECT_EQ(dropping.taken(), std::vector<std::string>{"POST"});
+  WaitFor(g, both_healthy);
+  auto got = client.Get("/act");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(got->body, "read");
+  EXPECT_EQ(other_gets, 1);
+  EXPECT_EQ(dropping.taken(), (std::vector<std::string>{"POST", "GET"}));
+  EXPECT_EQ(g.Snapshot().retried, 1);
+  // A model's gateway sends the POST again.
+  options.resend_unsafe = true;
+  auto model_gateway = Gateway::Start(options);
+  ASSERT_TRUE(model_gateway.ok());
+  WaitFor(**model_gateway, both_healthy);
+  httplib::Client model_client("127.0.0.1", (*model_gateway)->port());
+  model_client.set_bearer_token_auth("client-token");
+  auto resent = model_client.Post("/act", "x", "text/plain");
+  ASSERT_TRUE(resent);
+  EXPECT_EQ(resent->status, 200);
+  EXPECT_EQ(resent->body, "acted");
+  EXPECT_EQ(other_posts, 1);
+  EXPECT_EQ(dropping.taken(), (std::vector<std::string>{"POST", "GET", "POST"}));
+  other.stop();
   serving.join();
 }
 
