@@ -118,7 +118,9 @@ namespace {
 
 StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, const std::string& service,
                                                           bool with_tasks) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::JobSummary> jobs, c.ListJobs(0));
+  // Only the service's live replica jobs come back, not every job the cluster keeps.
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::JobSummary> jobs,
+                            c.ListJobs(0, spec::ReplicaJobNamePrefix(service), /*live_only=*/true));
   std::vector<ServiceReplica> out;
   for (const model::JobSummary& s : jobs) {
     if (model::IsTerminal(s.job.status)) continue;

@@ -223,9 +223,12 @@ StatusOr<model::JobView> Client::GetJob(uint64_t id, bool include_tasks) {
   return all;
 }
 
-StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit) {
+StatusOr<std::vector<model::JobSummary>> Client::ListJobs(int32_t limit, const std::string& name_prefix,
+                                                         bool live_only) {
   v1::ListJobsRequest req;
   req.set_limit(limit);
+  req.set_name_prefix(name_prefix);
+  req.set_live_only(live_only);
   v1::ListJobsResponse resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::List, req, &resp));
   std::vector<model::JobSummary> out;

@@ -50,7 +50,10 @@ class Client {
   // Calls on_page with each page of the job's tasks in order (the first call carries
   // the job's summary too); stops early with on_page's error.
   Status ForEachTaskPage(uint64_t id, uint32_t page_size, const std::function<Status(const model::JobView&)>& on_page);
-  StatusOr<std::vector<model::JobSummary>> ListJobs(int32_t limit);
+  // The newest `limit` jobs (0: all) whose names start with `name_prefix`; with
+  // `live_only`, only those not finished (the coordinator filters).
+  StatusOr<std::vector<model::JobSummary>> ListJobs(int32_t limit, const std::string& name_prefix = "",
+                                                    bool live_only = false);
   StatusOr<model::JobSummary> Cancel(uint64_t id);
   // The spec job `id` was submitted with, and its file name.
   StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id);

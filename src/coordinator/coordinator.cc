@@ -550,12 +550,15 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
   return view;
 }
 
-std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const std::string& tenant) {
+std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const rpc::JobFilter& filter) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<model::JobSummary> out;
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     if (limit > 0 && out.size() >= static_cast<size_t>(limit)) break;
-    if (!tenant.empty() && it->second.rec.tenant != tenant) continue;
+    const model::JobRecord& rec = it->second.rec;
+    if (!filter.tenant.empty() && rec.tenant != filter.tenant) continue;
+    if (!rec.name.starts_with(filter.name_prefix)) continue;
+    if (filter.live_only && model::IsTerminal(rec.status)) continue;
     out.push_back(SummaryOf(it->second));
   }
   return out;

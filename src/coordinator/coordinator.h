@@ -129,7 +129,7 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<std::optional<rpc::SubmitResult>> SubmitSmall(const std::string& spec_yaml, const std::string& spec_name,
                                                          const std::string& tenant, int64_t max_tasks) override;
   StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) override;
-  std::vector<model::JobSummary> ListJobs(int32_t limit, const std::string& tenant) override;
+  std::vector<model::JobSummary> ListJobs(int32_t limit, const rpc::JobFilter& filter) override;
   StatusOr<std::string> JobTenant(uint64_t id) override;
   StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
   StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -106,9 +107,37 @@ TEST_F(CoordinatorTest, BadSubmissionsAreRejectedAndLeaveNoJob) {
   EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.status().message().find("task 'a' can never run on this cluster"), std::string::npos)
       << big.status().message();
-  EXPECT_TRUE(coord_->ListJobs(0, "").empty());
+  EXPECT_TRUE(coord_->ListJobs(0, {}).empty());
   EXPECT_EQ(coord_->GetJob(42, 0, 0).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Register(Node("")).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A service's gateway asks for its replica jobs only: the coordinator filters by name
+// prefix and by whether a job still runs, then applies the limit, newest first.
+TEST_F(CoordinatorTest, ListsOnlyTheJobsTheFilterKeeps) {
+  Start();
+  Register(Node("n1"));
+  std::map<std::string, uint64_t> ids;
+  for (const char* name : {"serve/a/x/0", "serve/ab/x/0", "serve/a/y/1", "etl"}) {
+    auto r = coord_->Submit(fmt::format("name: '{}'\ntasks:\n  - {{name: t, kernel: noop, duration: 1h}}\n", name),
+                            "j.yaml", "");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ids[name] = r->job_id;
+  }
+  ASSERT_TRUE(coord_->CancelJob(ids["serve/a/y/1"]).ok());
+  auto names = [&](int32_t limit, rpc::JobFilter filter) {
+    std::vector<std::string> out;
+    for (const model::JobSummary& s : coord_->ListJobs(limit, filter)) out.push_back(s.job.name);
+    return out;
+  };
+  EXPECT_EQ(names(0, {"", "serve/a/", true}), std::vector<std::string>{"serve/a/x/0"});
+  EXPECT_EQ(names(0, {"", "serve/a/", false}), (std::vector<std::string>{"serve/a/y/1", "serve/a/x/0"}));
+  EXPECT_EQ(names(0, {"", "serve/", true}),
+            (std::vector<std::string>{"serve/ab/x/0", "serve/a/x/0"}));
+  EXPECT_EQ(names(1, {"", "serve/", false}), std::vector<std::string>{"serve/a/y/1"});
+  EXPECT_EQ(names(0, {"", "", true}), (std::vector<std::string>{"etl", "serve/ab/x/0", "serve/a/x/0"}));
+  EXPECT_EQ(names(0, {"nobody", "", false}), std::vector<std::string>{});
+  EXPECT_EQ(names(0, {}).size(), 4u);
 }
 
 TEST_F(CoordinatorTest, ImpossibleNodeSpecsAreRefusedAndRegisterNothing) {

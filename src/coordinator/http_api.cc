@@ -167,7 +167,7 @@ nlohmann::json Overview(Coordinator& coord, const model::Caller& caller) {
   }
   out["traffic"] = wan;
   nlohmann::json jobs = nlohmann::json::array();
-  for (const model::JobSummary& s : coord.ListJobs(50, caller.SeesAllTenants() ? std::string() : caller.tenant)) {
+  for (const model::JobSummary& s : coord.ListJobs(50, rpc::JobFilter{caller.SeesAllTenants() ? std::string() : caller.tenant, "", false})) {
     jobs.push_back(SummaryJson(s));
   }
   out["jobs"] = jobs;

@@ -206,9 +206,9 @@ TEST_F(IdentityTest, AJobsTenantIsTheCredentialsNotTheSpecs) {
   EXPECT_NE(theirs.status().message().find("the job names tenant 'team-b', but your credential is of tenant 'team-a'"),
             std::string::npos)
       << theirs.status().ToString();
-  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
-  EXPECT_EQ(coord_->ListJobs(0, "team-a").size(), 1u);
-  EXPECT_TRUE(coord_->ListJobs(0, "team-b").empty());
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, {"team-a", "", false}).size(), 1u);
+  EXPECT_TRUE(coord_->ListJobs(0, {"team-b", "", false}).empty());
 }
 
 model::Fleet TwoTenants(int64_t a_weight, int64_t a_max_gpu_milli) {

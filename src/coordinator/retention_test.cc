@@ -223,7 +223,7 @@ TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResult
   EXPECT_EQ(coord_->GetJob(id, 0, 10).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->Logs(id, "").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->DeleteJob(id).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
   // The node is told to drop the reference the job's result held (a's output, read by
   // b, was let go when the job ended).
   auto batch = coord_->NextAssignments(n.node_id, n.session, 2'000'000);
@@ -245,14 +245,14 @@ TEST_F(RetentionTest, ThePolicyDeletesTheOldestFinishedJobsBeyondItsCountAndAge)
   auto running = coord_->Submit("name: other\ntasks:\n  - {name: x, kernel: noop}\n", "other.yaml", "");
   ASSERT_TRUE(running.ok());
   env_.fake().Advance(1'100'000);  // the loop's next look at retention
-  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, "").size() == 3; }));
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, {}).size() == 3; }));
   EXPECT_EQ(coord_->GetJob(ids[0], 0, 0).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(coord_->GetJob(ids[1], 0, 0).ok());
   EXPECT_TRUE(coord_->GetJob(ids[2], 0, 0).ok());
   // An hour on, the finished ones go; the unfinished one stays whatever its age.
   env_.fake().Advance(int64_t{3600} * 1'000'000);
-  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, "").size() == 1; }));
-  EXPECT_EQ(coord_->ListJobs(0, "")[0].job.id, running->job_id);
+  ASSERT_TRUE(Eventually([&] { return coord_->ListJobs(0, {}).size() == 1; }));
+  EXPECT_EQ(coord_->ListJobs(0, {})[0].job.id, running->job_id);
 }
 
 TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable) {
@@ -266,7 +266,7 @@ TEST_F(RetentionTest, ARestartLoadsFinishedJobsAsCountsAndTheirTasksStayReadable
   coord_.reset();
   Start(std::move(*store::SqliteStateStore::Open(db, {})));
   EXPECT_EQ(coord_->TasksInMemory(), 0u);
-  std::vector<model::JobSummary> jobs = coord_->ListJobs(0, "");
+  std::vector<model::JobSummary> jobs = coord_->ListJobs(0, {});
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job.status, model::JobStatus::kSucceeded);
   EXPECT_EQ(jobs[0].tasks_total, 3);

@@ -244,21 +244,21 @@ TEST_F(CoordinatorTest, SubmitSmallStoresOnlyJobsWithinItsBound) {
   ASSERT_TRUE(small.ok()) << small.status().ToString();
   ASSERT_TRUE(small->has_value());
   EXPECT_EQ((*small)->tasks, 4);
-  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
   for (const char* spec : {"name: l\ntasks:\n  - {name: a, kernel: noop, count: 5}\n",
                            "name: l\ntasks:\n  - {name: a, kernel: noop, count: 3}\n  - {name: b, kernel: noop, count: 2}\n"}) {
     auto large = coord_->SubmitSmall(spec, "l.yaml", "", 4);
     ASSERT_TRUE(large.ok()) << large.status().ToString();
     EXPECT_FALSE(large->has_value()) << spec;
   }
-  EXPECT_EQ(coord_->ListJobs(0, "").size(), 1u);
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
   auto bad = coord_->SubmitSmall("name: b\ntasks:\n  - {name: a, kernel: nosuch}\n", "b.yaml", "", 4);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   // Without a bound, the same large job is stored.
   auto unbounded = coord_->SubmitSmall("name: l\ntasks:\n  - {name: a, kernel: noop, count: 5}\n", "l.yaml", "", 0);
   ASSERT_TRUE(unbounded.ok() && unbounded->has_value()) << unbounded.status().ToString();
   EXPECT_EQ((*unbounded)->tasks, 5);
-  EXPECT_EQ(coord_->ListJobs(0, "").size(), 2u);
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 2u);
 }
 
 // A small job is stored in the same commit as its first placements (one commit less
@@ -275,10 +275,10 @@ TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) 
   ASSERT_TRUE(store->CreateJob(old, {}).ok());  // a job stored before: ids go on past it
   Start(std::move(owned));
   // Finished long ago, it goes at the first retention pass (its id is not given again).
-  for (int i = 0; i < 200 && !coord_->ListJobs(0, "").empty(); ++i) {
+  for (int i = 0; i < 200 && !coord_->ListJobs(0, {}).empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_TRUE(coord_->ListJobs(0, "").empty());
+  ASSERT_TRUE(coord_->ListJobs(0, {}).empty());
   model::RegistrationReply n = Register(Node("n1"));
   auto sink = std::make_shared<AssignmentRecorder>();
   ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, sink).ok());

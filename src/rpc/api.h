@@ -19,6 +19,18 @@
 
 namespace meridian::rpc {
 
+// Which jobs ListJobs gives: of `tenant` only unless it is empty; whose names start with
+// `name_prefix` (a service's replica jobs: "serve/NAME/"); with `live_only`, those not
+// finished. The coordinator filters, so a client polling a few jobs (a service's
+// gateway) does not copy and receive every job it keeps (10,000 finished ones by
+// default).
+struct JobFilter {
+  std::string tenant;
+  std::string name_prefix;
+  bool live_only = false;
+};
+inline constexpr size_t kMaxJobNamePrefixBytes = 512;
+
 // How a client's channel proves itself: TLS with the cluster's CA (and this process's
 // certificate, when it has one: a node joining has none yet), and a user's token sent
 // with every call. Nothing: plaintext, to an insecure coordinator.
@@ -83,8 +95,8 @@ class JobApi {
   // The job, and up to `max_tasks` of its tasks from index `first_task` (fewer when
   // their outputs are large: JobView::next_task says where to go on).
   virtual StatusOr<model::JobView> GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) = 0;
-  // The newest `limit` jobs, of `tenant` only unless it is empty.
-  virtual std::vector<model::JobSummary> ListJobs(int32_t limit, const std::string& tenant) = 0;
+  // The newest `limit` jobs (0: all) that `filter` keeps.
+  virtual std::vector<model::JobSummary> ListJobs(int32_t limit, const JobFilter& filter) = 0;
   // The tenant a job belongs to; NotFound if there is no such job.
   virtual StatusOr<std::string> JobTenant(uint64_t id) = 0;
   virtual StatusOr<model::JobSummary> CancelJob(uint64_t id) = 0;

@@ -455,7 +455,12 @@ class JobServiceImpl final
 
   grpc::Status List(grpc::ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.List");
-    for (const model::JobSummary& s : api_.ListJobs(req->limit(), Gate::TenantScope(caller))) ToProto(s, resp->add_jobs());
+    if (req->name_prefix().size() > kMaxJobNamePrefixBytes) {
+      return ToGrpc(InvalidArgumentError(fmt::format("name_prefix: {} bytes; at most {}", req->name_prefix().size(),
+                                                     kMaxJobNamePrefixBytes)));
+    }
+    const JobFilter filter{Gate::TenantScope(caller), req->name_prefix(), req->live_only()};
+    for (const model::JobSummary& s : api_.ListJobs(req->limit(), filter)) ToProto(s, resp->add_jobs());
     return grpc::Status::OK;
   }
 

@@ -236,6 +236,10 @@ std::string ReplicaJobName(std::string_view service, std::string_view region, in
   return fmt::format("{}{}/{}/{}", kJobPrefix, service, region, ordinal);
 }
 
+std::string ReplicaJobNamePrefix(std::string_view service) {
+  return service.empty() ? std::string(kJobPrefix) : fmt::format("{}{}/", kJobPrefix, service);
+}
+
 std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
   if (name.substr(0, kJobPrefix.size()) != kJobPrefix) return std::nullopt;
   name.remove_prefix(kJobPrefix.size());

@@ -57,6 +57,9 @@ StatusOr<ServiceSpec> LoadServiceSpec(const std::string& path);
 
 // A replica's job: "serve/NAME/REGION/K" (K the replica's number in the service).
 std::string ReplicaJobName(std::string_view service, std::string_view region, int32_t ordinal);
+// What the names of `service`'s replica jobs start with ("serve/NAME/"); of every
+// service's when it is empty ("serve/").
+std::string ReplicaJobNamePrefix(std::string_view service);
 struct ReplicaJobId {
   std::string service, region;
   int32_t ordinal = 0;
