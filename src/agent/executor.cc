@@ -568,6 +568,7 @@ void Executor::RunCommand(Running_& task) {
   p.argv = a.command;
   p.cwd = dir.string();
   p.timeout_us = a.timeout_us;
+  p.stop_grace_us = a.stop_grace_us;
   // Its stdout is its output: read up to what a task may return, and a program that
   // writes more fails with that said (never a silently cut output).
   const size_t output_limit = options_.store_output ? model::kMaxObjectOutputBytes : model::kMaxTaskOutputBytes;

@@ -2,9 +2,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -470,6 +473,67 @@ StatusOr<ReplicaPems> ReplicaTlsPems(const ReplicaCommandOptions& o) {
   return out;
 }
 
+// A replica stopped (its job cancelled: SIGTERM, and spec::kReplicaStopGraceUs before
+// SIGKILL) drains: its health probe answers 503 already (the caller started draining),
+// so the gateways send it nothing new within a probe interval and drop it when they
+// read that its job ended; what still comes is served. It returns once nothing has
+// been in flight for kDrainQuietUs, after spec::kReplicaDrainUs at most, or at a second
+// termination signal.
+constexpr int64_t kDrainQuietUs = 2'000'000;
+
+void Drain(const std::function<int64_t()>& inflight, std::ostream& out) {
+  const auto now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t start = now_us();
+  out << fmt::format("replica: draining ({} requests in flight); ending once none has been for {} s\n", inflight(),
+                     kDrainQuietUs / 1'000'000)
+      << std::flush;
+  int64_t quiet_since = -1;
+  while (now_us() - start < spec::kReplicaDrainUs) {
+    if (WaitForTerminationSignalFor(50'000) != 0) {
+      out << "replica: a second termination signal: ending now\n" << std::flush;
+      return;
+    }
+    const int64_t now = now_us();
+    if (inflight() > 0) {
+      quiet_since = -1;
+    } else if (quiet_since < 0) {
+      quiet_since = now;
+    } else if (now - quiet_since >= kDrainQuietUs) {
+      out << fmt::format("replica: drained in {:.1f} s\n", static_cast<double>(now - start) / 1e6) << std::flush;
+      return;
+    }
+  }
+  out << fmt::format("replica: still {} requests in flight after {} s of draining: ending\n", inflight(),
+                     spec::kReplicaDrainUs / 1'000'000)
+      << std::flush;
+}
+
+// Starts a replica's listener; while its port is in use, tries again every 200 ms, for
+// the replica job's stop grace and 5 s more: the replica this one replaces (the same
+// number, on the same node: a service scaled in and up again, or deleted and served
+// again) may be draining on it. Failing at once would spend the job's attempts.
+template <typename Start>
+auto StartWhenThePortIsFree(const Start& start, std::ostream& out) -> decltype(start()) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spec::kReplicaStopGraceUs) +
+                        std::chrono::seconds(5);
+  bool said = false;
+  while (true) {
+    auto started = start();
+    const bool in_use = !started.ok() && started.status().message().find(std::strerror(EADDRINUSE)) != std::string::npos;
+    if (!in_use || std::chrono::steady_clock::now() >= deadline) return started;
+    if (!said) {
+      out << fmt::format("replica: {}; waiting for it (the replica this one replaces may be draining)\n",
+                         started.status().message())
+          << std::flush;
+      said = true;
+    }
+    if (WaitForTerminationSignalFor(200'000) != 0) return started;
+  }
+}
+
 // A free TCP port on 127.0.0.1, for a child to listen on. Another process may take it
 // before the child does; the child then fails to start, and so does the replica.
 StatusOr<int> FreeLoopbackPort() {
@@ -507,7 +571,7 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   front.resend_unsafe = false;
   front.probe_interval_ms = 250;
   BlockTerminationSignals();  // before any thread starts, so they inherit it
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(front));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway, StartWhenThePortIsFree([&] { return sv::Gateway::Start(front); }, out));
 
   ProcessOptions p;
   p.argv = {"/bin/sh", "-c", command};
@@ -523,6 +587,7 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   p.env.push_back(fmt::format("PORT={}", inner));
   p.max_tail = 4096;
   p.output_interval_us = 100'000;
+  p.stop_grace_us = 3'000'000;
   // The command's output goes on to the replica's (the job's log), as it comes.
   int64_t out_bytes = 0, err_bytes = 0;
   p.on_output = [&](const OutputSoFar& so_far) {
@@ -544,7 +609,17 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   int signal = 0;
   while (!ended && (signal = WaitForTerminationSignalFor(100'000)) == 0) {
   }
-  stop = true;
+  if (signal != 0) {
+    gateway->StartDraining();
+    Drain(
+        [&] {
+          int64_t n = 0;
+          for (const sv::ReplicaView& r : gateway->Snapshot().replicas) n += r.inflight;
+          return n;
+        },
+        out);
+  }
+  stop = true;  // the command's group: SIGTERM, then SIGKILL after p.stop_grace_us
   child.join();
   if (!result.ok()) return Status(result.status().code(), fmt::format("the command: {}", result.status().message()));
   // What it wrote after the last on_output call is in the result's tails only.
@@ -592,13 +667,15 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   const int32_t hidden = model.hidden();
   const int64_t step = model.step();
   BlockTerminationSignals();  // before the server's threads start, so they inherit it
-  MERIDIAN_ASSIGN_OR_RETURN(auto replica, sv::Replica::Start(std::move(model), options));
+  MERIDIAN_ASSIGN_OR_RETURN(auto replica, StartWhenThePortIsFree([&] { return sv::Replica::Start(model, options); }, out));
   out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
                      "images, waiting up to {} us)\n",
                      address.first, replica->port(), tls.with ? " with TLS" : "", hidden, step, o.max_batch,
                      o.max_wait_us)
       << std::flush;
   WaitForTerminationSignal();
+  replica->StartDraining();
+  Drain([&] { return replica->inflight(); }, out);
   return OkStatus();
 }
 

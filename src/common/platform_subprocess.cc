@@ -306,6 +306,7 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
   Capture err{0, options.max_tail, {}, {}, false};
   const int64_t deadline = options.timeout_us > 0 ? NowUs() + options.timeout_us : 0;
   bool killed = false;
+  int64_t kill_at_us = 0;  // stopped: SIGKILL then, if it has not ended (SIGTERM before)
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
@@ -319,9 +320,13 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
       }
       if (options.on_interval) options.on_interval();
     }
-    if (!killed && (stop.load() || (deadline > 0 && NowUs() >= deadline))) {
+    if (!killed && kill_at_us == 0 && (stop.load() || (deadline > 0 && NowUs() >= deadline))) {
       result.stopped = stop.load();
       result.timed_out = !result.stopped;
+      if (options.stop_grace_us > 0) kill(-pid, SIGTERM);
+      kill_at_us = NowUs() + options.stop_grace_us;
+    }
+    if (!killed && kill_at_us != 0 && NowUs() >= kill_at_us) {
       kill(-pid, SIGKILL);
       if (!cgroup_end.dir.empty()) std::ofstream(cgroup_end.dir + "/cgroup.kill") << "1";
       killed = true;

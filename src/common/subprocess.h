@@ -47,6 +47,10 @@ struct ProcessOptions {
   std::vector<std::string> env;   // "NAME=value"; the whole environment
   std::string cwd;                // empty: the caller's
   int64_t timeout_us = 0;         // 0: none
+  // Stopped (`stop`, or the timeout): its process group gets SIGTERM first, and SIGKILL
+  // only when it has not ended this long after; 0: SIGKILL at once. A server drains
+  // its requests in between (a service's replica).
+  int64_t stop_grace_us = 0;
   size_t max_stdout_head = 1 << 20;  // kept from the start of stdout
   size_t max_tail = 64 << 10;        // kept from the end of stdout and of stderr
   // Where to record the child while it runs ("pid start-time"); removed when it ends.

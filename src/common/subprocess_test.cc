@@ -129,6 +129,49 @@ TEST(SubprocessTest, AChildStartsWithNoSignalBlockedAndSigpipeDefault) {
   EXPECT_EQ(status["SigIgn"], "0000000000000000") << r->stdout_head;
 }
 
+// Stopped with a grace period, a child's group gets SIGTERM first: a child that ends
+// on it ends as it chooses (a server draining its requests), one that ignores it gets
+// SIGKILL when the grace is over; without one, SIGKILL at once.
+TEST(SubprocessTest, AStoppedChildGetsSigtermAndItsGraceBeforeSigkill) {
+  auto run = [](const std::string& script, int64_t grace_us, int64_t* stopped_for_us) {
+    ProcessOptions p;
+    p.argv = {"/bin/sh", "-c", script};
+    p.stop_grace_us = grace_us;
+    std::atomic<bool> stop{false};
+    std::chrono::steady_clock::time_point stopped_at;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      stopped_at = std::chrono::steady_clock::now();
+      stop = true;
+    });
+    StatusOr<ProcessResult> r = RunProcess(p, stop);
+    stopper.join();
+    *stopped_for_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                          stopped_at).count();
+    return r;
+  };
+  int64_t took_us = 0;
+  StatusOr<ProcessResult> drains =
+      run("trap 'echo draining; sleep 0.2; echo drained; exit 3' TERM; echo up; while :; do sleep 0.05; done",
+          5'000'000, &took_us);
+  ASSERT_TRUE(drains.ok()) << drains.status().ToString();
+  EXPECT_TRUE(drains->stopped);
+  EXPECT_EQ(drains->signal, 0);
+  EXPECT_EQ(drains->exit_code, 3);
+  EXPECT_EQ(drains->stdout_head, "up\ndraining\ndrained\n");
+  EXPECT_LT(took_us, 5'000'000);  // it ended on its own, not at the grace's end
+  StatusOr<ProcessResult> ignores = run("trap '' TERM; echo up; while :; do sleep 0.05; done", 400'000, &took_us);
+  ASSERT_TRUE(ignores.ok());
+  EXPECT_EQ(ignores->signal, SIGKILL);
+  EXPECT_EQ(ignores->stdout_head, "up\n");
+  EXPECT_GE(took_us, 400'000);
+  StatusOr<ProcessResult> no_grace =
+      run("trap 'echo never; exit 0' TERM; echo up; while :; do sleep 0.05; done", 0, &took_us);
+  ASSERT_TRUE(no_grace.ok());
+  EXPECT_EQ(no_grace->signal, SIGKILL);
+  EXPECT_EQ(no_grace->stdout_head, "up\n");
+}
+
 // As root, a child switched to another user is that user, and the switch touches
 // neither this process nor its other threads (the child shares our memory until exec).
 TEST(SubprocessTest, AChildRunsAsItsUserAndTheCallerKeepsItsOwn) {

@@ -361,6 +361,7 @@ model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt&
   a.device_type = task.rec.device_type;
   a.allocation = task.rec.allocation;
   a.timeout_us = spec.timeout_us;
+  a.stop_grace_us = spec.stop_grace_us;
   if (spec.gang_id >= 0) a.gang = GangInfoLocked(job, spec);
   return a;
 }

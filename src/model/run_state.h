@@ -282,6 +282,7 @@ struct TaskAssignment {
   std::string device_type;
   TaskAllocation allocation;
   int64_t timeout_us = 0;
+  int64_t stop_grace_us = 0;  // stopped: SIGTERM, then SIGKILL this long after (0: at once)
   std::string tenant;  // whose job it is: a command runs as that tenant's user
   GangInfo gang;
   // The newest checkpoint an earlier attempt left (id empty: none), fetched like an

@@ -98,6 +98,7 @@ struct Task {
   std::vector<std::string> output_residency;
   int32_t retries = 0;
   int64_t timeout_us = 0;            // 0: none
+  int64_t stop_grace_us = 0;         // a command stopped: SIGTERM, SIGKILL this long after (0: at once)
   std::string gang;                  // tasks of one gang are placed all-or-nothing
   int32_t gang_id = -1;              // index in Job::gangs; -1: in no gang
   uint32_t gang_rank = 0;            // its rank (RANK) in the gang: members in task order

@@ -295,6 +295,7 @@ void ToProto(const model::TaskAssignment& a, v1::Assignment* out) {
   out->set_device_type(a.device_type);
   AllocationToProto(a.allocation, out);
   out->set_timeout_us(a.timeout_us);
+  out->set_stop_grace_us(a.stop_grace_us);
   out->set_tenant(a.tenant);
   for (const model::ObjectLocation& l : a.input_objects) ToProto(l, out->add_input_objects());
   for (const model::ObjectLocation& l : a.dep_objects) ToProto(l, out->add_dep_objects());
@@ -333,6 +334,7 @@ model::TaskAssignment FromProto(const v1::Assignment& in) {
   a.allocation.devices.assign(in.devices().begin(), in.devices().end());
   a.allocation.device_share_milli = in.device_share_milli();
   a.timeout_us = in.timeout_us();
+  a.stop_grace_us = std::clamp<int64_t>(in.stop_grace_us(), 0, int64_t{300} * 1'000'000);
   a.tenant = in.tenant();
   for (const v1::ObjectLocation& l : in.input_objects()) a.input_objects.push_back(FromProto(l));
   for (const v1::ObjectLocation& l : in.dep_objects()) a.dep_objects.push_back(FromProto(l));

@@ -27,6 +27,7 @@ constexpr std::string_view kObjectScheme = "object://";
 // A command's `env`: at most this many variables, each value at most this long.
 constexpr size_t kMaxEnvVars = 64;
 constexpr size_t kMaxEnvValueBytes = 4096;
+constexpr int64_t kMaxStopGraceUs = int64_t{300} * 1'000'000;  // 5 minutes
 // What a gang member's command is told of its gang (docs/runtime.md): a spec may not
 // set these for one.
 constexpr std::array<std::string_view, 8> kGangVariables = {"RANK",       "WORLD_SIZE",  "LOCAL_RANK",
@@ -358,7 +359,7 @@ Status JobParser::ParseEnv(const YAML::Node& t, const std::string& path, Task& t
 }
 
 Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTemplate* tmpl) const {
-  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "args", "env", "output_dataset"}));
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(t, path, {"name", "kernel", "command", "work", "duration", "resources", "inputs", "map", "reduce", "after", "output_size", "replicas", "count", "gang", "retries", "timeout", "stop_grace", "args", "env", "output_dataset"}));
   Task& task = tmpl->task;
   MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(t, "name", path, &task.name));
   if (task.name.find('/') != std::string::npos) return r_.Error(t["name"], Field(path, "name"), "must not contain '/'");
@@ -428,7 +429,20 @@ Status JobParser::ParseTask(const YAML::Node& t, const std::string& path, TaskTe
   int64_t retries = 0;
   MERIDIAN_RETURN_IF_ERROR(r_.Int(t, "retries", path, 0, 100, &retries));
   task.retries = static_cast<int32_t>(retries);
-  return r_.Unit(t, "timeout", path, ParseDurationUs, &task.timeout_us);
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(t, "timeout", path, ParseDurationUs, &task.timeout_us));
+  // A command stopped (cancelled, timed out) gets SIGTERM, then SIGKILL this long after.
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(t, "stop_grace", path, ParseDurationUs, &task.stop_grace_us));
+  if (t["stop_grace"]) {
+    if (!task.kernel.empty()) {
+      return r_.Error(t["stop_grace"], Field(path, "stop_grace"), "only a command is stopped with a grace period");
+    }
+    if (task.stop_grace_us < 0 || task.stop_grace_us > kMaxStopGraceUs) {
+      return r_.Error(t["stop_grace"], Field(path, "stop_grace"),
+                      fmt::format("expected 0s to {}, got {}", FormatDurationUs(kMaxStopGraceUs),
+                                  FormatDurationUs(task.stop_grace_us)));
+    }
+  }
+  return OkStatus();
 }
 
 Status JobParser::Expand() {

@@ -211,6 +211,25 @@ TEST_F(JobSpecTest, ACommandsEnvIsKeptAsWrittenAndItsNamesAreChecked) {
             "job.yaml:3:40: tasks[0].env.A: a value is at most 4096 bytes, without NUL");
 }
 
+// A command stopped (cancelled, timed out) gets SIGTERM and `stop_grace` before
+// SIGKILL: a server drains its requests (a service's replica asks 30 s).
+TEST_F(JobSpecTest, ACommandsStopGraceIsReadAndBounded) {
+  StatusOr<model::Job> ok = Parse("name: g\ntasks:\n  - {name: a, command: [srv], stop_grace: 30s, count: 2}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  for (const model::Task& t : ok->tasks) EXPECT_EQ(t.stop_grace_us, 30 * kSecondUs);
+  StatusOr<model::Job> none = Parse("name: g\ntasks:\n  - {name: a, command: [srv]}\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->tasks[0].stop_grace_us, 0);
+  StatusOr<model::Job> kernel = Parse("name: g\ntasks:\n  - {name: a, kernel: sum, stop_grace: 5s}\n");
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_EQ(kernel.status().message(),
+            "job.yaml:3:40: tasks[0].stop_grace: only a command is stopped with a grace period");
+  StatusOr<model::Job> long_grace = Parse("name: g\ntasks:\n  - {name: a, command: [srv], stop_grace: 10m}\n");
+  ASSERT_FALSE(long_grace.ok());
+  EXPECT_EQ(long_grace.status().message(), "job.yaml:3:43: tasks[0].stop_grace: expected 0s to "
+                                           "5m 00s, got 10m 00s");
+}
+
 TEST_F(JobSpecTest, NodeLabelsAndSpotRulesAreRead) {
   StatusOr<model::Job> ok = Parse(
       "name: l\ntasks:\n  - {name: a, kernel: sum, resources: {labels: {zone: a, tier: \"1\"}, spot: never}}\n"

@@ -293,6 +293,8 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
     e << YAML::Key << "resources" << YAML::Value << YAML::Flow << YAML::Load(spec.resources_yaml);
   }
   e << YAML::Key << "retries" << YAML::Value << kReplicaRetries;
+  // Stopped (scaled in, deleted), a replica drains: SIGTERM, then SIGKILL this long after.
+  e << YAML::Key << "stop_grace" << YAML::Value << fmt::format("{}s", kReplicaStopGraceUs / 1'000'000);
   e << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -85,6 +85,9 @@ struct ReplicaSecrets {
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
                            const ReplicaSecrets& secrets);
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
+// A replica job's stop_grace: `meridian replica` drains for at most kReplicaDrainUs of it.
+inline constexpr int64_t kReplicaStopGraceUs = 30'000'000;
+inline constexpr int64_t kReplicaDrainUs = 25'000'000;
 inline constexpr char kReplicaTlsCaEnv[] = "REPLICA_TLS_CA";
 inline constexpr char kReplicaTlsCertEnv[] = "REPLICA_TLS_CERT";
 inline constexpr char kReplicaTlsKeyEnv[] = "REPLICA_TLS_KEY";

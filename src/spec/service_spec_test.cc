@@ -180,6 +180,7 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   EXPECT_EQ(t.resources.cpu_milli, 500);
   EXPECT_EQ(t.resources.memory_bytes, int64_t{256} << 20);
   EXPECT_EQ(t.retries, 20);
+  EXPECT_EQ(t.stop_grace_us, 30'000'000);  // stopped, it drains (SIGTERM first)
   StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->secrets.token, token);

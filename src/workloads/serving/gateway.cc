@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <set>
 
@@ -174,6 +175,7 @@ struct Gateway::Impl {
   std::set<Forward*> forwards;
   int64_t requests = 0, retried = 0, shed = 0, failed = 0;
   std::string bearer_line;  // "Authorization: Bearer T\r\n" or empty
+  std::atomic<bool> draining{false};
 
   void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
   void Dispatch(Forward* f);
@@ -402,6 +404,10 @@ StatusOr<SSL_CTX*> ReplicaClientTls(const ReplicaTls& tls) {
 
 void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   if (req.path == "/healthz") {
+    if (draining) {
+      reply->Send(JsonError(503, "draining: the replica is stopping"));
+      return;
+    }
     const bool any = !options.front || std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) {
       return !u->removed && u->healthy;
     });
@@ -742,6 +748,8 @@ Status Gateway::SetReplicaTls(const ReplicaTls& tls) {
   });
   return OkStatus();
 }
+
+void Gateway::StartDraining() { impl_->draining = true; }
 
 int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {
   Impl* g = impl_.get();

@@ -144,6 +144,9 @@ class Gateway {
   // certificate): the replicas in the set are connected to anew, each taking requests
   // once a probe answers; requests in flight finish as they were.
   Status SetReplicaTls(const ReplicaTls& tls);
+  // A front (GatewayOptions::front) being stopped: its /healthz answers 503 from now on,
+  // so that the service's gateways send it nothing new; requests that come are served.
+  void StartDraining();
   GatewayView Snapshot();
   // Requests in flight to `endpoint`, whether it is in the set or was removed from it
   // (a replica draining: removed, so that no request is sent to it, and stopped when

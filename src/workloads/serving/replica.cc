@@ -90,6 +90,10 @@ Replica::~Replica() {
 
 void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
   if (req.path == "/healthz") {
+    if (draining_) {
+      reply->Send(JsonError(503, "draining: the replica is stopping"));
+      return;
+    }
     reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight_->load())});
     return;
   }

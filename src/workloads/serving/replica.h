@@ -4,7 +4,7 @@
 //   POST /v1/predict  {"instances": [[64 pixels in 0..1], ...]}   (1..256 images)
 //     -> 200 {"predictions": [{"label": 3, "probabilities": [10 numbers]}, ...]}
 //     -> 400 naming what is wrong with the body; 503 when the replica is saturated
-//   GET /healthz       -> 200 {"status": "ok"}
+//   GET /healthz       -> 200 {"status": "ok", "inflight": N}; 503 while draining
 //   GET /v1/stats      -> requests, images, batches, refused, the model's hidden size
 //
 // Thread-safety: Start and destruction from one thread.
@@ -38,6 +38,11 @@ class Replica {
   ~Replica();
   int port() const { return server_->port(); }
   BatcherStats stats() const { return batcher_->stats(); }
+  // From now on /healthz answers 503 (gateways stop sending it requests); requests that
+  // still come are served. For a replica being stopped: it drains, then ends.
+  void StartDraining() { draining_ = true; }
+  // Predict requests taken and not answered yet.
+  int64_t inflight() const { return inflight_->load(); }
 
  private:
   Replica(MlpModel model, const ReplicaOptions& options);
@@ -49,6 +54,7 @@ class Replica {
   std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<HttpServer> server_;
+  std::atomic<bool> draining_{false};
 };
 
 // Parses a predict body into images (images x inputs); the error names what is wrong.

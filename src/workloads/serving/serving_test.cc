@@ -449,6 +449,31 @@ TEST(GatewayTest, ShedsLoadWhenEveryReplicaIsFull) {
 // A client that closes while its answer is written must not kill the server: h2o
 // writes with writev(), which raises SIGPIPE unless it is ignored. Once a server runs,
 // a SIGPIPE to the process does nothing.
+// A replica being stopped drains: its health probe answers 503 (a gateway sends it
+// nothing new), and what still comes is served; a gateway marks it down.
+TEST(ReplicaTest, DrainingAnswersItsHealthProbe503AndStillServes) {
+  Fleet fleet = StartReplicas(1, BatchOptions{});
+  GatewayOptions options = GatewayFor(fleet);
+  options.probe_interval_ms = 20;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok());
+  WaitFor(**gateway, [](const GatewayView& v) { return v.replicas[0].healthy && v.replicas[0].rtt_us > 0; });
+  Replica& r = *fleet.replicas[0];
+  r.StartDraining();
+  httplib::Client client("127.0.0.1", r.port());
+  client.set_bearer_token_auth("replica-token");
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(health->body, "{\"error\":\"draining: the replica is stopping\"}\n");
+  auto predicted = client.Post("/v1/predict", fleet.body, "application/json");
+  ASSERT_TRUE(predicted);
+  EXPECT_EQ(predicted->status, 200);
+  EXPECT_EQ(predicted->body, fleet.answer);
+  EXPECT_EQ(r.inflight(), 0);
+  WaitFor(**gateway, [](const GatewayView& v) { return !v.replicas[0].healthy; });
+}
+
 TEST(ReplicaTest, ABrokenPipeDoesNotKillTheProcess) {
   signal(SIGPIPE, SIG_DFL);  // as a process starts
   Fleet fleet = StartReplicas(1, BatchOptions{});
