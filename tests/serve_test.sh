@@ -126,4 +126,30 @@ assert view["retried"] <= 1 and dead[0]["failures"] == view["retried"], view
 assert sum(r["served"] for r in view["replicas"]) - sum(r["served"] for r in start["replicas"]) == 300, view
 print(f"ok   300 requests, a replica killed at the 100th: 300 answered 200, {view['retried']} sent again")
 PY
+
+# HTTPS from a gateway to its replicas, by hand: the replica's certificate (for the
+# name digits.example, self-signed: its own CA) and a gateway that trusts it alone.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/replica.key" -out "$tmp/replica.crt" \
+  -days 1 -subj /CN=digits.example -addext subjectAltName=DNS:digits.example >/dev/null 2>&1 || { echo "FAIL openssl"; fail=1; }
+check "gateway with a CA and no name" 2 "--replica-ca and --replica-tls-name come together" "$bin" gateway \
+  --replica 127.0.0.1:1 --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token" --replica-ca "$tmp/replica.crt"
+check "gateway with a CA that is no certificate" 2 "the replicas' CA: TLS: the CA bundle holds no certificate" "$bin" gateway \
+  --replica 127.0.0.1:1 --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token" \
+  --replica-ca "$tmp/peers" --replica-tls-name digits.example
+start_listening "$tmp/r3.log" "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" \
+  --tls-cert "$tmp/replica.crt" --tls-key "$tmp/replica.key"
+p3=$port
+for name in digits.example other.example; do
+  start_listening "$tmp/g-$name.log" "$bin" gateway --replica "127.0.0.1:$p3" --token-file "$tmp/client-token" \
+    --replica-token-file "$tmp/replica-token" --replica-ca "$tmp/replica.crt" --replica-tls-name "$name" --probe-interval-ms 50
+  sleep 0.3  # a few probes
+  code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" --data-binary "$body" "http://127.0.0.1:$port/v1/predict")
+  if [ "$name" = digits.example ]; then
+    [ "$code" = 200 ] && grep -qF '"predictions"' "$tmp/body" && ok "a gateway speaks HTTPS to a replica that proves its name" ||
+      bad "TLS gateway: $code $(cat "$tmp/body")"
+  else
+    [ "$code" = 503 ] && grep -qF "no healthy replica: 1 known, none answering its health probe" "$tmp/body" &&
+      ok "and sends nothing to one whose certificate has another name" || bad "wrong name: $code $(cat "$tmp/body")"
+  fi
+done
 exit $fail

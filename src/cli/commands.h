@@ -262,6 +262,9 @@ struct GatewayCommandOptions {
   bool autoscale = false;  // scale the service's replicas in --region by its spec's `autoscale`
   std::string token_file;             // clients' bearer token
   std::string replica_token_file;     // the replicas'
+  // HTTPS to the replicas given by --replica: their CA (a PEM file) and the name their
+  // certificate carries. A service's gateway reads both from the service.
+  std::string replica_ca, replica_tls_name;
   std::string tls_cert, tls_key;
   int32_t max_inflight = 64;
   int32_t max_attempts = 3;

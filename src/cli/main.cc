@@ -637,6 +637,10 @@ int main(int argc, char** argv) {
   add_target(gateway_cmd, gateway.target);
   gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
   gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");
+  gateway_cmd->add_option("--replica-ca", gateway.replica_ca,
+                          "With --replica: speak HTTPS to the replicas, trusting this CA (PEM) alone");
+  gateway_cmd->add_option("--replica-tls-name", gateway.replica_tls_name,
+                          "With --replica-ca: the name the replicas' certificate must carry");
   gateway_cmd->add_option("--max-inflight", gateway.max_inflight, "Requests in flight to one replica before it is full")
       ->capture_default_str();
   gateway_cmd->add_option("--max-attempts", gateway.max_attempts, "Replicas tried for one request")->capture_default_str();

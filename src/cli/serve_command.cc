@@ -201,6 +201,7 @@ class ServiceFollower {
 
   void ServedAgain(int64_t now, const ServiceEndpoints& service) {
     spec_ = service.spec;
+    gateway_.SetResendUnsafe(spec_.command.empty());  // a command's POST may act
     const bool scales = std::any_of(spec_.regions.begin(), spec_.regions.end(), [&](const spec::ServiceRegion& r) {
       return r.region == o_.region;
     }) && spec_.autoscale.has_value();
@@ -690,9 +691,9 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   spec::ServiceSpec service_spec;
   spec::ReplicaSecrets secrets;
   if (!o.service.empty()) {
-    if (!o.replicas.empty() || !o.replica_token_file.empty()) {
-      return InvalidArgumentError("--service: the coordinator names the replicas and their token (no --replica, no "
-                                  "--replica-token-file)");
+    if (!o.replicas.empty() || !o.replica_token_file.empty() || !o.replica_ca.empty() || !o.replica_tls_name.empty()) {
+      return InvalidArgumentError("--service: the coordinator names the replicas, their token and their TLS "
+                                  "credentials (no --replica, --replica-token-file, --replica-ca or --replica-tls-name)");
     }
     if (o.watch_interval_ms < 100 || o.watch_interval_ms > 60'000) {
       return InvalidArgumentError(fmt::format("--watch-interval-ms {}: expected 100..60000", o.watch_interval_ms));
@@ -721,6 +722,15 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
                                                                    "the token the replicas ask for"));
     if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION] (at least one), or --service NAME");
+    if (o.replica_ca.empty() != o.replica_tls_name.empty()) {
+      return InvalidArgumentError("--replica-ca and --replica-tls-name come together (the CA the replicas' "
+                                  "certificate is of, and the name it carries)");
+    }
+    if (!o.replica_ca.empty()) {
+      auto ca = spec::ReadFileToString(o.replica_ca, 1 << 20);
+      if (!ca.ok()) return Status(ca.status().code(), fmt::format("--replica-ca: {}", ca.status().message()));
+      options.replica_tls = sv::ReplicaTls{*ca, o.replica_tls_name};
+    }
   }
   for (const std::string& r : o.replicas) {  // (none with --service)
     MERIDIAN_ASSIGN_OR_RETURN(sv::ReplicaEndpoint e, sv::ParseReplicaEndpoint(r));

@@ -751,6 +751,11 @@ Status Gateway::SetReplicaTls(const ReplicaTls& tls) {
 
 void Gateway::StartDraining() { impl_->draining = true; }
 
+void Gateway::SetResendUnsafe(bool resend_unsafe) {
+  Impl* g = impl_.get();
+  g->server->RunOnLoopAndWait([g, resend_unsafe] { g->options.resend_unsafe = resend_unsafe; });
+}
+
 int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {
   Impl* g = impl_.get();
   int32_t inflight = 0;

@@ -147,6 +147,9 @@ class Gateway {
   // A front (GatewayOptions::front) being stopped: its /healthz answers 503 from now on,
   // so that the service's gateways send it nothing new; requests that come are served.
   void StartDraining();
+  // Replaces GatewayOptions::resend_unsafe (a service served again as a command's, or
+  // a model's); requests received after the call follow it.
+  void SetResendUnsafe(bool resend_unsafe);
   GatewayView Snapshot();
   // Requests in flight to `endpoint`, whether it is in the set or was removed from it
   // (a replica draining: removed, so that no request is sent to it, and stopped when
