@@ -141,6 +141,16 @@ TEST(ServiceSpecTest, ReplicaJobNamesRoundTrip) {
   }
 }
 
+// Every dataset the spec names exists, as one shard of 19,000 bytes.
+DatasetResolver AnyDataset() {
+  return [](const std::string& name) -> std::optional<model::Dataset> {
+    model::ObjectRef shard;
+    shard.name = name + "/0";
+    shard.size_bytes = 19000;
+    return model::Dataset{name, {shard}};
+  };
+}
+
 ReplicaSecrets TokenOnly(std::string token) {
   ReplicaSecrets s;
   s.token = std::move(token);
@@ -224,12 +234,7 @@ TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironmen
   const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
   StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
-  DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
-    model::ObjectRef shard;
-    shard.name = name + "/0";
-    shard.size_bytes = 19000;
-    return model::Dataset{name, {shard}};
-  };
+  const DatasetResolver datasets = AnyDataset();
   StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
   ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
   const model::Task& t = job->tasks[0];
@@ -301,12 +306,7 @@ TEST(ServiceSpecTest, TheExampleServiceFitsTheDefaultLocalCluster) {
   ASSERT_TRUE(s->autoscale.has_value());
   StatusOr<FleetSpec> fleet = LoadFleet(root + "/tests/fleets/three-sites.yaml");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
-  DatasetResolver datasets = [](const std::string& name) -> std::optional<model::Dataset> {
-    model::ObjectRef shard;
-    shard.name = name + "/0";
-    shard.size_bytes = 19000;
-    return model::Dataset{name, {shard}};
-  };
+  const DatasetResolver datasets = AnyDataset();
   int32_t ordinal = 0;
   for (const ServiceRegion& region : s->regions) {
     const std::string yaml = ReplicaJobYaml(*s, region.region, ordinal++, TokenOnly("0123456789abcdef"));
