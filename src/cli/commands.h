@@ -334,6 +334,9 @@ struct LiveService {
   spec::ServiceOfReplica service;
 };
 StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bool with_tasks);
+// Cancels replica job `job`: true when this call cancelled it, false when it had
+// ended already or is gone (drained by a gateway, failed, deleted); an error else.
+StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job);
 // Submits `count` more replicas of `spec` in `region`, numbered with the lowest
 // numbers none of `live` has; on a failure, those it submitted are undone.
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,

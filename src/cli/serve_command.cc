@@ -74,6 +74,11 @@ sv::ReplicaTls ReplicaTlsOf(const std::string& service, const spec::ReplicaSecre
   return sv::ReplicaTls{secrets.tls_ca_pem, sv::ServiceTlsName(service)};
 }
 
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // A replica being drained: out of the gateway's set, stopped once nothing is in
 // flight to it (or after kDrainTimeoutUs).
 struct Draining {
@@ -114,11 +119,6 @@ class ServiceFollower {
   }
 
  private:
-  static int64_t NowUs() {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-
   // The region's requests in flight and the mean answer time of its replicas that
   // answered since the last sample. A replica's load is what it reports to the health
   // probe when it does (every gateway's requests: another region's gateway fails
@@ -376,11 +376,9 @@ class ServiceFollower {
     std::string failure;
     std::erase_if(unconfirmed_->added, [&](uint64_t job) {
       max_job_seen_ = std::max(max_job_seen_, job);
-      auto cancelled = c_.Cancel(job);
-      const bool ended = cancelled.ok() || cancelled.status().code() == StatusCode::kNotFound ||
-                         cancelled.status().code() == StatusCode::kFailedPrecondition;  // ended already
-      if (!ended) failure = cancelled.status().message();
-      return ended;
+      auto cancelled = CancelReplicaJob(c_, job);
+      if (!cancelled.ok()) failure = cancelled.status().message();
+      return cancelled.ok();
     });
     out_ << fmt::format("gateway: service {} was deleted while this gateway added {} replica job{} to {}: {}; not "
                         "scaling it until it is served again\n",
@@ -483,21 +481,17 @@ StatusOr<ReplicaPems> ReplicaTlsPems(const ReplicaCommandOptions& o) {
 constexpr int64_t kDrainQuietUs = 2'000'000;
 
 void Drain(const std::function<int64_t()>& inflight, std::ostream& out) {
-  const auto now_us = [] {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-  const int64_t start = now_us();
+  const int64_t start = NowUs();
   out << fmt::format("replica: draining ({} requests in flight); ending once none has been for {} s\n", inflight(),
                      kDrainQuietUs / 1'000'000)
       << std::flush;
   int64_t quiet_since = -1;
-  while (now_us() - start < spec::kReplicaDrainUs) {
+  while (NowUs() - start < spec::kReplicaDrainUs) {
     if (WaitForTerminationSignalFor(50'000) != 0) {
       out << "replica: a second termination signal: ending now\n" << std::flush;
       return;
     }
-    const int64_t now = now_us();
+    const int64_t now = NowUs();
     if (inflight() > 0) {
       quiet_since = -1;
     } else if (quiet_since < 0) {

@@ -163,6 +163,14 @@ StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, con
   return out;
 }
 
+StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job) {
+  auto cancelled = c.Cancel(job);
+  if (cancelled.ok()) return true;
+  const StatusCode code = cancelled.status().code();
+  if (code == StatusCode::kFailedPrecondition || code == StatusCode::kNotFound) return false;
+  return cancelled.status();
+}
+
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
                                             const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
@@ -369,12 +377,8 @@ Status RunServiceDelete(const ServiceOptions& o, std::ostream& out) {
           o.name, cancelled_jobs, live.size(), kMaxRounds, o.name));
     }
     for (const ServiceReplica& r : live) {
-      auto cancelled = c->Cancel(r.job);
-      // Ended since the read (drained by a gateway, failed, or deleted): nothing to do.
-      const bool ended_already = !cancelled.ok() && (cancelled.status().code() == StatusCode::kFailedPrecondition ||
-                                                     cancelled.status().code() == StatusCode::kNotFound);
-      if (!cancelled.ok() && !ended_already) return cancelled.status();
-      if (cancelled.ok()) ++cancelled_jobs;
+      MERIDIAN_ASSIGN_OR_RETURN(const bool cancelled, CancelReplicaJob(*c, r.job));
+      if (cancelled) ++cancelled_jobs;
     }
   }
   if (cancelled_jobs == 0) return NoSuchService(o.name);
