@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -101,10 +103,12 @@ struct ProbeTimer {
   Upstream* owner;
 };
 
+struct Route;
+
 struct Upstream {
   ReplicaEndpoint endpoint;
   std::string name;  // "host:port@region", the X-Meridian-Replica of its answers
-  Gateway::Impl* gateway = nullptr;
+  Route* route = nullptr;
   h2o_socketpool_t pool{};
   // Its own client contexts (the gateway's, with the TLS context of when it was added:
   // a connection in flight keeps using them after SetReplicaTls).
@@ -129,6 +133,10 @@ struct Upstream {
 
 constexpr size_t kMaxProbeBody = 4096;
 
+std::string BearerLine(const std::string& token) {
+  return token.empty() ? "" : fmt::format("Authorization: Bearer {}\r\n", token);
+}
+
 // "inflight" of a replica's /healthz answer ({"status":"ok","inflight":N}); -1 when
 // the body is not such (a command's health path, an older replica).
 int64_t ReportedInflight(const std::string& body) {
@@ -142,7 +150,7 @@ int64_t ReportedInflight(const std::string& body) {
 
 // One client request on its way through the replicas.
 struct Forward {
-  Gateway::Impl* gateway = nullptr;
+  Route* route = nullptr;
   std::unique_ptr<Reply> reply;
   std::string body;
   std::string path;
@@ -161,9 +169,12 @@ struct Forward {
   std::string last_error;
 };
 
-struct Gateway::Impl {
+// One service's replicas and how they are reached (a gateway of one service has one,
+// named ""; a gateway by service one per service). Lives on the loop thread.
+struct Route {
+  std::string service;
+  // The gateway's, with the route's own region, replicas, token, TLS and resend_unsafe.
   GatewayOptions options;
-  std::unique_ptr<HttpServer> server;
   h2o_loop_t* loop = nullptr;
   h2o_timeout_t io_timeout{};
   h2o_timeout_t probe_io_timeout{};
@@ -175,9 +186,12 @@ struct Gateway::Impl {
   std::set<Forward*> forwards;
   int64_t requests = 0, retried = 0, shed = 0, failed = 0;
   std::string bearer_line;  // "Authorization: Bearer T\r\n" or empty
-  std::atomic<bool> draining{false};
 
-  void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
+  // On the loop thread: its timeouts and clients; the replicas of `options` added
+  // (`healthy`: taking requests before their first probe answers).
+  void Init(h2o_loop_t* on, SSL_CTX* ssl, bool healthy);
+  // A client's request for the service, its path as the replicas see it.
+  void Handle(const HttpRequest& req, std::string_view path, std::unique_ptr<Reply> reply);
   void Dispatch(Forward* f);
   void Finish(Forward* f, HttpResponse response);
   void Failed(Forward* f, std::string error, bool broken);
@@ -190,7 +204,7 @@ struct Gateway::Impl {
   void Add(const ReplicaEndpoint& e, bool healthy);
   void Probe(Upstream* u);
   void ProbeDone(Upstream* u, bool ok);
-  void Shutdown();
+  void Shutdown(std::string_view why);
   GatewayView View() const;
 };
 
@@ -203,9 +217,9 @@ int OnBody(h2o_http1client_t* client, const char* errstr) {
   auto* f = static_cast<Forward*>(client->data);
   if (errstr == nullptr || errstr == h2o_http1client_error_is_eos) {
     h2o_buffer_t* in = client->sock->input;
-    if (static_cast<int64_t>(f->response.size() + in->size) > f->gateway->options.max_response_bytes) {
+    if (static_cast<int64_t>(f->response.size() + in->size) > f->route->options.max_response_bytes) {
       f->client = nullptr;
-      f->gateway->Failed(f, fmt::format("its answer is over {} bytes", f->gateway->options.max_response_bytes), false);
+      f->route->Failed(f, fmt::format("its answer is over {} bytes", f->route->options.max_response_bytes), false);
       return -1;
     }
     f->response.append(in->bytes, in->size);
@@ -214,9 +228,9 @@ int OnBody(h2o_http1client_t* client, const char* errstr) {
   if (errstr == nullptr) return 0;
   f->client = nullptr;
   if (errstr == h2o_http1client_error_is_eos) {
-    f->gateway->Completed(f);
+    f->route->Completed(f);
   } else {
-    f->gateway->Failed(f, errstr, true);
+    f->route->Failed(f, errstr, true);
   }
   return 0;
 }
@@ -226,7 +240,7 @@ h2o_http1client_body_cb OnHead(h2o_http1client_t* client, const char* errstr, in
   auto* f = static_cast<Forward*>(client->data);
   if (errstr != nullptr && errstr != h2o_http1client_error_is_eos) {
     f->client = nullptr;
-    f->gateway->Failed(f, errstr, true);
+    f->route->Failed(f, errstr, true);
     return nullptr;
   }
   f->status = status;
@@ -237,7 +251,7 @@ h2o_http1client_body_cb OnHead(h2o_http1client_t* client, const char* errstr, in
   }
   if (errstr == h2o_http1client_error_is_eos) {
     f->client = nullptr;
-    f->gateway->Completed(f);
+    f->route->Completed(f);
     return nullptr;
   }
   return OnBody;
@@ -248,7 +262,7 @@ h2o_http1client_head_cb OnConnect(h2o_http1client_t* client, const char* errstr,
   auto* f = static_cast<Forward*>(client->data);
   if (errstr != nullptr) {
     f->client = nullptr;
-    f->gateway->Failed(f, errstr, true);
+    f->route->Failed(f, errstr, true);
     return nullptr;
   }
   f->reached = true;
@@ -271,7 +285,7 @@ int OnProbeBody(h2o_http1client_t* client, const char* errstr) {
   u->probe = nullptr;
   const bool ok = errstr == h2o_http1client_error_is_eos;
   u->reported_inflight = ok ? ReportedInflight(u->probe_body) : -1;
-  u->gateway->ProbeDone(u, ok);
+  u->route->ProbeDone(u, ok);
   return 0;
 }
 
@@ -281,13 +295,13 @@ h2o_http1client_body_cb OnProbeHead(h2o_http1client_t* client, const char* errst
   if ((errstr != nullptr && errstr != h2o_http1client_error_is_eos) || status != 200) {
     // A body of a refusal is not read: the connection is closed with the client.
     u->probe = nullptr;
-    u->gateway->ProbeDone(u, false);
+    u->route->ProbeDone(u, false);
     return nullptr;
   }
   if (errstr == h2o_http1client_error_is_eos) {
     u->probe = nullptr;
     u->reported_inflight = -1;
-    u->gateway->ProbeDone(u, true);
+    u->route->ProbeDone(u, true);
     return nullptr;
   }
   u->probe_body.clear();
@@ -299,7 +313,7 @@ h2o_http1client_head_cb OnProbeConnect(h2o_http1client_t* client, const char* er
   auto* u = static_cast<Upstream*>(client->data);
   if (errstr != nullptr) {
     u->probe = nullptr;
-    u->gateway->ProbeDone(u, false);
+    u->route->ProbeDone(u, false);
     return nullptr;
   }
   *reqbufs = &u->probe_buf;
@@ -310,17 +324,17 @@ h2o_http1client_head_cb OnProbeConnect(h2o_http1client_t* client, const char* er
 
 void OnProbeTimer(h2o_timeout_entry_t* entry) {
   Upstream* u = reinterpret_cast<ProbeTimer*>(entry)->owner;
-  u->gateway->Probe(u);
+  u->route->Probe(u);
 }
 
 }  // namespace
 
-void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
+void Route::Add(const ReplicaEndpoint& e, bool healthy) {
   auto u = std::make_unique<Upstream>();
   u->endpoint = e;
   u->healthy = healthy;
   u->name = e.region.empty() ? fmt::format("{}:{}", e.host, e.port) : fmt::format("{}:{}@{}", e.host, e.port, e.region);
-  u->gateway = this;
+  u->route = this;
   u->ssl = replica_ssl;
   if (u->ssl != nullptr) SSL_CTX_up_ref(u->ssl);
   u->client_ctx = client_ctx;
@@ -359,13 +373,13 @@ void Gateway::Impl::Add(const ReplicaEndpoint& e, bool healthy) {
   if (!raw->removed) Probe(raw);
 }
 
-void Gateway::Impl::Probe(Upstream* u) {
+void Route::Probe(Upstream* u) {
   if (u->removed || u->probe != nullptr) return;
   u->probe_sent = Clock::now();
   h2o_http1client_connect_with_pool(&u->probe, u, &u->probe_ctx, &u->pool, OnProbeConnect);
 }
 
-void Gateway::Impl::ProbeDone(Upstream* u, bool ok) {
+void Route::ProbeDone(Upstream* u, bool ok) {
   if (ok) {
     Smooth(u->rtt_us, MicrosSince(u->probe_sent));
     u->healthy = true;
@@ -402,36 +416,13 @@ StatusOr<SSL_CTX*> ReplicaClientTls(const ReplicaTls& tls) {
 
 }  // namespace
 
-void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
-  if (req.path == "/healthz") {
-    if (draining) {
-      reply->Send(JsonError(503, "draining: the replica is stopping"));
-      return;
-    }
-    const bool any = !options.front || std::any_of(upstreams.begin(), upstreams.end(), [](const auto& u) {
-      return !u->removed && u->healthy;
-    });
-    if (!any) {
-      reply->Send(JsonError(503, "the replica's command does not answer its health probe yet"));
-      return;
-    }
-    // As a model's replica does: the requests in flight through it (a command's
-    // front: to its command).
-    int64_t inflight = 0;
-    for (const auto& u : upstreams) inflight += u->inflight;
-    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight)});
-    return;
-  }
-  if (req.path == "/v1/gateway") {
-    reply->Send(HttpResponse{200, GatewayViewJson(View())});
-    return;
-  }
+void Route::Handle(const HttpRequest& req, std::string_view path, std::unique_ptr<Reply> reply) {
   // The method and path go into the request line sent upstream: printable ASCII only
   // (HTTP/2 carries them as header values, which h2o does not restrict so).
   auto printable = [](std::string_view v) {
     return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
   };
-  if (!printable(req.method) || !printable(req.path) || req.path.size() > 2048) {
+  if (!printable(req.method) || !printable(path) || path.size() > 2048) {
     reply->Send(JsonError(400, "the method or path is not printable ASCII of at most 2048 bytes"));
     return;
   }
@@ -445,17 +436,17 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
   }
   ++requests;
   auto* f = new Forward();
-  f->gateway = this;
+  f->route = this;
   f->reply = std::move(reply);
   f->body.assign(req.body);
-  f->path.assign(req.path);
+  f->path.assign(path);
   f->method.assign(req.method);
   f->content_type_in = req.content_type.empty() ? std::string("application/json") : std::string(req.content_type);
   forwards.insert(f);
   Dispatch(f);
 }
 
-void Gateway::Impl::Dispatch(Forward* f) {
+void Route::Dispatch(Forward* f) {
   // The gateway's own region first: another region's replica only when none of its
   // own is healthy with room (a region's traffic stays in it until it cannot).
   Upstream* best = nullptr;
@@ -519,7 +510,7 @@ void Gateway::Impl::Dispatch(Forward* f) {
   h2o_http1client_connect_with_pool(&f->client, f, &best->client_ctx, &best->pool, OnConnect);
 }
 
-void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
+void Route::Failed(Forward* f, std::string error, bool broken) {
   Upstream* u = f->upstream;
   --u->inflight;
   ++u->failures;
@@ -539,13 +530,13 @@ void Gateway::Impl::Failed(Forward* f, std::string error, bool broken) {
   Dispatch(f);
 }
 
-bool Gateway::Impl::MayResend(const Forward& f) const {
+bool Route::MayResend(const Forward& f) const {
   if (options.resend_unsafe) return true;
   static constexpr std::string_view kIdempotent[] = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE"};
   return std::find(std::begin(kIdempotent), std::end(kIdempotent), f.method) != std::end(kIdempotent);
 }
 
-void Gateway::Impl::Completed(Forward* f) {
+void Route::Completed(Forward* f) {
   if (f->status == 503 && MayResend(*f)) {
     // A saturated replica: another may have room.
     Failed(f, "saturated (503)", false);
@@ -563,16 +554,16 @@ void Gateway::Impl::Completed(Forward* f) {
   Finish(f, std::move(r));
 }
 
-void Gateway::Impl::Finish(Forward* f, HttpResponse response) {
+void Route::Finish(Forward* f, HttpResponse response) {
   f->reply->Send(std::move(response));
   forwards.erase(f);
   delete f;
 }
 
-void Gateway::Impl::Shutdown() {
+void Route::Shutdown(std::string_view why) {
   for (Forward* f : forwards) {
     if (f->client != nullptr) h2o_http1client_cancel(f->client);
-    f->reply->Send(JsonError(503, "the gateway is stopping"));
+    f->reply->Send(JsonError(503, std::string(why)));
     delete f;
   }
   forwards.clear();
@@ -591,7 +582,7 @@ void Gateway::Impl::Shutdown() {
   h2o_timeout_dispose(loop, &io_timeout);
 }
 
-GatewayView Gateway::Impl::View() const {
+GatewayView Route::View() const {
   GatewayView v;
   for (const auto& u : upstreams) {
     if (u->removed) continue;
@@ -614,7 +605,8 @@ GatewayView Gateway::Impl::View() const {
   return v;
 }
 
-std::string GatewayViewJson(const GatewayView& v) {
+namespace {
+nlohmann::json ViewJson(const GatewayView& v) {
   nlohmann::json replicas = nlohmann::json::array();
   for (const ReplicaView& r : v.replicas) {
     replicas.push_back({{"address", fmt::format("{}:{}", r.endpoint.host, r.endpoint.port)},
@@ -632,26 +624,141 @@ std::string GatewayViewJson(const GatewayView& v) {
                         {"requests", v.requests},
                         {"retried", v.retried},
                         {"shed", v.shed},
-                        {"failed", v.failed}}
-             .dump() + "\n";
-}
-
-namespace {
-std::string BearerLine(const std::string& token) {
-  return token.empty() ? "" : fmt::format("Authorization: Bearer {}\r\n", token);
+                        {"failed", v.failed}};
 }
 }  // namespace
+
+std::string GatewayViewJson(const GatewayView& v) { return ViewJson(v).dump() + "\n"; }
+
+
+void Route::Init(h2o_loop_t* on, SSL_CTX* ssl, bool healthy) {
+  loop = on;
+  h2o_timeout_init(loop, &io_timeout, static_cast<uint64_t>(options.upstream_timeout_ms));
+  h2o_timeout_init(loop, &probe_io_timeout, static_cast<uint64_t>(std::max<int64_t>(1000, 4 * options.probe_interval_ms)));
+  h2o_timeout_init(loop, &probe_interval, static_cast<uint64_t>(options.probe_interval_ms));
+  client_ctx.loop = loop;
+  client_ctx.io_timeout = &io_timeout;
+  probe_ctx.loop = loop;
+  probe_ctx.io_timeout = &probe_io_timeout;
+  replica_ssl = ssl;
+  bearer_line = BearerLine(options.replica_token);
+  for (const ReplicaEndpoint& e : options.replicas) Add(e, healthy);
+}
+
+bool ValidServiceRouteName(std::string_view name) {
+  return !name.empty() && name.size() <= kMaxServiceRouteName &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                  c == '.';
+         }) &&
+         name != "." && name != "..";
+}
+
+struct Gateway::Impl {
+  GatewayOptions options;
+  std::unique_ptr<HttpServer> server;
+  h2o_loop_t* loop = nullptr;
+  // On the loop thread: the one service's, named "", or one per service (by_service).
+  std::map<std::string, std::unique_ptr<Route>, std::less<>> routes;
+  std::atomic<bool> draining{false};
+
+  void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
+  void Shutdown() {
+    for (auto& [name, r] : routes) r->Shutdown("the gateway is stopping");
+  }
+  // Runs `fn` on the loop with the route of `service`; false when it has none.
+  template <typename Fn>
+  bool OnRoute(const std::string& service, Fn&& fn) {
+    bool found = false;
+    server->RunOnLoopAndWait([&] {
+      auto it = routes.find(service);
+      if (it == routes.end()) return;
+      found = true;
+      fn(*it->second);
+    });
+    return found;
+  }
+};
+
+void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
+  if (req.path == "/healthz") {
+    if (draining) {
+      reply->Send(JsonError(503, "draining: the replica is stopping"));
+      return;
+    }
+    // As a model's replica does: the requests in flight through it (a command's
+    // front: to its command).
+    int64_t inflight = 0;
+    bool any = false;
+    for (const auto& [name, r] : routes) {
+      for (const auto& u : r->upstreams) {
+        inflight += u->inflight;
+        any = any || (!u->removed && u->healthy);
+      }
+    }
+    if (options.front && !any) {
+      reply->Send(JsonError(503, "the replica's command does not answer its health probe yet"));
+      return;
+    }
+    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight)});
+    return;
+  }
+  if (!options.by_service) {
+    Route& only = *routes.begin()->second;
+    if (req.path == "/v1/gateway") {
+      reply->Send(HttpResponse{200, GatewayViewJson(only.View())});
+    } else {
+      only.Handle(req, req.path, std::move(reply));
+    }
+    return;
+  }
+  if (req.path == "/v1/gateway" || req.path == "/v1/services") {
+    nlohmann::json services = nlohmann::json::object();
+    for (const auto& [name, r] : routes) services[name] = ViewJson(r->View());
+    if (req.path == "/v1/services") {
+      nlohmann::json names = nlohmann::json::array();
+      for (const auto& [name, r] : routes) names.push_back(name);
+      services = std::move(names);
+    }
+    reply->Send(HttpResponse{200, nlohmann::json{{"region", options.region}, {"services", services}}.dump() + "\n"});
+    return;
+  }
+  // /v1/services/NAME[/PATH][?QUERY]: NAME's replicas get /PATH[?QUERY] ("/" for none).
+  constexpr std::string_view kPrefix = "/v1/services/";
+  if (!req.path.starts_with(kPrefix)) {
+    reply->Send(JsonError(404, "no such path here: a service's requests go to /v1/services/NAME/PATH (GET "
+                               "/v1/services lists the services)"));
+    return;
+  }
+  const std::string_view rest = req.path.substr(kPrefix.size());
+  const std::string_view name = rest.substr(0, rest.find_first_of("/?"));
+  std::string path(rest.substr(name.size()));
+  if (path.empty() || path.front() == '?') path.insert(0, "/");
+  auto it = routes.find(name);
+  if (it == routes.end()) {
+    reply->Send(JsonError(404, ValidServiceRouteName(name)
+                                   ? fmt::format("no service '{}' at this gateway (GET /v1/services lists those it "
+                                                 "routes; meridian services, those that run)",
+                                                 name)
+                                   : std::string("no such service: a service's name is letters, digits, '-', '_' "
+                                                 "and '.', at most 128")));
+    return;
+  }
+  it->second->Handle(req, path, std::move(reply));
+}
 
 Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   MERIDIAN_RETURN_IF_ERROR(CheckGatewayOptions(options));
+  if (options.by_service && (!options.replicas.empty() || options.front)) {
+    return InvalidArgumentError("a gateway by service is given each service's replicas by AddService, and fronts no command");
+  }
   auto impl = std::make_unique<Impl>();
   Impl* g = impl.get();
   g->options = std::move(options);
-  g->bearer_line = BearerLine(g->options.replica_token);
   SSL_CTX* replica_ssl = nullptr;
-  if (g->options.replica_tls.enabled()) {
+  if (!g->options.by_service && g->options.replica_tls.enabled()) {
     MERIDIAN_ASSIGN_OR_RETURN(replica_ssl, ReplicaClientTls(g->options.replica_tls));
   }
   HttpServer::Options http;
@@ -675,16 +782,11 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   g->server = std::move(*server);
   g->server->RunOnLoopAndWait([g, replica_ssl] {
     g->loop = g->server->loop();
-    h2o_timeout_init(g->loop, &g->io_timeout, static_cast<uint64_t>(g->options.upstream_timeout_ms));
-    h2o_timeout_init(g->loop, &g->probe_io_timeout,
-                     static_cast<uint64_t>(std::max<int64_t>(1000, 4 * g->options.probe_interval_ms)));
-    h2o_timeout_init(g->loop, &g->probe_interval, static_cast<uint64_t>(g->options.probe_interval_ms));
-    g->client_ctx.loop = g->loop;
-    g->client_ctx.io_timeout = &g->io_timeout;
-    g->probe_ctx.loop = g->loop;
-    g->probe_ctx.io_timeout = &g->probe_io_timeout;
-    g->replica_ssl = replica_ssl;
-    for (const ReplicaEndpoint& e : g->options.replicas) g->Add(e, !g->options.front);
+    if (g->options.by_service) return;
+    auto route = std::make_unique<Route>();
+    route->options = g->options;
+    route->Init(g->loop, replica_ssl, !g->options.front);
+    g->routes.emplace("", std::move(route));
   });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
@@ -695,82 +797,138 @@ Gateway::~Gateway() {
 
 int Gateway::port() const { return impl_->server->port(); }
 
-void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas) {
+Status Gateway::AddService(const std::string& name, const ServiceRoute& service) {
   Impl* g = impl_.get();
-  g->server->RunOnLoopAndWait([g, &replicas] {
-        for (const auto& u : g->upstreams) {
-          if (!u->removed && std::find(replicas.begin(), replicas.end(), u->endpoint) == replicas.end()) {
-            u->removed = true;
-            if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
-          }
-        }
-        for (const ReplicaEndpoint& e : replicas) {
-          const bool known = std::any_of(g->upstreams.begin(), g->upstreams.end(), [&](const auto& u) {
-            return !u->removed && u->endpoint == e;
-          });
-          if (!known) g->Add(e, false);
-        }
-      });
+  if (!g->options.by_service) {
+    return FailedPreconditionError("a gateway of one service routes no other (GatewayOptions::by_service)");
+  }
+  if (!ValidServiceRouteName(name)) {
+    return InvalidArgumentError(fmt::format("service name '{}': expected letters, digits, '-', '_' and '.', at most {}",
+                                            name.substr(0, kMaxServiceRouteName), kMaxServiceRouteName));
+  }
+  GatewayOptions o = g->options;
+  o.by_service = false;
+  o.region = service.region;
+  o.replica_token = service.replica_token;
+  o.replica_tls = service.replica_tls;
+  o.resend_unsafe = service.resend_unsafe;
+  o.replicas = service.replicas;
+  MERIDIAN_RETURN_IF_ERROR(CheckGatewayOptions(o).WithPrefix(fmt::format("service '{}'", name)));
+  SSL_CTX* ssl = nullptr;
+  if (o.replica_tls.enabled()) {
+    MERIDIAN_ASSIGN_OR_RETURN(ssl, ReplicaClientTls(o.replica_tls));
+  }
+  Status added = OkStatus();
+  g->server->RunOnLoopAndWait([&] {
+    if (g->routes.count(name) != 0) {
+      added = AlreadyExistsError(fmt::format("service '{}' is routed already", name));
+    } else if (g->routes.size() >= kMaxServiceRoutes) {
+      added = ResourceExhaustedError(fmt::format("service '{}': this gateway routes {} services already, its most",
+                                                 name, kMaxServiceRoutes));
+    } else {
+      auto route = std::make_unique<Route>();
+      route->service = name;
+      route->options = std::move(o);
+      route->Init(g->loop, ssl, false);
+      ssl = nullptr;  // the route's now
+      g->routes.emplace(name, std::move(route));
+    }
+  });
+  if (ssl != nullptr) SSL_CTX_free(ssl);
+  return added;
 }
 
-void Gateway::SetReplicaToken(const std::string& token) {
+void Gateway::RemoveService(const std::string& name) {
   Impl* g = impl_.get();
-  std::string line = BearerLine(token);
-  g->server->RunOnLoopAndWait([g, &token, &line] {
-    g->options.replica_token = token;
-    g->bearer_line = std::move(line);
+  g->server->RunOnLoopAndWait([g, &name] {
+    auto it = g->routes.find(name);
+    if (it == g->routes.end() || name.empty()) return;
+    it->second->Shutdown(fmt::format("service '{}' is no longer served", name));
+    g->routes.erase(it);
   });
 }
 
-Status Gateway::SetReplicaTls(const ReplicaTls& tls) {
+std::vector<std::string> Gateway::Services() {
   Impl* g = impl_.get();
-  GatewayOptions checked = g->options;
+  std::vector<std::string> names;
+  g->server->RunOnLoopAndWait([g, &names] {
+    for (const auto& [name, r] : g->routes) names.push_back(name);
+  });
+  return names;
+}
+
+void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas, const std::string& service) {
+  impl_->OnRoute(service, [&replicas](Route& r) {
+    for (const auto& u : r.upstreams) {
+      if (!u->removed && std::find(replicas.begin(), replicas.end(), u->endpoint) == replicas.end()) {
+        u->removed = true;
+        if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
+      }
+    }
+    for (const ReplicaEndpoint& e : replicas) {
+      const bool known = std::any_of(r.upstreams.begin(), r.upstreams.end(), [&](const auto& u) {
+        return !u->removed && u->endpoint == e;
+      });
+      if (!known) r.Add(e, false);
+    }
+  });
+}
+
+void Gateway::SetReplicaToken(const std::string& token, const std::string& service) {
+  std::string line = BearerLine(token);
+  impl_->OnRoute(service, [&token, &line](Route& r) {
+    r.options.replica_token = token;
+    r.bearer_line = std::move(line);
+  });
+}
+
+Status Gateway::SetReplicaTls(const ReplicaTls& tls, const std::string& service) {
+  GatewayOptions checked = impl_->options;
   checked.replica_tls = tls;
   MERIDIAN_RETURN_IF_ERROR(CheckGatewayOptions(checked));
   SSL_CTX* ssl = nullptr;
   if (tls.enabled()) {
     MERIDIAN_ASSIGN_OR_RETURN(ssl, ReplicaClientTls(tls));
   }
-  g->server->RunOnLoopAndWait([g, &tls, ssl] {
+  const bool found = impl_->OnRoute(service, [&tls, &ssl](Route& r) {
     // The replicas added before keep their reference (and their connections in flight).
-    if (g->replica_ssl != nullptr) SSL_CTX_free(g->replica_ssl);
-    g->replica_ssl = ssl;
-    g->options.replica_tls = tls;
+    if (r.replica_ssl != nullptr) SSL_CTX_free(r.replica_ssl);
+    r.replica_ssl = ssl;
+    ssl = nullptr;
+    r.options.replica_tls = tls;
     // Each replica anew: its pool's connections were made the old way.
-    std::vector<std::pair<ReplicaEndpoint, bool>> live;
-    for (const auto& u : g->upstreams) {
+    std::vector<ReplicaEndpoint> live;
+    for (const auto& u : r.upstreams) {
       if (u->removed) continue;
-      live.emplace_back(u->endpoint, false);
+      live.push_back(u->endpoint);
       u->removed = true;
       if (h2o_timeout_is_linked(&u->timer.entry)) h2o_timeout_unlink(&u->timer.entry);
     }
-    for (const auto& [e, healthy] : live) g->Add(e, healthy);
+    for (const ReplicaEndpoint& e : live) r.Add(e, false);
   });
-  return OkStatus();
+  if (ssl != nullptr) SSL_CTX_free(ssl);
+  return found ? OkStatus() : NotFoundError(fmt::format("service '{}' is not routed here", service));
 }
 
 void Gateway::StartDraining() { impl_->draining = true; }
 
-void Gateway::SetResendUnsafe(bool resend_unsafe) {
-  Impl* g = impl_.get();
-  g->server->RunOnLoopAndWait([g, resend_unsafe] { g->options.resend_unsafe = resend_unsafe; });
+void Gateway::SetResendUnsafe(bool resend_unsafe, const std::string& service) {
+  impl_->OnRoute(service, [resend_unsafe](Route& r) { r.options.resend_unsafe = resend_unsafe; });
 }
 
-int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint) {
-  Impl* g = impl_.get();
+int32_t Gateway::InflightTo(const ReplicaEndpoint& endpoint, const std::string& service) {
   int32_t inflight = 0;
-  g->server->RunOnLoopAndWait([g, &endpoint, &inflight] {
-    for (const auto& u : g->upstreams) {
+  impl_->OnRoute(service, [&endpoint, &inflight](Route& r) {
+    for (const auto& u : r.upstreams) {
       if (u->endpoint == endpoint) inflight += u->inflight;
     }
   });
   return inflight;
 }
 
-GatewayView Gateway::Snapshot() {
-  Impl* g = impl_.get();
+GatewayView Gateway::Snapshot(const std::string& service) {
   GatewayView view;
-  g->server->RunOnLoopAndWait([g, &view] { view = g->View(); });
+  impl_->OnRoute(service, [&view](Route& r) { view = r.View(); });
   return view;
 }
 

@@ -25,13 +25,22 @@
 //   GET /v1/gateway   -> the replicas as the gateway sees them, and its counters
 //   anything else     -> forwarded
 //
+// A gateway by service (GatewayOptions::by_service: a region's gateway, for every
+// service that runs) keeps the above for each service it is given (AddService), with
+// the service's own replicas, token, TLS and region:
+//
+//   /v1/services/NAME/PATH -> forwarded to NAME's replicas as /PATH (query kept)
+//   GET /v1/services       -> {"region": R, "services": [NAME, ...]}
+//   GET /v1/gateway        -> {"region": R, "services": {NAME: what a one-service gateway says}}
+//   anything else          -> 404, naming the form
+//
 // To its replicas the gateway speaks HTTPS when given their CA (ReplicaTls: a
 // service's replicas share one certificate, for the name "NAME.service.meridian",
 // signed by a CA of the service's own whose key `meridian serve` threw away): the
 // replica must prove that name with a certificate of that CA, or no request (nor the
 // replicas' token) is sent to it.
 //
-// Thread-safety: Start, SetReplicas, SetReplicaToken, SetReplicaTls, Snapshot, InflightTo and
+// Thread-safety: Start, AddService, RemoveService, the setters, Snapshot, InflightTo and
 // destruction from any one thread at a time; the routing state lives on the loop
 // thread.
 #pragma once
@@ -39,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -102,7 +112,24 @@ struct GatewayOptions {
   // while no replica is healthy: a replica's front for a command that serves HTTP,
   // which is healthy when its command is (`meridian replica --command-env`).
   bool front = false;
+  // Routes each service given by AddService at /v1/services/NAME/ (above); `replicas`,
+  // `replica_token`, `replica_tls` and `resend_unsafe` are then each service's.
+  bool by_service = false;
 };
+
+// A service a gateway by service routes: its region here (its replicas of that region
+// first), its replicas and how they are reached.
+struct ServiceRoute {
+  std::string region;
+  std::vector<ReplicaEndpoint> replicas;
+  std::string replica_token;
+  ReplicaTls replica_tls;
+  bool resend_unsafe = true;
+};
+inline constexpr size_t kMaxServiceRoutes = 1024;
+inline constexpr size_t kMaxServiceRouteName = 128;
+// Letters, digits, '-', '_' and '.' (not "." or ".."), 1 to kMaxServiceRouteName.
+bool ValidServiceRouteName(std::string_view name);
 
 Status CheckGatewayOptions(const GatewayOptions& options);
 
@@ -133,28 +160,40 @@ class Gateway {
   static StatusOr<std::unique_ptr<Gateway>> Start(GatewayOptions options);
   ~Gateway();
   int port() const;
+  // A gateway by service: routes `name` from now on (its replicas take requests once
+  // their first probe answers). AlreadyExists when it does; ResourceExhausted past
+  // kMaxServiceRoutes.
+  Status AddService(const std::string& name, const ServiceRoute& route);
+  // Stops routing `name`: its requests in flight are answered 503, later ones 404.
+  void RemoveService(const std::string& name);
+  // The services routed ("" alone for a gateway of one service).
+  std::vector<std::string> Services();
+
+  // Each of the following acts on `service`'s route ("": a gateway of one service's),
+  // and does nothing when there is none.
+  //
   // Replaces the replica set (a service scaled or re-placed): kept endpoints keep their
   // figures and connections; removed ones finish what they have in flight; new ones
   // take requests once their first health probe answers.
-  void SetReplicas(std::vector<ReplicaEndpoint> replicas);
+  void SetReplicas(std::vector<ReplicaEndpoint> replicas, const std::string& service = "");
   // Replaces the token presented to replicas (a service deleted and served again has
   // a new one); requests sent after the call carry it.
-  void SetReplicaToken(const std::string& token);
+  void SetReplicaToken(const std::string& token, const std::string& service = "");
   // Replaces how replicas are authenticated (a service served again has a new
   // certificate): the replicas in the set are connected to anew, each taking requests
-  // once a probe answers; requests in flight finish as they were.
-  Status SetReplicaTls(const ReplicaTls& tls);
+  // once a probe answers; requests in flight finish as they were. NotFound without the route.
+  Status SetReplicaTls(const ReplicaTls& tls, const std::string& service = "");
   // A front (GatewayOptions::front) being stopped: its /healthz answers 503 from now on,
   // so that the service's gateways send it nothing new; requests that come are served.
   void StartDraining();
   // Replaces GatewayOptions::resend_unsafe (a service served again as a command's, or
   // a model's); requests received after the call follow it.
-  void SetResendUnsafe(bool resend_unsafe);
-  GatewayView Snapshot();
+  void SetResendUnsafe(bool resend_unsafe, const std::string& service = "");
+  GatewayView Snapshot(const std::string& service = "");
   // Requests in flight to `endpoint`, whether it is in the set or was removed from it
   // (a replica draining: removed, so that no request is sent to it, and stopped when
   // this is 0).
-  int32_t InflightTo(const ReplicaEndpoint& endpoint);
+  int32_t InflightTo(const ReplicaEndpoint& endpoint, const std::string& service = "");
 
   struct Impl;
 

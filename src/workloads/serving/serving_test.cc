@@ -815,5 +815,97 @@ TEST(GatewayTest, SpeaksTlsOnlyToReplicasWithTheServicesCertificate) {
   EXPECT_NE(fleet.replicas[0]->port(), port);
 }
 
+TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTls) {
+  // digits: plain HTTP, token "replica-token"; other: another model, over TLS with its
+  // own CA, token "other-token".
+  Fleet digits = StartReplicas(1, BatchOptions{8, 200, 64});
+  auto creds = MakeServiceCredentials("other", int64_t{3600} * 1'000'000);
+  ASSERT_TRUE(creds.ok());
+  ReplicaOptions other_options;
+  other_options.token = "other-token";
+  other_options.tls_cert_pem = creds->cert_pem;
+  other_options.tls_key_pem = creds->key_pem;
+  auto other = Replica::Start(*MlpModel::FromCheckpoint(Checkpoint(32, 5)), other_options);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  std::vector<float> logits(20);
+  MlpModel::FromCheckpoint(Checkpoint(32, 5))->Infer(Images(2, 4), logits);
+  const std::string other_answer = PredictAnswer(logits, 10);
+  ASSERT_NE(other_answer, digits.answer);
+
+  GatewayOptions options;
+  options.token = "client-token";
+  options.probe_interval_ms = 50;
+  options.region = "eu";
+  options.by_service = true;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  ServiceRoute d{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}}, "replica-token", {}, true};
+  ServiceRoute o{"eu", {{"127.0.0.1", (*other)->port(), "us"}}, "other-token",
+                 ReplicaTls{creds->ca_pem, ServiceTlsName("other")}, false};
+  ASSERT_TRUE(g.AddService("digits", d).ok());
+  ASSERT_TRUE(g.AddService("other", o).ok());
+  EXPECT_EQ(g.AddService("digits", d).ToString(), "ALREADY_EXISTS: service 'digits' is routed already");
+  EXPECT_EQ(g.AddService("a/b", d).ToString(),
+            "INVALID_ARGUMENT: service name 'a/b': expected letters, digits, '-', '_' and '.', at most 128");
+  EXPECT_EQ(g.Services(), (std::vector<std::string>{"digits", "other"}));
+  for (const char* s : {"digits", "other"}) {
+    for (int i = 0; i < 400 && !(g.Snapshot(s).replicas.size() == 1 && g.Snapshot(s).replicas[0].healthy); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(g.Snapshot(s).replicas[0].healthy) << s << GatewayViewJson(g.Snapshot(s));
+  }
+  EXPECT_FALSE(g.Snapshot("digits").replicas[0].tls);
+  EXPECT_TRUE(g.Snapshot("other").replicas[0].tls);
+
+  httplib::Client client("127.0.0.1", g.port());
+  EXPECT_EQ(client.Post("/v1/services/digits/v1/predict", digits.body, "application/json")->status, 401);
+  client.set_bearer_token_auth("client-token");
+  auto a = client.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200);
+  EXPECT_EQ(a->body, digits.answer);
+  EXPECT_EQ(a->get_header_value("X-Meridian-Replica"), fmt::format("127.0.0.1:{}@eu", digits.replicas[0]->port()));
+  auto b = client.Post("/v1/services/other/v1/predict", digits.body, "application/json");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_EQ(b->body, other_answer);
+  EXPECT_EQ(b->get_header_value("X-Meridian-Replica"), fmt::format("127.0.0.1:{}@us", (*other)->port()));
+  // The replica's own answer to a path it lacks, through the route ("/" for none).
+  EXPECT_EQ(client.Get("/v1/services/digits")->status, 404);
+  EXPECT_EQ(g.Snapshot("digits").replicas[0].served, 2);
+  EXPECT_EQ(g.Snapshot("digits").requests, 2);
+  EXPECT_EQ(g.Snapshot("other").requests, 1);
+
+  EXPECT_EQ(client.Get("/v1/services")->body, "{\"region\":\"eu\",\"services\":[\"digits\",\"other\"]}\n");
+  const auto view = nlohmann::json::parse(client.Get("/v1/gateway")->body);
+  EXPECT_EQ(view["services"]["digits"]["requests"], 2);
+  EXPECT_EQ(view["services"]["other"]["replicas"][0]["tls"], true);
+  auto missing = client.Post("/v1/services/nope/v1/predict", digits.body, "application/json");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(missing->body, "{\"error\":\"no service 'nope' at this gateway (GET /v1/services lists those it routes; "
+                           "meridian services, those that run)\"}\n");
+  auto bare = client.Post("/v1/predict", digits.body, "application/json");
+  EXPECT_EQ(bare->status, 404);
+  EXPECT_EQ(bare->body, "{\"error\":\"no such path here: a service's requests go to /v1/services/NAME/PATH (GET "
+                        "/v1/services lists the services)\"}\n");
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
+
+  // A service no longer served: 404; one with no replica: 503, as a one-service gateway says.
+  g.RemoveService("other");
+  EXPECT_EQ(client.Post("/v1/services/other/v1/predict", digits.body, "application/json")->status, 404);
+  EXPECT_EQ(g.Services(), (std::vector<std::string>{"digits"}));
+  g.SetReplicas({}, "digits");
+  auto none = client.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
+  EXPECT_EQ(none->status, 503);
+  EXPECT_EQ(none->body, "{\"error\":\"no healthy replica: 0 known, none answering its health probe\"}\n");
+
+  // A one-service gateway routes no other.
+  auto single = Gateway::Start(GatewayFor(digits));
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ((*single)->AddService("x", d).ToString(),
+            "FAILED_PRECONDITION: a gateway of one service routes no other (GatewayOptions::by_service)");
+}
+
 }  // namespace
 }  // namespace meridian::serving
