@@ -31,7 +31,7 @@ echo "== ThreadSanitizer: the unit and runtime tests"
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
-cluster_tests='RuntimeTest|RuntimeReportsTest|RuntimePostgresTest|DataPlaneTest|SecurityTest|WorkloadsTest|ObservabilityTest|TrainingTest|^dashboard$|^cli$|^netns$|^deploy$|^slurm$|^k8s$|^stream$|^stream_fault$|^service$'
+cluster_tests='RuntimeTest|RuntimeReportsTest|RuntimePostgresTest|DataPlaneTest|SecurityTest|WorkloadsTest|ObservabilityTest|TrainingTest|^dashboard$|^cli$|^netns$|^deploy$|^slurm$|^k8s$|^stream$|^stream_fault$|^service$|^site_gateway$'
 ctest --preset tsan -E "$cluster_tests|GpuKernels|GpuChain"
 ctest --preset tsan -j1 -R "$cluster_tests" -E 'OverOneGib|BadInputGetsOneClearError|ReportsSavedUpWhileTheCoordinator'
 unset TSAN_OPTIONS

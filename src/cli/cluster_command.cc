@@ -830,6 +830,89 @@ StatusOr<int> StartAgents(const fs::path& dir, const spec::FleetSpec& fleet, con
   return started;
 }
 
+// The port in a gateway's url file ("https://HOST:PORT"), or 0.
+int UrlPort(const fs::path& url_file) {
+  StatusOr<std::string> text = ReadSmallFile(url_file);
+  if (!text.ok()) return 0;
+  const size_t colon = text->rfind(':');
+  if (colon == std::string::npos) return 0;
+  const int port = std::atoi(text->c_str() + colon + 1);
+  return port > 0 && port < 65536 ? port : 0;
+}
+
+// Starts a gateway for each site of the fleet (once; `meridian up` again starts one
+// that died): `meridian gateway --site SITE`, which routes every service at
+// /v1/services/NAME/ to its replicas, that site's region first. Clients present the
+// token in dir/gateways/client.token (made once, 0600); with TLS (not --insecure) the
+// gateway serves HTTPS with a certificate of the cluster's CA. Each keeps its port
+// from one `up` to the next (dir/gateways/SITE.url). Returns the sites' URLs.
+StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, const spec::FleetSpec& fleet,
+                                                           const std::string& address, const std::string& self,
+                                                           const UpOptions& o, const NetnsLayout* netns, int* started) {
+  std::map<std::string, std::string> urls;
+  if (o.gateways == "none") return urls;
+  const fs::path d = dir / "gateways";
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec) return UnavailableError(fmt::format("cannot create {}: {}", d.string(), ec.message()));
+  chmod(d.c_str(), 0700);
+  const fs::path token = d / "client.token";
+  if (!fs::exists(token)) {
+    MERIDIAN_ASSIGN_OR_RETURN(std::string secret, security::RandomHex(32));
+    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(token, secret + "\n", true));
+  }
+  for (const model::Site& site : fleet.fleet.sites) {
+    const std::string host = netns != nullptr ? netns->sites.at(site.name).second : "127.0.0.1";
+    const fs::path url_file = d / (site.name + ".url");
+    int port = UrlPort(url_file);
+    if (port == 0 && netns != nullptr) {
+      port = 8443;  // the site's namespace is its own
+    } else if (port == 0) {
+      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
+      port = probe->port();
+    }
+    Component gateway{"gateway-" + site.name,
+                      {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet",
+                       (dir / "fleet.yaml").string(), "--listen", fmt::format("{}:{}", host, port), "--token-file",
+                       token.string(), "--coordinator", address, "--dir", dir.string()},
+                      dir / "logs" / ("gateway-" + site.name + ".log")};
+    if (o.gateways == "autoscale") gateway.argv.push_back("--autoscale");
+    if (!o.insecure) {
+      const fs::path cert = d / (site.name + ".crt"), key = d / (site.name + ".key");
+      if (!fs::exists(cert)) {
+        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_cert, ReadSmallFile(dir / "tls" / "ca.crt"));
+        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_key, ReadSmallFile(dir / "tls" / "ca.key"));
+        std::vector<std::string> hosts = {host, "localhost"};
+        if (host != "127.0.0.1") hosts.push_back("127.0.0.1");
+        MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair issued,
+                                  security::Issue(security::KeyPair{ca_cert, ca_key},
+                                                  {"gateway:" + site.name, hosts, 365 * kDayUs, true}));
+        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(key, issued.key_pem, true));
+        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(cert, issued.cert_pem, false));
+      }
+      gateway.argv.insert(gateway.argv.end(), {"--tls-cert", cert.string(), "--tls-key", key.string()});
+    }
+    if (netns != nullptr) gateway.argv = netns->In(netns->sites.at(site.name).first, std::move(gateway.argv));
+    MERIDIAN_ASSIGN_OR_RETURN(auto pid, Ensure(dir, gateway));
+    *started += pid.second ? 1 : 0;
+    const std::string url = fmt::format("{}://{}:{}", o.insecure ? "http" : "https", host, port);
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(url_file, url + "\n"));
+    // Listening, or it says why not (its port taken since it was chosen, say).
+    bool listening = false;
+    for (int i = 0; i < 100 && !listening; ++i) {
+      listening = TcpStream::Connect(host, port, 200'000).ok();
+      if (!listening && !ProcessRunning(pid.first, dir.string())) break;
+      if (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!listening) {
+      return UnavailableError(fmt::format("the gateway of site {} does not listen on {}:{}; its log {}:\n{}", site.name,
+                                          host, port, gateway.log.string(), LogTail(gateway.log, 5)));
+    }
+    urls[site.name] = url;
+  }
+  return urls;
+}
+
 // Waits until `want` nodes are registered and alive (30 s at most).
 StatusOr<std::vector<model::NodeView>> WaitForNodes(const std::string& address, const rpc::ChannelSecurity& security,
                                                     size_t want, const fs::path& dir) {
@@ -915,7 +998,7 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
     MERIDIAN_RETURN_IF_ERROR(RunDown(DownOptions{dir.string()}, ignored));
     std::error_code rm;
     for (const char* sub : {"state", "logs", "nodes", "work", "pids", "listening", "fleet.yaml", kStateStoreFile, "mqtt",
-                            kAddrFile, kHttpAddrFile, "tls",
+                            kAddrFile, kHttpAddrFile, "tls", "gateways",
                             "admin.token",
                             "join.token", "insecure", "netns"}) {
       fs::remove_all(dir / sub, rm);
@@ -977,6 +1060,9 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(int agents,
                             StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout, brokers));
   agents += brokers_started;
+  int gateways_started = 0;
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateways, StartGateways(dir, fleet, coord.first, self, o, layout, &gateways_started));
+  agents += gateways_started;
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));
   if (o.quiet) return OkStatus();
@@ -1002,6 +1088,14 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   for (const auto& [site, b] : brokers) {
     out << fmt::format("MQTT broker of edge site {} at {} (users and passwords in {})\n", site, b.url,
                        (dir / "mqtt" / site).string());
+  }
+  for (const auto& [site, url] : gateways) {
+    out << fmt::format("gateway of site {} at {}/v1/services/NAME/{}\n", site, url,
+                       o.gateways == "autoscale" ? "" : " (not autoscaling)");
+  }
+  if (!gateways.empty()) {
+    out << fmt::format("(the gateways' clients present the token in {}/gateways/client.token{})\n", dir.string(),
+                       o.insecure ? "" : fmt::format("; their certificates are of {}/tls/ca.crt", dir.string()));
   }
   out << "\n";
   PrintCluster(nodes, out);

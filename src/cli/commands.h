@@ -257,9 +257,13 @@ struct GatewayCommandOptions {
   // Or a service's: its replicas as the coordinator places them, read every
   // watch_interval_ms (with the replicas' token).
   std::string service;
+  // Or a site's gateway: every service, at /v1/services/NAME/ (its site in `fleet`).
+  std::string site, fleet;
   ClusterTarget target;
   int64_t watch_interval_ms = 1000;
-  bool autoscale = false;  // scale the service's replicas in --region by its spec's `autoscale`
+  // Scale the service's replicas in --region by its spec's `autoscale`; a site's
+  // gateway, those of the regions whose first matching site it is.
+  bool autoscale = false;
   std::string token_file;             // clients' bearer token
   std::string replica_token_file;     // the replicas'
   // HTTPS to the replicas given by --replica: their CA (a PEM file) and the name their
@@ -488,6 +492,9 @@ struct UpOptions {
   // The prefix of a network scripts/netsim.sh built: the coordinator runs in its
   // router namespace, each site's agents in the site's namespace.
   std::string netns;
+  // A gateway per site for every service: "autoscale" (they scale the services'
+  // regions too), "route" (they route only), "none".
+  std::string gateways = "autoscale";
 };
 // `meridian up`: starts what of the local cluster in `dir` is not running.
 Status RunUp(const UpOptions& options, std::ostream& out);

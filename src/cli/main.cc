@@ -421,6 +421,11 @@ int main(int argc, char** argv) {
   up_cmd->add_option("--netns", up.netns,
                      "Run the coordinator and each site's agents in the network namespaces scripts/netsim.sh built "
                      "with this --prefix (as root): traffic between sites crosses shaped kernel links");
+  up_cmd->add_option("--gateways", up.gateways,
+                     "A gateway per site for every service (docs/serving.md): autoscale (they scale the services' "
+                     "regions too), route (they only route), none")
+      ->check(CLI::IsMember({"autoscale", "route", "none"}))
+      ->capture_default_str();
   up_cmd->add_flag("--insecure", up.insecure,
                    "No TLS and no tokens (by default the cluster gets its own CA and an admin token)");
   cli::DownOptions down;
@@ -629,11 +634,16 @@ int main(int argc, char** argv) {
                           "File holding the bearer token the replicas ask for");
   gateway_cmd->add_option("--service", gateway.service,
                           "Or a service's replicas (meridian serve), as the coordinator places them");
+  gateway_cmd->add_option("--site", gateway.site,
+                          "Or a site's gateway: every service that runs, at /v1/services/NAME/ (meridian up starts "
+                          "one per site)");
+  gateway_cmd->add_option("--fleet", gateway.fleet, "With --site: the fleet file the site is of");
   gateway_cmd->add_option("--watch-interval-ms", gateway.watch_interval_ms,
-                          "With --service: how often the service's replicas are read")
+                          "With --service or --site: how often the services' replicas are read")
       ->capture_default_str();
   gateway_cmd->add_flag("--autoscale", gateway.autoscale,
-                        "With --service and --region: scale the region's replicas by the spec's autoscale");
+                        "With --service and --region: scale the region's replicas by the spec's autoscale; with --site: "
+                        "the regions whose first site of the fleet this is");
   add_target(gateway_cmd, gateway.target);
   gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
   gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");

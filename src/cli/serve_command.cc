@@ -22,6 +22,8 @@
 #include "common/net.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
+#include "model/work.h"
+#include "spec/fleet_spec.h"
 #include "spec/service_spec.h"
 #include "spec/yaml_reader.h"
 #include "workloads/serving/autoscaler.h"
@@ -90,6 +92,24 @@ struct Draining {
 constexpr int64_t kDrainTimeoutUs = 30'000'000;
 constexpr int64_t kAutoscaleSampleUs = 100'000;
 
+// Where a gateway stands to a service: the service's region whose replicas it sends
+// to first ("": none, the nearest wins), and whether it autoscales that region.
+struct Standing {
+  std::string region;
+  bool autoscale = false;
+};
+using StandingOf = std::function<Standing(const spec::ServiceSpec&)>;
+
+// What a ServiceFollower follows and how.
+struct FollowerConfig {
+  std::string service;
+  int64_t watch_interval_ms = 1000;
+  StandingOf standing_of;
+  // A site's gateway routes the service by its name (sv::GatewayOptions::by_service),
+  // and stops routing it while it has no replica job; else the gateway is the service's alone.
+  bool by_service = false;
+};
+
 // A gateway following its service (gateway --service): the replicas placed, lost,
 // re-placed or scaled, read from the coordinator every watch interval; with
 // autoscaling, its region's replicas scaled by the requests in flight to them and
@@ -98,24 +118,37 @@ constexpr int64_t kAutoscaleSampleUs = 100'000;
 // once.
 class ServiceFollower {
  public:
-  ServiceFollower(const GatewayCommandOptions& o, client::Client& coordinator, sv::Gateway& gateway,
-                  spec::ServiceSpec spec, spec::ReplicaSecrets secrets, std::vector<sv::ReplicaEndpoint> current,
-                  std::ostream& out)
-      : o_(o), c_(coordinator), gateway_(gateway), spec_(std::move(spec)), secrets_(std::move(secrets)),
-        current_(std::move(current)), out_(out) {
-    if (o.autoscale) MakeAutoscaler();
+  // `current`: the replicas the gateway has for it (by service: its route is there).
+  ServiceFollower(FollowerConfig config, client::Client& coordinator, sv::Gateway& gateway, spec::ServiceSpec spec,
+                  spec::ReplicaSecrets secrets, std::vector<sv::ReplicaEndpoint> current, std::ostream& out)
+      : config_(std::move(config)), c_(coordinator), gateway_(gateway), spec_(std::move(spec)),
+        secrets_(std::move(secrets)), current_(std::move(current)), out_(out) {
+    route_ = config_.by_service ? config_.service : "";
+    standing_ = config_.standing_of(spec_);
+    if (standing_.autoscale) MakeAutoscaler();
   }
 
+  // How often Tick wants calling: the autoscaler samples every 100 ms.
+  int64_t TickUs() const { return autoscaler_ ? kAutoscaleSampleUs : config_.watch_interval_ms * 1000; }
+
+  void Tick(int64_t now) {
+    if (autoscaler_) Sample(now);
+    if (now < next_read_us_) return;
+    next_read_us_ = now + config_.watch_interval_ms * 1000;
+    Follow(now);
+  }
+
+  // No scaling before `until_us` (a site's gateway finding a service `meridian serve`
+  // is still submitting, region after region).
+  void HoldScaling(int64_t until_us) { hold_until_us_ = std::max(hold_until_us_, until_us); }
+
+  // Nothing left to follow: the service has no replica job, and none is being drained
+  // or waits to be confirmed. A site's gateway forgets it (and finds it again if served).
+  bool Idle() const { return gone_ && draining_.empty() && !unconfirmed_; }
+
+  // A gateway of this service alone: until SIGTERM or SIGINT.
   void Run() {
-    const int64_t tick_us = o_.autoscale ? kAutoscaleSampleUs : o_.watch_interval_ms * 1000;
-    int64_t next_read_us = 0;
-    while (WaitForTerminationSignalFor(tick_us) == 0) {
-      const int64_t now = NowUs();
-      if (autoscaler_) Sample(now);
-      if (now < next_read_us) continue;
-      next_read_us = now + o_.watch_interval_ms * 1000;
-      Follow(now);
-    }
+    while (WaitForTerminationSignalFor(std::min(TickUs(), config_.watch_interval_ms * 1000)) == 0) Tick(NowUs());
   }
 
  private:
@@ -124,12 +157,12 @@ class ServiceFollower {
   // probe when it does (every gateway's requests: another region's gateway fails
   // over to this region, and this region scales for it), else this gateway's own.
   void Sample(int64_t now) {
-    const sv::GatewayView view = gateway_.Snapshot();
+    const sv::GatewayView view = gateway_.Snapshot(route_);
     double inflight = 0;
     int64_t answer_sum = 0, answered = 0;
     std::map<std::string, int64_t> served;
     for (const sv::ReplicaView& r : view.replicas) {
-      if (r.endpoint.region != o_.region) continue;
+      if (r.endpoint.region != standing_.region) continue;
       inflight += std::max<double>(r.inflight, static_cast<double>(r.reported_inflight));
       const std::string key = fmt::format("{}:{}", r.endpoint.host, r.endpoint.port);
       served[key] = r.served;
@@ -139,7 +172,7 @@ class ServiceFollower {
         ++answered;
       }
     }
-    for (const Draining& d : draining_) inflight += gateway_.InflightTo(d.endpoint);
+    for (const Draining& d : draining_) inflight += gateway_.InflightTo(d.endpoint, route_);
     served_ = std::move(served);
     autoscaler_->Observe(now, inflight, answered == 0 ? 0 : answer_sum / answered);
   }
@@ -147,13 +180,20 @@ class ServiceFollower {
   void Follow(int64_t now) {
     // After the service had no replica job, it is read whole again: served again, it
     // has a new token for its replicas, and maybe another spec.
-    auto service = ServiceReplicaSet(c_, o_.service, gone_ ? nullptr : &spec_);
+    auto service = ServiceReplicaSet(c_, config_.service, gone_ ? nullptr : &spec_);
     if (gone_ && !service.ok() && service.status().code() == StatusCode::kNotFound) return;  // still none
     if (service.ok() && gone_) ServedAgain(now, *service);
     if (service.ok()) gone_ = service->live.empty();
+    if (gone_ && config_.by_service && routed_) {
+      // Clients now hear that it is not served (404), not that its replicas are down.
+      gateway_.RemoveService(route_);
+      routed_ = false;
+      current_.clear();
+      out_ << fmt::format("gateway: service {} has no replica jobs: no longer routed\n", config_.service) << std::flush;
+    }
     if (!service.ok()) {
       if (!lost_) {
-        out_ << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", o_.service,
+        out_ << fmt::format("gateway: cannot read service {}: {}; keeping its {} replicas\n", config_.service,
                             service.status().message(), current_.size())
              << std::flush;
       }
@@ -171,7 +211,7 @@ class ServiceFollower {
     std::erase_if(draining_, [&](const Draining& d) { return d.cancelled && live_jobs.count(d.job) == 0; });
     for (Draining& d : draining_) {
       if (d.cancelled) continue;
-      const int32_t inflight = gateway_.InflightTo(d.endpoint);
+      const int32_t inflight = gateway_.InflightTo(d.endpoint, route_);
       if (inflight > 0 && now - d.since_us < kDrainTimeoutUs) continue;
       auto cancelled = c_.Cancel(d.job);
       d.cancelled = cancelled.ok() || cancelled.status().code() == StatusCode::kNotFound;
@@ -186,11 +226,11 @@ class ServiceFollower {
         endpoints.push_back(e);
       }
     }
-    if (endpoints != current_) {
-      out_ << fmt::format("gateway: service {} now has {} replicas serving\n", o_.service, endpoints.size())
+    if (endpoints != current_ && (routed_ || !config_.by_service)) {
+      out_ << fmt::format("gateway: service {} now has {} replicas serving\n", config_.service, endpoints.size())
            << std::flush;
       current_ = endpoints;
-      gateway_.SetReplicas(current_);
+      gateway_.SetReplicas(current_, route_);
     }
     if (autoscaler_) Autoscale(now, service->live);
   }
@@ -201,27 +241,42 @@ class ServiceFollower {
 
   void ServedAgain(int64_t now, const ServiceEndpoints& service) {
     spec_ = service.spec;
-    gateway_.SetResendUnsafe(spec_.command.empty());  // a command's POST may act
+    standing_ = config_.standing_of(spec_);
     const bool scales = std::any_of(spec_.regions.begin(), spec_.regions.end(), [&](const spec::ServiceRegion& r) {
-      return r.region == o_.region;
+      return r.region == standing_.region;
     }) && spec_.autoscale.has_value();
-    out_ << fmt::format("gateway: service {} is served again ({} replica jobs){}\n", o_.service, service.live.size(),
-                        !o_.autoscale || scales ? ""
-                                                : fmt::format("; its spec does not autoscale {}: not scaling it",
-                                                              o_.region))
+    out_ << fmt::format("gateway: service {} is served again ({} replica jobs){}\n", config_.service,
+                        service.live.size(),
+                        !standing_.autoscale || scales
+                            ? ""
+                            : fmt::format("; its spec does not autoscale {}: not scaling it", standing_.region))
          << std::flush;
-    if (service.secrets.token != secrets_.token) gateway_.SetReplicaToken(service.secrets.token);
     const sv::ReplicaTls tls = ReplicaTlsOf(spec_.name, service.secrets);
-    if (tls != ReplicaTlsOf(spec_.name, secrets_)) {
-      Status set = gateway_.SetReplicaTls(tls);
-      if (!set.ok()) {
-        out_ << fmt::format("gateway: service {}: its replicas' TLS credentials: {}; keeping the old ones\n",
-                            o_.service, set.message())
-             << std::flush;
+    if (config_.by_service) {
+      // Routed anew, with the new token, TLS and region (the replicas come with the read).
+      gateway_.RemoveService(route_);
+      Status added = gateway_.AddService(
+          route_, sv::ServiceRoute{standing_.region, {}, service.secrets.token, tls, spec_.command.empty()});
+      routed_ = added.ok();
+      current_.clear();
+      if (!added.ok()) {
+        out_ << fmt::format("gateway: service {}: {}; not routed\n", config_.service, added.message()) << std::flush;
+      }
+    } else {
+      gateway_.SetResendUnsafe(spec_.command.empty(), route_);  // a command's POST may act
+      if (service.secrets.token != secrets_.token) gateway_.SetReplicaToken(service.secrets.token, route_);
+      if (tls != ReplicaTlsOf(spec_.name, secrets_)) {
+        Status set = gateway_.SetReplicaTls(tls, route_);
+        if (!set.ok()) {
+          out_ << fmt::format("gateway: service {}: its replicas' TLS credentials: {}; keeping the old ones\n",
+                              config_.service, set.message())
+               << std::flush;
+        }
       }
     }
     secrets_ = service.secrets;
-    if (o_.autoscale) MakeAutoscaler();
+    autoscaler_.reset();
+    if (standing_.autoscale) MakeAutoscaler();
     stopped_below_job_ = 0;
     said_deleted_ = false;
     hold_until_us_ = now + kServedAgainGraceUs;
@@ -233,7 +288,7 @@ class ServiceFollower {
     autoscaler_.reset();
     if (!spec_.autoscale) return;
     for (const spec::ServiceRegion& r : spec_.regions) {
-      if (r.region != o_.region) continue;
+      if (r.region != standing_.region) continue;
       sv::AutoscalePolicy policy;
       policy.target_inflight = spec_.autoscale->target_inflight;
       policy.latency_target_us = spec_.autoscale->latency_target_us;
@@ -261,7 +316,7 @@ class ServiceFollower {
     }
     here_before_.clear();
     for (const ServiceReplica& r : live) {
-      if (r.region == o_.region) here_before_.push_back(r.job);
+      if (r.region == standing_.region) here_before_.push_back(r.job);
       max_job_seen_ = std::max(max_job_seen_, r.job);
     }
   }
@@ -270,7 +325,7 @@ class ServiceFollower {
     // No replica job left anywhere: the service was deleted, not emptied by load.
     if (live.empty()) {
       if (!said_deleted_) {
-        out_ << fmt::format("gateway: service {} has no replica jobs (deleted): not scaling it\n", o_.service)
+        out_ << fmt::format("gateway: service {} has no replica jobs (deleted): not scaling it\n", config_.service)
              << std::flush;
       }
       said_deleted_ = true;
@@ -283,11 +338,11 @@ class ServiceFollower {
     // own gateway scales it.
     if (stopped_below_job_ != 0) {
       const bool served_again = std::any_of(live.begin(), live.end(), [&](const ServiceReplica& r) {
-        return r.region == o_.region && r.job >= stopped_below_job_;
+        return r.region == standing_.region && r.job >= stopped_below_job_;
       });
       if (!served_again) return;
-      out_ << fmt::format("gateway: service {} has a new replica job in {}: scaling it again\n", o_.service,
-                          o_.region)
+      out_ << fmt::format("gateway: service {} has a new replica job in {}: scaling it again\n", config_.service,
+                          standing_.region)
            << std::flush;
       stopped_below_job_ = 0;
       said_deleted_ = false;
@@ -297,7 +352,7 @@ class ServiceFollower {
     for (const ServiceReplica& r : live) {
       const bool draining =
           std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == r.job; });
-      if (r.region == o_.region && !draining) here.push_back(&r);
+      if (r.region == standing_.region && !draining) here.push_back(&r);
     }
     const int32_t now_count = static_cast<int32_t>(here.size());
     // An operator's cancel that leaves the region below its min is not for the
@@ -309,7 +364,7 @@ class ServiceFollower {
                   "gateway: service {}: replica job {} of {} was cancelled (not by this gateway), leaving {} "
                   "replicas, below its min {} (`service delete` under way, or a cancel by hand): not scaling it "
                   "until it is served again\n",
-                  o_.service, cancelled_by_others_.front(), o_.region, now_count, autoscaler_->policy().min)
+                  config_.service, cancelled_by_others_.front(), standing_.region, now_count, autoscaler_->policy().min)
            << std::flush;
       stopped_below_job_ = max_job_seen_ + 1;
       return;
@@ -320,8 +375,8 @@ class ServiceFollower {
                                         autoscaler_->MeanInflight(), spec_.autoscale->target_inflight,
                                         autoscaler_->MeanAnswerUs());
     if (want > now_count) {
-      auto added = AddReplicas(c_, spec_, secrets_, o_.region, want - now_count, live);
-      out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}){}\n", o_.region, now_count, want, why,
+      auto added = AddReplicas(c_, spec_, secrets_, standing_.region, want - now_count, live);
+      out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}){}\n", standing_.region, now_count, want, why,
                           added.ok() ? "" : ": " + std::string(added.status().message()))
            << std::flush;
       if (!added.ok() || added->empty()) return;
@@ -331,7 +386,7 @@ class ServiceFollower {
       for (const ServiceReplica& r : live) pending.basis.push_back(r.job);
       pending.added = *added;
       unconfirmed_ = std::move(pending);
-      auto after = ListServiceReplicas(c_, o_.service, false);
+      auto after = ListServiceReplicas(c_, config_.service, false);
       if (after.ok()) UndoScaleUpIfServiceEnded(*after);
       return;
     }
@@ -347,7 +402,7 @@ class ServiceFollower {
       // Kept among the drained (cancelled), so that its end is known as this gateway's.
       draining_.push_back(Draining{victim->job, {}, now, true});
       out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); replica {} (job {}) does not serve yet: {}\n",
-                          o_.region, now_count, want, why, victim->ordinal, victim->job,
+                          standing_.region, now_count, want, why, victim->ordinal, victim->job,
                           cancelled.ok() ? "cancelled" : "not cancelled: " + std::string(cancelled.status().message()))
            << std::flush;
       return;
@@ -355,8 +410,8 @@ class ServiceFollower {
     const sv::ReplicaEndpoint endpoint{victim->host, spec_.port + victim->ordinal, victim->region};
     draining_.push_back(Draining{victim->job, endpoint, now, false});
     current_.erase(std::remove(current_.begin(), current_.end(), endpoint), current_.end());
-    gateway_.SetReplicas(current_);
-    out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); draining {}:{}\n", o_.region, now_count, want,
+    gateway_.SetReplicas(current_, route_);
+    out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); draining {}:{}\n", standing_.region, now_count, want,
                         why, endpoint.host, endpoint.port)
          << std::flush;
   }
@@ -382,7 +437,7 @@ class ServiceFollower {
     });
     out_ << fmt::format("gateway: service {} was deleted while this gateway added {} replica job{} to {}: {}; not "
                         "scaling it until it is served again\n",
-                        o_.service, added, added == 1 ? "" : "s", o_.region,
+                        config_.service, added, added == 1 ? "" : "s", standing_.region,
                         failure.empty() ? "cancelled" : fmt::format("{} left to cancel ({})", unconfirmed_->added.size(),
                                                                     failure))
          << std::flush;
@@ -398,9 +453,13 @@ class ServiceFollower {
     std::vector<uint64_t> basis, added;
   };
 
-  const GatewayCommandOptions& o_;
+  const FollowerConfig config_;
   client::Client& c_;
   sv::Gateway& gateway_;
+  std::string route_;  // the service's route at the gateway ("": the gateway is the service's)
+  bool routed_ = true;  // by service: whether the gateway routes it now
+  Standing standing_;
+  int64_t next_read_us_ = 0;
   spec::ServiceSpec spec_;
   spec::ReplicaSecrets secrets_;
   std::vector<sv::ReplicaEndpoint> current_;
@@ -419,6 +478,107 @@ class ServiceFollower {
   std::optional<UnconfirmedScaleUp> unconfirmed_;
   std::map<std::string, int64_t> served_;  // per replica, at the last sample
   std::vector<Draining> draining_;
+};
+
+// A site's gateway (gateway --site): every service that runs is routed at
+// /v1/services/NAME/, each followed as a service's own gateway follows it. For each
+// service the site stands in the first of its regions whose rule matches the site; with
+// --autoscale it scales a region when it is the fleet's first site that the region's
+// rule matches, so that one site's gateway scales each region.
+class SiteGateway {
+ public:
+  SiteGateway(const GatewayCommandOptions& o, model::Site site, std::vector<model::Site> sites,
+              client::Client& coordinator, sv::Gateway& gateway, std::ostream& out)
+      : o_(o), site_(std::move(site)), sites_(std::move(sites)), c_(coordinator), gateway_(gateway), out_(out) {}
+
+  void Run() {
+    int64_t next_discovery_us = 0;
+    const int64_t tick_us = o_.autoscale ? kAutoscaleSampleUs : o_.watch_interval_ms * 1000;
+    do {
+      const int64_t now = NowUs();
+      if (now >= next_discovery_us) {
+        next_discovery_us = now + o_.watch_interval_ms * 1000;
+        Discover(now);
+      }
+      for (auto& [name, follower] : followers_) follower->Tick(now);
+    } while (WaitForTerminationSignalFor(tick_us) == 0);
+  }
+
+  Standing StandingOf(const spec::ServiceSpec& spec) const {
+    for (const spec::ServiceRegion& r : spec.regions) {
+      if (!model::SiteMatchesRegionRule(site_, r.region)) continue;
+      auto first = std::find_if(sites_.begin(), sites_.end(),
+                                [&](const model::Site& s) { return model::SiteMatchesRegionRule(s, r.region); });
+      return Standing{r.region, o_.autoscale && spec.autoscale.has_value() && first != sites_.end() &&
+                                    first->name == site_.name};
+    }
+    return Standing{};
+  }
+
+ private:
+  // The services that run now: those not followed yet are routed from now on; those
+  // followed and idle (no replica job left) are forgotten.
+  void Discover(int64_t now) {
+    std::erase_if(followers_, [](const auto& f) { return f.second->Idle(); });
+    auto live = ListServiceReplicas(c_, "", false);
+    if (!live.ok()) {
+      if (!lost_) out_ << fmt::format("gateway: cannot list the services: {}\n", live.status().message()) << std::flush;
+      lost_ = true;
+      return;
+    }
+    lost_ = false;
+    std::set<std::string> names;
+    for (const ServiceReplica& r : *live) names.insert(r.service);
+    for (const std::string& name : names) {
+      if (followers_.count(name) != 0 || refused_.count(name) != 0) continue;
+      if (followers_.size() >= sv::kMaxServiceRoutes) {
+        if (!said_full_) {
+          out_ << fmt::format("gateway: routing {} services, its most: service {} and later ones are not routed\n",
+                              followers_.size(), name)
+               << std::flush;
+        }
+        said_full_ = true;
+        break;
+      }
+      auto service = ServiceReplicaSet(c_, name, nullptr);
+      if (!service.ok()) continue;  // ended since the list, or unreadable: the next discovery tries again
+      const Standing standing = StandingOf(service->spec);
+      Status added = gateway_.AddService(
+          name, sv::ServiceRoute{standing.region, service->endpoints, service->secrets.token,
+                                 ReplicaTlsOf(name, service->secrets), service->spec.command.empty()});
+      if (!added.ok() && added.code() != StatusCode::kAlreadyExists) {
+        out_ << fmt::format("gateway: service {}: {}; not routed\n", name, added.message()) << std::flush;
+        refused_.insert(name);
+        continue;
+      }
+      out_ << fmt::format("gateway: routing service {} at /v1/services/{}/ ({} replicas serving{}{})\n", name, name,
+                          service->endpoints.size(),
+                          standing.region.empty() ? "" : fmt::format("; region {} first", standing.region),
+                          standing.autoscale ? fmt::format(", autoscaling it") : "")
+           << std::flush;
+      FollowerConfig config{name, o_.watch_interval_ms, [this](const spec::ServiceSpec& s) { return StandingOf(s); },
+                            true};
+      auto follower = std::make_unique<ServiceFollower>(std::move(config), c_, gateway_, service->spec,
+                                                        service->secrets, service->endpoints, out_);
+      follower->HoldScaling(now + kNewServiceGraceUs);
+      followers_.emplace(name, std::move(follower));
+    }
+  }
+
+  // `meridian serve` submits a region's replicas after another's: a service just found
+  // may not have all its regions yet.
+  static constexpr int64_t kNewServiceGraceUs = 5'000'000;
+
+  const GatewayCommandOptions& o_;
+  const model::Site site_;
+  const std::vector<model::Site> sites_;  // the fleet's, in its order
+  client::Client& c_;
+  sv::Gateway& gateway_;
+  std::ostream& out_;
+  std::map<std::string, std::unique_ptr<ServiceFollower>> followers_;
+  std::set<std::string> refused_;  // names the gateway cannot route
+  bool lost_ = false;
+  bool said_full_ = false;
 };
 
 // The largest checkpoint a model of kMaxMlpWidth hidden units makes, with room.
@@ -684,13 +844,38 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   std::unique_ptr<client::Client> coordinator;
   spec::ServiceSpec service_spec;
   spec::ReplicaSecrets secrets;
-  if (!o.service.empty()) {
+  std::optional<spec::FleetSpec> fleet;
+  if (!o.site.empty()) {
+    if (!o.service.empty() || !o.region.empty() || !o.replicas.empty() || !o.replica_token_file.empty() ||
+        !o.replica_ca.empty() || !o.replica_tls_name.empty()) {
+      return InvalidArgumentError("--site: a site's gateway routes every service, as the coordinator places their "
+                                  "replicas (no --service, --region, --replica, --replica-token-file, --replica-ca or "
+                                  "--replica-tls-name)");
+    }
+    if (o.fleet.empty()) return InvalidArgumentError("--site: give --fleet FILE, the fleet the site is of");
+    MERIDIAN_ASSIGN_OR_RETURN(fleet, spec::LoadFleet(o.fleet));
+    const auto& sites = fleet->fleet.sites;
+    if (std::none_of(sites.begin(), sites.end(), [&](const model::Site& s) { return s.name == o.site; })) {
+      std::string names;
+      for (const model::Site& s : sites) names += (names.empty() ? "" : ", ") + s.name;
+      return InvalidArgumentError(fmt::format("--site '{}': {} has no such site (its sites: {})", o.site, o.fleet, names));
+    }
+    options.by_service = true;
+    options.region = o.site;
+  } else if (!o.fleet.empty()) {
+    return InvalidArgumentError("--fleet: only a site's gateway (--site SITE) reads the fleet");
+  }
+  if (!o.site.empty() || !o.service.empty()) {
+    if (o.watch_interval_ms < 100 || o.watch_interval_ms > 60'000) {
+      return InvalidArgumentError(fmt::format("--watch-interval-ms {}: expected 100..60000", o.watch_interval_ms));
+    }
+  }
+  if (!o.site.empty()) {
+    MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
+  } else if (!o.service.empty()) {
     if (!o.replicas.empty() || !o.replica_token_file.empty() || !o.replica_ca.empty() || !o.replica_tls_name.empty()) {
       return InvalidArgumentError("--service: the coordinator names the replicas, their token and their TLS "
                                   "credentials (no --replica, --replica-token-file, --replica-ca or --replica-tls-name)");
-    }
-    if (o.watch_interval_ms < 100 || o.watch_interval_ms > 60'000) {
-      return InvalidArgumentError(fmt::format("--watch-interval-ms {}: expected 100..60000", o.watch_interval_ms));
     }
     MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
     MERIDIAN_ASSIGN_OR_RETURN(auto service, ServiceReplicaSet(*coordinator, o.service, nullptr));
@@ -712,7 +897,10 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
                                               : fmt::format("service '{}' has no 'autoscale' in its spec", o.service)));
     }
   } else {
-    if (o.autoscale) return InvalidArgumentError("--autoscale: only a service's gateway (--service NAME) scales replicas");
+    if (o.autoscale) {
+      return InvalidArgumentError("--autoscale: only a service's gateway (--service NAME) or a site's (--site SITE) "
+                                  "scales replicas");
+    }
     MERIDIAN_ASSIGN_OR_RETURN(options.replica_token, RequiredToken(o.replica_token_file, "--replica-token-file",
                                                                    "the token the replicas ask for"));
     if (o.replicas.empty()) return InvalidArgumentError("--replica HOST:PORT[@REGION] (at least one), or --service NAME");
@@ -737,6 +925,16 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   options.probe_interval_ms = o.probe_interval_ms;
   BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
+  if (fleet) {
+    out << fmt::format("gateway: listening on {}:{}{} for the services of site {}{}\n", address.first, gateway->port(),
+                       o.tls_cert.empty() ? "" : " with TLS", o.site,
+                       o.autoscale ? " (autoscaling the regions it is first to match)" : "")
+        << std::flush;
+    model::Site site = *std::find_if(fleet->fleet.sites.begin(), fleet->fleet.sites.end(),
+                                     [&](const model::Site& s) { return s.name == o.site; });
+    SiteGateway(o, std::move(site), fleet->fleet.sites, *coordinator, *gateway, out).Run();
+    return OkStatus();
+  }
   out << fmt::format("gateway: listening on {}:{}{} ({} replicas{}{})\n", address.first, gateway->port(),
                      o.tls_cert.empty() ? "" : " with TLS", options.replicas.size(),
                      o.service.empty() ? "" : " of service " + o.service, o.region.empty() ? "" : ", region " + o.region)
@@ -745,7 +943,11 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     WaitForTerminationSignal();
     return OkStatus();
   }
-  ServiceFollower(o, *coordinator, *gateway, std::move(service_spec), std::move(secrets), options.replicas, out).Run();
+  FollowerConfig config{o.service, o.watch_interval_ms,
+                        [&o](const spec::ServiceSpec&) { return Standing{o.region, o.autoscale}; }, false};
+  ServiceFollower(std::move(config), *coordinator, *gateway, std::move(service_spec), std::move(secrets),
+                  options.replicas, out)
+      .Run();
   return OkStatus();
 }
 
