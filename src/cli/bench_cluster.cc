@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const std::string& f
   up.quiet = true;
   up.real_gpus = real_gpus;
   up.insecure = insecure;
+  up.gateways = "none";  // benchmarks of tasks: no service to route
   std::ostringstream up_log;
   MERIDIAN_RETURN_IF_ERROR(RunUp(up, up_log));
   MERIDIAN_ASSIGN_OR_RETURN(c->address_, ResolveCoordinator(c->target()));

@@ -2,6 +2,7 @@
 // cluster on one machine started from a fleet file.
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -861,6 +862,12 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
     MERIDIAN_ASSIGN_OR_RETURN(std::string secret, security::RandomHex(32));
     MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(token, secret + "\n", true));
   }
+  struct Started {
+    std::string site, host;
+    int port = 0, pid = 0;
+    fs::path log;
+  };
+  std::vector<Started> all;
   for (const model::Site& site : fleet.fleet.sites) {
     const std::string host = netns != nullptr ? netns->sites.at(site.name).second : "127.0.0.1";
     const fs::path url_file = d / (site.name + ".url");
@@ -897,18 +904,26 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
     *started += pid.second ? 1 : 0;
     const std::string url = fmt::format("{}://{}:{}", o.insecure ? "http" : "https", host, port);
     MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(url_file, url + "\n"));
-    // Listening, or it says why not (its port taken since it was chosen, say).
+    urls[site.name] = url;
+    all.push_back(Started{site.name, host, port, pid.first, gateway.log});
+  }
+  // Each listening, or it says why not (its port taken since it was chosen, say): 20 s
+  // for all.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (const Started& g : all) {
     bool listening = false;
-    for (int i = 0; i < 100 && !listening; ++i) {
-      listening = TcpStream::Connect(host, port, 200'000).ok();
-      if (!listening && !ProcessRunning(pid.first, dir.string())) break;
-      if (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (!listening) {
+      listening = TcpStream::Connect(g.host, g.port, 200'000).ok();
+      // Exited (not ProcessRunning: just spawned, it may not have exec'd into its
+      // command line yet).
+      const bool exited = kill(g.pid, 0) != 0 || waitpid(g.pid, nullptr, WNOHANG) == g.pid;
+      if (listening || exited || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (!listening) {
-      return UnavailableError(fmt::format("the gateway of site {} does not listen on {}:{}; its log {}:\n{}", site.name,
-                                          host, port, gateway.log.string(), LogTail(gateway.log, 5)));
+      return UnavailableError(fmt::format("the gateway of site {} does not listen on {}:{}; its log {}:\n{}", g.site,
+                                          g.host, g.port, g.log.string(), LogTail(g.log, 5)));
     }
-    urls[site.name] = url;
   }
   return urls;
 }
