@@ -35,6 +35,7 @@ chmod 711 "$tmp"  # task users reach their directories in the cluster's
 cluster="$tmp/cluster"
 D=(--dir "$cluster")
 . tests/process_lib.sh  # check, pids, start_listening, stop_started
+. tests/serving/lib.sh  # serving, wait_serving: where the digits service runs
 finish() {
   "$bin" down "${D[@]}" >/dev/null 2>&1
   if [ "$fail" -ne 0 ]; then
@@ -43,17 +44,6 @@ finish() {
   stop_started
 }
 trap finish EXIT
-# Replicas of `digits` running with an endpoint, by region: "eu-west=2 us-east=1".
-serving() {
-  "$bin" service get digits "${D[@]}" --json 2>/dev/null | $py -c '
-import collections, json, sys
-n = collections.Counter(r["region"] for r in json.load(sys.stdin)["replicas"] if r["endpoint"])
-print(" ".join(f"{k}={v}" for k, v in sorted(n.items())))'
-}
-wait_serving() {  # WANT SECONDS
-  for _ in $(seq 1 $(($2 * 10))); do [ "$(serving)" = "$1" ] && return 0; sleep 0.1; done
-  return 1
-}
 # The replicas a gateway has, as "eu-west:healthy ..." sorted.
 gateway_set() {  # PORT
   curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$1/v1/gateway" | $py -c '

@@ -24,6 +24,7 @@ chmod 711 "$tmp"  # task users reach their directories in the cluster's
 cluster="$tmp/cluster"
 D=(--dir "$cluster")
 . tests/process_lib.sh  # check, pids, stop_started
+. tests/serving/lib.sh  # serving, wait_serving: where the digits service runs
 finish() {
   "$bin" down "${D[@]}" >/dev/null 2>&1
   if [ "$fail" -ne 0 ]; then
@@ -33,17 +34,6 @@ finish() {
   rm -rf "$tmp"
 }
 trap finish EXIT
-# Replicas of `digits` running with an endpoint, by region: "eu-west=2 us-east=1".
-serving() {
-  "$bin" service get digits "${D[@]}" --json 2>/dev/null | $py -c '
-import collections, json, sys
-n = collections.Counter(r["region"] for r in json.load(sys.stdin)["replicas"] if r["endpoint"])
-print(" ".join(f"{k}={v}" for k, v in sorted(n.items())))'
-}
-wait_serving() {  # WANT SECONDS
-  for _ in $(seq 1 $(($2 * 10))); do [ "$(serving)" = "$1" ] && return 0; sleep 0.1; done
-  return 1
-}
 
 "$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >"$tmp/up.log" 2>&1 ||
   { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
