@@ -16,7 +16,7 @@ command -v chromium >/dev/null || { echo "FAIL chromium is missing: ./scripts/in
 dir=$(mktemp -d /tmp/meridian-dashboard-XXXXXX)
 chmod 711 "$dir"
 trap '"$bin" down --dir "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
-"$bin" up --fleet tests/fleets/local-three-sites.yaml --dir "$dir" --heartbeat-timeout 5s >"$dir/up.out" 2>&1 ||
+"$bin" up --fleet tests/fleets/local-three-sites.yaml --dir "$dir" --heartbeat-timeout 5s --gateways none >"$dir/up.out" 2>&1 ||
   { echo "FAIL meridian up:"; cat "$dir/up.out"; exit 1; }
 mkdir -p "$dir/parts"
 for i in 0 1 2 3 4 5; do head -c 16384 /dev/zero | tr '\0' "$(printf "\\x$((61 + i))")" >"$dir/parts/$i.txt"; done

@@ -111,7 +111,10 @@ class LocalCluster {
   bool Up() {
     // Generous for a loaded CI machine running sanitized builds side by side: a node
     // taken for dead by mistake would run a task twice and fail the exactly-once checks.
-    std::vector<std::string> args = {"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s"};
+    // No site gateways (they route services; under the sanitizers each one's watch costs
+    // the coordinator more than these tests should share): tests/site_gateway_test.sh.
+    std::vector<std::string> args = {"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s",
+                                     "--gateways", "none"};
     args.insert(args.end(), up_args_.begin(), up_args_.end());
     CommandResult r = Meridian(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -33,7 +33,7 @@ netsim() { scripts/netsim.sh "$@" --prefix "$prefix"; }
 fleet=tests/fleets/local-three-sites.yaml
 netsim up "$fleet" --meridian "$bin" >"$tmp/netsim.out" 2>&1 || { cat "$tmp/netsim.out"; exit 1; }
 grep -q "3 sites, 3 links shaped" "$tmp/netsim.out" && ok "netsim up: 3 sites, 3 links" || bad "netsim up: $(cat "$tmp/netsim.out")"
-if ! "$bin" up --netns "$prefix" --fleet "$fleet" --dir "$tmp/cluster" >"$tmp/up.out" 2>&1; then
+if ! "$bin" up --netns "$prefix" --fleet "$fleet" --dir "$tmp/cluster" --gateways none >"$tmp/up.out" 2>&1; then
   cat "$tmp/up.out"
   tail -5 "$tmp"/cluster/logs/*.log
   exit 1

@@ -908,7 +908,7 @@ TEST_F(RuntimeTest, UpRefusesAnotherFleetInTheSameDirectoryUnlessRecreated) {
   ASSERT_TRUE(nodes.ok());
   EXPECT_EQ(nodes->size(), 4u);  // untouched
   CommandResult fresh = Meridian({"up", "--fleet", SourceDir() + "/tests/fleets/one-node.yaml", "--dir",
-                                  cluster_->dir(), "--recreate", "--heartbeat-timeout", "5s"});
+                                  cluster_->dir(), "--recreate", "--heartbeat-timeout", "5s", "--gateways", "none"});
   ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
   std::unique_ptr<client::Client> fresh_client = cluster_->NewClient(ResolveAddress(cluster_->dir()));
   client::Client& c = *fresh_client;

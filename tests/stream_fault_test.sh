@@ -58,7 +58,7 @@ wait_job() {  # JOB: until it ends; says how
 
 $py "$src/tests/stream/reference.py" make "$tmp"
 want=$($py "$src/tests/stream/reference.py" count "$tmp")
-"$meridian" up --fleet "$src/tests/stream/edge-fleet.yaml" --dir "$cluster" --heartbeat-timeout 2s >"$tmp/up.log" 2>&1 ||
+"$meridian" up --fleet "$src/tests/stream/edge-fleet.yaml" --dir "$cluster" --heartbeat-timeout 2s --gateways none >"$tmp/up.log" 2>&1 ||
   { bad "meridian up"; exit 1; }
 url=$(cat "$cluster/mqtt/factory/url")
 tls=(--cafile "$cluster/tls/ca.crt" -h 127.0.0.1 -p "${url##*:}")
@@ -113,7 +113,7 @@ for _ in $(seq 1 100); do kill -0 "$agent" 2>/dev/null || break; sleep 0.1; done
 for _ in $(seq 1 50); do kill -0 "$runner" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$runner" 2>/dev/null && bad "the task outlived its killed agent" ||
   ok "the agent killed with $at_kill of $want windows out; its task went with it"
-"$meridian" up --fleet "$src/tests/stream/edge-fleet.yaml" --dir "$cluster" --heartbeat-timeout 2s >>"$tmp/up.log" 2>&1 ||
+"$meridian" up --fleet "$src/tests/stream/edge-fleet.yaml" --dir "$cluster" --heartbeat-timeout 2s --gateways none >>"$tmp/up.log" 2>&1 ||
   bad "meridian up after the kill"
 wait "$publisher" || bad "mosquitto_pub published every chunk"
 
