@@ -186,9 +186,10 @@ check "bench serve runs" 0 "" "$bin" bench serve --hidden 16 --seconds 1 --conne
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert isinstance(j["gateway_overhead_p50_ms"], float) and isinstance(j["batching_ratio"], float) and j["batching_ratio"] > 0, j
-assert isinstance(j["gateway_tls_overhead_p50_ms"], float), j
+assert isinstance(j["gateway_tls_overhead_p50_ms"], float) and isinstance(j["site_gateway_overhead_p50_ms"], float), j
 assert [r["name"] for r in j["runs"]] == ["direct, 1 connection", "gateway, 1 connection", "batching off", "batching on",
-                                           "batching on, through the gateway", "gateway, TLS to the replica, 1 conn"], j
+                                           "batching on, through the gateway", "gateway, TLS to the replica, 1 conn",
+                                           "site gateway, 1 connection"], j
 assert all(r["requests"] > 0 and r["errors"] == 0 for r in j["runs"]), j
 assert j["model"]["hidden"] == 16 and 0 < j["model"]["test_accuracy"] <= 1 and j["mean_batch_images"] >= 1, j
 PY

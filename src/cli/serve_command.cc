@@ -980,10 +980,10 @@ end
 }
 
 StatusOr<LoadRun> RunWrk(const std::string& wrk, const std::string& script, const std::string& name, int port,
-                         int32_t connections, int64_t seconds) {
+                         const std::string& path, int32_t connections, int64_t seconds) {
   ProcessOptions p;
   p.argv = {wrk, "-t1", fmt::format("-c{}", connections), fmt::format("-d{}s", seconds), "--timeout", "10s",
-            "-s", script, fmt::format("http://127.0.0.1:{}/v1/predict", port)};
+            "-s", script, fmt::format("http://127.0.0.1:{}{}", port, path)};
   std::atomic<bool> stop{false};
   MERIDIAN_ASSIGN_OR_RETURN(ProcessResult r, RunProcess(p, stop));
   const size_t at = r.stdout_head.rfind("RESULT ");
@@ -1059,6 +1059,14 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway_unbatched, start_gateway(unbatched->port(), false));
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway_tls, start_gateway(unbatched_tls->port(), true));
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway_batched, start_gateway(batched->port(), false));
+  // As `meridian up`'s site gateways route: the service by its name, at /v1/services/bench/.
+  sv::GatewayOptions by_service;
+  by_service.token = client_token;
+  by_service.max_inflight = 4 * o.connections;
+  by_service.by_service = true;
+  MERIDIAN_ASSIGN_OR_RETURN(auto site_gateway, sv::Gateway::Start(by_service));
+  MERIDIAN_RETURN_IF_ERROR(site_gateway->AddService(
+      "bench", sv::ServiceRoute{"local", {{"127.0.0.1", unbatched->port(), "local"}}, replica_token, {}, true}));
 
   // One real test image a request (the last of the file: never trained on).
   const auto last = digits.pixels.end() - training::kDigitPixels;
@@ -1070,8 +1078,9 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(gateway_script, WrkScript(body, client_token)));
 
   std::vector<LoadRun> runs;
-  auto run = [&](const std::string& name, const std::string& script, int port, int32_t connections) -> Status {
-    MERIDIAN_ASSIGN_OR_RETURN(LoadRun r, RunWrk(wrk, script, name, port, connections, o.seconds));
+  auto run = [&](const std::string& name, const std::string& script, int port, int32_t connections,
+                 const std::string& path = "/v1/predict") -> Status {
+    MERIDIAN_ASSIGN_OR_RETURN(LoadRun r, RunWrk(wrk, script, name, port, path, connections, o.seconds));
     runs.push_back(r);
     return OkStatus();
   };
@@ -1084,8 +1093,11 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
                                o.connections));
   // As a service's gateways call its replicas: HTTPS, the certificate checked.
   MERIDIAN_RETURN_IF_ERROR(run("gateway, TLS to the replica, 1 conn", gateway_script, gateway_tls->port(), 1));
+  MERIDIAN_RETURN_IF_ERROR(
+      run("site gateway, 1 connection", gateway_script, site_gateway->port(), 1, "/v1/services/bench/v1/predict"));
   const double overhead_ms = runs[1].p50_ms - runs[0].p50_ms;
   const double tls_overhead_ms = runs[5].p50_ms - runs[0].p50_ms;
+  const double site_overhead_ms = runs[6].p50_ms - runs[0].p50_ms;
   const double batching_ratio = runs[3].requests_per_second / std::max(1.0, runs[2].requests_per_second);
   const sv::BatcherStats batches = batched->stats();
   const double mean_batch = batches.batches == 0 ? 0.0 : static_cast<double>(batches.images) / batches.batches;
@@ -1094,6 +1106,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
     nlohmann::json j;
     j["gateway_overhead_p50_ms"] = overhead_ms;
     j["gateway_tls_overhead_p50_ms"] = tls_overhead_ms;
+    j["site_gateway_overhead_p50_ms"] = site_overhead_ms;
     j["batching_ratio"] = batching_ratio;
     j["model"] = {{"hidden", o.hidden}, {"test_accuracy", trained.second.test_accuracy}};
     j["connections"] = o.connections;
@@ -1125,6 +1138,9 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
                      runs[1].p50_ms, runs[0].p50_ms);
   out << fmt::format("  gateway overhead at p50, TLS to the replica: {:.3f} ms (gateway {:.3f} - direct {:.3f})\n",
                      tls_overhead_ms, runs[5].p50_ms, runs[0].p50_ms);
+  out << fmt::format("  gateway overhead at p50, a site's gateway (/v1/services/NAME/): {:.3f} ms (gateway {:.3f} - direct "
+                     "{:.3f})\n",
+                     site_overhead_ms, runs[6].p50_ms, runs[0].p50_ms);
   out << fmt::format("  batching: {:.2f}x the requests/s (batches of {:.1f} images on average, up to {}, waiting up to "
                      "{} us)\n",
                      batching_ratio, mean_batch, o.max_batch, o.max_wait_us);
