@@ -668,6 +668,28 @@ int ConfiguredPort(const fs::path& conf) {
   return 0;
 }
 
+// A site's listener's port: the one it kept (`kept`, 0 for none), else `fixed` in the
+// site's own network namespace, else a free one of `host`.
+StatusOr<int> SitePort(int kept, const std::string& host, bool in_netns, int fixed) {
+  if (kept != 0) return kept;
+  if (in_netns) return fixed;  // the site's namespace is its own
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
+  return probe->port();
+}
+
+// A server certificate of the cluster's CA (dir/tls) for `hosts`, made once: `key` and
+// `cert` are kept, the key 0600.
+Status EnsureSiteCertificate(const fs::path& dir, const std::string& common_name, const std::vector<std::string>& hosts,
+                             const fs::path& key, const fs::path& cert) {
+  if (fs::exists(cert)) return OkStatus();
+  MERIDIAN_ASSIGN_OR_RETURN(std::string ca_cert, ReadSmallFile(dir / "tls" / "ca.crt"));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string ca_key, ReadSmallFile(dir / "tls" / "ca.key"));
+  MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair issued, security::Issue(security::KeyPair{ca_cert, ca_key},
+                                                                      {common_name, hosts, 365 * kDayUs, true}));
+  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(key, issued.key_pem, true));
+  return WritePrivateFile(cert, issued.cert_pem, false);
+}
+
 // The user an edge site's streams have at another edge site's broker.
 std::string PeerBrokerUser(const std::string& site) { return "site-" + site; }
 
@@ -695,13 +717,8 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
     if (ec) return UnavailableError(fmt::format("cannot create {}: {}", d.string(), ec.message()));
     chmod(d.c_str(), 0700);
     const std::string host = netns != nullptr ? netns->sites.at(site.name).second : "127.0.0.1";
-    int port = ConfiguredPort(d / "mosquitto.conf");
-    if (port == 0 && netns != nullptr) {
-      port = 1883;  // the site's namespace is its own
-    } else if (port == 0) {
-      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
-      port = probe->port();
-    }
+    MERIDIAN_ASSIGN_OR_RETURN(const int port,
+                              SitePort(ConfiguredPort(d / "mosquitto.conf"), host, netns != nullptr, 1883));
     // Each other edge site has a user here that may only publish under sites/ITS_NAME/:
     // its streams' summaries (a stream's `sink: {site: ...}`).
     std::vector<std::string> users = {"meridian", "sensors"};
@@ -749,16 +766,8 @@ StatusOr<std::map<std::string, SiteBrokerFiles>> StartBrokers(const fs::path& di
     SiteBrokerFiles files;
     files.password = d / "meridian.password";
     if (!insecure) {
-      if (!fs::exists(d / "broker.crt")) {
-        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_cert, ReadSmallFile(dir / "tls" / "ca.crt"));
-        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_key, ReadSmallFile(dir / "tls" / "ca.key"));
-        std::vector<std::string> hosts = {host, "localhost"};
-        MERIDIAN_ASSIGN_OR_RETURN(
-            security::KeyPair cert,
-            security::Issue(security::KeyPair{ca_cert, ca_key}, {"mqtt:" + site.name, hosts, 365 * kDayUs, true}));
-        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "broker.key", cert.key_pem, true));
-        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(d / "broker.crt", cert.cert_pem, false));
-      }
+      MERIDIAN_RETURN_IF_ERROR(
+          EnsureSiteCertificate(dir, "mqtt:" + site.name, {host, "localhost"}, d / "broker.key", d / "broker.crt"));
       conf += fmt::format("cafile {}\ncertfile {}\nkeyfile {}\ntls_version tlsv1.2\n", (dir / "tls" / "ca.crt").string(),
                           (d / "broker.crt").string(), (d / "broker.key").string());
       files.ca = dir / "tls" / "ca.crt";
@@ -871,13 +880,7 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
   for (const model::Site& site : fleet.fleet.sites) {
     const std::string host = netns != nullptr ? netns->sites.at(site.name).second : "127.0.0.1";
     const fs::path url_file = d / (site.name + ".url");
-    int port = UrlPort(url_file);
-    if (port == 0 && netns != nullptr) {
-      port = 8443;  // the site's namespace is its own
-    } else if (port == 0) {
-      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpListener> probe, TcpListener::Listen(host, 0));
-      port = probe->port();
-    }
+    MERIDIAN_ASSIGN_OR_RETURN(const int port, SitePort(UrlPort(url_file), host, netns != nullptr, 8443));
     Component gateway{"gateway-" + site.name,
                       {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet",
                        (dir / "fleet.yaml").string(), "--listen", fmt::format("{}:{}", host, port), "--token-file",
@@ -886,17 +889,9 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
     if (o.gateways == "autoscale") gateway.argv.push_back("--autoscale");
     if (!o.insecure) {
       const fs::path cert = d / (site.name + ".crt"), key = d / (site.name + ".key");
-      if (!fs::exists(cert)) {
-        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_cert, ReadSmallFile(dir / "tls" / "ca.crt"));
-        MERIDIAN_ASSIGN_OR_RETURN(std::string ca_key, ReadSmallFile(dir / "tls" / "ca.key"));
-        std::vector<std::string> hosts = {host, "localhost"};
-        if (host != "127.0.0.1") hosts.push_back("127.0.0.1");
-        MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair issued,
-                                  security::Issue(security::KeyPair{ca_cert, ca_key},
-                                                  {"gateway:" + site.name, hosts, 365 * kDayUs, true}));
-        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(key, issued.key_pem, true));
-        MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(cert, issued.cert_pem, false));
-      }
+      std::vector<std::string> hosts = {host, "localhost"};
+      if (host != "127.0.0.1") hosts.push_back("127.0.0.1");
+      MERIDIAN_RETURN_IF_ERROR(EnsureSiteCertificate(dir, "gateway:" + site.name, hosts, key, cert));
       gateway.argv.insert(gateway.argv.end(), {"--tls-cert", cert.string(), "--tls-key", key.string()});
     }
     if (netns != nullptr) gateway.argv = netns->In(netns->sites.at(site.name).first, std::move(gateway.argv));

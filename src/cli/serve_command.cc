@@ -148,7 +148,7 @@ class ServiceFollower {
 
   // A gateway of this service alone: until SIGTERM or SIGINT.
   void Run() {
-    while (WaitForTerminationSignalFor(std::min(TickUs(), config_.watch_interval_ms * 1000)) == 0) Tick(NowUs());
+    while (WaitForTerminationSignalFor(TickUs()) == 0) Tick(NowUs());
   }
 
  private:
@@ -554,7 +554,7 @@ class SiteGateway {
       out_ << fmt::format("gateway: routing service {} at /v1/services/{}/ ({} replicas serving{}{})\n", name, name,
                           service->endpoints.size(),
                           standing.region.empty() ? "" : fmt::format("; region {} first", standing.region),
-                          standing.autoscale ? fmt::format(", autoscaling it") : "")
+                          standing.autoscale ? ", autoscaling it" : "")
            << std::flush;
       FollowerConfig config{name, o_.watch_interval_ms, [this](const spec::ServiceSpec& s) { return StandingOf(s); },
                             true};

@@ -713,12 +713,15 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
     return;
   }
   if (req.path == "/v1/gateway" || req.path == "/v1/services") {
-    nlohmann::json services = nlohmann::json::object();
-    for (const auto& [name, r] : routes) services[name] = ViewJson(r->View());
-    if (req.path == "/v1/services") {
-      nlohmann::json names = nlohmann::json::array();
-      for (const auto& [name, r] : routes) names.push_back(name);
-      services = std::move(names);
+    // Each service's view, or its name alone.
+    const bool views = req.path == "/v1/gateway";
+    nlohmann::json services = views ? nlohmann::json::object() : nlohmann::json::array();
+    for (const auto& [name, r] : routes) {
+      if (views) {
+        services[name] = ViewJson(r->View());
+      } else {
+        services.push_back(name);
+      }
     }
     reply->Send(HttpResponse{200, nlohmann::json{{"region", options.region}, {"services", services}}.dump() + "\n"});
     return;
