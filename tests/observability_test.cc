@@ -142,6 +142,10 @@ TEST(ObservabilityTest, MetricsOfTheCoordinatorAndEveryAgentCountWhatAJobDid) {
     EXPECT_EQ(Value(a.body, "meridian_agent_tasks_running"), 0) << node;
     const double ended = Value(a.body, R"(meridian_agent_task_attempts_total{outcome="succeeded"})");
     if (!std::isnan(ended)) attempts += ended;
+    // The reports of what ran here went on the node's session, acknowledged there.
+    if (!std::isnan(ended) && ended > 0) {
+      EXPECT_GE(Value(a.body, R"(meridian_agent_heartbeats_total{over="session"})"), 1) << node << ": " << a.body;
+    }
     if (node == gather_node) {
       EXPECT_EQ(Value(a.body, R"(meridian_agent_fetched_bytes_total{from_site="factory"})"), 6 * (16 << 10)) << a.body;
     }

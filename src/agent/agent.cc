@@ -431,6 +431,7 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   const Reports::Sent sent = reports_.ForHeartbeat(hb);
   const size_t changes = std::min(object_changes_.size(), kMaxObjectChangesPerMessage);
   NetObjectChanges(object_changes_, changes, hb);
+  const std::shared_ptr<rpc::NodeClient> session = stream_client_;
   lock.unlock();
   if (transfer_) {
     for (const auto& [site, c] : transfer_->sent()) {
@@ -443,11 +444,17 @@ StatusOr<bool> Agent::Beat(std::unique_lock<std::mutex>& lock) {
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) hb.load_average = load[0];
   const MonotonicTime sent_at = env_.clock().Now();
-  StatusOr<rpc::NodeClient::HeartbeatAnswer> answer = client_->Heartbeat(hb, options_.rpc_timeout_us);
+  // On the node's session while it is open; else as a call, on the channel Backoff
+  // renews (the session's may wait out gRPC's reconnect backoff after a restart).
+  std::optional<StatusOr<rpc::NodeClient::HeartbeatAnswer>> reported =
+      session ? session->Report(hb, options_.rpc_timeout_us) : std::nullopt;
+  StatusOr<rpc::NodeClient::HeartbeatAnswer> answer =
+      reported ? std::move(*reported) : client_->Heartbeat(hb, options_.rpc_timeout_us);
   heartbeat_latency_.ObserveUs(env_.clock().Now().us - sent_at.us);
   lock.lock();
   connected_ = answer.ok();
   if (!answer.ok()) return answer.status();
+  ++heartbeats_[answer->on_session ? 1 : 0];
   // A larger fleet: the coordinator asks for fewer heartbeats.
   if (answer->interval_us > 0) heartbeat_interval_us_ = answer->interval_us;
   if (!answer->reregister) {
@@ -620,6 +627,10 @@ void Agent::WriteMetrics(http::Exposition& out) {
   out.Family("meridian_agent_pending_reports", "gauge", "Task reports not yet acknowledged by the coordinator.");
   out.Sample("meridian_agent_pending_reports", node, static_cast<double>(reports_.size()));
   heartbeat_latency_.Write(out, "meridian_agent_heartbeat_seconds", "Round trip of one heartbeat to the coordinator.");
+  out.Family("meridian_agent_heartbeats_total", "counter",
+             "Heartbeats the coordinator answered: on the node's session, or as calls of their own (no session open).");
+  out.Sample("meridian_agent_heartbeats_total", with("over", "session"), static_cast<double>(heartbeats_[1]));
+  out.Sample("meridian_agent_heartbeats_total", with("over", "call"), static_cast<double>(heartbeats_[0]));
   out.Family("meridian_agent_objects", "gauge", "Objects this node's store holds.");
   out.Sample("meridian_agent_objects", node, static_cast<double>(store.objects));
   out.Family("meridian_agent_object_bytes", "gauge", "Bytes of objects this node holds, in memory or only on disk.");

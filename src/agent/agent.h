@@ -161,6 +161,7 @@ class Agent {
   // Metrics, under mu_ (the histogram without).
   bool connected_ = false;                           // the last registration or heartbeat was answered
   std::map<std::string, uint64_t> attempts_ended_;   // by outcome
+  uint64_t heartbeats_[2] = {0, 0};                  // answered: as calls, on the session
   std::map<std::string, std::pair<int64_t, double>> fetched_;  // from site: bytes, seconds
   http::LatencyHistogram heartbeat_latency_;         // a heartbeat's round trip
 };

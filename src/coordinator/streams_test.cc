@@ -13,6 +13,8 @@
 
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_test_util.h"
+#include "rpc/node_client.h"
+#include "rpc/server.h"
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::coordinator {
@@ -320,6 +322,100 @@ TEST_F(CoordinatorTest, AWatchOfACancelledJobIsPushedItsEndAndClosed) {
   EXPECT_TRUE(watch->closed());
   EXPECT_TRUE(watch->close_status().ok());
   EXPECT_EQ(watch->pushed().back().job.status, model::JobStatus::kCancelled);
+}
+
+// Over real gRPC on loopback: an agent's session carries its assignments one way and
+// its reports (heartbeats) the other, each acknowledged there once applied; a report
+// of another session ends the session with why; with no session open a heartbeat goes
+// as a call of its own.
+TEST_F(CoordinatorTest, ReportsGoOnTheNodesSessionAndAreAcknowledgedThere) {
+  Start();
+  rpc::ServerSecurity insecure;
+  insecure.insecure = true;
+  StatusOr<std::unique_ptr<rpc::Server>> server =
+      rpc::Server::Start("127.0.0.1:0", *coord_, *coord_, *coord_, *coord_, *coord_, insecure);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  rpc::NodeClient client(fmt::format("127.0.0.1:{}", (*server)->port()));
+  StatusOr<model::RegistrationReply> node = client.Register(Node("n1"), 5'000'000);
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+
+  std::mutex mu;
+  std::vector<model::TaskAssignment> assigned;
+  Status ended = OkStatus();
+  auto open_session = [&] {
+    return std::thread([&] {
+      Status s = client.StreamAssignments(node->node_id, node->session, 30'000'000, [&](model::AssignmentBatch b) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (model::TaskAssignment& a : b.assignments) assigned.push_back(std::move(a));
+      });
+      std::lock_guard<std::mutex> lock(mu);
+      ended = s;
+    });
+  };
+  auto assigned_count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return assigned.size();
+  };
+  std::thread session = open_session();
+  // The session is open once the coordinator pushes to it.
+  auto job = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  for (int i = 0; i < 500 && assigned_count() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(assigned_count(), 1u);
+
+  model::AgentHeartbeat hb;
+  hb.node_id = node->node_id;
+  hb.session = node->session;
+  hb.updates = {Done(assigned[0].key, "out")};
+  std::optional<StatusOr<rpc::NodeClient::HeartbeatAnswer>> reported = client.Report(hb, 5'000'000);
+  ASSERT_TRUE(reported.has_value());
+  StatusOr<rpc::NodeClient::HeartbeatAnswer> answer = *reported;
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_TRUE(answer->on_session);
+  EXPECT_FALSE(answer->reregister);
+  EXPECT_EQ(answer->interval_us, 20'000);
+  // Acknowledged: applied and stored.
+  EXPECT_EQ(coord_->GetJob(job->job_id, 0, 10)->summary.job.status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(coord_->GetJob(job->job_id, 0, 10)->tasks.at(0).record.output, "out");
+
+  // A report of another session on this one: the session ends, saying why, with the
+  // report unacknowledged; as a call, the session's being unknown asks the agent to
+  // register again.
+  model::AgentHeartbeat stale = hb;
+  stale.session = node->session + 1;
+  stale.updates.clear();
+  EXPECT_FALSE(client.Report(stale, 5'000'000).has_value());
+  answer = client.Heartbeat(stale, 5'000'000);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_FALSE(answer->on_session);
+  EXPECT_TRUE(answer->reregister);
+  session.join();
+  EXPECT_EQ(ended.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ended.message(), fmt::format("a report of node id {} session {} on the session of node id {} session {}",
+                                         node->node_id, node->session + 1, node->node_id, node->session));
+
+  // No session open: no report on one; a call; a session opened again carries them again.
+  hb.updates.clear();
+  EXPECT_FALSE(client.Report(hb, 5'000'000).has_value());
+  answer = client.Heartbeat(hb, 5'000'000);
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  EXPECT_FALSE(answer->on_session);
+  EXPECT_FALSE(answer->reregister);
+  session = open_session();
+  auto second = coord_->Submit("name: two\ntasks:\n  - {name: t, kernel: noop}\n", "two.yaml", "");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (int i = 0; i < 500 && assigned_count() == 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(assigned_count(), 2u);
+  hb.updates = {Done(assigned[1].key, "")};
+  reported = client.Report(hb, 5'000'000);
+  ASSERT_TRUE(reported.has_value());
+  ASSERT_TRUE(reported->ok()) << reported->status().ToString();
+  EXPECT_TRUE((*reported)->on_session);
+  EXPECT_EQ(coord_->GetJob(second->job_id, 0, 10)->summary.job.status, model::JobStatus::kSucceeded);
+  client.CancelStream();
+  session.join();
+  EXPECT_EQ(ended.code(), StatusCode::kCancelled);
+  (*server)->Shutdown();
 }
 
 }  // namespace

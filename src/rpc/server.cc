@@ -154,12 +154,12 @@ class PushStream;
 
 // A server stream written by pushes (StreamSink): an item pushed is written at once
 // from the pushing thread, or, while a write is in flight, folded into the next one.
-// Shared by the pusher and the stream's reactor, so it outlives whichever ends first;
-// the reactor is used only until Finish.
-template <typename T, typename Proto>
+// Shared by the pusher and the stream's reactor (`Reactor`: its StartWrite and
+// Finish), so it outlives whichever ends first; the reactor is used only until Finish.
+template <typename T, typename Proto, typename Reactor = PushStream<T, Proto>>
 class PushSink final : public StreamSink<T> {
  public:
-  explicit PushSink(PushStream<T, Proto>* reactor) : reactor_(reactor) {}
+  explicit PushSink(Reactor* reactor) : reactor_(reactor) {}
 
   bool Push(T& item) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -222,7 +222,7 @@ class PushSink final : public StreamSink<T> {
   }
 
   mutable std::mutex mu_;
-  PushStream<T, Proto>* const reactor_;
+  Reactor* const reactor_;
   std::optional<T> pending_;
   bool writing_ = false;   // a write in flight (out_ is its message)
   bool closing_ = false;   // takes nothing more; finishes once pending_ is written
@@ -251,7 +251,6 @@ class PushStream final : public grpc::ServerWriteReactor<Proto> {
   const std::shared_ptr<PushSink<T, Proto>> sink_;
 };
 
-using AssignmentStream = PushStream<model::AssignmentBatch, v1::AssignmentBatch>;
 using WatchStream = PushStream<model::JobSummary, v1::JobInfo>;
 using SubmitStream = PushStream<SubmitProgress, v1::SubmitProgress>;
 
@@ -274,6 +273,39 @@ class SubmitWatchSink final : public JobWatchSink {
  private:
   const std::shared_ptr<PushSink<SubmitProgress, v1::SubmitProgress>> stream_;
 };
+
+// What a node's session carries to it: assignments, and the acknowledgement of the
+// newest report applied. Reports are applied in order and a failed one ends the
+// session, so an acknowledgement answers every report up to its number: one folded
+// away is answered by the next.
+struct ReportAck {
+  uint64_t seq = 0;
+  bool reregister = false;
+  int64_t interval_us = 0;
+};
+struct SessionOut {
+  std::optional<model::AssignmentBatch> batch;
+  std::optional<ReportAck> ack;
+};
+void Fold(SessionOut&& from, SessionOut& into) {
+  if (from.batch) {
+    if (into.batch) {
+      Fold(std::move(*from.batch), *into.batch);
+    } else {
+      into.batch = std::move(from.batch);
+    }
+  }
+  if (from.ack) into.ack = from.ack;
+}
+void ToProto(const SessionOut& o, v1::CoordinatorMessage* out) {
+  if (o.batch) ToProto(*o.batch, out->mutable_batch());
+  if (o.ack) {
+    v1::ReportAck* a = out->mutable_ack();
+    a->set_seq(o.ack->seq);
+    a->set_reregister(o.ack->reregister);
+    a->set_heartbeat_interval_us(o.ack->interval_us);
+  }
+}
 
 // SubmitAndWatch's workers, for jobs too large to store on a callback thread, and how
 // many such submissions may wait for one (each holds its spec, up to 16 MiB).
@@ -570,7 +602,7 @@ namespace {
 // synchronous handlers.
 class NodeServiceImpl final
     : public v1::NodeService::WithCallbackMethod_Heartbeat<
-          v1::NodeService::WithCallbackMethod_Assignments<v1::NodeService::Service>> {
+          v1::NodeService::WithCallbackMethod_Session<v1::NodeService::Service>> {
  public:
   NodeServiceImpl(NodeApi& api, AuthApi& auth, const Gate& gate, const std::atomic<bool>& stopping,
                   StreamRegistry& streams)
@@ -613,17 +645,9 @@ class NodeServiceImpl final
     return ToGrpc(api_.Leave(req->node_id(), req->session()));
   }
 
-  grpc::ServerWriteReactor<v1::AssignmentBatch>* Assignments(grpc::CallbackServerContext* ctx,
-                                                              const v1::AssignmentsRequest* req) override {
-    Status admitted = Admitted(ctx, req->node_id());
-    if (admitted.ok() && stopping_.load()) admitted = UnavailableError("the coordinator is shutting down");
-    if (!admitted.ok()) return AssignmentStream::Refused(admitted);
-    auto* stream = new AssignmentStream();
-    streams_.Add(stream->sink());
-    if (Status s = api_.ConnectAssignments(req->node_id(), req->session(), stream->sink()); !s.ok()) {
-      stream->sink()->End(ToGrpc(s), true);
-    }
-    return stream;
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext* ctx) override {
+    return new SessionStream(*this, ctx);
   }
 
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -655,12 +679,105 @@ class NodeServiceImpl final
     return grpc::Status::OK;
   }
 
-  // Whether a node's certificate may open node `node_id`'s stream (logged if not).
+  // A node's session: its first message opens the assignment stream of the node and
+  // session it names (admitted once, for that node only); each later message is a
+  // report of that node and session, applied as a Heartbeat and acknowledged on the
+  // stream once durable. Reports are read one at a time, each on a gRPC callback
+  // thread as a unary Heartbeat is: the next is read once the last is applied. Any
+  // refusal ends the session with it.
+  class SessionStream final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::CoordinatorMessage> {
+   public:
+    using Sink = PushSink<SessionOut, v1::CoordinatorMessage, SessionStream>;
+    SessionStream(NodeServiceImpl& service, grpc::CallbackServerContext* ctx)
+        : service_(service), ctx_(ctx), sink_(std::make_shared<Sink>(this)) {
+      StartRead(&in_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {  // the agent closed its side or went away: what is pending is written
+        sink_->End(grpc::Status::OK, false);
+        return;
+      }
+      if (Status s = opened_ ? Report() : Open(); !s.ok()) {
+        sink_->End(ToGrpc(s), false);
+        return;
+      }
+      in_.Clear();
+      StartRead(&in_);
+    }
+    void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
+    void OnCancel() override { sink_->End(grpc::Status(grpc::StatusCode::CANCELLED, "the agent went away"), true); }
+    void OnDone() override { delete this; }
+
+   private:
+    // The coordinator's pushes of assignments, as this session's messages.
+    class Assignments final : public AssignmentSink {
+     public:
+      explicit Assignments(std::shared_ptr<Sink> session) : session_(std::move(session)) {}
+      bool Push(model::AssignmentBatch& batch) override {
+        SessionOut out;
+        out.batch = std::move(batch);
+        if (session_->Push(out)) return true;
+        batch = std::move(*out.batch);
+        return false;
+      }
+      void Close(const Status& status) override { session_->Close(status); }
+      bool open() const override { return session_->open(); }
+
+     private:
+      const std::shared_ptr<Sink> session_;
+    };
+
+    Status Open() {
+      if (in_.kind_case() != v1::AgentMessage::kOpen) {
+        return InvalidArgumentError("a session's first message opens it, naming its node and session");
+      }
+      node_id_ = in_.open().node_id();
+      session_ = in_.open().session();
+      MERIDIAN_RETURN_IF_ERROR(service_.Admitted(ctx_, node_id_));
+      if (service_.stopping_.load()) return UnavailableError("the coordinator is shutting down");
+      opened_ = true;
+      service_.streams_.Add(sink_);
+      return service_.api_.ConnectAssignments(node_id_, session_, std::make_shared<Assignments>(sink_));
+    }
+    Status Report() {
+      if (in_.kind_case() != v1::AgentMessage::kReport) {
+        return InvalidArgumentError("a session is opened once: each later message is a report");
+      }
+      const v1::HeartbeatRequest& report = in_.report();
+      if (report.node_id() != node_id_ || report.session() != session_) {
+        Status s = FailedPreconditionError(fmt::format("a report of node id {} session {} on the session of node id {} session {}",
+                                                       report.node_id(), report.session(), node_id_, session_));
+        service_.gate_.Refused(ctx_, "NodeService.Session", s);
+        return s;
+      }
+      StatusOr<bool> reregister = service_.api_.Heartbeat(FromProto(report));
+      if (!reregister.ok()) {
+        if (reregister.status().code() == StatusCode::kPermissionDenied) {
+          service_.gate_.Refused(ctx_, "NodeService.Session", reregister.status());
+        }
+        return reregister.status();
+      }
+      SessionOut out;
+      out.ack = ReportAck{in_.seq(), *reregister, service_.api_.HeartbeatIntervalUs()};
+      sink_->Push(out);  // false: the session is ending; the agent reports again on its next
+      return OkStatus();
+    }
+
+    NodeServiceImpl& service_;
+    grpc::CallbackServerContext* const ctx_;
+    const std::shared_ptr<Sink> sink_;
+    v1::AgentMessage in_;
+    bool opened_ = false;
+    uint32_t node_id_ = 0;
+    uint64_t session_ = 0;
+  };
+
+  // Whether a node's certificate may open node `node_id`'s session (logged if not).
   Status Admitted(grpc::CallbackServerContext* ctx, uint32_t node_id) {
-    StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kNode, "NodeService.Assignments");
+    StatusOr<model::Caller> caller = gate_.Admit(ctx, Need::kNode, "NodeService.Session");
     if (!caller.ok()) return caller.status();
     if (Status own = OwnNode(*caller, node_id); !own.ok()) {
-      gate_.Refused(ctx, "NodeService.Assignments", own);
+      gate_.Refused(ctx, "NodeService.Session", own);
       return FailedPreconditionError(own.message() + "; register again");
     }
     return OkStatus();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,14 @@ int64_t NowUs() {
 
 class StreamReactor;
 
+// A heartbeat sent on the agent's session, until its acknowledgement.
+struct ReportOnSession {
+  v1::HeartbeatRequest req;
+  uint64_t seq = 0;
+  int64_t sent_us = 0;
+  int64_t due_us = 0;  // 0: not the periodic one
+};
+
 }  // namespace
 
 struct SimAgents::Agent {
@@ -46,6 +55,8 @@ struct SimAgents::Agent {
   int64_t reopen_at_us = 0;
   std::vector<v1::TaskKey> done;  // to report
   bool beating = false;           // a heartbeat in flight
+  // The heartbeat in flight on the session (unset: none, or one sent as a call).
+  std::optional<ReportOnSession> reported;
   bool need_register = false;
   bool registering = false;       // an asynchronous registration in flight
   StreamReactor* stream = nullptr;
@@ -59,28 +70,60 @@ struct SimAgents::Agent {
   void RegisterAgainLocked();
   void OpenStreamLocked();
   void OnBatch(const v1::AssignmentBatch& batch);
+  // A report's acknowledgement on the session.
+  void Acked(const v1::ReportAck& ack);
   void StreamEnded(StreamReactor* reactor, const grpc::Status& status);
-  // Sends a heartbeat with the reports waiting; `due`: the periodic one.
+  // Sends a heartbeat with the reports waiting, on the session while it is open; `due`:
+  // the periodic one.
   void BeatLocked(bool due);
+  // A heartbeat answered (on the session or as a call).
+  void AnsweredLocked(const v1::HeartbeatRequest& req, int64_t sent_us, int64_t due_us, int64_t interval,
+                      bool reregister);
+  uint64_t next_seq = 1;
 };
 
 namespace {
 
-// The agent's assignment stream: reads until the coordinator or Stop ends it.
-class StreamReactor final : public grpc::ClientReadReactor<v1::AssignmentBatch> {
+// The agent's session: reads assignments and acknowledgements until the coordinator
+// or Stop ends it, and writes its opening, then reports (one at a time: a report
+// given while a write is in flight waits for it). Its writing state is the agent's,
+// under the agent's mutex.
+class StreamReactor final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::CoordinatorMessage> {
  public:
+  // With the agent's mutex held.
   explicit StreamReactor(SimAgents::Agent* agent) : agent_(agent) {
-    req_.set_node_id(agent->node_id);
-    req_.set_session(agent->session);
-    agent->stub->async()->Assignments(&ctx_, &req_, this);
-    StartRead(&batch_);
+    agent->stub->async()->Session(&ctx_, this);
+    v1::AgentMessage open;
+    open.mutable_open()->set_node_id(agent->node_id);
+    open.mutable_open()->set_session(agent->session);
+    WriteLocked(std::move(open));
+    StartRead(&in_);
     StartCall();
+  }
+  // With the agent's mutex held.
+  void WriteLocked(v1::AgentMessage msg) {
+    if (writing_) {
+      waiting_ = std::move(msg);
+      return;
+    }
+    out_ = std::move(msg);
+    writing_ = true;
+    StartWrite(&out_);
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(agent_->mu);
+    writing_ = false;
+    if (ok && waiting_) {
+      WriteLocked(std::move(*waiting_));
+      waiting_.reset();
+    }
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    agent_->OnBatch(batch_);
-    batch_.Clear();
-    StartRead(&batch_);
+    if (in_.has_batch()) agent_->OnBatch(in_.batch());
+    if (in_.has_ack()) agent_->Acked(in_.ack());
+    in_.Clear();
+    StartRead(&in_);
   }
   void OnDone(const grpc::Status& status) override {
     agent_->StreamEnded(this, status);
@@ -91,8 +134,10 @@ class StreamReactor final : public grpc::ClientReadReactor<v1::AssignmentBatch> 
  private:
   SimAgents::Agent* agent_;
   grpc::ClientContext ctx_;
-  v1::AssignmentsRequest req_;
-  v1::AssignmentBatch batch_;
+  v1::CoordinatorMessage in_;
+  v1::AgentMessage out_;                     // the write in flight
+  std::optional<v1::AgentMessage> waiting_;  // the next
+  bool writing_ = false;
 };
 
 struct HeartbeatCall {
@@ -179,6 +224,12 @@ void SimAgents::Agent::OnBatch(const v1::AssignmentBatch& batch) {
 void SimAgents::Agent::StreamEnded(StreamReactor* reactor, const grpc::Status& status) {
   std::lock_guard<std::mutex> lock(mu);
   if (stream == reactor) stream = nullptr;
+  if (reported) {
+    // Unacknowledged: its reports go again, on the next session or as a call.
+    for (const v1::TaskUpdate& u : reported->req.updates()) done.push_back(u.key());
+    reported.reset();
+    beating = false;
+  }
   if (stopping->load()) return;
   ++stats.stream_ends;
   if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) need_register = true;
@@ -199,28 +250,51 @@ void SimAgents::Agent::BeatLocked(bool due) {
   call->sent_us = NowUs();
   call->due_us = due ? std::min(next_beat_us, call->sent_us) : 0;
   beating = true;
+  if (stream != nullptr) {
+    v1::AgentMessage msg;
+    msg.set_seq(next_seq);
+    *msg.mutable_report() = call->req;
+    reported = ReportOnSession{std::move(call->req), next_seq++, call->sent_us, call->due_us};
+    delete call;
+    stream->WriteLocked(std::move(msg));
+    return;
+  }
   SetDeadline(call->ctx, kCallTimeoutUs);
   stub->async()->Heartbeat(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
     std::lock_guard<std::mutex> lock(mu);
-    const int64_t now = NowUs();
-    beating = false;
-    next_beat_us = now + interval_us;
     if (s.ok()) {
-      ++stats.heartbeats;
-      if (call->req.updates_size() == 0) stats.idle_heartbeat_us.push_back(now - call->sent_us);
-      if (call->due_us > 0) stats.heartbeat_lag_us.push_back(now - call->due_us);
-      if (call->resp.heartbeat_interval_us() > 0) interval_us = HeartbeatIntervalFromWire(call->resp.heartbeat_interval_us());
-      next_beat_us = now + interval_us;
-      if (call->resp.reregister()) {
-        need_register = true;
-      }
+      AnsweredLocked(call->req, call->sent_us, call->due_us, call->resp.heartbeat_interval_us(),
+                     call->resp.reregister());
     } else {
+      beating = false;
+      next_beat_us = NowUs() + interval_us;
       ++stats.heartbeat_errors;
       for (const v1::TaskUpdate& u : call->req.updates()) done.push_back(u.key());
     }
     delete call;
     if (!done.empty() && !need_register && !stopping->load()) BeatLocked(false);
   });
+}
+
+void SimAgents::Agent::Acked(const v1::ReportAck& ack) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!reported || ack.seq() < reported->seq) return;
+  const ReportOnSession r = std::move(*reported);
+  reported.reset();
+  AnsweredLocked(r.req, r.sent_us, r.due_us, ack.heartbeat_interval_us(), ack.reregister());
+  if (!done.empty() && !need_register && !stopping->load()) BeatLocked(false);
+}
+
+void SimAgents::Agent::AnsweredLocked(const v1::HeartbeatRequest& req, int64_t sent_us, int64_t due_us,
+                                      int64_t interval, bool reregister) {
+  const int64_t now = NowUs();
+  beating = false;
+  ++stats.heartbeats;
+  if (req.updates_size() == 0) stats.idle_heartbeat_us.push_back(now - sent_us);
+  if (due_us > 0) stats.heartbeat_lag_us.push_back(now - due_us);
+  if (interval > 0) interval_us = HeartbeatIntervalFromWire(interval);
+  next_beat_us = now + interval_us;
+  if (reregister) need_register = true;
 }
 
 void SimAgentsStats::Add(const SimAgentsStats& other) {
