@@ -159,7 +159,12 @@ class PushStream;
 template <typename T, typename Proto, typename Reactor = PushStream<T, Proto>>
 class PushSink final : public StreamSink<T> {
  public:
-  explicit PushSink(Reactor* reactor) : reactor_(reactor) {}
+  explicit PushSink(Reactor* reactor) : reactor_(reactor) {
+    // Publishes the fields to whoever takes the lock next. The sink may first be used
+    // on another thread than this one, ordered after it by gRPC's internals only, which
+    // ThreadSanitizer does not see (it reported the first use as a race).
+    std::lock_guard<std::mutex> lock(mu_);
+  }
 
   bool Push(T& item) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -690,9 +695,12 @@ class NodeServiceImpl final
     using Sink = PushSink<SessionOut, v1::CoordinatorMessage, SessionStream>;
     SessionStream(NodeServiceImpl& service, grpc::CallbackServerContext* ctx)
         : service_(service), ctx_(ctx), sink_(std::make_shared<Sink>(this)) {
+      std::lock_guard<std::mutex> lock(mu_);  // publishes the fields (PushSink's constructor says why)
       StartRead(&in_);
     }
     void OnReadDone(bool ok) override {
+      // Reads are one at a time, but each may be answered on another thread.
+      std::lock_guard<std::mutex> lock(mu_);
       if (!ok) {  // the agent closed its side or went away: what is pending is written
         sink_->End(grpc::Status::OK, false);
         return;
@@ -766,6 +774,7 @@ class NodeServiceImpl final
     NodeServiceImpl& service_;
     grpc::CallbackServerContext* const ctx_;
     const std::shared_ptr<Sink> sink_;
+    std::mutex mu_;  // held by each read's reaction, for what follows
     v1::AgentMessage in_;
     bool opened_ = false;
     uint32_t node_id_ = 0;
