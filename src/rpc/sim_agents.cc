@@ -237,28 +237,32 @@ void SimAgents::Agent::StreamEnded(StreamReactor* reactor, const grpc::Status& s
 }
 
 void SimAgents::Agent::BeatLocked(bool due) {
-  auto* call = new HeartbeatCall;
-  call->req.set_node_id(node_id);
-  call->req.set_session(session);
+  ReportOnSession r;
+  r.req.set_node_id(node_id);
+  r.req.set_session(session);
   const size_t n = std::min(done.size(), kMaxReportsPerBeat);
   for (size_t i = 0; i < n; ++i) {
-    v1::TaskUpdate* u = call->req.add_updates();
+    v1::TaskUpdate* u = r.req.add_updates();
     *u->mutable_key() = done[i];
     u->set_state(v1::TaskUpdate::SUCCEEDED);
   }
   done.erase(done.begin(), done.begin() + static_cast<std::ptrdiff_t>(n));
-  call->sent_us = NowUs();
-  call->due_us = due ? std::min(next_beat_us, call->sent_us) : 0;
+  r.sent_us = NowUs();
+  r.due_us = due ? std::min(next_beat_us, r.sent_us) : 0;
   beating = true;
   if (stream != nullptr) {
+    r.seq = next_seq++;
     v1::AgentMessage msg;
-    msg.set_seq(next_seq);
-    *msg.mutable_report() = call->req;
-    reported = ReportOnSession{std::move(call->req), next_seq++, call->sent_us, call->due_us};
-    delete call;
+    msg.set_seq(r.seq);
+    *msg.mutable_report() = r.req;  // kept: sent again if the session ends first
+    reported = std::move(r);
     stream->WriteLocked(std::move(msg));
     return;
   }
+  auto* call = new HeartbeatCall;
+  call->req = std::move(r.req);
+  call->sent_us = r.sent_us;
+  call->due_us = r.due_us;
   SetDeadline(call->ctx, kCallTimeoutUs);
   stub->async()->Heartbeat(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
     std::lock_guard<std::mutex> lock(mu);
