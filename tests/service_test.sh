@@ -37,8 +37,24 @@ D=(--dir "$cluster")
 . tests/process_lib.sh  # check, pids, start_listening, stop_started
 . tests/serving/lib.sh  # serving, wait_serving: where the digits service runs
 finish() {
+  if [ "$fail" -ne 0 ]; then
+    # The jobs, and the newest few's states and output, while the coordinator still answers.
+    echo "--- meridian jobs"; "$bin" jobs --limit 12 "${D[@]}" 2>&1
+    for j in $("$bin" jobs --limit 4 --json "${D[@]}" 2>/dev/null | $py -c '
+import json, sys
+print(*[j["id"] for j in json.load(sys.stdin)])' 2>/dev/null); do
+      echo "--- meridian job get $j"; "$bin" job get "$j" "${D[@]}" 2>&1 | tail -n 15
+      echo "--- meridian job logs $j"; "$bin" job logs "$j" "${D[@]}" 2>&1 | tail -n 20
+    done
+  fi
   "$bin" down "${D[@]}" >/dev/null 2>&1
   if [ "$fail" -ne 0 ]; then
+    # The cluster's own processes: a sanitizer's report (a process it halted), else their last lines.
+    for f in "$cluster"/logs/*.log; do
+      [ -f "$f" ] || continue
+      if grep -q "Sanitizer" "$f"; then echo "--- $f"; grep -A 40 -m 1 "Sanitizer" "$f"
+      else echo "--- $f"; tail -n 8 "$f"; fi
+    done
     for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 30 "$f"; }; done
   fi
   stop_started
