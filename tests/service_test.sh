@@ -420,7 +420,7 @@ start_listening "$tmp/gw-files.log" "$bin" gateway --service files --region us-e
 files=$port
 wait_gateway_set "$files" "us-east:up" 20
 code=$(curl -s -o "$tmp/env.txt" -w "%{http_code}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$files/env.txt")
-[ "$code" = 200 ] && grep -q "^PORT=[0-9]" "$tmp/env.txt" && ! grep -q "REPLICA_TOKEN\|SERVICE_COMMAND\|$ct" "$tmp/env.txt" &&
+[ "$code" = 200 ] && grep -q "^PORT=[0-9]" "$tmp/env.txt" && ! grep -q "REPLICA_TOKEN\|SERVICE_COMMAND\|SERVICE_CLIENT_TOKEN\|$ct" "$tmp/env.txt" &&
   ok "the command answers through the gateway; its environment has PORT, not the replicas' token" ||
   bad "env.txt: $code $(head -c 300 "$tmp/env.txt")"
 # The replica speaks HTTPS only, as files.service.meridian, with the service's own CA.

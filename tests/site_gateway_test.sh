@@ -5,7 +5,8 @@
 #  1. each listens on HTTPS with a certificate of the cluster's CA, asks for the token in
 #     DIR/gateways/client.token, and answers a service that does not run with a clear 404;
 #  2. two services at once (the digits model in both regions, a command in us-east): each
-#     at /v1/services/NAME/, a site's own region first;
+#     at /v1/services/NAME/, a site's own region first; each service's clients' token
+#     (meridian service token NAME) calls it and no other;
 #  3. autoscaling: 10 connections at eu-west's gateway scale eu-west's replicas to the
 #     spec's max (3) with no request failing; the load gone, they drain to 1; us-east's
 #     gateway scales no eu-west replica (one gateway scales each region);
@@ -97,6 +98,29 @@ done
   ok "files at /v1/services/files/: eu-west's gateway sends to its one replica, in us-east" || bad "files: $code"
 list=$(curl -s "${ca[@]}" "${auth[@]}" "$eu/v1/services")
 [ "$list" = '{"region":"eu-west","services":["digits","files"]}' ] && ok "GET /v1/services lists both" || bad "list: $list"
+! grep -q "SERVICE_CLIENT_TOKEN\|REPLICA_TOKEN" "$tmp/env.txt" && ok "files' command sees neither token" ||
+  bad "env.txt: $(grep TOKEN "$tmp/env.txt")"
+# Each service's own clients' token: that service at every site's gateway, no other, not the lists.
+check "service token digits" 0 "" "$bin" service token digits "${D[@]}"
+dt=$(cat "$tmp/out")
+[ ${#dt} -eq 64 ] && [ "$dt" != "$ct" ] && ok "digits' clients' token: its own, 32 random bytes" || bad "token: '$dt'"
+check "service token files --json" 0 "" "$bin" service token files --json "${D[@]}"
+ft=$($py -c 'import json, sys; j = json.load(sys.stdin); assert j["service"] == "files"; print(j["token"])' <"$tmp/out")
+[ ${#ft} -eq 64 ] && [ "$ft" != "$dt" ] && ok "files' clients' token: another" || bad "files' token: '$ft'"
+check "service token of no service" 2 "no service 'nope' runs" "$bin" service token nope "${D[@]}"
+dauth=(-H "Authorization: Bearer $dt")
+for g in "$eu" "$us"; do
+  code=$(curl -s "${ca[@]}" "${dauth[@]}" -o "$tmp/body" -w "%{http_code}" -d "$body" "$g/v1/services/digits/v1/predict")
+  [ "$code" = 200 ] && grep -qF '"predictions"' "$tmp/body" && ok "digits' token calls digits at $g" ||
+    bad "digits' token at $g: $code $(cat "$tmp/body")"
+done
+code=$(curl -s "${ca[@]}" "${dauth[@]}" -o "$tmp/body" -w "%{http_code}" "$eu/v1/services/files/env.txt")
+[ "$code" = 401 ] && [ "$(cat "$tmp/body")" = '{"error":"the bearer token is not this service'"'"'s"}' ] &&
+  ok "digits' token does not call files: 401" || bad "digits' token on files: $code $(cat "$tmp/body")"
+code=$(curl -s "${ca[@]}" -H "Authorization: Bearer $ft" -o /dev/null -w "%{http_code}" "$eu/v1/services/files/env.txt")
+codes="$code $(curl -s "${ca[@]}" "${dauth[@]}" -o /dev/null -w "%{http_code}" "$eu/v1/services")"
+codes="$codes $(curl -s "${ca[@]}" "${dauth[@]}" -o /dev/null -w "%{http_code}" "$eu/v1/gateway")"
+[ "$codes" = "200 401 401" ] && ok "files' token calls files; a service's token lists nothing" || bad "codes: $codes"
 
 # 3. Autoscaling by the site gateways: eu-west's 10 connections.
 cat >"$tmp/post.lua" <<EOF

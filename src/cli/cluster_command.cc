@@ -1104,8 +1104,10 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
                        o.gateways == "autoscale" ? "" : " (not autoscaling)");
   }
   if (!gateways.empty()) {
-    out << fmt::format("(the gateways' clients present the token in {}/gateways/client.token{})\n", dir.string(),
-                       o.insecure ? "" : fmt::format("; their certificates are of {}/tls/ca.crt", dir.string()));
+    out << fmt::format("(a service's clients present its token, `meridian service token NAME`; {}/gateways/client.token "
+                       "calls every service{})\n",
+                       dir.string(),
+                       o.insecure ? "" : fmt::format("; the gateways' certificates are of {}/tls/ca.crt", dir.string()));
   }
   out << "\n";
   PrintCluster(nodes, out);

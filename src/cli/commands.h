@@ -304,6 +304,9 @@ struct ServiceOptions {
   bool json = false;
 };
 Status RunServiceGet(const ServiceOptions& options, std::ostream& out);
+// The service's clients' token at the sites' gateways (ReplicaSecrets::client_token):
+// whoever may read the service's jobs (its tenant, an admin) may hand it out.
+Status RunServiceToken(const ServiceOptions& options, std::ostream& out);
 Status RunServiceDelete(const ServiceOptions& options, std::ostream& out);
 struct ServiceScaleOptions {
   ClusterTarget target;

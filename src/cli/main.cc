@@ -667,16 +667,19 @@ int main(int argc, char** argv) {
   CLI::App* services_cmd = app.add_subcommand("services", "List the services that run, by region");
   add_target(services_cmd, services.target);
   services_cmd->add_flag("--json", services.json, "Print JSON for scripts");
-  CLI::App* service_cmd = app.add_subcommand("service", "One service: get, scale, delete");
+  CLI::App* service_cmd = app.add_subcommand("service", "One service: get, token, scale, delete");
   service_cmd->require_subcommand(1);
   cli::ServiceOptions service;
   CLI::App* service_get_cmd = service_cmd->add_subcommand("get", "A service's replicas: where they run, their endpoints");
+  CLI::App* service_token_cmd = service_cmd->add_subcommand(
+      "token", "The service's clients' token: it calls this service, and no other, at the sites' gateways");
   CLI::App* service_delete_cmd = service_cmd->add_subcommand("delete", "End a service: cancel its replica jobs");
-  for (CLI::App* cmd : {service_get_cmd, service_delete_cmd}) {
+  for (CLI::App* cmd : {service_get_cmd, service_token_cmd, service_delete_cmd}) {
     cmd->add_option("name", service.name, "The service")->required();
     add_target(cmd, service.target);
   }
   service_get_cmd->add_flag("--json", service.json, "Print JSON for scripts");
+  service_token_cmd->add_flag("--json", service.json, "Print JSON for scripts");
   cli::ServiceScaleOptions service_scale;
   CLI::App* service_scale_cmd =
       service_cmd->add_subcommand("scale", "Set a region's replicas (within its min and max)");
@@ -823,6 +826,8 @@ int main(int argc, char** argv) {
     status = cli::RunServices(services, std::cout);
   } else if (service_get_cmd->parsed()) {
     status = cli::RunServiceGet(service, std::cout);
+  } else if (service_token_cmd->parsed()) {
+    status = cli::RunServiceToken(service, std::cout);
   } else if (service_delete_cmd->parsed()) {
     status = cli::RunServiceDelete(service, std::cout);
   } else if (service_scale_cmd->parsed()) {

@@ -256,7 +256,8 @@ class ServiceFollower {
       // Routed anew, with the new token, TLS and region (the replicas come with the read).
       gateway_.RemoveService(route_);
       Status added = gateway_.AddService(
-          route_, sv::ServiceRoute{standing_.region, {}, service.secrets.token, tls, spec_.command.empty()});
+          route_, sv::ServiceRoute{standing_.region, {}, service.secrets.token, tls, spec_.command.empty(),
+                                   service.secrets.client_token});
       routed_ = added.ok();
       current_.clear();
       if (!added.ok()) {
@@ -545,7 +546,8 @@ class SiteGateway {
       const Standing standing = StandingOf(service->spec);
       Status added = gateway_.AddService(
           name, sv::ServiceRoute{standing.region, service->endpoints, service->secrets.token,
-                                 ReplicaTlsOf(name, service->secrets), service->spec.command.empty()});
+                                 ReplicaTlsOf(name, service->secrets), service->spec.command.empty(),
+                                 service->secrets.client_token});
       if (!added.ok() && added.code() != StatusCode::kAlreadyExists) {
         out_ << fmt::format("gateway: service {}: {}; not routed\n", name, added.message()) << std::flush;
         refused_.insert(name);
@@ -734,7 +736,7 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
     const std::string name = kv.substr(0, kv.find('='));
     // The replicas' secrets are the front's, not the command's.
     if (name == o.token_env || name == o.command_env || name == "PORT" || name == o.tls_cert_env ||
-        name == o.tls_key_env || name.starts_with("REPLICA_TLS_")) {
+        name == o.tls_key_env || name.starts_with("REPLICA_TLS_") || name == spec::kServiceClientTokenEnv) {
       continue;
     }
     p.env.push_back(std::move(kv));
@@ -1066,7 +1068,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   by_service.by_service = true;
   MERIDIAN_ASSIGN_OR_RETURN(auto site_gateway, sv::Gateway::Start(by_service));
   MERIDIAN_RETURN_IF_ERROR(site_gateway->AddService(
-      "bench", sv::ServiceRoute{"local", {{"127.0.0.1", unbatched->port(), "local"}}, replica_token, {}, true}));
+      "bench", sv::ServiceRoute{"local", {{"127.0.0.1", unbatched->port(), "local"}}, replica_token, {}, true, ""}));
 
   // One real test image a request (the last of the file: never trained on).
   const auto last = digits.pixels.end() - training::kDigitPixels;

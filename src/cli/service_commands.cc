@@ -201,9 +201,11 @@ Status RunServe(const ServeOptions& o, std::ostream& out) {
         spec.name, live.size(), spec.name));
   }
   // The replicas' secrets: a token for their callers, and the service's own TLS
-  // credentials (docs/serving.md, "TLS to the replicas").
+  // credentials (docs/serving.md, "TLS to the replicas"); and its clients' token at the
+  // sites' gateways ("Who may call a service").
   spec::ReplicaSecrets secrets;
   MERIDIAN_ASSIGN_OR_RETURN(secrets.token, security::RandomHex(16));
+  MERIDIAN_ASSIGN_OR_RETURN(secrets.client_token, security::RandomHex(32));
   MERIDIAN_ASSIGN_OR_RETURN(serving::ServiceCredentials tls,
                             serving::MakeServiceCredentials(spec.name, kServiceCredentialsValidUs));
   secrets.tls_ca_pem = std::move(tls.ca_pem);
@@ -238,6 +240,7 @@ Status RunServe(const ServeOptions& o, std::ostream& out) {
                        r["min"].get<int>(), r["max"].get<int>());
   }
   out << fmt::format("  meridian service get {}   # where they run\n", spec.name);
+  out << fmt::format("  meridian service token {}   # its clients' token at the sites' gateways\n", spec.name);
   return OkStatus();
 }
 
@@ -314,6 +317,24 @@ Status RunServiceGet(const ServiceOptions& o, std::ostream& out) {
                          : "plain HTTP",
                      RegionNames(spec));
   t.Print(out);
+  return OkStatus();
+}
+
+Status RunServiceToken(const ServiceOptions& o, std::ostream& out) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto c, ConnectClient(o.target));
+  MERIDIAN_ASSIGN_OR_RETURN(LiveService found, FindService(*c, o.name, false));
+  const std::string& token = found.service.secrets.client_token;
+  if (token.empty()) {
+    return FailedPreconditionError(fmt::format(
+        "service '{}' was served before services had their own clients' token: only a gateway's own token reaches "
+        "it; `meridian service delete {}` and serve it again for one",
+        o.name, o.name));
+  }
+  if (o.json) {
+    out << json{{"service", o.name}, {"token", token}}.dump(2) << '\n';
+  } else {
+    out << token << '\n';
+  }
   return OkStatus();
 }
 

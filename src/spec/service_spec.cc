@@ -287,6 +287,7 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
     e << YAML::Key << kReplicaTlsCertEnv << YAML::Value << YAML::Literal << secrets.tls_cert_pem;
     e << YAML::Key << kReplicaTlsKeyEnv << YAML::Value << YAML::Literal << secrets.tls_key_pem;
   }
+  if (!secrets.client_token.empty()) e << YAML::Key << kServiceClientTokenEnv << YAML::Value << secrets.client_token;
   if (!spec.command.empty()) e << YAML::Key << kServiceCommandEnv << YAML::Value << spec.command;
   e << YAML::EndMap;
   if (!spec.resources_yaml.empty()) {
@@ -349,14 +350,22 @@ StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std:
   if (!token || !token.IsScalar()) return missing(kReplicaTokenEnv);
   ServiceOfReplica out;
   MERIDIAN_ASSIGN_OR_RETURN(out.spec, ParseServiceSpec(spec.Scalar(), fmt::format("{} ({})", job_name, kServiceSpecEnv)));
+  // Tokens go into requests as a header: hex, as `meridian serve` makes them.
+  const auto hex_token = [&](const char* name, const std::string& value) {
+    const bool hex = std::all_of(value.begin(), value.end(), [](char ch) {
+      return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+    });
+    return value.size() < 16 || value.size() > 256 || !hex
+               ? InvalidArgumentError(fmt::format("job '{}': {} is not 16 to 256 lowercase hex digits", job_name, name))
+               : OkStatus();
+  };
   out.secrets.token = token.Scalar();
-  // It goes into the gateway's requests as a header: hex, as `meridian serve` makes it.
-  const bool hex = std::all_of(out.secrets.token.begin(), out.secrets.token.end(), [](char ch) {
-    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
-  });
-  if (out.secrets.token.size() < 16 || out.secrets.token.size() > 256 || !hex) {
-    return InvalidArgumentError(fmt::format("job '{}': {} is not 16 to 256 lowercase hex digits", job_name,
-                                            kReplicaTokenEnv));
+  MERIDIAN_RETURN_IF_ERROR(hex_token(kReplicaTokenEnv, out.secrets.token));
+  // The clients' token: absent in a replica job of before it.
+  if (const YAML::Node client = env[kServiceClientTokenEnv]) {
+    if (!client.IsScalar()) return InvalidArgumentError(fmt::format("job '{}': {} is not a string", job_name, kServiceClientTokenEnv));
+    out.secrets.client_token = client.Scalar();
+    MERIDIAN_RETURN_IF_ERROR(hex_token(kServiceClientTokenEnv, out.secrets.client_token));
   }
   // TLS: all three PEM texts or none (a replica job of before TLS). Whether they parse
   // is for OpenSSL, where they are used.

@@ -71,9 +71,15 @@ std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name);
 // callers present, and the TLS credentials (PEM) they serve with: the service's own CA
 // and the certificate and key it signed (serving::MakeServiceCredentials). Without
 // them (a replica job of before TLS) the replicas speak plain HTTP.
+//
+// `client_token` is the service's clients' token at a site's gateway (`meridian gateway
+// --site`, docs/serving.md "Who may call a service"): it lets a client call this
+// service there and no other. The replicas never ask for it; empty in a replica job of
+// before it (the gateway's own token alone then reaches the service).
 struct ReplicaSecrets {
   std::string token;
   std::string tls_ca_pem, tls_cert_pem, tls_key_pem;
+  std::string client_token;
   bool tls() const { return !tls_ca_pem.empty(); }
 };
 
@@ -85,6 +91,9 @@ struct ReplicaSecrets {
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
                            const ReplicaSecrets& secrets);
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
+// Where a replica job keeps ReplicaSecrets::client_token (a command's front takes it
+// out of its command's environment, with the replicas' other secrets).
+inline constexpr char kServiceClientTokenEnv[] = "SERVICE_CLIENT_TOKEN";
 // A replica job's stop_grace: `meridian replica` drains for at most kReplicaDrainUs of it.
 inline constexpr int64_t kReplicaStopGraceUs = 30'000'000;
 inline constexpr int64_t kReplicaDrainUs = 25'000'000;

@@ -230,7 +230,7 @@ TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironmen
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const ReplicaSecrets secrets{"0123456789abcdef", "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n",
                                "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n",
-                               "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n"};
+                               "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n", ""};
   const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
   StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
   ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
@@ -257,6 +257,37 @@ TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironmen
   forged["tasks"][0]["env"]["REPLICA_TLS_KEY"] = "KEY";
   EXPECT_EQ(ServiceFromReplicaJob(YAML::Dump(forged), "serve/digits/eu/3").status().message(),
             "job 'serve/digits/eu/3': REPLICA_TLS_KEY is not PEM text");
+}
+
+// The clients' token (for site gateways) is kept in the job's environment, not on its
+// command line, and reads back; a job of before it has none; a forged one is refused.
+TEST(ServiceSpecTest, AReplicaJobKeepsTheServicesClientTokenInItsEnvironment) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ReplicaSecrets secrets;
+  secrets.token = "0123456789abcdef";
+  secrets.client_token = "fedcba98765432100123456789abcdef";
+  const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  const DatasetResolver datasets = AnyDataset();
+  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+  ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
+  const model::Task& t = job->tasks[0];
+  EXPECT_EQ(t.env.at("SERVICE_CLIENT_TOKEN"), "fedcba98765432100123456789abcdef");
+  EXPECT_EQ(t.command[2].find("fedcba98765432100123456789abcdef"), std::string::npos) << t.command[2];
+  StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->secrets.client_token, "fedcba98765432100123456789abcdef");
+  EXPECT_EQ(back->secrets.token, "0123456789abcdef");
+  YAML::Node forged = YAML::Load(yaml);
+  forged["tasks"][0]["env"].remove("SERVICE_CLIENT_TOKEN");
+  back = ServiceFromReplicaJob(YAML::Dump(forged), "serve/digits/eu/3");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->secrets.client_token, "");
+  forged["tasks"][0]["env"]["SERVICE_CLIENT_TOKEN"] = "Bearer x\r\nHost: evil";
+  EXPECT_EQ(ServiceFromReplicaJob(YAML::Dump(forged), "serve/digits/eu/3").status().message(),
+            "job 'serve/digits/eu/3': SERVICE_CLIENT_TOKEN is not 16 to 256 lowercase hex digits");
 }
 
 // A service of a command: its replica job runs `meridian replica` in front of the

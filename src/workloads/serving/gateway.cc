@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -186,6 +187,7 @@ struct Route {
   std::set<Forward*> forwards;
   int64_t requests = 0, retried = 0, shed = 0, failed = 0;
   std::string bearer_line;  // "Authorization: Bearer T\r\n" or empty
+  std::string client_token;  // ServiceRoute::client_token (a gateway by service's routes)
 
   // On the loop thread: its timeouts and clients; the replicas of `options` added
   // (`healthy`: taking requests before their first probe answers).
@@ -654,6 +656,20 @@ bool ValidServiceRouteName(std::string_view name) {
          name != "." && name != "..";
 }
 
+namespace {
+
+constexpr std::string_view kServicesPrefix = "/v1/services/";
+
+// NAME of /v1/services/NAME[/PATH][?QUERY], the path as the client sent it (routing and
+// a service's clients' token go by the same text); nullopt for another path.
+std::optional<std::string_view> ServiceOfPath(std::string_view path) {
+  if (!path.starts_with(kServicesPrefix)) return std::nullopt;
+  const std::string_view rest = path.substr(kServicesPrefix.size());
+  return rest.substr(0, rest.find_first_of("/?"));
+}
+
+}  // namespace
+
 struct Gateway::Impl {
   GatewayOptions options;
   std::unique_ptr<HttpServer> server;
@@ -727,15 +743,14 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
     return;
   }
   // /v1/services/NAME[/PATH][?QUERY]: NAME's replicas get /PATH[?QUERY] ("/" for none).
-  constexpr std::string_view kPrefix = "/v1/services/";
-  if (!req.path.starts_with(kPrefix)) {
+  const std::optional<std::string_view> named = ServiceOfPath(req.path);
+  if (!named) {
     reply->Send(JsonError(404, "no such path here: a service's requests go to /v1/services/NAME/PATH (GET "
                                "/v1/services lists the services)"));
     return;
   }
-  const std::string_view rest = req.path.substr(kPrefix.size());
-  const std::string_view name = rest.substr(0, rest.find_first_of("/?"));
-  std::string path(rest.substr(name.size()));
+  const std::string_view name = *named;
+  std::string path(req.path.substr(kServicesPrefix.size() + name.size()));
   if (path.empty() || path.front() == '?') path.insert(0, "/");
   auto it = routes.find(name);
   if (it == routes.end()) {
@@ -773,6 +788,16 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   http.tls_cert_pem = g->options.tls_cert_pem;
   http.tls_key_pem = g->options.tls_key_pem;
   http.public_paths = {"/healthz"};
+  if (g->options.by_service) {
+    // A service's clients' token reaches that service's requests, nothing else.
+    http.also_accept = [g](std::string_view path, std::string_view token) {
+      const std::optional<std::string_view> name = ServiceOfPath(path);
+      if (!name) return false;
+      auto it = g->routes.find(*name);
+      return it != g->routes.end() && !it->second->client_token.empty() &&
+             security::ConstantTimeEquals(token, it->second->client_token);
+    };
+  }
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
   auto server = HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
@@ -831,6 +856,7 @@ Status Gateway::AddService(const std::string& name, const ServiceRoute& service)
     } else {
       auto route = std::make_unique<Route>();
       route->service = name;
+      route->client_token = service.client_token;
       route->options = std::move(o);
       route->Init(g->loop, ssl, false);
       ssl = nullptr;  // the route's now

@@ -125,6 +125,9 @@ struct ServiceRoute {
   std::string replica_token;
   ReplicaTls replica_tls;
   bool resend_unsafe = true;
+  // The service's own clients' token: it reaches /v1/services/NAME/ of this service and
+  // nothing else of the gateway (GatewayOptions::token reaches everything). Empty: none.
+  std::string client_token;
 };
 inline constexpr size_t kMaxServiceRoutes = 1024;
 inline constexpr size_t kMaxServiceRouteName = 128;

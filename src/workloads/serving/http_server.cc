@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/net.h"
 #include "common/subprocess.h"
+#include "security/pki.h"
 #include "security/tls.h"
 
 namespace meridian::serving {
@@ -142,8 +143,12 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   const auto& open = s->options.public_paths;
   if (!s->bearer.empty() && std::find(open.begin(), open.end(), path) == open.end()) {
     const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-    const bool ok = at >= 0 && std::string_view(req->headers.entries[at].value.base,
-                                                 req->headers.entries[at].value.len) == s->bearer;
+    const std::string_view given =
+        at < 0 ? std::string_view() : std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
+    bool ok = at >= 0 && security::ConstantTimeEquals(given, s->bearer);
+    if (!ok && at >= 0 && s->options.also_accept && given.starts_with("Bearer ")) {
+      ok = s->options.also_accept(std::string_view(req->path.base, req->path.len), given.substr(7));
+    }
     if (!ok) {
       impl->SendNow(JsonError(401, at >= 0 ? "the bearer token is not this service's"
                                            : "no 'Authorization: Bearer TOKEN' header: this service needs its token"));

@@ -81,6 +81,11 @@ class HttpServer {
     std::string tls_key_pem;
     // Paths answered without the token (a load balancer's health check).
     std::vector<std::string> public_paths;
+    // Other tokens, each for some paths: when set and the request's bearer token is not
+    // `token`, the request goes through only if this says yes, given the path as the
+    // client sent it (with its query: the handler routes by the same text) and the token.
+    // Runs on the loop thread. Tokens are compared in constant time.
+    std::function<bool(std::string_view path, std::string_view token)> also_accept;
     std::string name = "meridian";  // the Server header
     // Runs on the loop thread as it ends, after the server's connections: whoever ran
     // clients or timers on the loop releases them here, before the loop is freed.

@@ -840,9 +840,9 @@ TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTl
   auto gateway = Gateway::Start(options);
   ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
   Gateway& g = **gateway;
-  ServiceRoute d{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}}, "replica-token", {}, true};
+  ServiceRoute d{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}}, "replica-token", {}, true, ""};
   ServiceRoute o{"eu", {{"127.0.0.1", (*other)->port(), "us"}}, "other-token",
-                 ReplicaTls{creds->ca_pem, ServiceTlsName("other")}, false};
+                 ReplicaTls{creds->ca_pem, ServiceTlsName("other")}, false, ""};
   ASSERT_TRUE(g.AddService("digits", d).ok());
   ASSERT_TRUE(g.AddService("other", o).ok());
   EXPECT_EQ(g.AddService("digits", d).ToString(), "ALREADY_EXISTS: service 'digits' is routed already");
@@ -905,6 +905,89 @@ TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTl
   ASSERT_TRUE(single.ok());
   EXPECT_EQ((*single)->AddService("x", d).ToString(),
             "FAILED_PRECONDITION: a gateway of one service routes no other (GatewayOptions::by_service)");
+}
+
+// A service's clients' token reaches that service at a gateway by service, and nothing
+// else there: not another service (whatever the path says after the name), not the
+// lists; the gateway's own token reaches everything. Served again, the new token.
+TEST(GatewayTest, AServicesClientTokenCallsThatServiceAloneAtAGatewayByService) {
+  Fleet digits = StartReplicas(1, BatchOptions{8, 200, 64});
+  Fleet other = StartReplicas(1, BatchOptions{8, 200, 64});
+  GatewayOptions options;
+  options.token = "gateway-token-0123456789";
+  options.probe_interval_ms = 50;
+  options.region = "eu";
+  options.by_service = true;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  const std::string digits_token = "digits-clients-0123456789abcdef";
+  ServiceRoute d{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}}, "replica-token", {}, true, digits_token};
+  ServiceRoute o{"eu", {{"127.0.0.1", other.replicas[0]->port(), "eu"}}, "replica-token", {}, true, ""};
+  ASSERT_TRUE(g.AddService("digits", d).ok());
+  ASSERT_TRUE(g.AddService("other", o).ok());
+  const auto wait_healthy = [&g](const char* s) {
+    for (int i = 0; i < 400 && !(g.Snapshot(s).replicas.size() == 1 && g.Snapshot(s).replicas[0].healthy); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return g.Snapshot(s).replicas[0].healthy;
+  };
+  ASSERT_TRUE(wait_healthy("digits"));
+  ASSERT_TRUE(wait_healthy("other"));
+
+  httplib::Client client("127.0.0.1", g.port());
+  client.set_bearer_token_auth(digits_token);
+  auto ok = client.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->body, digits.answer);
+  const std::string refused = "{\"error\":\"the bearer token is not this service's\"}\n";
+  for (const std::string path : {"/v1/services/other/v1/predict", "/v1/services/other/../digits/v1/predict",
+                                 "/v1/services/other?x=/v1/services/digits/", "/v1/services/digits2/v1/predict"}) {
+    auto r = client.Post(path, digits.body, "application/json");
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+    EXPECT_EQ(r->body, refused) << path;
+  }
+  for (const char* path : {"/v1/services", "/v1/gateway"}) {
+    auto r = client.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 401) << path;
+  }
+  // Past the name the path is the service's: its replica gets it, another never does.
+  auto dots = client.Post("/v1/services/digits/../other/v1/predict", digits.body, "application/json");
+  ASSERT_TRUE(dots);
+  EXPECT_EQ(dots->get_header_value("X-Meridian-Replica"), fmt::format("127.0.0.1:{}@eu", digits.replicas[0]->port()));
+  EXPECT_EQ(g.Snapshot("other").requests, 0);
+  EXPECT_EQ(g.Snapshot("digits").requests, 2);
+  // A token of no service (other has none), a prefix of one, or longer: refused.
+  for (const std::string& token : {digits_token.substr(0, 16), digits_token + "0", std::string("x")}) {
+    httplib::Client c("127.0.0.1", g.port());
+    c.set_bearer_token_auth(token);
+    auto r = c.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
+    ASSERT_TRUE(r) << token;
+    EXPECT_EQ(r->status, 401) << token;
+    EXPECT_EQ(c.Post("/v1/services/other/v1/predict", digits.body, "application/json")->status, 401) << token;
+  }
+  // The gateway's own token reaches both services and the lists.
+  httplib::Client admin("127.0.0.1", g.port());
+  admin.set_bearer_token_auth(options.token);
+  EXPECT_EQ(admin.Post("/v1/services/other/v1/predict", other.body, "application/json")->status, 200);
+  EXPECT_EQ(admin.Get("/v1/services")->status, 200);
+  EXPECT_EQ(g.Snapshot("other").requests, 1);
+
+  // Served again with a new token: the old one no longer reaches it.
+  g.RemoveService("digits");
+  d.client_token = "digits-clients-fedcba9876543210";
+  ASSERT_TRUE(g.AddService("digits", d).ok());
+  EXPECT_EQ(client.Post("/v1/services/digits/v1/predict", digits.body, "application/json")->status, 401);
+  ASSERT_TRUE(wait_healthy("digits"));
+  httplib::Client renewed("127.0.0.1", g.port());
+  renewed.set_bearer_token_auth(d.client_token);
+  auto again = renewed.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body, digits.answer);
 }
 
 }  // namespace
