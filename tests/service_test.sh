@@ -373,6 +373,10 @@ print(f"ok   capacity follows the load: eu-west's 10 clients sent to us-east; us
 PY
 
 # Delete: the gateway empties, and says so to clients.
+st_before=$("$bin" service token digits "${D[@]}")  # the service's clients' token, before it is served again
+code=$(curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $st_before" \
+  -d "{\"instances\": [$($py -c 'print([0.5] * 64)')]}" "http://127.0.0.1:$eu/v1/predict")
+[ "$code" = 200 ] && ok "the service's clients' token calls it through its gateway" || bad "service token: $code"
 check "delete" 0 "" "$bin" service delete digits "${D[@]}"
 grep -qE "^service 'digits': its [1-3] replica jobs? cancelled$" "$tmp/out" || { bad "delete said:"; cat "$tmp/out"; }
 wait_gateway_set "$eu" "" 10 && ok "the gateway's set is empty"
@@ -401,6 +405,18 @@ for p in "$eu" "$auto"; do
   [ "$code" = 200 ] && grep -qF '"predictions"' "$tmp/body" && ok "gateway :$p answers with the new token" ||
     bad "gateway :$p after serving again: $code $(cat "$tmp/body")"
 done
+# The service's own clients' token: a new one served again; the gateways take it for
+# the service's requests (not their own view), and refuse the one of before.
+st=$("$bin" service token digits "${D[@]}")
+codes=""
+for t in "$st" "$st_before"; do
+  codes="$codes $(curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $t" \
+    -d "{\"instances\": [$($py -c 'print([0.5] * 64)')]}" "http://127.0.0.1:$eu/v1/predict")"
+done
+codes="$codes $(curl -s -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $st" "http://127.0.0.1:$eu/v1/gateway")"
+[ ${#st} -eq 64 ] && [ "$st" != "$st_before" ] && [ "$codes" = " 200 401 401" ] &&
+  ok "the service's new clients' token calls it through its gateway, the old one no longer; neither sees /v1/gateway" ||
+  bad "service token: ${#st} '$codes'"
 
 # A command's service: Python's file server behind `meridian replica --command-env`.
 # The replica asks callers for the token, the command never sees it; when the command

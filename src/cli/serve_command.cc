@@ -266,6 +266,9 @@ class ServiceFollower {
     } else {
       gateway_.SetResendUnsafe(spec_.command.empty(), route_);  // a command's POST may act
       if (service.secrets.token != secrets_.token) gateway_.SetReplicaToken(service.secrets.token, route_);
+      if (service.secrets.client_token != secrets_.client_token) {
+        gateway_.SetServiceToken(service.secrets.client_token, route_);
+      }
       if (tls != ReplicaTlsOf(spec_.name, secrets_)) {
         Status set = gateway_.SetReplicaTls(tls, route_);
         if (!set.ok()) {
@@ -883,6 +886,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(auto service, ServiceReplicaSet(*coordinator, o.service, nullptr));
     service_spec = service.spec;
     secrets = service.secrets;
+    options.service_token = service.secrets.client_token;
     options.replica_token = service.secrets.token;
     options.replica_tls = ReplicaTlsOf(service.spec.name, service.secrets);
     // A command's POST may act: one that reached a replica is not sent to another.

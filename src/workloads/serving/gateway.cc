@@ -788,16 +788,20 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   http.tls_cert_pem = g->options.tls_cert_pem;
   http.tls_key_pem = g->options.tls_key_pem;
   http.public_paths = {"/healthz"};
-  if (g->options.by_service) {
-    // A service's clients' token reaches that service's requests, nothing else.
-    http.also_accept = [g](std::string_view path, std::string_view token) {
-      const std::optional<std::string_view> name = ServiceOfPath(path);
-      if (!name) return false;
-      auto it = g->routes.find(*name);
-      return it != g->routes.end() && !it->second->client_token.empty() &&
-             security::ConstantTimeEquals(token, it->second->client_token);
-    };
-  }
+  // A service's clients' token reaches that service's requests, nothing else (a
+  // gateway of one service: all but its own view).
+  http.also_accept = [g](std::string_view path, std::string_view token) {
+    std::optional<std::string_view> name;
+    if (g->options.by_service) {
+      name = ServiceOfPath(path);
+    } else if (path != "/v1/gateway") {
+      name = "";
+    }
+    if (!name) return false;
+    auto it = g->routes.find(*name);
+    return it != g->routes.end() && !it->second->client_token.empty() &&
+           security::ConstantTimeEquals(token, it->second->client_token);
+  };
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
   auto server = HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
@@ -813,6 +817,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     if (g->options.by_service) return;
     auto route = std::make_unique<Route>();
     route->options = g->options;
+    route->client_token = g->options.service_token;
     route->Init(g->loop, replica_ssl, !g->options.front);
     g->routes.emplace("", std::move(route));
   });
@@ -909,6 +914,10 @@ void Gateway::SetReplicaToken(const std::string& token, const std::string& servi
     r.options.replica_token = token;
     r.bearer_line = std::move(line);
   });
+}
+
+void Gateway::SetServiceToken(const std::string& token, const std::string& service) {
+  impl_->OnRoute(service, [&token](Route& r) { r.client_token = token; });
 }
 
 Status Gateway::SetReplicaTls(const ReplicaTls& tls, const std::string& service) {

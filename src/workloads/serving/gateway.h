@@ -92,6 +92,10 @@ struct GatewayOptions {
   int port = 0;
   std::string region;
   std::string token;          // clients' bearer token (empty: none asked, tests only)
+  // A gateway of one service: the service's own clients' token (ReplicaSecrets::
+  // client_token), which reaches the service's requests but not /v1/gateway; empty:
+  // `token` alone. A gateway by service takes each service's from its ServiceRoute.
+  std::string service_token;
   std::string replica_token;  // what the gateway presents to replicas
   std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)
   std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
@@ -182,6 +186,9 @@ class Gateway {
   // Replaces the token presented to replicas (a service deleted and served again has
   // a new one); requests sent after the call carry it.
   void SetReplicaToken(const std::string& token, const std::string& service = "");
+  // Replaces the service's own clients' token (GatewayOptions::service_token; a
+  // service served again has a new one): the old one is refused from then on.
+  void SetServiceToken(const std::string& token, const std::string& service = "");
   // Replaces how replicas are authenticated (a service served again has a new
   // certificate): the replicas in the set are connected to anew, each taking requests
   // once a probe answers; requests in flight finish as they were. NotFound without the route.

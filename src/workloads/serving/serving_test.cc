@@ -990,5 +990,40 @@ TEST(GatewayTest, AServicesClientTokenCallsThatServiceAloneAtAGatewayByService) 
   EXPECT_EQ(again->body, digits.answer);
 }
 
+// A gateway of one service takes the service's own clients' token too, for the
+// service's requests but not its own view; a new one replaces it.
+TEST(GatewayTest, AGatewayOfOneServiceTakesTheServicesClientTokenForItsRequests) {
+  Fleet fleet = StartReplicas(1, BatchOptions{8, 200, 64});
+  GatewayOptions options = GatewayFor(fleet);
+  options.service_token = "service-clients-0123456789abcdef";
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  httplib::Client client("127.0.0.1", g.port());
+  client.set_bearer_token_auth(options.service_token);
+  auto ok = client.Post("/v1/predict", fleet.body, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->body, fleet.answer);
+  EXPECT_EQ(client.Get("/v1/gateway")->status, 401);
+  httplib::Client admin("127.0.0.1", g.port());
+  admin.set_bearer_token_auth(options.token);
+  EXPECT_EQ(admin.Get("/v1/gateway")->status, 200);
+  EXPECT_EQ(admin.Post("/v1/predict", fleet.body, "application/json")->status, 200);
+
+  g.SetServiceToken("service-clients-fedcba9876543210");
+  EXPECT_EQ(client.Post("/v1/predict", fleet.body, "application/json")->status, 401);
+  httplib::Client renewed("127.0.0.1", g.port());
+  renewed.set_bearer_token_auth("service-clients-fedcba9876543210");
+  EXPECT_EQ(renewed.Post("/v1/predict", fleet.body, "application/json")->status, 200);
+  // No service token: the gateway's own alone.
+  g.SetServiceToken("");
+  EXPECT_EQ(renewed.Post("/v1/predict", fleet.body, "application/json")->status, 401);
+  httplib::Client empty("127.0.0.1", g.port());
+  empty.set_bearer_token_auth("");
+  EXPECT_EQ(empty.Post("/v1/predict", fleet.body, "application/json")->status, 401);
+  EXPECT_EQ(g.Snapshot().requests, 3);
+}
+
 }  // namespace
 }  // namespace meridian::serving
