@@ -151,6 +151,13 @@ DatasetResolver AnyDataset() {
   };
 }
 
+// A replica job's file as the cluster of kFleet parses it, any dataset resolving.
+StatusOr<model::Job> ParseReplicaJob(const std::string& yaml) {
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  if (!fleet.ok()) return fleet.status();
+  return ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, AnyDataset());
+}
+
 ReplicaSecrets TokenOnly(std::string token) {
   ReplicaSecrets s;
   s.token = std::move(token);
@@ -232,10 +239,7 @@ TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironmen
                                "-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n",
                                "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n", ""};
   const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
-  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
-  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
-  const DatasetResolver datasets = AnyDataset();
-  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+  StatusOr<model::Job> job = ParseReplicaJob(yaml);
   ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
   const model::Task& t = job->tasks[0];
   EXPECT_EQ(t.command[2],
@@ -268,10 +272,7 @@ TEST(ServiceSpecTest, AReplicaJobKeepsTheServicesClientTokenInItsEnvironment) {
   secrets.token = "0123456789abcdef";
   secrets.client_token = "fedcba98765432100123456789abcdef";
   const std::string yaml = ReplicaJobYaml(*s, "eu", 3, secrets);
-  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
-  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
-  const DatasetResolver datasets = AnyDataset();
-  StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput, datasets);
+  StatusOr<model::Job> job = ParseReplicaJob(yaml);
   ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
   const model::Task& t = job->tasks[0];
   EXPECT_EQ(t.env.at("SERVICE_CLIENT_TOKEN"), "fedcba98765432100123456789abcdef");

@@ -187,7 +187,6 @@ struct Route {
   std::set<Forward*> forwards;
   int64_t requests = 0, retried = 0, shed = 0, failed = 0;
   std::string bearer_line;  // "Authorization: Bearer T\r\n" or empty
-  std::string client_token;  // ServiceRoute::client_token (a gateway by service's routes)
 
   // On the loop thread: its timeouts and clients; the replicas of `options` added
   // (`healthy`: taking requests before their first probe answers).
@@ -799,8 +798,9 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     }
     if (!name) return false;
     auto it = g->routes.find(*name);
-    return it != g->routes.end() && !it->second->client_token.empty() &&
-           security::ConstantTimeEquals(token, it->second->client_token);
+    if (it == g->routes.end()) return false;
+    const std::string& own = it->second->options.service_token;
+    return !own.empty() && security::ConstantTimeEquals(token, own);
   };
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
@@ -817,7 +817,6 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     if (g->options.by_service) return;
     auto route = std::make_unique<Route>();
     route->options = g->options;
-    route->client_token = g->options.service_token;
     route->Init(g->loop, replica_ssl, !g->options.front);
     g->routes.emplace("", std::move(route));
   });
@@ -843,6 +842,7 @@ Status Gateway::AddService(const std::string& name, const ServiceRoute& service)
   o.by_service = false;
   o.region = service.region;
   o.replica_token = service.replica_token;
+  o.service_token = service.client_token;
   o.replica_tls = service.replica_tls;
   o.resend_unsafe = service.resend_unsafe;
   o.replicas = service.replicas;
@@ -861,7 +861,6 @@ Status Gateway::AddService(const std::string& name, const ServiceRoute& service)
     } else {
       auto route = std::make_unique<Route>();
       route->service = name;
-      route->client_token = service.client_token;
       route->options = std::move(o);
       route->Init(g->loop, ssl, false);
       ssl = nullptr;  // the route's now
@@ -917,7 +916,7 @@ void Gateway::SetReplicaToken(const std::string& token, const std::string& servi
 }
 
 void Gateway::SetServiceToken(const std::string& token, const std::string& service) {
-  impl_->OnRoute(service, [&token](Route& r) { r.client_token = token; });
+  impl_->OnRoute(service, [&token](Route& r) { r.options.service_token = token; });
 }
 
 Status Gateway::SetReplicaTls(const ReplicaTls& tls, const std::string& service) {

@@ -94,7 +94,8 @@ struct GatewayOptions {
   std::string token;          // clients' bearer token (empty: none asked, tests only)
   // A gateway of one service: the service's own clients' token (ReplicaSecrets::
   // client_token), which reaches the service's requests but not /v1/gateway; empty:
-  // `token` alone. A gateway by service takes each service's from its ServiceRoute.
+  // `token` alone. A gateway by service takes each service's from its ServiceRoute
+  // (ServiceRoute::client_token), for /v1/services/NAME/ of that service alone.
   std::string service_token;
   std::string replica_token;  // what the gateway presents to replicas
   std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)

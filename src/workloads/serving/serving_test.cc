@@ -815,6 +815,26 @@ TEST(GatewayTest, SpeaksTlsOnlyToReplicasWithTheServicesCertificate) {
   EXPECT_NE(fleet.replicas[0]->port(), port);
 }
 
+// A gateway by service of region "eu" that asks clients for `token`, probing often.
+GatewayOptions ByServiceIn(const std::string& token) {
+  GatewayOptions options;
+  options.token = token;
+  options.probe_interval_ms = 50;
+  options.region = "eu";
+  options.by_service = true;
+  return options;
+}
+
+// Waits up to 4 s for `service`'s one replica to answer its probe; whether it did.
+bool OneHealthyReplica(Gateway& g, const std::string& service) {
+  for (int i = 0; i < 400; ++i) {
+    const GatewayView view = g.Snapshot(service);
+    if (view.replicas.size() == 1 && view.replicas[0].healthy) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTls) {
   // digits: plain HTTP, token "replica-token"; other: another model, over TLS with its
   // own CA, token "other-token".
@@ -832,12 +852,7 @@ TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTl
   const std::string other_answer = PredictAnswer(logits, 10);
   ASSERT_NE(other_answer, digits.answer);
 
-  GatewayOptions options;
-  options.token = "client-token";
-  options.probe_interval_ms = 50;
-  options.region = "eu";
-  options.by_service = true;
-  auto gateway = Gateway::Start(options);
+  auto gateway = Gateway::Start(ByServiceIn("client-token"));
   ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
   Gateway& g = **gateway;
   ServiceRoute d{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}}, "replica-token", {}, true, ""};
@@ -850,10 +865,7 @@ TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTl
             "INVALID_ARGUMENT: service name 'a/b': expected letters, digits, '-', '_' and '.', at most 128");
   EXPECT_EQ(g.Services(), (std::vector<std::string>{"digits", "other"}));
   for (const char* s : {"digits", "other"}) {
-    for (int i = 0; i < 400 && !(g.Snapshot(s).replicas.size() == 1 && g.Snapshot(s).replicas[0].healthy); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(g.Snapshot(s).replicas[0].healthy) << s << GatewayViewJson(g.Snapshot(s));
+    ASSERT_TRUE(OneHealthyReplica(g, s)) << s << GatewayViewJson(g.Snapshot(s));
   }
   EXPECT_FALSE(g.Snapshot("digits").replicas[0].tls);
   EXPECT_TRUE(g.Snapshot("other").replicas[0].tls);
@@ -913,11 +925,7 @@ TEST(GatewayTest, ByServiceRoutesEachServiceToItsOwnReplicasWithItsOwnTokenAndTl
 TEST(GatewayTest, AServicesClientTokenCallsThatServiceAloneAtAGatewayByService) {
   Fleet digits = StartReplicas(1, BatchOptions{8, 200, 64});
   Fleet other = StartReplicas(1, BatchOptions{8, 200, 64});
-  GatewayOptions options;
-  options.token = "gateway-token-0123456789";
-  options.probe_interval_ms = 50;
-  options.region = "eu";
-  options.by_service = true;
+  const GatewayOptions options = ByServiceIn("gateway-token-0123456789");
   auto gateway = Gateway::Start(options);
   ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
   Gateway& g = **gateway;
@@ -926,14 +934,8 @@ TEST(GatewayTest, AServicesClientTokenCallsThatServiceAloneAtAGatewayByService) 
   ServiceRoute o{"eu", {{"127.0.0.1", other.replicas[0]->port(), "eu"}}, "replica-token", {}, true, ""};
   ASSERT_TRUE(g.AddService("digits", d).ok());
   ASSERT_TRUE(g.AddService("other", o).ok());
-  const auto wait_healthy = [&g](const char* s) {
-    for (int i = 0; i < 400 && !(g.Snapshot(s).replicas.size() == 1 && g.Snapshot(s).replicas[0].healthy); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return g.Snapshot(s).replicas[0].healthy;
-  };
-  ASSERT_TRUE(wait_healthy("digits"));
-  ASSERT_TRUE(wait_healthy("other"));
+  ASSERT_TRUE(OneHealthyReplica(g, "digits"));
+  ASSERT_TRUE(OneHealthyReplica(g, "other"));
 
   httplib::Client client("127.0.0.1", g.port());
   client.set_bearer_token_auth(digits_token);
@@ -981,7 +983,7 @@ TEST(GatewayTest, AServicesClientTokenCallsThatServiceAloneAtAGatewayByService) 
   d.client_token = "digits-clients-fedcba9876543210";
   ASSERT_TRUE(g.AddService("digits", d).ok());
   EXPECT_EQ(client.Post("/v1/services/digits/v1/predict", digits.body, "application/json")->status, 401);
-  ASSERT_TRUE(wait_healthy("digits"));
+  ASSERT_TRUE(OneHealthyReplica(g, "digits"));
   httplib::Client renewed("127.0.0.1", g.port());
   renewed.set_bearer_token_auth(d.client_token);
   auto again = renewed.Post("/v1/services/digits/v1/predict", digits.body, "application/json");
