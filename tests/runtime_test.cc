@@ -6,9 +6,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -925,10 +927,19 @@ TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterI
   // over the 16 MiB message limit, and the agent never registered again.
   LocalCluster cluster(SourceDir() + "/tests/fleets/one-node.yaml");
   ASSERT_TRUE(cluster.Up());
+  // Each task waits for the test's gate, writes its output, then leaves a mark in
+  // `done`. (The tasks once slept 4 s instead: under a sanitizer on a busy machine
+  // the first ones ended before the last had started, and the test never saw all
+  // 160 running.)
+  const std::string gate = cluster.SharedPath("go");
+  const std::string done = cluster.SharedPath("done");
+  ASSERT_EQ(mkdir(done.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(done.c_str(), 0777), 0);
   StatusOr<rpc::SubmitResult> r = cluster.client().Submit(
       "name: chatty\ntasks:\n  - name: talk\n    count: 160\n    resources: {cpu: 20m, memory: 1MiB}\n"
-      "    command: [sh, -c, 'sleep 4; head -c 65536 /dev/zero | tr \"\\\\0\" e >&2; "
-      "head -c 65536 /dev/zero | tr \"\\\\0\" o']\n",
+      "    command: [sh, -c, 'while [ ! -e " + gate + " ]; do sleep 1; done; "
+      "head -c 65536 /dev/zero | tr \"\\\\0\" e >&2; head -c 65536 /dev/zero | tr \"\\\\0\" o; "
+      "touch " + done + "/$$']\n",
       "chatty.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // Every task started by the agent (its report of it taken), not only placed: one
@@ -945,7 +956,14 @@ TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterI
   }
   ASSERT_TRUE(started);
   cluster.Kill9("coordinator");
-  std::this_thread::sleep_for(std::chrono::seconds(6));  // every task ends meanwhile
+  std::ofstream(gate) << "go\n";
+  // Every task ends while the coordinator is down; then a moment for the agent to
+  // see the last ones exit.
+  const auto marks = [&] {
+    return std::distance(std::filesystem::directory_iterator(done), std::filesystem::directory_iterator{});
+  };
+  ASSERT_TRUE(WaitFor([&] { return marks() == 160; }, 120)) << marks() << " of 160 tasks ended";
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   ASSERT_TRUE(cluster.Up());
   model::JobSummary last;
   ASSERT_TRUE(WaitFor(
