@@ -181,6 +181,7 @@ for k in ("meridian_busbw_gbs", "meridian_tls_busbw_gbs", "openmpi_busbw_gbs", "
 PY
 # bench serve: a short run whose JSON carries the serving issue's figures.
 check "bench serve with one connection" 2 "--connections: 2..1024" "$bin" bench serve --connections 1
+check "bench serve on a device of no kind" 2 "--device tpu: expected auto, cpu or gpu" "$bin" bench serve --device tpu
 check "bench serve runs" 0 "" "$bin" bench serve --hidden 16 --seconds 1 --connections 8 --json
 /usr/bin/python3 - "$tmp/out" <<'PY' || { echo "FAIL bench serve json:"; cat "$tmp/out"; fail=1; }
 import json, sys
@@ -192,6 +193,7 @@ assert [r["name"] for r in j["runs"]] == ["direct, 1 connection", "gateway, 1 co
                                            "site gateway, 1 connection"], j
 assert all(r["requests"] > 0 and r["errors"] == 0 for r in j["runs"]), j
 assert j["model"]["hidden"] == 16 and 0 < j["model"]["test_accuracy"] <= 1 and j["mean_batch_images"] >= 1, j
+assert j["device"] == "cpu", j
 PY
 # gang train: outside a gang, with bad options, and one rank of a gang of one (its
 # JSON line), each error one line.

@@ -34,6 +34,13 @@ check "replica with a short token in its variable" 2 "--token-env SHORT_TOKEN: t
   env SHORT_TOKEN=short "$bin" replica --model "$tmp/model" --token-env SHORT_TOKEN
 check "replica batching nothing" 2 "max batch 0: expected 1..4096 images" \
   "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" --max-batch 0
+check "replica on a device of no kind" 2 "--device tpu: expected auto, cpu or gpu" \
+  "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" --device tpu
+if [ ! -e /dev/nvidia0 ]; then
+  # Asked for a GPU where there is none: an error (exit 3, unavailable), not the CPU.
+  check "replica on a GPU where there is none" 3 "--device gpu: " \
+    "$bin" replica --model "$tmp/model" --token-file "$tmp/replica-token" --device gpu
+fi
 check "gateway to a replica without a port" 2 "expected host:port" "$bin" gateway --replica nohost \
   --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token"
 
@@ -44,7 +51,15 @@ p2=$port
 start_listening "$tmp/g.log" "$bin" gateway --region here --replica "127.0.0.1:$p1@here" --replica "127.0.0.1:$p2@there" \
   --token-file "$tmp/client-token" --replica-token-file "$tmp/replica-token" --probe-interval-ms 100
 g=$port
-grep -q "the digits MLP, 32 hidden units, step 230" "$tmp/r1.log" || { echo "FAIL replica's first line:"; cat "$tmp/r1.log"; fail=1; }
+# Outside a job (no CUDA_VISIBLE_DEVICES), --device auto is the CPU.
+grep -q "the digits MLP, 32 hidden units, step 230, on cpu;" "$tmp/r1.log" || { echo "FAIL replica's first line:"; cat "$tmp/r1.log"; fail=1; }
+"$py" - "$p1" "$(cat "$tmp/replica-token")" <<'PY' && ok "a replica's stats name its model and device" || bad "a replica's stats"
+import json, sys, urllib.request
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/stats", headers={"Authorization": "Bearer " + sys.argv[2]})
+s = json.load(urllib.request.urlopen(req, timeout=10))
+want = {"requests": 0, "images": 0, "batches": 0, "refused": 0, "hidden": 32, "step": 230, "device": "cpu", "device_errors": 0}
+assert s == want, s
+PY
 
 # Every image of the file, 100 a request, through the gateway (HTTP/1.1) and straight
 # to a replica (HTTP/2), against NumPy's forward pass of the checkpoint.

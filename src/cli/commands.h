@@ -247,6 +247,7 @@ struct ReplicaCommandOptions {
   int32_t max_batch = 32;
   int64_t max_wait_us = 1000;
   int64_t max_queued_images = 4096;
+  std::string device = "auto";  // the model's batches: auto, cpu or gpu (ChooseDevice)
 };
 Status RunReplicaCommand(const ReplicaCommandOptions& options, std::ostream& out);
 
@@ -282,6 +283,7 @@ struct BenchServeOptions {
   int64_t seconds = 5;
   int32_t max_batch = 32;
   int64_t max_wait_us = 2000;
+  std::string device = "cpu";  // where the replicas' batches run: cpu, gpu or auto (ChooseDevice)
   bool json = false;
 };
 Status RunBenchServe(const BenchServeOptions& options, std::ostream& out);

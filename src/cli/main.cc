@@ -587,6 +587,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_serve_cmd->add_option("--seconds", bench_serve.seconds, "Length of each run")->capture_default_str();
   bench_serve_cmd->add_option("--max-batch", bench_serve.max_batch, "Batching on: images a batch")->capture_default_str();
+  bench_serve_cmd
+      ->add_option("--device", bench_serve.device,
+                   "Where the replicas' batches run: cpu, gpu (an error without one) or auto")
+      ->capture_default_str();
   bench_serve_cmd->add_option("--max-wait-us", bench_serve.max_wait_us, "Batching on: the longest a request waits for a batch")
       ->capture_default_str();
   bench_serve_cmd->add_flag("--json", bench_serve.json, "Print JSON for scripts");
@@ -621,6 +625,11 @@ int main(int argc, char** argv) {
   replica_cmd->add_option("--max-wait-us", replica.max_wait_us, "The longest the first image of a batch waits")
       ->capture_default_str();
   replica_cmd->add_option("--max-queued-images", replica.max_queued_images, "Images waiting before requests get 503")
+      ->capture_default_str();
+  replica_cmd
+      ->add_option("--device", replica.device,
+                   "Where the model's batches run: gpu (GPU 0 of those visible; an error without one), cpu, or auto "
+                   "(the GPU when CUDA_VISIBLE_DEVICES names one and it answers, else the CPU)")
       ->capture_default_str();
   cli::GatewayCommandOptions gateway;
   CLI::App* gateway_cmd = app.add_subcommand(

@@ -22,6 +22,7 @@
 #include "common/net.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
+#include "kernels/ops.h"
 #include "model/work.h"
 #include "spec/fleet_spec.h"
 #include "spec/service_spec.h"
@@ -612,6 +613,26 @@ StatusOr<sv::MlpModel> LoadModel(const std::string& path) {
   return model;
 }
 
+// Where --device puts a model's batches (ChooseDevice); `who` says it on the CPU when
+// `auto` finds no GPU.
+StatusOr<const kernels::Ops*> ModelDevice(const std::string& device, std::string_view who) {
+  StatusOr<const kernels::Ops*> chosen = ChooseDevice(device, who);
+  if (!chosen.ok() && device == "gpu") {
+    return Status(chosen.status().code(), fmt::format("--device gpu: {}", chosen.status().message()));
+  }
+  return chosen;
+}
+
+// Puts the model's batches on `ops`. A GPU that cannot hold the model is an error on
+// --device gpu; on auto it leaves the model on the CPU, saying why.
+Status PlaceModel(sv::MlpModel& model, const kernels::Ops& ops, const std::string& device, std::string_view who) {
+  const Status placed = model.PlaceOn(ops);
+  if (placed.ok()) return OkStatus();
+  if (device == "gpu") return Status(placed.code(), fmt::format("--device gpu: {}", placed.message()));
+  std::cerr << who << ": the model does not go on " << ops.name() << " (" << placed.message() << "); on the CPU\n";
+  return model.PlaceOn(kernels::CpuOps());
+}
+
 // A replica's TLS certificate and key as PEM text, from --tls-cert-env/--tls-key-env
 // (the files of --tls-cert/--tls-key are read by the server itself).
 struct ReplicaPems {
@@ -815,6 +836,8 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(const ReplicaPems tls, ReplicaTlsPems(o));
   if (!o.command_env.empty()) return RunCommandFront(o, address, token, tls, out);
   MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, LoadModel(o.model));
+  MERIDIAN_ASSIGN_OR_RETURN(const kernels::Ops* ops, ModelDevice(o.device, "replica"));
+  MERIDIAN_RETURN_IF_ERROR(PlaceModel(model, *ops, o.device, "replica"));
   sv::ReplicaOptions options;
   options.host = address.first;
   options.port = address.second;
@@ -828,10 +851,10 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   const int64_t step = model.step();
   BlockTerminationSignals();  // before the server's threads start, so they inherit it
   MERIDIAN_ASSIGN_OR_RETURN(auto replica, StartWhenThePortIsFree([&] { return sv::Replica::Start(model, options); }, out));
-  out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}; batches of up to {} "
-                     "images, waiting up to {} us)\n",
-                     address.first, replica->port(), tls.with ? " with TLS" : "", hidden, step, o.max_batch,
-                     o.max_wait_us)
+  out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}, on {}; batches of "
+                     "up to {} images, waiting up to {} us)\n",
+                     address.first, replica->port(), tls.with ? " with TLS" : "", hidden, step, model.device(),
+                     o.max_batch, o.max_wait_us)
       << std::flush;
   WaitForTerminationSignal();
   replica->StartDraining();
@@ -1028,6 +1051,8 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   if (wrk.empty()) return FailedPreconditionError("bench serve needs wrk (scripts/install-deps.sh installs it)");
   if (o.connections < 2 || o.connections > 1024) return InvalidArgumentError("--connections: 2..1024");
   if (o.seconds < 1 || o.seconds > 600) return InvalidArgumentError("--seconds: 1..600");
+  // Before the training: a GPU that is not there is said at once.
+  MERIDIAN_ASSIGN_OR_RETURN(const kernels::Ops* ops, ModelDevice(o.device, "bench serve"));
   MERIDIAN_ASSIGN_OR_RETURN(std::string digits_path, training::DebianDigitsPath());
   MERIDIAN_ASSIGN_OR_RETURN(training::Digits digits, training::LoadDigits(digits_path));
   MERIDIAN_ASSIGN_OR_RETURN(auto trained, TrainModel(digits, o.hidden));
@@ -1040,6 +1065,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
                             sv::MakeServiceCredentials("bench", int64_t{3600} * 1'000'000));
   auto start_replica = [&](sv::BatchOptions batch, bool with_tls) -> StatusOr<std::unique_ptr<sv::Replica>> {
     MERIDIAN_ASSIGN_OR_RETURN(sv::MlpModel model, sv::MlpModel::FromCheckpoint(trained.first));
+    MERIDIAN_RETURN_IF_ERROR(PlaceModel(model, *ops, o.device, "bench serve"));
     sv::ReplicaOptions r;
     r.token = replica_token;
     r.batch = batch;
@@ -1106,6 +1132,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
   const double site_overhead_ms = runs[6].p50_ms - runs[0].p50_ms;
   const double batching_ratio = runs[3].requests_per_second / std::max(1.0, runs[2].requests_per_second);
   const sv::BatcherStats batches = batched->stats();
+  const std::string device = batched->device();
   const double mean_batch = batches.batches == 0 ? 0.0 : static_cast<double>(batches.images) / batches.batches;
 
   if (o.json) {
@@ -1114,6 +1141,7 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
     j["gateway_tls_overhead_p50_ms"] = tls_overhead_ms;
     j["site_gateway_overhead_p50_ms"] = site_overhead_ms;
     j["batching_ratio"] = batching_ratio;
+    j["device"] = device;
     j["model"] = {{"hidden", o.hidden}, {"test_accuracy", trained.second.test_accuracy}};
     j["connections"] = o.connections;
     j["seconds"] = o.seconds;
@@ -1132,8 +1160,9 @@ Status RunBenchServe(const BenchServeOptions& o, std::ostream& out) {
     out << j.dump(2) << "\n";
     return OkStatus();
   }
-  out << fmt::format("the digits MLP ({} hidden units, test accuracy {:.1f}%), one image a request, wrk for {} s a run\n",
-                     o.hidden, 100.0 * trained.second.test_accuracy, o.seconds);
+  out << fmt::format("the digits MLP ({} hidden units, test accuracy {:.1f}%) on {}, one image a request, wrk for {} s "
+                     "a run\n",
+                     o.hidden, 100.0 * trained.second.test_accuracy, device, o.seconds);
   out << fmt::format("  {:<36} {:>5} {:>12} {:>9} {:>9} {:>7}\n", "run", "conns", "requests/s", "p50 ms", "p99 ms",
                      "errors");
   for (const LoadRun& r : runs) {

@@ -401,6 +401,70 @@ TEST(GpuKernelsTest, MlpGradientMatchesTheCpuToRounding) {
   }
 }
 
+TEST(MlpKernelTest, TheCpusLoadedMlpGivesEachImagesForwardPassAndRefusesBadArguments) {
+  MlpCase c = MakeMlpCase({5, 7, 3}, 6, 11);
+  StatusOr<std::unique_ptr<MlpOnDevice>> mlp = CpuOps().LoadMlp(c.shape, c.params);
+  ASSERT_TRUE(mlp.ok()) << mlp.status().message();
+  std::vector<float> logits(6 * 3, -1.0f);
+  ASSERT_TRUE((*mlp)->Logits(c.x, logits).ok());
+  std::vector<float> hid(7), want(3);
+  for (size_t n = 0; n < 6; ++n) {
+    MlpForward(c.shape, c.params.data(), c.x.data() + 5 * n, hid.data(), want.data());
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(logits[3 * n + k], want[k]) << "image " << n << ", class " << k;
+  }
+  // No image: nothing to do.
+  std::vector<float> none;
+  EXPECT_TRUE((*mlp)->Logits(none, none).ok());
+  // The parameters are copied: changing the caller's changes nothing.
+  const std::vector<float> before = logits;
+  std::fill(c.params.begin(), c.params.end(), 0.0f);
+  ASSERT_TRUE((*mlp)->Logits(c.x, logits).ok());
+  EXPECT_EQ(logits, before);
+
+  std::vector<float> short_x(c.x.begin(), c.x.end() - 1);
+  Status bad = (*mlp)->Logits(short_x, logits);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "29 inputs are not whole images of 5 with room for 3 classes each in 18 logits");
+  std::vector<float> fewer(5 * 3);
+  EXPECT_EQ((*mlp)->Logits(c.x, fewer).message(),
+            "30 inputs are not whole images of 5 with room for 3 classes each in 15 logits");
+  StatusOr<std::unique_ptr<MlpOnDevice>> wrong = CpuOps().LoadMlp(c.shape, short_x);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().message(), "an MLP of 66 parameters was given 29");
+  StatusOr<std::unique_ptr<MlpOnDevice>> wide = CpuOps().LoadMlp({5, 4097, 3}, c.params);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_EQ(wide.status().message(), "hidden 4097: expected 1..4096");
+}
+
+TEST(GpuKernelsTest, AnMlpLoadedOnTheGpuGivesTheCpusLogitsToRounding) {
+  MERIDIAN_GPU_OR_SKIP(gpu);
+  for (const auto& [shape, images] : {std::pair{MlpShape{64, 128, 10}, int64_t{1}}, {MlpShape{64, 1024, 10}, 32},
+                                      {MlpShape{64, 4096, 10}, 7}, {MlpShape{300, 1000, 33}, 513}}) {
+    MlpCase c = MakeMlpCase(shape, images, 19);
+    StatusOr<std::unique_ptr<MlpOnDevice>> cpu = CpuOps().LoadMlp(shape, c.params);
+    StatusOr<std::unique_ptr<MlpOnDevice>> on_gpu = gpu->LoadMlp(shape, c.params);
+    ASSERT_TRUE(cpu.ok() && on_gpu.ok()) << on_gpu.status().message();
+    const auto n = static_cast<size_t>(images * shape.classes);
+    std::vector<float> want(n), got(n, -1.0f);
+    ASSERT_TRUE((*cpu)->Logits(c.x, want).ok());
+    // Twice: the second batch reuses the device's scratch, a smaller one after it too.
+    for (int round = 0; round < 2; ++round) {
+      Status s = (*on_gpu)->Logits(c.x, got);
+      ASSERT_TRUE(s.ok()) << s.message();
+      float largest = 0;
+      for (float v : want) largest = std::max(largest, std::abs(v));
+      size_t far = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (std::abs(got[i] - want[i]) > 1e-4f * largest) ++far;
+      }
+      EXPECT_EQ(far, 0u) << "hidden " << shape.hidden << ", " << images << " images, round " << round;
+    }
+    std::vector<float> first(c.x.begin(), c.x.begin() + shape.inputs), one(static_cast<size_t>(shape.classes));
+    ASSERT_TRUE((*on_gpu)->Logits(first, one).ok());
+    for (int32_t k = 0; k < shape.classes; ++k) EXPECT_NEAR(one[k], want[k], 1e-4f * (1 + std::abs(want[k])));
+  }
+}
+
 TEST(GpuKernelsTest, KernelsOnAGpuGiveTheCpuOutputs) {
   MERIDIAN_GPU_OR_SKIP(gpu);
   (void)gpu;

@@ -53,6 +53,19 @@ struct MlpShape {
 inline constexpr int32_t kMaxMlpWidth = 4096;     // inputs, hidden units, classes
 inline constexpr int64_t kMaxMlpImages = 1 << 20;  // in one call
 
+// A perceptron's parameters held by one device for inference (serving), made by
+// Ops::LoadMlp: loaded once, then any number of batches run through them.
+//
+// Thread-safety: Logits from any number of threads at once (a GPU's take turns).
+class MlpOnDevice {
+ public:
+  virtual ~MlpOnDevice() = default;
+  virtual const MlpShape& shape() const = 0;
+  // logits (images x classes, row-major) = relu(x w1 + b1) w2 + b2 for x (images x
+  // inputs), 0 to kMaxMlpImages images.
+  virtual Status Logits(std::span<const float> x, std::span<float> logits) const = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -94,6 +107,11 @@ class Ops {
   // the two agree to float rounding, not bit for bit.
   virtual Status MlpGradient(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
                              std::span<const int32_t> labels, std::span<float> grad, double* loss) const = 0;
+  // `params` (shape.parameters() long, laid out as for MlpGradient) copied to the
+  // device, for inference. The CPU's Logits is MlpForward image by image; a GPU's runs
+  // the batch as two SGEMMs (cuBLAS) and bias kernels, so the two agree to float
+  // rounding, not bit for bit.
+  virtual StatusOr<std::unique_ptr<MlpOnDevice>> LoadMlp(const MlpShape& shape, std::span<const float> params) const = 0;
   // The figures of windows whose values lie back to back (a stream's windows as they
   // are written, workloads/stream): window i is values[offsets[i], offsets[i + 1]),
   // offsets ascending from 0 to values.size(), every window non-empty; out has one
@@ -110,6 +128,10 @@ Status CheckWindowStatsArgs(std::span<const double> values, std::span<const int6
 // kMaxMlpImages images, spans of the shape's sizes, labels below shape.classes.
 Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
                     std::span<const int32_t> labels, std::span<const float> grad);
+// The argument checks of LoadMlp (widths, the parameters' count) and of Logits (x
+// whole images, at most kMaxMlpImages, room for their logits).
+Status CheckMlpParams(const MlpShape& shape, std::span<const float> params);
+Status CheckMlpLogitsArgs(const MlpShape& shape, std::span<const float> x, std::span<const float> logits);
 // The CPU reference's forward pass of one image: `hidden` (shape.hidden, after ReLU)
 // and `logits` (shape.classes) of input `x` (shape.inputs) under `params`.
 void MlpForward(const MlpShape& shape, const float* params, const float* x, float* hidden, float* logits);

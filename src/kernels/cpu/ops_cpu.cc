@@ -177,7 +177,35 @@ class CpuOpsImpl final : public Ops {
     *loss = sum;
     return OkStatus();
   }
+
+  StatusOr<std::unique_ptr<MlpOnDevice>> LoadMlp(const MlpShape& shape, std::span<const float> params) const override;
 };
+
+// The reference: MlpForward image by image.
+class CpuMlp final : public MlpOnDevice {
+ public:
+  CpuMlp(const MlpShape& shape, std::span<const float> params) : shape_(shape), params_(params.begin(), params.end()) {}
+  const MlpShape& shape() const override { return shape_; }
+  Status Logits(std::span<const float> x, std::span<float> logits) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckMlpLogitsArgs(shape_, x, logits));
+    std::vector<float> hid(static_cast<size_t>(shape_.hidden));
+    const size_t images = x.size() / static_cast<size_t>(shape_.inputs);
+    for (size_t n = 0; n < images; ++n) {
+      MlpForward(shape_, params_.data(), x.data() + n * static_cast<size_t>(shape_.inputs), hid.data(),
+                 logits.data() + n * static_cast<size_t>(shape_.classes));
+    }
+    return OkStatus();
+  }
+
+ private:
+  MlpShape shape_;
+  std::vector<float> params_;
+};
+
+StatusOr<std::unique_ptr<MlpOnDevice>> CpuOpsImpl::LoadMlp(const MlpShape& shape, std::span<const float> params) const {
+  MERIDIAN_RETURN_IF_ERROR(CheckMlpParams(shape, params));
+  return std::unique_ptr<MlpOnDevice>(std::make_unique<CpuMlp>(shape, params));
+}
 
 }  // namespace
 
@@ -203,11 +231,20 @@ void MlpForward(const MlpShape& shape, const float* params, const float* x, floa
   }
 }
 
-Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
-                    std::span<const int32_t> labels, std::span<const float> grad) {
+namespace {
+
+Status CheckMlpWidths(const MlpShape& shape) {
   for (const auto& [what, v] : {std::pair{"inputs", shape.inputs}, {"hidden", shape.hidden}, {"classes", shape.classes}}) {
     if (v < 1 || v > kMaxMlpWidth) return InvalidArgumentError(fmt::format("{} {}: expected 1..{}", what, v, kMaxMlpWidth));
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                    std::span<const int32_t> labels, std::span<const float> grad) {
+  MERIDIAN_RETURN_IF_ERROR(CheckMlpWidths(shape));
   const auto images = static_cast<int64_t>(labels.size());
   if (images > kMaxMlpImages) {
     return InvalidArgumentError(fmt::format("{} images in one gradient: at most {}", images, kMaxMlpImages));
@@ -222,6 +259,29 @@ Status CheckMlpArgs(const MlpShape& shape, std::span<const float> params, std::s
     if (labels[n] < 0 || labels[n] >= shape.classes) {
       return InvalidArgumentError(fmt::format("image {}: label {} is not one of {} classes", n, labels[n], shape.classes));
     }
+  }
+  return OkStatus();
+}
+
+Status CheckMlpParams(const MlpShape& shape, std::span<const float> params) {
+  MERIDIAN_RETURN_IF_ERROR(CheckMlpWidths(shape));
+  if (params.size() != static_cast<size_t>(shape.parameters())) {
+    return InvalidArgumentError(
+        fmt::format("an MLP of {} parameters was given {}", shape.parameters(), params.size()));
+  }
+  return OkStatus();
+}
+
+Status CheckMlpLogitsArgs(const MlpShape& shape, std::span<const float> x, std::span<const float> logits) {
+  const auto inputs = static_cast<size_t>(shape.inputs);
+  const size_t images = x.size() / inputs;
+  if (x.size() % inputs != 0 || logits.size() != images * static_cast<size_t>(shape.classes)) {
+    return InvalidArgumentError(fmt::format("{} inputs are not whole images of {} with room for {} classes each in {} "
+                                            "logits",
+                                            x.size(), inputs, shape.classes, logits.size()));
+  }
+  if (images > static_cast<size_t>(kMaxMlpImages)) {
+    return InvalidArgumentError(fmt::format("{} images in one batch: at most {}", images, kMaxMlpImages));
   }
   return OkStatus();
 }

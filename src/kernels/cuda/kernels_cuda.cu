@@ -7,6 +7,7 @@
 // would otherwise map its 600 MB of libraries at start, GPU or not.
 #include <dlfcn.h>
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -40,8 +41,13 @@ std::string Error(const char* what, cudaError_t e) {
 template <typename T>
 struct DeviceBuffer {
   T* ptr = nullptr;
-  ~DeviceBuffer() {
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+  void Reset() {
     if (ptr != nullptr) cudaFree(ptr);
+    ptr = nullptr;
   }
   cudaError_t Allocate(size_t count) { return cudaMalloc(&ptr, count == 0 ? 1 : count * sizeof(T)); }
 };
@@ -488,6 +494,25 @@ std::string RowGemm(cublasHandle_t handle, bool ta, bool tb, int m, int n, int k
   return s == CUBLAS_STATUS_SUCCESS ? std::string() : "cublasSgemm failed with status " + std::to_string(static_cast<int>(s));
 }
 
+// The perceptron's forward pass over `images` rows of x, on the thread's stream:
+// h = relu(x w1 + b1), logits = h w2 + b2, with `params` (on the device) laid out w1,
+// b1, w2, b2.
+std::string Forward(cublasHandle_t handle, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
+                    const float* x, int64_t images, float* h, float* logits) {
+  const float* w1 = params;
+  const float* b1 = w1 + static_cast<size_t>(inputs) * hidden;
+  const float* w2 = b1 + hidden;
+  const float* b2 = w2 + static_cast<size_t>(hidden) * classes;
+  const size_t n = static_cast<size_t>(images);
+  const int rows = static_cast<int>(images);
+  cudaStream_t s = cudaStreamPerThread;
+  if (std::string e = RowGemm(handle, false, false, rows, hidden, inputs, x, w1, h); !e.empty()) return e;
+  AddBias<<<Blocks(n * hidden, 4096), kThreads, 0, s>>>(h, b1, images, hidden, true);
+  if (std::string e = RowGemm(handle, false, false, rows, classes, hidden, h, w2, logits); !e.empty()) return e;
+  AddBias<<<Blocks(n * classes, 4096), kThreads, 0, s>>>(logits, b2, images, classes, false);
+  return {};
+}
+
 }  // namespace
 
 std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
@@ -518,22 +543,16 @@ std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t clas
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_params.ptr, params, p * sizeof(float), cudaMemcpyHostToDevice, s));
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_x.ptr, x, n * inputs * sizeof(float), cudaMemcpyHostToDevice, s));
   MERIDIAN_CUDA_TRY(cudaMemcpyAsync(d_labels.ptr, labels, n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-  const float* w1 = d_params.ptr;
-  const float* b1 = w1 + static_cast<size_t>(inputs) * hidden;
-  const float* w2 = b1 + hidden;
-  const float* b2 = w2 + static_cast<size_t>(hidden) * classes;
+  const float* w2 = d_params.ptr + static_cast<size_t>(inputs + 1) * hidden;
   float* g1 = d_grad.ptr;
   float* gb1 = g1 + static_cast<size_t>(inputs) * hidden;
   float* g2 = gb1 + hidden;
   float* gb2 = g2 + static_cast<size_t>(hidden) * classes;
   const int rows = static_cast<int>(images);
-  // Forward: h = relu(x w1 + b1), logits = h w2 + b2.
-  if (std::string e = RowGemm(handle, false, false, rows, hidden, inputs, d_x.ptr, w1, d_h.ptr); !e.empty()) return e;
-  AddBias<<<Blocks(n * hidden, 4096), kThreads, 0, s>>>(d_h.ptr, b1, images, hidden, true);
-  if (std::string e = RowGemm(handle, false, false, rows, classes, hidden, d_h.ptr, w2, d_logits.ptr); !e.empty()) {
+  if (std::string e = Forward(handle, inputs, hidden, classes, d_params.ptr, d_x.ptr, images, d_h.ptr, d_logits.ptr);
+      !e.empty()) {
     return e;
   }
-  AddBias<<<Blocks(n * classes, 4096), kThreads, 0, s>>>(d_logits.ptr, b2, images, classes, false);
   // Backward: d = softmax - onehot; g2 = h^T d, gb2 = sum d; dh = (d w2^T) * (h > 0);
   // g1 = x^T dh, gb1 = sum dh.
   SoftmaxCrossEntropy<<<Blocks(n, 1024), kThreads, 0, s>>>(d_logits.ptr, d_labels.ptr, images, classes, d_d.ptr,
@@ -550,6 +569,69 @@ std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t clas
   if (std::string e = Finish("mlp gradient"); !e.empty()) return e;
   for (double l : row_loss) *loss += l;  // in image order, as the CPU sums
   return {};
+}
+
+// ---- the perceptron for inference ----
+
+struct MlpWeights {
+  int device = 0;
+  int32_t inputs = 0, hidden = 0, classes = 0;
+  DeviceBuffer<float> params;
+  // Scratch for a batch, grown to the largest batch yet; one batch at a time.
+  std::mutex mu;
+  size_t capacity = 0;  // images
+  DeviceBuffer<float> x, h, logits;
+};
+
+std::string MlpLoad(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
+                    MlpWeights** out) {
+  if (std::string e = Begin(device); !e.empty()) return e;
+  auto w = std::make_unique<MlpWeights>();
+  w->device = device;
+  w->inputs = inputs;
+  w->hidden = hidden;
+  w->classes = classes;
+  const size_t p = static_cast<size_t>(inputs + 1 + classes) * hidden + classes;
+  MERIDIAN_CUDA_TRY(w->params.Allocate(p));
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(w->params.ptr, params, p * sizeof(float), cudaMemcpyHostToDevice, cudaStreamPerThread));
+  if (std::string e = Finish("mlp load"); !e.empty()) return e;
+  *out = w.release();
+  return {};
+}
+
+std::string MlpLogits(MlpWeights* w, const float* x, int64_t images, float* logits) {
+  if (images == 0) return {};
+  std::lock_guard<std::mutex> lock(w->mu);
+  if (std::string e = Begin(w->device); !e.empty()) return e;
+  cublasHandle_t handle = nullptr;
+  if (std::string e = Handle(w->device, &handle); !e.empty()) return e;
+  const size_t n = static_cast<size_t>(images);
+  if (n > w->capacity) {
+    // Freed and made again, larger: the old scratch is no longer in use (one batch at a time).
+    w->x.Reset();
+    w->h.Reset();
+    w->logits.Reset();
+    w->capacity = 0;
+    MERIDIAN_CUDA_TRY(w->x.Allocate(n * w->inputs));
+    MERIDIAN_CUDA_TRY(w->h.Allocate(n * w->hidden));
+    MERIDIAN_CUDA_TRY(w->logits.Allocate(n * w->classes));
+    w->capacity = n;
+  }
+  cudaStream_t s = cudaStreamPerThread;
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(w->x.ptr, x, n * w->inputs * sizeof(float), cudaMemcpyHostToDevice, s));
+  if (std::string e = Forward(handle, w->inputs, w->hidden, w->classes, w->params.ptr, w->x.ptr, images, w->h.ptr,
+                              w->logits.ptr);
+      !e.empty()) {
+    return e;
+  }
+  MERIDIAN_CUDA_TRY(cudaMemcpyAsync(logits, w->logits.ptr, n * w->classes * sizeof(float), cudaMemcpyDeviceToHost, s));
+  return Finish("mlp logits");
+}
+
+void MlpFree(MlpWeights* w) {
+  if (w == nullptr) return;
+  cudaSetDevice(w->device);
+  delete w;
 }
 
 }  // namespace meridian::kernels::cuda

@@ -57,6 +57,17 @@ std::string Simulate(int device, int32_t qubits, const QGate* gates, size_t coun
 std::string MlpGradient(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
                         const float* x, const int32_t* labels, int64_t images, float* grad, double* loss);
 
+// A perceptron's parameters on a device, for inference (kernels/ops.h, MlpOnDevice).
+struct MlpWeights;
+// *out = `params` (laid out w1, b1, w2, b2) copied to `device`; MlpFree frees it.
+std::string MlpLoad(int device, int32_t inputs, int32_t hidden, int32_t classes, const float* params,
+                    MlpWeights** out);
+// logits[0 .. images * classes) of x[0 .. images * inputs): two SGEMMs (cuBLAS) and
+// bias-and-ReLU kernels, the forward pass of MlpGradient. One batch at a time for
+// each MlpWeights (calls take turns).
+std::string MlpLogits(MlpWeights* weights, const float* x, int64_t images, float* logits);
+void MlpFree(MlpWeights* weights);
+
 // A stream's window figures (kernels/ops.h, WindowStats): one thread per window, each
 // computing kernels/window_stats.h's Compute over its values, as the CPU does.
 std::string WindowStats(int device, const double* values, size_t count, const int64_t* offsets, size_t windows,

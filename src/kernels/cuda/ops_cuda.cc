@@ -2,7 +2,9 @@
 // kernels_cuda.cu.
 #include <cmath>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -81,6 +83,8 @@ class CudaOps final : public Ops {
                  nullptr);
   }
 
+  StatusOr<std::unique_ptr<MlpOnDevice>> LoadMlp(const MlpShape& shape, std::span<const float> params) const override;
+
  private:
   Status Check(const std::string& error, const std::atomic<bool>* stop) const {
     if (stop != nullptr && stop->load()) return Status(StatusCode::kCancelled, "stopped");
@@ -91,6 +95,40 @@ class CudaOps final : public Ops {
   int device_;
   std::string name_;
 };
+
+class CudaMlp final : public MlpOnDevice {
+ public:
+  CudaMlp(const MlpShape& shape, cuda::MlpWeights* weights, std::string name)
+      : shape_(shape), weights_(weights), name_(std::move(name)) {}
+  ~CudaMlp() override { cuda::MlpFree(weights_); }
+  CudaMlp(const CudaMlp&) = delete;
+  CudaMlp& operator=(const CudaMlp&) = delete;
+
+  const MlpShape& shape() const override { return shape_; }
+  Status Logits(std::span<const float> x, std::span<float> logits) const override {
+    MERIDIAN_RETURN_IF_ERROR(CheckMlpLogitsArgs(shape_, x, logits));
+    const auto images = static_cast<int64_t>(x.size() / static_cast<size_t>(shape_.inputs));
+    if (std::string e = cuda::MlpLogits(weights_, x.data(), images, logits.data()); !e.empty()) {
+      return InternalError(fmt::format("{}: {}", name_, e));
+    }
+    return OkStatus();
+  }
+
+ private:
+  MlpShape shape_;
+  cuda::MlpWeights* weights_;
+  std::string name_;
+};
+
+StatusOr<std::unique_ptr<MlpOnDevice>> CudaOps::LoadMlp(const MlpShape& shape, std::span<const float> params) const {
+  MERIDIAN_RETURN_IF_ERROR(CheckMlpParams(shape, params));
+  cuda::MlpWeights* weights = nullptr;
+  if (std::string e = cuda::MlpLoad(device_, shape.inputs, shape.hidden, shape.classes, params.data(), &weights);
+      !e.empty()) {
+    return InternalError(fmt::format("{}: {}", name_, e));
+  }
+  return std::unique_ptr<MlpOnDevice>(std::make_unique<CudaMlp>(shape, weights, name_));
+}
 
 }  // namespace
 

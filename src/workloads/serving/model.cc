@@ -59,7 +59,35 @@ StatusOr<MlpModel> MlpModel::FromCheckpoint(std::string_view bytes) {
   return MlpModel(shape, std::move(params), c.step);
 }
 
+Status MlpModel::PlaceOn(const kernels::Ops& ops) {
+  if (!ops.is_gpu()) {
+    device_.reset();
+    device_name_ = "cpu";
+    return OkStatus();
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<kernels::MlpOnDevice> mlp, ops.LoadMlp(shape_, params_));
+  auto device = std::make_shared<Device>();
+  device->mlp = std::move(mlp);
+  device_ = std::move(device);
+  device_name_ = ops.name();
+  return OkStatus();
+}
+
 void MlpModel::Infer(std::span<const float> x, std::span<float> logits) const {
+  if (device_) {
+    const Status s = device_->mlp->Logits(x, logits);
+    if (s.ok()) return;
+    // The first failure and every 1000th after it: a device that keeps failing
+    // would otherwise write a line a batch.
+    if (device_->errors.fetch_add(1) % 1000 == 0) {
+      MERIDIAN_LOG_WARN("a batch of {} images failed on {} ({}); it runs on the CPU", x.size() / shape_.inputs,
+                   device_name_, s.message());
+    }
+  }
+  InferOnCpu(x, logits);
+}
+
+void MlpModel::InferOnCpu(std::span<const float> x, std::span<float> logits) const {
   const kernels::MlpShape& s = shape_;
   const int64_t images = static_cast<int64_t>(x.size()) / s.inputs;
   MERIDIAN_CHECK(static_cast<int64_t>(x.size()) == images * s.inputs);

@@ -104,7 +104,9 @@ void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
                                                  {"batches", s.batches},
                                                  {"refused", s.refused},
                                                  {"hidden", model_.hidden()},
-                                                 {"step", model_.step()}}
+                                                 {"step", model_.step()},
+                                                 {"device", model_.device()},
+                                                 {"device_errors", model_.device_errors()}}
                                           .dump() + "\n"});
     return;
   }

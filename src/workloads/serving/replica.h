@@ -38,6 +38,8 @@ class Replica {
   ~Replica();
   int port() const { return server_->port(); }
   BatcherStats stats() const { return batcher_->stats(); }
+  // Where the model's batches run: "cpu" or the GPU's name.
+  const std::string& device() const { return model_.device(); }
   // From now on /healthz answers 503 (gateways stop sending it requests); requests that
   // still come are served. For a replica being stopped: it drains, then ends.
   void StartDraining() { draining_ = true; }

@@ -1,10 +1,12 @@
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -184,6 +186,107 @@ TEST(MlpModelTest, ABatchGivesExactlyTheReferenceForwardPassOfEachImage) {
     kernels::MlpForward(shape, c->state.data(), x.data() + b * 64, hid.data(), want.data());
     for (int k = 0; k < 10; ++k) EXPECT_EQ(logits[b * 10 + k], want[k]) << "image " << b << " class " << k;
   }
+}
+
+// A GPU that takes the model and then fails every batch (or, with fail_load, refuses
+// to take it), as a device lost under a running replica would.
+class FailingGpu final : public kernels::Ops {
+ public:
+  explicit FailingGpu(bool fail_load) : fail_load_(fail_load) {}
+  std::string name() const override { return "cuda:9 (failing)"; }
+  bool is_gpu() const override { return true; }
+  StatusOr<__int128> Sum(std::span<const int64_t>) const override { return Unused(); }
+  Status Sort(std::vector<int64_t>&, uint64_t, int64_t, int64_t, int64_t, const std::atomic<bool>&) const override {
+    return Unused();
+  }
+  Status Histogram(std::span<const double>, uint64_t, int64_t, const kernels::Binning&, std::vector<int64_t>&,
+                   int64_t&, const std::atomic<bool>&) const override {
+    return Unused();
+  }
+  StatusOr<kernels::MatMulResult> MatMul(int64_t, uint64_t, int64_t, const std::atomic<bool>&) const override {
+    return Unused();
+  }
+  Status Sha256d(std::span<const uint8_t>, size_t, std::span<uint8_t>) const override { return Unused(); }
+  Status Simulate(int32_t, std::span<const kernels::QGate>, std::vector<double>&,
+                  const std::atomic<bool>&) const override {
+    return Unused();
+  }
+  Status MlpGradient(const kernels::MlpShape&, std::span<const float>, std::span<const float>,
+                     std::span<const int32_t>, std::span<float>, double*) const override {
+    return Unused();
+  }
+  Status WindowStats(std::span<const double>, std::span<const int64_t>,
+                     std::span<kernels::WindowStat>) const override {
+    return Unused();
+  }
+  StatusOr<std::unique_ptr<kernels::MlpOnDevice>> LoadMlp(const kernels::MlpShape& shape,
+                                                           std::span<const float>) const override {
+    if (fail_load_) return ResourceExhaustedError("out of device memory");
+    return std::unique_ptr<kernels::MlpOnDevice>(std::make_unique<Lost>(shape));
+  }
+
+ private:
+  struct Lost final : kernels::MlpOnDevice {
+    explicit Lost(const kernels::MlpShape& s) : shape_(s) {}
+    const kernels::MlpShape& shape() const override { return shape_; }
+    Status Logits(std::span<const float>, std::span<float> logits) const override {
+      std::fill(logits.begin(), logits.end(), -7.0f);  // what it left behind must not be the answer
+      return InternalError("an illegal memory access was encountered");
+    }
+    kernels::MlpShape shape_;
+  };
+  static Status Unused() { return UnimplementedError("not this test's"); }
+  bool fail_load_;
+};
+
+TEST(MlpModelTest, ABatchTheGpuFailsRunsOnTheCpuAndIsCounted) {
+  auto model = MlpModel::FromCheckpoint(Checkpoint(37, 1));
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->device(), "cpu");
+  const std::vector<float> x = Images(5, 3);
+  std::vector<float> want(50), got(50);
+  model->InferOnCpu(x, want);
+
+  FailingGpu refuses(true);
+  Status placed = model->PlaceOn(refuses);
+  EXPECT_EQ(placed.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(placed.message(), "out of device memory");
+  EXPECT_EQ(model->device(), "cpu");  // left where it was
+
+  FailingGpu lost(false);
+  ASSERT_TRUE(model->PlaceOn(lost).ok());
+  EXPECT_EQ(model->device(), "cuda:9 (failing)");
+  model->Infer(x, got);
+  EXPECT_EQ(got, want);
+  model->Infer(x, got);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(model->device_errors(), 2);
+  // Back on the CPU: nothing more is counted.
+  ASSERT_TRUE(model->PlaceOn(kernels::CpuOps()).ok());
+  EXPECT_EQ(model->device(), "cpu");
+  EXPECT_EQ(model->device_errors(), 0);
+  std::fill(got.begin(), got.end(), 0.0f);
+  model->Infer(x, got);
+  EXPECT_EQ(got, want);
+}
+
+TEST(GpuServingTest, AModelOnTheGpuAnswersAsOnTheCpuToRounding) {
+  StatusOr<const kernels::Ops*> gpu = kernels::GpuOps(0);
+  if (!gpu.ok()) GTEST_SKIP() << gpu.status().message();
+  auto model = MlpModel::FromCheckpoint(Checkpoint(1024, 1));
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE(model->PlaceOn(**gpu).ok());
+  EXPECT_EQ(model->device(), (*gpu)->name());
+  for (int images : {1, 7, 32, 256}) {
+    const std::vector<float> x = Images(images, 4);
+    std::vector<float> want(static_cast<size_t>(images) * 10), got(want.size());
+    model->InferOnCpu(x, want);
+    model->Infer(x, got);
+    float largest = 0;
+    for (float v : want) largest = std::max(largest, std::abs(v));
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * largest) << images << " images, " << i;
+  }
+  EXPECT_EQ(model->device_errors(), 0);
 }
 
 TEST(MlpModelTest, RefusesWhatIsNotAnIntactCheckpoint) {
