@@ -106,6 +106,8 @@ class LocalCluster {
   const std::string& dir() const { return dir_; }
   // More arguments for `meridian up` (e.g. {"--coordinators", "2"}).
   void AddUpArgs(const std::vector<std::string>& args) { up_args_.insert(up_args_.end(), args.begin(), args.end()); }
+  // The coordinator's heartbeat timeout (`up --heartbeat-timeout`), 5s unless set.
+  void SetHeartbeatTimeout(const std::string& timeout) { heartbeat_timeout_ = timeout; }
 
   // Starts whatever is not running; true once every node is registered.
   bool Up() {
@@ -113,7 +115,7 @@ class LocalCluster {
     // taken for dead by mistake would run a task twice and fail the exactly-once checks.
     // No site gateways (they route services; under the sanitizers each one's watch costs
     // the coordinator more than these tests should share): tests/site_gateway_test.sh.
-    std::vector<std::string> args = {"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", "5s",
+    std::vector<std::string> args = {"up", "--fleet", fleet_, "--dir", dir_, "--heartbeat-timeout", heartbeat_timeout_,
                                      "--gateways", "none"};
     args.insert(args.end(), up_args_.begin(), up_args_.end());
     CommandResult r = Meridian(args);
@@ -188,6 +190,7 @@ class LocalCluster {
  private:
   std::string fleet_;
   std::vector<std::string> up_args_;
+  std::string heartbeat_timeout_ = "5s";
   std::string dir_;
   std::string address_;
   std::unique_ptr<client::Client> client_;

@@ -926,6 +926,10 @@ TEST(RuntimeReportsTest, ReportsSavedUpWhileTheCoordinatorWasAwayAllArriveAfterI
   // stdout and of stderr: about 21 MB of reports. They once rode in one registration,
   // over the 16 MiB message limit, and the agent never registered again.
   LocalCluster cluster(SourceDir() + "/tests/fleets/one-node.yaml");
+  // Starting 160 commands at once under ASan, beside another test, held the agent's
+  // heartbeats up past 5 s on CI: the node was taken for dead and every task ran a
+  // second time. Heartbeats are not this test's subject.
+  cluster.SetHeartbeatTimeout("30s");
   ASSERT_TRUE(cluster.Up());
   // Each task waits for the test's gate, writes its output, then leaves a mark in
   // `done`. (The tasks once slept 4 s instead: under a sanitizer on a busy machine
