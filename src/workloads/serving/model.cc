@@ -81,7 +81,7 @@ void MlpModel::Infer(std::span<const float> x, std::span<float> logits) const {
     // would otherwise write a line a batch.
     if (device_->errors.fetch_add(1) % 1000 == 0) {
       MERIDIAN_LOG_WARN("a batch of {} images failed on {} ({}); it runs on the CPU", x.size() / shape_.inputs,
-                   device_name_, s.message());
+                        device_name_, s.message());
     }
   }
   InferOnCpu(x, logits);

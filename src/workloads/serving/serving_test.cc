@@ -188,36 +188,41 @@ TEST(MlpModelTest, ABatchGivesExactlyTheReferenceForwardPassOfEachImage) {
   }
 }
 
-// A GPU that takes the model and then fails every batch (or, with fail_load, refuses
-// to take it), as a device lost under a running replica would.
+// The CPU reference posing as a GPU whose model fails every batch (or, with
+// fail_load, which refuses to take the model), as a device lost under a running
+// replica would. Every other step is the CPU's own.
 class FailingGpu final : public kernels::Ops {
  public:
   explicit FailingGpu(bool fail_load) : fail_load_(fail_load) {}
   std::string name() const override { return "cuda:9 (failing)"; }
   bool is_gpu() const override { return true; }
-  StatusOr<__int128> Sum(std::span<const int64_t>) const override { return Unused(); }
-  Status Sort(std::vector<int64_t>&, uint64_t, int64_t, int64_t, int64_t, const std::atomic<bool>&) const override {
-    return Unused();
+  StatusOr<__int128> Sum(std::span<const int64_t> v) const override { return cpu().Sum(v); }
+  Status Sort(std::vector<int64_t>& v, uint64_t seed, int64_t generate, int64_t lo, int64_t hi,
+              const std::atomic<bool>& stop) const override {
+    return cpu().Sort(v, seed, generate, lo, hi, stop);
   }
-  Status Histogram(std::span<const double>, uint64_t, int64_t, const kernels::Binning&, std::vector<int64_t>&,
-                   int64_t&, const std::atomic<bool>&) const override {
-    return Unused();
+  Status Histogram(std::span<const double> v, uint64_t seed, int64_t generate, const kernels::Binning& b,
+                   std::vector<int64_t>& counts, int64_t& outside, const std::atomic<bool>& stop) const override {
+    return cpu().Histogram(v, seed, generate, b, counts, outside, stop);
   }
-  StatusOr<kernels::MatMulResult> MatMul(int64_t, uint64_t, int64_t, const std::atomic<bool>&) const override {
-    return Unused();
+  StatusOr<kernels::MatMulResult> MatMul(int64_t n, uint64_t seed, int64_t repeat,
+                                         const std::atomic<bool>& stop) const override {
+    return cpu().MatMul(n, seed, repeat, stop);
   }
-  Status Sha256d(std::span<const uint8_t>, size_t, std::span<uint8_t>) const override { return Unused(); }
-  Status Simulate(int32_t, std::span<const kernels::QGate>, std::vector<double>&,
-                  const std::atomic<bool>&) const override {
-    return Unused();
+  Status Sha256d(std::span<const uint8_t> m, size_t length, std::span<uint8_t> d) const override {
+    return cpu().Sha256d(m, length, d);
   }
-  Status MlpGradient(const kernels::MlpShape&, std::span<const float>, std::span<const float>,
-                     std::span<const int32_t>, std::span<float>, double*) const override {
-    return Unused();
+  Status Simulate(int32_t qubits, std::span<const kernels::QGate> gates, std::vector<double>& state,
+                  const std::atomic<bool>& stop) const override {
+    return cpu().Simulate(qubits, gates, state, stop);
   }
-  Status WindowStats(std::span<const double>, std::span<const int64_t>,
-                     std::span<kernels::WindowStat>) const override {
-    return Unused();
+  Status MlpGradient(const kernels::MlpShape& shape, std::span<const float> params, std::span<const float> x,
+                     std::span<const int32_t> labels, std::span<float> grad, double* loss) const override {
+    return cpu().MlpGradient(shape, params, x, labels, grad, loss);
+  }
+  Status WindowStats(std::span<const double> v, std::span<const int64_t> offsets,
+                     std::span<kernels::WindowStat> out) const override {
+    return cpu().WindowStats(v, offsets, out);
   }
   StatusOr<std::unique_ptr<kernels::MlpOnDevice>> LoadMlp(const kernels::MlpShape& shape,
                                                            std::span<const float>) const override {
@@ -235,7 +240,7 @@ class FailingGpu final : public kernels::Ops {
     }
     kernels::MlpShape shape_;
   };
-  static Status Unused() { return UnimplementedError("not this test's"); }
+  static const kernels::Ops& cpu() { return kernels::CpuOps(); }
   bool fail_load_;
 };
 
