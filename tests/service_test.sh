@@ -363,13 +363,15 @@ import json, re, sys
 f = json.load(open(sys.argv[1]))
 log = open(sys.argv[2]).read()
 assert f["reached_s"] is not None and f["failed"] == 0 and f["regions"] == ["us-east"] and f["own_requests"] == 0, f
-# Up at least once (the replicas count what is in flight at them: less than a gateway
-# counts, which includes the hops; 10 connections make 2 to 3 here).
-ups = re.findall(r"autoscale us-east: (\d+) -> (\d+) replicas", log)
-assert ups and ups[0][0] == "1" and all(int(b) > int(a) for a, b in ups), ups
+# Up first, from 1 (the replicas count what is in flight at them: less than a gateway
+# counts, which includes the hops; 10 connections make 2 to 3 here). Later moves follow
+# the load as the replicas see it, which the new ones, starting on the same two cores,
+# change: CI's ASan run once saw 1 -> 3, 3 -> 2 (a replica still starting) and 2 -> 3.
+moves = re.findall(r"autoscale us-east: (\d+) -> (\d+) replicas", log)
+assert moves and moves[0][0] == "1" and int(moves[0][1]) > 1, moves
 print(f"ok   capacity follows the load: eu-west's 10 clients sent to us-east; us-east's autoscaling gateway, "
-      f"with 0 requests of its own, took it 1 -> {ups[-1][1]} replicas in {f['reached_s']:.1f} s; {f['requests']} "
-      f"requests, 0 failed")
+      f"with 0 requests of its own, took it {', '.join(a + ' -> ' + b for a, b in moves)} replicas, 2 serving "
+      f"in {f['reached_s']:.1f} s; {f['requests']} requests, 0 failed")
 PY
 
 # Delete: the gateway empties, and says so to clients.

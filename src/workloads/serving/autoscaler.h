@@ -5,8 +5,16 @@
 //  - Up, at once: wanted = ceil(mean in flight over the last `window_us` / target in
 //    flight per replica); and one more than now when the replicas' answer time over
 //    the window is above the latency target while that count would not grow.
+//    Not while the load is within `tolerance` of the target of the replicas there are
+//    (mean <= replicas * target * (1 + tolerance)): a load near a multiple of the
+//    target would otherwise flap, in at exactly the target per replica and up again
+//    at the next sample above it (Kubernetes' autoscaler holds the same way).
 //  - Down, slowly: only after the load has wanted fewer replicas for `scale_in_after_us`
 //    without a break, and one replica at a time (the timer starts again after each).
+//    "Fewer" has a margin: the load must fit the smaller count `scale_in_margin` below
+//    its target (ceil(mean / (target * (1 - margin))) below now). Without it, a load
+//    near a multiple of the target flaps: in at exactly the target per replica, and
+//    up again at the next sample above it.
 //  - Always within [min, max].
 //  - Which replica leaves (ChooseScaleIn): one that does not serve yet first (waiting
 //    for room, or starting: no request is in flight to it, so it is cancelled at
@@ -29,6 +37,8 @@ struct AutoscalePolicy {
   int64_t latency_target_us = 100'000;  // a replica's mean answer time above this adds one
   int64_t scale_in_after_us = 10'000'000;
   int64_t window_us = 2'000'000;        // samples averaged
+  double tolerance = 0.1;               // a load this far above the replicas' target adds none
+  double scale_in_margin = 0.1;         // the load must fit one replica fewer this far below target
   int32_t min = 1, max = 1;
 };
 

@@ -130,6 +130,25 @@ TEST(AutoscalerTest, ScalesInOneReplicaAtATimeAfterLowLoadLastsItsTime) {
   EXPECT_EQ(a.Want(t + 40 * kSecond, 1), 1);  // never below min
 }
 
+// A load near a multiple of the target does not flap. 3 replicas at a target of 2 with
+// 3.9 in flight: 2 suffice, and one goes after the wait. At 2, 4.3 in flight wants 3
+// (ceil(4.3 / 2)) but is within 10% of the 4 that 2 replicas aim at: it holds; 4.5 is
+// not, and a replica comes at once. Slow answers still add one within the tolerance.
+TEST(AutoscalerTest, AddsNoReplicaForALoadWithinTheToleranceOfTheTarget) {
+  Autoscaler a(Policy());
+  Feed(a, 0, 2, 3.9, 5'000);
+  EXPECT_EQ(a.Want(2 * kSecond, 3), 3);  // the wait starts
+  EXPECT_EQ(a.Want(12 * kSecond, 3), 2);
+  Feed(a, 12 * kSecond, 20, 4.3, 5'000);
+  EXPECT_EQ(a.Want(14 * kSecond, 2), 2);
+  EXPECT_EQ(a.Want(32 * kSecond, 2), 2);  // never
+  Feed(a, 32 * kSecond, 2, 4.5, 5'000);
+  EXPECT_EQ(a.Want(34 * kSecond, 2), 3);
+  Autoscaler b(Policy());
+  Feed(b, 0, 2, 4.3, 250'000);  // answers take 250 ms > 100 ms
+  EXPECT_EQ(b.Want(2 * kSecond, 2), 3);
+}
+
 TEST(AutoscalerTest, BringsARegionBelowMinBackAtOnce) {
   Autoscaler a(Policy());
   Feed(a, 0, 2, 0.0, 0);
