@@ -923,6 +923,11 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   StatusOr<std::string> random = security::RandomHex(8);
   rt.session = random.ok() ? (std::stoull(*random, nullptr, 16) >> 1) | 1 : next_session_++;
   rt.last_heartbeat = env_.clock().Now();
+  {
+    std::lock_guard<std::mutex> heard(heard_mu_);
+    if (heard_.size() <= static_cast<size_t>(index)) heard_.resize(static_cast<size_t>(index) + 1);
+    heard_[static_cast<size_t>(index)] = Heard{rt.session, rt.last_heartbeat};
+  }
   rt.registered_us = WallUs();
   rt.kernels = std::set<std::string>(reg.kernels.begin(), reg.kernels.end());
   rt.outbox = {};
@@ -987,6 +992,10 @@ Status Coordinator::ConnectAssignments(uint32_t node_id, uint64_t session, std::
 }
 
 StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
+  {
+    std::lock_guard<std::mutex> heard(heard_mu_);
+    if (hb.node_id < heard_.size() && heard_[hb.node_id].session == hb.session) heard_[hb.node_id].at = env_.clock().Now();
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (hb.node_id >= nodes_.size() || nodes_[hb.node_id].session != hb.session) return true;
   const int32_t index = static_cast<int32_t>(hb.node_id);

@@ -485,6 +485,18 @@ class Coordinator final : public rpc::JobApi,
   const sched::Policy policy_;
 
   std::mutex mu_;
+  // When each node's newest heartbeat arrived, noted before it waits for mu_: one that
+  // came while the coordinator stalled (mu_ held by a long commit or placement, or the
+  // process starved of CPU) counts from its arrival, so that the failure check, which
+  // may take mu_ first when the stall ends, does not charge the coordinator's own
+  // stall to the node. By node id: its session (a heartbeat of another is not noted)
+  // and the time. Lock order: mu_, then heard_mu_ (Heartbeat takes heard_mu_ alone).
+  struct Heard {
+    uint64_t session = 0;
+    MonotonicTime at;
+  };
+  std::mutex heard_mu_;
+  std::vector<Heard> heard_;
   std::condition_variable loop_cv_;    // work for the loop
   std::condition_variable outbox_cv_;  // work for blocking NextAssignments calls
   std::condition_variable job_cv_;     // a job changed (watchers)

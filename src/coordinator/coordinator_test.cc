@@ -5,8 +5,10 @@
 #include "coordinator/coordinator_test_util.h"
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -16,6 +18,7 @@
 
 #include "store/sqlite_state_store.h"
 #include "testing/fake_clock.h"
+#include "testing/forwarding_state_store.h"
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::coordinator {
@@ -289,6 +292,76 @@ TEST_F(CoordinatorTest, ASilentNodeIsDeclaredDeadAndItsTaskRunsElsewhere) {
   ASSERT_EQ(nodes.size(), 2u);
   EXPECT_FALSE(nodes[0].alive);
   EXPECT_TRUE(nodes[1].alive);
+}
+
+// A store whose writes wait while held: the coordinator stalls in a commit, under its lock.
+class StallingStore : public testing::ForwardingStateStore {
+ public:
+  StallingStore() : ForwardingStateStore(inner_) {}
+  Status Apply(const store::StoreBatch& batch) override {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !held_; });
+      --waiting_;
+    }
+    return ForwardingStateStore::Apply(batch);
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  void AwaitAWrite() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [this] { return waiting_ > 0; });
+  }
+
+ private:
+  testing::InMemoryStateStore inner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int waiting_ = 0;
+};
+
+// A heartbeat that arrives while the coordinator is stalled (here a commit under its
+// lock; on a machine, a slow disk or a starved process) counts from its arrival, not
+// from when the lock lets it in: the failure check that runs first after the stall
+// does not take its node for dead. (It did: on a busy CI machine a node was declared
+// dead after 5.24 s and its 160 tasks ran twice.) A node that sent nothing is dead.
+TEST_F(CoordinatorTest, AHeartbeatThatArrivedDuringACoordinatorStallKeepsItsNodeAlive) {
+  auto owned = std::make_unique<StallingStore>();
+  StallingStore* store = owned.get();
+  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });  // the test turns it
+  model::RegistrationReply beating = Register(Node("beating"));
+  model::RegistrationReply silent = Register(Node("silent"));
+  env_.fake().Advance(900'000);  // both heard from 0.9 s ago (timeout 1 s)
+  store->Hold();
+  std::thread submit([&] { EXPECT_TRUE(coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "").ok()); });
+  store->AwaitAWrite();  // the submission holds the coordinator's lock, waiting on the store
+  // The loop's failure check waits for the lock first, then the heartbeat, which
+  // arrives now (0.9 s after the last): the lock lets them in in that order.
+  std::thread check([&] { coord_->Turn(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread beat([&] { Report(beating, {}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  env_.fake().Advance(600'000);  // the stall lasts: 1.5 s since either was let in
+  store->Release();
+  submit.join();
+  check.join();
+  beat.join();  // Report: the heartbeat was taken, not answered "register again"
+  auto nodes = coord_->ListNodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_TRUE(nodes[0].alive);
+  EXPECT_FALSE(nodes[1].alive);
+  EXPECT_EQ(coord_->LiveNodes(), 1);
+  (void)silent;
 }
 
 TEST_F(CoordinatorTest, AnIdleNodeLeavesButOneHoldingWorkStays) {

@@ -884,13 +884,20 @@ void Coordinator::DetectFailuresLocked() {
   const MonotonicTime now = env_.clock().Now();
   const int64_t timeout_us = HeartbeatTimeoutUs();
   store::StoreBatch batch;
+  std::vector<Heard> heard;  // a copy: MarkDead below closes sinks, which heard_mu_ need not wait for
+  {
+    std::lock_guard<std::mutex> lock(heard_mu_);
+    heard = heard_;
+  }
   for (size_t i = 0; i < nodes_.size(); ++i) {
     NodeRt& n = nodes_[i];
     if (!n.alive) continue;
-    if (now.us - n.last_heartbeat.us > timeout_us) {
+    // A heartbeat that arrived and waits for mu_ counts (heard_).
+    MonotonicTime last = n.last_heartbeat;
+    if (i < heard.size() && heard[i].session == n.session && last < heard[i].at) last = heard[i].at;
+    if (now.us - last.us > timeout_us) {
       MarkDead(static_cast<int32_t>(i),
-               fmt::format("node {} sent no heartbeat for {}", fleet_.nodes[i].name,
-                           FormatDurationUs(now.us - n.last_heartbeat.us)),
+               fmt::format("node {} sent no heartbeat for {}", fleet_.nodes[i].name, FormatDurationUs(now.us - last.us)),
                batch);
       continue;
     }
@@ -900,7 +907,7 @@ void Coordinator::DetectFailuresLocked() {
       n.sink.reset();
       n.stream_lost_at = now;
     }
-    if (n.stream_lost_at && n.last_heartbeat < *n.stream_lost_at &&
+    if (n.stream_lost_at && last < *n.stream_lost_at &&
         now.us - n.stream_lost_at->us > options_.heartbeat_timeout_us) {
       MarkDead(static_cast<int32_t>(i),
                fmt::format("node {}'s connection closed {} ago and it did not come back", fleet_.nodes[i].name,

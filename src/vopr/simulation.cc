@@ -12,6 +12,7 @@
 
 #include "agent/reports.h"
 #include "testing/fake_clock.h"
+#include "testing/forwarding_state_store.h"
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::vopr {
@@ -110,23 +111,13 @@ class SimSink final : public rpc::AssignmentSink {
 };
 
 // One coordinator life's door to the durable store, which outlives it.
-class SimStore final : public store::StateStore {
+// Reads pass straight through; writes go by the simulation (which may crash it).
+class SimStore final : public testing::ForwardingStateStore {
  public:
-  SimStore(Simulation& sim, testing::InMemoryStateStore& durable) : sim_(sim), durable_(durable) {}
+  SimStore(Simulation& sim, testing::InMemoryStateStore& durable)
+      : ForwardingStateStore(durable), sim_(sim), durable_(durable) {}
   StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<store::NewTask>& tasks) override;
   Status Apply(const store::StoreBatch& batch) override;
-  StatusOr<store::LoadedState> Load() override { return durable_.Load(); }
-  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
-    return durable_.Logs(job, task);
-  }
-  StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
-                                                  int64_t max_bytes) override {
-    return durable_.TaskPage(job, first, limit, max_bytes);
-  }
-  StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) override {
-    return durable_.FindTask(job, name);
-  }
-  StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t job) override { return durable_.JobSpec(job); }
   Status DeleteJob(uint64_t job) override;
 
  private:
