@@ -28,10 +28,11 @@ int64_t Autoscaler::MeanAnswerUs() const {
 }
 
 int32_t Autoscaler::Want(int64_t now_us, int32_t replicas) {
-  const double by_depth = std::ceil(MeanInflight() / policy_.target_inflight - 1e-9);
+  const double mean = MeanInflight();
+  const double by_depth = std::ceil(mean / policy_.target_inflight - 1e-9);
   int64_t wanted = static_cast<int64_t>(std::min<double>(by_depth, policy_.max));
   // More, but within the tolerance of what the replicas there are aim at: hold.
-  if (wanted > replicas && MeanInflight() <= replicas * policy_.target_inflight * (1.0 + policy_.tolerance)) {
+  if (wanted > replicas && mean <= replicas * policy_.target_inflight * (1.0 + policy_.tolerance)) {
     wanted = replicas;
   }
   if (MeanAnswerUs() > policy_.latency_target_us && wanted <= replicas) wanted = int64_t{replicas} + 1;

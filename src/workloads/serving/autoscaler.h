@@ -11,10 +11,6 @@
 //    at the next sample above it (Kubernetes' autoscaler holds the same way).
 //  - Down, slowly: only after the load has wanted fewer replicas for `scale_in_after_us`
 //    without a break, and one replica at a time (the timer starts again after each).
-//    "Fewer" has a margin: the load must fit the smaller count `scale_in_margin` below
-//    its target (ceil(mean / (target * (1 - margin))) below now). Without it, a load
-//    near a multiple of the target flaps: in at exactly the target per replica, and
-//    up again at the next sample above it.
 //  - Always within [min, max].
 //  - Which replica leaves (ChooseScaleIn): one that does not serve yet first (waiting
 //    for room, or starting: no request is in flight to it, so it is cancelled at
@@ -38,7 +34,6 @@ struct AutoscalePolicy {
   int64_t scale_in_after_us = 10'000'000;
   int64_t window_us = 2'000'000;        // samples averaged
   double tolerance = 0.1;               // a load this far above the replicas' target adds none
-  double scale_in_margin = 0.1;         // the load must fit one replica fewer this far below target
   int32_t min = 1, max = 1;
 };
 
