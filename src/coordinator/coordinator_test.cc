@@ -555,6 +555,103 @@ TEST_F(CoordinatorTest, AHolderATaskCouldNotReachIsNotRetriedAtOnce) {
   EXPECT_EQ(b2[0].dep_objects[0].replicas[0].node, "n1");
 }
 
+// Node n1 holds the only copy of an object put in the cluster and runs the one task of
+// a job that reads it; n2 joins with room for it; n1 falls silent and is declared dead.
+class DeadHolderTest : public CoordinatorTest {
+ protected:
+  void StartWithADeadHolder() {
+    Start();
+    n1_ = Register(Node("n1"));
+    ASSERT_TRUE(coord_->Commit(kInsecure, object_, 4096, n1_.node_id, "", "").ok());
+    auto r = coord_->Submit(
+        fmt::format("name: read\ntasks:\n  - {{name: r, kernel: sum, inputs: [object://{}]}}\n", object_),
+        "read.yaml", "");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    job_ = r->job_id;
+    ASSERT_EQ(Next(n1_).size(), 1u);
+    n2_ = Register(Node("n2"));
+    SilenceAllBut(n2_);
+    for (int i = 0; i < 200 && coord_->ListNodes()[0].alive; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(coord_->ListNodes()[0].alive);
+    // Not placed on n2, which has room but could not read the input.
+    StatusOr<model::AssignmentBatch> none = coord_->NextAssignments(n2_.node_id, n2_.session, 300'000);
+    ASSERT_TRUE(none.ok());
+    ASSERT_TRUE(none->assignments.empty()) << "attempt " << none->assignments[0].key.attempt << " placed on n2";
+    model::JobView v = Job(job_);
+    EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kQueued);
+    ASSERT_EQ(v.tasks[0].history.size(), 1u);
+    EXPECT_EQ(v.tasks[0].history[0].outcome, "lost");
+  }
+
+  const std::string object_ = std::string(32, 'c');
+  model::RegistrationReply n1_, n2_;
+  uint64_t job_ = 0;
+};
+
+// Found by CI (tests/service_test.sh under TSan): the node holding the only copy of a
+// service's model was declared dead under load. Its replicas were placed on another
+// node at once, where each failed its fetch at once ("no live replica: it was lost"),
+// and within seconds they had used up their retries, though the node registered again
+// with the model soon after. Now a task whose input no live node holds waits for it.
+TEST_F(DeadHolderTest, ATaskWaitsForItsInputsHolderToRegisterAgainInsteadOfFailingItsFetch) {
+  StartWithADeadHolder();
+  // n1 registers again with the object, within the grace period: the task runs there.
+  model::AgentRegistration back = Node("n1");
+  back.previous_session = n1_.session;
+  back.objects = {model::HeldObject{object_, 4096}};
+  model::RegistrationReply n1b = Register(back);
+  std::vector<model::TaskAssignment> placed;
+  const model::RegistrationReply* on = nullptr;
+  for (int i = 0; i < 20 && placed.empty(); ++i) {
+    for (const model::RegistrationReply* n : {&n1b, &n2_}) {
+      StatusOr<model::AssignmentBatch> b = coord_->NextAssignments(n->node_id, n->session, 50'000);
+      ASSERT_TRUE(b.ok());
+      if (!b->assignments.empty() && placed.empty()) on = n;
+      placed.insert(placed.end(), b->assignments.begin(), b->assignments.end());
+    }
+  }
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].key.attempt, 2);
+  ASSERT_EQ(placed[0].input_objects.size(), 1u);
+  EXPECT_EQ(placed[0].input_objects[0].id, object_);
+  ASSERT_EQ(placed[0].input_objects[0].replicas.size(), 1u);
+  EXPECT_EQ(placed[0].input_objects[0].replicas[0].node, "n1");
+  Report(*on, {Done(placed[0].key, "1")});
+  model::JobView v = Job(job_);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded) << v.summary.job.reason;
+  EXPECT_EQ(v.tasks[0].record.failures, 0);
+  EXPECT_EQ(v.tasks[0].history.size(), 2u);
+}
+
+// n1 never comes back: once the fleet has been still for the grace period (1 s here),
+// nothing holds the object or can make it again, and the job fails saying so, without
+// an attempt on n2.
+TEST_F(DeadHolderTest, ATaskWhoseInputNoNodeHoldsAnyMoreFailsSayingSoOnceTheFleetIsStill) {
+  StartWithADeadHolder();
+  for (int i = 0; i < 3; ++i) {
+    env_.fake().Advance(600'000);
+    Report(n2_, {});
+  }
+  StatusOr<model::JobSummary> done = coord_->WaitJob(job_, 0, 0);
+  for (int i = 0; i < 200 && done.ok() && !model::IsTerminal(done->job.status); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    done = coord_->WaitJob(job_, 0, 0);
+  }
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->job.status, model::JobStatus::kFailed);
+  EXPECT_EQ(done->job.reason,
+            fmt::format("task 'r' could not run: its input object://{} ({}) was lost: no node that held it came back",
+                        object_, object_));
+  model::JobView v = Job(job_);
+  EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kFailed);
+  EXPECT_EQ(v.tasks[0].history.size(), 1u);  // the attempt lost with n1; none on n2
+  StatusOr<model::AssignmentBatch> none = coord_->NextAssignments(n2_.node_id, n2_.session, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->assignments.empty());
+}
+
 TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
   // An output under 4 KiB is whole in the report: dependents read it from the
   // coordinator (no fetch), and it is not made again when its node dies.

@@ -926,13 +926,29 @@ void Coordinator::DetectFailuresLocked() {
     it = orphans_.erase(it);
     LoseAttempt(job, task, fmt::format("node {} did not come back after the coordinator restarted", node), batch);
   }
-  // Tasks waiting for outputs no live node holds: once the fleet has been still for
-  // the grace period (nodes that will register again have), their producers run again.
+  // Tasks waiting for inputs no live node holds, once the fleet has been still for the
+  // grace period (nodes that will register again have): a dependency's output is made
+  // again by its producer; an input put in the cluster (an object, a dataset's shard)
+  // cannot be, and its task fails saying which.
   if (!awaiting_inputs_.empty() && now.us > last_fleet_change_.us + options_.reconcile_grace_us) {
     std::set<std::string> lost;
     for (const auto& [job_id, t] : awaiting_inputs_) {
       auto it = jobs_.find(job_id);
       if (it == jobs_.end() || model::IsTerminal(it->second.rec.status)) continue;
+      TaskRt& task = it->second.tasks[t];
+      const std::vector<model::ObjectRef>& inputs = it->second.job->tasks[t].inputs;
+      auto gone = std::find_if(inputs.begin(), inputs.end(), [&](const model::ObjectRef& in) {
+        return !in.object_id.empty() && !HasLiveReplicaLocked(in.object_id);
+      });
+      if (gone != inputs.end() && task.seq >= 0) {
+        --it->second.counts.waiting;
+        Dequeue(task);
+        GiveUp(it->second, task,
+               fmt::format("could not run: its input {} ({}) was lost: no node that held it came back", gone->name,
+                           gone->object_id),
+               batch);
+        continue;
+      }
       for (TaskId d : it->second.job->tasks[t].after) {
         const model::TaskRecord& dep = it->second.tasks[d.value()].rec;
         if (!model::OutputWholeInline(dep.output, dep.output_object) && !HasReadableReplicaLocked(dep.output_object)) {
@@ -988,8 +1004,13 @@ bool Coordinator::HasReadableReplicaLocked(const std::string& id) const {
 }
 
 bool Coordinator::DepOutputsAvailableLocked(const JobRt& job, const TaskRt& task) const {
+  // An input no node can be read from now waits: its holder is unreachable for a while,
+  // or was declared dead and may register again with it (a node falsely declared dead
+  // under load does, within a second). Placed anyway, the task would fail its fetch at
+  // once, as often as it may retry. Once the fleet has been still for the grace period,
+  // an input no live node holds is lost, and the task fails (DetectFailuresLocked).
   for (const model::ObjectRef& in : job.job->tasks[task.rec.task].inputs) {
-    if (!HasReadableReplicaLocked(in.object_id) && HasLiveReplicaLocked(in.object_id)) return false;
+    if (!in.object_id.empty() && !HasReadableReplicaLocked(in.object_id)) return false;
   }
   for (TaskId d : job.job->tasks[task.rec.task].after) {
     const model::TaskRecord& dep = job.tasks[d.value()].rec;
