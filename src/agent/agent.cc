@@ -525,6 +525,7 @@ Status Agent::Run() {
   }
   Retry retry;
   MonotonicTime last_beat{0};
+  MonotonicTime last_taken{0};  // the last heartbeat the coordinator took on this session
   while (!stopping_) {
     if (need_register_) {
       Status s = RegisterLocked(lock);
@@ -546,8 +547,20 @@ Status Agent::Run() {
              reports_.AnyEnded();
     });
     if (stopping_ || need_register_) continue;
+    const MonotonicTime beat_at = env_.clock().Now();
     StatusOr<bool> reregister = Beat(lock);
     last_beat = env_.clock().Now();
+    // A gap of many intervals between two heartbeats taken on one session may get the
+    // node declared dead: say where the time went (this process starved or held up
+    // before sending, or the coordinator slow to answer).
+    const int64_t gap_us = last_beat.us - last_taken.us;
+    if (last_taken.us > 0 && reregister.ok() && gap_us > std::max<int64_t>(5 * heartbeat_interval_us_, 1'000'000)) {
+      MERIDIAN_LOG_WARN("{} between heartbeats (one every {} asked): this one was sent {} late and took {} to send and answer",
+                        FormatDurationUs(gap_us), FormatDurationUs(heartbeat_interval_us_),
+                        FormatDurationUs(std::max<int64_t>(0, beat_at.us - due)),
+                        FormatDurationUs(last_beat.us - beat_at.us));
+    }
+    last_taken = reregister.ok() && !*reregister ? last_beat : MonotonicTime{0};
     if (!reregister.ok()) {
       // Cut off: tasks keep running here and their reports wait for the coordinator.
       std::string message = fmt::format("{}; keeping {} reports until it answers", reregister.status().message(),
