@@ -525,7 +525,7 @@ Status Agent::Run() {
   }
   Retry retry;
   MonotonicTime last_beat{0};
-  MonotonicTime last_taken{0};  // the last heartbeat the coordinator took on this session
+  MonotonicTime last_taken{0};  // the last heartbeat the coordinator took (0: none since it refused one)
   while (!stopping_) {
     if (need_register_) {
       Status s = RegisterLocked(lock);
@@ -550,9 +550,10 @@ Status Agent::Run() {
     const MonotonicTime beat_at = env_.clock().Now();
     StatusOr<bool> reregister = Beat(lock);
     last_beat = env_.clock().Now();
-    // A gap of many intervals between two heartbeats taken on one session may get the
+    // A gap of many intervals since the last heartbeat the coordinator took may get the
     // node declared dead: say where the time went (this process starved or held up
-    // before sending, or the coordinator slow to answer).
+    // before sending, or the coordinator slow to answer). It counts across a registration
+    // in between: a node declared dead says so with its first heartbeat after it.
     const int64_t gap_us = last_beat.us - last_taken.us;
     if (last_taken.us > 0 && reregister.ok() && gap_us > std::max<int64_t>(5 * heartbeat_interval_us_, 1'000'000)) {
       MERIDIAN_LOG_WARN("{} between heartbeats (one every {} asked): this one was sent {} late and took {} to send and answer",
