@@ -992,10 +992,28 @@ Status Coordinator::ConnectAssignments(uint32_t node_id, uint64_t session, std::
 }
 
 StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
+  bool noted = false;
   {
     std::lock_guard<std::mutex> heard(heard_mu_);
-    if (hb.node_id < heard_.size() && heard_[hb.node_id].session == hb.session) heard_[hb.node_id].at = env_.clock().Now();
+    if (hb.node_id < heard_.size() && heard_[hb.node_id].session == hb.session) {
+      heard_[hb.node_id].at = env_.clock().Now();
+      ++heard_[hb.node_id].waiting;
+      noted = true;
+    }
   }
+  // Answered (whichever way this returns): no longer waiting. Made before `lock`, so
+  // it runs once mu_ is let go.
+  struct Answered {
+    Coordinator& c;
+    const model::AgentHeartbeat& hb;
+    bool noted;
+    ~Answered() {
+      if (!noted) return;
+      std::lock_guard<std::mutex> heard(c.heard_mu_);
+      Heard& h = c.heard_[hb.node_id];  // heard_ only grows
+      if (h.session == hb.session && h.waiting > 0) --h.waiting;
+    }
+  } answered{*this, hb, noted};
   std::unique_lock<std::mutex> lock(mu_);
   if (hb.node_id >= nodes_.size() || nodes_[hb.node_id].session != hb.session) return true;
   const int32_t index = static_cast<int32_t>(hb.node_id);

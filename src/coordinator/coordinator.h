@@ -489,11 +489,15 @@ class Coordinator final : public rpc::JobApi,
   // came while the coordinator stalled (mu_ held by a long commit or placement, or the
   // process starved of CPU) counts from its arrival, so that the failure check, which
   // may take mu_ first when the stall ends, does not charge the coordinator's own
-  // stall to the node. By node id: its session (a heartbeat of another is not noted)
-  // and the time. Lock order: mu_, then heard_mu_ (Heartbeat takes heard_mu_ alone).
+  // stall to the node. By node id: its session (a heartbeat of another is not noted),
+  // the time, and how many of its heartbeats arrived and are not yet answered. While
+  // one waits, the node is not silent, however long the stall: its agent sends the
+  // next only once this one is answered. Lock order: mu_, then heard_mu_ (Heartbeat
+  // takes heard_mu_ alone).
   struct Heard {
     uint64_t session = 0;
     MonotonicTime at;
+    int32_t waiting = 0;
   };
   std::mutex heard_mu_;
   std::vector<Heard> heard_;

@@ -363,6 +363,41 @@ TEST_F(CoordinatorTest, AHeartbeatThatArrivedDuringACoordinatorStallKeepsItsNode
   EXPECT_EQ(coord_->LiveNodes(), 1);
 }
 
+// The same, with the stall lasting past the timeout after the heartbeat arrived: the
+// node is still alive, because its agent sends no other heartbeat while it waits for
+// this one's answer. (CI's TSan run: two agents' heartbeats, sent on time, were answered
+// 2.24 s and 2.43 s later, and both nodes were declared dead at 2.04 s and 2.08 s.)
+TEST_F(CoordinatorTest, AHeartbeatWaitingForTheCoordinatorKeepsItsNodeAliveHoweverLongTheStall) {
+  auto owned = std::make_unique<StallingStore>();
+  StallingStore* store = owned.get();
+  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });  // the test turns it
+  model::RegistrationReply beating = Register(Node("beating"));
+  Register(Node("silent"));
+  env_.fake().Advance(900'000);
+  store->Hold();
+  std::thread submit([&] { EXPECT_TRUE(coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "").ok()); });
+  store->AwaitAWrite();
+  std::thread check([&] { coord_->Turn(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread beat([&] { Report(beating, {}); });  // arrives 0.9 s after the last
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  env_.fake().Advance(1'500'000);  // 1.5 s after it arrived, unanswered (timeout 1 s)
+  store->Release();
+  submit.join();
+  check.join();
+  beat.join();  // taken, not answered "register again"
+  auto nodes = coord_->ListNodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_TRUE(nodes[0].alive);
+  EXPECT_FALSE(nodes[1].alive);
+  EXPECT_EQ(coord_->LiveNodes(), 1);
+  // Answered, it waits no more: silent for the timeout from then, the node is dead.
+  env_.fake().Advance(1'100'000);
+  coord_->Turn();
+  EXPECT_FALSE(coord_->ListNodes()[0].alive);
+  EXPECT_EQ(coord_->LiveNodes(), 0);
+}
+
 TEST_F(CoordinatorTest, AnIdleNodeLeavesButOneHoldingWorkStays) {
   Start();
   model::RegistrationReply a = Register(Node("a"));

@@ -892,9 +892,13 @@ void Coordinator::DetectFailuresLocked() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     NodeRt& n = nodes_[i];
     if (!n.alive) continue;
-    // A heartbeat that arrived and waits for mu_ counts (heard_).
+    // A heartbeat that arrived and waits for mu_ counts (heard_): from its arrival, and
+    // while it waits, the node is not silent at all (its agent waits for the answer).
     MonotonicTime last = n.last_heartbeat;
-    if (i < heard.size() && heard[i].session == n.session && last < heard[i].at) last = heard[i].at;
+    if (i < heard.size() && heard[i].session == n.session) {
+      if (heard[i].waiting > 0) continue;
+      if (last < heard[i].at) last = heard[i].at;
+    }
     if (now.us - last.us > timeout_us) {
       MarkDead(static_cast<int32_t>(i),
                fmt::format("node {} sent no heartbeat for {}", fleet_.nodes[i].name, FormatDurationUs(now.us - last.us)),
