@@ -552,6 +552,7 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::pair<uint64_t, uint32_t>, Orphan> orphans_;
   std::set<uint64_t> to_retire_;       // finished, nothing on a node: RetireFinishedLocked's work
   MonotonicTime last_fleet_change_;    // start, or the last registration
+  MonotonicTime last_node_lost_;       // the last node declared dead or gone
   MonotonicTime next_check_;           // of failures (TurnLocked)
   MonotonicTime next_retention_;       // of jobs past the retention policy (TurnLocked)
   std::optional<MonotonicTime> recheck_at_;  // schedule again then (infeasible tasks in the grace period)

@@ -632,6 +632,12 @@ class DeadHolderTest : public CoordinatorTest {
 // with the model soon after. Now a task whose input no live node holds waits for it.
 TEST_F(DeadHolderTest, ATaskWaitsForItsInputsHolderToRegisterAgainInsteadOfFailingItsFetch) {
   StartWithADeadHolder();
+  // Half the grace period (1 s) after n1 was found dead, 2 s after the fleet last grew
+  // (n2): the task still waits. (It once failed here, the grace counted from n2.)
+  env_.fake().Advance(500'000);
+  Report(n2_, {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the loop's failure check
+  ASSERT_EQ(Job(job_).tasks[0].record.status, model::TaskStatus::kQueued) << Job(job_).summary.job.reason;
   // n1 registers again with the object, within the grace period: the task runs there.
   model::AgentRegistration back = Node("n1");
   back.previous_session = n1_.session;

@@ -856,6 +856,7 @@ void Coordinator::MarkDead(int32_t index, const std::string& reason, store::Stor
   if (node.alive) --live_nodes_;
   node.alive = false;
   node.left = left;
+  last_node_lost_ = env_.clock().Now();
   node.session = next_session_++;  // its streams and heartbeats are now stale
   node.outbox = {};
   node.stream_lost_at.reset();
@@ -933,8 +934,10 @@ void Coordinator::DetectFailuresLocked() {
   // Tasks waiting for inputs no live node holds, once the fleet has been still for the
   // grace period (nodes that will register again have): a dependency's output is made
   // again by its producer; an input put in the cluster (an object, a dataset's shard)
-  // cannot be, and its task fails saying which.
+  // cannot be, and its task fails saying which, but only a grace period after the last
+  // node was lost too (its holder's, which it may register again from).
   if (!awaiting_inputs_.empty() && now.us > last_fleet_change_.us + options_.reconcile_grace_us) {
+    const bool holders_had_their_grace = now.us > last_node_lost_.us + options_.reconcile_grace_us;
     std::set<std::string> lost;
     for (const auto& [job_id, t] : awaiting_inputs_) {
       auto it = jobs_.find(job_id);
@@ -944,7 +947,7 @@ void Coordinator::DetectFailuresLocked() {
       auto gone = std::find_if(inputs.begin(), inputs.end(), [&](const model::ObjectRef& in) {
         return !in.object_id.empty() && !HasLiveReplicaLocked(in.object_id);
       });
-      if (gone != inputs.end() && task.seq >= 0) {
+      if (gone != inputs.end() && task.seq >= 0 && holders_had_their_grace) {
         --it->second.counts.waiting;
         Dequeue(task);
         GiveUp(it->second, task,
