@@ -330,67 +330,57 @@ class StallingStore : public testing::ForwardingStateStore {
   int waiting_ = 0;
 };
 
+// Nodes `beating` and `silent` register; 0.9 s later (timeout 1 s) a submission holds
+// the coordinator's lock in a commit, the loop's failure check waits for the lock
+// first, then `beating`'s heartbeat arrives: the lock lets them in in that order. The
+// stall lasts `stall_us` after the heartbeat arrived. Then: `beating` is alive and its
+// heartbeat was taken (Report: not answered "register again"); `silent` is dead.
+class CoordinatorStallTest : public CoordinatorTest {
+ protected:
+  void HeartbeatDuringAStall(int64_t stall_us) {
+    auto owned = std::make_unique<StallingStore>();
+    StallingStore* store = owned.get();
+    Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });  // the test turns it
+    model::RegistrationReply beating = Register(Node("beating"));
+    Register(Node("silent"));
+    env_.fake().Advance(900'000);
+    store->Hold();
+    std::thread submit([&] {
+      EXPECT_TRUE(coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "").ok());
+    });
+    store->AwaitAWrite();
+    std::thread check([&] { coord_->Turn(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::thread beat([&] { Report(beating, {}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    env_.fake().Advance(stall_us);
+    store->Release();
+    submit.join();
+    check.join();
+    beat.join();
+    auto nodes = coord_->ListNodes();
+    ASSERT_EQ(nodes.size(), 2u);
+    EXPECT_TRUE(nodes[0].alive);
+    EXPECT_FALSE(nodes[1].alive);
+    EXPECT_EQ(coord_->LiveNodes(), 1);
+  }
+};
+
 // A heartbeat that arrives while the coordinator is stalled (here a commit under its
 // lock; on a machine, a slow disk or a starved process) counts from its arrival, not
 // from when the lock lets it in: the failure check that runs first after the stall
 // does not take its node for dead. (It did: on a busy CI machine a node was declared
 // dead after 5.24 s and its 160 tasks ran twice.) A node that sent nothing is dead.
-TEST_F(CoordinatorTest, AHeartbeatThatArrivedDuringACoordinatorStallKeepsItsNodeAlive) {
-  auto owned = std::make_unique<StallingStore>();
-  StallingStore* store = owned.get();
-  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });  // the test turns it
-  model::RegistrationReply beating = Register(Node("beating"));
-  Register(Node("silent"));
-  env_.fake().Advance(900'000);  // both heard from 0.9 s ago (timeout 1 s)
-  store->Hold();
-  std::thread submit([&] { EXPECT_TRUE(coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "").ok()); });
-  store->AwaitAWrite();  // the submission holds the coordinator's lock, waiting on the store
-  // The loop's failure check waits for the lock first, then the heartbeat, which
-  // arrives now (0.9 s after the last): the lock lets them in in that order.
-  std::thread check([&] { coord_->Turn(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::thread beat([&] { Report(beating, {}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  env_.fake().Advance(600'000);  // the stall lasts: 1.5 s since either was let in
-  store->Release();
-  submit.join();
-  check.join();
-  beat.join();  // Report: the heartbeat was taken, not answered "register again"
-  auto nodes = coord_->ListNodes();
-  ASSERT_EQ(nodes.size(), 2u);
-  EXPECT_TRUE(nodes[0].alive);
-  EXPECT_FALSE(nodes[1].alive);
-  EXPECT_EQ(coord_->LiveNodes(), 1);
+TEST_F(CoordinatorStallTest, AHeartbeatThatArrivedDuringACoordinatorStallKeepsItsNodeAlive) {
+  HeartbeatDuringAStall(600'000);  // 1.5 s since either was let in
 }
 
 // The same, with the stall lasting past the timeout after the heartbeat arrived: the
 // node is still alive, because its agent sends no other heartbeat while it waits for
 // this one's answer. (CI's TSan run: two agents' heartbeats, sent on time, were answered
 // 2.24 s and 2.43 s later, and both nodes were declared dead at 2.04 s and 2.08 s.)
-TEST_F(CoordinatorTest, AHeartbeatWaitingForTheCoordinatorKeepsItsNodeAliveHoweverLongTheStall) {
-  auto owned = std::make_unique<StallingStore>();
-  StallingStore* store = owned.get();
-  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });  // the test turns it
-  model::RegistrationReply beating = Register(Node("beating"));
-  Register(Node("silent"));
-  env_.fake().Advance(900'000);
-  store->Hold();
-  std::thread submit([&] { EXPECT_TRUE(coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "").ok()); });
-  store->AwaitAWrite();
-  std::thread check([&] { coord_->Turn(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  std::thread beat([&] { Report(beating, {}); });  // arrives 0.9 s after the last
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  env_.fake().Advance(1'500'000);  // 1.5 s after it arrived, unanswered (timeout 1 s)
-  store->Release();
-  submit.join();
-  check.join();
-  beat.join();  // taken, not answered "register again"
-  auto nodes = coord_->ListNodes();
-  ASSERT_EQ(nodes.size(), 2u);
-  EXPECT_TRUE(nodes[0].alive);
-  EXPECT_FALSE(nodes[1].alive);
-  EXPECT_EQ(coord_->LiveNodes(), 1);
+TEST_F(CoordinatorStallTest, AHeartbeatWaitingForTheCoordinatorKeepsItsNodeAliveHoweverLongTheStall) {
+  HeartbeatDuringAStall(1'500'000);  // 1.5 s after it arrived, unanswered
   // Answered, it waits no more: silent for the timeout from then, the node is dead.
   env_.fake().Advance(1'100'000);
   coord_->Turn();
