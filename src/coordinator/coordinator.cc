@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/logging.h"
 #include "common/net.h"
@@ -494,14 +495,17 @@ Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
     }
   }
   // Ask the scheduler about one task of each distinct request on an empty fleet:
-  // what it calls infeasible there can never run.
+  // what it calls infeasible there can never run. A task may run in its job's
+  // fallback regions once it has waited: what runs there only is feasible.
+  std::optional<model::Job> widened;
+  if (!job.fallback_regions.empty()) widened.emplace(model::WithFallbackRegions(job));
   sched::Snapshot snap;
   snap.fleet = &fleet_;
   snap.throughput = &options_.throughput;
   snap.pools = PoolsLocked();
   if (!empty_ledger_) empty_ledger_.emplace(fleet_);
   snap.free = *empty_ledger_;
-  snap.jobs.push_back(sched::JobState::Submitted(job, 0));
+  snap.jobs.push_back(sched::JobState::Submitted(widened ? *widened : job, 0));
   std::vector<const model::ResourceRequest*> seen;
   for (const model::Task& t : job.tasks) {
     const model::ResourceRequest& r = t.resources;
@@ -541,11 +545,20 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
   if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
   std::lock_guard<std::mutex> lock(mu_);
   auto job = jobs_.find(id);
+  const MonotonicTime now = env_.clock().Now();
   for (model::TaskView& t : view.tasks) {
     if (t.name.empty()) t.name = TaskNameLocked(id, t.record.task);
-    if (job == jobs_.end() || t.record.status != TaskStatus::kQueued || !t.record.reason.empty()) continue;
+    if (job == jobs_.end() || job->second.retired || t.record.status != TaskStatus::kQueued) continue;
     auto w = job->second.waiting.find(t.record.task);
-    if (w != job->second.waiting.end()) t.record.reason = "waiting: " + w->second;
+    if (t.record.reason.empty() && w != job->second.waiting.end()) t.record.reason = "waiting: " + w->second;
+    // When it may run elsewhere, from now (docs/job-spec.md, "Fallback regions").
+    const std::optional<MonotonicTime> fallback_at =
+        FallbackAtLocked(job->second, job->second.tasks[t.record.task], now);
+    if (!fallback_at) continue;
+    t.record.reason += fmt::format("{}it may run in its fallback regions ({}) too in {}",
+                                   t.record.reason.empty() ? "" : "; ",
+                                   fmt::join(job->second.job->fallback_regions, ", "),
+                                   FormatDurationUs(fallback_at->us - now.us));
   }
   return view;
 }

@@ -242,6 +242,9 @@ class Coordinator final : public rpc::JobApi,
   struct JobRt {
     model::JobRecord rec;
     std::unique_ptr<model::Job> job;  // the parsed spec; null if it no longer parses
+    // `job` with its fallback regions allowed too, for its tasks that have waited
+    // their `fallback.after` (made when first needed; null until then).
+    std::unique_ptr<model::Job> fallback_job;
     std::vector<TaskRt> tasks;
     model::JobSummary counts;         // counters only; rec is the source of the rest
     std::map<std::string, int32_t> running_by_site;
@@ -456,6 +459,18 @@ class Coordinator final : public rpc::JobApi,
   void RebuildLostLocked(const std::set<std::string>& ids, const std::string& reason, store::StoreBatch& batch);
   // Counts `bytes` read at `to` from `from` against the job.
   void AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes);
+  // Schedules again at `at`, or sooner if asked for sooner.
+  void RecheckAt(MonotonicTime at);
+  // When the queued task may run in its job's fallback regions too (its fallback's
+  // `after` since it joined the queue); nullopt: it may now, it is not in the queue,
+  // or the job has no fallback.
+  std::optional<MonotonicTime> FallbackAtLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const;
+  // Whether it may run in its job's fallback regions now.
+  bool MayFallBackLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const;
+  // The job with its fallback regions allowed too (JobRt::fallback_job).
+  const model::Job& FallbackJobLocked(JobRt& job);
+  // Whether the node is in the job's own regions (not only its fallback's).
+  bool InOwnRegionsLocked(const model::Job& job, int32_t node) const;
   std::vector<model::SiteBytes> InputBytesBySite(const model::Job& job) const;
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;

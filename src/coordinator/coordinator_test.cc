@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -681,6 +682,144 @@ TEST_F(DeadHolderTest, ATaskWhoseInputNoNodeHoldsAnyMoreFailsSayingSoOnceTheFlee
   StatusOr<model::AssignmentBatch> none = coord_->NextAssignments(n2_.node_id, n2_.session, 0);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->assignments.empty());
+}
+
+// A job in eu-west with a fallback to us-east after 3 s (docs/job-spec.md, "Fallback
+// regions"): n1 is eu-west's one node, n2 us-east's.
+class FallbackTest : public CoordinatorTest {
+ protected:
+  void StartTwoRegions() {
+    model::Fleet fleet;
+    for (auto [name, region] : {std::pair{"eu-1", "eu-west"}, std::pair{"us-1", "us-east"}}) {
+      model::Site site;
+      site.id = SiteId(static_cast<uint32_t>(fleet.sites.size()));
+      site.name = name;
+      site.region = region;
+      fleet.sites.push_back(site);
+    }
+    fleet.links = {model::Link{SiteId(0), SiteId(1), 80'000, 1'000'000'000, 0, 0}};
+    Start(std::make_unique<testing::InMemoryStateStore>(), fleet);
+    n1_ = Register(Node("n1", "eu-1"));
+    n2_ = Register(Node("n2", "us-1"));
+  }
+
+  uint64_t SubmitServing() {
+    auto r = coord_->Submit("name: svc\nregions: [eu-west]\nfallback: {regions: [us-east], after: 3s}\ntasks:\n"
+                            "  - {name: r, kernel: sum, resources: {cpu: 1}}\n",
+                            "svc.yaml", "");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->job_id : 0;
+  }
+
+  // Moves the clock on by `us` in steps under the heartbeat timeout, both nodes (or n2
+  // alone) reporting after each.
+  void Pass(int64_t us, bool n1_too) {
+    for (int64_t done = 0; done < us; done += 500'000) {
+      env_.fake().Advance(std::min<int64_t>(500'000, us - done));
+      if (n1_too) Report(n1_, {});
+      Report(n2_, {});
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the loop's next pass
+  }
+
+  // Nothing is sent to n2 for 300 ms.
+  void NothingOnN2() {
+    StatusOr<model::AssignmentBatch> none = coord_->NextAssignments(n2_.node_id, n2_.session, 300'000);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->assignments.empty()) << "placed on n2 early: " << none->assignments[0].job_name;
+  }
+
+  model::RegistrationReply n1_, n2_;
+};
+
+// eu-west has no room (a job of 4 cores fills n1): the task waits there for 3 s, saying
+// when it may go elsewhere, then runs on n2 in us-east.
+TEST_F(FallbackTest, ATaskWithNoRoomInItsRegionRunsInItsFallbackOnceItHasWaited) {
+  StartTwoRegions();
+  auto busy = coord_->Submit("name: busy\nregions: [eu-west]\ntasks:\n  - {name: b, kernel: sum, resources: {cpu: 4}}\n",
+                             "busy.yaml", "");
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  ASSERT_EQ(Next(n1_).size(), 1u);
+  const uint64_t job = SubmitServing();
+  NothingOnN2();
+  Pass(1'000'000, true);
+  NothingOnN2();
+  model::JobView v = Job(job);
+  EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kQueued);
+  EXPECT_THAT(v.tasks[0].record.reason, ::testing::StartsWith("waiting: "));
+  EXPECT_THAT(v.tasks[0].record.reason, ::testing::EndsWith("; it may run in its fallback regions (us-east) too in 2 s"));
+  Pass(2'000'000, true);
+  std::vector<model::TaskAssignment> on_n2 = Next(n2_);
+  ASSERT_EQ(on_n2.size(), 1u);
+  EXPECT_EQ(on_n2[0].job_name, "svc");
+  EXPECT_EQ(on_n2[0].key.attempt, 1);
+  v = Job(job);
+  EXPECT_EQ(v.tasks[0].record.node, "n2");
+  EXPECT_EQ(v.tasks[0].record.site, "us-1");
+  Report(n2_, {Done(on_n2[0].key, "1")});
+  EXPECT_EQ(Job(job).summary.job.status, model::JobStatus::kSucceeded);
+  // A job without a fallback waits in eu-west however long.
+  auto home = coord_->Submit("name: home\nregions: [eu-west]\ntasks:\n  - {name: h, kernel: sum, resources: {cpu: 1}}\n",
+                             "home.yaml", "");
+  ASSERT_TRUE(home.ok());
+  Pass(4'000'000, true);
+  NothingOnN2();
+  EXPECT_EQ(Job(home->job_id).tasks[0].record.status, model::TaskStatus::kQueued);
+}
+
+// eu-west's only node is lost (its site cut off): its task waits 3 s from its loss,
+// not from its submission, then runs in us-east.
+TEST_F(FallbackTest, ATaskWhoseRegionIsCutOffRunsInItsFallbackOnceItHasWaitedSinceTheLoss) {
+  StartTwoRegions();
+  const uint64_t job = SubmitServing();
+  std::vector<model::TaskAssignment> on_n1 = Next(n1_);
+  ASSERT_EQ(on_n1.size(), 1u);
+  Pass(1'500'000, false);  // n1 silent 1.5 s: dead, its task queued again
+  ASSERT_FALSE(coord_->ListNodes()[0].alive);
+  Pass(1'500'000, false);  // 1.5 s after the loss: past the grace, not yet 3 s queued
+  NothingOnN2();
+  model::JobView v = Job(job);
+  ASSERT_EQ(v.summary.job.status, model::JobStatus::kRunning) << v.summary.job.reason;
+  EXPECT_EQ(v.tasks[0].record.status, model::TaskStatus::kQueued);
+  EXPECT_EQ(v.tasks[0].record.reason, "attempt 1 lost: node n1 sent no heartbeat for 1.5 s; running it again; it may "
+                                      "run in its fallback regions (us-east) too in 1.5 s");
+  Pass(2'000'000, false);
+  std::vector<model::TaskAssignment> on_n2 = Next(n2_);
+  ASSERT_EQ(on_n2.size(), 1u);
+  EXPECT_EQ(on_n2[0].key.attempt, 2);
+  Report(n2_, {Done(on_n2[0].key, "1")});
+  v = Job(job);
+  EXPECT_EQ(v.summary.job.status, model::JobStatus::kSucceeded) << v.summary.job.reason;
+  ASSERT_EQ(v.tasks[0].history.size(), 2u);
+  EXPECT_EQ(v.tasks[0].history[0].outcome, "lost");
+  EXPECT_EQ(v.tasks[0].history[1].node, "n2");
+}
+
+// A task no node of its regions can ever run (6 cores; eu-west's node has 4) is taken
+// for its fallback's sake, and is not failed for it once the grace period (1 s) has
+// passed, as a task without a fallback is: it waits its 3 s, then runs in us-east.
+TEST_F(FallbackTest, ATaskItsRegionsCanNeverRunWaitsForItsFallbackInsteadOfFailing) {
+  StartTwoRegions();
+  n2_ = Register(NodeWith8Cores("n3", "us-1"));
+  auto r = coord_->Submit("name: big\nregions: [eu-west]\nfallback: {regions: [us-east], after: 3s}\ntasks:\n"
+                          "  - {name: r, kernel: sum, resources: {cpu: 6}}\n",
+                          "big.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto without = coord_->Submit("name: big\nregions: [eu-west]\ntasks:\n  - {name: r, kernel: sum, resources: {cpu: 6}}\n",
+                                "big.yaml", "");
+  ASSERT_FALSE(without.ok());
+  EXPECT_EQ(without.status().message(), "task 'r' can never run on this cluster: 0 of 3 nodes can run it: 2 nodes "
+                                        "have 4 CPU cores, fewer than the 6 asked for; 1 node are at us-1, outside the "
+                                        "job's allowed regions");
+  Pass(2'000'000, true);  // past the grace period
+  NothingOnN2();
+  model::JobView v = Job(r->job_id);
+  ASSERT_EQ(v.summary.job.status, model::JobStatus::kQueued) << v.summary.job.reason;
+  EXPECT_THAT(v.tasks[0].record.reason, ::testing::EndsWith("; it may run in its fallback regions (us-east) too in 1 s"));
+  Pass(1'000'000, true);
+  std::vector<model::TaskAssignment> on_n3 = Next(n2_);
+  ASSERT_EQ(on_n3.size(), 1u);
+  EXPECT_EQ(on_n3[0].job_name, "big");
 }
 
 TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {

@@ -149,11 +149,18 @@ void Coordinator::ScheduleLocked() {
       snap.tenant_usage[t].budget_left_micro_usd = tenant.budget_micro_usd_per_day - SpentTodayLocked(tenant.name);
     }
   }
-  std::map<uint64_t, uint32_t> job_index;
+  // A job's tasks that may run in its fallback regions now are offered as the job
+  // with those regions allowed too (a job state of its own, second in the key).
+  std::map<std::pair<uint64_t, bool>, uint32_t> job_index;
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
   auto offer = [&](JobRt& job, TaskRt& task) {
-    auto [ji, inserted] = job_index.try_emplace(job.rec.id, static_cast<uint32_t>(snap.jobs.size()));
-    if (inserted) snap.jobs.push_back(sched::JobState::Submitted(*job.job, job.rec.submitted_us));
+    const bool fallen_back = MayFallBackLocked(job, task, MonotonicTime{snap.now_us});
+    auto [ji, inserted] =
+        job_index.try_emplace({job.rec.id, fallen_back}, static_cast<uint32_t>(snap.jobs.size()));
+    if (inserted) {
+      snap.jobs.push_back(
+          sched::JobState::Submitted(fallen_back ? FallbackJobLocked(job) : *job.job, job.rec.submitted_us));
+    }
     snap.queue.push_back(sched::PendingTask{ji->second, TaskId(task.rec.task), InputsForScheduling(job, task),
                                             task.seq});
     offered.emplace_back(&job, &task);
@@ -260,6 +267,12 @@ void Coordinator::ScheduleLocked() {
       AddTraffic(*job, dep.site, r.site, static_cast<int64_t>(dep.output.size()));
     }
     nodes_with_work.insert(node);
+    if (!job->job->fallback_regions.empty() && !InOwnRegionsLocked(*job->job, node)) {
+      MERIDIAN_LOG_INFO("job {} ({}): task '{}' placed on {} at {}, in its fallback regions: it waited {} for a node "
+                        "of its regions",
+                        job->rec.id, job->rec.name, TaskName(*job, task->rec.task), r.node, r.site,
+                        FormatDurationUs(pass_end.us - task->queued_us));
+    }
     Changed(*job);
   }
   for (auto [job, task] : gang_placed) OutboxLocked(task->node).assignments.push_back(AssignmentFor(*job, *task));
@@ -267,16 +280,23 @@ void Coordinator::ScheduleLocked() {
   // fails for it only once the fleet has been still for the grace period.
   const MonotonicTime settled{last_fleet_change_.us + options_.reconcile_grace_us};
   for (const sched::Unplaced& u : plan.unplaced) {
+    auto [job, task] = offered[u.queue_index];
+    // A task whose fallback is still to come is offered again when it comes, and is
+    // not failed before: its fallback regions may run it.
+    const std::optional<MonotonicTime> fallback_at = FallbackAtLocked(*job, *task, MonotonicTime{snap.now_us});
+    if (fallback_at) RecheckAt(*fallback_at);
     if (u.kind != sched::UnplacedKind::kInfeasible) {
-      auto [job, task] = offered[u.queue_index];
       job->waiting[task->rec.task] = u.reason;
       continue;
     }
-    auto [job, task] = offered[u.queue_index];
     if (model::IsTerminal(job->rec.status)) continue;
     task->rec.reason = u.reason;
+    if (fallback_at) {
+      job->waiting[task->rec.task] = u.reason;
+      continue;
+    }
     if (env_.clock().Now() < settled) {
-      recheck_at_ = settled;
+      RecheckAt(settled);
       continue;
     }
     EndJob(*job, JobStatus::kFailed,
@@ -287,6 +307,33 @@ void Coordinator::ScheduleLocked() {
   Commit(batch);
   // The window was full and something was placed: more may fit behind it.
   if (!plan.placements.empty() && offered.size() == options_.schedule_window && !ready_.empty()) dirty_ = true;
+}
+
+void Coordinator::RecheckAt(MonotonicTime at) {
+  if (!recheck_at_ || at < *recheck_at_) recheck_at_ = at;
+}
+
+std::optional<MonotonicTime> Coordinator::FallbackAtLocked(const JobRt& job, const TaskRt& task,
+                                                           MonotonicTime now) const {
+  if (job.job == nullptr || job.job->fallback_regions.empty() || task.seq < 0) return std::nullopt;
+  const MonotonicTime at{task.queued_us + job.job->fallback_after_us};
+  if (now >= at) return std::nullopt;
+  return at;
+}
+
+bool Coordinator::MayFallBackLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const {
+  return job.job != nullptr && !job.job->fallback_regions.empty() && task.seq >= 0 && !FallbackAtLocked(job, task, now);
+}
+
+const model::Job& Coordinator::FallbackJobLocked(JobRt& job) {
+  if (job.fallback_job == nullptr) job.fallback_job = std::make_unique<model::Job>(model::WithFallbackRegions(*job.job));
+  return *job.fallback_job;
+}
+
+bool Coordinator::InOwnRegionsLocked(const model::Job& job, int32_t node) const {
+  const model::Site& site = fleet_.site(fleet_.nodes[node].site);
+  return std::any_of(job.allowed_regions.begin(), job.allowed_regions.end(),
+                     [&](const std::string& rule) { return model::SiteMatchesRegionRule(site, rule); });
 }
 
 void Coordinator::AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes) {
@@ -718,7 +765,7 @@ void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& 
         MERIDIAN_LOG_WARN("node {} could not be reached for object {}; not offered for {}", fleet_.nodes[n].name,
                           in.object_id, FormatDurationUs(options_.heartbeat_timeout_us));
       }
-      if (!recheck_at_ || until < *recheck_at_) recheck_at_ = until;
+      RecheckAt(until);
     }
     lost.insert(in.object_id);
   }
@@ -824,6 +871,7 @@ void Coordinator::RetireFinishedLocked() {
     freed += job.tasks.size();
     std::vector<TaskRt>().swap(job.tasks);
     job.job.reset();
+    job.fallback_job.reset();
     std::string().swap(job.rec.spec_yaml);
     job.retired = true;
   }

@@ -25,6 +25,12 @@ const Task* Job::FindTask(std::string_view name) const {
   return nullptr;
 }
 
+Job WithFallbackRegions(const Job& job) {
+  Job out = job;
+  out.allowed_regions.insert(out.allowed_regions.end(), job.fallback_regions.begin(), job.fallback_regions.end());
+  return out;
+}
+
 bool SiteMatchesRegionRule(const Site& site, std::string_view rule) {
   if (rule.empty()) return false;
   if (site.name == rule || site.region == rule) return true;

@@ -129,6 +129,11 @@ struct Job {
   std::optional<int64_t> deadline_us;       // relative to submission
   std::optional<int64_t> budget_micro_usd;  // for the whole job
   std::vector<std::string> allowed_regions; // site names, regions or prefixes; empty: any
+  // Where a task may run as well once it has waited `fallback_after_us` in the queue
+  // (since it last joined it) without a node of allowed_regions taking it: the spec's
+  // `fallback` (regions, after). Empty: nowhere else.
+  std::vector<std::string> fallback_regions;
+  int64_t fallback_after_us = 0;
   // false: outputs are free of their inputs' residency (`output_residency: anywhere`).
   bool outputs_inherit_residency = true;
   std::vector<Dataset> datasets;
@@ -141,6 +146,10 @@ struct Job {
 
   const Task* FindTask(std::string_view name) const;
 };
+
+// `job` with its fallback regions allowed as well as its own (the job a task that has
+// waited its fallback's `after` is placed as).
+Job WithFallbackRegions(const Job& job);
 
 // Whether `site` satisfies a region rule: its name, its region, or a prefix of its
 // region up to a '-' ("eu" matches "eu-west-1").

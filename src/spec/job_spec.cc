@@ -28,6 +28,9 @@ constexpr std::string_view kObjectScheme = "object://";
 constexpr size_t kMaxEnvVars = 64;
 constexpr size_t kMaxEnvValueBytes = 4096;
 constexpr int64_t kMaxStopGraceUs = int64_t{300} * 1'000'000;  // 5 minutes
+// A task's wait before it may run in its job's fallback regions.
+constexpr int64_t kMinFallbackAfterUs = 1'000'000;
+constexpr int64_t kMaxFallbackAfterUs = int64_t{7} * 24 * 3600 * 1'000'000;
 // What a gang member's command is told of its gang (docs/runtime.md): a spec may not
 // set these for one.
 constexpr std::array<std::string_view, 8> kGangVariables = {"RANK",       "WORLD_SIZE",  "LOCAL_RANK",
@@ -61,6 +64,8 @@ class JobParser {
   Status ParseHeader(const YAML::Node& root);
   Status ParseRegionRules(const YAML::Node& at, const std::string& path,
                           const std::vector<std::string>& rules) const;
+  // The job's `fallback`: regions its tasks may run in once they have waited.
+  Status ParseFallback(const YAML::Node& root);
   Status ParseObject(const YAML::Node& o, const std::string& path, model::ObjectRef* obj) const;
   Status ParseDatasets(const YAML::Node& root);
   Status ParseWork(const YAML::Node& t, const std::string& path, Task* task) const;
@@ -153,7 +158,27 @@ Status JobParser::ParseHeader(const YAML::Node& root) {
                                     {"fail", model::GangFailure::kFail},
                                     {"elastic", model::GangFailure::kElastic}},
                                    &job_.gang_failure));
-  return ParseRegionRules(root["regions"], "regions", job_.allowed_regions);
+  MERIDIAN_RETURN_IF_ERROR(ParseRegionRules(root["regions"], "regions", job_.allowed_regions));
+  return ParseFallback(root);
+}
+
+Status JobParser::ParseFallback(const YAML::Node& root) {
+  const YAML::Node f = root["fallback"];
+  if (!f) return OkStatus();
+  MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(f, "fallback", {"regions", "after"}));
+  if (job_.allowed_regions.empty()) {
+    return r_.Error(f, "fallback", "needs the job's 'regions': without them its tasks may run anywhere already");
+  }
+  if (!f["regions"]) return r_.Error(f, "fallback", "missing required field 'regions' (where its tasks may run then)");
+  if (!f["after"]) return r_.Error(f, "fallback", "missing required field 'after' (how long a task waits first)");
+  MERIDIAN_RETURN_IF_ERROR(r_.StringList(f, "regions", "fallback", &job_.fallback_regions));
+  if (job_.fallback_regions.empty()) return r_.Error(f["regions"], "fallback.regions", "must name at least one region");
+  MERIDIAN_RETURN_IF_ERROR(ParseRegionRules(f["regions"], "fallback.regions", job_.fallback_regions));
+  MERIDIAN_RETURN_IF_ERROR(r_.Unit(f, "after", "fallback", ParseDurationUs, &job_.fallback_after_us));
+  if (job_.fallback_after_us < kMinFallbackAfterUs || job_.fallback_after_us > kMaxFallbackAfterUs) {
+    return r_.Error(f["after"], "fallback.after", "must be from 1s to 7d");
+  }
+  return OkStatus();
 }
 
 Status JobParser::ParseObject(const YAML::Node& o, const std::string& path,
@@ -670,7 +695,7 @@ Status JobParser::CheckAcyclic() const {
 
 StatusOr<Job> JobParser::Parse(const YAML::Node& root) {
   MERIDIAN_RETURN_IF_ERROR(r_.CheckMap(root, "", {"name", "tenant", "priority", "objective", "deadline", "budget", "regions",
-                                              "output_residency", "gang_failure", "datasets", "tasks"}));
+                                              "fallback", "output_residency", "gang_failure", "datasets", "tasks"}));
   MERIDIAN_RETURN_IF_ERROR(ParseHeader(root));
   MERIDIAN_RETURN_IF_ERROR(ParseDatasets(root));
   YAML::Node tasks = root["tasks"];

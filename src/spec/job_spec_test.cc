@@ -230,6 +230,43 @@ TEST_F(JobSpecTest, ACommandsStopGraceIsReadAndBounded) {
                                            "5m 00s, got 10m 00s");
 }
 
+// `fallback`: where a job's tasks may run too once they have waited, with its own
+// regions only, bounded, and every rule matching a site.
+TEST_F(JobSpecTest, AFallbackIsReadWithItsRegionsAndWaitAndChecked) {
+  StatusOr<model::Job> ok = Parse("name: f\nregions: [eu]\nfallback: {regions: [us-east], after: 20s}\ntasks:\n"
+                                  "  - {name: a, command: [srv]}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->allowed_regions, std::vector<std::string>{"eu"});
+  EXPECT_EQ(ok->fallback_regions, std::vector<std::string>{"us-east"});
+  EXPECT_EQ(ok->fallback_after_us, 20 * kSecondUs);
+  StatusOr<model::Job> none = Parse("name: f\nregions: [eu]\ntasks:\n  - {name: a, command: [srv]}\n");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->fallback_regions.empty());
+  EXPECT_EQ(none->fallback_after_us, 0);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"fallback: {regions: [us-east], after: 20s}",
+       "job.yaml:2:11: fallback: needs the job's 'regions': without them its tasks may run anywhere already"},
+      {"regions: [eu]\nfallback: {regions: [ap], after: 20s}", "fallback.regions: 'ap' matches no site"},
+      {"regions: [eu]\nfallback: {regions: [], after: 20s}",
+       "job.yaml:3:21: fallback.regions: must name at least one region"},
+      {"regions: [eu]\nfallback: {regions: [us-east]}",
+       "job.yaml:3:11: fallback: missing required field 'after' (how long a task waits first)"},
+      {"regions: [eu]\nfallback: {after: 20s}",
+       "job.yaml:3:11: fallback: missing required field 'regions' (where its tasks may run then)"},
+      {"regions: [eu]\nfallback: {regions: [us-east], after: 500ms}",
+       "job.yaml:3:40: fallback.after: must be from 1s to 7d"},
+      {"regions: [eu]\nfallback: {regions: [us-east], after: 8d}", "job.yaml:3:40: fallback.after: must be from 1s to 7d"},
+      {"regions: [eu]\nfallback: {regions: [us-east], after: 20s, when: always}",
+       "job.yaml:3:11: fallback: unknown field 'when'"},
+  };
+  for (const auto& [header, want] : bad) {
+    StatusOr<model::Job> job = Parse("name: f\n" + header + "\ntasks:\n  - {name: a, command: [srv]}\n");
+    ASSERT_FALSE(job.ok()) << header;
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << header;
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(want)) << header;
+  }
+}
+
 TEST_F(JobSpecTest, NodeLabelsAndSpotRulesAreRead) {
   StatusOr<model::Job> ok = Parse(
       "name: l\ntasks:\n  - {name: a, kernel: sum, resources: {labels: {zone: a, tier: \"1\"}, spot: never}}\n"
