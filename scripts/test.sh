@@ -73,7 +73,7 @@ timed await "$tsan_build_pid" build/tsan-build.log
 start_idle build/fuzz-stage.log bash -c 'started=$SECONDS; scripts/fuzz.sh 10 && echo "== took $((SECONDS - started)) s: the fuzzers"'
 fuzz_pid=$background_pid
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
-cluster_tests='RuntimeTest|RuntimeReportsTest|RuntimePostgresTest|DataPlaneTest|SecurityTest|WorkloadsTest|ObservabilityTest|TrainingTest|^dashboard$|^cli$|^netns$|^deploy$|^slurm$|^k8s$|^stream$|^stream_fault$|^service$|^site_gateway$'
+cluster_tests='RuntimeTest|RuntimeReportsTest|RuntimePostgresTest|DataPlaneTest|SecurityTest|WorkloadsTest|ObservabilityTest|TrainingTest|^dashboard$|^cli$|^netns$|^deploy$|^slurm$|^k8s$|^stream$|^stream_fault$|^service$|^service_fallback$|^site_gateway$'
 timed ctest --preset tsan -E "$cluster_tests|GpuKernels|GpuChain|OverOneGib|^link_rules"
 timed ctest --preset tsan -j1 -R "$cluster_tests" -E 'OverOneGib|BadInputGetsOneClearError|ReportsSavedUpWhileTheCoordinator'
 unset TSAN_OPTIONS

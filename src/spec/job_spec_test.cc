@@ -254,10 +254,10 @@ TEST_F(JobSpecTest, AFallbackIsReadWithItsRegionsAndWaitAndChecked) {
       {"regions: [eu]\nfallback: {after: 20s}",
        "job.yaml:3:11: fallback: missing required field 'regions' (where its tasks may run then)"},
       {"regions: [eu]\nfallback: {regions: [us-east], after: 500ms}",
-       "job.yaml:3:40: fallback.after: must be from 1s to 7d"},
-      {"regions: [eu]\nfallback: {regions: [us-east], after: 8d}", "job.yaml:3:40: fallback.after: must be from 1s to 7d"},
+       "job.yaml:3:39: fallback.after: must be from 1s to 7d"},
+      {"regions: [eu]\nfallback: {regions: [us-east], after: 8d}", "job.yaml:3:39: fallback.after: must be from 1s to 7d"},
       {"regions: [eu]\nfallback: {regions: [us-east], after: 20s, when: always}",
-       "job.yaml:3:11: fallback: unknown field 'when'"},
+       "job.yaml:3:44: fallback: unknown field 'when' (expected one of: regions, after)"},
   };
   for (const auto& [header, want] : bad) {
     StatusOr<model::Job> job = Parse("name: f\n" + header + "\ntasks:\n  - {name: a, command: [srv]}\n");

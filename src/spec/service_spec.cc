@@ -39,7 +39,7 @@ class ServiceParser {
     if (!root.IsMap()) return r_.Error(root, "", "expected a map (a service spec)");
     MERIDIAN_RETURN_IF_ERROR(
         r_.CheckMap(root, "", {"kind", "name", "model", "command", "health", "port", "regions", "batching", "autoscale",
-                               "resources"}));
+                               "fallback_after", "resources"}));
     std::string kind;
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "kind", "", &kind));
     if (kind != "service") return r_.Error(root["kind"], "kind", fmt::format("expected 'service', got '{}'", kind));
@@ -59,6 +59,7 @@ class ServiceParser {
     }
     MERIDIAN_RETURN_IF_ERROR(Batching(root));
     MERIDIAN_RETURN_IF_ERROR(Autoscale(root));
+    MERIDIAN_RETURN_IF_ERROR(FallbackAfter(root));
     model::ResourceRequest resources;
     MERIDIAN_RETURN_IF_ERROR(ParseResourceRequest(r_, root, "", &resources));
     if (YAML::Node res = root["resources"]) {
@@ -170,6 +171,19 @@ class ServiceParser {
     return OkStatus();
   }
 
+  Status FallbackAfter(const YAML::Node& root) {
+    if (!root["fallback_after"]) return OkStatus();
+    if (spec_.regions.size() < 2) {
+      return r_.Error(root["fallback_after"], "fallback_after",
+                      "a replica falls back to the service's other regions, and it has one");
+    }
+    MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "fallback_after", "", ParseDurationUs, &spec_.fallback_after_us));
+    if (spec_.fallback_after_us < 1'000'000 || spec_.fallback_after_us > int64_t{7} * 24 * 3600 * 1'000'000) {
+      return r_.Error(root["fallback_after"], "fallback_after", "must be from 1s to 7d");
+    }
+    return OkStatus();
+  }
+
   Status Batching(const YAML::Node& root) {
     YAML::Node b = root["batching"];
     if (!b) return OkStatus();
@@ -276,6 +290,16 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
   e << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{region};
+  if (spec.fallback_after_us > 0) {
+    // The service's other regions, in its order.
+    std::vector<std::string> others;
+    for (const ServiceRegion& r : spec.regions) {
+      if (r.region != region) others.push_back(r.region);
+    }
+    e << YAML::Key << "fallback" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "regions"
+      << YAML::Value << YAML::Flow << others << YAML::Key << "after" << YAML::Value
+      << fmt::format("{}us", spec.fallback_after_us) << YAML::EndMap;
+  }
   e << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << "replica";
   e << YAML::Key << "command" << YAML::Value << YAML::Flow << std::vector<std::string>{"sh", "-c", command};
@@ -328,6 +352,9 @@ std::string ServiceSpecYaml(const ServiceSpec& spec) {
       << spec.autoscale->target_inflight << YAML::Key << "latency_target" << YAML::Value
       << fmt::format("{}us", spec.autoscale->latency_target_us) << YAML::Key << "scale_in_after" << YAML::Value
       << fmt::format("{}us", spec.autoscale->scale_in_after_us) << YAML::EndMap;
+  }
+  if (spec.fallback_after_us > 0) {
+    e << YAML::Key << "fallback_after" << YAML::Value << fmt::format("{}us", spec.fallback_after_us);
   }
   if (!spec.resources_yaml.empty()) e << YAML::Key << "resources" << YAML::Value << YAML::Load(spec.resources_yaml);
   e << YAML::EndMap;

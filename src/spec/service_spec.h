@@ -50,6 +50,10 @@ struct ServiceSpec {
   int64_t max_wait_us = 1000;
   std::string resources_yaml;  // the spec's `resources` map, checked, as flow YAML ("" none)
   std::optional<ServiceAutoscale> autoscale;
+  // A region's replica that has waited this long for a node there (no room, or the
+  // region cut off) may run in the service's other regions (its job's `fallback`,
+  // docs/job-spec.md); 0: it waits in its region.
+  int64_t fallback_after_us = 0;
 };
 
 StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view file);

@@ -107,7 +107,12 @@ TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
        "unknown field 'target' (expected one of: target_inflight, latency_target, scale_in_after)"},
       {head + "regions: [{region: eu}]\nreplicas: 3\n",
        "svc.yaml:5:1: unknown field 'replicas' (expected one of: kind, name, model, command, health, port, regions, "
-       "batching, autoscale, resources)"},
+       "batching, autoscale, fallback_after, resources)"},
+      {head + "regions: [{region: eu}]\nfallback_after: 20s\n",
+       "svc.yaml:5:17: fallback_after: a replica falls back to the service's other regions, and it has one"},
+      {head + "regions: [{region: eu}, {region: us}]\nfallback_after: 10ms\n",
+       "svc.yaml:5:17: fallback_after: must be from 1s to 7d"},
+      {head + "regions: [{region: eu}, {region: us}]\nfallback_after: soon\n", "svc.yaml:5:17: fallback_after: "},
       {head + "command: 'python3 -m http.server'\nregions: [{region: eu}]\n",
        "svc.yaml:4:10: command: a service has a model or a command, not both"},
       {"kind: service\nname: m\nregions: [{region: eu}]\n", "svc.yaml:1:1: missing required field 'model' (or 'command')"},
@@ -228,6 +233,37 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<model::Job> refused = ParseJob(kService, "svc.yaml", fleet->fleet, fleet->throughput);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(), "svc.yaml: a service spec (kind: service): start it with `meridian serve svc.yaml`");
+}
+
+// `fallback_after`: each region's replica jobs may run in the service's other regions,
+// in the service's order, once they have waited; the spec keeps it in the replicas'
+// jobs.
+TEST(ServiceSpecTest, AReplicaFallsBackToTheServicesOtherRegionsAfterItsWait) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(std::string(kService) + "fallback_after: 20s\n", "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->fallback_after_us, 20'000'000);
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  for (const auto& [region, others] : {std::pair<std::string, std::vector<std::string>>{"eu", {"us-east"}},
+                                       std::pair<std::string, std::vector<std::string>>{"us-east", {"eu"}}}) {
+    const std::string yaml = ReplicaJobYaml(*s, region, 3, TokenOnly("0123456789abcdef"));
+    StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput,
+                                        [](const std::string&) -> std::optional<model::Dataset> {
+                                          return model::Dataset{"digits-model", {model::ObjectRef{}}};
+                                        });
+    ASSERT_TRUE(job.ok()) << job.status().ToString() << "\n" << yaml;
+    EXPECT_EQ(job->allowed_regions, std::vector<std::string>{region});
+    EXPECT_EQ(job->fallback_regions, others);
+    EXPECT_EQ(job->fallback_after_us, 20'000'000);
+    StatusOr<ServiceOfReplica> back = ServiceFromReplicaJob(yaml, "serve/digits/eu/3");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->spec.fallback_after_us, 20'000'000);
+  }
+  // Without it, a replica waits in its region.
+  StatusOr<ServiceSpec> plain = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->fallback_after_us, 0);
+  EXPECT_EQ(ReplicaJobYaml(*plain, "eu", 3, TokenOnly("0123456789abcdef")).find("fallback"), std::string::npos);
 }
 
 // With TLS credentials, the replica serves HTTPS with the certificate and key from its

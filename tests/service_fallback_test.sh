@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A service's replicas are re-placed where capacity is (docs/serving.md, "When a region
+# has no room"): on a local cluster of two regions (tests/serving/two-regions.yaml), a
+# command's service (tests/serving/files.yaml) with a replica in each region and
+# `fallback_after: 3s`. Both eu-west agents are killed (kill -9): eu-west's replica job
+# is queued again, waits 3 s for a node of eu-west, then runs on a us-east node; its
+# region's gateway sends eu-west's requests to it there. Checked: where it runs, how
+# long it took, what `job get` said while it waited, the coordinator's log line, and
+# that no request at eu-west's gateway fails once the replica serves again.
+#   tests/service_fallback_test.sh MERIDIAN SOURCE_DIR
+set -uo pipefail
+bin=$(realpath "$1")
+root=$(realpath "$2")
+cd "$root"
+py=/usr/bin/python3  # Debian's
+tmp=$(mktemp -d)
+chmod 711 "$tmp"  # task users reach their directories in the cluster's
+cluster="$tmp/cluster"
+D=(--dir "$cluster")
+. tests/process_lib.sh  # check, pids, start_listening, stop_started
+finish() {
+  if [ "$fail" -ne 0 ]; then
+    echo "--- meridian jobs"; "$bin" jobs "${D[@]}" 2>&1
+    echo "--- meridian service get files"; "$bin" service get files "${D[@]}" 2>&1
+    "$bin" down "${D[@]}" >/dev/null 2>&1
+    for f in "$cluster"/logs/*.log "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 12 "$f"; }; done
+  else
+    "$bin" down "${D[@]}" >/dev/null 2>&1
+  fi
+  stop_started
+}
+trap finish EXIT
+
+"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s --gateways none >"$tmp/up.log" 2>&1 ||
+  { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
+base=$((20000 + RANDOM % 20000))
+sed -e "s/^port: .*/port: $base/" \
+    -e "s/^  - {region: us-east, min: 1, max: 1}/  - {region: eu-west, min: 1, max: 1}\n  - {region: us-east, min: 1, max: 1}\nfallback_after: 3s/" \
+    tests/serving/files.yaml >"$tmp/files.yaml"
+grep -q "^fallback_after: 3s" "$tmp/files.yaml" || { bad "the spec was not made: $(cat "$tmp/files.yaml")"; exit 1; }
+$py -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/client-token"
+ct=$(cat "$tmp/client-token")
+
+check "serve with a fallback" 0 "" "$bin" serve "$tmp/files.yaml" "${D[@]}"
+# Each replica: "REGION/REPLICA:STATE@SITE[+endpoint]", sorted.
+replicas() {
+  "$bin" service get files "${D[@]}" --json 2>/dev/null | $py -c '
+import json, sys
+print(" ".join(sorted("{}/{}:{}@{}{}".format(r["region"], r["replica"], r["state"], r["site"] or "-",
+                                             "+" if r["endpoint"] else "") for r in json.load(sys.stdin)["replicas"])))'
+}
+wait_replicas() {  # WANT SECONDS
+  for _ in $(seq 1 $(($2 * 10))); do [ "$(replicas)" = "$1" ] && return 0; sleep 0.1; done
+  return 1
+}
+wait_replicas "eu-west/0:running@eu-west+ us-east/1:running@us-east+" 60 && ok "a replica serves in each region" ||
+  { bad "replicas: $(replicas)"; exit 1; }
+eu_job=$("$bin" service get files "${D[@]}" --json | $py -c '
+import json, sys
+print(next(r["job"] for r in json.load(sys.stdin)["replicas"] if r["region"] == "eu-west"))')
+
+start_listening "$tmp/gw-eu.log" "$bin" gateway --service files --region eu-west --token-file "$tmp/client-token" \
+  "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
+eu=$port
+# What answers at eu-west's gateway: "STATUS REPLICA".
+ask() { curl -s -o /dev/null -m 5 -w "%{http_code} %header{x-meridian-replica}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$eu/"; }
+for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; sleep 0.1; done
+[[ "$(ask)" == "200 "*":$base@eu-west" ]] && ok "eu-west's gateway sends to eu-west's replica" || bad "asked: $(ask)"
+
+# eu-west is cut off: both its agents killed.
+killed_at=$(date +%s.%N)
+kill -9 "$(cat "$cluster/pids/agent-eu-0.pid")" "$(cat "$cluster/pids/agent-eu-1.pid")"
+# While it waits (the nodes found dead after 2 s), job get says when it may go elsewhere.
+said=""
+task_json() {  # the replica's task in `job get --json`, as a Python expression reads it: "t"
+  "$bin" job get "$eu_job" "${D[@]}" --json 2>/dev/null | $py -c "import json, sys; t = json.load(sys.stdin)['task_list'][0]; $1"
+}
+for _ in $(seq 100); do
+  task_json 'print(t["state"], t["site"], t["reason"])' >"$tmp/job-get.txt"
+  said=$(grep -o "it may run in its fallback regions (us-east) too in [0-9.]* m\?s" "$tmp/job-get.txt" | head -1)
+  [ -n "$said" ] && break
+  grep -q "^running us-east" "$tmp/job-get.txt" && break  # too late
+  sleep 0.05
+done
+[ -n "$said" ] && ok "while it waits, job get says: '$said'" ||
+  { bad "job get never said when it may run elsewhere; last:"; cat "$tmp/job-get.txt"; }
+wait_replicas "eu-west/0:running@us-east+ us-east/1:running@us-east+" 30 &&
+  ok "eu-west's replica runs in us-east, $($py -c "import time; print(f'{time.time() - $killed_at:.1f}')") s after the kill" ||
+  bad "replicas: $(replicas)"
+attempts=$(task_json 'print(" ".join("{}:{}@{}".format(a["attempt"], a["outcome"], a["site"]) for a in t["history"]))')
+[ "$attempts" = "1:lost@eu-west 2:running@us-east" ] && ok "its job: $attempts" || bad "attempts: $attempts"
+grep -qE "job $eu_job \(serve/files/eu-west/0\): task 'replica' placed on us-[01] at us-east, in its fallback regions: it waited 3(\.[0-9]+)? s for a node of its regions" \
+  "$cluster/logs/coordinator.log" && ok "the coordinator logged the placement in the fallback" ||
+  { bad "no fallback line in the coordinator's log:"; grep -i fallback "$cluster/logs/coordinator.log"; }
+# eu-west's gateway follows it there: 20 requests, all answered by it.
+for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; sleep 0.1; done
+answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$base@eu-west$")
+[ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by eu-west's replica in us-east" ||
+  bad "answers: $answers"
+[ "$fail" -eq 0 ] && echo "PASS" || echo "FAILED"
+exit "$fail"
