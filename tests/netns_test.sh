@@ -74,8 +74,12 @@ fi
 size=$(stat -c %s "$tmp/words.txt")
 after=$(netsim bytes factory eu-west)
 crossed=$((after - before))
-# The payload and no more than 10% of TLS, TCP and IP framing on top of it.
-if [ "$crossed" -ge "$size" ] && [ "$crossed" -le $((size + size / 10)) ]; then
+# The payload once, with what the kernel's class counts on top of it: each frame's
+# Ethernet, IP and TCP headers (~4.6% at a 1448-byte MSS), TLS records and handshakes,
+# and the segments TCP sent again. At most 20%: CI's ASan run measured 10.1% once
+# (1442340 bytes for 1309817), past the 10% this allowed before; a second copy of the
+# dataset would be 100%.
+if [ "$crossed" -ge "$size" ] && [ "$crossed" -le $((size + size / 5)) ]; then
   ok "the dataset crossed the kernel's factory -> eu-west link: $crossed bytes for $size"
 else
   bad "factory -> eu-west carried $crossed bytes for a $size-byte dataset"

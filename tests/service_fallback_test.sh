@@ -88,7 +88,11 @@ wait_replicas "eu-west/0:running@us-east+ us-east/1:running@us-east+" 30 &&
   ok "eu-west's replica runs in us-east, $($py -c "import time; print(f'{time.time() - $killed_at:.1f}')") s after the kill" ||
   bad "replicas: $(replicas)"
 attempts=$(task_json 'print(" ".join("{}:{}@{}".format(a["attempt"], a["outcome"], a["site"]) for a in t["history"]))')
-[ "$attempts" = "1:lost@eu-west 2:running@us-east" ] && ok "its job: $attempts" || bad "attempts: $attempts"
+# Lost with eu-west's nodes, then running in us-east. The two nodes are found dead
+# apart (ASan on CI: 0.2 s): the first loss may have been placed on the other eu-west
+# node, not yet found dead, and lost again with it.
+echo "$attempts" | grep -qE "^([0-9]+:lost@eu-west )+[0-9]+:running@us-east$" && ok "its job: $attempts" ||
+  bad "attempts: $attempts"
 # It waited its 3 s, and not much longer (the coordinator looks every 100 ms).
 waited=$(sed -n "s/.*job $eu_job (serve\/files\/eu-west\/0): task 'replica' placed on us-[01] at us-east, in its fallback regions: it waited \([0-9.]*\) s for a node of its regions$/\1/p" \
   "$cluster/logs/coordinator.log")
