@@ -552,9 +552,8 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
     auto w = job->second.waiting.find(t.record.task);
     if (t.record.reason.empty() && w != job->second.waiting.end()) t.record.reason = "waiting: " + w->second;
     // When it may run elsewhere, from now (docs/job-spec.md, "Fallback regions").
-    const std::optional<MonotonicTime> fallback_at =
-        FallbackAtLocked(job->second, job->second.tasks[t.record.task], now);
-    if (!fallback_at) continue;
+    const std::optional<MonotonicTime> fallback_at = FallbackAtLocked(job->second, job->second.tasks[t.record.task]);
+    if (!fallback_at || *fallback_at <= now) continue;
     t.record.reason += fmt::format("{}it may run in its fallback regions ({}) too in {}",
                                    t.record.reason.empty() ? "" : "; ",
                                    fmt::join(job->second.job->fallback_regions, ", "),

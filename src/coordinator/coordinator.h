@@ -461,16 +461,12 @@ class Coordinator final : public rpc::JobApi,
   void AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes);
   // Schedules again at `at`, or sooner if asked for sooner.
   void RecheckAt(MonotonicTime at);
-  // When the queued task may run in its job's fallback regions too (its fallback's
-  // `after` since it joined the queue); nullopt: it may now, it is not in the queue,
-  // or the job has no fallback.
-  std::optional<MonotonicTime> FallbackAtLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const;
-  // Whether it may run in its job's fallback regions now.
-  bool MayFallBackLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const;
+  // When the queued task may run in its job's fallback regions too: its fallback's
+  // `after` since it joined the queue. nullopt: it is not in the queue, or the job has
+  // no fallback.
+  std::optional<MonotonicTime> FallbackAtLocked(const JobRt& job, const TaskRt& task) const;
   // The job with its fallback regions allowed too (JobRt::fallback_job).
   const model::Job& FallbackJobLocked(JobRt& job);
-  // Whether the node is in the job's own regions (not only its fallback's).
-  bool InOwnRegionsLocked(const model::Job& job, int32_t node) const;
   std::vector<model::SiteBytes> InputBytesBySite(const model::Job& job) const;
   void Changed(JobRt& job);
   model::JobSummary SummaryOf(const JobRt& job) const;

@@ -154,7 +154,8 @@ void Coordinator::ScheduleLocked() {
   std::map<std::pair<uint64_t, bool>, uint32_t> job_index;
   std::vector<std::pair<JobRt*, TaskRt*>> offered;
   auto offer = [&](JobRt& job, TaskRt& task) {
-    const bool fallen_back = MayFallBackLocked(job, task, MonotonicTime{snap.now_us});
+    const std::optional<MonotonicTime> fallback_at = FallbackAtLocked(job, task);
+    const bool fallen_back = fallback_at && snap.now_us >= fallback_at->us;
     auto [ji, inserted] =
         job_index.try_emplace({job.rec.id, fallen_back}, static_cast<uint32_t>(snap.jobs.size()));
     if (inserted) {
@@ -267,7 +268,8 @@ void Coordinator::ScheduleLocked() {
       AddTraffic(*job, dep.site, r.site, static_cast<int64_t>(dep.output.size()));
     }
     nodes_with_work.insert(node);
-    if (!job->job->fallback_regions.empty() && !InOwnRegionsLocked(*job->job, node)) {
+    if (!job->job->fallback_regions.empty() &&
+        !model::SiteMatchesAnyRegionRule(fleet_.site(fleet_.nodes[node].site), job->job->allowed_regions)) {
       MERIDIAN_LOG_INFO("job {} ({}): task '{}' placed on {} at {}, in its fallback regions: it waited {} for a node "
                         "of its regions",
                         job->rec.id, job->rec.name, TaskName(*job, task->rec.task), r.node, r.site,
@@ -283,7 +285,8 @@ void Coordinator::ScheduleLocked() {
     auto [job, task] = offered[u.queue_index];
     // A task whose fallback is still to come is offered again when it comes, and is
     // not failed before: its fallback regions may run it.
-    const std::optional<MonotonicTime> fallback_at = FallbackAtLocked(*job, *task, MonotonicTime{snap.now_us});
+    std::optional<MonotonicTime> fallback_at = FallbackAtLocked(*job, *task);
+    if (fallback_at && fallback_at->us <= snap.now_us) fallback_at.reset();  // it was offered with them
     if (fallback_at) RecheckAt(*fallback_at);
     if (u.kind != sched::UnplacedKind::kInfeasible) {
       job->waiting[task->rec.task] = u.reason;
@@ -313,27 +316,14 @@ void Coordinator::RecheckAt(MonotonicTime at) {
   if (!recheck_at_ || at < *recheck_at_) recheck_at_ = at;
 }
 
-std::optional<MonotonicTime> Coordinator::FallbackAtLocked(const JobRt& job, const TaskRt& task,
-                                                           MonotonicTime now) const {
+std::optional<MonotonicTime> Coordinator::FallbackAtLocked(const JobRt& job, const TaskRt& task) const {
   if (job.job == nullptr || job.job->fallback_regions.empty() || task.seq < 0) return std::nullopt;
-  const MonotonicTime at{task.queued_us + job.job->fallback_after_us};
-  if (now >= at) return std::nullopt;
-  return at;
-}
-
-bool Coordinator::MayFallBackLocked(const JobRt& job, const TaskRt& task, MonotonicTime now) const {
-  return job.job != nullptr && !job.job->fallback_regions.empty() && task.seq >= 0 && !FallbackAtLocked(job, task, now);
+  return MonotonicTime{task.queued_us + job.job->fallback_after_us};
 }
 
 const model::Job& Coordinator::FallbackJobLocked(JobRt& job) {
   if (job.fallback_job == nullptr) job.fallback_job = std::make_unique<model::Job>(model::WithFallbackRegions(*job.job));
   return *job.fallback_job;
-}
-
-bool Coordinator::InOwnRegionsLocked(const model::Job& job, int32_t node) const {
-  const model::Site& site = fleet_.site(fleet_.nodes[node].site);
-  return std::any_of(job.allowed_regions.begin(), job.allowed_regions.end(),
-                     [&](const std::string& rule) { return model::SiteMatchesRegionRule(site, rule); });
 }
 
 void Coordinator::AddTraffic(JobRt& job, const std::string& from, const std::string& to, int64_t bytes) {

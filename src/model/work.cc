@@ -1,5 +1,7 @@
 #include "model/work.h"
 
+#include <algorithm>
+
 namespace meridian::model {
 
 std::string_view ObjectiveName(Objective objective) {
@@ -29,6 +31,10 @@ Job WithFallbackRegions(const Job& job) {
   Job out = job;
   out.allowed_regions.insert(out.allowed_regions.end(), job.fallback_regions.begin(), job.fallback_regions.end());
   return out;
+}
+
+bool SiteMatchesAnyRegionRule(const Site& site, const std::vector<std::string>& rules) {
+  return std::any_of(rules.begin(), rules.end(), [&](const std::string& rule) { return SiteMatchesRegionRule(site, rule); });
 }
 
 bool SiteMatchesRegionRule(const Site& site, std::string_view rule) {

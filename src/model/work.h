@@ -134,6 +134,10 @@ struct Job {
   // `fallback` (regions, after). Empty: nowhere else.
   std::vector<std::string> fallback_regions;
   int64_t fallback_after_us = 0;
+  // The bounds of fallback_after_us (a job's `fallback.after`, a service's
+  // `fallback_after`): 1 s to 7 days.
+  static constexpr int64_t kMinFallbackAfterUs = 1'000'000;
+  static constexpr int64_t kMaxFallbackAfterUs = int64_t{7} * 24 * 3600 * 1'000'000;
   // false: outputs are free of their inputs' residency (`output_residency: anywhere`).
   bool outputs_inherit_residency = true;
   std::vector<Dataset> datasets;
@@ -154,5 +158,7 @@ Job WithFallbackRegions(const Job& job);
 // Whether `site` satisfies a region rule: its name, its region, or a prefix of its
 // region up to a '-' ("eu" matches "eu-west-1").
 bool SiteMatchesRegionRule(const Site& site, std::string_view rule);
+// Whether it satisfies at least one of `rules` (none: false).
+bool SiteMatchesAnyRegionRule(const Site& site, const std::vector<std::string>& rules);
 
 }  // namespace meridian::model

@@ -105,12 +105,7 @@ class RegionFilter final : public Filter {
   std::string_view name() const override { return "allowed_regions"; }
   UnplacedKind kind() const override { return UnplacedKind::kInfeasible; }
   bool Check(const TaskView& t, const Pool& p) const override {
-    if (t.job.allowed_regions.empty()) return true;
-    const model::Site& site = t.fleet.site(p.site);
-    for (const std::string& rule : t.job.allowed_regions) {
-      if (model::SiteMatchesRegionRule(site, rule)) return true;
-    }
-    return false;
+    return t.job.allowed_regions.empty() || model::SiteMatchesAnyRegionRule(t.fleet.site(p.site), t.job.allowed_regions);
   }
   std::string Explain(const TaskView& t, const Pool& p) const override {
     return fmt::format("are at {}, outside the job's allowed regions", t.fleet.site(p.site).name);
@@ -168,10 +163,7 @@ class ResidencyFilter final : public Filter {
   static const model::ObjectRef* Violated(const TaskView& t, const Pool& p) {
     const model::Site& site = t.fleet.site(p.site);
     for (const model::ObjectRef& obj : t.pending.inputs) {
-      if (obj.residency.empty()) continue;
-      bool ok = false;
-      for (const std::string& rule : obj.residency) ok |= model::SiteMatchesRegionRule(site, rule);
-      if (!ok) return &obj;
+      if (!obj.residency.empty() && !model::SiteMatchesAnyRegionRule(site, obj.residency)) return &obj;
     }
     return nullptr;
   }

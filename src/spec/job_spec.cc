@@ -28,9 +28,6 @@ constexpr std::string_view kObjectScheme = "object://";
 constexpr size_t kMaxEnvVars = 64;
 constexpr size_t kMaxEnvValueBytes = 4096;
 constexpr int64_t kMaxStopGraceUs = int64_t{300} * 1'000'000;  // 5 minutes
-// A task's wait before it may run in its job's fallback regions.
-constexpr int64_t kMinFallbackAfterUs = 1'000'000;
-constexpr int64_t kMaxFallbackAfterUs = int64_t{7} * 24 * 3600 * 1'000'000;
 // What a gang member's command is told of its gang (docs/runtime.md): a spec may not
 // set these for one.
 constexpr std::array<std::string_view, 8> kGangVariables = {"RANK",       "WORLD_SIZE",  "LOCAL_RANK",
@@ -175,7 +172,7 @@ Status JobParser::ParseFallback(const YAML::Node& root) {
   if (job_.fallback_regions.empty()) return r_.Error(f["regions"], "fallback.regions", "must name at least one region");
   MERIDIAN_RETURN_IF_ERROR(ParseRegionRules(f["regions"], "fallback.regions", job_.fallback_regions));
   MERIDIAN_RETURN_IF_ERROR(r_.Unit(f, "after", "fallback", ParseDurationUs, &job_.fallback_after_us));
-  if (job_.fallback_after_us < kMinFallbackAfterUs || job_.fallback_after_us > kMaxFallbackAfterUs) {
+  if (job_.fallback_after_us < Job::kMinFallbackAfterUs || job_.fallback_after_us > Job::kMaxFallbackAfterUs) {
     return r_.Error(f["after"], "fallback.after", "must be from 1s to 7d");
   }
   return OkStatus();
@@ -650,10 +647,7 @@ void JobParser::DeriveOutputResidency() {
       // Several rules: the sites that satisfy every one, by name.
       for (const model::Site& site : fleet_.sites) {
         bool ok = true;
-        for (const auto* l : lists) {
-          ok &= std::any_of(l->begin(), l->end(),
-                            [&](const std::string& rule) { return model::SiteMatchesRegionRule(site, rule); });
-        }
+        for (const auto* l : lists) ok &= model::SiteMatchesAnyRegionRule(site, *l);
         if (ok) t.output_residency.push_back(site.name);
       }
       // No site satisfies them all: the task cannot run, nor anything after it.

@@ -178,7 +178,8 @@ class ServiceParser {
                       "a replica falls back to the service's other regions, and it has one");
     }
     MERIDIAN_RETURN_IF_ERROR(r_.Unit(root, "fallback_after", "", ParseDurationUs, &spec_.fallback_after_us));
-    if (spec_.fallback_after_us < 1'000'000 || spec_.fallback_after_us > int64_t{7} * 24 * 3600 * 1'000'000) {
+    if (spec_.fallback_after_us < model::Job::kMinFallbackAfterUs ||
+        spec_.fallback_after_us > model::Job::kMaxFallbackAfterUs) {
       return r_.Error(root["fallback_after"], "fallback_after", "must be from 1s to 7d");
     }
     return OkStatus();
