@@ -322,6 +322,7 @@ struct ServiceReplica {
   uint64_t job = 0;
   std::string job_name;
   std::string service, region;
+  std::string tenant;  // its job's (empty on an insecure coordinator)
   int32_t ordinal = 0;
   model::JobStatus job_status = model::JobStatus::kQueued;
   std::optional<model::TaskStatus> task_status;

@@ -44,6 +44,8 @@ struct ServiceEndpoints {
   spec::ReplicaSecrets secrets;
   std::vector<sv::ReplicaEndpoint> endpoints;
   std::vector<ServiceReplica> live;  // its live replica jobs, serving or not
+  // Its tenant: its first live replica job's (a service's jobs are all its tenant's).
+  std::string Tenant() const { return live.empty() ? std::string() : live.front().tenant; }
 };
 
 // Reads the service's replica jobs: those running on a live node are its endpoints.
@@ -258,7 +260,7 @@ class ServiceFollower {
       gateway_.RemoveService(route_);
       Status added = gateway_.AddService(
           route_, sv::ServiceRoute{standing_.region, {}, service.secrets.token, tls, spec_.command.empty(),
-                                   service.secrets.client_token});
+                                   service.secrets.client_token, service.Tenant()});
       routed_ = added.ok();
       current_.clear();
       if (!added.ok()) {
@@ -270,6 +272,7 @@ class ServiceFollower {
       if (service.secrets.client_token != secrets_.client_token) {
         gateway_.SetServiceToken(service.secrets.client_token, route_);
       }
+      gateway_.SetServiceTenant(service.Tenant(), route_);
       if (tls != ReplicaTlsOf(spec_.name, secrets_)) {
         Status set = gateway_.SetReplicaTls(tls, route_);
         if (!set.ok()) {
@@ -485,6 +488,8 @@ class ServiceFollower {
   std::vector<Draining> draining_;
 };
 
+constexpr int64_t kTokenCheckTimeoutUs = 2'000'000;
+
 // A site's gateway (gateway --site): every service that runs is routed at
 // /v1/services/NAME/, each followed as a service's own gateway follows it. For each
 // service the site stands in the first of its regions whose rule matches the site; with
@@ -551,7 +556,7 @@ class SiteGateway {
       Status added = gateway_.AddService(
           name, sv::ServiceRoute{standing.region, service->endpoints, service->secrets.token,
                                  ReplicaTlsOf(name, service->secrets), service->spec.command.empty(),
-                                 service->secrets.client_token});
+                                 service->secrets.client_token, service->Tenant()});
       if (!added.ok() && added.code() != StatusCode::kAlreadyExists) {
         out_ << fmt::format("gateway: service {}: {}; not routed\n", name, added.message()) << std::flush;
         refused_.insert(name);
@@ -862,6 +867,20 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   return OkStatus();
 }
 
+// How a service's gateway learns whose a client's API token is: the coordinator's
+// WhoAmI, called with that token over the cluster's TLS (2 s at most). None on an
+// insecure cluster, which has no tokens: its gateways take their own tokens alone.
+sv::TenantTokens::Identify TenantTokenCheck(const ClusterTarget& target) {
+  auto checker = client::ConnectTokenChecker(target, kTokenCheckTimeoutUs);
+  if (!checker.ok()) return nullptr;
+  std::shared_ptr<client::Client> c = std::move(*checker);
+  return [c](const std::string& token) -> sv::TokenAnswer {
+    auto who = c->WhoIs(token);
+    if (!who.ok()) return who.status();
+    return sv::TokenOwner{who->user, who->tenant, who->role == model::Role::kAdmin};
+  };
+}
+
 Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   sv::GatewayOptions options;
@@ -910,6 +929,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     service_spec = service.spec;
     secrets = service.secrets;
     options.service_token = service.secrets.client_token;
+    options.tenant = service.Tenant();
     options.replica_token = service.secrets.token;
     options.replica_tls = ReplicaTlsOf(service.spec.name, service.secrets);
     // A command's POST may act: one that reached a replica is not sent to another.
@@ -952,6 +972,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   options.max_inflight = o.max_inflight;
   options.max_attempts = o.max_attempts;
   options.probe_interval_ms = o.probe_interval_ms;
+  if (coordinator != nullptr) options.identify_tokens = TenantTokenCheck(o.target);
   BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
   if (fleet) {

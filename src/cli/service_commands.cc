@@ -129,6 +129,7 @@ StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, con
     ServiceReplica r;
     r.job = s.job.id;
     r.job_name = s.job.name;
+    r.tenant = s.job.tenant;
     r.service = id->service;
     r.region = id->region;
     r.ordinal = id->ordinal;

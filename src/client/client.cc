@@ -370,16 +370,42 @@ StatusOr<model::TokenRecord> Client::RevokeToken(const std::string& id) {
   return rpc::FromProto(resp);
 }
 
-StatusOr<model::Caller> Client::WhoAmI(rpc::HttpEndpoints* endpoints) {
-  v1::WhoAmIRequest req;
-  v1::WhoAmIResponse resp;
-  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp));
-  if (endpoints != nullptr) *endpoints = rpc::HttpEndpoints{resp.http_url().substr(0, 256), resp.dashboard()};
+namespace {
+
+model::Caller CallerOf(const v1::WhoAmIResponse& resp) {
   model::Caller c;
   c.user = resp.user();
   c.tenant = resp.tenant();
   c.role = model::ParseRole(resp.role()).value_or(model::Role::kViewer);
   return c;
+}
+
+}  // namespace
+
+StatusOr<model::Caller> Client::WhoAmI(rpc::HttpEndpoints* endpoints) {
+  v1::WhoAmIRequest req;
+  v1::WhoAmIResponse resp;
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp));
+  if (endpoints != nullptr) *endpoints = rpc::HttpEndpoints{resp.http_url().substr(0, 256), resp.dashboard()};
+  return CallerOf(resp);
+}
+
+StatusOr<model::Caller> Client::WhoIs(const std::string& token) {
+  if (!security_.tls.enabled()) {
+    return FailedPreconditionError("an insecure coordinator authenticates nobody: it cannot say whose a token is");
+  }
+  if (!security_.token.empty()) {
+    return FailedPreconditionError("WhoIs needs a client without a token of its own (ConnectTokenChecker)");
+  }
+  grpc::ClientContext ctx;
+  rpc::SetDeadline(ctx, timeout_us_);
+  ctx.set_credentials(grpc::AccessTokenCredentials(token));
+  v1::WhoAmIRequest req;
+  v1::WhoAmIResponse resp;
+  v1::AdminService::Stub stub(Channel());
+  grpc::Status s = stub.WhoAmI(&ctx, req, &resp);
+  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  return CallerOf(resp);
 }
 
 StatusOr<model::ObjectLocation> Client::Locate(const std::string& ref, uint64_t job_id, const std::string& task) {

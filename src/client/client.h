@@ -86,6 +86,10 @@ class Client {
   StatusOr<model::TokenRecord> RevokeToken(const std::string& id);
   // Who the coordinator takes this client for; and, when asked, where it serves HTTP.
   StatusOr<model::Caller> WhoAmI(rpc::HttpEndpoints* endpoints = nullptr);
+  // Who the coordinator takes `token` for (WhoAmI, called with that token instead of
+  // this client's): a gateway checking a tenant's token. Needs TLS, and a client made
+  // without a token of its own (ConnectTokenChecker), whose token would go with it.
+  StatusOr<model::Caller> WhoIs(const std::string& token);
 
   // The object directory (the bytes move over the transfer protocol, objects/).
   // An object of this client's tenant, with a read ticket for the transfer servers;

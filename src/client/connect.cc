@@ -65,4 +65,14 @@ StatusOr<std::unique_ptr<Client>> ConnectClient(const ClusterTarget& target, int
   return std::make_unique<Client>(address, std::move(security), timeout_us);
 }
 
+StatusOr<std::unique_ptr<Client>> ConnectTokenChecker(const ClusterTarget& target, int64_t timeout_us) {
+  MERIDIAN_ASSIGN_OR_RETURN(std::string address, ResolveCoordinator(target));
+  MERIDIAN_ASSIGN_OR_RETURN(rpc::ChannelSecurity security, ResolveSecurity(target));
+  if (!security.tls.enabled()) {
+    return FailedPreconditionError("the cluster is insecure (no TLS): it has no tokens to check");
+  }
+  security.token.clear();
+  return std::make_unique<Client>(address, std::move(security), timeout_us);
+}
+
 }  // namespace meridian::client

@@ -42,5 +42,8 @@ StatusOr<rpc::ChannelSecurity> ResolveSecurity(const ClusterTarget& target);
 // A client of the target's coordinator, with its credentials. Nothing is sent yet:
 // the first call finds out whether the coordinator answers.
 StatusOr<std::unique_ptr<Client>> ConnectClient(const ClusterTarget& target, int64_t timeout_us = 10'000'000);
+// A client of the target's coordinator with its certificate but no token of its own,
+// for Client::WhoIs; FailedPrecondition for an insecure cluster (it has no tokens).
+StatusOr<std::unique_ptr<Client>> ConnectTokenChecker(const ClusterTarget& target, int64_t timeout_us);
 
 }  // namespace meridian::client

@@ -7,27 +7,9 @@
 #include "model/auth.h"
 
 namespace meridian::coordinator {
-namespace {
-
-constexpr std::string_view kTokenPrefix = "mrd_";
-constexpr size_t kIdHex = 16;      // 8 random bytes: public
-constexpr size_t kSecretHex = 64;  // 32 random bytes
-
-// "mrd_<id>_<secret>" -> {id, secret}; nullopt when it does not have that shape.
-std::optional<std::pair<std::string, std::string>> SplitToken(std::string_view token) {
-  if (token.size() != kTokenPrefix.size() + kIdHex + 1 + kSecretHex || token.substr(0, kTokenPrefix.size()) != kTokenPrefix ||
-      token[kTokenPrefix.size() + kIdHex] != '_') {
-    return std::nullopt;
-  }
-  std::string id(token.substr(kTokenPrefix.size(), kIdHex));
-  std::string secret(token.substr(kTokenPrefix.size() + kIdHex + 1));
-  return std::make_pair(id, secret);
-}
-
-}  // namespace
 
 StatusOr<model::Caller> Coordinator::Authenticate(const std::string& token) {
-  std::optional<std::pair<std::string, std::string>> parts = SplitToken(token);
+  std::optional<std::pair<std::string, std::string>> parts = model::SplitApiToken(token);
   if (!parts) return UnauthenticatedError("the token is not a Meridian token (mrd_...)");
   const std::string hash = security::Sha256Hex(parts->second);
   std::lock_guard<std::mutex> lock(auth_mu_);
@@ -50,8 +32,8 @@ StatusOr<rpc::NewToken> Coordinator::CreateToken(const std::string& user, const 
   if (role == model::Role::kAgent && (ttl_us == 0 || ttl_us > int64_t{24} * 3600 * 1'000'000)) {
     return InvalidArgumentError("a join token (role agent) must expire within 24 h (give --ttl, such as 1h)");
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::string id, security::RandomHex(kIdHex / 2));
-  MERIDIAN_ASSIGN_OR_RETURN(std::string secret, security::RandomHex(kSecretHex / 2));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string id, security::RandomHex(model::kApiTokenIdHex / 2));
+  MERIDIAN_ASSIGN_OR_RETURN(std::string secret, security::RandomHex(model::kApiTokenSecretHex / 2));
   rpc::NewToken out;
   model::TokenRecord& t = out.record;
   t.id = id;
@@ -61,7 +43,7 @@ StatusOr<rpc::NewToken> Coordinator::CreateToken(const std::string& user, const 
   t.role = role;
   t.created_us = WallUs();
   t.expires_us = ttl_us > 0 ? t.created_us + ttl_us : 0;
-  out.secret = fmt::format("{}{}_{}", kTokenPrefix, id, secret);
+  out.secret = fmt::format("{}{}_{}", model::kApiTokenPrefix, id, secret);
   std::lock_guard<std::mutex> lock(auth_mu_);
   store::StoreBatch batch;
   batch.tokens.push_back(t);
@@ -125,7 +107,7 @@ StatusOr<std::pair<std::string, std::string>> Coordinator::Join(const std::strin
   MERIDIAN_ASSIGN_OR_RETURN(std::string cert,
                             security::SignRequest(options_.ca, csr_pem,
                                                   {"node:" + node, {}, options_.node_cert_valid_for_us, true}));
-  MERIDIAN_LOG_INFO("node {} joined with token {} of {}", node, SplitToken(token)->first, caller.user);
+  MERIDIAN_LOG_INFO("node {} joined with token {} of {}", node, model::SplitApiToken(token)->first, caller.user);
   return std::make_pair(std::move(cert), options_.ca_bundle.empty() ? options_.ca.cert_pem : options_.ca_bundle);
 }
 

@@ -33,6 +33,19 @@ std::string Caller::Describe() const {
   return fmt::format("user {} ({}, tenant {})", user, RoleName(role), tenant);
 }
 
+std::optional<std::pair<std::string, std::string>> SplitApiToken(std::string_view token) {
+  const size_t id_at = kApiTokenPrefix.size();
+  const size_t secret_at = id_at + kApiTokenIdHex + 1;
+  if (token.size() != secret_at + kApiTokenSecretHex || !token.starts_with(kApiTokenPrefix) ||
+      token[secret_at - 1] != '_') {
+    return std::nullopt;
+  }
+  for (size_t i = id_at; i < token.size(); ++i) {
+    if (i != secret_at - 1 && !std::isxdigit(static_cast<unsigned char>(token[i]))) return std::nullopt;
+  }
+  return std::make_pair(std::string(token.substr(id_at, kApiTokenIdHex)), std::string(token.substr(secret_at)));
+}
+
 Status CheckPrincipalName(std::string_view name, std::string_view what) {
   if (name.empty() || name.size() > 64) return InvalidArgumentError(fmt::format("{}: expected 1 to 64 characters", what));
   for (char c : name) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 
@@ -29,6 +30,14 @@ struct TokenRecord {
   int64_t expires_us = 0;   // 0: never
   bool revoked = false;
 };
+
+// An API token's secret as its holder gives it: "mrd_" ID "_" SECRET, ID 16 hex digits
+// (public: it names the token), SECRET 64 (32 random bytes; only its SHA-256 is kept).
+inline constexpr std::string_view kApiTokenPrefix = "mrd_";
+inline constexpr size_t kApiTokenIdHex = 16;
+inline constexpr size_t kApiTokenSecretHex = 64;
+// {id, secret} of a token of that shape (hex digits); nullopt for any other text.
+std::optional<std::pair<std::string, std::string>> SplitApiToken(std::string_view token);
 
 // The authenticated party of a call.
 struct Caller {

@@ -661,6 +661,34 @@ constexpr std::string_view kServicesPrefix = "/v1/services/";
 
 // NAME of /v1/services/NAME[/PATH][?QUERY], the path as the client sent it (routing and
 // a service's clients' token go by the same text); nullopt for another path.
+// Whether a tenant's token reaches a service of `tenant` (`service` names it): its
+// tenant's or an admin's; otherwise why not, as the client is told.
+Admission JudgeTenantToken(const TokenAnswer& a, const std::string& tenant, const std::string& service) {
+  if (a.ok()) {
+    if (a->admin || a->tenant == tenant) return Admission::Admit();
+    return Admission::Refuse(JsonError(
+        401, fmt::format("user {} of tenant {} may not call {}: it is another tenant's", a->user, a->tenant, service)));
+  }
+  switch (a.status().code()) {
+    case StatusCode::kResourceExhausted: {
+      HttpResponse r = JsonError(429, fmt::format("the bearer token is not known to this gateway yet, and {}; retry later",
+                                                  a.status().message()));
+      r.retry_after_s = 1;
+      return Admission::Refuse(std::move(r));
+    }
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kPermissionDenied:
+      return Admission::Refuse(
+          JsonError(401, fmt::format("{} does not take this bearer token: {}", service, a.status().message())));
+    default: {
+      HttpResponse r = JsonError(
+          503, fmt::format("the bearer token cannot be checked with the coordinator now ({}); retry later", a.status().message()));
+      r.retry_after_s = 1;
+      return Admission::Refuse(std::move(r));
+    }
+  }
+}
+
 std::optional<std::string_view> ServiceOfPath(std::string_view path) {
   if (!path.starts_with(kServicesPrefix)) return std::nullopt;
   const std::string_view rest = path.substr(kServicesPrefix.size());
@@ -676,6 +704,9 @@ struct Gateway::Impl {
   // On the loop thread: the one service's, named "", or one per service (by_service).
   std::map<std::string, std::unique_ptr<Route>, std::less<>> routes;
   std::atomic<bool> draining{false};
+  // Tenants' tokens (GatewayOptions::identify_tokens); after `server`, so that it is
+  // gone, its thread joined, before the server it answers through.
+  std::unique_ptr<TenantTokens> tenants;
 
   void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
   void Shutdown() {
@@ -789,18 +820,29 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   http.public_paths = {"/healthz"};
   // A service's clients' token reaches that service's requests, nothing else (a
   // gateway of one service: all but its own view).
-  http.also_accept = [g](std::string_view path, std::string_view token) {
+  // With identify_tokens, its tenant's own API tokens (and an admin's) too.
+  http.also_accept = [g](std::string_view path, std::string_view token, Decide decide) {
     std::optional<std::string_view> name;
     if (g->options.by_service) {
       name = ServiceOfPath(path);
     } else if (path != "/v1/gateway") {
       name = "";
     }
-    if (!name) return false;
+    if (!name) return Admission::Refuse();
     auto it = g->routes.find(*name);
-    if (it == g->routes.end()) return false;
-    const std::string& own = it->second->options.service_token;
-    return !own.empty() && security::ConstantTimeEquals(token, own);
+    if (it == g->routes.end()) return Admission::Refuse();
+    const GatewayOptions& route = it->second->options;
+    if (!route.service_token.empty() && security::ConstantTimeEquals(token, route.service_token)) {
+      return Admission::Admit();
+    }
+    if (g->tenants == nullptr || route.tenant.empty()) return Admission::Refuse();
+    std::string service = name->empty() ? "this service" : fmt::format("service {}", *name);
+    auto judge = [tenant = route.tenant, service = std::move(service)](const TokenAnswer& a) {
+      return JudgeTenantToken(a, tenant, service);
+    };
+    std::optional<TokenAnswer> known =
+        g->tenants->Find(token, [judge, decide = std::move(decide)](const TokenAnswer& a) { decide(judge(a)); });
+    return known ? judge(*known) : Admission::Later();
   };
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
@@ -812,6 +854,9 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     return server.status();
   }
   g->server = std::move(*server);
+  if (g->options.identify_tokens) {
+    g->tenants = std::make_unique<TenantTokens>(g->options.identify_tokens, g->options.token_answers);
+  }
   g->server->RunOnLoopAndWait([g, replica_ssl] {
     g->loop = g->server->loop();
     if (g->options.by_service) return;
@@ -843,6 +888,7 @@ Status Gateway::AddService(const std::string& name, const ServiceRoute& service)
   o.region = service.region;
   o.replica_token = service.replica_token;
   o.service_token = service.client_token;
+  o.tenant = service.tenant;
   o.replica_tls = service.replica_tls;
   o.resend_unsafe = service.resend_unsafe;
   o.replicas = service.replicas;
@@ -917,6 +963,14 @@ void Gateway::SetReplicaToken(const std::string& token, const std::string& servi
 
 void Gateway::SetServiceToken(const std::string& token, const std::string& service) {
   impl_->OnRoute(service, [&token](Route& r) { r.options.service_token = token; });
+}
+
+void Gateway::SetServiceTenant(const std::string& tenant, const std::string& service) {
+  impl_->OnRoute(service, [&tenant](Route& r) { r.options.tenant = tenant; });
+}
+
+TenantTokens::Counters Gateway::TokenCounters() const {
+  return impl_->tenants == nullptr ? TenantTokens::Counters{} : impl_->tenants->counters();
 }
 
 Status Gateway::SetReplicaTls(const ReplicaTls& tls, const std::string& service) {

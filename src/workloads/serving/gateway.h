@@ -53,6 +53,7 @@
 
 #include "common/status.h"
 #include "workloads/serving/http_server.h"
+#include "workloads/serving/tenant_tokens.h"
 
 namespace meridian::serving {
 
@@ -97,6 +98,15 @@ struct GatewayOptions {
   // `token` alone. A gateway by service takes each service's from its ServiceRoute
   // (ServiceRoute::client_token), for /v1/services/NAME/ of that service alone.
   std::string service_token;
+  // The service's tenant (its replica jobs'): a gateway given `identify_tokens` also
+  // takes that tenant's own API tokens (the coordinator's: `meridian token create`),
+  // and an admin's, for the service's requests. A gateway by service takes each
+  // service's from its ServiceRoute. Empty: no tenant's token (an insecure cluster).
+  std::string tenant;
+  // Whose an API token is, asked of the coordinator with that token (TenantTokens:
+  // answers kept, questions bounded and rate-limited). Empty: tenants' tokens refused.
+  TenantTokens::Identify identify_tokens;
+  TenantTokens::Options token_answers;
   std::string replica_token;  // what the gateway presents to replicas
   std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)
   std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
@@ -133,6 +143,8 @@ struct ServiceRoute {
   // The service's own clients' token: it reaches /v1/services/NAME/ of this service and
   // nothing else of the gateway (GatewayOptions::token reaches everything). Empty: none.
   std::string client_token;
+  // Its tenant: that tenant's API tokens reach it too (GatewayOptions::tenant).
+  std::string tenant = {};
 };
 inline constexpr size_t kMaxServiceRoutes = 1024;
 inline constexpr size_t kMaxServiceRouteName = 128;
@@ -190,6 +202,11 @@ class Gateway {
   // Replaces the service's own clients' token (GatewayOptions::service_token; a
   // service served again has a new one): the old one is refused from then on.
   void SetServiceToken(const std::string& token, const std::string& service = "");
+  // Replaces the service's tenant (GatewayOptions::tenant; a service served again by
+  // another tenant): the old tenant's tokens are refused from then on.
+  void SetServiceTenant(const std::string& tenant, const std::string& service = "");
+  // How tenants' tokens were judged (all zero without GatewayOptions::identify_tokens).
+  TenantTokens::Counters TokenCounters() const;
   // Replaces how replicas are authenticated (a service served again has a new
   // certificate): the replicas in the set are connected to anew, each taking requests
   // once a probe answers; requests in flight finish as they were. NotFound without the route.

@@ -40,6 +40,7 @@ const char* Reason(int status) {
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
@@ -132,6 +133,33 @@ void OnMessages(h2o_multithread_receiver_t*, h2o_linklist_t* messages) {
   }
 }
 
+// Hands an admitted request to the handler (on the loop thread).
+void Dispatch(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl) {
+  h2o_req_t* req = impl->req;
+  HttpRequest request;
+  request.method = std::string_view(req->method.base, req->method.len);
+  request.path = std::string_view(req->path.base, req->path.len);
+  if (req->entity.base != nullptr) request.body = std::string_view(req->entity.base, req->entity.len);
+  if (const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1); at >= 0) {
+    request.content_type = std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
+  }
+  request.version = req->version;
+  s->handler(request, std::unique_ptr<Reply>(new Reply(impl)));
+}
+
+// Carries out also_accept's verdict (on the loop thread).
+void Admit(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl, const Admission& verdict, bool had_token) {
+  if (impl->req == nullptr) return;  // its client went while it waited
+  if (verdict.kind == Admission::Kind::kAdmit) {
+    Dispatch(s, impl);
+  } else if (verdict.refusal.status != 0) {
+    impl->SendNow(verdict.refusal);
+  } else {
+    impl->SendNow(JsonError(401, had_token ? "the bearer token is not this service's"
+                                           : "no 'Authorization: Bearer TOKEN' header: this service needs its token"));
+  }
+}
+
 int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   HttpServer::State* s = reinterpret_cast<HandlerSlot*>(self)->state;
   auto impl = std::make_shared<Reply::Impl>();
@@ -145,25 +173,21 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
     const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
     const std::string_view given =
         at < 0 ? std::string_view() : std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
-    bool ok = at >= 0 && security::ConstantTimeEquals(given, s->bearer);
-    if (!ok && at >= 0 && s->options.also_accept && given.starts_with("Bearer ")) {
-      ok = s->options.also_accept(std::string_view(req->path.base, req->path.len), given.substr(7));
-    }
-    if (!ok) {
-      impl->SendNow(JsonError(401, at >= 0 ? "the bearer token is not this service's"
-                                           : "no 'Authorization: Bearer TOKEN' header: this service needs its token"));
+    if (at < 0 || !security::ConstantTimeEquals(given, s->bearer)) {
+      Admission verdict;
+      if (at >= 0 && s->options.also_accept && given.starts_with("Bearer ")) {
+        Decide later = [s, impl](Admission decided) {
+          Post(s, [s, impl, decided = std::move(decided)] { Admit(s, impl, decided, true); });
+        };
+        verdict = s->options.also_accept(std::string_view(req->path.base, req->path.len), given.substr(7),
+                                         std::move(later));
+        if (verdict.kind == Admission::Kind::kLater) return 0;
+      }
+      Admit(s, impl, verdict, at >= 0);
       return 0;
     }
   }
-  HttpRequest request;
-  request.method = std::string_view(req->method.base, req->method.len);
-  request.path = std::string_view(req->path.base, req->path.len);
-  if (req->entity.base != nullptr) request.body = std::string_view(req->entity.base, req->entity.len);
-  if (const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1); at >= 0) {
-    request.content_type = std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
-  }
-  request.version = req->version;
-  s->handler(request, std::unique_ptr<Reply>(new Reply(impl)));
+  Dispatch(s, impl);
   return 0;
 }
 

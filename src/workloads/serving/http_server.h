@@ -48,6 +48,19 @@ struct HttpResponse {
 
 class HttpServer;
 
+// What HttpServer::Options::also_accept says of a request.
+struct Admission {
+  enum class Kind { kAdmit, kRefuse, kLater };
+  Kind kind = Kind::kRefuse;
+  // kRefuse: the answer; a status of 0 answers the server's own 401.
+  HttpResponse refusal = {0, ""};
+  static Admission Admit() { return {Kind::kAdmit}; }
+  static Admission Refuse(HttpResponse r = {0, ""}) { return {Kind::kRefuse, std::move(r)}; }
+  static Admission Later() { return {Kind::kLater}; }
+};
+// Given kAdmit or kRefuse, once.
+using Decide = std::function<void(Admission)>;
+
 // What a handler owes its request. Send once; a Reply dropped unsent answers 500.
 class Reply {
  public:
@@ -82,10 +95,12 @@ class HttpServer {
     // Paths answered without the token (a load balancer's health check).
     std::vector<std::string> public_paths;
     // Other tokens, each for some paths: when set and the request's bearer token is not
-    // `token`, the request goes through only if this says yes, given the path as the
-    // client sent it (with its query: the handler routes by the same text) and the token.
-    // Runs on the loop thread. Tokens are compared in constant time.
-    std::function<bool(std::string_view path, std::string_view token)> also_accept;
+    // `token`, this judges the request, given the path as the client sent it (with its
+    // query: the handler routes by the same text) and the token. It runs on the loop
+    // thread and may answer later (Admission::Later(), then `decide` once, from any
+    // thread; the request waits, and is dropped if its client goes meanwhile). Tokens
+    // are compared in constant time.
+    std::function<Admission(std::string_view path, std::string_view token, Decide decide)> also_accept;
     std::string name = "meridian";  // the Server header
     // Runs on the loop thread as it ends, after the server's connections: whoever ran
     // clients or timers on the loop releases them here, before the loop is freed.

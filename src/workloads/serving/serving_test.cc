@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -25,6 +26,7 @@
 #include "workloads/serving/gateway.h"
 #include "workloads/serving/model.h"
 #include "workloads/serving/replica.h"
+#include "workloads/serving/tenant_tokens.h"
 #include "workloads/training/trainer.h"
 
 // h2o 2.2 keeps freed buffers in per-thread recycle lists, which die with its loop
@@ -1152,6 +1154,254 @@ TEST(GatewayTest, AGatewayOfOneServiceTakesTheServicesClientTokenForItsRequests)
   empty.set_bearer_token_auth("");
   EXPECT_EQ(empty.Post("/v1/predict", fleet.body, "application/json")->status, 401);
   EXPECT_EQ(g.Snapshot().requests, 3);
+}
+
+
+// ---- Tenants' own tokens (tenant_tokens.h) ----
+
+std::string ApiToken(int i) { return fmt::format("mrd_{:016x}_{:064x}", i, i); }
+
+// Find's answer, waiting for the coordinator's when it is asked.
+TokenAnswer Ask(TenantTokens& tokens, const std::string& token) {
+  auto promise = std::make_shared<std::promise<TokenAnswer>>();
+  std::future<TokenAnswer> later = promise->get_future();
+  std::optional<TokenAnswer> now = tokens.Find(token, [promise](const TokenAnswer& a) { promise->set_value(a); });
+  return now ? *now : later.get();
+}
+
+// What a fake coordinator says of tokens 1 (alice of team-a), 2 (unknown) and 3 (it
+// cannot be reached), counting the questions.
+struct FakeCoordinator {
+  std::atomic<int> asked{0};
+  TenantTokens::Identify Identify() {
+    return [this](const std::string& token) -> TokenAnswer {
+      ++asked;
+      if (token == ApiToken(1)) return TokenOwner{"alice", "team-a", false};
+      if (token == ApiToken(3)) return UnavailableError("cannot reach the coordinator");
+      return UnauthenticatedError(fmt::format("token {:016x} is not known to this coordinator", 2));
+    };
+  }
+};
+
+TEST(TenantTokensTest, AnAnswerIsKeptForItsTimeAndTheCoordinatorAskedOnceMeanwhile) {
+  FakeCoordinator coordinator;
+  std::atomic<int64_t> now{1'000'000};
+  TenantTokens::Options options;
+  options.now_us = [&now] { return now.load(); };
+  TenantTokens tokens(coordinator.Identify(), options);
+
+  TokenAnswer alice = Ask(tokens, ApiToken(1));
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  EXPECT_EQ(alice->user, "alice");
+  EXPECT_EQ(alice->tenant, "team-a");
+  EXPECT_FALSE(alice->admin);
+  const int first = coordinator.asked.load();
+  EXPECT_EQ(first, 1);
+  // Kept 30 s: not asked again until then.
+  now += 29'999'999;
+  ASSERT_TRUE(tokens.Find(ApiToken(1), nullptr).has_value());
+  EXPECT_EQ(coordinator.asked.load(), 1);
+  now += 1;
+  EXPECT_FALSE(tokens.Find(ApiToken(1), [](const TokenAnswer&) {}).has_value());
+  EXPECT_TRUE(Ask(tokens, ApiToken(1)).ok());
+  EXPECT_EQ(coordinator.asked.load(), 2);
+
+  // A refusal is kept 5 s.
+  EXPECT_EQ(Ask(tokens, ApiToken(2)).status().ToString(),
+            "UNAUTHENTICATED: token 0000000000000002 is not known to this coordinator");
+  EXPECT_EQ(coordinator.asked.load(), 3);
+  now += 4'999'999;
+  EXPECT_EQ(Ask(tokens, ApiToken(2)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(coordinator.asked.load(), 3);
+  now += 1;
+  EXPECT_EQ(Ask(tokens, ApiToken(2)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(coordinator.asked.load(), 4);
+
+  // "Cannot say" is not kept: asked each time.
+  EXPECT_EQ(Ask(tokens, ApiToken(3)).status().ToString(), "UNAVAILABLE: cannot reach the coordinator");
+  EXPECT_EQ(Ask(tokens, ApiToken(3)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator.asked.load(), 6);
+
+  // Text that is no token's shape is refused at once, unasked.
+  for (const std::string& bad : {std::string("hello"), ApiToken(1).substr(1), ApiToken(1) + "0",
+                                "mrd_000000000000000g_" + std::string(64, '0'), "mrd_" + std::string(81, '0')}) {
+    std::optional<TokenAnswer> a = tokens.Find(bad, nullptr);
+    ASSERT_TRUE(a.has_value()) << bad;
+    EXPECT_EQ(a->status().ToString(), "UNAUTHENTICATED: not a Meridian API token (mrd_...)") << bad;
+  }
+  EXPECT_EQ(coordinator.asked.load(), 6);
+  const TenantTokens::Counters c = tokens.counters();
+  EXPECT_EQ(c.lookups, 6);
+  EXPECT_EQ(c.hits, 2);
+  EXPECT_EQ(c.limited, 0);
+  EXPECT_EQ(c.entries, 2u);
+}
+
+TEST(TenantTokensTest, UnknownTokensAreAskedAboutAtMostAtTheirRate) {
+  FakeCoordinator coordinator;
+  std::atomic<int64_t> now{1'000'000};
+  TenantTokens::Options options;
+  options.now_us = [&now] { return now.load(); };
+  TenantTokens tokens(coordinator.Identify(), options);
+  for (int i = 100; i < 120; ++i) EXPECT_EQ(Ask(tokens, ApiToken(i)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Ask(tokens, ApiToken(120)).status().ToString(),
+            "RESOURCE_EXHAUSTED: unknown tokens are checked with the coordinator at most 20 a second");
+  // A known one is still answered.
+  EXPECT_EQ(Ask(tokens, ApiToken(100)).status().code(), StatusCode::kUnauthenticated);
+  now += 50'000;  // one more question's worth
+  EXPECT_EQ(Ask(tokens, ApiToken(121)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Ask(tokens, ApiToken(122)).status().code(), StatusCode::kResourceExhausted);
+  now += 1'000'000;  // a burst's worth, no more
+  for (int i = 200; i < 220; ++i) EXPECT_EQ(Ask(tokens, ApiToken(i)).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Ask(tokens, ApiToken(220)).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(coordinator.asked.load(), 41);
+  const TenantTokens::Counters c = tokens.counters();
+  EXPECT_EQ(c.lookups, 41);
+  EXPECT_EQ(c.limited, 3);
+  EXPECT_EQ(c.hits, 1);
+}
+
+TEST(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBounded) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> asked{0};
+  TenantTokens::Options options;
+  options.max_waiting = 2;
+  options.max_waiters_per_token = 2;
+  TenantTokens tokens(
+      [&](const std::string& token) -> TokenAnswer {
+        ++asked;
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return open; });
+        return TokenOwner{token == ApiToken(1) ? "alice" : "bob", "team-a", false};
+      },
+      options);
+  std::atomic<int> answered{0};
+  auto count = [&](const TokenAnswer& a) {
+    EXPECT_TRUE(a.ok());
+    ++answered;
+  };
+  EXPECT_FALSE(tokens.Find(ApiToken(1), count).has_value());
+  EXPECT_FALSE(tokens.Find(ApiToken(1), count).has_value());
+  std::optional<TokenAnswer> third = tokens.Find(ApiToken(1), count);
+  ASSERT_TRUE(third.has_value());
+  EXPECT_EQ(third->status().ToString(), "RESOURCE_EXHAUSTED: 2 requests already wait for this token to be checked");
+  EXPECT_FALSE(tokens.Find(ApiToken(2), count).has_value());
+  std::optional<TokenAnswer> other = tokens.Find(ApiToken(3), count);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->status().ToString(),
+            "RESOURCE_EXHAUSTED: 2 unknown tokens already wait to be checked with the coordinator");
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  for (int i = 0; i < 500 && answered.load() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(answered.load(), 3);
+  EXPECT_EQ(asked.load(), 2);
+  EXPECT_EQ(Ask(tokens, ApiToken(1))->user, "alice");
+  EXPECT_EQ(asked.load(), 2);
+}
+
+TEST(TenantTokensTest, WhenFullTheAnswerSoonestToExpireMakesRoom) {
+  FakeCoordinator coordinator;
+  std::atomic<int64_t> now{0};
+  TenantTokens::Options options;
+  options.max_entries = 2;
+  options.now_us = [&now] { return now.load(); };
+  TenantTokens tokens(coordinator.Identify(), options);
+  EXPECT_TRUE(Ask(tokens, ApiToken(1)).ok());  // kept until 30 s
+  now = 1'000'000;
+  EXPECT_FALSE(Ask(tokens, ApiToken(2)).ok());  // until 6 s
+  now = 2'000'000;
+  EXPECT_FALSE(Ask(tokens, ApiToken(4)).ok());  // until 7 s: token 2 makes room
+  EXPECT_EQ(tokens.counters().entries, 2u);
+  EXPECT_EQ(coordinator.asked.load(), 3);
+  EXPECT_TRUE(Ask(tokens, ApiToken(1)).ok());
+  EXPECT_FALSE(Ask(tokens, ApiToken(4)).ok());
+  EXPECT_EQ(coordinator.asked.load(), 3);
+  EXPECT_FALSE(Ask(tokens, ApiToken(2)).ok());
+  EXPECT_EQ(coordinator.asked.load(), 4);
+}
+
+// A gateway by service takes a tenant's own token for that tenant's services (and an
+// admin's for all), asking the coordinator once; other tenants', revoked ones and
+// guesses are refused, each saying why; "cannot say" is 503, too many questions 429.
+TEST(GatewayTest, ATenantsOwnTokenCallsItsTenantsServicesAtAGatewayByService) {
+  Fleet digits = StartReplicas(1, BatchOptions{8, 200, 64});
+  Fleet other = StartReplicas(1, BatchOptions{8, 200, 64});
+  std::atomic<int> asked{0};
+  GatewayOptions options = ByServiceIn("gateway-token-0123456789");
+  options.identify_tokens = [&asked](const std::string& token) -> TokenAnswer {
+    ++asked;
+    if (token == ApiToken(1)) return TokenOwner{"alice", "team-a", false};
+    if (token == ApiToken(2)) return TokenOwner{"bob", "team-b", false};
+    if (token == ApiToken(3)) return TokenOwner{"root", "ops", true};
+    if (token == ApiToken(4)) return UnauthenticatedError("token 0000000000000004 was revoked");
+    return UnavailableError("cannot reach the coordinator");
+  };
+  options.token_answers.burst = 6;
+  options.token_answers.lookups_per_second = 0.001;
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  ASSERT_TRUE(g.AddService("digits", ServiceRoute{"eu", {{"127.0.0.1", digits.replicas[0]->port(), "eu"}},
+                                                  "replica-token", {}, true, "", "team-a"})
+                  .ok());
+  ASSERT_TRUE(g.AddService("other", ServiceRoute{"eu", {{"127.0.0.1", other.replicas[0]->port(), "eu"}},
+                                                 "replica-token", {}, true, "", "team-b"})
+                  .ok());
+  ASSERT_TRUE(OneHealthyReplica(g, "digits"));
+  ASSERT_TRUE(OneHealthyReplica(g, "other"));
+
+  httplib::Client client("127.0.0.1", g.port());
+  auto call = [&](int token, const std::string& path) {
+    client.set_bearer_token_auth(token == 0 ? "hello-not-a-token" : ApiToken(token));
+    auto r = client.Post(path, digits.body, "application/json");
+    EXPECT_TRUE(r);
+    return r ? std::make_pair(r->status, r->body + r->get_header_value("Retry-After"))
+             : std::make_pair(0, std::string());
+  };
+  const std::string d = "/v1/services/digits/v1/predict", o = "/v1/services/other/v1/predict";
+  EXPECT_EQ(call(1, d), std::make_pair(200, digits.answer));
+  EXPECT_EQ(call(1, d), std::make_pair(200, digits.answer));  // kept: not asked again
+  EXPECT_EQ(call(1, o), std::make_pair(401, std::string("{\"error\":\"user alice of tenant team-a may not call service "
+                                                        "other: it is another tenant's\"}\n")));
+  EXPECT_EQ(call(2, o), std::make_pair(200, other.answer));
+  EXPECT_EQ(call(3, d), std::make_pair(200, digits.answer));
+  EXPECT_EQ(call(3, o), std::make_pair(200, other.answer));
+  EXPECT_EQ(call(4, d), std::make_pair(401, std::string("{\"error\":\"service digits does not take this bearer token: "
+                                                        "token 0000000000000004 was revoked\"}\n")));
+  EXPECT_EQ(call(0, d), std::make_pair(401, std::string("{\"error\":\"service digits does not take this bearer token: "
+                                                        "not a Meridian API token (mrd_...)\"}\n")));
+  // Not a service's path: a tenant's token reaches no list and no view.
+  client.set_bearer_token_auth(ApiToken(3));
+  EXPECT_EQ(client.Get("/v1/services")->status, 401);
+  EXPECT_EQ(client.Get("/v1/gateway")->status, 401);
+  const std::string down = "{\"error\":\"the bearer token cannot be checked with the coordinator now (cannot reach "
+                           "the coordinator); retry later\"}\n1";
+  EXPECT_EQ(call(5, d), std::make_pair(503, down));
+  EXPECT_EQ(call(5, d), std::make_pair(503, down));  // not kept: asked again
+  EXPECT_EQ(asked.load(), 6);
+  EXPECT_EQ(call(6, d), std::make_pair(429, std::string("{\"error\":\"the bearer token is not known to this gateway "
+                                                        "yet, and unknown tokens are checked with the coordinator at "
+                                                        "most 0.001 a second; retry later\"}\n1")));
+  EXPECT_EQ(asked.load(), 6);
+  EXPECT_EQ(g.Snapshot("digits").requests, 3);
+  EXPECT_EQ(g.Snapshot("other").requests, 2);
+  const TenantTokens::Counters c = g.TokenCounters();
+  EXPECT_EQ(c.lookups, 6);
+  EXPECT_EQ(c.limited, 1);
+  EXPECT_EQ(c.hits, 3);  // alice twice (digits again, other), root once (other)
+
+  // Served again by another tenant: the old tenant's tokens are refused from then on.
+  g.SetServiceTenant("team-c", "digits");
+  EXPECT_EQ(call(1, d).first, 401);
+  EXPECT_EQ(call(3, d).first, 200);
+  // A service with no tenant (an insecure cluster's) takes no tenant's token.
+  g.SetServiceTenant("", "digits");
+  EXPECT_EQ(call(3, d), std::make_pair(401, std::string("{\"error\":\"the bearer token is not this service's\"}\n")));
 }
 
 }  // namespace
