@@ -6,7 +6,8 @@
 #     DIR/gateways/client.token, and answers a service that does not run with a clear 404;
 #  2. two services at once (the digits model in both regions, a command in us-east): each
 #     at /v1/services/NAME/, a site's own region first; each service's clients' token
-#     (meridian service token NAME) calls it and no other;
+#     (meridian service token NAME) calls it and no other; a tenant's own API token
+#     (meridian token create) calls its tenant's services, not another tenant's;
 #  3. autoscaling: 10 connections at eu-west's gateway scale eu-west's replicas to the
 #     spec's max (3) with no request failing; the load gone, they drain to 1; us-east's
 #     gateway scales no eu-west replica (one gateway scales each region);
@@ -121,6 +122,38 @@ code=$(curl -s "${ca[@]}" -H "Authorization: Bearer $ft" -o /dev/null -w "%{http
 codes="$code $(curl -s "${ca[@]}" "${dauth[@]}" -o /dev/null -w "%{http_code}" "$eu/v1/services")"
 codes="$codes $(curl -s "${ca[@]}" "${dauth[@]}" -o /dev/null -w "%{http_code}" "$eu/v1/gateway")"
 [ "$codes" = "200 401 401" ] && ok "files' token calls files; a service's token lists nothing" || bad "codes: $codes"
+
+# A tenant's own API token (meridian token create): its tenant's services at every
+# site's gateway (the gateway asks the coordinator whose it is), no other tenant's.
+check "whoami" 0 "" "$bin" whoami --json "${D[@]}"
+tenant=$($py -c 'import json, sys; print(json.load(sys.stdin)["tenant"])' <"$tmp/out")
+new_token() {  # user tenant role -> "ID SECRET"
+  "$bin" token create --user "$1" --tenant "$2" --role "$3" --json "${D[@]}" 2>"$tmp/err" |
+    $py -c 'import json, sys; j = json.load(sys.stdin); print(j["id"], j["token"])' || echo "FAIL token create $1: $(cat "$tmp/err")" >&2
+}
+read -r _ alice < <(new_token alice "$tenant" viewer)
+read -r _ bob < <(new_token bob team-b submitter)
+read -r carol_id carol < <(new_token carol "$tenant" submitter)
+for g in "$eu" "$us"; do
+  code=$(curl -s "${ca[@]}" -H "Authorization: Bearer $alice" -o "$tmp/body" -w "%{http_code}" -d "$body" \
+    "$g/v1/services/digits/v1/predict")
+  [ "$code" = 200 ] && grep -qF '"predictions"' "$tmp/body" && ok "alice's own token (tenant $tenant) calls digits at $g" ||
+    bad "alice's token at $g: $code $(cat "$tmp/body")"
+done
+code=$(curl -s "${ca[@]}" -H "Authorization: Bearer $bob" -o "$tmp/body" -w "%{http_code}" -d "$body" \
+  "$eu/v1/services/digits/v1/predict")
+want='{"error":"user bob of tenant team-b may not call service digits: it is another tenant'"'"'s"}'
+[ "$code" = 401 ] && [ "$(cat "$tmp/body")" = "$want" ] && ok "bob's token (tenant team-b) does not: 401, saying why" ||
+  bad "bob's token: $code $(cat "$tmp/body")"
+codes="$(curl -s "${ca[@]}" -H "Authorization: Bearer $alice" -o /dev/null -w "%{http_code}" "$eu/v1/services")"
+codes="$codes $(curl -s "${ca[@]}" -H "Authorization: Bearer $alice" -o /dev/null -w "%{http_code}" "$eu/v1/gateway")"
+[ "$codes" = "401 401" ] && ok "a tenant's token lists nothing" || bad "alice's token on the lists: $codes"
+check "token revoke carol" 0 "" "$bin" token revoke "$carol_id" "${D[@]}"
+code=$(curl -s "${ca[@]}" -H "Authorization: Bearer $carol" -o "$tmp/body" -w "%{http_code}" -d "$body" \
+  "$eu/v1/services/digits/v1/predict")
+want="{\"error\":\"service digits does not take this bearer token: token $carol_id was revoked\"}"
+[ "$code" = 401 ] && [ "$(cat "$tmp/body")" = "$want" ] && ok "a revoked token: 401, saying so" ||
+  bad "carol's revoked token: $code $(cat "$tmp/body")"
 
 # 3. Autoscaling by the site gateways: eu-west's 10 connections.
 cat >"$tmp/post.lua" <<EOF

@@ -20,6 +20,7 @@
 #include <openssl/x509v3.h>
 
 #include "common/net.h"
+#include "model/auth.h"
 #include "security/pki.h"
 #include "security/tls.h"
 
@@ -835,7 +836,8 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
     if (!route.service_token.empty() && security::ConstantTimeEquals(token, route.service_token)) {
       return Admission::Admit();
     }
-    if (g->tenants == nullptr || route.tenant.empty()) return Admission::Refuse();
+    // Not an API token's shape: the service's own token mistyped, or a guess.
+    if (g->tenants == nullptr || route.tenant.empty() || !model::SplitApiToken(token)) return Admission::Refuse();
     std::string service = name->empty() ? "this service" : fmt::format("service {}", *name);
     auto judge = [tenant = route.tenant, service = std::move(service)](const TokenAnswer& a) {
       return JudgeTenantToken(a, tenant, service);
