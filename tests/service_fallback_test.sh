@@ -7,6 +7,10 @@
 # region's gateway sends eu-west's requests to it there. Checked: where it runs, how
 # long it took, what `job get` said while it waited, the coordinator's log line, and
 # that no request at eu-west's gateway fails once the replica serves again.
+# Then home again: eu-west's agents back, eu-west's site gateway (the one that scales
+# eu-west) has started a replica there with no fallback, which now serves, and the one
+# in us-east is drained and its job cancelled, with no request at eu-west's gateway
+# failing meanwhile.
 #   tests/service_fallback_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
 bin=$(realpath "$1")
@@ -31,8 +35,8 @@ finish() {
 }
 trap finish EXIT
 
-"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s --gateways none >"$tmp/up.log" 2>&1 ||
-  { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
+up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s)
+"${up[@]}" >"$tmp/up.log" 2>&1 || { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
 base=$((20000 + RANDOM % 20000))
 sed -e "s/^port: .*/port: $base/" \
     -e "s/^  - {region: us-east, min: 1, max: 1}/  - {region: eu-west, min: 1, max: 1}\n  - {region: us-east, min: 1, max: 1}\nfallback_after: 3s/" \
@@ -49,11 +53,11 @@ import json, sys
 print(" ".join(sorted("{}/{}:{}@{}{}".format(r["region"], r["replica"], r["state"], r["site"] or "-",
                                              "+" if r["endpoint"] else "") for r in json.load(sys.stdin)["replicas"])))'
 }
-wait_replicas() {  # WANT SECONDS
-  for _ in $(seq 1 $(($2 * 10))); do [ "$(replicas)" = "$1" ] && return 0; sleep 0.1; done
+wait_replicas() {  # WANT (a regular expression, whole) SECONDS
+  for _ in $(seq 1 $(($2 * 10))); do [[ "$(replicas)" =~ ^$1$ ]] && return 0; sleep 0.1; done
   return 1
 }
-wait_replicas "eu-west/0:running@eu-west+ us-east/1:running@us-east+" 60 && ok "a replica serves in each region" ||
+wait_replicas "eu-west/0:running@eu-west\\+ us-east/1:running@us-east\\+" 60 && ok "a replica serves in each region" ||
   { bad "replicas: $(replicas)"; exit 1; }
 eu_job=$("$bin" service get files "${D[@]}" --json | $py -c '
 import json, sys
@@ -84,7 +88,9 @@ for _ in $(seq 100); do
 done
 [ -n "$said" ] && ok "while it waits, job get says: '$said'" ||
   { bad "job get never said when it may run elsewhere; last:"; cat "$tmp/job-get.txt"; }
-wait_replicas "eu-west/0:running@us-east+ us-east/1:running@us-east+" 30 &&
+# Beside it, eu-west's site gateway has started replica 2 in eu-west, with no fallback:
+# it waits there for room.
+wait_replicas "eu-west/0:running@us-east\\+ (eu-west/2:queued@- )?us-east/1:running@us-east\\+" 30 &&
   ok "eu-west's replica runs in us-east, $($py -c "import time; print(f'{time.time() - $killed_at:.1f}')") s after the kill" ||
   bad "replicas: $(replicas)"
 attempts=$(task_json 'print(" ".join("{}:{}@{}".format(a["attempt"], a["outcome"], a["site"]) for a in t["history"]))')
@@ -104,5 +110,33 @@ for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; slee
 answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$base@eu-west$")
 [ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by eu-west's replica in us-east" ||
   bad "answers: $answers"
+
+# Home again. The replica started at home waits for eu-west's nodes, with no fallback.
+wait_replicas "eu-west/0:running@us-east\\+ eu-west/2:queued@- us-east/1:running@us-east\\+" 10 &&
+  grep -q "gateway: eu-west: replica 0 runs at us-east, in its fallback: started replica job [0-9]* in eu-west to take its place once it has room$" \
+    "$cluster/logs/gateway-eu-west.log" && ok "eu-west's site gateway started replica 2 at home, which waits there" ||
+  { bad "no replica waiting at home: $(replicas)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+( while [ ! -f "$tmp/stop" ]; do ask; echo; done ) >"$tmp/during.txt" &
+asking=$!
+sleep 1
+back_at=$(date +%s.%N)
+"${up[@]}" >"$tmp/up2.log" 2>&1 || { bad "meridian up again"; cat "$tmp/up2.log"; }
+wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
+  ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up" ||
+  bad "replicas after eu-west came back: $(replicas)"
+for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$((base + 2))@eu-west" ]] && break; sleep 0.1; done
+touch "$tmp/stop"
+wait $asking
+total=$(grep -c . "$tmp/during.txt")
+failed=$(grep -vc "^200 " "$tmp/during.txt")
+[ "$total" -gt 20 ] && [ "$failed" = 0 ] && ok "$total requests at eu-west's gateway during the move home, none failed" ||
+  { bad "during the move home: $failed of $total failed"; grep -v "^200 " "$tmp/during.txt" | sort | uniq -c; }
+grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\) [0-9.]+ s after its job was submitted; draining replica 0 at us-east \(127.0.0.1:$base\), which ran in its fallback$" \
+  "$cluster/logs/gateway-eu-west.log" && ok "its log: $(grep -o "replica 2 serves at home.*" "$cluster/logs/gateway-eu-west.log")" ||
+  { bad "no drain line in eu-west's site gateway log"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$((base + 2))@eu-west$")
+[ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by replica 2, at home" || bad "answers: $answers"
+eu_state=$("$bin" job get "$eu_job" "${D[@]}" --json 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["state"])')
+[ "$eu_state" = cancelled ] && ok "replica 0's job (in us-east) was cancelled once drained" || bad "replica 0's job: $eu_state"
 [ "$fail" -eq 0 ] && echo "PASS" || echo "FAILED"
 exit "$fail"

@@ -348,11 +348,12 @@ StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bo
 // ended already or is gone (drained by a gateway, failed, deleted); an error else.
 StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job);
 // Submits `count` more replicas of `spec` in `region`, numbered with the lowest
-// numbers none of `live` has; on a failure, those it submitted are undone.
+// numbers none of `live` has; on a failure, those it submitted are undone. Without
+// `with_fallback`, they have no fallback (spec::ReplicaJobYaml).
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
                                             const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
-                                            const std::vector<ServiceReplica>& live);
+                                            const std::vector<ServiceReplica>& live, bool with_fallback = true);
 
 // A password or token file's first line (a trailing newline dropped), bounded.
 StatusOr<std::string> ReadPasswordFile(const std::filesystem::path& path);

@@ -100,6 +100,11 @@ constexpr int64_t kAutoscaleSampleUs = 100'000;
 struct Standing {
   std::string region;
   bool autoscale = false;
+  // Brings the region's replicas that run in their fallback (the service's
+  // fallback_after) home: a site's gateway that scales the region, which knows the
+  // fleet's sites that the region's rule matches (`region_sites`).
+  bool brings_home = false;
+  std::vector<std::string> region_sites = {};
 };
 using StandingOf = std::function<Standing(const spec::ServiceSpec&)>;
 
@@ -236,6 +241,86 @@ class ServiceFollower {
       gateway_.SetReplicas(current_, route_);
     }
     if (autoscaler_) Autoscale(now, service->live);
+    if (standing_.brings_home) BringHome(now, service->live);
+  }
+
+  // A replica of the region that `fallback_after` placed in another region is brought
+  // home once the region has room, without dropping a request: a replica is started
+  // in the region with no fallback (it waits there for room), and once it serves
+  // there, the one away is drained (as a scale-in drains) and its job cancelled. One
+  // at a time; the autoscaler does not count the one coming home until it has taken
+  // the other's place.
+  void BringHome(int64_t now, const std::vector<ServiceReplica>& live) {
+    if (now < hold_until_us_ || stopped_below_job_ != 0 || unconfirmed_ || live.empty()) return;
+    auto find = [&](uint64_t job) -> const ServiceReplica* {
+      auto it = std::find_if(live.begin(), live.end(), [&](const ServiceReplica& r) { return r.job == job; });
+      return it == live.end() ? nullptr : &*it;
+    };
+    auto at_home = [&](const ServiceReplica& r) {
+      return std::count(standing_.region_sites.begin(), standing_.region_sites.end(), r.site) > 0;
+    };
+    if (homecoming_) {
+      const ServiceReplica* home = find(homecoming_->job);
+      const ServiceReplica* away = find(homecoming_->away);
+      if (home == nullptr || away == nullptr || IsDraining(away->job)) {
+        // The one started ended (cancelled, failed), or the one away did (lost, scaled
+        // in): nothing to swap; one started stays a replica of the region.
+        out_ << fmt::format("gateway: {}: replica job {} {}: not bringing replica job {} home with it\n",
+                            standing_.region, homecoming_->job, home == nullptr ? "ended" : "stays",
+                            homecoming_->away)
+             << std::flush;
+        homecoming_.reset();
+        return;
+      }
+      if (!home->Serving() || !at_home(*home)) return;  // waits for room in the region
+      const sv::ReplicaEndpoint endpoint = StartDraining(*away, now);
+      out_ << fmt::format("gateway: {}: replica {} serves at home (site {}) {:.1f} s after its job was submitted; draining "
+                          "replica {} at {} ({}:{}), which ran in its fallback\n",
+                          standing_.region, home->ordinal, home->site, (now - homecoming_->since_us) / 1e6,
+                          away->ordinal, away->site, endpoint.host, endpoint.port)
+           << std::flush;
+      homecoming_.reset();
+      return;
+    }
+    for (const ServiceReplica& r : live) {
+      if (r.region != standing_.region || !r.Serving() || at_home(r) || IsDraining(r.job)) continue;
+      auto added = AddReplicas(c_, spec_, secrets_, standing_.region, 1, live, /*with_fallback=*/false);
+      out_ << fmt::format("gateway: {}: replica {} runs at {}, in its fallback: {}\n", standing_.region, r.ordinal,
+                          r.site,
+                          added.ok() ? fmt::format("started replica job {} in {} to take its place once it has room",
+                                                   added->front(), standing_.region)
+                                     : "cannot start one at home: " + std::string(added.status().message()))
+           << std::flush;
+      if (!added.ok()) return;
+      homecoming_ = Homecoming{added->front(), r.job, now};
+      ConfirmAdded(live, *added);
+      return;
+    }
+  }
+
+  bool IsDraining(uint64_t job) const {
+    return std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == job; });
+  }
+
+  // Takes a serving replica out of the gateway's set and drains it (Follow cancels
+  // its job once it has nothing in flight); its endpoint.
+  sv::ReplicaEndpoint StartDraining(const ServiceReplica& r, int64_t now) {
+    const sv::ReplicaEndpoint endpoint{r.host, spec_.port + r.ordinal, r.region};
+    draining_.push_back(Draining{r.job, endpoint, now, false});
+    current_.erase(std::remove(current_.begin(), current_.end(), endpoint), current_.end());
+    gateway_.SetReplicas(current_, route_);
+    return endpoint;
+  }
+
+  // `service delete` may have ended the service between the read `added` rests on
+  // (`live`) and their submission: read again (a failed read leaves it to the next).
+  void ConfirmAdded(const std::vector<ServiceReplica>& live, std::vector<uint64_t> added) {
+    UnconfirmedScaleUp pending;
+    for (const ServiceReplica& r : live) pending.basis.push_back(r.job);
+    pending.added = std::move(added);
+    unconfirmed_ = std::move(pending);
+    auto after = ListServiceReplicas(c_, config_.service, false);
+    if (after.ok()) UndoScaleUpIfServiceEnded(*after);
   }
 
   // `meridian serve` submits a region's replicas after another's: for a few seconds
@@ -356,11 +441,10 @@ class ServiceFollower {
       said_deleted_ = false;
     }
     if (now < hold_until_us_) return;
-    std::vector<const ServiceReplica*> here;  // the region's, not draining
+    std::vector<const ServiceReplica*> here;  // the region's, not draining, not coming home
     for (const ServiceReplica& r : live) {
-      const bool draining =
-          std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == r.job; });
-      if (r.region == standing_.region && !draining) here.push_back(&r);
+      const bool coming_home = homecoming_ && homecoming_->job == r.job;
+      if (r.region == standing_.region && !IsDraining(r.job) && !coming_home) here.push_back(&r);
     }
     const int32_t now_count = static_cast<int32_t>(here.size());
     // An operator's cancel that leaves the region below its min is not for the
@@ -388,14 +472,7 @@ class ServiceFollower {
                           added.ok() ? "" : ": " + std::string(added.status().message()))
            << std::flush;
       if (!added.ok() || added->empty()) return;
-      // `service delete` may have ended the service between the read this rests on
-      // and the submission: read again (a failed read leaves it to the next).
-      UnconfirmedScaleUp pending;
-      for (const ServiceReplica& r : live) pending.basis.push_back(r.job);
-      pending.added = *added;
-      unconfirmed_ = std::move(pending);
-      auto after = ListServiceReplicas(c_, config_.service, false);
-      if (after.ok()) UndoScaleUpIfServiceEnded(*after);
+      ConfirmAdded(live, *added);
       return;
     }
     // Down: a replica that does not serve yet goes at once; else the serving one with
@@ -415,10 +492,7 @@ class ServiceFollower {
            << std::flush;
       return;
     }
-    const sv::ReplicaEndpoint endpoint{victim->host, spec_.port + victim->ordinal, victim->region};
-    draining_.push_back(Draining{victim->job, endpoint, now, false});
-    current_.erase(std::remove(current_.begin(), current_.end(), endpoint), current_.end());
-    gateway_.SetReplicas(current_, route_);
+    const sv::ReplicaEndpoint endpoint = StartDraining(*victim, now);
     out_ << fmt::format("gateway: autoscale {}: {} -> {} replicas ({}); draining {}:{}\n", standing_.region, now_count, want,
                         why, endpoint.host, endpoint.port)
          << std::flush;
@@ -460,6 +534,12 @@ class ServiceFollower {
   struct UnconfirmedScaleUp {
     std::vector<uint64_t> basis, added;
   };
+  // A replica started at home to take the place of one in its fallback (BringHome).
+  struct Homecoming {
+    uint64_t job = 0;   // the one started at home
+    uint64_t away = 0;  // the one it replaces
+    int64_t since_us = 0;
+  };
 
   const FollowerConfig config_;
   client::Client& c_;
@@ -484,6 +564,7 @@ class ServiceFollower {
   std::vector<uint64_t> cancelled_by_others_;  // of those, the ones an operator ended since
   std::optional<sv::Autoscaler> autoscaler_;
   std::optional<UnconfirmedScaleUp> unconfirmed_;
+  std::optional<Homecoming> homecoming_;
   std::map<std::string, int64_t> served_;  // per replica, at the last sample
   std::vector<Draining> draining_;
 };
@@ -517,10 +598,14 @@ class SiteGateway {
   Standing StandingOf(const spec::ServiceSpec& spec) const {
     for (const spec::ServiceRegion& r : spec.regions) {
       if (!model::SiteMatchesRegionRule(site_, r.region)) continue;
-      auto first = std::find_if(sites_.begin(), sites_.end(),
-                                [&](const model::Site& s) { return model::SiteMatchesRegionRule(s, r.region); });
-      return Standing{r.region, o_.autoscale && spec.autoscale.has_value() && first != sites_.end() &&
-                                    first->name == site_.name};
+      Standing standing{r.region};
+      for (const model::Site& s : sites_) {
+        if (model::SiteMatchesRegionRule(s, r.region)) standing.region_sites.push_back(s.name);
+      }
+      const bool scales = o_.autoscale && standing.region_sites.front() == site_.name;
+      standing.autoscale = scales && spec.autoscale.has_value();
+      standing.brings_home = scales && spec.fallback_after_us > 0;
+      return standing;
     }
     return Standing{};
   }

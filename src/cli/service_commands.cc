@@ -51,9 +51,9 @@ Status CheckRegion(client::Client& c, const spec::ServiceSpec& spec, const std::
 
 // Submits replica `ordinal` of `spec` in `region`.
 StatusOr<uint64_t> SubmitReplica(client::Client& c, const spec::ServiceSpec& spec, const std::string& region,
-                                 int32_t ordinal, const spec::ReplicaSecrets& secrets) {
+                                 int32_t ordinal, const spec::ReplicaSecrets& secrets, bool with_fallback) {
   const std::string name = spec::ReplicaJobName(spec.name, region, ordinal);
-  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets), name);
+  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets, with_fallback), name);
   if (!r.ok()) {
     return Status(r.status().code(), fmt::format("service '{}', replica {} in region '{}': {}", spec.name, ordinal,
                                                  region, r.status().message()));
@@ -88,9 +88,9 @@ Status NoSuchService(const std::string& name) {
 // and says so.
 Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
                       const std::vector<std::pair<std::string, int32_t>>& replicas, const spec::ReplicaSecrets& secrets,
-                      std::vector<uint64_t>* jobs) {
+                      std::vector<uint64_t>* jobs, bool with_fallback = true) {
   for (const auto& [region, ordinal] : replicas) {
-    auto id = SubmitReplica(c, spec, region, ordinal, secrets);
+    auto id = SubmitReplica(c, spec, region, ordinal, secrets, with_fallback);
     if (!id.ok()) {
       const int undone = UndoSubmitted(c, *jobs);
       return Status(id.status().code(), fmt::format("{} (the {} replica jobs submitted before it: {} cancelled and "
@@ -175,7 +175,7 @@ StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job) {
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
                                             const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
-                                            const std::vector<ServiceReplica>& live) {
+                                            const std::vector<ServiceReplica>& live, bool with_fallback) {
   // New replicas take the lowest numbers no live replica of the service has.
   std::set<int32_t> used;
   for (const ServiceReplica& r : live) used.insert(r.ordinal);
@@ -187,7 +187,7 @@ StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::Servi
     replicas.emplace_back(region, ordinal);
   }
   std::vector<uint64_t> submitted;
-  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted));
+  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted, with_fallback));
   return submitted;
 }
 

@@ -273,7 +273,7 @@ std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
 }
 
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets) {
+                           const ReplicaSecrets& secrets, bool with_fallback) {
   const std::string tls = secrets.tls() ? fmt::format(" --tls-cert-env {} --tls-key-env {}", kReplicaTlsCertEnv,
                                                       kReplicaTlsKeyEnv)
                                         : "";
@@ -291,7 +291,7 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
   e << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{region};
-  if (spec.fallback_after_us > 0) {
+  if (spec.fallback_after_us > 0 && with_fallback) {
     // The service's other regions, in its order.
     std::vector<std::string> others;
     for (const ServiceRegion& r : spec.regions) {

@@ -91,9 +91,11 @@ struct ReplicaSecrets {
 // restricted to the region, that runs `meridian replica` on port + ordinal with the
 // secrets (in its environment, never on a command line: kReplicaTokenEnv and the
 // kReplicaTls*Env): with the model as its input, or in front of the spec's command (in
-// its environment as kServiceCommandEnv).
+// its environment as kServiceCommandEnv). With the spec's fallback_after, the job has a
+// fallback to the service's other regions, unless `with_fallback` is false (a replica
+// started to bring a displaced one home: it waits for room in its region).
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets);
+                           const ReplicaSecrets& secrets, bool with_fallback = true);
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
 // Where a replica job keeps ReplicaSecrets::client_token (a command's front takes it
 // out of its command's environment, with the replicas' other secrets).

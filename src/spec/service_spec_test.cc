@@ -259,6 +259,13 @@ TEST(ServiceSpecTest, AReplicaFallsBackToTheServicesOtherRegionsAfterItsWait) {
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(back->spec.fallback_after_us, 20'000'000);
   }
+  // A replica started to bring one home has no fallback, but carries the service's spec
+  // whole (its fallback_after included), as scaling reads it back from any replica.
+  const std::string home = ReplicaJobYaml(*s, "eu", 4, TokenOnly("0123456789abcdef"), /*with_fallback=*/false);
+  EXPECT_EQ(home.find("fallback:"), std::string::npos) << home;
+  StatusOr<ServiceOfReplica> home_back = ServiceFromReplicaJob(home, "serve/digits/eu/4");
+  ASSERT_TRUE(home_back.ok()) << home_back.status().ToString();
+  EXPECT_EQ(home_back->spec.fallback_after_us, 20'000'000);
   // Without it, a replica waits in its region.
   StatusOr<ServiceSpec> plain = ParseServiceSpec(kService, "svc.yaml");
   ASSERT_TRUE(plain.ok());
