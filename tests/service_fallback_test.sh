@@ -7,10 +7,11 @@
 # region's gateway sends eu-west's requests to it there. Checked: where it runs, how
 # long it took, what `job get` said while it waited, the coordinator's log line, and
 # that no request at eu-west's gateway fails once the replica serves again.
-# Then home again: eu-west's agents back, eu-west's site gateway (the one that scales
-# eu-west) has started a replica there with no fallback, which now serves, and the one
-# in us-east is drained and its job cancelled, with no request at eu-west's gateway
-# failing meanwhile.
+# Then home again: eu-west's site gateway (the one that scales eu-west) has started a
+# replica there with no fallback, which waits; that gateway is restarted with eu-west's
+# agents, and the new one takes up the replica started before (not starting another);
+# once it serves in eu-west, the one in us-east is drained and its job cancelled, with
+# no request at eu-west's gateway failing meanwhile.
 #   tests/service_fallback_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
 bin=$(realpath "$1")
@@ -118,7 +119,10 @@ wait_replicas "eu-west/0:running@us-east\\+ eu-west/2:queued@- us-east/1:running
   { bad "no replica waiting at home: $(replicas)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
 ( while [ ! -f "$tmp/stop" ]; do ask; echo; done ) >"$tmp/during.txt" &
 asking=$!
-sleep 1
+# eu-west's site gateway stops; `up` starts it again with the agents.
+gw_pid=$(cat "$cluster/pids/gateway-eu-west.pid")
+kill "$gw_pid"
+for _ in $(seq 100); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
 back_at=$(date +%s.%N)
 "${up[@]}" >"$tmp/up2.log" 2>&1 || { bad "meridian up again"; cat "$tmp/up2.log"; }
 wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
@@ -131,7 +135,11 @@ total=$(grep -c . "$tmp/during.txt")
 failed=$(grep -vc "^200 " "$tmp/during.txt")
 [ "$total" -gt 20 ] && [ "$failed" = 0 ] && ok "$total requests at eu-west's gateway during the move home, none failed" ||
   { bad "during the move home: $failed of $total failed"; grep -v "^200 " "$tmp/during.txt" | sort | uniq -c; }
-grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\) [0-9.]+ s after its job was submitted; draining replica 0 at us-east \(127.0.0.1:$base\), which ran in its fallback$" \
+grep -qE "gateway: eu-west: replica 0 runs at us-east, in its fallback: replica 2 \(job [0-9]+\) was started to take its place once it serves in eu-west$" \
+  "$cluster/logs/gateway-eu-west.log" && [ "$(grep -c "started replica job" "$cluster/logs/gateway-eu-west.log")" = 1 ] &&
+  ok "the restarted gateway took up replica 2, started none" ||
+  { bad "the restarted gateway did not take up replica 2"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\), [0-9.]+ s after this gateway began waiting for it; draining replica 0 at us-east \(127.0.0.1:$base\), which ran in its fallback$" \
   "$cluster/logs/gateway-eu-west.log" && ok "its log: $(grep -o "replica 2 serves at home.*" "$cluster/logs/gateway-eu-west.log")" ||
   { bad "no drain line in eu-west's site gateway log"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
 answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$((base + 2))@eu-west$")

@@ -348,12 +348,15 @@ StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bo
 // ended already or is gone (drained by a gateway, failed, deleted); an error else.
 StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job);
 // Submits `count` more replicas of `spec` in `region`, numbered with the lowest
-// numbers none of `live` has; on a failure, those it submitted are undone. Without
-// `with_fallback`, they have no fallback (spec::ReplicaJobYaml).
+// numbers none of `live` has; on a failure, those it submitted are undone. With
+// `replaces`, each is to take the place of that replica job, which runs in its
+// fallback: it has no fallback itself (spec::ReplicaJobYaml).
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
                                             const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
-                                            const std::vector<ServiceReplica>& live, bool with_fallback = true);
+                                            const std::vector<ServiceReplica>& live, uint64_t replaces = 0);
+// The service's spec and the replicas' secrets, as replica `r`'s job carries them.
+StatusOr<spec::ServiceOfReplica> ServiceOf(client::Client& c, const ServiceReplica& r);
 
 // A password or token file's first line (a trailing newline dropped), bounded.
 StatusOr<std::string> ReadPasswordFile(const std::filesystem::path& path);

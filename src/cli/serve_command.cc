@@ -274,7 +274,7 @@ class ServiceFollower {
       }
       if (!home->Serving() || !at_home(*home)) return;  // waits for room in the region
       const sv::ReplicaEndpoint endpoint = StartDraining(*away, now);
-      out_ << fmt::format("gateway: {}: replica {} serves at home (site {}) {:.1f} s after its job was submitted; draining "
+      out_ << fmt::format("gateway: {}: replica {} serves at home (site {}), {:.1f} s after this gateway began waiting for it; draining "
                           "replica {} at {} ({}:{}), which ran in its fallback\n",
                           standing_.region, home->ordinal, home->site, (now - homecoming_->since_us) / 1e6,
                           away->ordinal, away->site, endpoint.host, endpoint.port)
@@ -284,7 +284,20 @@ class ServiceFollower {
     }
     for (const ServiceReplica& r : live) {
       if (r.region != standing_.region || !r.Serving() || at_home(r) || IsDraining(r.job)) continue;
-      auto added = AddReplicas(c_, spec_, secrets_, standing_.region, 1, live, /*with_fallback=*/false);
+      // One started for it before (by this region's gateway before it restarted) says
+      // so in its job: it is the one to wait for.
+      for (const ServiceReplica& w : live) {
+        if (w.job <= r.job || w.region != standing_.region || IsDraining(w.job)) continue;
+        auto of = ServiceOf(c_, w);
+        if (!of.ok() || of->replaces != r.job) continue;
+        out_ << fmt::format("gateway: {}: replica {} runs at {}, in its fallback: replica {} (job {}) was started to "
+                            "take its place once it serves in {}\n",
+                            standing_.region, r.ordinal, r.site, w.ordinal, w.job, standing_.region)
+             << std::flush;
+        homecoming_ = Homecoming{w.job, r.job, now};
+        return;
+      }
+      auto added = AddReplicas(c_, spec_, secrets_, standing_.region, 1, live, /*replaces=*/r.job);
       out_ << fmt::format("gateway: {}: replica {} runs at {}, in its fallback: {}\n", standing_.region, r.ordinal,
                           r.site,
                           added.ok() ? fmt::format("started replica job {} in {} to take its place once it has room",

@@ -51,9 +51,9 @@ Status CheckRegion(client::Client& c, const spec::ServiceSpec& spec, const std::
 
 // Submits replica `ordinal` of `spec` in `region`.
 StatusOr<uint64_t> SubmitReplica(client::Client& c, const spec::ServiceSpec& spec, const std::string& region,
-                                 int32_t ordinal, const spec::ReplicaSecrets& secrets, bool with_fallback) {
+                                 int32_t ordinal, const spec::ReplicaSecrets& secrets, uint64_t replaces) {
   const std::string name = spec::ReplicaJobName(spec.name, region, ordinal);
-  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets, with_fallback), name);
+  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets, replaces), name);
   if (!r.ok()) {
     return Status(r.status().code(), fmt::format("service '{}', replica {} in region '{}': {}", spec.name, ordinal,
                                                  region, r.status().message()));
@@ -74,11 +74,6 @@ std::string RegionNames(const spec::ServiceSpec& spec) {
   return out;
 }
 
-StatusOr<spec::ServiceOfReplica> ServiceOf(client::Client& c, const ServiceReplica& r) {
-  MERIDIAN_ASSIGN_OR_RETURN(auto job_spec, c.JobSpec(r.job));
-  return spec::ServiceFromReplicaJob(job_spec.first, fmt::format("job {} ({})", r.job, r.job_name));
-}
-
 Status NoSuchService(const std::string& name) {
   return NotFoundError(fmt::format("no service '{}' runs (meridian services lists them; meridian serve FILE starts one)",
                                    name));
@@ -88,9 +83,9 @@ Status NoSuchService(const std::string& name) {
 // and says so.
 Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
                       const std::vector<std::pair<std::string, int32_t>>& replicas, const spec::ReplicaSecrets& secrets,
-                      std::vector<uint64_t>* jobs, bool with_fallback = true) {
+                      std::vector<uint64_t>* jobs, uint64_t replaces = 0) {
   for (const auto& [region, ordinal] : replicas) {
-    auto id = SubmitReplica(c, spec, region, ordinal, secrets, with_fallback);
+    auto id = SubmitReplica(c, spec, region, ordinal, secrets, replaces);
     if (!id.ok()) {
       const int undone = UndoSubmitted(c, *jobs);
       return Status(id.status().code(), fmt::format("{} (the {} replica jobs submitted before it: {} cancelled and "
@@ -104,6 +99,11 @@ Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
 
 }  // namespace
 
+StatusOr<spec::ServiceOfReplica> ServiceOf(client::Client& c, const ServiceReplica& r) {
+  MERIDIAN_ASSIGN_OR_RETURN(auto job_spec, c.JobSpec(r.job));
+  return spec::ServiceFromReplicaJob(job_spec.first, fmt::format("job {} ({})", r.job, r.job_name));
+}
+
 StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bool with_tasks) {
   LiveService s;
   MERIDIAN_ASSIGN_OR_RETURN(s.replicas, ListServiceReplicas(c, name, with_tasks));
@@ -111,10 +111,6 @@ StatusOr<LiveService> FindService(client::Client& c, const std::string& name, bo
   MERIDIAN_ASSIGN_OR_RETURN(s.service, ServiceOf(c, s.replicas.front()));
   return s;
 }
-
-namespace {
-
-}  // namespace
 
 StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, const std::string& service,
                                                           bool with_tasks) {
@@ -175,7 +171,7 @@ StatusOr<bool> CancelReplicaJob(client::Client& c, uint64_t job) {
 StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::ServiceSpec& spec,
                                             const spec::ReplicaSecrets& secrets,
                                             const std::string& region, int32_t count,
-                                            const std::vector<ServiceReplica>& live, bool with_fallback) {
+                                            const std::vector<ServiceReplica>& live, uint64_t replaces) {
   // New replicas take the lowest numbers no live replica of the service has.
   std::set<int32_t> used;
   for (const ServiceReplica& r : live) used.insert(r.ordinal);
@@ -187,7 +183,7 @@ StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::Servi
     replicas.emplace_back(region, ordinal);
   }
   std::vector<uint64_t> submitted;
-  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted, with_fallback));
+  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted, replaces));
   return submitted;
 }
 

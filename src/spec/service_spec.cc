@@ -273,7 +273,7 @@ std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
 }
 
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets, bool with_fallback) {
+                           const ReplicaSecrets& secrets, uint64_t replaces) {
   const std::string tls = secrets.tls() ? fmt::format(" --tls-cert-env {} --tls-key-env {}", kReplicaTlsCertEnv,
                                                       kReplicaTlsKeyEnv)
                                         : "";
@@ -291,7 +291,7 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
   e << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{region};
-  if (spec.fallback_after_us > 0 && with_fallback) {
+  if (spec.fallback_after_us > 0 && replaces == 0) {
     // The service's other regions, in its order.
     std::vector<std::string> others;
     for (const ServiceRegion& r : spec.regions) {
@@ -314,6 +314,7 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   }
   if (!secrets.client_token.empty()) e << YAML::Key << kServiceClientTokenEnv << YAML::Value << secrets.client_token;
   if (!spec.command.empty()) e << YAML::Key << kServiceCommandEnv << YAML::Value << spec.command;
+  if (replaces != 0) e << YAML::Key << kReplicaReplacesEnv << YAML::Value << std::to_string(replaces);
   e << YAML::EndMap;
   if (!spec.resources_yaml.empty()) {
     e << YAML::Key << "resources" << YAML::Value << YAML::Flow << YAML::Load(spec.resources_yaml);
@@ -389,6 +390,13 @@ StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std:
   };
   out.secrets.token = token.Scalar();
   MERIDIAN_RETURN_IF_ERROR(hex_token(kReplicaTokenEnv, out.secrets.token));
+  if (const YAML::Node replaces = env[kReplicaReplacesEnv]) {
+    const std::string text = replaces.IsScalar() ? replaces.Scalar() : "";
+    const bool digits = !text.empty() && text.size() <= 19 &&
+                        std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (!digits) return InvalidArgumentError(fmt::format("job '{}': {} is not a job id", job_name, kReplicaReplacesEnv));
+    out.replaces = std::stoull(text);
+  }
   // The clients' token: absent in a replica job of before it.
   if (const YAML::Node client = env[kServiceClientTokenEnv]) {
     if (!client.IsScalar()) return InvalidArgumentError(fmt::format("job '{}': {} is not a string", job_name, kServiceClientTokenEnv));

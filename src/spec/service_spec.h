@@ -92,10 +92,12 @@ struct ReplicaSecrets {
 // secrets (in its environment, never on a command line: kReplicaTokenEnv and the
 // kReplicaTls*Env): with the model as its input, or in front of the spec's command (in
 // its environment as kServiceCommandEnv). With the spec's fallback_after, the job has a
-// fallback to the service's other regions, unless `with_fallback` is false (a replica
-// started to bring a displaced one home: it waits for room in its region).
+// fallback to the service's other regions, unless it `replaces` a replica that runs in
+// its fallback (that one's job id, in its environment as kReplicaReplacesEnv): started
+// to bring it home, the new one waits for room in the region.
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets, bool with_fallback = true);
+                           const ReplicaSecrets& secrets, uint64_t replaces = 0);
+inline constexpr char kReplicaReplacesEnv[] = "REPLICA_REPLACES";
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
 // Where a replica job keeps ReplicaSecrets::client_token (a command's front takes it
 // out of its command's environment, with the replicas' other secrets).
@@ -120,6 +122,7 @@ inline constexpr char kServiceSpecEnv[] = "SERVICE_SPEC";
 struct ServiceOfReplica {
   ServiceSpec spec;
   ReplicaSecrets secrets;
+  uint64_t replaces = 0;  // the job it was started to take the place of (0: none)
 };
 StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std::string_view job_name);
 

@@ -259,13 +259,20 @@ TEST(ServiceSpecTest, AReplicaFallsBackToTheServicesOtherRegionsAfterItsWait) {
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(back->spec.fallback_after_us, 20'000'000);
   }
-  // A replica started to bring one home has no fallback, but carries the service's spec
-  // whole (its fallback_after included), as scaling reads it back from any replica.
-  const std::string home = ReplicaJobYaml(*s, "eu", 4, TokenOnly("0123456789abcdef"), /*with_fallback=*/false);
+  // A replica started to bring one home (job 17) has no fallback, says which it
+  // replaces, and carries the service's spec whole (fallback_after included), as
+  // scaling reads it back from any replica.
+  const std::string home = ReplicaJobYaml(*s, "eu", 4, TokenOnly("0123456789abcdef"), /*replaces=*/17);
   EXPECT_EQ(home.find("fallback:"), std::string::npos) << home;
   StatusOr<ServiceOfReplica> home_back = ServiceFromReplicaJob(home, "serve/digits/eu/4");
   ASSERT_TRUE(home_back.ok()) << home_back.status().ToString();
   EXPECT_EQ(home_back->spec.fallback_after_us, 20'000'000);
+  EXPECT_EQ(home_back->replaces, 17u);
+  EXPECT_EQ(ServiceFromReplicaJob(ReplicaJobYaml(*s, "eu", 3, TokenOnly("0123456789abcdef")), "r")->replaces, 0u);
+  std::string bad = home;
+  bad.replace(bad.find("REPLICA_REPLACES: 17"), 20, "REPLICA_REPLACES: x7");
+  EXPECT_EQ(ServiceFromReplicaJob(bad, "serve/digits/eu/4").status().ToString(),
+            "INVALID_ARGUMENT: job 'serve/digits/eu/4': REPLICA_REPLACES is not a job id");
   // Without it, a replica waits in its region.
   StatusOr<ServiceSpec> plain = ParseServiceSpec(kService, "svc.yaml");
   ASSERT_TRUE(plain.ok());

@@ -1183,12 +1183,20 @@ struct FakeCoordinator {
   }
 };
 
-TEST(TenantTokensTest, AnAnswerIsKeptForItsTimeAndTheCoordinatorAskedOnceMeanwhile) {
+class TenantTokensTest : public ::testing::Test {
+ protected:
+  // TenantTokens asking `coordinator`, on a clock the test moves (`now`).
+  std::unique_ptr<TenantTokens> Make(TenantTokens::Options options = {}) {
+    options.now_us = [this] { return now.load(); };
+    return std::make_unique<TenantTokens>(coordinator.Identify(), std::move(options));
+  }
   FakeCoordinator coordinator;
   std::atomic<int64_t> now{1'000'000};
-  TenantTokens::Options options;
-  options.now_us = [&now] { return now.load(); };
-  TenantTokens tokens(coordinator.Identify(), options);
+};
+
+TEST_F(TenantTokensTest, AnAnswerIsKeptForItsTimeAndTheCoordinatorAskedOnceMeanwhile) {
+  std::unique_ptr<TenantTokens> made = Make();
+  TenantTokens& tokens = *made;
 
   TokenAnswer alice = Ask(tokens, ApiToken(1));
   ASSERT_TRUE(alice.ok()) << alice.status().ToString();
@@ -1236,12 +1244,9 @@ TEST(TenantTokensTest, AnAnswerIsKeptForItsTimeAndTheCoordinatorAskedOnceMeanwhi
   EXPECT_EQ(c.entries, 2u);
 }
 
-TEST(TenantTokensTest, UnknownTokensAreAskedAboutAtMostAtTheirRate) {
-  FakeCoordinator coordinator;
-  std::atomic<int64_t> now{1'000'000};
-  TenantTokens::Options options;
-  options.now_us = [&now] { return now.load(); };
-  TenantTokens tokens(coordinator.Identify(), options);
+TEST_F(TenantTokensTest, UnknownTokensAreAskedAboutAtMostAtTheirRate) {
+  std::unique_ptr<TenantTokens> made = Make();
+  TenantTokens& tokens = *made;
   for (int i = 100; i < 120; ++i) EXPECT_EQ(Ask(tokens, ApiToken(i)).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(Ask(tokens, ApiToken(120)).status().ToString(),
             "RESOURCE_EXHAUSTED: unknown tokens are checked with the coordinator at most 20 a second");
@@ -1260,7 +1265,7 @@ TEST(TenantTokensTest, UnknownTokensAreAskedAboutAtMostAtTheirRate) {
   EXPECT_EQ(c.hits, 1);
 }
 
-TEST(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBounded) {
+TEST_F(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBounded) {
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
@@ -1303,13 +1308,12 @@ TEST(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBoun
   EXPECT_EQ(asked.load(), 2);
 }
 
-TEST(TenantTokensTest, WhenFullTheAnswerSoonestToExpireMakesRoom) {
-  FakeCoordinator coordinator;
-  std::atomic<int64_t> now{0};
+TEST_F(TenantTokensTest, WhenFullTheAnswerSoonestToExpireMakesRoom) {
+  now = 0;
   TenantTokens::Options options;
   options.max_entries = 2;
-  options.now_us = [&now] { return now.load(); };
-  TenantTokens tokens(coordinator.Identify(), options);
+  std::unique_ptr<TenantTokens> made = Make(options);
+  TenantTokens& tokens = *made;
   EXPECT_TRUE(Ask(tokens, ApiToken(1)).ok());  // kept until 30 s
   now = 1'000'000;
   EXPECT_FALSE(Ask(tokens, ApiToken(2)).ok());  // until 6 s
