@@ -660,8 +660,6 @@ namespace {
 
 constexpr std::string_view kServicesPrefix = "/v1/services/";
 
-// NAME of /v1/services/NAME[/PATH][?QUERY], the path as the client sent it (routing and
-// a service's clients' token go by the same text); nullopt for another path.
 // Whether a tenant's token reaches a service of `tenant` (`service` names it): its
 // tenant's or an admin's; otherwise why not, as the client is told.
 Admission JudgeTenantToken(const TokenAnswer& a, const std::string& tenant, const std::string& service) {
@@ -690,6 +688,8 @@ Admission JudgeTenantToken(const TokenAnswer& a, const std::string& tenant, cons
   }
 }
 
+// NAME of /v1/services/NAME[/PATH][?QUERY], the path as the client sent it (routing and
+// a service's clients' token go by the same text); nullopt for another path.
 std::optional<std::string_view> ServiceOfPath(std::string_view path) {
   if (!path.starts_with(kServicesPrefix)) return std::nullopt;
   const std::string_view rest = path.substr(kServicesPrefix.size());

@@ -1272,7 +1272,7 @@ TEST_F(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBo
   std::atomic<int> asked{0};
   TenantTokens::Options options;
   options.max_waiting = 2;
-  options.max_waiters_per_token = 2;
+  options.max_waiters = 4;
   TenantTokens tokens(
       [&](const std::string& token) -> TokenAnswer {
         ++asked;
@@ -1288,21 +1288,22 @@ TEST_F(TenantTokensTest, RequestsForOneTokenWaitForOneQuestionAndTheWaitingAreBo
   };
   EXPECT_FALSE(tokens.Find(ApiToken(1), count).has_value());
   EXPECT_FALSE(tokens.Find(ApiToken(1), count).has_value());
-  std::optional<TokenAnswer> third = tokens.Find(ApiToken(1), count);
-  ASSERT_TRUE(third.has_value());
-  EXPECT_EQ(third->status().ToString(), "RESOURCE_EXHAUSTED: 2 requests already wait for this token to be checked");
   EXPECT_FALSE(tokens.Find(ApiToken(2), count).has_value());
   std::optional<TokenAnswer> other = tokens.Find(ApiToken(3), count);
   ASSERT_TRUE(other.has_value());
   EXPECT_EQ(other->status().ToString(),
             "RESOURCE_EXHAUSTED: 2 unknown tokens already wait to be checked with the coordinator");
+  EXPECT_FALSE(tokens.Find(ApiToken(1), count).has_value());  // the 4th request waiting
+  std::optional<TokenAnswer> fifth = tokens.Find(ApiToken(2), count);
+  ASSERT_TRUE(fifth.has_value());
+  EXPECT_EQ(fifth->status().ToString(), "RESOURCE_EXHAUSTED: 4 requests already wait for their tokens to be checked");
   {
     std::lock_guard lock(mu);
     open = true;
   }
   cv.notify_all();
-  for (int i = 0; i < 500 && answered.load() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(answered.load(), 3);
+  for (int i = 0; i < 500 && answered.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(answered.load(), 4);
   EXPECT_EQ(asked.load(), 2);
   EXPECT_EQ(Ask(tokens, ApiToken(1))->user, "alice");
   EXPECT_EQ(asked.load(), 2);

@@ -80,11 +80,12 @@ std::optional<TokenAnswer> TenantTokens::Find(std::string_view token, Done done)
     ++counters_.limited;
     return TokenAnswer(ResourceExhaustedError(std::move(why)));
   };
+  if (waiters_ >= options_.max_waiters) {
+    return limited(fmt::format("{} requests already wait for their tokens to be checked", waiters_));
+  }
   if (auto it = waiting_.find(key); it != waiting_.end()) {
-    if (it->second.size() >= options_.max_waiters_per_token) {
-      return limited(fmt::format("{} requests already wait for this token to be checked", it->second.size()));
-    }
     it->second.push_back(std::move(done));
+    ++waiters_;
     return std::nullopt;
   }
   if (waiting_.size() >= options_.max_waiting) {
@@ -96,6 +97,7 @@ std::optional<TokenAnswer> TenantTokens::Find(std::string_view token, Done done)
   }
   queue_.emplace_back(key, std::string(token));
   waiting_[std::move(key)].push_back(std::move(done));
+  ++waiters_;
   cv_.notify_one();
   return std::nullopt;
 }
@@ -115,6 +117,7 @@ void TenantTokens::Run() {
     std::vector<Done> waiters;
     if (auto it = waiting_.find(key); it != waiting_.end()) {
       waiters = std::move(it->second);
+      waiters_ -= waiters.size();
       waiting_.erase(it);
     }
     lock.unlock();
@@ -127,6 +130,7 @@ void TenantTokens::Run() {
     for (Done& d : waiters) left.push_back(std::move(d));
   }
   waiting_.clear();
+  waiters_ = 0;
   queue_.clear();
   lock.unlock();
   const TokenAnswer stopped(UnavailableError("the gateway is stopping"));

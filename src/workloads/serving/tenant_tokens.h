@@ -13,10 +13,11 @@
 //
 // Questions cost the coordinator a call each, and anyone can make up tokens: at most
 // `lookups_per_second` (bursts of `burst`) are asked, one at a time on TenantTokens'
-// own thread, and at most `max_waiting` different tokens wait to be asked. A token
-// past either bound is answered ResourceExhausted at once (the gateway's 429), and a
-// flood of made-up tokens cannot reach the coordinator faster than that. Requests
-// that bear a token already being asked about wait for that one answer.
+// own thread, and at most `max_waiting` different tokens wait to be asked. Requests
+// that bear a token already being asked about wait for that one answer; at most
+// `max_waiters` requests wait in all (each holds its body meanwhile). A token past any
+// bound is answered ResourceExhausted at once (the gateway's 429), and a flood of
+// made-up tokens cannot reach the coordinator faster than that.
 //
 // Thread-safety: Find from any thread; `done` runs on TenantTokens' thread.
 #pragma once
@@ -62,8 +63,8 @@ class TenantTokens {
     size_t max_entries = 10'000;
     double lookups_per_second = 20;
     int32_t burst = 20;
-    size_t max_waiting = 64;            // different tokens waiting to be asked about
-    size_t max_waiters_per_token = 1024;  // requests waiting on one such token
+    size_t max_waiting = 64;   // different tokens waiting to be asked about
+    size_t max_waiters = 256;  // requests waiting for those answers, in all
     std::function<int64_t()> now_us;    // a monotonic clock (tests give a fake); empty: steady_clock
   };
 
@@ -103,6 +104,7 @@ class TenantTokens {
   std::deque<std::pair<std::string, std::string>> queue_;  // GUARDED_BY(mu_)
   // Who waits for each token queued or being asked about, by key.
   std::map<std::string, std::vector<Done>, std::less<>> waiting_;  // GUARDED_BY(mu_)
+  size_t waiters_ = 0;  // GUARDED_BY(mu_): the Dones in waiting_
   double allowance_ = 0;                            // GUARDED_BY(mu_); lookups the rate allows now
   int64_t allowance_at_us_ = 0;                     // GUARDED_BY(mu_)
   Counters counters_;                               // GUARDED_BY(mu_)
