@@ -274,8 +274,8 @@ class ServiceFollower {
       }
       if (!home->Serving() || !at_home(*home)) return;  // waits for room in the region
       const sv::ReplicaEndpoint endpoint = StartDraining(*away, now);
-      out_ << fmt::format("gateway: {}: replica {} serves at home (site {}), {:.1f} s after this gateway began waiting for it; draining "
-                          "replica {} at {} ({}:{}), which ran in its fallback\n",
+      out_ << fmt::format("gateway: {}: replica {} serves at home (site {}), {:.1f} s after this gateway began "
+                          "waiting for it; draining replica {} at {} ({}:{}), which ran in its fallback\n",
                           standing_.region, home->ordinal, home->site, (now - homecoming_->since_us) / 1e6,
                           away->ordinal, away->site, endpoint.host, endpoint.port)
            << std::flush;
