@@ -55,9 +55,11 @@ Client::~Client() = default;
 // is its "stub"; creating one per call is cheap (it only holds the shared channel).
 template <typename Stub, typename Request, typename Response>
 Status Client::Unary(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                     const Request& request, Response* response, int64_t timeout_us) {
+                     const Request& request, Response* response, int64_t timeout_us,
+                     const std::string& as_token) {
   grpc::ClientContext ctx;
   rpc::SetDeadline(ctx, timeout_us > 0 ? timeout_us : timeout_us_);
+  if (!as_token.empty()) ctx.set_credentials(grpc::AccessTokenCredentials(as_token));
   Stub stub(Channel());
   grpc::Status s = (stub.*method)(&ctx, request, response);
   return s.ok() ? OkStatus() : Explain(rpc::FromGrpc(s));
@@ -397,14 +399,10 @@ StatusOr<model::Caller> Client::WhoIs(const std::string& token) {
   if (!security_.token.empty()) {
     return FailedPreconditionError("WhoIs needs a client without a token of its own (ConnectTokenChecker)");
   }
-  grpc::ClientContext ctx;
-  rpc::SetDeadline(ctx, timeout_us_);
-  ctx.set_credentials(grpc::AccessTokenCredentials(token));
+  if (token.empty()) return UnauthenticatedError("no token to ask about");
   v1::WhoAmIRequest req;
   v1::WhoAmIResponse resp;
-  v1::AdminService::Stub stub(Channel());
-  grpc::Status s = stub.WhoAmI(&ctx, req, &resp);
-  if (!s.ok()) return Explain(rpc::FromGrpc(s));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp, 0, token));
   return CallerOf(resp);
 }
 

@@ -111,10 +111,11 @@ class Client {
   template <typename Request, typename Method>
   StatusOr<model::JobSummary> OnJob(uint64_t id, Method method);
   Status Explain(const Status& s) const;
-  // A unary call through the channel, with `timeout_us` (0: the client's timeout).
+  // A unary call through the channel, with `timeout_us` (0: the client's timeout);
+  // with `as_token`, the call presents that token (the channel's own, none: WhoIs).
   template <typename Stub, typename Request, typename Response>
   Status Unary(grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*), const Request& request,
-               Response* response, int64_t timeout_us = 0);
+               Response* response, int64_t timeout_us = 0, const std::string& as_token = "");
   std::shared_ptr<grpc::Channel> Channel() const;
 
   std::string address_;
