@@ -11,6 +11,7 @@ cd "$root"
 tmp=$(mktemp -d)
 . tests/process_lib.sh
 trap stop_started EXIT
+guard_cleanup stop_started
 
 # The CA and the coordinator's certificate, on the coordinator's host.
 "$bin" certs init --dir "$tmp/tls" >/dev/null || bad "certs init"

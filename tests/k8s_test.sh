@@ -21,6 +21,7 @@ fi
 tmp=$(mktemp -d)
 . tests/process_lib.sh
 trap stop_started EXIT
+guard_cleanup stop_started
 manifests() { "$py" tests/k8s_manifests.py "$@"; }
 
 # --- On paper.

@@ -24,6 +24,19 @@ check() {  # name, want_rc, stderr_substring, command...
   echo "ok   $name"
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A base port for a service's replicas (they listen on BASE to BASE+SPAN), at random
+# below this host's range of ports for outgoing connections: a connection from one of
+# those, once closed, holds its port for up to 60 s (TIME_WAIT) and a replica on it
+# cannot listen meanwhile (service_fallback's replica 2, on an even port in that
+# range, the parity connect() takes first, answered 17 s after it started while the
+# test's requests came and went, each a new connection).
+replica_port_base() {  # span
+  local low=32768 high room
+  read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null
+  room=$((low - 20000 - $1))
+  [ "$room" -ge 1000 ] || room=1000
+  echo $((20000 + RANDOM % room))
+}
 # Waits up to 30 s until something listens on 127.0.0.1:PORT (gRPC's socket is dual-stack:
 # ss shows it as [::ffff:127.0.0.1]:PORT). A file a process writes
 # on its way up (the coordinator's admin token) is not the sign that it listens: under
@@ -50,8 +63,29 @@ start_listening() {  # log, command...
   echo "FAIL: no 'listening on' in $log:"; cat "$log"
   exit 1
 }
+# When ctest's timeout ends a test it kills its shell with SIGKILL: the EXIT trap does
+# not run, and the cluster, replicas and gateways it started would go on running and
+# load the tests after it (a TSan cluster test timed out in CI and left its coordinator
+# at a third of a core). `guard_cleanup CLEANUP` starts a guard that waits for this
+# shell to end; if it ends without its trap having stopped the guard (stop_started
+# does), the guard runs CLEANUP (the test's own trap function, as it was when the
+# guard started), kills what still names $tmp and removes $tmp.
+guard=""
+guard_cleanup() {  # function...
+  local shell=$$
+  (
+    trap '' INT TERM HUP
+    exec </dev/null >/dev/null 2>&1
+    while kill -0 "$shell" 2>/dev/null; do sleep 1; done
+    "$@"
+    pkill -KILL -f -- "$tmp"
+    rm -rf "$tmp"
+  ) &
+  guard=$!
+}
 # Stops the processes in `pids` and removes $tmp, unless KEEP is set (then says where).
 stop_started() {
+  if [ -n "$guard" ]; then kill -KILL "$guard" 2>/dev/null; wait "$guard" 2>/dev/null; guard=""; fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   [ -n "${KEEP:-}" ] || rm -rf "$tmp"; [ -z "${KEEP:-}" ] || echo "kept $tmp"

@@ -12,6 +12,7 @@ py=/usr/bin/python3  # Debian's, with NumPy
 tmp=$(mktemp -d)
 . tests/process_lib.sh  # check, pids, start_listening, stop_started
 trap stop_started EXIT
+guard_cleanup stop_started
 
 digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
 printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"

@@ -60,6 +60,7 @@ print(*[j["id"] for j in json.load(sys.stdin)])' 2>/dev/null); do
   stop_started
 }
 trap finish EXIT
+guard_cleanup finish
 # The replicas a gateway has, as "eu-west:healthy ..." sorted.
 gateway_set() {  # PORT
   curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$1/v1/gateway" | $py -c '
@@ -84,7 +85,7 @@ env RANK=0 WORLD_SIZE=1 MASTER_PORT=29971 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_G
 # eu-west's nodes (an object whose only node dies is lost).
 "$bin" data put "$tmp/model" --name digits-model --site us-east "${D[@]}" >"$tmp/put.log" 2>&1 || { bad "data put"; exit 1; }
 # The replicas' ports: a base no other test uses at once, most likely.
-base=$((20000 + RANDOM % 20000))
+base=$(replica_port_base 110)
 sed "s/^port: .*/port: $base/" tests/serving/digits.yaml >"$tmp/digits.yaml"
 $py -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/client-token"
 ct=$(cat "$tmp/client-token")

@@ -36,6 +36,7 @@ finish() {
   rm -rf "$tmp"
 }
 trap finish EXIT
+guard_cleanup finish
 
 "$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >"$tmp/up.log" 2>&1 ||
   { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
@@ -77,7 +78,7 @@ env RANK=0 WORLD_SIZE=1 MASTER_PORT=29972 MERIDIAN_GANG_SECRET=s3cret MERIDIAN_G
   "$bin" gang train --data "$digits" --epochs 10 --hidden 32 --save-model "$tmp/model" >"$tmp/train.log" 2>&1 ||
   { bad "gang train"; exit 1; }
 "$bin" data put "$tmp/model" --name digits-model --site us-east "${D[@]}" >"$tmp/put.log" 2>&1 || { bad "data put"; exit 1; }
-base=$((20000 + RANDOM % 20000))
+base=$(replica_port_base 110)
 sed "s/^port: .*/port: $base/" tests/serving/digits.yaml >"$tmp/digits.yaml"
 sed "s/^port: .*/port: $((base + 100))/" tests/serving/files.yaml >"$tmp/files.yaml"
 check "serve digits" 0 "" "$bin" serve "$tmp/digits.yaml" "${D[@]}"

@@ -27,6 +27,7 @@ cleanup() {
   stop_started
 }
 trap cleanup EXIT
+guard_cleanup cleanup
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
 # --- Slurm: munge, slurmctld and slurmd, their state under $tmp.

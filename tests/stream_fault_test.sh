@@ -36,6 +36,7 @@ finish() {
   stop_started
 }
 trap finish EXIT
+guard_cleanup finish
 wait_for() {  # FILE TEXT SECONDS
   for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
