@@ -69,15 +69,29 @@ start_listening() {  # log, command...
 # at a third of a core). `guard_cleanup CLEANUP` starts a guard that waits for this
 # shell to end; if it ends without its trap having stopped the guard (stop_started
 # does), the guard runs CLEANUP (the test's own trap function, as it was when the
-# guard started), kills what still names $tmp and removes $tmp.
+# guard started), kills what the test started since, and removes $tmp. What the test
+# started is what it ran (its environment holds MERIDIAN_TEST_TMP: the cluster's
+# daemons, the servers and clients it started) and its own subshells in the background
+# (their command line is the test's: a loop of requests would otherwise go on for
+# ever), and anything naming $tmp.
 guard=""
 guard_cleanup() {  # function...
   local shell=$$
+  export MERIDIAN_TEST_TMP=$tmp
   (
     trap '' INT TERM HUP
     exec </dev/null >/dev/null 2>&1
+    test_cmdline=$(tr '\0' '\1' </proc/$shell/cmdline)
     while kill -0 "$shell" 2>/dev/null; do sleep 1; done
     "$@"
+    for d in /proc/[0-9]*; do
+      p=${d#/proc/}
+      [ "$p" != "$BASHPID" ] || continue
+      if grep -qzxF -- "MERIDIAN_TEST_TMP=$tmp" "$d/environ" 2>/dev/null ||
+        [ "$(tr '\0' '\1' <"$d/cmdline" 2>/dev/null)" = "$test_cmdline" ]; then
+        kill -KILL "$p" 2>/dev/null
+      fi
+    done
     pkill -KILL -f -- "$tmp"
     rm -rf "$tmp"
   ) &
