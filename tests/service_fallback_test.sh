@@ -11,7 +11,9 @@
 # replica there with no fallback, which waits; that gateway is restarted with eu-west's
 # agents, and the new one takes up the replica started before (not starting another);
 # once it serves in eu-west, the one in us-east is drained and its job cancelled, with
-# no request at eu-west's gateway failing meanwhile.
+# no request at eu-west's gateway failing meanwhile. The replica at home finds its port
+# held for its first seconds (as a closed connection's TIME_WAIT may hold it): the one
+# away stays until the one at home answers, so that no request leaves eu-west.
 #   tests/service_fallback_test.sh MERIDIAN SOURCE_DIR
 set -uo pipefail
 bin=$(realpath "$1")
@@ -35,10 +37,11 @@ finish() {
   stop_started
 }
 trap finish EXIT
+guard_cleanup finish
 
 up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s)
 "${up[@]}" >"$tmp/up.log" 2>&1 || { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
-base=$((20000 + RANDOM % 20000))
+base=$(replica_port_base 10)
 sed -e "s/^port: .*/port: $base/" \
     -e "s/^  - {region: us-east, min: 1, max: 1}/  - {region: eu-west, min: 1, max: 1}\n  - {region: us-east, min: 1, max: 1}\nfallback_after: 3s/" \
     tests/serving/files.yaml >"$tmp/files.yaml"
@@ -123,10 +126,21 @@ asking=$!
 gw_pid=$(cat "$cluster/pids/gateway-eu-west.pid")
 kill "$gw_pid"
 for _ in $(seq 100); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
+# Replica 2's port is held for its first 10 s: it runs, but cannot listen yet.
+held=10
+$py -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))' "$((base + 2))" "$tmp/held" "$held" &
+holder=$!
+pids+=($holder)
+for _ in $(seq 50); do [ -f "$tmp/held" ] && break; sleep 0.1; done
 back_at=$(date +%s.%N)
 "${up[@]}" >"$tmp/up2.log" 2>&1 || { bad "meridian up again"; cat "$tmp/up2.log"; }
 wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
-  ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up" ||
+  ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up (its port held for the first $held s)" ||
   bad "replicas after eu-west came back: $(replicas)"
 for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$((base + 2))@eu-west" ]] && break; sleep 0.1; done
 touch "$tmp/stop"
@@ -135,6 +149,10 @@ total=$(grep -c . "$tmp/during.txt")
 failed=$(grep -vc "^200 " "$tmp/during.txt")
 [ "$total" -gt 20 ] && [ "$failed" = 0 ] && ok "$total requests at eu-west's gateway during the move home, none failed" ||
   { bad "during the move home: $failed of $total failed"; grep -v "^200 " "$tmp/during.txt" | sort | uniq -c; }
+# Each answered by one of eu-west's replicas (0 away, then 2 at home), none by us-east's.
+away=$(grep -vc "@eu-west$" "$tmp/during.txt")
+[ "$away" = 0 ] && ok "all of them answered by eu-west's replicas" ||
+  { bad "$away of $total requests during the move home left eu-west:"; uniq -c "$tmp/during.txt" | awk '{print $1, $3}'; }
 grep -qE "gateway: eu-west: replica 0 runs at us-east, in its fallback: replica 2 \(job [0-9]+\) was started to take its place once it serves in eu-west$" \
   "$cluster/logs/gateway-eu-west.log" && [ "$(grep -c "started replica job" "$cluster/logs/gateway-eu-west.log")" = 1 ] &&
   ok "the restarted gateway took up replica 2, started none" ||
@@ -142,8 +160,10 @@ grep -qE "gateway: eu-west: replica 0 runs at us-east, in its fallback: replica 
 grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\), [0-9.]+ s after this gateway began waiting for it; draining replica 0 at us-east \(127.0.0.1:$base\), which ran in its fallback$" \
   "$cluster/logs/gateway-eu-west.log" && ok "its log: $(grep -o "replica 2 serves at home.*" "$cluster/logs/gateway-eu-west.log")" ||
   { bad "no drain line in eu-west's site gateway log"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
-answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$((base + 2))@eu-west$")
-[ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by replica 2, at home" || bad "answers: $answers"
+for _ in $(seq 20); do ask; echo; done >"$tmp/home.txt"
+answers=$(grep -c "^200 .*:$((base + 2))@eu-west$" "$tmp/home.txt")
+[ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by replica 2, at home" ||
+  { bad "$answers of 20 requests answered by replica 2 at home; the answers:"; sort "$tmp/home.txt" | uniq -c; }
 eu_state=$("$bin" job get "$eu_job" "${D[@]}" --json 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["state"])')
 [ "$eu_state" = cancelled ] && ok "replica 0's job (in us-east) was cancelled once drained" || bad "replica 0's job: $eu_state"
 [ "$fail" -eq 0 ] && echo "PASS" || echo "FAILED"

@@ -273,6 +273,11 @@ class ServiceFollower {
         return;
       }
       if (!home->Serving() || !at_home(*home)) return;  // waits for room in the region
+      // Running on a live node is not yet answering: its process may be starting, or
+      // waiting for its port. The one away goes only once this gateway's probe finds
+      // the one at home healthy; until then the region's requests stay with the one
+      // away, where otherwise they would leave the region.
+      if (!AnswersHere(sv::ReplicaEndpoint{home->host, spec_.port + home->ordinal, home->region})) return;
       const sv::ReplicaEndpoint endpoint = StartDraining(*away, now);
       out_ << fmt::format("gateway: {}: replica {} serves at home (site {}), {:.1f} s after this gateway began "
                           "waiting for it; draining replica {} at {} ({}:{}), which ran in its fallback\n",
@@ -317,6 +322,13 @@ class ServiceFollower {
 
   // Takes a serving replica out of the gateway's set and drains it (Follow cancels
   // its job once it has nothing in flight); its endpoint.
+  // Whether `endpoint` is in this gateway's set and its last health probe answered.
+  bool AnswersHere(const sv::ReplicaEndpoint& endpoint) {
+    const sv::GatewayView view = gateway_.Snapshot(route_);
+    return std::any_of(view.replicas.begin(), view.replicas.end(),
+                       [&](const sv::ReplicaView& r) { return r.endpoint == endpoint && r.healthy; });
+  }
+
   sv::ReplicaEndpoint StartDraining(const ServiceReplica& r, int64_t now) {
     const sv::ReplicaEndpoint endpoint{r.host, spec_.port + r.ordinal, r.region};
     draining_.push_back(Draining{r.job, endpoint, now, false});
@@ -795,12 +807,24 @@ void Drain(const std::function<int64_t()>& inflight, std::ostream& out) {
       << std::flush;
 }
 
-// Starts a replica's listener; while its port is in use, tries again every 200 ms, for
-// the replica job's stop grace and 5 s more: the replica this one replaces (the same
-// number, on the same node: a service scaled in and up again, or deleted and served
-// again) may be draining on it. Failing at once would spend the job's attempts.
+// This host's range of ports for outgoing connections (net.ipv4.ip_local_port_range),
+// when it can be read.
+std::optional<std::pair<int, int>> OutgoingPortRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (!(in >> low >> high) || low <= 0 || high < low) return std::nullopt;
+  return std::make_pair(low, high);
+}
+
+// Starts a replica's listener on `port`; while it is in use, tries again every 200 ms,
+// for the replica job's stop grace and 5 s more: the replica this one replaces (the
+// same number, on the same node: a service scaled in and up again, or deleted and
+// served again) may be draining on it. Failing at once would spend the job's attempts.
+// A port in the range of outgoing connections may be held by one of them instead,
+// for up to a minute after it closes (TIME_WAIT, which SO_REUSEADDR does not pass):
+// the wait says so.
 template <typename Start>
-auto StartWhenThePortIsFree(const Start& start, std::ostream& out) -> decltype(start()) {
+auto StartWhenThePortIsFree(const Start& start, int port, std::ostream& out) -> decltype(start()) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spec::kReplicaStopGraceUs) +
                         std::chrono::seconds(5);
   bool said = false;
@@ -809,8 +833,15 @@ auto StartWhenThePortIsFree(const Start& start, std::ostream& out) -> decltype(s
     const bool in_use = !started.ok() && started.status().message().find(std::strerror(EADDRINUSE)) != std::string::npos;
     if (!in_use || std::chrono::steady_clock::now() >= deadline) return started;
     if (!said) {
-      out << fmt::format("replica: {}; waiting for it (the replica this one replaces may be draining)\n",
-                         started.status().message())
+      const auto outgoing = OutgoingPortRange();
+      out << fmt::format("replica: {}; waiting for it (the replica this one replaces may be draining){}\n",
+                         started.status().message(),
+                         outgoing && port >= outgoing->first && port <= outgoing->second
+                             ? fmt::format("; port {} is in this host's range for outgoing connections ({}-{}), "
+                                           "where a closed connection holds its port for up to 60 s: give the "
+                                           "service a port outside it",
+                                           port, outgoing->first, outgoing->second)
+                             : "")
           << std::flush;
       said = true;
     }
@@ -855,7 +886,8 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   front.resend_unsafe = false;
   front.probe_interval_ms = 250;
   BlockTerminationSignals();  // before any thread starts, so they inherit it
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateway, StartWhenThePortIsFree([&] { return sv::Gateway::Start(front); }, out));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateway,
+                            StartWhenThePortIsFree([&] { return sv::Gateway::Start(front); }, front.port, out));
 
   ProcessOptions p;
   p.argv = {"/bin/sh", "-c", command};
@@ -953,7 +985,8 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   const int32_t hidden = model.hidden();
   const int64_t step = model.step();
   BlockTerminationSignals();  // before the server's threads start, so they inherit it
-  MERIDIAN_ASSIGN_OR_RETURN(auto replica, StartWhenThePortIsFree([&] { return sv::Replica::Start(model, options); }, out));
+  MERIDIAN_ASSIGN_OR_RETURN(
+      auto replica, StartWhenThePortIsFree([&] { return sv::Replica::Start(model, options); }, options.port, out));
   out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}, on {}; batches of "
                      "up to {} images, waiting up to {} us)\n",
                      address.first, replica->port(), tls.with ? " with TLS" : "", hidden, step, model.device(),
