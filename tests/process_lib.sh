@@ -69,11 +69,11 @@ start_listening() {  # log, command...
 # at a third of a core). `guard_cleanup CLEANUP` starts a guard that waits for this
 # shell to end; if it ends without its trap having stopped the guard (stop_started
 # does), the guard runs CLEANUP (the test's own trap function, as it was when the
-# guard started), kills what the test started since, and removes $tmp. What the test
-# started is what it ran (its environment holds MERIDIAN_TEST_TMP: the cluster's
-# daemons, the servers and clients it started) and its own subshells in the background
-# (their command line is the test's: a loop of requests would otherwise go on for
-# ever), and anything naming $tmp.
+# guard started), kills what the test started since, and removes $tmp (unless KEEP
+# is set, as stop_started does). What the test started is what it ran (its
+# environment holds MERIDIAN_TEST_TMP: the cluster's daemons, the servers and clients
+# it started), its own subshells in the background (their command line is the
+# test's: a loop of requests would otherwise go on for ever), and anything naming $tmp.
 guard=""
 guard_cleanup() {  # function...
   local shell=$$
@@ -93,7 +93,7 @@ guard_cleanup() {  # function...
       fi
     done
     pkill -KILL -f -- "$tmp"
-    rm -rf "$tmp"
+    [ -n "${KEEP:-}" ] || rm -rf "$tmp"
   ) &
   guard=$!
 }

@@ -320,8 +320,6 @@ class ServiceFollower {
     return std::any_of(draining_.begin(), draining_.end(), [&](const Draining& d) { return d.job == job; });
   }
 
-  // Takes a serving replica out of the gateway's set and drains it (Follow cancels
-  // its job once it has nothing in flight); its endpoint.
   // Whether `endpoint` is in this gateway's set and its last health probe answered.
   bool AnswersHere(const sv::ReplicaEndpoint& endpoint) {
     const sv::GatewayView view = gateway_.Snapshot(route_);
@@ -329,6 +327,8 @@ class ServiceFollower {
                        [&](const sv::ReplicaView& r) { return r.endpoint == endpoint && r.healthy; });
   }
 
+  // Takes a serving replica out of the gateway's set and drains it (Follow cancels
+  // its job once it has nothing in flight); its endpoint.
   sv::ReplicaEndpoint StartDraining(const ServiceReplica& r, int64_t now) {
     const sv::ReplicaEndpoint endpoint{r.host, spec_.port + r.ordinal, r.region};
     draining_.push_back(Draining{r.job, endpoint, now, false});
