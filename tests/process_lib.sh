@@ -74,11 +74,19 @@ start_listening() {  # log, command...
 # environment holds MERIDIAN_TEST_TMP: the cluster's daemons, the servers and clients
 # it started), its own subshells in the background (their command line is the
 # test's: a loop of requests would otherwise go on for ever), and anything naming $tmp.
+# ctest's timeout kills the test's whole process group, not its shell alone (a guard
+# of that group died with it and left a TSan cluster running): the guard leads a
+# group of its own (set -m) and is left to init (the subshell that starts it ends).
 guard=""
 guard_cleanup() {  # function...
   local shell=$$
   export MERIDIAN_TEST_TMP=$tmp
-  (
+  guard=$(set -m; _guard_body "$shell" "$@" </dev/null >/dev/null 2>&1 & echo $!)
+}
+_guard_body() {  # shell, function...
+  local shell=$1
+  shift
+  {
     trap '' INT TERM HUP
     exec </dev/null >/dev/null 2>&1
     test_cmdline=$(tr '\0' '\1' </proc/$shell/cmdline)
@@ -94,12 +102,11 @@ guard_cleanup() {  # function...
     done
     pkill -KILL -f -- "$tmp"
     [ -n "${KEEP:-}" ] || rm -rf "$tmp"
-  ) &
-  guard=$!
+  }
 }
 # Stops the processes in `pids` and removes $tmp, unless KEEP is set (then says where).
 stop_started() {
-  if [ -n "$guard" ]; then kill -KILL "$guard" 2>/dev/null; wait "$guard" 2>/dev/null; guard=""; fi
+  if [ -n "$guard" ]; then kill -KILL "$guard" 2>/dev/null; guard=""; fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   [ -n "${KEEP:-}" ] || rm -rf "$tmp"; [ -z "${KEEP:-}" ] || echo "kept $tmp"
