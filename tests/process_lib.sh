@@ -63,10 +63,11 @@ start_listening() {  # log, command...
   echo "FAIL: no 'listening on' in $log:"; cat "$log"
   exit 1
 }
-# When ctest's timeout ends a test it kills its shell with SIGKILL: the EXIT trap does
-# not run, and the cluster, replicas and gateways it started would go on running and
-# load the tests after it (a TSan cluster test timed out in CI and left its coordinator
-# at a third of a core). `guard_cleanup CLEANUP` starts a guard that waits for this
+# When ctest's timeout ends a test it kills the test's whole process group with
+# SIGKILL: the EXIT trap does not run, and the cluster, replicas and gateways it
+# started (daemons of their own sessions) would go on running and load the tests after
+# it (a TSan cluster test timed out in CI and left its coordinator at a third of a
+# core). `guard_cleanup CLEANUP` starts a guard that waits for this
 # shell to end; if it ends without its trap having stopped the guard (stop_started
 # does), the guard runs CLEANUP (the test's own trap function, as it was when the
 # guard started), kills what the test started since, and removes $tmp (unless KEEP
@@ -74,9 +75,8 @@ start_listening() {  # log, command...
 # environment holds MERIDIAN_TEST_TMP: the cluster's daemons, the servers and clients
 # it started), its own subshells in the background (their command line is the
 # test's: a loop of requests would otherwise go on for ever), and anything naming $tmp.
-# ctest's timeout kills the test's whole process group, not its shell alone (a guard
-# of that group died with it and left a TSan cluster running): the guard leads a
-# group of its own (set -m) and is left to init (the subshell that starts it ends).
+# The guard leads a process group of its own (set -m) and is left to init (the
+# subshell that starts it ends at once): one in the test's group died with it.
 guard=""
 guard_cleanup() {  # function...
   local shell=$$

@@ -402,7 +402,7 @@ StatusOr<model::Caller> Client::WhoIs(const std::string& token) {
   if (token.empty()) return UnauthenticatedError("no token to ask about");
   v1::WhoAmIRequest req;
   v1::WhoAmIResponse resp;
-  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp, 0, token));
+  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp, /*timeout_us=*/0, /*as_token=*/token));
   return CallerOf(resp);
 }
 
