@@ -95,7 +95,7 @@ StatusOr<std::pair<std::string, std::string>> Coordinator::Join(const std::strin
     return PermissionDeniedError(fmt::format("node '{}' is not in the fleet; only its nodes may join", node));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     auto it = node_by_name_.find(node);
     if (it != node_by_name_.end() && nodes_[it->second].alive) {
       return FailedPreconditionError(fmt::format(

@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions op
 
 Coordinator::~Coordinator() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     stopping_ = true;
     for (NodeRt& n : nodes_) CloseSinkLocked(n, UnavailableError("the coordinator is shutting down"));
     for (auto& [id, job] : jobs_) {
@@ -88,7 +88,7 @@ Coordinator::~Coordinator() {
 
 Status Coordinator::LoadState() {
   MERIDIAN_ASSIGN_OR_RETURN(store::LoadedState state, store_->Load());
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   next_job_id_ = state.next_job_id;
   for (model::JobRecord& rec : state.jobs) {
     next_job_id_ = std::max(next_job_id_, rec.id + 1);
@@ -183,7 +183,7 @@ Status Coordinator::LoadState() {
     }
     job.counts.version = next_version_++;
   }
-  Commit(fixes);
+  Commit(std::move(fixes));
   RetireFinishedLocked();
   if (!jobs_.empty()) {
     MERIDIAN_LOG_INFO("loaded {} jobs; {} tasks were placed before the restart and wait for their agents",
@@ -192,7 +192,7 @@ Status Coordinator::LoadState() {
   return OkStatus();
 }
 
-void Coordinator::Commit(store::StoreBatch& batch) {
+void Coordinator::Commit(store::StoreBatch&& batch) {
   if (!new_jobs_.empty()) {
     batch.new_jobs.insert(batch.new_jobs.begin(), std::make_move_iterator(new_jobs_.begin()),
                           std::make_move_iterator(new_jobs_.end()));
@@ -204,32 +204,154 @@ void Coordinator::Commit(store::StoreBatch& batch) {
     batch.spend.push_back(model::TenantSpend{tenant, spend_day_, spent_today_[tenant]});
   }
   spend_unsaved_.clear();
-  if (!batch.empty()) {
-    const MonotonicTime start = env_.clock().Now();
-    Status s = store_->Apply(batch);
-    commit_latency_.ObserveUs(env_.clock().Now().us - start.us);
-    // Nothing is acknowledged that is not stored; a store that cannot write stops the
-    // coordinator rather than let memory and disk disagree. Restarting reloads the store.
-    MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
-  }
-  FlushOutboxesLocked();
-  FlushWatchersLocked();
+  PendingCommit entry;
+  entry.batch = std::move(batch);
+  TakeOutboxesLocked(entry);
+  TakeWatchersLocked(entry);
+  EnqueueLocked(std::move(entry));
+}
+
+void Coordinator::FlushOutboxesLocked() {
+  PendingCommit entry;
+  TakeOutboxesLocked(entry);
+  EnqueueLocked(std::move(entry));
 }
 
 void Coordinator::FlushWatchersLocked() {
+  PendingCommit entry;
+  TakeWatchersLocked(entry);
+  EnqueueLocked(std::move(entry));
+}
+
+size_t Coordinator::CommitsQueued() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return queue_.size();
+}
+
+void Coordinator::EnqueueLocked(PendingCommit entry) {
+  if (entry.batch.empty() && entry.outboxes.empty() && entry.watches.empty()) return;
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  // Made under queue_mu_ with its entry: whoever reads this seq finds the entry queued
+  // or taken by a committer.
+  entry.seq = queued_seq_.load(std::memory_order_relaxed) + 1;
+  queue_.push_back(std::move(entry));
+  queued_seq_.store(queue_.back().seq, std::memory_order_release);
+}
+
+namespace {
+
+// `from` appended to `to`, kind by kind. Stored as one, they leave the store as they
+// would one after the other: every kind is written by key (the latest write of a key
+// wins, and later batches come later), new jobs first (the rest may place their tasks).
+void AppendBatch(store::StoreBatch& to, store::StoreBatch& from) {
+  auto append = [](auto& a, auto& b) { a.insert(a.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end())); };
+  append(to.new_jobs, from.new_jobs);
+  append(to.jobs, from.jobs);
+  append(to.tasks, from.tasks);
+  append(to.attempts, from.attempts);
+  append(to.logs, from.logs);
+  append(to.names, from.names);
+  append(to.tokens, from.tokens);
+  append(to.spend, from.spend);
+}
+
+}  // namespace
+
+void Coordinator::AwaitStored(uint64_t seq) {
+  if (stored_seq_.load(std::memory_order_acquire) >= seq) return;
+  std::lock_guard<std::mutex> committer(commit_mu_);
+  while (stored_seq_.load(std::memory_order_relaxed) < seq) {
+    std::vector<PendingCommit> entries;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      entries.swap(queue_);
+    }
+    MERIDIAN_CHECK_MSG(!entries.empty() && entries.back().seq >= seq, "commit queue lost an entry");
+    store::StoreBatch all;
+    size_t stored = 0;
+    for (PendingCommit& e : entries) {
+      if (e.batch.empty()) continue;
+      ++stored;
+      if (stored == 1) {
+        all = std::move(e.batch);
+      } else {
+        AppendBatch(all, e.batch);
+      }
+    }
+    if (!all.empty()) {
+      const MonotonicTime start = env_.clock().Now();
+      Status s = store_->Apply(all);
+      commit_latency_.ObserveUs(env_.clock().Now().us - start.us);
+      // Nothing is acknowledged that is not stored; a store that cannot write stops the
+      // coordinator rather than let memory and disk disagree. Restarting reloads the store.
+      MERIDIAN_CHECK_MSG(s.ok(), "state store write failed, stopping: " + s.ToString());
+      commit_transactions_.fetch_add(1, std::memory_order_relaxed);
+      commit_entries_.fetch_add(stored, std::memory_order_relaxed);
+    }
+    // An outbox that goes back to a newer stream is queued again: this call sees it out.
+    seq = std::max(seq, RunEffects(entries));
+    stored_seq_.store(entries.back().seq, std::memory_order_release);
+  }
+}
+
+uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
+  std::vector<OutboxPush*> back;  // outboxes whose stream ended before they went
+  for (PendingCommit& e : entries) {
+    for (OutboxPush& o : e.outboxes) {
+      if (!o.sink->Push(o.batch)) back.push_back(&o);
+    }
+    for (WatchPush& w : e.watches) {
+      for (const std::shared_ptr<rpc::JobWatchSink>& sink : w.sinks) {
+        model::JobSummary copy = w.summary;  // a sink takes what it is pushed
+        if (sink->Push(copy) && w.close) sink->Close(OkStatus());
+      }
+    }
+  }
+  if (back.empty()) return 0;
+  // Under the raw lock: what is given back is stored already, nothing to wait for.
+  std::lock_guard<std::mutex> lock(mu_.raw());
+  bool waiters = false;
+  for (OutboxPush* o : back) {
+    if (o->node >= static_cast<int32_t>(nodes_.size())) continue;
+    NodeRt& n = nodes_[o->node];
+    if (n.session != o->session) continue;  // registered again since: it starts afresh
+    if (n.sink == o->sink) n.sink.reset();
+    // Before what was made since: in the order it was made.
+    model::AssignmentBatch& out = n.outbox;
+    auto before = [](auto& a, auto& b) {
+      a.insert(a.begin(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+    };
+    before(out.assignments, o->batch.assignments);
+    before(out.cancel, o->batch.cancel);
+    before(out.release_objects, o->batch.release_objects);
+    if (n.sink) {
+      OutboxLocked(o->node);  // a newer stream connected meanwhile: it goes there
+    } else {
+      waiters = true;
+    }
+  }
+  if (!outbox_dirty_.empty()) FlushOutboxesLocked();
+  if (waiters) outbox_cv_.notify_all();
+  return queued_seq_.load(std::memory_order_acquire);
+}
+
+void Coordinator::TakeWatchersLocked(PendingCommit& entry) {
   for (uint64_t id : watch_dirty_) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     JobRt& job = it->second;
     job.watch_dirty = false;
-    const bool finished = model::IsTerminal(job.rec.status);
-    const model::JobSummary summary = SummaryOf(job);
-    std::erase_if(job.watchers, [&](const std::shared_ptr<rpc::JobWatchSink>& w) {
-      model::JobSummary copy = summary;  // a sink takes what it is pushed
-      if (!w->Push(copy)) return true;
-      if (finished) w->Close(OkStatus());
-      return finished;
-    });
+    std::erase_if(job.watchers, [](const std::shared_ptr<rpc::JobWatchSink>& w) { return !w->open(); });
+    if (job.watchers.empty()) continue;
+    WatchPush& w = entry.watches.emplace_back();
+    w.summary = SummaryOf(job);
+    w.close = model::IsTerminal(job.rec.status);
+    if (w.close) {
+      w.sinks = std::move(job.watchers);
+      job.watchers.clear();
+    } else {
+      w.sinks = job.watchers;
+    }
   }
   watch_dirty_.clear();
 }
@@ -243,7 +365,7 @@ model::AssignmentBatch& Coordinator::OutboxLocked(int32_t node) {
   return n.outbox;
 }
 
-void Coordinator::FlushOutboxesLocked() {
+void Coordinator::TakeOutboxesLocked(PendingCommit& entry) {
   if (outbox_dirty_.empty()) return;
   bool waiters = false;
   for (int32_t i : outbox_dirty_) {
@@ -251,9 +373,18 @@ void Coordinator::FlushOutboxesLocked() {
     n.outbox_dirty = false;
     if (n.outbox.assignments.empty() && n.outbox.cancel.empty() && n.outbox.release_objects.empty()) continue;
     // A stream that ended keeps nothing: the outbox waits for the next one (and what
-    // it never got is sent again: see Heartbeat).
-    if (n.sink && !n.sink->Push(n.outbox)) n.sink.reset();
-    waiters = waiters || !n.sink;
+    // it never got is sent again: see Heartbeat). A blocking NextAssignments takes it.
+    if (n.sink && !n.sink->open()) n.sink.reset();
+    if (!n.sink) {
+      waiters = true;
+      continue;
+    }
+    OutboxPush& o = entry.outboxes.emplace_back();
+    o.sink = n.sink;
+    o.node = i;
+    o.session = n.session;
+    o.batch = std::move(n.outbox);
+    n.outbox = {};
   }
   outbox_dirty_.clear();
   if (waiters) outbox_cv_.notify_all();
@@ -275,10 +406,15 @@ int64_t Coordinator::HeartbeatTimeoutUs() {
 }
 
 void Coordinator::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  AwaitAtExit stored{*this};
+  std::unique_lock<std::mutex> lock(mu_.raw());
   while (!stopping_) {
     TurnLocked(lock);
     if (stopping_) break;
+    // What this turn placed goes out before the loop sleeps.
+    lock.unlock();
+    AwaitQueued();
+    lock.lock();
     loop_cv_.wait_for(lock, std::chrono::microseconds(HeartbeatIntervalUs() / 2),
                       [this] { return stopping_ || dirty_; });
   }
@@ -286,7 +422,8 @@ void Coordinator::Loop() {
 
 void Coordinator::Turn() {
   MERIDIAN_CHECK_MSG(!options_.run_loop, "Turn is for a coordinator without its own loop");
-  std::unique_lock<std::mutex> lock(mu_);
+  AwaitAtExit stored{*this};
+  std::unique_lock<std::mutex> lock(mu_.raw());
   if (!stopping_) TurnLocked(lock);
 }
 
@@ -328,7 +465,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
                                                                    const std::string& tenant, int64_t max_tasks) {
   model::Fleet sites;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_.raw());  // the sites are not stored: nothing to wait for
     sites = SitesOnly(fleet_);
   }
   // A job reads its tenant's datasets only (an admin's, any). Datasets never change
@@ -370,7 +507,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
   // rows take long to write) before, outside it.
   const bool small = tasks.size() <= kStoredWithPlacementsTasks;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock lock(mu_);
     MERIDIAN_RETURN_IF_ERROR(CheckFeasibleLocked(job));
     MERIDIAN_RETURN_IF_ERROR(CheckOutputDatasetsLocked(job, spec_name));
     rec.id = result.job_id = next_job_id_++;
@@ -392,10 +529,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
     }
     // Place at once rather than wake the loop: a thread hop less per job.
     ScheduleLocked();
-    if (!new_jobs_.empty()) {  // nothing placed: stored alone
-      store::StoreBatch batch;
-      Commit(batch);
-    }
+    if (!new_jobs_.empty()) Commit({});  // nothing placed: stored alone
     FlushWatchersLocked();
   }
   loop_cv_.notify_one();
@@ -409,7 +543,7 @@ StatusOr<model::PlanReport> Coordinator::Plan(const std::string& spec_yaml, cons
   if (!order) return InvalidArgumentError(fmt::format("order: expected fifo, priority or fair, got '{}'", order_name));
   model::Fleet fleet;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     fleet = SitesOnly(fleet_);
     // The nodes alive now, numbered afresh; what they run is not counted (the dry run
     // starts from an idle fleet, as `plan --fleet` does).
@@ -528,7 +662,7 @@ Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
 StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) {
   model::JobView view;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
     view.summary = SummaryOf(it->second);
@@ -543,7 +677,7 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
                             store_->TaskPage(id, first_task, std::min(max_tasks, rpc::kMaxTasksPerPage),
                                              rpc::kMaxTaskPageBytes));
   if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto job = jobs_.find(id);
   const MonotonicTime now = env_.clock().Now();
   for (model::TaskView& t : view.tasks) {
@@ -563,7 +697,7 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
 }
 
 std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const rpc::JobFilter& filter) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::vector<model::JobSummary> out;
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     if (limit > 0 && out.size() >= static_cast<size_t>(limit)) break;
@@ -577,14 +711,14 @@ std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const rpc::J
 }
 
 StatusOr<std::string> Coordinator::JobTenant(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
   return it->second.rec.tenant;
 }
 
 StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
   JobRt& job = it->second;
@@ -594,7 +728,7 @@ StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
   }
   store::StoreBatch batch;
   EndJob(job, JobStatus::kCancelled, "cancelled by request", batch);
-  Commit(batch);
+  Commit(std::move(batch));
   model::JobSummary summary = SummaryOf(job);
   RetireFinishedLocked();
   return summary;
@@ -603,7 +737,7 @@ StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
 StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
   model::JobSummary summary;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
     JobRt& job = it->second;
@@ -633,7 +767,7 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
     first = page->back().record.task + 1;
   }
   if (s.ok()) s = store_->DeleteJob(id);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto it = jobs_.find(id);
   if (!s.ok()) {
     if (it != jobs_.end()) it->second.deleting = false;
@@ -660,7 +794,7 @@ StatusOr<uint32_t> Coordinator::FindTaskIndex(uint64_t id, const std::string& ta
   std::optional<uint32_t> index;
   bool in_memory = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
     in_memory = it->second.job != nullptr;
@@ -677,7 +811,7 @@ StatusOr<uint32_t> Coordinator::FindTaskIndex(uint64_t id, const std::string& ta
 
 StatusOr<std::pair<std::string, std::string>> Coordinator::JobSpec(uint64_t id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
     // A job not yet retired holds its spec; a retired one's is in the store only.
@@ -690,11 +824,11 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
   std::optional<uint32_t> index;
   if (!task.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(index, FindTaskIndex(id, task));
-  } else if (std::lock_guard<std::mutex> lock(mu_); !jobs_.count(id)) {
+  } else if (std::lock_guard lock(mu_); !jobs_.count(id)) {
     return NotFoundError(fmt::format("no job {}", id));
   }
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, store_->Logs(id, index));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   // Running attempts' output so far, after their task's earlier attempts.
   if (auto it = jobs_.find(id); it != jobs_.end()) {
     const JobRt& job = it->second;
@@ -719,7 +853,8 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
 }
 
 StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) {
-  std::unique_lock<std::mutex> lock(mu_);
+  AwaitAtExit stored{*this};
+  std::unique_lock<std::mutex> lock(mu_.raw());
   if (!jobs_.count(id)) return NotFoundError(fmt::format("no job {}", id));
   // Looked up again on each wake: the job may be deleted while this waits.
   job_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
@@ -733,21 +868,25 @@ StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_ver
 }
 
 Status Coordinator::WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<rpc::JobWatchSink> sink) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
   JobRt& job = it->second;
   const bool finished = model::IsTerminal(job.rec.status);
+  // Pushed in the commit queue's order: after what it shows is stored, before any
+  // later change's summary.
+  PendingCommit entry;
   if (job.counts.version > after_version || finished) {
-    model::JobSummary summary = SummaryOf(job);
-    if (!sink->Push(summary)) return OkStatus();  // the reader is gone already
+    WatchPush& w = entry.watches.emplace_back();
+    w.sinks.push_back(sink);
+    w.summary = SummaryOf(job);
+    w.close = finished;
   }
-  if (finished) {
-    sink->Close(OkStatus());
-    return OkStatus();
+  if (!finished) {
+    std::erase_if(job.watchers, [](const std::shared_ptr<rpc::JobWatchSink>& w) { return !w->open(); });
+    job.watchers.push_back(std::move(sink));
   }
-  std::erase_if(job.watchers, [](const std::shared_ptr<rpc::JobWatchSink>& w) { return !w->open(); });
-  job.watchers.push_back(std::move(sink));
+  EnqueueLocked(std::move(entry));
   return OkStatus();
 }
 
@@ -901,7 +1040,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
     return InvalidArgumentError(fmt::format("node '{}': metrics URL: expected http(s)://HOST:PORT of at most 256 bytes",
                                             reg.node.name));
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock lock(mu_);
   if (auto it = node_by_name_.find(reg.node.name); it != node_by_name_.end()) {
     const NodeRt& current = nodes_[it->second];
     const int64_t silent_us = env_.clock().Now().us - current.last_heartbeat.us;
@@ -960,7 +1099,7 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
   reply.ticket_key = ticket_key_;
   Reconcile(index, reg, batch, reply);
   RebuildLostLocked(gone, fmt::format("its output was lost when node {} restarted", reg.node.name), batch);
-  Commit(batch);
+  Commit(std::move(batch));
   RetireFinishedLocked();
   reply.node_id = static_cast<uint32_t>(index);
   reply.session = rt.session;
@@ -975,7 +1114,8 @@ StatusOr<model::RegistrationReply> Coordinator::Register(const model::AgentRegis
 
 StatusOr<model::AssignmentBatch> Coordinator::NextAssignments(uint32_t node_id, uint64_t session,
                                                               int64_t timeout_us) {
-  std::unique_lock<std::mutex> lock(mu_);
+  AwaitAtExit stored{*this};
+  std::unique_lock<std::mutex> lock(mu_.raw());
   auto stale = [&] { return node_id >= nodes_.size() || nodes_[node_id].session != session; };
   if (stale()) return FailedPreconditionError("this session is no longer the node's; register again");
   outbox_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
@@ -989,7 +1129,7 @@ StatusOr<model::AssignmentBatch> Coordinator::NextAssignments(uint32_t node_id, 
 }
 
 Status Coordinator::ConnectAssignments(uint32_t node_id, uint64_t session, std::shared_ptr<rpc::AssignmentSink> sink) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (node_id >= nodes_.size() || nodes_[node_id].session != session) {
     return FailedPreconditionError("this session is no longer the node's; register again");
   }
@@ -1026,7 +1166,7 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
       if (h.session == hb.session && h.waiting > 0) --h.waiting;
     }
   } answered{*this, hb, noted};
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock lock(mu_);
   if (hb.node_id >= nodes_.size() || nodes_[hb.node_id].session != hb.session) return true;
   const int32_t index = static_cast<int32_t>(hb.node_id);
   MERIDIAN_RETURN_IF_ERROR(CheckReportsLocked(index, fleet_.nodes[index].name, hb.updates));
@@ -1039,7 +1179,7 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
   for (const model::LinkTraffic& t : hb.traffic) node.traffic[t.to_site] = t;
   store::StoreBatch batch;
   for (const model::TaskUpdate& u : hb.updates) ApplyUpdate(u, index, batch);
-  Commit(batch);
+  Commit(std::move(batch));
   // Freed resources and dependents made ready are placed before the agent hears back.
   if (dirty_) ScheduleLocked();
   // Placed here a while ago but not on the agent: the assignment was lost on the way.
@@ -1072,7 +1212,7 @@ StatusOr<bool> Coordinator::Heartbeat(const model::AgentHeartbeat& hb) {
 }
 
 Status Coordinator::Leave(uint32_t node_id, uint64_t session) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock lock(mu_);
   if (node_id >= nodes_.size() || nodes_[node_id].session != session || !nodes_[node_id].alive) {
     return FailedPreconditionError("this session is no longer the node's; register again");
   }
@@ -1087,14 +1227,14 @@ Status Coordinator::Leave(uint32_t node_id, uint64_t session) {
   }
   store::StoreBatch batch;
   MarkDead(index, fmt::format("node {} left the pool, idle", fleet_.nodes[index].name), batch, true);
-  Commit(batch);
+  Commit(std::move(batch));
   lock.unlock();
   loop_cv_.notify_one();
   return OkStatus();
 }
 
 std::vector<model::TenantView> Coordinator::ListTenants() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::map<std::string, model::TenantView> by_name;
   for (const model::Tenant& t : fleet_.tenants) {
     model::TenantView& v = by_name[t.name];
@@ -1132,7 +1272,7 @@ std::vector<model::TenantView> Coordinator::ListTenants() {
 }
 
 StatusOr<std::string> Coordinator::NodeName(uint32_t node_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (node_id >= fleet_.nodes.size()) return NotFoundError(fmt::format("no node {}", node_id));
   return fleet_.nodes[node_id].name;
 }
@@ -1187,14 +1327,14 @@ Status Coordinator::CheckReportsLocked(int32_t index, const std::string& name,
 }
 
 size_t Coordinator::TasksInMemory() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   size_t n = 0;
   for (const auto& [id, job] : jobs_) n += job.tasks.size();
   return n;
 }
 
 std::vector<model::NodeView> Coordinator::ListNodes() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::vector<model::NodeView> out;
   const MonotonicTime now = env_.clock().Now();
   for (size_t i = 0; i < nodes_.size(); ++i) {

@@ -175,6 +175,9 @@ class Coordinator final : public rpc::JobApi,
   // names the job or the task missing.
   StatusOr<uint32_t> FindTaskIndex(uint64_t id, const std::string& task);
 
+  // Entries of the commit queue waiting for the committer (a gauge in /metrics). Takes
+  // no lock but the queue's.
+  size_t CommitsQueued();
   // Tasks whose state is held in memory: those of jobs not yet finished (a finished
   // job's are in the store only). For metrics and tests.
   size_t TasksInMemory();
@@ -315,6 +318,21 @@ class Coordinator final : public rpc::JobApi,
   void Loop();
   // One turn of Loop; may release the lock while it deletes expired jobs.
   void TurnLocked(std::unique_lock<std::mutex>& lock);
+  // Waits until every entry of the commit queue up to `seq` is stored and its effects
+  // have run. The first caller to find work becomes the committer: it takes every entry
+  // queued so far and stores them in one transaction (group commit), then runs their
+  // effects in order, while the others wait for it (and one of them takes what was
+  // queued meanwhile). Never called with mu_ held.
+  void AwaitStored(uint64_t seq);
+  // AwaitStored for all that was queued up to now: what a call saw or changed under
+  // mu_ is stored before it answers (StateMutex::unlock calls it).
+  void AwaitQueued() { AwaitStored(queued_seq_.load(std::memory_order_acquire)); }
+  // Declared before a raw lock of mu_ (for a condition variable's wait): once that lock
+  // is let go, waits as StateMutex::unlock does.
+  struct AwaitAtExit {
+    Coordinator& c;
+    ~AwaitAtExit() { c.AwaitQueued(); }
+  };
 
   // All below: called with mu_ held.
   StatusOr<SiteId> SiteFor(const model::AgentRegistration& reg);
@@ -330,18 +348,50 @@ class Coordinator final : public rpc::JobApi,
   void DetectFailuresLocked();
   // The node's outbox, marked to be handed to its stream by FlushOutboxesLocked.
   model::AssignmentBatch& OutboxLocked(int32_t node);
-  // Hands every marked outbox to its node's stream (and wakes blocking waiters). Called
-  // by Commit, so no agent hears of anything before it is stored.
+  // Queues every marked outbox to be pushed to its node's stream once all queued
+  // before it is stored (Commit does so with its batch: no agent hears of anything
+  // before it is stored).
   void FlushOutboxesLocked();
-  // Pushes the summary of every watched job that changed to its watchers (closing
-  // them once it has finished). Called by Commit, after the change is stored.
+  // Queues the summary of every watched job that changed for its watchers (closing
+  // them once it has finished), likewise pushed once what came before is stored.
   void FlushWatchersLocked();
+  // What a commit queue entry makes due once it is stored: outboxes for node streams,
+  // summaries for job watchers.
+  struct OutboxPush {
+    std::shared_ptr<rpc::AssignmentSink> sink;
+    int32_t node = 0;
+    uint64_t session = 0;
+    model::AssignmentBatch batch;
+  };
+  struct WatchPush {
+    std::vector<std::shared_ptr<rpc::JobWatchSink>> sinks;
+    model::JobSummary summary;
+    bool close = false;  // the job finished: the watch ends after it
+  };
+  struct PendingCommit {
+    uint64_t seq = 0;
+    store::StoreBatch batch;
+    std::vector<OutboxPush> outboxes;
+    std::vector<WatchPush> watches;
+  };
+  // FlushOutboxesLocked's and FlushWatchersLocked's work, into `entry`. A node with no
+  // stream keeps its outbox (and blocking waiters are woken); watchers that left go.
+  void TakeOutboxesLocked(PendingCommit& entry);
+  void TakeWatchersLocked(PendingCommit& entry);
+  // Queues `entry` (mu_ held), unless it holds nothing.
+  void EnqueueLocked(PendingCommit entry);
+  // The pushes of stored entries, in order (the committer, without mu_). An outbox
+  // whose stream ended meanwhile goes back to its node, for its next stream; the
+  // newest entry queued then (0: none) is returned.
+  uint64_t RunEffects(std::vector<PendingCommit>& entries);
   // Ends the node's stream, if one is connected: its session is over.
   void CloseSinkLocked(NodeRt& node, const Status& why);
   // How long a node may stay silent at the current heartbeat interval.
   int64_t HeartbeatTimeoutUs();
-  // Writes `batch`, with the jobs created and the spend rows not written yet.
-  void Commit(store::StoreBatch& batch);
+  // Queues `batch` to be stored (with the jobs created and the spend rows not written
+  // yet), with the outboxes and watchers' summaries it makes due: they go out once it
+  // is stored. The write is made without mu_ (AwaitStored, once the call lets it go).
+  void Commit(store::StoreBatch&& batch);
   // The submitted job, stored, in memory: its tasks queued (or blocked on others).
   void InstallJobLocked(model::JobRecord rec, model::Job job);
   // OK when every task could run on the registered fleet; else why one cannot.
@@ -495,7 +545,35 @@ class Coordinator final : public rpc::JobApi,
   Env& env_;
   const sched::Policy policy_;
 
-  std::mutex mu_;
+  // The state's lock. Letting it go waits until all queued to be stored so far is
+  // stored and its effects have run (AwaitQueued): whatever a call saw or changed under
+  // it, its answer leaves only once that is stored, yet the store's write is made
+  // without it (group commit, AwaitStored). The condition variables' waits take raw().
+  class StateMutex {
+   public:
+    explicit StateMutex(Coordinator& owner) : owner_(owner) {}
+    void lock() { mu_.lock(); }
+    bool try_lock() { return mu_.try_lock(); }
+    void unlock() {
+      mu_.unlock();
+      owner_.AwaitQueued();
+    }
+    std::mutex& raw() { return mu_; }
+
+   private:
+    Coordinator& owner_;
+    std::mutex mu_;
+  };
+  StateMutex mu_{*this};
+  // The commit queue: entries made under mu_, in order, stored by AwaitStored's
+  // committer. queued_seq_ is the newest entry's, stored_seq_ the newest stored (and its
+  // effects run). Lock order: mu_ (or none), commit_mu_, mu_.raw() (an outbox going
+  // back), queue_mu_.
+  std::mutex commit_mu_;  // held by the committer
+  std::mutex queue_mu_;
+  std::vector<PendingCommit> queue_;  // guarded by queue_mu_
+  std::atomic<uint64_t> queued_seq_{0};  // written under queue_mu_
+  std::atomic<uint64_t> stored_seq_{0};  // written under commit_mu_
   // When each node's newest heartbeat arrived, noted before it waits for mu_: one that
   // came while the coordinator stalled (mu_ held by a long commit or placement, or the
   // process starved of CPU) counts from its arrival, so that the failure check, which
@@ -540,7 +618,7 @@ class Coordinator final : public rpc::JobApi,
   std::vector<model::TenantSpend> spend_rows_;    // of days past, not stored yet
   uint64_t next_job_id_ = 1;                      // the next job's (ids are never reused)
   // Jobs submitted and in memory, to be stored by the next Commit with their first
-  // placements (mu_ is held until then: nobody sees them before they are stored).
+  // placements (nobody sees them before they are stored: see StateMutex).
   std::vector<store::NewJob> new_jobs_;
   std::map<std::string, ObjectRt> objects_;        // by id
   std::map<std::string, std::string> object_names_;  // name -> id
@@ -577,6 +655,9 @@ class Coordinator final : public rpc::JobApi,
   http::LatencyHistogram placement_latency_;        // a task's time in the queue, to its placement
   http::LatencyHistogram schedule_pass_;            // one scheduling call that had tasks to offer
   http::LatencyHistogram commit_latency_;           // one state-store transaction
+  // Transactions the committer made, and the commit queue entries they stored.
+  std::atomic<uint64_t> commit_transactions_{0};
+  std::atomic<uint64_t> commit_entries_{0};
 
   std::mutex endpoints_mu_;
   rpc::HttpEndpoints endpoints_;  // guarded by endpoints_mu_

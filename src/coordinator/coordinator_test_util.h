@@ -3,8 +3,10 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +15,7 @@
 
 #include "coordinator/coordinator.h"
 #include "testing/fake_clock.h"
+#include "testing/forwarding_state_store.h"
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::coordinator {
@@ -95,6 +98,46 @@ inline model::AgentRegistration NodeWith8Cores(const std::string& name, const st
   r.node.cpu_milli = 8000;
   return r;
 }
+
+// A store whose writes wait while held: the coordinator's commits stall (made without
+// its lock, calls go on; each waits for its answer until what it saw is stored).
+class StallingStore : public testing::ForwardingStateStore {
+ public:
+  StallingStore() : ForwardingStateStore(inner_) {}
+  Status Apply(const store::StoreBatch& batch) override {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !held_; });
+      --waiting_;
+    }
+    return ForwardingStateStore::Apply(batch);
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  void AwaitAWrite() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [this] { return waiting_ > 0; });
+  }
+  // Transactions written (not counting one held).
+  int commits() { return inner_.commits(); }
+  testing::InMemoryStateStore& inner() { return inner_; }
+
+ private:
+  testing::InMemoryStateStore inner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int waiting_ = 0;
+};
 
 class CoordinatorTest : public ::testing::Test {
  protected:

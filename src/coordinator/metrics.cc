@@ -12,7 +12,7 @@ namespace meridian::coordinator {
 using model::JobStatus;
 
 void Coordinator::WriteMetrics(http::Exposition& out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   const MonotonicTime now = env_.clock().Now();
 
   std::map<std::string_view, int64_t> jobs_by_status;
@@ -49,6 +49,14 @@ void Coordinator::WriteMetrics(http::Exposition& out) {
                            "Time from a task joining the queue to its placement.");
   schedule_pass_.Write(out, "meridian_schedule_pass_seconds", "Time of one scheduling call that had tasks to offer.");
   commit_latency_.Write(out, "meridian_store_commit_seconds", "Time of one state-store transaction.");
+  out.Gauge("meridian_store_commit_queue", "Changes made and waiting for the state store's next transaction.",
+            static_cast<double>(CommitsQueued()));
+  out.Counter("meridian_store_commits_total", "State-store transactions since the coordinator started.",
+              static_cast<double>(commit_transactions_.load(std::memory_order_relaxed)));
+  out.Counter("meridian_store_commit_batches_total",
+              "Changes stored since the coordinator started; several made while one transaction was written are "
+              "stored together in the next.",
+              static_cast<double>(commit_entries_.load(std::memory_order_relaxed)));
   out.Family("meridian_task_attempts_total", "counter", "Task attempts ended since the coordinator started, by outcome.");
   for (const auto& [outcome, n] : attempts_ended_) {
     out.Sample("meridian_task_attempts_total", {{"outcome", outcome}}, static_cast<double>(n));
@@ -140,7 +148,7 @@ void Coordinator::WriteMetrics(http::Exposition& out) {
 }
 
 StatusOr<std::pair<std::string, std::string>> Coordinator::NodeMetricsUrl(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto it = node_by_name_.find(name);
   if (it == node_by_name_.end()) return NotFoundError(fmt::format("no node '{}'", name));
   const NodeRt& rt = nodes_[it->second];
@@ -160,7 +168,7 @@ void Coordinator::SetEndpoints(rpc::HttpEndpoints endpoints) {
 }
 
 model::Fleet Coordinator::SitesAndLinks() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   model::Fleet out;
   out.sites = fleet_.sites;
   out.links = fleet_.links;
@@ -168,7 +176,7 @@ model::Fleet Coordinator::SitesAndLinks() {
 }
 
 std::vector<std::pair<std::string, std::string>> Coordinator::NodesWithMetrics() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::vector<std::pair<std::string, std::string>> out;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].alive && !nodes_[i].metrics_url.empty()) out.emplace_back(fleet_.nodes[i].name, nodes_[i].site);

@@ -104,7 +104,8 @@ std::optional<model::Dataset> Coordinator::DatasetForJobLocked(const std::string
 
 spec::DatasetResolver Coordinator::DatasetResolverFor(const std::string& tenant) {
   return [this, tenant](const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
+    // The raw lock: a job parsed with what this finds is queued to be stored after it.
+    std::lock_guard<std::mutex> lock(mu_.raw());
     return DatasetForJobLocked(name, tenant);
   };
 }
@@ -130,7 +131,8 @@ std::optional<model::ObjectRef> Coordinator::ObjectForJobLocked(const std::strin
 
 spec::ObjectResolver Coordinator::ObjectResolverFor(const std::string& tenant) {
   return [this, tenant](const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
+    // The raw lock: a job parsed with what this finds is queued to be stored after it.
+    std::lock_guard<std::mutex> lock(mu_.raw());
     return ObjectForJobLocked(id, tenant);
   };
 }
@@ -216,7 +218,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
     MERIDIAN_ASSIGN_OR_RETURN(const uint32_t index, FindTaskIndex(job_id, task));
     std::optional<std::string> output_object;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard lock(mu_);
       auto it = jobs_.find(job_id);
       if (it != jobs_.end() && it->second.job) output_object = it->second.tasks[index].rec.output_object;
     }
@@ -229,7 +231,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
     }
     job_output = true;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::string id = ref;
   if (auto named = object_names_.find(ref); named != object_names_.end()) {
     id = named->second;
@@ -253,7 +255,7 @@ StatusOr<model::ObjectLocation> Coordinator::Locate(const model::Caller& caller,
 StatusOr<model::ObjectReplica> Coordinator::PlacePut(const model::Caller& caller, int64_t size,
                                                      const std::string& site) {
   if (size < 0) return InvalidArgumentError("an object's size cannot be negative");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (!site.empty() && !fleet_.FindSite(site)) {
     std::string known;
     for (const model::Site& s : fleet_.sites) known += (known.empty() ? "" : ", ") + s.name;
@@ -284,7 +286,7 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
   if (!model::LooksLikeObjectId(id)) return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits)", id));
   if (!name.empty()) MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "object name"));
   if (model::LooksLikeObjectId(name)) return InvalidArgumentError(fmt::format("name '{}' would read as an object id", name));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (node_id >= nodes_.size() || !nodes_[node_id].alive) {
     return FailedPreconditionError(fmt::format("node {} is not a live node", node_id));
   }
@@ -317,7 +319,7 @@ StatusOr<model::ObjectLocation> Coordinator::Commit(const model::Caller& caller,
   if (!name.empty() && !object_names_.count(name)) {
     store::StoreBatch batch;
     batch.names.push_back(model::ObjectName{name, -1, model::HeldObject{id, size}, caller.tenant});
-    Commit(batch);
+    Commit(std::move(batch));
     name_tenants_[name] = caller.tenant;
   }
   AddReplicaLocked(static_cast<int32_t>(node_id), id, size);
@@ -434,7 +436,7 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& cal
   MERIDIAN_RETURN_IF_ERROR(model::CheckName(name, "dataset name"));
   if (model::LooksLikeObjectId(name)) return InvalidArgumentError(fmt::format("dataset name '{}' would read as an object id", name));
   if (shards.empty()) return InvalidArgumentError("a dataset needs at least one shard");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (datasets_.count(name) || object_names_.count(name)) {
     return AlreadyExistsError(fmt::format("the name '{}' is taken; dataset names are never reused", name));
   }
@@ -447,19 +449,19 @@ StatusOr<model::DatasetView> Coordinator::DefineDataset(const model::Caller& cal
     batch.names.push_back(model::ObjectName{name, static_cast<int32_t>(i),
                                             model::HeldObject{shards[i].id, o->second.size}, caller.tenant});
   }
-  Commit(batch);
+  std::vector<model::HeldObject>& stored = datasets_[name];
+  for (const model::ObjectName& n : batch.names) stored.push_back(n.object);
+  Commit(std::move(batch));
   name_tenants_[name] = caller.tenant;
   for (const model::HeldObject& shard : shards) {
     objects_[shard.id].tenants.insert(caller.tenant);
     dataset_objects_.insert(shard.id);
   }
-  std::vector<model::HeldObject>& stored = datasets_[name];
-  for (const model::ObjectName& n : batch.names) stored.push_back(n.object);
   return DatasetLocked(name);
 }
 
 StatusOr<model::DatasetView> Coordinator::GetDataset(const model::Caller& caller, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   if (!datasets_.count(name)) return NotFoundError(fmt::format("no dataset '{}'", name));
   if (!NameIsCallersLocked(caller, name)) {
     return NotYours(caller, fmt::format("dataset '{}'", name));
@@ -473,7 +475,7 @@ StatusOr<model::DatasetView> Coordinator::GetDataset(const model::Caller& caller
 }
 
 std::vector<model::DatasetView> Coordinator::ListDatasets(const model::Caller& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::vector<model::DatasetView> out;
   for (const auto& [name, shards] : datasets_) {
     if (NameIsCallersLocked(caller, name)) out.push_back(DatasetLocked(name));
@@ -485,7 +487,7 @@ StatusOr<model::ObjectLocation> Coordinator::DeleteObject(const model::Caller& c
   if (!model::LooksLikeObjectId(id)) {
     return InvalidArgumentError(fmt::format("'{}' is not an object id (32 hex digits); objects are deleted by id", id));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   auto it = objects_.find(id);
   if (it == objects_.end()) return NotFoundError(fmt::format("no object {} in the cluster", id));
   if (!MayReadLocked(caller, &it->second)) return NotYours(caller, fmt::format("object {}", id));
@@ -526,7 +528,7 @@ StatusOr<model::ObjectLocation> Coordinator::DeleteObject(const model::Caller& c
 }
 
 std::vector<model::ObjectLocation> Coordinator::ListObjects(const model::Caller& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard lock(mu_);
   std::vector<model::ObjectLocation> out;
   for (const auto& [id, o] : objects_) {
     if (MayReadLocked(caller, &o)) out.push_back(LocationLocked(id, o));

@@ -307,7 +307,7 @@ void Coordinator::ScheduleLocked() {
   }
   // Stored before any agent hears of it (Commit hands the outboxes to the streams): a
   // restart finds every assignment it sent.
-  Commit(batch);
+  Commit(std::move(batch));
   // The window was full and something was placed: more may fit behind it.
   if (!plan.placements.empty() && offered.size() == options_.schedule_window && !ready_.empty()) dirty_ = true;
 }
@@ -1004,7 +1004,7 @@ void Coordinator::DetectFailuresLocked() {
     awaiting_inputs_.clear();
     RebuildLostLocked(lost, "its output was lost: no node holding it came back", batch);
   }
-  Commit(batch);
+  Commit(std::move(batch));
 }
 
 std::vector<model::ObjectRef> Coordinator::InputsForScheduling(const JobRt& job, const TaskRt& task) const {

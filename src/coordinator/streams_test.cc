@@ -267,6 +267,72 @@ TEST_F(CoordinatorTest, SubmitSmallStoresOnlyJobsWithinItsBound) {
 // on its way to an agent), a large one alone first; either way its id is the
 // coordinator's, past every id the store gave out, and nothing is pushed before it
 // is stored.
+// Group commit: the state store's write is made without the coordinator's lock. Seven
+// reports that arrive while a commit is being written are applied at once, and a job
+// submitted meanwhile is placed; all of it is stored in one transaction after that
+// write, and the job's assignments go out only once it is stored.
+TEST_F(CoordinatorTest, ChangesMadeWhileACommitIsWrittenAreStoredTogetherAndSentOnceStored) {
+  auto owned = std::make_unique<StallingStore>();
+  StallingStore* store = owned.get();
+  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });
+  constexpr int kNodes = 8;
+  std::vector<model::RegistrationReply> nodes;
+  std::vector<std::shared_ptr<AssignmentRecorder>> sinks;
+  for (int i = 0; i < kNodes; ++i) {
+    nodes.push_back(Register(Node(fmt::format("n{}", i))));
+    sinks.push_back(std::make_shared<AssignmentRecorder>());
+    ASSERT_TRUE(coord_->ConnectAssignments(nodes[i].node_id, nodes[i].session, sinks[i]).ok());
+  }
+  // A whole node each (a node has 4 cores).
+  auto job = coord_->Submit("name: g\ntasks:\n  - {name: t, kernel: noop, count: 8, resources: {cpu: 4}}\n",
+                            "g.yaml", "");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<model::TaskKey> keys;
+  for (int i = 0; i < kNodes; ++i) {
+    std::vector<model::AssignmentBatch> b = sinks[i]->pushed();
+    ASSERT_EQ(b.size(), 1u) << i;
+    ASSERT_EQ(b[0].assignments.size(), 1u) << i;
+    keys.push_back(b[0].assignments[0].key);
+  }
+  const int before = store->commits();
+  EXPECT_EQ(coord_->CommitsQueued(), 0u);
+
+  store->Hold();
+  std::thread first([&] { Report(nodes[0], {Done(keys[0], "ok")}); });
+  store->AwaitAWrite();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < kNodes; ++i) threads.emplace_back([&, i] { Report(nodes[i], {Done(keys[i], "ok")}); });
+  threads.emplace_back([&] {
+    auto next = coord_->Submit("name: h\ntasks:\n  - {name: t, kernel: noop, resources: {cpu: 4}}\n", "h.yaml", "");
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+  });
+  // Each report and the submission queue one change; none waits for the write.
+  for (int i = 0; i < 30'000 && coord_->CommitsQueued() < kNodes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(coord_->CommitsQueued(), static_cast<size_t>(kNodes));
+  EXPECT_EQ(store->commits(), before);
+  size_t pushed = 0;
+  for (const auto& sink : sinks) pushed += Assignments(*sink);
+  EXPECT_EQ(pushed, static_cast<size_t>(kNodes));  // the new job's assignment waits for its commit
+
+  store->Release();
+  first.join();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(store->commits(), before + 2);  // the first report's; then the other eight changes
+  EXPECT_EQ(coord_->CommitsQueued(), 0u);
+  pushed = 0;
+  for (const auto& sink : sinks) pushed += Assignments(*sink);
+  EXPECT_EQ(pushed, static_cast<size_t>(kNodes + 1));
+  EXPECT_EQ(Job(job->job_id).summary.job.status, model::JobStatus::kSucceeded);
+  store::LoadedState stored = *store->inner().Load();
+  ASSERT_EQ(stored.jobs.size(), 2u);
+  EXPECT_EQ(stored.jobs[0].status, model::JobStatus::kSucceeded);
+  EXPECT_EQ(stored.jobs[1].status, model::JobStatus::kRunning);
+  ASSERT_EQ(stored.tasks.size(), 1u);  // the unfinished job's
+  EXPECT_EQ(stored.tasks[0].status, model::TaskStatus::kAssigned);
+}
+
 TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) {
   auto owned = std::make_unique<testing::InMemoryStateStore>();
   testing::InMemoryStateStore* store = owned.get();
