@@ -240,19 +240,24 @@ void Coordinator::EnqueueLocked(PendingCommit entry) {
 
 namespace {
 
+// `from`'s items moved into `to` at `at`.
+template <typename T>
+void MoveInto(std::vector<T>& to, typename std::vector<T>::iterator at, std::vector<T>& from) {
+  to.insert(at, std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+}
+
 // `from` appended to `to`, kind by kind. Stored as one, they leave the store as they
 // would one after the other: every kind is written by key (the latest write of a key
 // wins, and later batches come later), new jobs first (the rest may place their tasks).
 void AppendBatch(store::StoreBatch& to, store::StoreBatch& from) {
-  auto append = [](auto& a, auto& b) { a.insert(a.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end())); };
-  append(to.new_jobs, from.new_jobs);
-  append(to.jobs, from.jobs);
-  append(to.tasks, from.tasks);
-  append(to.attempts, from.attempts);
-  append(to.logs, from.logs);
-  append(to.names, from.names);
-  append(to.tokens, from.tokens);
-  append(to.spend, from.spend);
+  MoveInto(to.new_jobs, to.new_jobs.end(), from.new_jobs);
+  MoveInto(to.jobs, to.jobs.end(), from.jobs);
+  MoveInto(to.tasks, to.tasks.end(), from.tasks);
+  MoveInto(to.attempts, to.attempts.end(), from.attempts);
+  MoveInto(to.logs, to.logs.end(), from.logs);
+  MoveInto(to.names, to.names.end(), from.names);
+  MoveInto(to.tokens, to.tokens.end(), from.tokens);
+  MoveInto(to.spend, to.spend.end(), from.spend);
 }
 
 }  // namespace
@@ -318,12 +323,9 @@ uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
     if (n.sink == o->sink) n.sink.reset();
     // Before what was made since: in the order it was made.
     model::AssignmentBatch& out = n.outbox;
-    auto before = [](auto& a, auto& b) {
-      a.insert(a.begin(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
-    };
-    before(out.assignments, o->batch.assignments);
-    before(out.cancel, o->batch.cancel);
-    before(out.release_objects, o->batch.release_objects);
+    MoveInto(out.assignments, out.assignments.begin(), o->batch.assignments);
+    MoveInto(out.cancel, out.cancel.begin(), o->batch.cancel);
+    MoveInto(out.release_objects, out.release_objects.begin(), o->batch.release_objects);
     if (n.sink) {
       OutboxLocked(o->node);  // a newer stream connected meanwhile: it goes there
     } else {

@@ -333,6 +333,32 @@ TEST_F(CoordinatorTest, ChangesMadeWhileACommitIsWrittenAreStoredTogetherAndSent
   EXPECT_EQ(stored.tasks[0].status, model::TaskStatus::kAssigned);
 }
 
+// An assignment waits in the commit queue until its placement is stored; a stream that
+// ends meanwhile does not lose it: it goes to the node's next stream.
+TEST_F(CoordinatorTest, AnAssignmentWhoseStreamEndedWhileItWasStoredGoesToTheNextStream) {
+  auto owned = std::make_unique<StallingStore>();
+  StallingStore* store = owned.get();
+  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });
+  model::RegistrationReply n = Register(Node("n1"));
+  auto first = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, first).ok());
+  store->Hold();
+  std::thread submit([&] {
+    auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+  });
+  store->AwaitAWrite();
+  first->Drop();  // the agent's connection closes while its placement is written
+  store->Release();
+  submit.join();
+  EXPECT_EQ(Assignments(*first), 0u);
+  auto second = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, second).ok());
+  ASSERT_EQ(second->pushed().size(), 1u);
+  ASSERT_EQ(second->pushed()[0].assignments.size(), 1u);
+  EXPECT_EQ(second->pushed()[0].assignments[0].key.job, 1u);
+}
+
 TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) {
   auto owned = std::make_unique<testing::InMemoryStateStore>();
   testing::InMemoryStateStore* store = owned.get();
