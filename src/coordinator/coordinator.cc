@@ -504,9 +504,10 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
     for (TaskId d : t.after) tasks[d.value()].result = false;
   }
   rpc::SubmitResult result{0, job.name, static_cast<int32_t>(job.tasks.size()), job.warnings};
-  // Durable first; only then does the job exist for anyone. A small job is stored in
-  // the same transaction as its first placements, under the lock; a large one (its
-  // rows take long to write) before, outside it.
+  // Durable first; only then does the job exist for anyone. A small job is queued
+  // to be stored in the same transaction as its first placements (nobody sees it
+  // before: StateMutex); a large one (its rows take long to write) is stored before,
+  // outside the lock.
   const bool small = tasks.size() <= kStoredWithPlacementsTasks;
   {
     std::unique_lock lock(mu_);

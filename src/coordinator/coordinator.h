@@ -15,7 +15,8 @@
 // to `max_losses` times. Each attempt is kept with its outcome and reason.
 //
 // Thread-safety: every public method may be called from any thread; one mutex
-// guards the state. A background thread runs scheduling and failure detection.
+// guards the state in memory, and the store is written without it (group commit: see
+// StateMutex). A background thread runs scheduling and failure detection.
 #pragma once
 
 #include <atomic>
@@ -52,8 +53,8 @@ namespace meridian::coordinator {
 inline constexpr int64_t kIdleHeartbeatsPerSecond = 250;
 
 // A job of at most this many tasks is stored in the same transaction as its first
-// placements, under the coordinator's lock (one commit less on its way); a larger one
-// is stored first, outside the lock, since its rows take long to write.
+// placements (one commit less on its way); a larger one is stored first, on its own,
+// since its rows take long to write.
 inline constexpr size_t kStoredWithPlacementsTasks = 1'000;
 
 struct CoordinatorOptions {
@@ -575,8 +576,8 @@ class Coordinator final : public rpc::JobApi,
   std::atomic<uint64_t> queued_seq_{0};  // written under queue_mu_
   std::atomic<uint64_t> stored_seq_{0};  // written under commit_mu_
   // When each node's newest heartbeat arrived, noted before it waits for mu_: one that
-  // came while the coordinator stalled (mu_ held by a long commit or placement, or the
-  // process starved of CPU) counts from its arrival, so that the failure check, which
+  // came while the coordinator stalled (mu_ held by a long placement, a commit its
+  // answer waits for, or the process starved of CPU) counts from its arrival, so that the failure check, which
   // may take mu_ first when the stall ends, does not charge the coordinator's own
   // stall to the node. By node id: its session (a heartbeat of another is not noted),
   // the time, and how many of its heartbeats arrived and are not yet answered. While
