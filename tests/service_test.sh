@@ -73,8 +73,11 @@ wait_gateway_set() {  # PORT WANT SECONDS
 }
 
 # No site gateways from `up`: this test starts the gateways it needs, when it needs them
-# (tests/site_gateway_test.sh tests those of `up`).
-"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s --gateways none >"$tmp/up.log" 2>&1 ||
+# (tests/site_gateway_test.sh tests those of `up`). A node is found dead 4 s after its
+# agent is killed (its stream closed), well within the 10 s the failover check waits;
+# with 2 s, a CI run under ThreadSanitizer on two busy cores lost live nodes whose
+# heartbeats came 2.01 s apart, and with them the replicas the test then waited for.
+"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 4s --gateways none >"$tmp/up.log" 2>&1 ||
   { bad "meridian up"; exit 1; }
 digits=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
 printf '0 n1 s1 127.0.0.1\n' >"$tmp/peers"
@@ -218,7 +221,7 @@ grep -qE "^gateway: autoscale eu-west: 2 -> 1 replicas \(.*\); replica 2 \(job [
   bad "scale-in of waiting replicas: $state; $(tail -2 "$tmp/gw-auto0.log")"
 
 # Re-placement: the agents come back; the replicas run there again, traffic comes home.
-"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s --gateways none >>"$tmp/up.log" 2>&1 ||
+"$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 4s --gateways none >>"$tmp/up.log" 2>&1 ||
   bad "meridian up again"
 wait_serving "eu-west=1 us-east=1" 60 && ok "eu-west's replica runs again" || bad "serving: $(serving)"
 check "scale eu-west to 2 again" 0 "" "$bin" service scale digits --region eu-west --replicas 2 "${D[@]}"
@@ -431,7 +434,9 @@ files_endpoint() {  # the replica's HOST:PORT and attempt, once it serves
 import json, sys
 print(*[r["endpoint"] + " " + str(r["attempt"]) for r in json.load(sys.stdin)["replicas"] if r["endpoint"]])'
 }
-for _ in $(seq 300); do [ -n "$(files_endpoint)" ] && break; sleep 0.1; done
+# Bounded by time, not tries: under TSan one `service get` takes about a second.
+deadline=$((SECONDS + 60))
+until [ -n "$(files_endpoint)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
 read -r files_at attempt <<<"$(files_endpoint)"
 [ -n "$files_at" ] && [ "$attempt" = 1 ] && ok "the command's replica serves at $files_at" || bad "files: '$files_at' '$attempt'"
 start_listening "$tmp/gw-files.log" "$bin" gateway --service files --region us-east --token-file "$tmp/client-token" \
@@ -461,7 +466,8 @@ code=$(curl -s -o /dev/null -w "%{http_code}" --resolve "files.service.meridian:
 [ "$code" = 000 ] && ok "its certificate is of the service's own CA, no other" || bad "without the CA: $code"
 inner=$(grep -F "PORT=" "$tmp/env.txt" | cut -d= -f2)
 pkill -f "http.server $inner --bind 127.0.0.1" || bad "no command listening on $inner"
-for _ in $(seq 300); do read -r _ attempt <<<"$(files_endpoint)"; [ "$attempt" = 2 ] && break; sleep 0.1; done
+deadline=$((SECONDS + 60))
+until read -r _ attempt <<<"$(files_endpoint)"; [ "$attempt" = 2 ] || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
 [ "$attempt" = 2 ] && ok "the command died: its replica's job runs again (attempt 2)" || bad "attempt: '$attempt'"
 for _ in $(seq 100); do
   code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$files/env.txt")
