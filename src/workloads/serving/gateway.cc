@@ -195,6 +195,11 @@ struct Route {
   // A client's request for the service, its path as the replicas see it.
   void Handle(const HttpRequest& req, std::string_view path, std::unique_ptr<Reply> reply);
   void Dispatch(Forward* f);
+  // A removed replica of `e` taken up again (its pool, connections and figures), when
+  // one can be: see the definition. False: Add one.
+  bool Revive(const ReplicaEndpoint& e);
+  // `u`'s health probe request, with the route's current replicas' token.
+  void SetProbeRequest(Upstream& u) const;
   void Finish(Forward* f, HttpResponse response);
   void Failed(Forward* f, std::string error, bool broken);
   void Completed(Forward* f);
@@ -331,6 +336,12 @@ void OnProbeTimer(h2o_timeout_entry_t* entry) {
 
 }  // namespace
 
+void Route::SetProbeRequest(Upstream& u) const {
+  u.probe_head = fmt::format("GET {} HTTP/1.1\r\nHost: {}:{}\r\n{}\r\n", options.health_path, u.endpoint.host,
+                             u.endpoint.port, bearer_line);
+  u.probe_buf = h2o_iovec_init(u.probe_head.data(), u.probe_head.size());
+}
+
 void Route::Add(const ReplicaEndpoint& e, bool healthy) {
   auto u = std::make_unique<Upstream>();
   u->endpoint = e;
@@ -365,14 +376,34 @@ void Route::Add(const ReplicaEndpoint& e, bool healthy) {
     h2o_socketpool_set_timeout(&u->pool, loop, 30'000);
     freeaddrinfo(found);
   }
-  u->probe_head = fmt::format("GET {} HTTP/1.1\r\nHost: {}:{}\r\n{}\r\n", options.health_path, e.host, e.port,
-                               bearer_line);
-  u->probe_buf = h2o_iovec_init(u->probe_head.data(), u->probe_head.size());
+  SetProbeRequest(*u);
   u->timer.owner = u.get();
   u->timer.entry.cb = OnProbeTimer;
   Upstream* raw = u.get();
   upstreams.push_back(std::move(u));
   if (!raw->removed) Probe(raw);
+}
+
+// A replica that leaves the set is kept (a request in flight, its pool's connections
+// and its probe may still use it); when it comes back, that one is taken up again
+// instead of a new one added beside it: a set that changes all day (an autoscaled
+// service) kept one more each time, and each request looked through them all. Not
+// one whose probe is still out (its request's buffer is in use), nor one of another
+// TLS context (SetReplicaTls's replicas are connected to anew), nor one that never
+// resolved.
+bool Route::Revive(const ReplicaEndpoint& e) {
+  for (const auto& u : upstreams) {
+    if (!u->removed || !(u->endpoint == e) || u->probe != nullptr || u->pool.capacity == 0 || u->ssl != replica_ssl) {
+      continue;
+    }
+    u->removed = false;
+    u->healthy = false;  // until its probe answers, as a replica added
+    u->reported_inflight = -1;
+    SetProbeRequest(*u);
+    Probe(u.get());
+    return true;
+  }
+  return false;
 }
 
 void Route::Probe(Upstream* u) {
@@ -587,7 +618,10 @@ void Route::Shutdown(std::string_view why) {
 GatewayView Route::View() const {
   GatewayView v;
   for (const auto& u : upstreams) {
-    if (u->removed) continue;
+    if (u->removed) {
+      ++v.removed_kept;
+      continue;
+    }
     ReplicaView r;
     r.endpoint = u->endpoint;
     r.healthy = u->healthy;
@@ -626,7 +660,8 @@ nlohmann::json ViewJson(const GatewayView& v) {
                         {"requests", v.requests},
                         {"retried", v.retried},
                         {"shed", v.shed},
-                        {"failed", v.failed}};
+                        {"failed", v.failed},
+                        {"removed_kept", v.removed_kept}};
 }
 }  // namespace
 
@@ -950,7 +985,7 @@ void Gateway::SetReplicas(std::vector<ReplicaEndpoint> replicas, const std::stri
       const bool known = std::any_of(r.upstreams.begin(), r.upstreams.end(), [&](const auto& u) {
         return !u->removed && u->endpoint == e;
       });
-      if (!known) r.Add(e, false);
+      if (!known && !r.Revive(e)) r.Add(e, false);
     }
   });
 }

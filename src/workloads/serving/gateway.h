@@ -173,6 +173,9 @@ struct GatewayView {
   int64_t retried = 0;    // sent again to another replica
   int64_t shed = 0;       // answered 503: every healthy replica full
   int64_t failed = 0;     // answered 502/503 otherwise: no healthy replica, attempts used up
+  // Replicas taken out of the set and still kept (finishing requests, or to be taken
+  // up again should they come back: one per endpoint, as a rule).
+  int64_t removed_kept = 0;
 };
 
 class Gateway {

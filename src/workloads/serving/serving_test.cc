@@ -575,6 +575,40 @@ TEST(GatewayTest, ShedsLoadWhenEveryReplicaIsFull) {
   EXPECT_EQ(g.Snapshot().shed, 2);
 }
 
+// A replica that leaves the set and comes back (an autoscaled service, all day) is
+// taken up again: the gateway keeps one for it, not one more each time, and it
+// answers again once its probe does, with its figures carried on.
+TEST(GatewayTest, AReplicaThatComesBackIsTakenUpAgainNotKeptOnceMore) {
+  Fleet fleet = StartReplicas(1, BatchOptions{8, 200, 64});
+  GatewayOptions options = GatewayFor(fleet);
+  const ReplicaEndpoint e = options.replicas[0];
+  auto gateway = Gateway::Start(options);
+  ASSERT_TRUE(gateway.ok()) << gateway.status().ToString();
+  Gateway& g = **gateway;
+  auto answers = [](const GatewayView& v) { return v.replicas.size() == 1 && v.replicas[0].healthy; };
+  WaitFor(g, answers);
+  httplib::Client client("127.0.0.1", g.port());
+  client.set_bearer_token_auth("client-token");
+  auto ask = [&] {
+    auto r = client.Post("/v1/predict", fleet.body, "application/json");
+    return r ? std::to_string(r->status) + " " + r->body : httplib::to_string(r.error());
+  };
+  ASSERT_EQ(ask(), "200 " + fleet.answer);
+  for (int i = 0; i < 50; ++i) {
+    g.SetReplicas({});
+    ASSERT_EQ(g.Snapshot().removed_kept, 1);
+    g.SetReplicas({e});
+    ASSERT_EQ(g.Snapshot().removed_kept, 0) << "after " << i + 1 << " returns";
+    WaitFor(g, answers);  // its probe went out again, and answered
+  }
+  EXPECT_EQ(ask(), "200 " + fleet.answer);
+  const GatewayView v = g.Snapshot();
+  ASSERT_EQ(v.replicas.size(), 1u);
+  EXPECT_EQ(v.replicas[0].served, 2);  // the one before the first removal, and this one
+  EXPECT_EQ(v.removed_kept, 0);
+  EXPECT_EQ(v.failed, 0);
+}
+
 // A client that closes while its answer is written must not kill the server: h2o
 // writes with writev(), which raises SIGPIPE unless it is ignored. Once a server runs,
 // a SIGPIPE to the process does nothing.
