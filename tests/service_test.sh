@@ -434,10 +434,15 @@ files_endpoint() {  # the replica's HOST:PORT and attempt, once it serves
 import json, sys
 print(*[r["endpoint"] + " " + str(r["attempt"]) for r in json.load(sys.stdin)["replicas"] if r["endpoint"]])'
 }
-# Bounded by time, not tries: under TSan one `service get` takes about a second.
-deadline=$((SECONDS + 60))
-until [ -n "$(files_endpoint)" ] || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
-read -r files_at attempt <<<"$(files_endpoint)"
+# Sets files_at and attempt, once the replica serves as attempt WANT or SECONDS have
+# passed. Bounded by time, not tries: under TSan one `service get` takes about a second.
+wait_files_attempt() {  # WANT SECONDS
+  local deadline=$((SECONDS + $2))
+  until read -r files_at attempt <<<"$(files_endpoint)"; [ "$attempt" = "$1" ] || [ $SECONDS -ge $deadline ]; do
+    sleep 0.1
+  done
+}
+wait_files_attempt 1 60
 [ -n "$files_at" ] && [ "$attempt" = 1 ] && ok "the command's replica serves at $files_at" || bad "files: '$files_at' '$attempt'"
 start_listening "$tmp/gw-files.log" "$bin" gateway --service files --region us-east --token-file "$tmp/client-token" \
   "${D[@]}" --watch-interval-ms 250 --probe-interval-ms 100
@@ -466,8 +471,7 @@ code=$(curl -s -o /dev/null -w "%{http_code}" --resolve "files.service.meridian:
 [ "$code" = 000 ] && ok "its certificate is of the service's own CA, no other" || bad "without the CA: $code"
 inner=$(grep -F "PORT=" "$tmp/env.txt" | cut -d= -f2)
 pkill -f "http.server $inner --bind 127.0.0.1" || bad "no command listening on $inner"
-deadline=$((SECONDS + 60))
-until read -r _ attempt <<<"$(files_endpoint)"; [ "$attempt" = 2 ] || [ $SECONDS -ge $deadline ]; do sleep 0.1; done
+wait_files_attempt 2 60
 [ "$attempt" = 2 ] && ok "the command died: its replica's job runs again (attempt 2)" || bad "attempt: '$attempt'"
 for _ in $(seq 100); do
   code=$(curl -s -o "$tmp/body" -w "%{http_code}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$files/env.txt")

@@ -400,6 +400,7 @@ StatusOr<model::Caller> Client::WhoIs(const std::string& token) {
     return FailedPreconditionError("WhoIs needs a client without a token of its own (ConnectTokenChecker)");
   }
   if (token.empty()) return UnauthenticatedError("no token to ask about");
+  // The request has no fields: the token the call presents is the question.
   v1::WhoAmIRequest req;
   v1::WhoAmIResponse resp;
   MERIDIAN_RETURN_IF_ERROR(Unary(&v1::AdminService::Stub::WhoAmI, req, &resp, /*timeout_us=*/0, /*as_token=*/token));

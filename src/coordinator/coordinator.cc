@@ -315,7 +315,6 @@ uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
   if (back.empty()) return 0;
   // Under the raw lock: what is given back is stored already, nothing to wait for.
   std::lock_guard<std::mutex> lock(mu_.raw());
-  bool waiters = false;
   for (OutboxPush* o : back) {
     if (o->node >= static_cast<int32_t>(nodes_.size())) continue;
     NodeRt& n = nodes_[o->node];
@@ -326,14 +325,11 @@ uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
     MoveInto(out.assignments, out.assignments.begin(), o->batch.assignments);
     MoveInto(out.cancel, out.cancel.begin(), o->batch.cancel);
     MoveInto(out.release_objects, out.release_objects.begin(), o->batch.release_objects);
-    if (n.sink) {
-      OutboxLocked(o->node);  // a newer stream connected meanwhile: it goes there
-    } else {
-      waiters = true;
-    }
+    OutboxLocked(o->node);
   }
-  if (!outbox_dirty_.empty()) FlushOutboxesLocked();
-  if (waiters) outbox_cv_.notify_all();
+  // To a newer stream that connected meanwhile; with none, it waits (and blocking
+  // waiters are woken).
+  FlushOutboxesLocked();
   return queued_seq_.load(std::memory_order_acquire);
 }
 
