@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -88,6 +89,31 @@ struct ScaleFigures {
   double rss_mib = 0, peak_rss_mib = 0;
   std::vector<double> round_trip_us, placement_us;
   rpc::SimAgentsStats agent_stats;
+  // The throughput job and the round trips again, with clients listing jobs beside
+  // them (--readers).
+  struct UnderReads {
+    int readers = 0;
+    int history = 0;  // finished jobs the coordinator held for them to list
+    double total_s = 0, throughput = 0;
+    std::vector<double> round_trip_us;
+    double seconds = 0;  // how long they read
+    std::vector<double> list_all_us, list_live_us;
+    int64_t errors = 0;
+
+    nlohmann::json Json() const {
+      return {{"readers", readers},
+              {"history_jobs", history},
+              {"tasks_per_second", throughput},
+              {"seconds", total_s},
+              {"round_trip_p50_ms", Percentile(round_trip_us, 0.5) / 1000},
+              {"round_trip_us", Quantiles(round_trip_us)},
+              {"reads_per_second", static_cast<double>(list_all_us.size() + list_live_us.size()) / seconds},
+              {"list_all_us", Quantiles(list_all_us)},
+              {"list_live_us", Quantiles(list_live_us)},
+              {"read_errors", errors}};
+    }
+  };
+  std::optional<UnderReads> reads;
 
   nlohmann::json Json() const {
     std::vector<double> lag(agent_stats.heartbeat_lag_us.begin(), agent_stats.heartbeat_lag_us.end());
@@ -112,8 +138,77 @@ struct ScaleFigures {
             {"heartbeats", agent_stats.heartbeats},
             {"heartbeat_errors", agent_stats.heartbeat_errors},
             {"reregistered", agent_stats.reregistered},
-            {"stream_ends", agent_stats.stream_ends}};
+            {"stream_ends", agent_stats.stream_ends},
+            {"with_readers", reads ? reads->Json() : nlohmann::json()}};
   }
+};
+
+// Clients that list jobs in a loop until stopped, each on its own connection: every
+// job (`meridian jobs --limit 0`), then the newest 20 unfinished (the dashboard's view),
+// and again.
+class ReadLoad {
+ public:
+  static StatusOr<std::unique_ptr<ReadLoad>> Start(const std::string& address, int readers) {
+    std::unique_ptr<ReadLoad> load(new ReadLoad());
+    std::vector<std::unique_ptr<client::Client>> clients;
+    for (int i = 0; i < readers; ++i) {
+      MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c,
+                                ConnectClient(ClusterTarget{address, "", "", "", true}, 60'000'000));
+      clients.push_back(std::move(c));
+    }
+    load->start_ = Clock::now();
+    for (std::unique_ptr<client::Client>& c : clients) {
+      ReadLoad* raw = load.get();
+      Reader& r = *load->readers_.emplace_back(std::make_unique<Reader>());
+      r.client = std::move(c);
+      r.thread = std::thread([raw, &r] { raw->Run(r); });
+    }
+    return load;
+  }
+  ~ReadLoad() { Stop(nullptr); }
+
+  // Stops the readers and adds what they measured to `into` (if given).
+  void Stop(ScaleFigures::UnderReads* into) {
+    stop_.store(true);
+    for (std::unique_ptr<Reader>& r : readers_) {
+      if (r->thread.joinable()) r->thread.join();
+    }
+    if (into == nullptr) return;
+    into->seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    for (const std::unique_ptr<Reader>& r : readers_) {
+      into->list_all_us.insert(into->list_all_us.end(), r->all_us.begin(), r->all_us.end());
+      into->list_live_us.insert(into->list_live_us.end(), r->live_us.begin(), r->live_us.end());
+      into->errors += r->errors;
+    }
+  }
+
+ private:
+  struct Reader {
+    std::unique_ptr<client::Client> client;
+    std::thread thread;
+    std::vector<double> all_us, live_us;
+    int64_t errors = 0;
+  };
+  ReadLoad() = default;
+
+  void Run(Reader& r) {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (bool live : {false, true}) {
+        const Clock::time_point a = Clock::now();
+        StatusOr<std::vector<model::JobSummary>> jobs = r.client->ListJobs(live ? 20 : 0, "", live);
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+        if (!jobs.ok()) {
+          ++r.errors;
+          continue;
+        }
+        (live ? r.live_us : r.all_us).push_back(us);
+      }
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  Clock::time_point start_;
+  std::vector<std::unique_ptr<Reader>> readers_;
 };
 
 StatusOr<rpc::SimAgentsStats> ReadAgentStats(const fs::path& path) {
@@ -207,6 +302,9 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   for (int i = 0; i < 20; ++i) {  // warm up: connections, the first scheduling passes
     MERIDIAN_RETURN_IF_ERROR(RunJob(*c, one, "one.yaml").status());
   }
+  if (o.readers > 0) {  // finished jobs, for the readers to list
+    for (int i = 0; i < o.history; ++i) MERIDIAN_RETURN_IF_ERROR(RunJob(*c, one, "history.yaml").status());
+  }
 
   // Every agent connected and idle: the coordinator's share of one core.
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -241,6 +339,27 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
     MERIDIAN_ASSIGN_OR_RETURN(model::JobView v, c->GetJob(r.job.id, true));
     f.placement_us.push_back(static_cast<double>(v.tasks.front().record.started_us - v.summary.job.submitted_us));
   }
+
+  // The same again, with clients listing jobs meanwhile.
+  if (o.readers > 0) {
+    ScaleFigures::UnderReads& u = f.reads.emplace();
+    u.readers = o.readers;
+    u.history = o.history;
+    MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ReadLoad> load, ReadLoad::Start(address, o.readers));
+    const Clock::time_point t0 = Clock::now();
+    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, RunJob(*c, NoopJob("noop-read", o.tasks), "noop.yaml"));
+    u.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (done.job.status != model::JobStatus::kSucceeded) {
+      return InternalError(fmt::format("the benchmark job {}: {}", model::JobStatusName(done.job.status), done.job.reason));
+    }
+    u.throughput = static_cast<double>(o.tasks) / u.total_s;
+    for (int i = 0; i < o.latency_samples; ++i) {
+      const Clock::time_point a = Clock::now();
+      MERIDIAN_RETURN_IF_ERROR(RunJob(*c, one, "one.yaml").status());
+      u.round_trip_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+    }
+    load->Stop(&u);
+  }
   MERIDIAN_ASSIGN_OR_RETURN(ProcessMemory mem, ReadProcessMemory(coord));
   f.rss_mib = static_cast<double>(mem.rss_bytes) / (1 << 20);
   f.peak_rss_mib = static_cast<double>(mem.peak_rss_bytes) / (1 << 20);
@@ -273,6 +392,19 @@ void Print(const ScaleFigures& f, std::ostream& out) {
                      Percentile(lag, 0.5), Percentile(lag, 0.99), Percentile(idle, 0.5), f.agent_stats.heartbeats,
                      f.agent_stats.heartbeat_errors);
   out << fmt::format("  coordinator RSS   {:>9.1f} MiB (peak {:.1f} MiB)\n", f.rss_mib, f.peak_rss_mib);
+  if (f.reads) {
+    const ScaleFigures::UnderReads& u = *f.reads;
+    out << fmt::format("  with {} clients listing jobs meanwhile ({} finished jobs held; {:.0f} lists/s, {} failed):\n",
+                       u.readers, u.history,
+                       static_cast<double>(u.list_all_us.size() + u.list_live_us.size()) / u.seconds, u.errors);
+    out << fmt::format("    throughput      {:>9.0f} tasks/s   ({:.2f} s)\n", u.throughput, u.total_s);
+    out << fmt::format("    round trip      p50 {:>6.0f} us   p99 {:>6.0f} us\n", Percentile(u.round_trip_us, 0.5),
+                       Percentile(u.round_trip_us, 0.99));
+    out << fmt::format("    list all jobs   p50 {:>6.0f} us   p99 {:>6.0f} us;  newest 20 unfinished p50 {:.0f} us   "
+                       "p99 {:.0f} us\n",
+                       Percentile(u.list_all_us, 0.5), Percentile(u.list_all_us, 0.99),
+                       Percentile(u.list_live_us, 0.5), Percentile(u.list_live_us, 0.99));
+  }
   if (f.agent_stats.reregistered > 0 || f.agent_stats.stream_ends > 0) {
     out << fmt::format("  agents asked to register again: {}; assignment streams that ended: {}\n",
                        f.agent_stats.reregistered, f.agent_stats.stream_ends);
@@ -295,6 +427,8 @@ Status RunBenchScale(const BenchScaleOptions& o, std::ostream& out) {
   if (o.processes < 0 || o.processes > 64) return InvalidArgumentError("--processes: expected 0 (automatic) to 64");
   if (o.latency_samples < 1) return InvalidArgumentError("--samples: expected at least 1");
   if (!(o.idle_seconds > 0 && o.idle_seconds <= 600)) return InvalidArgumentError("--idle-seconds: expected (0, 600]");
+  if (o.readers < 0 || o.readers > 64) return InvalidArgumentError("--readers: expected 0 (none) to 64");
+  if (o.history < 0 || o.history > 100'000) return InvalidArgumentError("--history: expected 0 to 100000");
   constexpr int kBaselineAgents = 2;
   std::optional<ScaleFigures> baseline;
   if (o.agents != kBaselineAgents) {
@@ -308,6 +442,10 @@ Status RunBenchScale(const BenchScaleOptions& o, std::ostream& out) {
     j["tls"] = false;
     j["baseline"] = baseline ? baseline->Json() : f.Json();
     j["throughput_ratio_to_baseline"] = f.throughput / (baseline ? baseline->throughput : f.throughput);
+    if (f.reads) {
+      j["tasks_per_second_with_readers"] = f.reads->throughput;
+      j["round_trip_p50_ms_with_readers"] = Percentile(f.reads->round_trip_us, 0.5) / 1000;
+    }
     out << j.dump(2) << '\n';
     return OkStatus();
   }

@@ -711,6 +711,11 @@ struct BenchScaleOptions {
   int processes = 0;  // of simulated agents; 0: one per 1,250 agents (1 to 8)
   int latency_samples = 300;
   double idle_seconds = 5;
+  // Client reads beside the work: `history` finished jobs are made first, then the
+  // throughput job and the round trips run again with `readers` clients listing jobs
+  // (all of them, and the newest unfinished) in a loop. 0 readers: not measured.
+  int readers = 0;
+  int history = 2'000;
   bool json = false;
 };
 // `meridian bench scale`: a coordinator with N simulated agents connected (each its

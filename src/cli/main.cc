@@ -128,6 +128,10 @@ int main(int argc, char** argv) {
   bench_scale->add_option("--samples", bench_scale_opts.latency_samples, "Round trips to time (default 300)");
   bench_scale->add_option("--idle-seconds", bench_scale_opts.idle_seconds,
                           "How long at least to measure the idle coordinator's CPU (default 5; at least one heartbeat interval)");
+  bench_scale->add_option("--readers", bench_scale_opts.readers,
+                          "Also measure with this many clients listing jobs in a loop (default 0: not measured)");
+  bench_scale->add_option("--history", bench_scale_opts.history,
+                          "With --readers: finished jobs made first, for them to list (default 2000)");
   bench_scale->add_flag("--json", bench_scale_opts.json, "Print JSON for scripts");
   cli::BenchScaleAgentsOptions scale_agents_opts;
   CLI::App* scale_agents = bench_cmd->add_subcommand("scale-agents", "One process of bench scale's simulated agents");
