@@ -80,9 +80,13 @@ Coordinator::~Coordinator() {
       job.watchers.clear();
     }
   }
+  {
+    std::lock_guard<std::mutex> heads(heads_mu_);
+    heads_closed_ = true;
+  }
   loop_cv_.notify_all();
   outbox_cv_.notify_all();
-  job_cv_.notify_all();
+  heads_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
 }
 
@@ -144,6 +148,7 @@ Status Coordinator::LoadState() {
       continue;
     }
     job.job = std::make_unique<model::Job>(std::move(*parsed));
+    job.input_bytes = InputBytesBySite(*job.job);
     if (!model::IsTerminal(job.rec.status)) {
       ReserveOutputDatasetsLocked(id, *job.job);
       NoteObjectReadersLocked(id, *job.job);
@@ -183,6 +188,7 @@ Status Coordinator::LoadState() {
     }
     job.counts.version = next_version_++;
   }
+  for (auto& [id, job] : jobs_) HeadChangedLocked(job);  // every job's first head
   Commit(std::move(fixes));
   RetireFinishedLocked();
   if (!jobs_.empty()) {
@@ -230,12 +236,25 @@ size_t Coordinator::CommitsQueued() {
 
 void Coordinator::EnqueueLocked(PendingCommit entry) {
   if (entry.batch.empty() && entry.outboxes.empty() && entry.watches.empty()) return;
+  staged_.push_back(std::move(entry));
+}
+
+void Coordinator::EndSectionLocked() {
+  if (!head_dirty_.empty()) {
+    if (staged_.empty()) staged_.emplace_back();
+    TakeHeadsLocked(staged_.back());
+  }
+  if (staged_.empty()) return;
   std::lock_guard<std::mutex> lock(queue_mu_);
-  // Made under queue_mu_ with its entry: whoever reads this seq finds the entry queued
-  // or taken by a committer.
-  entry.seq = queued_seq_.load(std::memory_order_relaxed) + 1;
-  queue_.push_back(std::move(entry));
-  queued_seq_.store(queue_.back().seq, std::memory_order_release);
+  // Numbered under queue_mu_ with their entries: whoever reads queued_seq_ finds them
+  // queued or taken by a committer.
+  uint64_t seq = queued_seq_.load(std::memory_order_relaxed);
+  for (PendingCommit& e : staged_) {
+    e.seq = ++seq;
+    queue_.push_back(std::move(e));
+  }
+  staged_.clear();
+  queued_seq_.store(seq, std::memory_order_release);
 }
 
 namespace {
@@ -300,6 +319,23 @@ void Coordinator::AwaitStored(uint64_t seq) {
 }
 
 uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
+  // Heads first: a client that hears of a change (a watch, or an agent's task) and
+  // then reads the job sees it.
+  bool published = false;
+  {
+    std::lock_guard<std::mutex> lock(heads_mu_);
+    for (PendingCommit& e : entries) {
+      for (auto& [id, head] : e.heads) {
+        published = true;
+        if (head) {
+          heads_[id] = std::move(head);
+        } else {
+          heads_.erase(id);
+        }
+      }
+    }
+  }
+  if (published) heads_cv_.notify_all();
   std::vector<OutboxPush*> back;  // outboxes whose stream ended before they went
   for (PendingCommit& e : entries) {
     for (OutboxPush& o : e.outboxes) {
@@ -330,6 +366,7 @@ uint64_t Coordinator::RunEffects(std::vector<PendingCommit>& entries) {
   // To a newer stream that connected meanwhile; with none, it waits (and blocking
   // waiters are woken).
   FlushOutboxesLocked();
+  EndSectionLocked();
   return queued_seq_.load(std::memory_order_acquire);
 }
 
@@ -408,6 +445,7 @@ void Coordinator::Loop() {
   std::unique_lock<std::mutex> lock(mu_.raw());
   while (!stopping_) {
     TurnLocked(lock);
+    EndSectionLocked();
     if (stopping_) break;
     // What this turn placed goes out before the loop sleeps.
     lock.unlock();
@@ -423,6 +461,7 @@ void Coordinator::Turn() {
   AwaitAtExit stored{*this};
   std::unique_lock<std::mutex> lock(mu_.raw());
   if (!stopping_) TurnLocked(lock);
+  EndSectionLocked();
 }
 
 void Coordinator::TurnLocked(std::unique_lock<std::mutex>& lock) {
@@ -440,6 +479,7 @@ void Coordinator::TurnLocked(std::unique_lock<std::mutex>& lock) {
     next_retention_ = MonotonicTime{env_.clock().Now().us + kRetentionCheckUs};
     std::vector<uint64_t> expired = ExpiredJobsLocked();
     if (!expired.empty()) {
+      EndSectionLocked();
       lock.unlock();
       for (uint64_t id : expired) {
         StatusOr<model::JobSummary> gone = DeleteJob(id);
@@ -568,6 +608,7 @@ void Coordinator::InstallJobLocked(model::JobRecord rec, model::Job job) {
   JobRt& rt = jobs_[id];
   rt.rec = std::move(rec);
   rt.job = std::make_unique<model::Job>(std::move(job));
+  rt.input_bytes = InputBytesBySite(*rt.job);
   rt.tasks.resize(n);
   rt.counts.tasks_total = static_cast<int32_t>(n);
   rt.counts.waiting = rt.counts.tasks_total;
@@ -658,16 +699,19 @@ Status Coordinator::CheckFeasibleLocked(const model::Job& job) {
   return OkStatus();
 }
 
+std::shared_ptr<const Coordinator::JobHead> Coordinator::HeadOf(uint64_t id) {
+  std::lock_guard<std::mutex> lock(heads_mu_);
+  auto it = heads_.find(id);
+  return it == heads_.end() ? nullptr : it->second;
+}
+
 StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, uint32_t max_tasks) {
+  const std::shared_ptr<const JobHead> head = HeadOf(id);
+  if (!head) return NotFoundError(fmt::format("no job {}", id));
   model::JobView view;
-  {
-    std::lock_guard lock(mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
-    view.summary = SummaryOf(it->second);
-    for (const auto& [sites, t] : it->second.traffic) view.traffic.push_back(t);
-    view.input_bytes = it->second.job ? InputBytesBySite(*it->second.job) : it->second.input_bytes;
-  }
+  view.summary = head->summary;
+  view.traffic = head->traffic;
+  view.input_bytes = head->input_bytes;
   // Tasks come from the store, which holds what memory does once a call returns: a
   // page costs the coordinator no more than its own size, however large the job.
   view.next_task = first_task;
@@ -676,6 +720,13 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
                             store_->TaskPage(id, first_task, std::min(max_tasks, rpc::kMaxTasksPerPage),
                                              rpc::kMaxTaskPageBytes));
   if (!view.tasks.empty()) view.next_task = view.tasks.back().record.task + 1;
+  // What memory adds to the stored rows: the names of rows stored without one, and why
+  // queued tasks wait. A page with neither needs no lock.
+  if (std::none_of(view.tasks.begin(), view.tasks.end(), [](const model::TaskView& t) {
+        return t.name.empty() || t.record.status == TaskStatus::kQueued;
+      })) {
+    return view;
+  }
   std::lock_guard lock(mu_);
   auto job = jobs_.find(id);
   const MonotonicTime now = env_.clock().Now();
@@ -696,24 +747,29 @@ StatusOr<model::JobView> Coordinator::GetJob(uint64_t id, uint32_t first_task, u
 }
 
 std::vector<model::JobSummary> Coordinator::ListJobs(int32_t limit, const rpc::JobFilter& filter) {
-  std::lock_guard lock(mu_);
-  std::vector<model::JobSummary> out;
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    if (limit > 0 && out.size() >= static_cast<size_t>(limit)) break;
-    const model::JobRecord& rec = it->second.rec;
-    if (!filter.tenant.empty() && rec.tenant != filter.tenant) continue;
-    if (!rec.name.starts_with(filter.name_prefix)) continue;
-    if (filter.live_only && model::IsTerminal(rec.status)) continue;
-    out.push_back(SummaryOf(it->second));
+  std::vector<std::shared_ptr<const JobHead>> picked;
+  {
+    std::lock_guard<std::mutex> lock(heads_mu_);
+    for (auto it = heads_.rbegin(); it != heads_.rend(); ++it) {
+      if (limit > 0 && picked.size() >= static_cast<size_t>(limit)) break;
+      const model::JobRecord& rec = it->second->summary.job;
+      if (!filter.tenant.empty() && rec.tenant != filter.tenant) continue;
+      if (!rec.name.starts_with(filter.name_prefix)) continue;
+      if (filter.live_only && model::IsTerminal(rec.status)) continue;
+      picked.push_back(it->second);
+    }
   }
+  // Copied without the lock: the heads never change.
+  std::vector<model::JobSummary> out;
+  out.reserve(picked.size());
+  for (const std::shared_ptr<const JobHead>& h : picked) out.push_back(h->summary);
   return out;
 }
 
 StatusOr<std::string> Coordinator::JobTenant(uint64_t id) {
-  std::lock_guard lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundError(fmt::format("no job {}", id));
-  return it->second.rec.tenant;
+  const std::shared_ptr<const JobHead> head = HeadOf(id);
+  if (!head) return NotFoundError(fmt::format("no job {}", id));
+  return head->summary.job.tenant;
 }
 
 StatusOr<model::JobSummary> Coordinator::CancelJob(uint64_t id) {
@@ -778,13 +834,13 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
     }
     jobs_.erase(it);
   }
+  head_dirty_.push_back(id);  // its head goes (QueueHeadsLocked finds no job)
   for (const auto& [node, object] : results) {
     if (dataset_objects_.count(object)) continue;  // a shard of a dataset outlives its job
     auto n = node_by_name_.find(node);
     if (n != node_by_name_.end() && nodes_[n->second].alive) OutboxLocked(n->second).release_objects.push_back(object);
   }
   FlushOutboxesLocked();
-  job_cv_.notify_all();
   MERIDIAN_LOG_INFO("job {} deleted ({} tasks, {} result objects let go)", id, summary.tasks_total, results.size());
   return summary;
 }
@@ -852,18 +908,21 @@ StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::st
 }
 
 StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) {
-  AwaitAtExit stored{*this};
-  std::unique_lock<std::mutex> lock(mu_.raw());
-  if (!jobs_.count(id)) return NotFoundError(fmt::format("no job {}", id));
-  // Looked up again on each wake: the job may be deleted while this waits.
-  job_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
-    auto it = jobs_.find(id);
-    return stopping_ || it == jobs_.end() || it->second.counts.version > after_version ||
-           model::IsTerminal(it->second.rec.status);
-  });
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundError(fmt::format("job {} was deleted", id));
-  return SummaryOf(it->second);
+  std::shared_ptr<const JobHead> head;
+  {
+    std::unique_lock<std::mutex> lock(heads_mu_);
+    if (!heads_.count(id)) return NotFoundError(fmt::format("no job {}", id));
+    // Looked up again on each wake: the job may be deleted while this waits.
+    heads_cv_.wait_for(lock, std::chrono::microseconds(timeout_us), [&] {
+      auto it = heads_.find(id);
+      return heads_closed_ || it == heads_.end() || it->second->summary.version > after_version ||
+             model::IsTerminal(it->second->summary.job.status);
+    });
+    auto it = heads_.find(id);
+    if (it == heads_.end()) return NotFoundError(fmt::format("job {} was deleted", id));
+    head = it->second;
+  }
+  return head->summary;
 }
 
 Status Coordinator::WatchJob(uint64_t id, uint64_t after_version, std::shared_ptr<rpc::JobWatchSink> sink) {
@@ -891,8 +950,15 @@ Status Coordinator::WatchJob(uint64_t id, uint64_t after_version, std::shared_pt
 
 model::JobSummary Coordinator::SummaryOf(const JobRt& job) const {
   model::JobSummary s = job.counts;
-  s.job = job.rec;
-  s.job.spec_yaml.clear();
+  // The record but its spec (which may be large).
+  s.job.id = job.rec.id;
+  s.job.name = job.rec.name;
+  s.job.tenant = job.rec.tenant;
+  s.job.spec_name = job.rec.spec_name;
+  s.job.status = job.rec.status;
+  s.job.reason = job.rec.reason;
+  s.job.submitted_us = job.rec.submitted_us;
+  s.job.finished_us = job.rec.finished_us;
   for (const auto& [site, n] : job.running_by_site) {
     if (n > 0) s.running_by_site[site] = n;
   }
@@ -910,11 +976,38 @@ std::string Coordinator::TaskNameLocked(uint64_t job, uint32_t task) const {
 
 void Coordinator::Changed(JobRt& job) {
   job.counts.version = next_version_++;
-  job_cv_.notify_all();
+  HeadChangedLocked(job);
   if (!job.watchers.empty() && !job.watch_dirty) {
     job.watch_dirty = true;
     watch_dirty_.push_back(job.rec.id);
   }
+}
+
+void Coordinator::HeadChangedLocked(JobRt& job) {
+  if (job.head_dirty) return;
+  job.head_dirty = true;
+  head_dirty_.push_back(job.rec.id);
+}
+
+void Coordinator::TakeHeadsLocked(PendingCommit& entry) {
+  entry.heads.reserve(entry.heads.size() + head_dirty_.size());
+  for (uint64_t id : head_dirty_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) {
+      entry.heads.emplace_back(id, nullptr);
+      continue;
+    }
+    JobRt& job = it->second;
+    if (!job.head_dirty) continue;  // made already in this pass
+    job.head_dirty = false;
+    auto head = std::make_shared<JobHead>();
+    head->summary = SummaryOf(job);
+    head->traffic.reserve(job.traffic.size());
+    for (const auto& [sites, t] : job.traffic) head->traffic.push_back(t);
+    head->input_bytes = job.input_bytes;
+    entry.heads.emplace_back(id, std::move(head));
+  }
+  head_dirty_.clear();
 }
 
 // ------------------------------------------------------------------ nodes

@@ -16,7 +16,9 @@
 //
 // Thread-safety: every public method may be called from any thread; one mutex
 // guards the state in memory, and the store is written without it (group commit: see
-// StateMutex). A background thread runs scheduling and failure detection.
+// StateMutex). Client reads of jobs (ListJobs, GetJob's summary, JobTenant, WaitJob)
+// take neither: they read each job's head, published once what it shows is stored
+// (JobHead). A background thread runs scheduling and failure detection.
 #pragma once
 
 #include <atomic>
@@ -184,8 +186,9 @@ class Coordinator final : public rpc::JobApi,
   size_t TasksInMemory();
 
   // Its figures in Prometheus's text format, for /metrics (metrics.cc; the names and
-  // what each means: docs/observability.md). Holds the lock for one pass over jobs
-  // and nodes (not over tasks).
+  // what each means: docs/observability.md). Jobs come from their published heads
+  // (heads_mu_ for one pass over them); the state's lock is held for one pass over
+  // nodes and objects (not over jobs or tasks).
   void WriteMetrics(http::Exposition& out);
   // Where node `name`'s agent serves /metrics, and its site. NotFound: no such node;
   // FailedPrecondition: its agent serves none, or it is dead.
@@ -259,13 +262,14 @@ class Coordinator final : public rpc::JobApi,
     // and its tasks are read from the store (a finished job costs its record only).
     bool retired = false;
     bool deleting = false;
-    std::vector<model::SiteBytes> input_bytes;  // kept from `job` when it retires
+    std::vector<model::SiteBytes> input_bytes;  // where its inputs sat when it was submitted
     // Why queued tasks were not placed in the last pass that offered them (a quota,
     // no room): in memory only, shown by GetJob; a placed task's goes.
     std::map<uint32_t, std::string> waiting;
     // Clients watching it (JobService.Watch), pushed its summary when it changed.
     std::vector<std::shared_ptr<rpc::JobWatchSink>> watchers;
     bool watch_dirty = false;  // listed in watch_dirty_
+    bool head_dirty = false;   // listed in head_dirty_
   };
   struct NodeRt {
     std::string site;
@@ -369,17 +373,41 @@ class Coordinator final : public rpc::JobApi,
     model::JobSummary summary;
     bool close = false;  // the job finished: the watch ends after it
   };
+  // A job as client reads see it: made under mu_ once the job changed, at the end of
+  // the call that changed it (QueueHeadsLocked), and published in heads_ by the
+  // committer once all queued before it is stored. Never changed once made.
+  struct JobHead {
+    model::JobSummary summary;
+    std::vector<model::JobTraffic> traffic;
+    std::vector<model::SiteBytes> input_bytes;
+  };
   struct PendingCommit {
     uint64_t seq = 0;
     store::StoreBatch batch;
     std::vector<OutboxPush> outboxes;
     std::vector<WatchPush> watches;
+    // Jobs' new heads, by id; null: the job is gone.
+    std::vector<std::pair<uint64_t, std::shared_ptr<const JobHead>>> heads;
   };
+  // Marks the job's head to be made again (Changed does, for every change clients see).
+  void HeadChangedLocked(JobRt& job);
+  // Into `entry`: the heads of the jobs marked since the last call (null for those
+  // deleted).
+  void TakeHeadsLocked(PendingCommit& entry);
+  // The end of a section under mu_ (StateMutex::unlock; the loop's turns; the give-back
+  // of outboxes): the entries it made (staged_) go to the commit queue together, the
+  // last with the heads of the jobs it changed. So the committer never takes part of a
+  // section, and heads are published with the changes they show, before what those
+  // changes make due is pushed.
+  void EndSectionLocked();
+  // Job `id`'s published head; null: no such job (or not yet stored). Takes heads_mu_.
+  std::shared_ptr<const JobHead> HeadOf(uint64_t id);
   // FlushOutboxesLocked's and FlushWatchersLocked's work, into `entry`. A node with no
   // stream keeps its outbox (and blocking waiters are woken); watchers that left go.
   void TakeOutboxesLocked(PendingCommit& entry);
   void TakeWatchersLocked(PendingCommit& entry);
-  // Queues `entry` (mu_ held), unless it holds nothing.
+  // Stages `entry` (mu_ held), unless it holds nothing, for the commit queue at the end
+  // of the section (EndSectionLocked).
   void EnqueueLocked(PendingCommit entry);
   // The pushes of stored entries, in order (the committer, without mu_). An outbox
   // whose stream ended meanwhile goes back to its node, for its next stream; the
@@ -556,6 +584,7 @@ class Coordinator final : public rpc::JobApi,
     void lock() { mu_.lock(); }
     bool try_lock() { return mu_.try_lock(); }
     void unlock() {
+      owner_.EndSectionLocked();
       mu_.unlock();
       owner_.AwaitQueued();
     }
@@ -573,6 +602,7 @@ class Coordinator final : public rpc::JobApi,
   std::mutex commit_mu_;  // held by the committer
   std::mutex queue_mu_;
   std::vector<PendingCommit> queue_;  // guarded by queue_mu_
+  std::vector<PendingCommit> staged_;  // guarded by mu_: this section's entries
   std::atomic<uint64_t> queued_seq_{0};  // written under queue_mu_
   std::atomic<uint64_t> stored_seq_{0};  // written under commit_mu_
   // When each node's newest heartbeat arrived, noted before it waits for mu_: one that
@@ -593,7 +623,6 @@ class Coordinator final : public rpc::JobApi,
   std::vector<Heard> heard_;
   std::condition_variable loop_cv_;    // work for the loop
   std::condition_variable outbox_cv_;  // work for blocking NextAssignments calls
-  std::condition_variable job_cv_;     // a job changed (watchers)
   bool stopping_ = false;
   bool dirty_ = true;                  // something the scheduler should look at changed
   model::Fleet fleet_;                 // sites from the options, nodes as they register
@@ -605,6 +634,15 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, int32_t> node_by_name_;
   std::vector<int32_t> outbox_dirty_;  // nodes whose outbox gained work since the last flush
   std::vector<uint64_t> watch_dirty_;  // watched jobs changed since the last flush
+  std::vector<uint64_t> head_dirty_;   // jobs changed or deleted since QueueHeadsLocked
+  // The published heads: what client reads of jobs see, by id (JobHead). Written by the
+  // committer, read by those calls without mu_; a reader copies the pointers it needs
+  // and lets go before it makes its answer. heads_cv_: heads_ changed (WaitJob). A
+  // leaf: no lock is taken under heads_mu_.
+  std::mutex heads_mu_;
+  std::condition_variable heads_cv_;
+  std::map<uint64_t, std::shared_ptr<const JobHead>> heads_;  // guarded by heads_mu_
+  bool heads_closed_ = false;  // guarded by heads_mu_: shutting down
   // Alive nodes, for HeartbeatIntervalUs: written under mu_, read without it.
   std::atomic<int32_t> live_nodes_{0};
   std::map<uint64_t, JobRt> jobs_;

@@ -12,23 +12,27 @@ namespace meridian::coordinator {
 using model::JobStatus;
 
 void Coordinator::WriteMetrics(http::Exposition& out) {
-  std::lock_guard lock(mu_);
-  const MonotonicTime now = env_.clock().Now();
-
+  // Jobs and their tasks from the published heads (as stored), without the state's lock.
   std::map<std::string_view, int64_t> jobs_by_status;
   for (JobStatus s : {JobStatus::kQueued, JobStatus::kRunning, JobStatus::kSucceeded, JobStatus::kFailed,
                       JobStatus::kCancelled}) {
     jobs_by_status[model::JobStatusName(s)] = 0;
   }
   model::JobSummary tasks;
-  for (const auto& [id, job] : jobs_) {
-    ++jobs_by_status[model::JobStatusName(job.rec.status)];
-    tasks.waiting += job.counts.waiting;
-    tasks.running += job.counts.running;
-    tasks.succeeded += job.counts.succeeded;
-    tasks.failed += job.counts.failed;
-    tasks.cancelled += job.counts.cancelled;
+  {
+    std::lock_guard<std::mutex> heads(heads_mu_);
+    for (const auto& [id, head] : heads_) {
+      const model::JobSummary& job = head->summary;
+      ++jobs_by_status[model::JobStatusName(job.job.status)];
+      tasks.waiting += job.waiting;
+      tasks.running += job.running;
+      tasks.succeeded += job.succeeded;
+      tasks.failed += job.failed;
+      tasks.cancelled += job.cancelled;
+    }
   }
+  std::lock_guard lock(mu_);
+  const MonotonicTime now = env_.clock().Now();
   out.Family("meridian_jobs", "gauge", "Jobs the coordinator holds (unfinished and retained finished ones), by status.");
   for (const auto& [status, n] : jobs_by_status) out.Sample("meridian_jobs", {{"status", std::string(status)}}, n);
   out.Counter("meridian_jobs_submitted_total", "Jobs accepted and stored since the coordinator started.",

@@ -333,6 +333,7 @@ void Coordinator::AddTraffic(JobRt& job, const std::string& from, const std::str
   t.bytes += bytes;
   t.objects++;
   t.egress_micro_usd += EgressMicroUsd(from, to, bytes);
+  HeadChangedLocked(job);
 }
 
 model::TaskAssignment Coordinator::AssignmentFor(const JobRt& job, const TaskRt& task) const {
@@ -857,7 +858,6 @@ void Coordinator::RetireFinishedLocked() {
       continue;
     }
     JobRt& job = it->second;
-    if (job.job) job.input_bytes = InputBytesBySite(*job.job);
     freed += job.tasks.size();
     std::vector<TaskRt>().swap(job.tasks);
     job.job.reset();

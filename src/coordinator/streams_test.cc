@@ -3,6 +3,7 @@
 // summaries pushed to watchers, streams closed when a session ends, heartbeats that
 // grow rarer as the fleet grows, and a closed connection noticed without them.
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -357,6 +358,113 @@ TEST_F(CoordinatorTest, AnAssignmentWhoseStreamEndedWhileItWasStoredGoesToTheNex
   ASSERT_EQ(second->pushed().size(), 1u);
   ASSERT_EQ(second->pushed()[0].assignments.size(), 1u);
   EXPECT_EQ(second->pushed()[0].assignments[0].key.job, 1u);
+}
+
+// A stream whose Close blocks until let go: closing it, the coordinator holds its state
+// lock for as long as the test likes (ConnectAssignments closes a node's old stream).
+class StuckCloseSink final : public rpc::AssignmentSink {
+ public:
+  bool Push(model::AssignmentBatch&) override { return true; }
+  void Close(const Status&) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    closing_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return let_go_; });
+  }
+  bool open() const override { return true; }
+  void AwaitClosing() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return closing_; });
+  }
+  void LetGo() {
+    std::lock_guard<std::mutex> lock(mu_);
+    let_go_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool closing_ = false;
+  bool let_go_ = false;
+};
+
+// What a client reads of jobs, as one string: ListJobs, GetJob's summary, JobTenant and
+// WaitJob (which does not wait: its version is older).
+std::string ReadJobs(Coordinator& c, uint64_t id) {
+  std::string out;
+  for (const model::JobSummary& s : c.ListJobs(0, {})) {
+    out += fmt::format("list {} {} {}/{};", s.job.id, model::JobStatusName(s.job.status), s.succeeded, s.tasks_total);
+  }
+  StatusOr<model::JobView> v = c.GetJob(id, 0, 0);
+  out += v.ok() ? fmt::format("get {} {};", model::JobStatusName(v->summary.job.status), v->summary.succeeded)
+                : v.status().ToString();
+  StatusOr<std::string> tenant = c.JobTenant(id);
+  out += tenant.ok() ? "tenant " + *tenant + ";" : tenant.status().ToString();
+  StatusOr<model::JobSummary> w = c.WaitJob(id, 0, 10'000'000);
+  out += w.ok() ? fmt::format("wait {}", model::JobStatusName(w->job.status)) : w.status().ToString();
+  return out;
+}
+
+// Client reads of jobs take neither the state's lock nor wait for the store: one that
+// holds the lock long (here a stream's close; in life a long placement or a large
+// registration) stalls none of them. A call that takes the lock (ListNodes) waits.
+TEST_F(CoordinatorTest, ClientReadsOfJobsAnswerWhileTheStateLockIsHeld) {
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [](CoordinatorOptions& o) { o.run_loop = false; });
+  model::RegistrationReply n = Register(Node("n1"));
+  auto stuck = std::make_shared<StuckCloseSink>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, stuck).ok());
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Another stream of the node replaces the stuck one: closing it, ConnectAssignments
+  // holds the lock until LetGo.
+  std::thread replace([&] {
+    EXPECT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, std::make_shared<AssignmentRecorder>()).ok());
+  });
+  stuck->AwaitClosing();
+  std::future<std::string> reads = std::async(std::launch::async, [&] { return ReadJobs(*coord_, r->job_id); });
+  std::future<size_t> nodes = std::async(std::launch::async, [&] { return coord_->ListNodes().size(); });
+  const std::future_status read_status = reads.wait_for(std::chrono::seconds(30));
+  const std::future_status nodes_status = nodes.wait_for(std::chrono::milliseconds(100));
+  stuck->LetGo();
+  replace.join();
+  EXPECT_EQ(read_status, std::future_status::ready);
+  EXPECT_EQ(nodes_status, std::future_status::timeout);  // the lock was held all along
+  EXPECT_EQ(reads.get(), fmt::format("list {0} running 0/1;get running 0;tenant default;wait running", r->job_id));
+  EXPECT_EQ(nodes.get(), 1u);
+}
+
+// What client reads show is what is stored: while a task's report is written, they
+// answer at once with the job as it was; once it is stored, as it is.
+TEST_F(CoordinatorTest, ClientReadsShowWhatIsStoredNotWhatIsBeingWritten) {
+  auto owned = std::make_unique<StallingStore>();
+  StallingStore* store = owned.get();
+  Start(std::move(owned), {}, [](CoordinatorOptions& o) { o.run_loop = false; });
+  model::RegistrationReply n = Register(Node("n1"));
+  auto sink = std::make_shared<AssignmentRecorder>();
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, sink).ok());
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(Assignments(*sink), 1u);
+  const model::TaskKey key = sink->pushed()[0].assignments[0].key;
+  const uint64_t running_version = coord_->WaitJob(r->job_id, 0, 0)->version;
+
+  store->Hold();
+  std::thread report([&] { Report(n, {Done(key, "ok")}); });
+  store->AwaitAWrite();
+  std::future<std::string> during = std::async(std::launch::async, [&] { return ReadJobs(*coord_, r->job_id); });
+  const std::future_status during_status = during.wait_for(std::chrono::seconds(30));
+  store->Release();
+  report.join();
+  EXPECT_EQ(during_status, std::future_status::ready);
+  EXPECT_EQ(during.get(), fmt::format("list {0} running 0/1;get running 0;tenant default;wait running", r->job_id));
+  EXPECT_EQ(ReadJobs(*coord_, r->job_id),
+            fmt::format("list {0} succeeded 1/1;get succeeded 1;tenant default;wait succeeded", r->job_id));
+  // A waiter for a newer version than the running one's is answered with the end.
+  StatusOr<model::JobSummary> next = coord_->WaitJob(r->job_id, running_version, 10'000'000);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->job.status, model::JobStatus::kSucceeded);
+  EXPECT_GT(next->version, running_version);
 }
 
 TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) {
