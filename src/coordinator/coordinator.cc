@@ -235,26 +235,18 @@ size_t Coordinator::CommitsQueued() {
 }
 
 void Coordinator::EnqueueLocked(PendingCommit entry) {
-  if (entry.batch.empty() && entry.outboxes.empty() && entry.watches.empty()) return;
-  staged_.push_back(std::move(entry));
+  if (!head_dirty_.empty()) TakeHeadsLocked(entry);
+  if (entry.batch.empty() && entry.outboxes.empty() && entry.watches.empty() && entry.heads.empty()) return;
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  // Made under queue_mu_ with its entry: whoever reads this seq finds the entry queued
+  // or taken by a committer.
+  entry.seq = queued_seq_.load(std::memory_order_relaxed) + 1;
+  queue_.push_back(std::move(entry));
+  queued_seq_.store(queue_.back().seq, std::memory_order_release);
 }
 
 void Coordinator::EndSectionLocked() {
-  if (!head_dirty_.empty()) {
-    if (staged_.empty()) staged_.emplace_back();
-    TakeHeadsLocked(staged_.back());
-  }
-  if (staged_.empty()) return;
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  // Numbered under queue_mu_ with their entries: whoever reads queued_seq_ finds them
-  // queued or taken by a committer.
-  uint64_t seq = queued_seq_.load(std::memory_order_relaxed);
-  for (PendingCommit& e : staged_) {
-    e.seq = ++seq;
-    queue_.push_back(std::move(e));
-  }
-  staged_.clear();
-  queued_seq_.store(seq, std::memory_order_release);
+  if (!head_dirty_.empty()) EnqueueLocked(PendingCommit{});
 }
 
 namespace {

@@ -373,9 +373,12 @@ class Coordinator final : public rpc::JobApi,
     model::JobSummary summary;
     bool close = false;  // the job finished: the watch ends after it
   };
-  // A job as client reads see it: made under mu_ once the job changed, at the end of
-  // the call that changed it (QueueHeadsLocked), and published in heads_ by the
-  // committer once all queued before it is stored. Never changed once made.
+  // A job as client reads see it: made under mu_ when the next commit queue entry after
+  // a change to the job is queued (EnqueueLocked), and published in heads_ by the
+  // committer once that entry and all before it are stored, before the entry's pushes.
+  // That entry holds the change: every operation commits what it changed at its end,
+  // before a later one queues anything (Heartbeat: its reports, then what
+  // ScheduleLocked placed). Never changed once made.
   struct JobHead {
     model::JobSummary summary;
     std::vector<model::JobTraffic> traffic;
@@ -395,10 +398,8 @@ class Coordinator final : public rpc::JobApi,
   // deleted).
   void TakeHeadsLocked(PendingCommit& entry);
   // The end of a section under mu_ (StateMutex::unlock; the loop's turns; the give-back
-  // of outboxes): the entries it made (staged_) go to the commit queue together, the
-  // last with the heads of the jobs it changed. So the committer never takes part of a
-  // section, and heads are published with the changes they show, before what those
-  // changes make due is pushed.
+  // of outboxes): heads of jobs changed since its last entry (a change in memory only)
+  // are queued in one of their own.
   void EndSectionLocked();
   // Job `id`'s published head; null: no such job (or not yet stored). Takes heads_mu_.
   std::shared_ptr<const JobHead> HeadOf(uint64_t id);
@@ -406,8 +407,8 @@ class Coordinator final : public rpc::JobApi,
   // stream keeps its outbox (and blocking waiters are woken); watchers that left go.
   void TakeOutboxesLocked(PendingCommit& entry);
   void TakeWatchersLocked(PendingCommit& entry);
-  // Stages `entry` (mu_ held), unless it holds nothing, for the commit queue at the end
-  // of the section (EndSectionLocked).
+  // Queues `entry` (mu_ held), with the heads of the jobs changed since the last entry,
+  // unless it holds nothing.
   void EnqueueLocked(PendingCommit entry);
   // The pushes of stored entries, in order (the committer, without mu_). An outbox
   // whose stream ended meanwhile goes back to its node, for its next stream; the
@@ -602,7 +603,6 @@ class Coordinator final : public rpc::JobApi,
   std::mutex commit_mu_;  // held by the committer
   std::mutex queue_mu_;
   std::vector<PendingCommit> queue_;  // guarded by queue_mu_
-  std::vector<PendingCommit> staged_;  // guarded by mu_: this section's entries
   std::atomic<uint64_t> queued_seq_{0};  // written under queue_mu_
   std::atomic<uint64_t> stored_seq_{0};  // written under commit_mu_
   // When each node's newest heartbeat arrived, noted before it waits for mu_: one that

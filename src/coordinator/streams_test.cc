@@ -3,6 +3,7 @@
 // summaries pushed to watchers, streams closed when a session ends, heartbeats that
 // grow rarer as the fleet grows, and a closed connection noticed without them.
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -465,6 +466,57 @@ TEST_F(CoordinatorTest, ClientReadsShowWhatIsStoredNotWhatIsBeingWritten) {
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->job.status, model::JobStatus::kSucceeded);
   EXPECT_GT(next->version, running_version);
+}
+
+// A stream that hands each item to `on_push` as the coordinator pushes it.
+template <typename T>
+class CallingSink final : public rpc::StreamSink<T> {
+ public:
+  explicit CallingSink(std::function<void(const T&)> on_push) : on_push_(std::move(on_push)) {}
+  bool Push(T& item) override {
+    on_push_(item);
+    return true;
+  }
+  void Close(const Status&) override {}
+  bool open() const override { return true; }
+
+ private:
+  std::function<void(const T&)> on_push_;
+};
+
+// Heads are published before what the same change makes due is pushed: an agent given
+// a task of a new job finds the job (its tenant, which reading its inputs asks for), and
+// a watcher told of a change reads the job as it was told.
+TEST_F(CoordinatorTest, WhatIsPushedIsReadableWhenItArrives) {
+  Start(std::make_unique<testing::InMemoryStateStore>(), {}, [](CoordinatorOptions& o) { o.run_loop = false; });
+  model::RegistrationReply n = Register(Node("n1"));
+  std::vector<std::string> seen;  // pushed from the committer, one at a time
+  std::vector<model::TaskKey> keys;
+  auto agent = std::make_shared<CallingSink<model::AssignmentBatch>>([&](const model::AssignmentBatch& b) {
+    for (const model::TaskAssignment& a : b.assignments) {
+      keys.push_back(a.key);
+      StatusOr<std::string> tenant = coord_->JobTenant(a.key.job);
+      seen.push_back(tenant.ok() ? "assigned; job of " + *tenant : tenant.status().ToString());
+    }
+  });
+  ASSERT_TRUE(coord_->ConnectAssignments(n.node_id, n.session, agent).ok());
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, kernel: noop}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto watcher = std::make_shared<CallingSink<model::JobSummary>>([&](const model::JobSummary& s) {
+    StatusOr<model::JobView> v = coord_->GetJob(s.job.id, 0, 0);
+    seen.push_back(fmt::format("told {} v{}; read {}", model::JobStatusName(s.job.status), s.version,
+                               v.ok() ? fmt::format("{} v{}", model::JobStatusName(v->summary.job.status),
+                                                    v->summary.version)
+                                      : v.status().ToString()));
+  });
+  ASSERT_TRUE(coord_->WatchJob(r->job_id, 0, watcher).ok());
+  ASSERT_EQ(keys.size(), 1u);
+  const uint64_t running = coord_->WaitJob(r->job_id, 0, 0)->version;
+  Report(n, {Done(keys[0], "ok")});
+  const uint64_t done = coord_->WaitJob(r->job_id, 0, 0)->version;
+  EXPECT_EQ(seen, (std::vector<std::string>{"assigned; job of default",
+                                            fmt::format("told running v{0}; read running v{0}", running),
+                                            fmt::format("told succeeded v{0}; read succeeded v{0}", done)}));
 }
 
 TEST_F(CoordinatorTest, ASmallJobIsStoredInTheCommitThatPlacesItALargeOneFirst) {
