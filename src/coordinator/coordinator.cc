@@ -826,7 +826,7 @@ StatusOr<model::JobSummary> Coordinator::DeleteJob(uint64_t id) {
     }
     jobs_.erase(it);
   }
-  head_dirty_.push_back(id);  // its head goes (QueueHeadsLocked finds no job)
+  head_dirty_.push_back(id);  // its head goes (TakeHeadsLocked finds no job)
   for (const auto& [node, object] : results) {
     if (dataset_objects_.count(object)) continue;  // a shard of a dataset outlives its job
     auto n = node_by_name_.find(node);

@@ -634,7 +634,7 @@ class Coordinator final : public rpc::JobApi,
   std::map<std::string, int32_t> node_by_name_;
   std::vector<int32_t> outbox_dirty_;  // nodes whose outbox gained work since the last flush
   std::vector<uint64_t> watch_dirty_;  // watched jobs changed since the last flush
-  std::vector<uint64_t> head_dirty_;   // jobs changed or deleted since QueueHeadsLocked
+  std::vector<uint64_t> head_dirty_;   // jobs changed or deleted since the last entry (TakeHeadsLocked)
   // The published heads: what client reads of jobs see, by id (JobHead). Written by the
   // committer, read by those calls without mu_; a reader copies the pointers it needs
   // and lets go before it makes its answer. heads_cv_: heads_ changed (WaitJob). A
