@@ -111,6 +111,15 @@ for want in '"agents": 40,' '"tasks": 4000,' '"tasks_done": 4040,' '"reregistere
   grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench scale output lacks $want"; cat "$tmp/out"; fail=1; }
 done
 check "bench scale refuses no agents" 2 "--agents: expected 1 to 20000" "$bin" bench scale --agents 0
+# With clients listing jobs beside the work: 30 finished jobs made first, then the
+# 2,000-task job and the 20 round trips again (20 + 30 + 2,000 + 20 + 2,000 + 20 tasks).
+check "bench scale with readers" 0 "" "$bin" bench scale --agents 2 --tasks 2000 --samples 20 --idle-seconds 0.5 \
+  --readers 2 --history 30 --json
+for want in '"tasks_done": 4090,' '"readers": 2,' '"history_jobs": 30,' '"read_errors": 0,' \
+            '"tasks_per_second_with_readers"' '"round_trip_p50_ms_with_readers"' '"list_all_us"'; do
+  grep -qF -- "$want" "$tmp/out" || { echo "FAIL bench scale --readers output lacks $want"; cat "$tmp/out"; fail=1; }
+done
+check "bench scale refuses too many readers" 2 "--readers: expected 0 (none) to 64" "$bin" bench scale --readers 65
 for _ in $(seq 50); do [ "$(bench_procs)" -le "$before" ] && break; sleep 0.1; done
 [ "$(bench_procs)" -le "$before" ] || { echo "FAIL bench scale left processes running:"; pgrep -af meridian-bench-; fail=1; }
 # The chain workload: the same seed writes the same bytes; bad options change nothing.
