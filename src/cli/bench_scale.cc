@@ -241,6 +241,17 @@ Status AwaitFile(const fs::path& path, int pid, double timeout_s, const fs::path
                                       log.string(), LogTail(log, 5)));
 }
 
+// One job of `tasks` no-op tasks, submission to the last result: its seconds.
+StatusOr<double> TimeNoopJob(client::Client& c, const std::string& name, int64_t tasks) {
+  const Clock::time_point t0 = Clock::now();
+  MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, RunJob(c, NoopJob(name, tasks), "noop.yaml"));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (done.job.status != model::JobStatus::kSucceeded) {
+    return InternalError(fmt::format("the benchmark job {}: {}", model::JobStatusName(done.job.status), done.job.reason));
+  }
+  return seconds;
+}
+
 StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench-scale"));
   const fs::path root = dir->path();
@@ -319,14 +330,9 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
   // Throughput: one job of N no-op tasks, submission to the last result.
   {
     MERIDIAN_ASSIGN_OR_RETURN(double cpu0, CpuSeconds(coord));
-    const Clock::time_point t0 = Clock::now();
-    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, RunJob(*c, NoopJob("noop", o.tasks), "noop.yaml"));
-    f.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    MERIDIAN_ASSIGN_OR_RETURN(f.total_s, TimeNoopJob(*c, "noop", o.tasks));
     MERIDIAN_ASSIGN_OR_RETURN(double cpu1, CpuSeconds(coord));
     f.busy_cpu_fraction = (cpu1 - cpu0) / f.total_s;
-    if (done.job.status != model::JobStatus::kSucceeded) {
-      return InternalError(fmt::format("the benchmark job {}: {}", model::JobStatusName(done.job.status), done.job.reason));
-    }
     f.throughput = static_cast<double>(o.tasks) / f.total_s;
   }
 
@@ -346,12 +352,7 @@ StatusOr<ScaleFigures> Measure(const BenchScaleOptions& o, int agents) {
     u.readers = o.readers;
     u.history = o.history;
     MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ReadLoad> load, ReadLoad::Start(address, o.readers));
-    const Clock::time_point t0 = Clock::now();
-    MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary done, RunJob(*c, NoopJob("noop-read", o.tasks), "noop.yaml"));
-    u.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (done.job.status != model::JobStatus::kSucceeded) {
-      return InternalError(fmt::format("the benchmark job {}: {}", model::JobStatusName(done.job.status), done.job.reason));
-    }
+    MERIDIAN_ASSIGN_OR_RETURN(u.total_s, TimeNoopJob(*c, "noop-read", o.tasks));
     u.throughput = static_cast<double>(o.tasks) / u.total_s;
     for (int i = 0; i < o.latency_samples; ++i) {
       const Clock::time_point a = Clock::now();
