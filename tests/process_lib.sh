@@ -63,6 +63,31 @@ start_listening() {  # log, command...
   echo "FAIL: no 'listening on' in $log:"; cat "$log"
   exit 1
 }
+# Checks that every thread of process PID blocks SIGINT and SIGTERM (bits 2 and 15 of
+# /proc's SigBlk) or is waiting for them in sigwait (the kernel unblocks what a thread
+# waits for while it waits: its wchan is do_sigtimedwait). A long-running command
+# takes them in a thread of its own to stop gracefully; one delivered to a thread that
+# did not block them ends the process at once with the default action (exit 143)
+# instead. Prints the threads that neither block nor wait; fails when there are any,
+# or no thread at all.
+termination_signals_blocked() {  # pid
+  local task mask unblocked="" n=0 waiting=0
+  for task in /proc/"$1"/task/*; do
+    mask=$(awk '/^SigBlk:/ {print $2}' "$task/status" 2>/dev/null)
+    [ -n "$mask" ] || continue  # ended meanwhile
+    n=$((n + 1))
+    if (((16#$mask & 0x4002) != 0x4002)); then
+      if [[ "$(cat "$task/wchan" 2>/dev/null)" == do_sigtimedwait* ]]; then
+        waiting=$((waiting + 1))
+      else
+        unblocked+="$(awk '/^Name:/ {print $2}' "$task/status")(SigBlk=$mask) "
+      fi
+    fi
+  done
+  [ "$n" -gt 0 ] || { echo "no threads of pid $1"; return 1; }
+  [ -z "$unblocked" ] || { echo "$unblocked"; return 1; }
+  echo "$n threads, $waiting waiting for them"
+}
 # When ctest's timeout ends a test it kills the test's whole process group with
 # SIGKILL: the EXIT trap does not run, and the cluster, replicas and gateways it
 # started (daemons of their own sessions) would go on running and load the tests after

@@ -131,10 +131,16 @@ check "services" 0 "" "$bin" services "${D[@]}"
 start_listening "$tmp/gw-eu.log" "$bin" gateway --service digits --region eu-west --token-file "$tmp/client-token" "${D[@]}" \
   --watch-interval-ms 250 --probe-interval-ms 100
 eu=$port
+eu_pid=${pids[-1]}
 start_listening "$tmp/gw-us.log" "$bin" gateway --service digits --region us-east --token-file "$tmp/client-token" "${D[@]}" \
   --watch-interval-ms 250 --probe-interval-ms 100
 us=$port
 wait_gateway_set "$eu" "eu-west:up eu-west:up us-east:up" 10 && ok "eu-west's gateway has the 3 replicas"
+# Its client of the coordinator (gRPC's threads) started before it served: SIGTERM must
+# still reach only the thread that drains it.
+blocked=$(termination_signals_blocked "$eu_pid") &&
+  ok "every thread of eu-west's gateway blocks SIGINT and SIGTERM or waits for them: $blocked" ||
+  bad "threads of eu-west's gateway that SIGTERM would end at once: $blocked"
 # It speaks HTTPS to them, checking their certificate (of the service's own CA).
 curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$eu/v1/gateway" |
   $py -c 'import json, sys; r = json.load(sys.stdin)["replicas"]; assert len(r) == 3 and all(x["tls"] for x in r), r' &&

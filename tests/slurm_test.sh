@@ -128,6 +128,12 @@ want="('hpc', 2000, 1073741824, [('A100', True), ('A100', True)])"
 [ "$(squeue -h -j "$job" -o %T)" = RUNNING ] && ok "Slurm job $job is running" || bad "squeue: $(squeue -h -j "$job")"
 [ -s "$tmp/shared/tls/nodes/$host/node.crt" ] && ok "the node's certificate is kept under nodes/$host" ||
   bad "no $tmp/shared/tls/nodes/$host/node.crt"
+# It joined with its token (gRPC's threads started) before it set up its signal
+# thread: SIGTERM (scancel, or its own wake-up once it has left) must reach that thread.
+agent_pid=$(pgrep -f "^[^ ]*meridian --log-level info agent --slurm .*$tmp/work" | head -1)  # not srun, which runs it
+blocked=$(termination_signals_blocked "$agent_pid") &&
+  ok "every thread of the agent (pid $agent_pid) blocks SIGINT and SIGTERM or waits for them: $blocked" ||
+  bad "threads of the agent (pid '$agent_pid') that SIGTERM would end at once: $blocked"
 
 # --- A Meridian job on it: four tasks that each need an A100, and a sum of their outputs.
 cat >"$tmp/job.yaml" <<'EOF'

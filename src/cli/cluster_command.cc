@@ -1,5 +1,6 @@
 // meridian coordinator | agent | up | down: the processes of a cluster, and a local
 // cluster on one machine started from a fleet file.
+#include <pthread.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -284,6 +285,11 @@ StatusOr<std::string> ReadPasswordFile(const fs::path& path) {
 }
 
 Status RunAgent(const AgentCommandOptions& given) {
+  // Before any thread starts (joining with a token starts gRPC's), so that every thread
+  // inherits it and a SIGTERM or Ctrl-C is only ever taken by the signal thread below:
+  // one delivered to a thread that left it unblocked ended the agent at once (exit 143)
+  // instead of stopping it.
+  BlockTerminationSignals();
   spec::NodeConfig config;
   AgentCommandOptions o = given;
   if (given.slurm) {
@@ -389,7 +395,6 @@ Status RunAgent(const AgentCommandOptions& given) {
     }
     MERIDIAN_ASSIGN_OR_RETURN(options.tls, NodeCredentials(o, options.node.name));
   }
-  BlockTerminationSignals();
   agent::Agent agent(std::move(options), Env::Default());
   std::thread signals([&agent] {
     WaitForTerminationSignal();
@@ -397,8 +402,8 @@ Status RunAgent(const AgentCommandOptions& given) {
   });
   Status s = agent.Run();
   if (!s.ok() || agent.left()) {
-    // Wake the signal thread so the process can exit.
-    kill(getpid(), SIGTERM);
+    // Wake the signal thread (that one only) so the process can exit.
+    pthread_kill(signals.native_handle(), SIGTERM);
   }
   signals.join();
   return s;

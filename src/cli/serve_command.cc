@@ -885,7 +885,6 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
   front.max_attempts = 1;  // one command: a failed request is not sent to it twice
   front.resend_unsafe = false;
   front.probe_interval_ms = 250;
-  BlockTerminationSignals();  // before any thread starts, so they inherit it
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway,
                             StartWhenThePortIsFree([&] { return sv::Gateway::Start(front); }, front.port, out));
 
@@ -953,6 +952,10 @@ Status RunCommandFront(const ReplicaCommandOptions& o, const std::pair<std::stri
 }  // namespace
 
 Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
+  // Before any thread starts, so that every thread inherits it and SIGTERM and Ctrl-C
+  // are only taken where this command waits for them (a thread that left them unblocked
+  // ended the process at once, without draining): a device's runtime starts threads of its own.
+  BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   std::string token;
   if (!o.token_env.empty()) {
@@ -984,7 +987,6 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   options.batch = sv::BatchOptions{o.max_batch, o.max_wait_us, o.max_queued_images};
   const int32_t hidden = model.hidden();
   const int64_t step = model.step();
-  BlockTerminationSignals();  // before the server's threads start, so they inherit it
   MERIDIAN_ASSIGN_OR_RETURN(
       auto replica, StartWhenThePortIsFree([&] { return sv::Replica::Start(model, options); }, options.port, out));
   out << fmt::format("replica: listening on {}:{}{} (the digits MLP, {} hidden units, step {}, on {}; batches of "
@@ -1013,6 +1015,10 @@ sv::TenantTokens::Identify TenantTokenCheck(const ClusterTarget& target) {
 }
 
 Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
+  // Before any thread starts, so that every thread inherits it and SIGTERM and Ctrl-C
+  // are only taken where this command waits for them (a thread that left them unblocked
+  // ended the process at once, without draining): the coordinator's client starts gRPC's.
+  BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   sv::GatewayOptions options;
   options.host = address.first;
@@ -1104,7 +1110,6 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   options.max_attempts = o.max_attempts;
   options.probe_interval_ms = o.probe_interval_ms;
   if (coordinator != nullptr) options.identify_tokens = TenantTokenCheck(o.target);
-  BlockTerminationSignals();
   MERIDIAN_ASSIGN_OR_RETURN(auto gateway, sv::Gateway::Start(options));
   if (fleet) {
     out << fmt::format("gateway: listening on {}:{}{} for the services of site {}{}\n", address.first, gateway->port(),
