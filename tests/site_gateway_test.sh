@@ -156,6 +156,27 @@ want="{\"error\":\"service digits does not take this bearer token: token $carol_
 [ "$code" = 401 ] && [ "$(cat "$tmp/body")" = "$want" ] && ok "a revoked token: 401, saying so" ||
   bad "carol's revoked token: $code $(cat "$tmp/body")"
 
+# A service's name is the cluster's: another tenant's `serve` of a name that runs is
+# refused, and nothing is submitted (its replica would have joined the service: the
+# gateways took its secrets and sent the service's requests to it).
+jobs_now() { "$bin" jobs --json "${D[@]}" | $py -c 'import json, sys; print(len(json.load(sys.stdin)))'; }
+before=$(jobs_now)
+check "another tenant's serve of files" 2 \
+  "job 'serve/files/us-east/0': a service named 'files' runs already, of another tenant; a service's name is the cluster's (the gateways route by it): serve yours under another name" \
+  env MERIDIAN_TOKEN="$bob" "$bin" serve "$tmp/files.yaml" "${D[@]}"
+[ "$(jobs_now)" = "$before" ] && ok "nothing submitted ($before jobs)" || bad "jobs: $before, then $(jobs_now)"
+# A replica added to a tenant's service is that tenant's, whoever adds it (an admin by
+# `service scale`, a site gateway's autoscaler): it was the default tenant's.
+sed -e "s/^name: files/name: files-b/" -e "s/^port: .*/port: $((base + 105))/" -e "s/max: 1/max: 2/" \
+  "$tmp/files.yaml" >"$tmp/files-b.yaml"
+check "team-b serves files-b" 0 "" env MERIDIAN_TOKEN="$bob" "$bin" serve "$tmp/files-b.yaml" "${D[@]}"
+check "the admin scales files-b" 0 "" "$bin" service scale files-b --region us-east --replicas 2 "${D[@]}"
+tenants=$("$bin" jobs --json "${D[@]}" |
+  $py -c 'import json, sys; print(" ".join(sorted(j["tenant"] for j in json.load(sys.stdin) if j["name"].startswith("serve/files-b/"))))')
+[ "$tenants" = "team-b team-b" ] && ok "both replica jobs of files-b are team-b's: $tenants" ||
+  bad "tenants of files-b's replica jobs: '$tenants'"
+check "team-b deletes files-b" 0 "" env MERIDIAN_TOKEN="$bob" "$bin" service delete files-b "${D[@]}"
+
 # 3. Autoscaling by the site gateways: eu-west's 10 connections.
 cat >"$tmp/post.lua" <<EOF
 wrk.method = "POST"

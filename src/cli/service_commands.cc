@@ -49,11 +49,13 @@ Status CheckRegion(client::Client& c, const spec::ServiceSpec& spec, const std::
   return OkStatus();
 }
 
-// Submits replica `ordinal` of `spec` in `region`.
+// Submits replica `ordinal` of `spec` in `region`, as `tenant`'s job (empty: the
+// credential's).
 StatusOr<uint64_t> SubmitReplica(client::Client& c, const spec::ServiceSpec& spec, const std::string& region,
-                                 int32_t ordinal, const spec::ReplicaSecrets& secrets, uint64_t replaces) {
+                                 int32_t ordinal, const spec::ReplicaSecrets& secrets, uint64_t replaces,
+                                 const std::string& tenant) {
   const std::string name = spec::ReplicaJobName(spec.name, region, ordinal);
-  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets, replaces), name);
+  auto r = c.Submit(spec::ReplicaJobYaml(spec, region, ordinal, secrets, replaces, tenant), name);
   if (!r.ok()) {
     return Status(r.status().code(), fmt::format("service '{}', replica {} in region '{}': {}", spec.name, ordinal,
                                                  region, r.status().message()));
@@ -83,10 +85,11 @@ Status NoSuchService(const std::string& name) {
 // and says so.
 Status SubmitReplicas(client::Client& c, const spec::ServiceSpec& spec,
                       const std::vector<std::pair<std::string, int32_t>>& replicas, const spec::ReplicaSecrets& secrets,
-                      std::vector<uint64_t>* jobs, uint64_t replaces = 0) {
+                      std::vector<uint64_t>* jobs, uint64_t replaces = 0, const std::string& tenant = "") {
   for (const auto& [region, ordinal] : replicas) {
-    auto id = SubmitReplica(c, spec, region, ordinal, secrets, replaces);
+    auto id = SubmitReplica(c, spec, region, ordinal, secrets, replaces, tenant);
     if (!id.ok()) {
+      if (jobs->empty()) return id.status();
       const int undone = UndoSubmitted(c, *jobs);
       return Status(id.status().code(), fmt::format("{} (the {} replica jobs submitted before it: {} cancelled and "
                                                     "deleted)",
@@ -132,6 +135,16 @@ StatusOr<std::vector<ServiceReplica>> ListServiceReplicas(client::Client& c, con
     r.job_status = s.job.status;
     out.push_back(std::move(r));
   }
+  // A service is one tenant's: its oldest live replica job's. The coordinator refuses a
+  // replica job of another tenant under the name of a service that runs; replica jobs
+  // of another tenant under the same name (submitted before it did) are left out here,
+  // so that no gateway mixes them in (their secrets, their tenant) nor counts them.
+  std::map<std::string, std::pair<uint64_t, std::string>> owner;  // service -> (oldest job, its tenant)
+  for (const ServiceReplica& r : out) {
+    auto [it, added] = owner.try_emplace(r.service, r.job, r.tenant);
+    if (!added && r.job < it->second.first) it->second = {r.job, r.tenant};
+  }
+  std::erase_if(out, [&owner](const ServiceReplica& r) { return r.tenant != owner[r.service].second; });
   std::sort(out.begin(), out.end(), [](const ServiceReplica& a, const ServiceReplica& b) {
     return std::tie(a.service, a.ordinal, a.job) < std::tie(b.service, b.ordinal, b.job);
   });
@@ -182,8 +195,10 @@ StatusOr<std::vector<uint64_t>> AddReplicas(client::Client& c, const spec::Servi
     used.insert(ordinal);
     replicas.emplace_back(region, ordinal);
   }
+  // They are the service's tenant's (ListServiceReplicas keeps that tenant's alone).
   std::vector<uint64_t> submitted;
-  MERIDIAN_RETURN_IF_ERROR(SubmitReplicas(c, spec, replicas, secrets, &submitted, replaces));
+  MERIDIAN_RETURN_IF_ERROR(
+      SubmitReplicas(c, spec, replicas, secrets, &submitted, replaces, live.empty() ? "" : live.front().tenant));
   return submitted;
 }
 

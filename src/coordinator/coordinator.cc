@@ -12,6 +12,7 @@
 #include "sched/forecast.h"
 #include "security/ticket.h"
 #include "spec/job_spec.h"
+#include "spec/service_spec.h"
 
 namespace meridian::coordinator {
 
@@ -541,6 +542,7 @@ StatusOr<std::optional<rpc::SubmitResult>> Coordinator::SubmitSmall(const std::s
     std::unique_lock lock(mu_);
     MERIDIAN_RETURN_IF_ERROR(CheckFeasibleLocked(job));
     MERIDIAN_RETURN_IF_ERROR(CheckOutputDatasetsLocked(job, spec_name));
+    MERIDIAN_RETURN_IF_ERROR(CheckServiceNameLocked(job));
     rec.id = result.job_id = next_job_id_++;
     if (!small) {
       lock.unlock();
@@ -627,6 +629,32 @@ void Coordinator::FleetChangedLocked() {
 const std::shared_ptr<const sched::PoolIndex>& Coordinator::PoolsLocked() {
   if (!pools_) pools_ = std::make_shared<const sched::PoolIndex>(sched::PoolIndex::Build(fleet_));
   return pools_;
+}
+
+Status Coordinator::CheckServiceNameLocked(const model::Job& job) const {
+  // A service is the set of its live replica jobs, found by name, and the gateways
+  // route /v1/services/NAME/ by it: another tenant's replica under the name would join
+  // the set (its secrets, its tenant) and take the service's requests.
+  const std::optional<spec::ReplicaJobId> id = spec::ParseReplicaJobName(job.name);
+  if (!id) return OkStatus();
+  if (job.tasks.size() != 1) {
+    return InvalidArgumentError(fmt::format("job '{}': names serve/SERVICE/REGION/N are services' replica jobs (meridian "
+                                            "serve), of one task; this one has {}",
+                                            job.name, job.tasks.size()));
+  }
+  const std::string prefix = spec::ReplicaJobNamePrefix(id->service);
+  for (const auto& [other_id, other] : jobs_) {
+    if (other.rec.tenant == job.tenant || model::IsTerminal(other.rec.status) || !other.rec.name.starts_with(prefix)) {
+      continue;
+    }
+    const std::optional<spec::ReplicaJobId> of = spec::ParseReplicaJobName(other.rec.name);
+    if (!of || of->service != id->service) continue;
+    return FailedPreconditionError(
+        fmt::format("job '{}': a service named '{}' runs already, of another tenant; a service's name is the "
+                    "cluster's (the gateways route by it): serve yours under another name",
+                    job.name, id->service));
+  }
+  return OkStatus();
 }
 
 Status Coordinator::CheckFeasibleLocked(const model::Job& job) {

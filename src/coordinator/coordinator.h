@@ -465,6 +465,10 @@ class Coordinator final : public rpc::JobApi,
   // submitted, and stay its own while it runs; when it succeeds its outputs become
   // them (an error, which fails the job, when an output is missing).
   Status CheckOutputDatasetsLocked(const model::Job& job, const std::string& spec_name) const;
+  // A service's name is the cluster's (docs/serving.md, "Services"): a replica job
+  // (spec::ParseReplicaJobName) is refused while a live replica job of the same
+  // service is another tenant's.
+  Status CheckServiceNameLocked(const model::Job& job) const;
   void ReserveOutputDatasetsLocked(uint64_t job_id, const model::Job& job);
   Status DefineOutputDatasetsLocked(JobRt& job, store::StoreBatch& batch);
   void ReleaseOutputDatasetsLocked(uint64_t job_id);

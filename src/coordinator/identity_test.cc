@@ -211,6 +211,55 @@ TEST_F(IdentityTest, AJobsTenantIsTheCredentialsNotTheSpecs) {
   EXPECT_TRUE(coord_->ListJobs(0, {"team-b", "", false}).empty());
 }
 
+// A service is the set of its live replica jobs, found by their names (serve/NAME/...),
+// and the gateways route /v1/services/NAME/ by the name. Another tenant's job under
+// the name of a service that ran joined that set: the gateways took its secrets and
+// sent the service's requests to it.
+TEST_F(IdentityTest, AServicesNameIsOneTenantsWhileItsReplicasRun) {
+  Start();
+  Register(Node("n1"));
+  auto replica = [this](const std::string& name, const std::string& tenant, const std::string& credential) {
+    return coord_->Submit(fmt::format("name: {}\n{}tasks:\n  - {{name: replica, kernel: noop, duration: 1h}}\n", name,
+                                      tenant.empty() ? "" : "tenant: " + tenant + "\n"),
+                          "r.yaml", credential);
+  };
+  auto a0 = replica("serve/web/eu/0", "", "team-a");
+  ASSERT_TRUE(a0.ok()) << a0.status().ToString();
+  auto b1 = replica("serve/web/us/1", "", "team-b");
+  EXPECT_EQ(b1.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b1.status().message(),
+            "job 'serve/web/us/1': a service named 'web' runs already, of another tenant; a service's name is the "
+            "cluster's (the gateways route by it): serve yours under another name");
+  // An admin (no tenant scope) adding a replica without naming the service's tenant
+  // would make one of the default tenant's: refused as well.
+  EXPECT_EQ(replica("serve/web/eu/1", "", "").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
+  // Its tenant adds replicas; so does an admin naming that tenant, as the site gateways do.
+  auto a1 = replica("serve/web/eu/1", "", "team-a");
+  ASSERT_TRUE(a1.ok()) << a1.status().ToString();
+  auto a2 = replica("serve/web/us/2", "team-a", "");
+  ASSERT_TRUE(a2.ok()) << a2.status().ToString();
+  EXPECT_EQ(*coord_->JobTenant(a2->job_id), "team-a");
+  // Other names are free: another service whose name starts the same, a job that is
+  // no replica.
+  EXPECT_TRUE(replica("serve/webs/eu/0", "", "team-b").ok());
+  EXPECT_TRUE(replica("web", "", "team-b").ok());
+  // A replica job's name is for a job of one task.
+  auto two = coord_->Submit("name: serve/x/eu/0\ntasks:\n  - {name: a, kernel: noop}\n  - {name: b, kernel: noop}\n",
+                            "x.yaml", "team-b");
+  EXPECT_EQ(two.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(two.status().message(), "job 'serve/x/eu/0': names serve/SERVICE/REGION/N are services' replica jobs "
+                                    "(meridian serve), of one task; this one has 2");
+  EXPECT_EQ(coord_->ListJobs(0, {}).size(), 5u);
+  // Once every replica of the service has ended, the name is free again.
+  for (uint64_t id : {a0->job_id, a1->job_id}) ASSERT_TRUE(coord_->CancelJob(id).ok());
+  EXPECT_EQ(replica("serve/web/us/1", "", "team-b").status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(coord_->CancelJob(a2->job_id).ok());
+  auto b = replica("serve/web/us/1", "", "team-b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*coord_->JobTenant(b->job_id), "team-b");
+}
+
 model::Fleet TwoTenants(int64_t a_weight, int64_t a_max_gpu_milli) {
   model::Fleet fleet;
   model::Tenant a;

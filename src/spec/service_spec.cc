@@ -273,7 +273,7 @@ std::optional<ReplicaJobId> ParseReplicaJobName(std::string_view name) {
 }
 
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets, uint64_t replaces) {
+                           const ReplicaSecrets& secrets, uint64_t replaces, const std::string& tenant) {
   const std::string tls = secrets.tls() ? fmt::format(" --tls-cert-env {} --tls-key-env {}", kReplicaTlsCertEnv,
                                                       kReplicaTlsKeyEnv)
                                         : "";
@@ -290,6 +290,7 @@ std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, i
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << ReplicaJobName(spec.name, region, ordinal);
+  if (!tenant.empty()) e << YAML::Key << "tenant" << YAML::Value << tenant;
   e << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{region};
   if (spec.fallback_after_us > 0 && replaces == 0) {
     // The service's other regions, in its order.

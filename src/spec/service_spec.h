@@ -94,9 +94,12 @@ struct ReplicaSecrets {
 // its environment as kServiceCommandEnv). With the spec's fallback_after, the job has a
 // fallback to the service's other regions, unless it `replaces` a replica that runs in
 // its fallback (that one's job id, in its environment as kReplicaReplacesEnv): started
-// to bring it home, the new one waits for room in the region.
+// to bring it home, the new one waits for room in the region. A `tenant` is written as
+// the job's: a replica added to a running service is the service's tenant's, whoever
+// adds it (an admin's credential, as a site gateway's, takes the spec's tenant; any
+// other credential must be of that tenant).
 std::string ReplicaJobYaml(const ServiceSpec& spec, const std::string& region, int32_t ordinal,
-                           const ReplicaSecrets& secrets, uint64_t replaces = 0);
+                           const ReplicaSecrets& secrets, uint64_t replaces = 0, const std::string& tenant = "");
 inline constexpr char kReplicaReplacesEnv[] = "REPLICA_REPLACES";
 inline constexpr char kReplicaTokenEnv[] = "REPLICA_TOKEN";
 // Where a replica job keeps ReplicaSecrets::client_token (a command's front takes it

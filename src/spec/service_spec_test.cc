@@ -280,6 +280,26 @@ TEST(ServiceSpecTest, AReplicaFallsBackToTheServicesOtherRegionsAfterItsWait) {
   EXPECT_EQ(ReplicaJobYaml(*plain, "eu", 3, TokenOnly("0123456789abcdef")).find("fallback"), std::string::npos);
 }
 
+// A replica added to a running service names the service's tenant, so that a site
+// gateway's admin credential starts it as that tenant's (not the default tenant's);
+// one started by `meridian serve` names none: the credential's.
+TEST(ServiceSpecTest, AReplicaJobNamesTheTenantItIsAddedFor) {
+  StatusOr<ServiceSpec> s = ParseServiceSpec(kService, "svc.yaml");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  StatusOr<FleetSpec> fleet = ParseFleet(kFleet, "fleet.yaml", "");
+  ASSERT_TRUE(fleet.ok()) << fleet.status().ToString();
+  auto tenant_of = [&](const std::string& yaml) -> std::string {
+    StatusOr<model::Job> job = ParseJob(yaml, "replica.yaml", fleet->fleet, fleet->throughput,
+                                        [](const std::string&) -> std::optional<model::Dataset> {
+                                          return model::Dataset{"digits-model", {model::ObjectRef{}}};
+                                        });
+    return job.ok() ? job->tenant : job.status().ToString();
+  };
+  EXPECT_EQ(tenant_of(ReplicaJobYaml(*s, "eu", 3, TokenOnly("0123456789abcdef"), 0, "team-b")), "team-b");
+  EXPECT_EQ(tenant_of(ReplicaJobYaml(*s, "eu", 3, TokenOnly("0123456789abcdef"), 17, "team-b")), "team-b");
+  EXPECT_EQ(tenant_of(ReplicaJobYaml(*s, "eu", 3, TokenOnly("0123456789abcdef"))), model::Job{}.tenant);
+}
+
 // With TLS credentials, the replica serves HTTPS with the certificate and key from its
 // environment; the gateway reads the CA from the job. All three, or none.
 TEST(ServiceSpecTest, AReplicaJobCarriesTheServicesTlsCredentialsInItsEnvironment) {
