@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "common/units.h"
+#include "model/fleet.h"
 #include "model/work.h"
 #include "spec/resource_spec.h"
 #include "spec/yaml_reader.h"
@@ -82,12 +84,15 @@ class ServiceParser {
     }
     if (root["command"]) {
       MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "command", "", &spec_.command));
+      // UTF-8: it goes into each replica job and back out of it when the service is
+      // scaled; other bytes came back changed.
       const bool printable = std::all_of(spec_.command.begin(), spec_.command.end(), [](unsigned char c) {
         return c == '\t' || c == '\n' || (c >= 0x20 && c != 0x7f);
       });
-      if (spec_.command.empty() || spec_.command.size() > kMaxServiceCommandBytes || !printable) {
+      if (spec_.command.empty() || spec_.command.size() > kMaxServiceCommandBytes || !printable ||
+          !IsUtf8(spec_.command)) {
         return r_.Error(root["command"], "command",
-                        fmt::format("expected 1 to {} bytes of text without control characters (run by /bin/sh "
+                        fmt::format("expected 1 to {} bytes of UTF-8 text without control characters (run by /bin/sh "
                                     "with $PORT set)",
                                     kMaxServiceCommandBytes));
       }
@@ -110,11 +115,18 @@ class ServiceParser {
     if (root["health"]) return r_.Error(root["health"], "health", "health is a command's (the model's replica has its own)");
     if (!root["model"]) return r_.Error(root, "", "missing required field 'model' (or 'command')");
     MERIDIAN_RETURN_IF_ERROR(r_.RequiredString(root, "model", "", &spec_.model));
-    if (spec_.model.rfind("dataset://", 0) != 0 && spec_.model.rfind("object://", 0) != 0) {
+    // What follows the scheme is a dataset's name or an object's id, as a job's inputs
+    // take them: it goes into every replica job, and back out of it when the service is
+    // scaled, so it must be what a YAML file keeps byte for byte.
+    const std::string_view ref = spec_.model;
+    const bool dataset = ref.starts_with("dataset://") && ref.size() > 10 &&
+                         model::CheckName(ref.substr(10), "model").ok() && !model::LooksLikeObjectId(ref.substr(10));
+    const bool object = ref.starts_with("object://") && model::LooksLikeObjectId(ref.substr(9));
+    if (!dataset && !object) {
       return r_.Error(root["model"], "model",
-                      fmt::format("expected dataset://NAME or object://ID (a checkpoint put with `meridian data "
-                                  "put`), got '{}'",
-                                  spec_.model));
+                      fmt::format("expected dataset://NAME (letters, digits, '.', '_', '-', ':') or object://ID (32 "
+                                  "lowercase hex digits): a checkpoint put with `meridian data put`; got '{}'",
+                                  ref.substr(0, 300)));
     }
     return OkStatus();
   }
@@ -369,7 +381,8 @@ StatusOr<ServiceOfReplica> ServiceFromReplicaJob(std::string_view job_yaml, std:
   const auto missing = [&](std::string_view what) {
     return InvalidArgumentError(fmt::format("job '{}' is not a replica job of `meridian serve`: no {}", job_name, what));
   };
-  if (!root.IsMap() || !root["tasks"] || !root["tasks"].IsSequence() || root["tasks"].size() != 1) {
+  if (!root.IsMap() || !root["tasks"] || !root["tasks"].IsSequence() || root["tasks"].size() != 1 ||
+      !root["tasks"][0].IsMap()) {  // (yaml-cpp throws on a key of a scalar)
     return missing("single task");
   }
   const YAML::Node env = root["tasks"][0]["env"];

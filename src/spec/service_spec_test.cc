@@ -58,7 +58,7 @@ TEST(ServiceSpecTest, ReadsEveryField) {
 
 TEST(ServiceSpecTest, DefaultsAreOneReplicaAndMaxFollowsMin) {
   StatusOr<ServiceSpec> s =
-      ParseServiceSpec("kind: service\nname: m\nmodel: object://00ff\nregions: [{region: eu}, {region: us, min: 3}]\n",
+      ParseServiceSpec("kind: service\nname: m\nmodel: object://00ff00ff00ff00ff00ff00ff00ff00ff\nregions: [{region: eu}, {region: us, min: 3}]\n",
                        "svc.yaml");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->port, 8500);
@@ -79,8 +79,14 @@ TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
       {"kind: service\nname: Big\nmodel: dataset://x\nregions: [{region: eu}]\n",
        "svc.yaml:2:7: name: expected 1 to 63 of a-z, 0-9 and '-', starting with a letter, got 'Big'"},
       {"kind: service\nname: m\nmodel: /tmp/model\nregions: [{region: eu}]\n",
-       "svc.yaml:3:8: model: expected dataset://NAME or object://ID (a checkpoint put with `meridian data put`), got "
-       "'/tmp/model'"},
+       "svc.yaml:3:8: model: expected dataset://NAME (letters, digits, '.', '_', '-', ':') or object://ID (32 "
+       "lowercase hex digits): a checkpoint put with `meridian data put`; got '/tmp/model'"},
+      // What follows the scheme goes into each replica job and is read back from it
+      // (the fuzzer's find: a byte that is no UTF-8 came back changed).
+      {"kind: service\nname: m\nmodel: dataset://digit\xC1" "-model\nregions: [{region: eu}]\n", "model: expected"},
+      {"kind: service\nname: m\nmodel: dataset://\nregions: [{region: eu}]\n", "model: expected"},
+      {"kind: service\nname: m\nmodel: dataset://a/b\nregions: [{region: eu}]\n", "model: expected"},
+      {"kind: service\nname: m\nmodel: object://00ff\nregions: [{region: eu}]\n", "model: expected"},
       {head, "svc.yaml:1:1: missing required field 'regions'"},
       {head + "regions: []\n", "svc.yaml:4:10: regions: expected 1 to 16 regions"},
       {head + "regions: [{region: eu}, {region: eu}]\n", "svc.yaml:4:34: regions[1].region: region 'eu' is listed twice"},
@@ -123,8 +129,12 @@ TEST(ServiceSpecTest, ErrorsNameTheFileLineAndField) {
       {"kind: service\nname: m\ncommand: x\nhealth: \"/a'b\"\nregions: [{region: eu}]\n",
        "svc.yaml:4:9: health: expected a path from '/' of at most 256 letters, digits and /-._~%?=&, got '/a'b'"},
       {"kind: service\nname: m\ncommand: \"a\\x01b\"\nregions: [{region: eu}]\n",
-       "svc.yaml:3:10: command: expected 1 to 2048 bytes of text without control characters (run by /bin/sh with $PORT "
-       "set)"},
+       "svc.yaml:3:10: command: expected 1 to 2048 bytes of UTF-8 text without control characters (run by /bin/sh "
+       "with $PORT set)"},
+      // A byte that is no UTF-8 came back from the replica job as U+FFFD: a scaled
+      // service's new replicas ran another command (the fuzzer's find).
+      {"kind: service\nname: m\ncommand: \"echo \xCF" "ok\"\nregions: [{region: eu}]\n",
+       "svc.yaml:3:10: command: expected 1 to 2048 bytes of UTF-8 text"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<ServiceSpec> s = ParseServiceSpec(text, "svc.yaml");
@@ -217,6 +227,11 @@ TEST(ServiceSpecTest, AReplicaJobIsAJobFileThatCarriesItsService) {
   StatusOr<ServiceOfReplica> other = ServiceFromReplicaJob("name: etl\ntasks: [{name: a, kernel: sum}]\n", "job 4 (etl)");
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.status().message(), "job 'job 4 (etl)' is not a replica job of `meridian serve`: no env");
+  // A task that is no map (the fuzzer's find: yaml-cpp threw, and the gateway that read
+  // it ended) is told as any job that is no replica's.
+  StatusOr<ServiceOfReplica> scalar = ServiceFromReplicaJob("name: x\ntasks:\n  - just-a-word\n", "job 5 (x)");
+  EXPECT_EQ(scalar.status().ToString(),
+            "INVALID_ARGUMENT: job 'job 5 (x)' is not a replica job of `meridian serve`: no single task");
   // The token becomes a header of the gateway's requests: a line break in it (a job
   // written by hand) is refused, as is a short one.
   for (const std::string bad : {"0123456789abcdef\r\nX-Admin: 1", "0123456789abcde", "0123456789ABCDEF"}) {
