@@ -89,25 +89,49 @@ void SweepEndedStreams(const std::filesystem::path& root) {
   }
 }
 
-// Executor::streams_root_: made here (0711: task users reach their own directories
-// in it), or, for the one in /var/tmp, refused unless it is a directory of ours.
+// FNV-1a of the work directory's absolute path: what names the agent's directories
+// outside it, so that an agent restarted in the same work directory finds them again.
+uint64_t WorkDirHash(const std::string& work_dir) {
+  const std::string abs = std::filesystem::absolute(work_dir).string();
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : abs) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Makes `dir` (0711: task users reach their own directories in it) unless it is there,
+// and says whether it is a directory of ours, not a link: a name in a shared /tmp
+// someone else may have taken first.
+bool OwnDirectory(const std::filesystem::path& dir) {
+  mkdir(dir.c_str(), 0711);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) return false;
+  chmod(dir.c_str(), 0711);
+  return true;
+}
+
+// Executor::streams_root_: made here, or, for the one in /var/tmp, refused unless it
+// is a directory of ours.
 std::filesystem::path StreamsRoot(const std::string& work_dir, bool outside) {
   std::filesystem::path root = std::filesystem::path(work_dir) / "streams";
-  if (outside) {
-    const std::string abs = std::filesystem::absolute(work_dir).string();
-    uint64_t h = 1469598103934665603ull;  // FNV-1a of the work directory's path
-    for (unsigned char c : abs) h = (h ^ c) * 1099511628211ull;
-    root = fmt::format("/var/tmp/meridian-streams-{}-{:016x}", geteuid(), h);
-  }
-  mkdir(root.c_str(), 0711);
-  struct stat st {};
-  if (lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+  if (outside) root = fmt::format("/var/tmp/meridian-streams-{}-{:016x}", geteuid(), WorkDirHash(work_dir));
+  if (!OwnDirectory(root)) {
     MERIDIAN_LOG_WARN("stream state directory {} is not a directory of ours: stream tasks run without one",
                       root.string());
     return {};
   }
-  chmod(root.c_str(), 0711);
   return root;
+}
+
+// Removes what `dir` holds (not `dir`); says how many entries went.
+int RemoveContents(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> entries;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    entries.push_back(it->path());
+  }
+  int removed = 0;
+  for (const std::filesystem::path& e : entries) removed += std::filesystem::remove_all(e, ec) > 0 ? 1 : 0;
+  return removed;
 }
 
 }  // namespace
@@ -142,15 +166,31 @@ Executor::Executor(ExecutorOptions options, UpdateFn on_update)
                                                     std::filesystem::perms::others_exec,
                                    std::filesystem::perm_options::replace, ec);
     } else {
-      std::string tmpl = (std::filesystem::temp_directory_path() / "meridian-tasks-XXXXXX").string();
-      if (mkdtemp(tmpl.data()) != nullptr) {
-        tasks_root_ = tmpl;
+      const std::filesystem::path named = std::filesystem::temp_directory_path() /
+                                          fmt::format("meridian-tasks-{}-{:016x}", geteuid(),
+                                                      WorkDirHash(options_.work_dir));
+      if (OwnDirectory(named)) {
+        tasks_root_ = named;
         own_tasks_root_ = true;
-        chmod(tmpl.c_str(), 0711);
+      } else {
+        MERIDIAN_LOG_WARN("{} is not a directory of ours: task directories go to one named at random",
+                          named.string());
+        std::string tmpl = (std::filesystem::temp_directory_path() / "meridian-tasks-XXXXXX").string();
+        if (mkdtemp(tmpl.data()) != nullptr) {
+          tasks_root_ = tmpl;
+          own_tasks_root_ = true;
+          chmod(tmpl.c_str(), 0711);
+        }
       }
     }
     MERIDIAN_LOG_INFO("commands run as their tenant's user (uid {} and up), in {}", options_.task_uid_base,
                       tasks_root_.string());
+  }
+  // A task's directory goes when it ends, and the agent's own root when it stops; an
+  // agent that was killed left them. Its tasks were ended above; this one has started
+  // none yet.
+  if (int left = RemoveContents(tasks_root_); left > 0) {
+    MERIDIAN_LOG_WARN("removed {} task directories an earlier agent left in {}", left, tasks_root_.string());
   }
   streams_root_ = StreamsRoot(options_.work_dir, options_.task_uid_base > 0 && own_tasks_root_);
   if (options_.warm_python) {

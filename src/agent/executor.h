@@ -119,6 +119,8 @@ class Executor {
   int64_t cpu_allocated_milli() const;
   // Commands started in a warm Python interpreter so far.
   int64_t warm_python_starts() const { return warm_python_ ? warm_python_->warm_starts() : 0; }
+  // Where task directories go (below).
+  const std::filesystem::path& tasks_root() const { return tasks_root_; }
 
  private:
   struct Running_ {
@@ -166,7 +168,10 @@ class Executor {
   std::unique_ptr<WarmPython> warm_python_;  // set once in the constructor, when options_.warm_python
   // Where task directories go: work_dir/tasks, or, when tasks run as other users
   // who cannot reach work_dir (under a home directory of mode 0700), a directory of
-  // the agent's own made in /tmp (removed with the executor).
+  // the agent's own in /tmp named after work_dir (removed with the executor; a
+  // restarted agent finds it again), or one named at random when that name is taken
+  // by someone else. What an earlier agent left in it (killed, it removed nothing) is
+  // removed when the executor starts, after its tasks were ended.
   std::filesystem::path tasks_root_;
   bool own_tasks_root_ = false;
   // Where stream tasks keep their state across attempts on this node

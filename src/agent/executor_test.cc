@@ -232,6 +232,52 @@ TEST_F(ExecutorTest, CommandsRunAsTheirTenantsUserAndCannotReadAnotherTenantsDir
   EXPECT_EQ(ua.output, fmt::format("{}\n{}\n{}\n", uid_a, uid_a, uid_a));  // no supplementary groups
 }
 
+// A task's directory goes when it ends; an agent that was killed left those of the
+// tasks it ran, and a restarted agent in the same work directory did not remove them.
+TEST_F(ExecutorTest, TaskDirectoriesAnEarlierAgentLeftAreRemovedWhenItStarts) {
+  exec_.reset();
+  std::filesystem::create_directories(dir_ / "tasks" / "7-0-1" / "inputs");
+  std::ofstream(dir_ / "tasks" / "7-0-1" / "big.out") << "what the killed agent's task wrote";
+  std::filesystem::create_directories(dir_ / "tasks" / "7-1-2");
+  Reset(nullptr, nullptr);
+  EXPECT_EQ(exec_->tasks_root(), dir_ / "tasks");
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "tasks"));
+  // And it runs tasks there as before.
+  model::TaskAssignment a = Task(0, {"sh", "-c", "pwd"});
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  EXPECT_EQ(u.kind, model::UpdateKind::kSucceeded) << u.reason;
+  EXPECT_EQ(u.output, (dir_ / "tasks" / "1-0-1").string() + "\n");
+}
+
+// Tasks that run as their tenant's user and cannot reach the work directory (under a
+// directory of mode 0700) have theirs in /tmp: in a directory named after the work
+// directory, so that a restarted agent finds what a killed one left there (one named
+// at random was left behind for ever).
+TEST_F(ExecutorTest, TheTasksDirectoryInTmpIsFoundAgainByARestartedAgent) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  exec_.reset();
+  std::filesystem::create_directories(dir_);
+  std::filesystem::permissions(dir_, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+  Reset(nullptr, nullptr, nullptr, nullptr, 200'000);
+  const std::filesystem::path root = exec_->tasks_root();
+  EXPECT_EQ(root.parent_path(), std::filesystem::temp_directory_path());
+  EXPECT_TRUE(root.filename().string().starts_with("meridian-tasks-0-")) << root;
+  EXPECT_EQ(std::filesystem::status(root).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all | std::filesystem::perms::group_exec | std::filesystem::perms::others_exec);
+  // The agent is killed with a task's directory there; another starts in its place
+  // (the first executor stays, as a killed agent's removes nothing).
+  std::filesystem::create_directories(root / "3-0-1" / "checkpoints");
+  std::ofstream(root / "3-0-1" / "mine") << "left";
+  ExecutorOptions o{dir_.string(), "n1", "s1", false, 2, nullptr, nullptr};
+  o.task_uid_base = 200'000;
+  auto restarted = std::make_unique<Executor>(std::move(o), [](model::TaskUpdate) {});
+  EXPECT_EQ(restarted->tasks_root(), root);
+  EXPECT_TRUE(std::filesystem::is_empty(root));
+  restarted.reset();
+  EXPECT_FALSE(std::filesystem::exists(root));  // stopped, it removes its own
+}
+
 TEST_F(ExecutorTest, PythonScriptsForkFromAWarmInterpreterAsTheirTenantsUserInTheirTaskDirectory) {
   const bool root = geteuid() == 0;
   if (root) Reset(nullptr, nullptr, nullptr, nullptr, 200'000);
