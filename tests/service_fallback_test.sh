@@ -8,10 +8,12 @@
 # long it took, what `job get` said while it waited, the coordinator's log line, and
 # that no request at eu-west's gateway fails once the replica serves again.
 # Then home again: eu-west's site gateway (the one that scales eu-west) has started a
-# replica there with no fallback, which waits; that gateway is restarted with eu-west's
-# agents, and the new one takes up the replica started before (not starting another);
-# once it serves in eu-west, the one in us-east is drained and its job cancelled, with
-# no request at eu-west's gateway failing meanwhile. The replica at home finds its port
+# replica there with no fallback, which waits; that gateway is stopped, `up` starts
+# eu-west's agents again and the site gateways routing only, and a gateway of the
+# service alone started by hand with --autoscale and the fleet takes up the replica
+# started before (not starting another); once it serves in eu-west, the one in us-east
+# is drained and its job cancelled, with no request at eu-west's gateway failing
+# meanwhile. The replica at home finds its port
 # held for its first seconds (as a closed connection's TIME_WAIT may hold it): the one
 # away stays until the one at home answers, so that no request leaves eu-west.
 #   tests/service_fallback_test.sh MERIDIAN SOURCE_DIR
@@ -122,7 +124,8 @@ wait_replicas "eu-west/0:running@us-east\\+ eu-west/2:queued@- us-east/1:running
   { bad "no replica waiting at home: $(replicas)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
 ( while [ ! -f "$tmp/stop" ]; do ask; echo; done ) >"$tmp/during.txt" &
 asking=$!
-# eu-west's site gateway stops; `up` starts it again with the agents.
+# eu-west's site gateway stops; `up` starts it again with the agents, routing only: the
+# service's own gateway, started by hand below, brings the replica home.
 gw_pid=$(cat "$cluster/pids/gateway-eu-west.pid")
 kill "$gw_pid"
 for _ in $(seq 100); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
@@ -138,7 +141,10 @@ holder=$!
 pids+=($holder)
 for _ in $(seq 50); do [ -f "$tmp/held" ] && break; sleep 0.1; done
 back_at=$(date +%s.%N)
-"${up[@]}" >"$tmp/up2.log" 2>&1 || { bad "meridian up again"; cat "$tmp/up2.log"; }
+"${up[@]}" --gateways route >"$tmp/up2.log" 2>&1 || { bad "meridian up again"; cat "$tmp/up2.log"; }
+start_listening "$tmp/gw-home.log" "$bin" gateway --service files --region eu-west --autoscale \
+  --fleet tests/serving/two-regions.yaml --token-file "$tmp/client-token" "${D[@]}" --watch-interval-ms 250 \
+  --probe-interval-ms 100
 wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
   ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up (its port held for the first $held s)" ||
   bad "replicas after eu-west came back: $(replicas)"
@@ -154,12 +160,22 @@ away=$(grep -vc "@eu-west$" "$tmp/during.txt")
 [ "$away" = 0 ] && ok "all of them answered by eu-west's replicas" ||
   { bad "$away of $total requests during the move home left eu-west:"; uniq -c "$tmp/during.txt" | awk '{print $1, $3}'; }
 grep -qE "gateway: eu-west: replica 0 runs at us-east, in its fallback: replica 2 \(job [0-9]+\) was started to take its place once it serves in eu-west$" \
-  "$cluster/logs/gateway-eu-west.log" && [ "$(grep -c "started replica job" "$cluster/logs/gateway-eu-west.log")" = 1 ] &&
-  ok "the restarted gateway took up replica 2, started none" ||
-  { bad "the restarted gateway did not take up replica 2"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+  "$tmp/gw-home.log" && [ "$(grep -c "started replica job" "$tmp/gw-home.log")" = 0 ] &&
+  ok "the service's gateway started by hand took up replica 2, started none" ||
+  { bad "the service's gateway did not take up replica 2"; cat "$tmp/gw-home.log"; }
 grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\), [0-9.]+ s after this gateway began waiting for it; draining replica 0 at us-east \(127.0.0.1:$base\), which ran in its fallback$" \
-  "$cluster/logs/gateway-eu-west.log" && ok "its log: $(grep -o "replica 2 serves at home.*" "$cluster/logs/gateway-eu-west.log")" ||
-  { bad "no drain line in eu-west's site gateway log"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+  "$tmp/gw-home.log" && ok "its log: $(grep -o "replica 2 serves at home.*" "$tmp/gw-home.log")" ||
+  { bad "no drain line in the service's gateway log"; cat "$tmp/gw-home.log"; }
+[ "$(grep -c "serves at home\|started replica job" "$cluster/logs/gateway-eu-west.log")" = 1 ] &&
+  ok "eu-west's site gateway, routing only since, brought none home" ||
+  { bad "eu-west's site gateway:"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+# Bad input: one line, exit 2.
+check "a service's gateway, --fleet without --autoscale" 2 "--fleet: a site's gateway (--site SITE) reads the fleet, or a service's autoscaling gateway" \
+  "$bin" gateway --service files --region eu-west --fleet tests/serving/two-regions.yaml --token-file "$tmp/client-token" "${D[@]}"
+check "a service's gateway, --fleet with no site of its region" 2 "--fleet: no site of tests/fleets/one-node.yaml is in region 'eu-west'" \
+  "$bin" gateway --service files --region eu-west --autoscale --fleet tests/fleets/one-node.yaml --token-file "$tmp/client-token" "${D[@]}"
+check "a service's gateway, --autoscale of a spec with neither" 2 "--autoscale: service 'files' has no 'autoscale' in its spec" \
+  "$bin" gateway --service files --region eu-west --autoscale --token-file "$tmp/client-token" "${D[@]}"
 for _ in $(seq 20); do ask; echo; done >"$tmp/home.txt"
 answers=$(grep -c "^200 .*:$((base + 2))@eu-west$" "$tmp/home.txt")
 [ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by replica 2, at home" ||

@@ -67,7 +67,7 @@ check "site gateway of no such site" 2 \
 check "site gateway of one service" 2 "--site: a site's gateway routes every service" \
   "$bin" gateway --site eu-west --service digits --fleet tests/serving/two-regions.yaml \
   --token-file "$cluster/gateways/client.token" "${D[@]}"
-check "--fleet without --site" 2 "--fleet: only a site's gateway (--site SITE) reads the fleet" \
+check "--fleet without --site or --autoscale" 2 "--fleet: a site's gateway (--site SITE) reads the fleet, or a service's autoscaling gateway (--service NAME --region R --autoscale), to know its region's sites" \
   "$bin" gateway --service digits --fleet tests/serving/two-regions.yaml \
   --token-file "$cluster/gateways/client.token" "${D[@]}"
 

@@ -650,13 +650,15 @@ int main(int argc, char** argv) {
   gateway_cmd->add_option("--site", gateway.site,
                           "Or a site's gateway: every service that runs, at /v1/services/NAME/ (meridian up starts "
                           "one per site)");
-  gateway_cmd->add_option("--fleet", gateway.fleet, "With --site: the fleet file the site is of");
+  gateway_cmd->add_option("--fleet", gateway.fleet,
+                          "With --site: the fleet file the site is of; with --service, --region and --autoscale: the "
+                          "fleet, to bring the region's replicas that run in their fallback home");
   gateway_cmd->add_option("--watch-interval-ms", gateway.watch_interval_ms,
                           "With --service or --site: how often the services' replicas are read")
       ->capture_default_str();
   gateway_cmd->add_flag("--autoscale", gateway.autoscale,
-                        "With --service and --region: scale the region's replicas by the spec's autoscale; with --site: "
-                        "the regions whose first site of the fleet this is");
+                        "With --service and --region: scale the region's replicas by the spec's autoscale (and with "
+                        "--fleet bring them home); with --site: the regions whose first site of the fleet this is");
   add_target(gateway_cmd, gateway.target);
   gateway_cmd->add_option("--tls-cert", gateway.tls_cert, "HTTPS for clients: the certificate chain (PEM)");
   gateway_cmd->add_option("--tls-key", gateway.tls_key, "HTTPS for clients: its key (PEM)");

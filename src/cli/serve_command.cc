@@ -1028,7 +1028,8 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   std::unique_ptr<client::Client> coordinator;
   spec::ServiceSpec service_spec;
   spec::ReplicaSecrets secrets;
-  std::optional<spec::FleetSpec> fleet;
+  std::optional<spec::FleetSpec> fleet;  // a site's gateway's
+  std::vector<std::string> region_sites;  // a service's autoscaling gateway's, with --fleet
   if (!o.site.empty()) {
     if (!o.service.empty() || !o.region.empty() || !o.replicas.empty() || !o.replica_token_file.empty() ||
         !o.replica_ca.empty() || !o.replica_tls_name.empty()) {
@@ -1046,8 +1047,9 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     }
     options.by_service = true;
     options.region = o.site;
-  } else if (!o.fleet.empty()) {
-    return InvalidArgumentError("--fleet: only a site's gateway (--site SITE) reads the fleet");
+  } else if (!o.fleet.empty() && (o.service.empty() || !o.autoscale)) {
+    return InvalidArgumentError("--fleet: a site's gateway (--site SITE) reads the fleet, or a service's autoscaling "
+                                "gateway (--service NAME --region R --autoscale), to know its region's sites");
   }
   if (!o.site.empty() || !o.service.empty()) {
     if (o.watch_interval_ms < 100 || o.watch_interval_ms > 60'000) {
@@ -1077,10 +1079,27 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
                      [&](const spec::ServiceRegion& r) { return r.region == o.region; })) {
       return InvalidArgumentError(fmt::format("--region '{}': service '{}' has no such region", o.region, o.service));
     }
-    if (o.autoscale && (o.region.empty() || !service.spec.autoscale)) {
+    if (!o.fleet.empty() && !o.region.empty()) {
+      // The sites the region's rule matches: a replica of the region running at none
+      // of them runs in its fallback, and is brought home (as a site's gateway does).
+      MERIDIAN_ASSIGN_OR_RETURN(spec::FleetSpec f, spec::LoadFleet(o.fleet));
+      for (const model::Site& site : f.fleet.sites) {
+        if (model::SiteMatchesRegionRule(site, o.region)) region_sites.push_back(site.name);
+      }
+      if (region_sites.empty()) {
+        return InvalidArgumentError(fmt::format("--fleet: no site of {} is in region '{}'", o.fleet, o.region));
+      }
+    }
+    const bool brings_home = !region_sites.empty() && service.spec.fallback_after_us > 0;
+    if (o.autoscale && (o.region.empty() || (!service.spec.autoscale && !brings_home))) {
       return InvalidArgumentError(fmt::format(
-          "--autoscale: {}", o.region.empty() ? "a gateway scales its own region's replicas: give --region"
-                                              : fmt::format("service '{}' has no 'autoscale' in its spec", o.service)));
+          "--autoscale: {}",
+          o.region.empty() ? "a gateway scales its own region's replicas: give --region"
+          : o.fleet.empty()
+              ? fmt::format("service '{}' has no 'autoscale' in its spec", o.service)
+              : fmt::format("service '{}' has no 'autoscale' in its spec, nor a 'fallback_after' whose replicas "
+                            "it would bring home",
+                            o.service)));
     }
   } else {
     if (o.autoscale) {
@@ -1130,7 +1149,13 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
     return OkStatus();
   }
   FollowerConfig config{o.service, o.watch_interval_ms,
-                        [&o](const spec::ServiceSpec&) { return Standing{o.region, o.autoscale}; }, false};
+                        [&o, region_sites](const spec::ServiceSpec& spec) {
+                          Standing standing{o.region, o.autoscale && spec.autoscale.has_value()};
+                          standing.brings_home = o.autoscale && !region_sites.empty() && spec.fallback_after_us > 0;
+                          standing.region_sites = region_sites;
+                          return standing;
+                        },
+                        false};
   ServiceFollower(std::move(config), *coordinator, *gateway, std::move(service_spec), std::move(secrets),
                   options.replicas, out)
       .Run();
