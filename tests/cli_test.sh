@@ -167,6 +167,28 @@ check "fleet sites" 0 "" "$bin" fleet sites tests/fleets/local-three-sites.yaml
 check "up --netns with a prefix that is a path" 2 "--netns: 1 to 10 lowercase letters and digits, a letter first" "$bin" up --netns ../etc --fleet tests/fleets/local-three-sites.yaml --dir "$tmp/netns-cluster"
 [ ! -e "$tmp/netns-cluster" ] || { echo "FAIL up --netns with a bad prefix made $tmp/netns-cluster"; fail=1; }
 check "bench transfer --netns with a bad rate" 2 "--rate:" "$bin" bench transfer --netns --rate fast
+# An iperf3 that exits 0 with no received rate (the real one did, under load in CI):
+# the bench says iperf3 was not measured, and does not abort.
+mkdir -p "$tmp/fake-iperf3"
+cat >"$tmp/fake-iperf3/iperf3" <<'EOF'
+#!/bin/sh
+# iperf3 -s -B HOST -p PORT: listen until killed; iperf3 -c ...: a result with no rate.
+if [ "$1" = -s ]; then
+  exec /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); time.sleep(120)' "$3" "$5"
+fi
+echo '{"start": {}, "intervals": [], "end": {}, "error": "the control connection closed"}'
+EOF
+chmod +x "$tmp/fake-iperf3/iperf3"
+check "bench transfer, iperf3 without a rate" 0 "" env PATH="$tmp/fake-iperf3:$PATH" "$bin" bench transfer --bytes 1MiB --repeat 1 --json
+/usr/bin/python3 - "$tmp/out" <<'EOF' || { echo "FAIL bench transfer with iperf3 without a rate:"; cat "$tmp/out" "$tmp/err"; fail=1; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["iperf3_single_stream_gbit_per_s"] is None and j["ratio_to_iperf3"] is None, j
+assert j["iperf3_error"] == "iperf3 printed no received rate: the control connection closed", j["iperf3_error"]
+assert j["best_single_stream_gbit_per_s"] > 0, j
+EOF
 printf 'name: n1\nsite: s\ncpu: 1\nmemory: 1GiB\n' >"$tmp/n1.yaml"
 check "agent --idle-exit that is no duration" 2 "--idle-exit: expected a duration such as 5m, or 0 for never; got 'soon'" "$bin" agent --config "$tmp/n1.yaml" --insecure --coordinator 127.0.0.1:1 --idle-exit soon
 check "agent --gpu-types without --slurm" 2 "--gpu-types and --gpu-type map a Slurm job's GRES: they go with --slurm" "$bin" agent --config "$tmp/n1.yaml" --gpu-types a100=A100
