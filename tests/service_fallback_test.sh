@@ -124,6 +124,7 @@ wait_replicas "eu-west/0:running@us-east\\+ eu-west/2:queued@- us-east/1:running
   { bad "no replica waiting at home: $(replicas)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
 ( while [ ! -f "$tmp/stop" ]; do ask; echo; done ) >"$tmp/during.txt" &
 asking=$!
+pids+=($asking)  # a test that ends early stops it (it asked on, and ctest waited 180 s for it)
 # eu-west's site gateway stops; `up` starts it again with the agents, routing only: the
 # service's own gateway, started by hand below, brings the replica home.
 gw_pid=$(cat "$cluster/pids/gateway-eu-west.pid")
@@ -169,6 +170,44 @@ grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\), [0-9.]+ s
 [ "$(grep -c "serves at home\|started replica job" "$cluster/logs/gateway-eu-west.log")" = 1 ] &&
   ok "eu-west's site gateway, routing only since, brought none home" ||
   { bad "eu-west's site gateway:"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+# A service's gateway whose coordinator cannot be reached at its start asks again for
+# a while (a daemon's start: under TSan in CI a first connection to a busy coordinator
+# was reset, and the gateway ended at once). Here the coordinator is reached through a
+# forwarder that starts listening 1 s after the gateway.
+late=$(free_port)
+"$bin" gateway --service files --region eu-west --coordinator "127.0.0.1:$late" --token-file "$tmp/client-token" \
+  "${D[@]}" >"$tmp/gw-late.log" 2>&1 &
+pids+=($!)
+sleep 1
+$py -c '
+import socket, sys, threading
+def pipe(a, b):
+    try:
+        while (d := a.recv(65536)):
+            b.sendall(d)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+host, port = sys.argv[2].rsplit(":", 1)
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+while True:
+    c, _ = server.accept()
+    u = socket.create_connection((host, int(port)))
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()' "$late" "$(cat "$cluster/coordinator.addr")" &
+pids+=($!)
+for _ in $(seq 150); do grep -q "listening on" "$tmp/gw-late.log" && break; sleep 0.1; done
+grep -q "^gateway: --service: cannot reach the coordinator at 127.0.0.1:$late .*; asking again for up to 15 s$" "$tmp/gw-late.log" &&
+  grep -q "listening on" "$tmp/gw-late.log" &&
+  ok "a service's gateway started before its coordinator could be reached asked again, and serves" ||
+  { bad "the late gateway:"; cat "$tmp/gw-late.log"; }
 # Bad input: one line, exit 2.
 check "a service's gateway, --fleet without --autoscale" 2 "--fleet: a site's gateway (--site SITE) reads the fleet, or a service's autoscaling gateway" \
   "$bin" gateway --service files --region eu-west --fleet tests/serving/two-regions.yaml --token-file "$tmp/client-token" "${D[@]}"

@@ -1014,6 +1014,11 @@ sv::TenantTokens::Identify TenantTokenCheck(const ClusterTarget& target) {
   };
 }
 
+// How long a service's gateway asks again for its service when the coordinator cannot
+// be reached at its start, and how often.
+constexpr int64_t kGatewayStartWaitUs = 15'000'000;
+constexpr int64_t kGatewayStartRetryUs = 250'000;
+
 Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   // Before any thread starts, so that every thread inherits it and SIGTERM and Ctrl-C
   // are only taken where this command waits for them (a thread that left them unblocked
@@ -1064,7 +1069,25 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
                                   "credentials (no --replica, --replica-token-file, --replica-ca or --replica-tls-name)");
     }
     MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
-    MERIDIAN_ASSIGN_OR_RETURN(auto service, ServiceReplicaSet(*coordinator, o.service, nullptr));
+    // A gateway is a daemon: a coordinator that cannot be reached at its start (still
+    // starting, or one that reset a first connection under load, as under TSan in CI)
+    // is asked again for a while rather than ending it.
+    StatusOr<ServiceEndpoints> found = ServiceReplicaSet(*coordinator, o.service, nullptr);
+    for (int64_t waited_us = 0; !found.ok() && found.status().code() == StatusCode::kUnavailable &&
+                                waited_us < kGatewayStartWaitUs;
+         waited_us += kGatewayStartRetryUs) {
+      if (waited_us == 0) {
+        out << fmt::format("gateway: {}; asking again for up to {} s\n", found.status().message(),
+                           kGatewayStartWaitUs / 1'000'000)
+            << std::flush;
+      }
+      if (WaitForTerminationSignalFor(kGatewayStartRetryUs) != 0) return OkStatus();
+      // A new channel each time: one whose connections failed waits out gRPC's backoff,
+      // and its attempt once the coordinator was there stalled in the handshake.
+      MERIDIAN_ASSIGN_OR_RETURN(coordinator, ConnectClient(o.target));
+      found = ServiceReplicaSet(*coordinator, o.service, nullptr);
+    }
+    MERIDIAN_ASSIGN_OR_RETURN(auto service, std::move(found));
     service_spec = service.spec;
     secrets = service.secrets;
     options.service_token = service.secrets.client_token;
