@@ -122,7 +122,8 @@ std::filesystem::path StreamsRoot(const std::string& work_dir, bool outside) {
   return root;
 }
 
-// Removes what `dir` holds (not `dir`); says how many entries went.
+// Removes what `dir` holds (not `dir`); says how many entries went (those that could
+// not be removed are not counted).
 int RemoveContents(const std::filesystem::path& dir) {
   std::error_code ec;
   std::vector<std::filesystem::path> entries;
@@ -130,7 +131,10 @@ int RemoveContents(const std::filesystem::path& dir) {
     entries.push_back(it->path());
   }
   int removed = 0;
-  for (const std::filesystem::path& e : entries) removed += std::filesystem::remove_all(e, ec) > 0 ? 1 : 0;
+  for (const std::filesystem::path& e : entries) {
+    std::filesystem::remove_all(e, ec);  // (uintmax_t(-1) on an error: not a count)
+    removed += ec ? 0 : 1;
+  }
   return removed;
 }
 
