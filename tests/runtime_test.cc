@@ -98,17 +98,21 @@ TEST_F(RuntimeTest, AnAgentKilledMidJobHasItsTasksRunElsewhere) {
   StatusOr<rpc::SubmitResult> r = cluster_->client().Submit(R"(
 name: sleepers
 tasks:
-  - {name: nap, command: [sleep, "1.5"], count: 8, resources: {cpu: 1}}
+  - {name: nap, command: [sh, -c, 'echo "$MERIDIAN_TASK" dozes; sleep 3'], count: 8, resources: {cpu: 1}}
 )",
                                                               "sleepers.yaml");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  std::string victim;
+  // Killed once the coordinator has what one of its tasks printed (reported live).
+  std::string victim, victims_task;
   ASSERT_TRUE(WaitFor(
       [&] {
-        auto v = cluster_->client().GetJob(r->job_id, true);
-        if (!v.ok()) return false;
-        for (const model::TaskView& t : v->tasks) {
-          if (model::IsPlaced(t.record.status)) victim = t.record.node;
+        StatusOr<std::vector<rpc::TaskLog>> logs = cluster_->client().Logs(r->job_id, "");
+        if (!logs.ok()) return false;
+        for (const rpc::TaskLog& l : *logs) {
+          if (l.running && !l.record.stdout_tail.empty()) {
+            victim = l.record.node;
+            victims_task = l.task;
+          }
         }
         return !victim.empty();
       },
@@ -130,6 +134,18 @@ tasks:
     }
   }
   EXPECT_GE(lost, 1) << "the killed node's attempts are recorded as lost";
+  // The lost attempt's log is what it printed before its node died.
+  CommandResult logs = Meridian({"job", "logs", std::to_string(r->job_id), "--task", victims_task, "--json", "--dir",
+                                 cluster_->dir()});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  nlohmann::json j = nlohmann::json::parse(logs.out);
+  ASSERT_EQ(j.size(), 2u) << logs.out;
+  EXPECT_EQ(j[0]["attempt"], 1);
+  EXPECT_EQ(j[0]["node"], victim);
+  EXPECT_EQ(j[0]["stdout"], victims_task + " dozes\n");
+  EXPECT_EQ(j[0]["running"], false);
+  EXPECT_EQ(j[1]["attempt"], 2);
+  EXPECT_EQ(j[1]["stdout"], victims_task + " dozes\n");
   // `job get` shows the retries.
   CommandResult get = Meridian({"job", "get", std::to_string(r->job_id), "--dir", cluster_->dir()});
   EXPECT_EQ(get.exit_code, 0) << get.err;

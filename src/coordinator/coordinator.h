@@ -478,7 +478,8 @@ class Coordinator final : public rpc::JobApi,
   // Finished jobs the retention policy says go now, oldest first.
   std::vector<uint64_t> ExpiredJobsLocked() const;
   void AddLiveOutput(TaskRt& task, const model::TaskUpdate& u);
-  void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code);
+  void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code,
+                  store::StoreBatch& batch);
   // The record of the task's latest attempt, to be stored.
   static model::AttemptRecord LatestAttempt(const TaskRt& task);
   // Out of the pool: its tasks run elsewhere and its objects are gone. `left`: its

@@ -95,6 +95,12 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   auto first = Placed();
   ASSERT_EQ(first.size(), 2u);
   const int32_t first_port = first[0].second.gang.master_port;
+  model::TaskUpdate progress;
+  progress.key = first[0].second.key;
+  progress.kind = model::UpdateKind::kRunning;
+  progress.stdout_tail = "step 100\n";
+  progress.stdout_bytes = 9;
+  Report(first[0].first, {progress});
   // Rank 1 fails; it has a retry: rank 0 is stopped and both run again, together.
   Report(first[1].first, {Failed(first[1].second.key, "exit code 1")});
   std::vector<model::TaskKey> cancels;
@@ -128,6 +134,12 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   EXPECT_EQ(v.tasks[0].record.losses, 0);
   EXPECT_EQ(v.tasks[1].history[0].outcome, "failed");
   EXPECT_EQ(v.tasks[1].record.failures, 1);
+  // What rank 0 had reported of its stopped attempt is that attempt's log.
+  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(job_, "worker/0");
+  ASSERT_TRUE(logs.ok()) << logs.status().ToString();
+  ASSERT_EQ(logs->size(), 1u);
+  EXPECT_EQ((*logs)[0].record.attempt, 1);
+  EXPECT_EQ((*logs)[0].record.stdout_tail, "step 100\n");
 }
 
 // An elastic gang: a member that fails is placed again alone, with the same port and

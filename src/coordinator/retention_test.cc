@@ -140,6 +140,70 @@ TEST_F(RetentionTest, ARunningAttemptsOutputIsReadAsItComes) {
   EXPECT_EQ(l.record.stdout_bytes, 70'000);
 }
 
+// An attempt whose node dies keeps, as its log, the output it reported while it ran:
+// the last lines before a crash are what its user needs to see. The next attempt's
+// output is read beside it.
+TEST_F(RetentionTest, ALostAttemptKeepsTheOutputItReportedAsItsLog) {
+  Start();
+  model::RegistrationReply n1 = Register(Node("n1"));
+  auto r = coord_->Submit("name: crash\ntasks:\n  - {name: t, command: [sh, -c, 'x']}\n", "crash.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<model::TaskAssignment> a = Next(n1);
+  ASSERT_EQ(a.size(), 1u);
+  model::TaskUpdate live;
+  live.key = a[0].key;
+  live.kind = model::UpdateKind::kRunning;
+  live.stdout_tail = "epoch 1\nepoch 2\n";
+  live.stdout_bytes = 16;
+  live.stderr_tail = "out of memory?\n";
+  live.stderr_bytes = 15;
+  Report(n1, {live});
+  model::RegistrationReply n2 = Register(Node("n2"));
+  SilenceAllBut(n2);
+  for (int i = 0; i < 200 && coord_->ListNodes()[0].alive; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(coord_->ListNodes()[0].alive);
+  std::vector<model::TaskAssignment> again = Next(n2);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].key.attempt, 2u);
+  model::TaskUpdate second = live;
+  second.key = again[0].key;
+  second.stdout_tail = "epoch 1\n";
+  second.stdout_bytes = 8;
+  second.stderr_tail.clear();
+  second.stderr_bytes = 0;
+  Report(n2, {second});
+  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(r->job_id, "t");
+  ASSERT_TRUE(logs.ok()) << logs.status().ToString();
+  ASSERT_EQ(logs->size(), 2u);
+  const rpc::TaskLog& lost = (*logs)[0];
+  EXPECT_EQ(lost.task, "t");
+  EXPECT_EQ(lost.record.attempt, 1);
+  EXPECT_EQ(lost.record.node, "n1");
+  EXPECT_FALSE(lost.running);
+  EXPECT_EQ(lost.record.stdout_tail, "epoch 1\nepoch 2\n");
+  EXPECT_EQ(lost.record.stdout_bytes, 16);
+  EXPECT_EQ(lost.record.stderr_tail, "out of memory?\n");
+  EXPECT_EQ(lost.record.stderr_bytes, 15);
+  EXPECT_EQ((*logs)[1].record.attempt, 2);
+  EXPECT_EQ((*logs)[1].record.node, "n2");
+  EXPECT_TRUE((*logs)[1].running);
+  EXPECT_EQ((*logs)[1].record.stdout_tail, "epoch 1\n");
+  // The second attempt's own last report replaces its live output, once.
+  model::TaskUpdate done = Done(again[0].key, "");
+  done.stdout_tail = "epoch 1\nepoch 2\nepoch 3\n";
+  done.stdout_bytes = 24;
+  Report(n2, {done});
+  logs = coord_->Logs(r->job_id, "t");
+  ASSERT_TRUE(logs.ok()) << logs.status().ToString();
+  ASSERT_EQ(logs->size(), 2u);
+  EXPECT_EQ((*logs)[0].record.stdout_tail, "epoch 1\nepoch 2\n");
+  EXPECT_FALSE((*logs)[1].running);
+  EXPECT_EQ((*logs)[1].record.stdout_tail, "epoch 1\nepoch 2\nepoch 3\n");
+  EXPECT_EQ((*logs)[1].record.stderr_tail, "");
+}
+
 // A task's outputs become a dataset when its job succeeds: its name is the job's from
 // submission, its shards outlive the job (deleting it lets none of them go), and a job
 // whose output is missing fails saying so.
