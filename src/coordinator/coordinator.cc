@@ -172,9 +172,19 @@ Status Coordinator::LoadState() {
             producers_[t.rec.output_object].insert({id, static_cast<uint32_t>(i)});
           }
           break;
-        case TaskStatus::kQueued:
+        case TaskStatus::kQueued: {
           Enqueue(t);
+          // It has waited since before the restart: since its last attempt ended, or
+          // since it could first run (its job's submission, its inputs' making). Its
+          // fallback comes when it would have come without the restart.
+          int64_t since = t.rec.attempt > 0 ? t.attempt_ended_us : 0;
+          if (since == 0) {
+            since = job.rec.submitted_us;
+            for (TaskId d : job.job->tasks[i].after) since = std::max(since, job.tasks[d.value()].rec.finished_us);
+          }
+          if (since > 0) t.queued_us -= std::max<int64_t>(WallUs() - since, 0);
           break;
+        }
         case TaskStatus::kAssigned:
         case TaskStatus::kRunning:
           // Placed before the restart: wait for its agent to say whether it still runs.

@@ -223,7 +223,9 @@ class Coordinator final : public rpc::JobApi,
     std::vector<uint32_t> dependents;
     int32_t deps_left = 0;
     int64_t seq = -1;        // key in ready_ while queued
-    int64_t queued_us = 0;   // monotonic: when it last joined the queue (placement latency)
+    // Monotonic: when it last joined the queue (placement latency, fallbacks); after a
+    // restart, as long before the restart as it had waited then.
+    int64_t queued_us = 0;
     int32_t node = -1;       // index in nodes_ while it holds resources there
     int32_t input_losses = 0;  // attempts stopped because an input could not be fetched
     // The estimated cost of this attempt, counted against its tenant's budget while

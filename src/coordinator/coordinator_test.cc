@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "common/temp_dir.h"
 #include "store/sqlite_state_store.h"
 #include "testing/fake_clock.h"
 #include "testing/forwarding_state_store.h"
@@ -654,7 +655,7 @@ TEST_F(DeadHolderTest, ATaskWhoseInputNoNodeHoldsAnyMoreFailsSayingSoOnceTheFlee
 // regions"): n1 is eu-west's one node, n2 us-east's.
 class FallbackTest : public CoordinatorTest {
  protected:
-  void StartTwoRegions() {
+  void StartTwoRegions(std::unique_ptr<store::StateStore> store = std::make_unique<testing::InMemoryStateStore>()) {
     model::Fleet fleet;
     for (auto [name, region] : {std::pair{"eu-1", "eu-west"}, std::pair{"us-1", "us-east"}}) {
       model::Site site;
@@ -664,7 +665,8 @@ class FallbackTest : public CoordinatorTest {
       fleet.sites.push_back(site);
     }
     fleet.links = {model::Link{SiteId(0), SiteId(1), 80'000, 1'000'000'000, 0, 0}};
-    Start(std::make_unique<testing::InMemoryStateStore>(), fleet);
+    fleet_ = fleet;
+    Start(std::move(store), fleet);
     n1_ = Register(Node("n1", "eu-1"));
     n2_ = Register(Node("n2", "us-1"));
   }
@@ -696,6 +698,7 @@ class FallbackTest : public CoordinatorTest {
   }
 
   model::RegistrationReply n1_, n2_;
+  model::Fleet fleet_;
 };
 
 // eu-west has no room (a job of 4 cores fills n1): the task waits there for 3 s, saying
@@ -786,6 +789,38 @@ TEST_F(FallbackTest, ATaskItsRegionsCanNeverRunWaitsForItsFallbackInsteadOfFaili
   std::vector<model::TaskAssignment> on_n3 = Next(n2_);
   ASSERT_EQ(on_n3.size(), 1u);
   EXPECT_EQ(on_n3[0].job_name, "big");
+}
+
+// The coordinator restarts while the task waits for its fallback: the wait goes on
+// from where it was (2 s of 3), not afresh from the restart.
+TEST_F(FallbackTest, ARestartGoesOnWithTheWaitForTheFallbackWhereItWas) {
+  StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Make("meridian-fallback-test");
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  const std::string db = (*dir)->path() + "/state.db";
+  StartTwoRegions(std::move(*store::SqliteStateStore::Open(db, {})));
+  auto busy = coord_->Submit("name: busy\nregions: [eu-west]\ntasks:\n  - {name: b, kernel: sum, resources: {cpu: 4}}\n",
+                             "busy.yaml", "");
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  std::vector<model::TaskAssignment> b = Next(n1_);
+  ASSERT_EQ(b.size(), 1u);
+  const uint64_t job = SubmitServing();
+  Pass(2'000'000, true);
+  NothingOnN2();
+  coord_.reset();
+  Start(std::move(*store::SqliteStateStore::Open(db, {})), fleet_);
+  model::AgentRegistration n1 = Node("n1", "eu-1");
+  n1.running = {b[0].key};  // the busy task runs on
+  n1_ = Register(n1);
+  n2_ = Register(Node("n2", "us-1"));
+  NothingOnN2();
+  EXPECT_THAT(Job(job).tasks[0].record.reason,
+              ::testing::EndsWith("; it may run in its fallback regions (us-east) too in 1 s"));
+  Pass(1'000'000, true);
+  std::vector<model::TaskAssignment> on_n2 = Next(n2_);
+  ASSERT_EQ(on_n2.size(), 1u);
+  EXPECT_EQ(on_n2[0].job_name, "svc");
+  EXPECT_EQ(on_n2[0].key.attempt, 1);
+  coord_.reset();
 }
 
 TEST_F(CoordinatorTest, ShortOutputsTravelWholeAndAreNotLostWithTheirNode) {
