@@ -6,7 +6,8 @@
 # counts, that its bytes crossed the kernel's shaped factory -> eu-west link (and no
 # other), that a cut-off site's node is declared dead and comes back when healed,
 # that jitter on the factory's link spreads its round trips and changes no answer,
-# and `bench transfer --netns`'s figures. Needs root; skipped (exit 77) without it.
+# and `bench transfer --netns`'s figures, with namespaces earlier benches left.
+# Needs root; skipped (exit 77) without it.
 set -uo pipefail
 bin=$(realpath "$1")
 root=$2
@@ -23,6 +24,7 @@ fail=0
 cleanup() {
   "$bin" down --dir "$tmp/cluster" >/dev/null 2>&1
   scripts/netsim.sh down --prefix "$prefix" >/dev/null 2>&1
+  for ns in "${busy_ns:-}" "${stale:-}"; do [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -146,6 +148,31 @@ else
 fi
 
 # The transfer bench across a shaped veth link: its fields (figures are quoted, not asserted).
+# Namespaces that earlier benches left. One whose process runs still as `meridian` is
+# another bench at work: this one refuses, changing nothing. One whose process is gone
+# (killed -9 before it cleaned up) holds the bench's addresses, as a real one would,
+# and took the bench's traffic before: it is deleted, saying so.
+cp "$(command -v sleep)" "$tmp/meridian"
+"$tmp/meridian" 60 &
+busy=$!
+busy_ns=mbt$busy
+ip netns add "$busy_ns"
+if "$bin" bench transfer --netns --bytes 8MiB --rate 500Mbps --repeat 1 >"$tmp/busy.out" 2>&1; then
+  bad "bench transfer ran beside another bench's namespace"
+else
+  grep -q "another bench transfer --netns runs (process $busy, namespace mbt$busy): run one at a time" "$tmp/busy.out" &&
+    ok "bench transfer refuses while another bench's namespace is in use" || bad "busy: $(cat "$tmp/busy.out")"
+fi
+ip netns list | grep -q "^mbt$busy\b" && ok "and leaves it alone" || bad "the busy bench's namespace went"
+kill "$busy"; wait "$busy" 2>/dev/null
+ip netns del "mbt$busy"
+sleep 0 &
+dead=$!
+wait "$dead"
+stale=mbt$dead
+ip netns add "$stale" && ip link add "${stale}a" type veth peer name eth0 netns "$stale" &&
+  ip addr add 10.231.0.1/24 dev "${stale}a" && ip link set "${stale}a" up &&
+  ip -n "$stale" addr add 10.231.0.2/24 dev eth0 && ip -n "$stale" link set eth0 up || bad "cannot make $stale"
 if "$bin" bench transfer --netns --bytes 8MiB --rate 500Mbps --repeat 1 --json >"$tmp/bench.json" 2>"$tmp/bench.err"; then
   python3 - "$tmp/bench.json" <<'EOF' && ok "bench transfer --netns reports share_of_configured" || bad "bench json: $(cat "$tmp/bench.json")"
 import json, sys
@@ -156,5 +183,7 @@ EOF
 else
   bad "bench transfer --netns: $(cat "$tmp/bench.err")"
 fi
+grep -q "bench transfer: deleted namespace $stale, left by an earlier run (process $dead is gone)" "$tmp/bench.err" &&
+  ok "the namespace an earlier bench left was deleted first" || bad "stale: $(cat "$tmp/bench.err")"
 [ -z "$(ip netns list | grep '^mbt')" ] && ok "the bench removed its namespace" || bad "bench left $(ip netns list | grep '^mbt')"
 exit $fail

@@ -10,6 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -118,6 +121,40 @@ Status Run(const std::vector<std::string>& argv) {
   return OkStatus();
 }
 
+// The name of a bench's namespace: "mbt" and the pid of the `meridian` that made it.
+constexpr std::string_view kLinkPrefix = "mbt";
+
+// Namespaces that earlier benches left (killed before their destructor ran) hold the
+// same addresses, which would take this run's traffic: each whose process is gone is
+// deleted, saying so on `err`. One whose process runs still as this program is another
+// bench at work: FailedPrecondition, as two at once would take each other's traffic.
+Status SweepLinksLeft(std::ostream& err) {
+  namespace fs = std::filesystem;
+  std::string own_comm;
+  std::getline(std::ifstream("/proc/self/comm"), own_comm);
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator("/var/run/netns", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= kLinkPrefix.size() || name.compare(0, kLinkPrefix.size(), kLinkPrefix) != 0 ||
+        name.find_first_not_of("0123456789", kLinkPrefix.size()) != std::string::npos) {
+      continue;
+    }
+    const std::string pid = name.substr(kLinkPrefix.size());
+    std::string comm;
+    std::getline(std::ifstream("/proc/" + pid + "/comm"), comm);
+    if (!comm.empty() && comm == own_comm) {
+      return FailedPreconditionError(fmt::format(
+          "another bench transfer --netns runs (process {}, namespace {}): run one at a time, as they share the "
+          "addresses 10.231.0.0/24 (if process {} is no bench, delete the namespace: ip netns del {})",
+          pid, name, pid, name));
+    }
+    MERIDIAN_RETURN_IF_ERROR(Run({"ip", "netns", "del", name}));
+    err << fmt::format("bench transfer: deleted namespace {}, left by an earlier run (process {} is gone)\n", name,
+                       pid);
+  }
+  return OkStatus();
+}
+
 // A network namespace joined to this one by a veth pair, this end shaped by tc tbf:
 // here 10.231.0.1, there 10.231.0.2. Deleted (with the pair) on destruction.
 class ShapedLink {
@@ -125,11 +162,12 @@ class ShapedLink {
   static constexpr const char* kHere = "10.231.0.1";
   static constexpr const char* kThere = "10.231.0.2";
 
-  static StatusOr<std::unique_ptr<ShapedLink>> Make(int64_t rate_bps) {
+  static StatusOr<std::unique_ptr<ShapedLink>> Make(int64_t rate_bps, std::ostream& err) {
     if (geteuid() != 0) {
       return FailedPreconditionError("--netns needs root: it makes a network namespace and a veth pair");
     }
-    auto link = std::unique_ptr<ShapedLink>(new ShapedLink(fmt::format("mbt{}", getpid() % 100000)));
+    MERIDIAN_RETURN_IF_ERROR(SweepLinksLeft(err));
+    auto link = std::unique_ptr<ShapedLink>(new ShapedLink(fmt::format("{}{}", kLinkPrefix, getpid())));
     const std::string& ns = link->ns_;
     const std::string dev = ns + "a";
     MERIDIAN_RETURN_IF_ERROR(Run({"ip", "netns", "add", ns}));
@@ -179,7 +217,7 @@ Status RunBenchTransferNetns(const BenchTransferOptions& o, std::ostream& out) {
   if (o.rate_bps < 1'000'000 || o.rate_bps > int64_t{40'000'000'000}) {
     return InvalidArgumentError("--rate: expected 1Mbps to 40Gbps");
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ShapedLink> link, ShapedLink::Make(o.rate_bps));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<ShapedLink> link, ShapedLink::Make(o.rate_bps, std::cerr));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TempDir> dir, TempDir::Make("meridian-bench"));
   const int64_t capacity = o.bytes * 2 + (int64_t{64} << 20);
   MERIDIAN_ASSIGN_OR_RETURN(auto a, objects::ObjectStore::Open({capacity, dir->path() + "/a"}));
