@@ -655,6 +655,49 @@ TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
   EXPECT_EQ(sad.exit_code, 1);
   EXPECT_EQ(sad.out, "==> s attempt 1 on " + failed->tasks[0].record.node + " <==\nbye\n");
   EXPECT_NE(sad.err.find("failed: task 's' failed after 1 attempt: exit code 4"), std::string::npos) << sad.err;
+  // -f of a job of several tasks: each task's output, however alike their attempts.
+  StatusOr<model::JobView> pair = cluster_->RunJob(
+      "name: pair\ntasks:\n  - {name: p, command: [sh, -c, 'echo \"$MERIDIAN_TASK says hi\"'], count: 3}\n");
+  ASSERT_TRUE(pair.ok());
+  ASSERT_EQ(pair->tasks.size(), 3u);
+  CommandResult both = Meridian({"job", "logs", std::to_string(pair->summary.job.id), "-f", "--dir", cluster_->dir()});
+  EXPECT_EQ(both.exit_code, 0) << both.err;
+  std::string want;
+  for (const model::TaskView& t : pair->tasks) {
+    want += "==> " + t.name + " attempt 1 on " + t.record.node + " <==\n" + t.name + " says hi\n";
+  }
+  EXPECT_EQ(both.out, want);
+}
+
+// A job's logs larger than a page (8 MiB): 70 tasks of 64 KiB stdout and 64 KiB
+// stderr each come whole, in task order, a page at a time.
+TEST_F(RuntimeTest, JobLogsOfManyChattyTasksComeWholeAPageAtATime) {
+  StatusOr<model::JobView> job = cluster_->RunJob(
+      "name: chatty\ntasks:\n  - {name: c, count: 70, command: [sh, -c, 'yes \"$MERIDIAN_TASK\" | head -c 65536; "
+      "yes err | head -c 65536 >&2']}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->summary.job.status, model::JobStatus::kSucceeded) << job->summary.job.reason;
+  CommandResult logs = Meridian({"job", "logs", std::to_string(job->summary.job.id), "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  nlohmann::json j = nlohmann::json::parse(logs.out);
+  ASSERT_EQ(j.size(), 70u);
+  for (size_t k = 0; k < j.size(); ++k) {
+    const std::string name = "c/" + std::to_string(k);
+    EXPECT_EQ(j[k]["task"], name);
+    const std::string out = j[k]["stdout"];
+    EXPECT_EQ(out.size(), 65536u) << name;
+    EXPECT_EQ(out.substr(0, name.size() + 1), name + "\n") << name;
+    EXPECT_EQ(j[k]["stderr_bytes"], 65536) << name;
+  }
+  // The plain listing: a header for each, in the same order.
+  CommandResult plain = Meridian({"job", "logs", std::to_string(job->summary.job.id), "--dir", cluster_->dir()});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  size_t headers = 0;
+  for (size_t at = plain.out.find("==> c/"); at != std::string::npos; at = plain.out.find("==> c/", at + 1)) {
+    const std::string want = "==> c/" + std::to_string(headers++) + " attempt 1 on ";
+    EXPECT_EQ(plain.out.substr(at, want.size()), want);
+  }
+  EXPECT_EQ(headers, 70u);
 }
 
 // A task's outputs become a named dataset when its job succeeds; other jobs map over

@@ -536,37 +536,41 @@ Status FollowLogs(client::Client& c, const JobOptions& o, std::ostream& out) {
   std::map<std::tuple<uint32_t, int32_t, bool>, int64_t> printed;
   std::tuple<uint32_t, int32_t, bool> last_source{UINT32_MAX, 0, false};
   bool at_line_start = true;
+  // Prints what is new of one attempt's log.
+  auto print_new = [&](const rpc::TaskLog& l) {
+    for (bool err : {false, true}) {
+      const std::string& tail = err ? l.record.stderr_tail : l.record.stdout_tail;
+      const int64_t total = StreamBytes(tail, err ? l.record.stderr_bytes : l.record.stdout_bytes);
+      const auto key = std::make_tuple(l.record.task, l.record.attempt, err);
+      int64_t& done = printed[key];
+      if (total <= done) continue;
+      if (key != last_source) {
+        if (!at_line_start) out << '\n';
+        out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
+                           err ? " (stderr)" : "");
+        last_source = key;
+      }
+      const int64_t tail_start = total - static_cast<int64_t>(tail.size());
+      if (done < tail_start) {
+        out << fmt::format("[meridian: {} not shown: it scrolled out of the log's last {} before it was read]\n",
+                           FormatBytes(tail_start - done), FormatBytes(static_cast<int64_t>(model::kMaxTaskLogTailBytes)));
+        done = tail_start;
+      }
+      const std::string_view fresh = std::string_view(tail).substr(static_cast<size_t>(done - tail_start));
+      out << fresh;
+      at_line_start = fresh.empty() ? at_line_start : fresh.back() == '\n';
+      done = total;
+    }
+  };
   bool ended = false;
   while (true) {
     // The job's state before its logs: once it reads ended, its last logs are stored.
     MERIDIAN_ASSIGN_OR_RETURN(model::JobView job, c.GetJob(o.id, false));
     ended = model::IsTerminal(job.summary.job.status);
-    MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, c.Logs(o.id, o.task));
-    for (const rpc::TaskLog& l : logs) {
-      for (bool err : {false, true}) {
-        const std::string& tail = err ? l.record.stderr_tail : l.record.stdout_tail;
-        const int64_t total = StreamBytes(tail, err ? l.record.stderr_bytes : l.record.stdout_bytes);
-        const auto key = std::make_tuple(l.record.task, l.record.attempt, err);
-        int64_t& done = printed[key];
-        if (total <= done) continue;
-        if (key != last_source) {
-          if (!at_line_start) out << '\n';
-          out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
-                             err ? " (stderr)" : "");
-          last_source = key;
-        }
-        const int64_t tail_start = total - static_cast<int64_t>(tail.size());
-        if (done < tail_start) {
-          out << fmt::format("[meridian: {} not shown: it scrolled out of the log's last {} before it was read]\n",
-                             FormatBytes(tail_start - done), FormatBytes(static_cast<int64_t>(model::kMaxTaskLogTailBytes)));
-          done = tail_start;
-        }
-        const std::string_view fresh = std::string_view(tail).substr(static_cast<size_t>(done - tail_start));
-        out << fresh;
-        at_line_start = fresh.empty() ? at_line_start : fresh.back() == '\n';
-        done = total;
-      }
-    }
+    MERIDIAN_RETURN_IF_ERROR(c.ForEachLogPage(o.id, o.task, [&](std::vector<rpc::TaskLog>& logs) {
+      for (const rpc::TaskLog& l : logs) print_new(l);
+      return OkStatus();
+    }));
     out.flush();
     if (ended) {
       if (!at_line_start) out << '\n';
@@ -584,31 +588,46 @@ Status FollowLogs(client::Client& c, const JobOptions& o, std::ostream& out) {
 Status RunJobLogs(const JobOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   if (o.follow) return FollowLogs(*c, o, out);
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, c->Logs(o.id, o.task));
-  if (o.json) {
-    json j = json::array();
+  // A page at a time (a job's logs may be gigabytes): each printed as it comes.
+  size_t printed = 0;
+  MERIDIAN_RETURN_IF_ERROR(c->ForEachLogPage(o.id, o.task, [&](std::vector<rpc::TaskLog>& logs) {
     for (const rpc::TaskLog& l : logs) {
-      j.push_back({{"task", l.task}, {"attempt", l.record.attempt}, {"node", l.record.node},
-                   {"stdout", l.record.stdout_tail}, {"stderr", l.record.stderr_tail},
-                   {"stdout_bytes", StreamBytes(l.record.stdout_tail, l.record.stdout_bytes)},
-                   {"stderr_bytes", StreamBytes(l.record.stderr_tail, l.record.stderr_bytes)},
-                   {"running", l.running}});
+      if (o.json) {
+        const json j{{"task", l.task},
+                     {"attempt", l.record.attempt},
+                     {"node", l.record.node},
+                     {"stdout", l.record.stdout_tail},
+                     {"stderr", l.record.stderr_tail},
+                     {"stdout_bytes", StreamBytes(l.record.stdout_tail, l.record.stdout_bytes)},
+                     {"stderr_bytes", StreamBytes(l.record.stderr_tail, l.record.stderr_bytes)},
+                     {"running", l.running}};
+        // As one array's dump(2) would print it, an element at a time.
+        std::string element = j.dump(2);
+        for (size_t at = element.find('\n'); at != std::string::npos; at = element.find('\n', at + 1)) {
+          element.insert(at + 1, "  ");
+        }
+        out << (printed == 0 ? "[\n  " : ",\n  ") << element;
+      } else {
+        out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
+                           l.running ? " (running)" : "");
+        if (!l.record.stdout_tail.empty()) {
+          out << l.record.stdout_tail << (l.record.stdout_tail.back() == '\n' ? "" : "\n");
+        }
+        if (!l.record.stderr_tail.empty()) {
+          out << "--- stderr ---\n" << l.record.stderr_tail << (l.record.stderr_tail.back() == '\n' ? "" : "\n");
+        }
+      }
+      ++printed;
     }
-    out << j.dump(2) << '\n';
+    out.flush();
     return OkStatus();
-  }
-  if (logs.empty()) {
+  }));
+  if (o.json) {
+    out << (printed == 0 ? "[]\n" : "\n]\n");
+  } else if (printed == 0) {
     out << fmt::format("no logs for job {}{} (built-in kernels write none; a running command's output appears "
                        "here within about a second; -f follows it)\n",
                        o.id, o.task.empty() ? "" : " task " + o.task);
-  }
-  for (const rpc::TaskLog& l : logs) {
-    out << fmt::format("==> {} attempt {} on {}{} <==\n", l.task, l.record.attempt, l.record.node,
-                       l.running ? " (running)" : "");
-    if (!l.record.stdout_tail.empty()) out << l.record.stdout_tail << (l.record.stdout_tail.back() == '\n' ? "" : "\n");
-    if (!l.record.stderr_tail.empty()) {
-      out << "--- stderr ---\n" << l.record.stderr_tail << (l.record.stderr_tail.back() == '\n' ? "" : "\n");
-    }
   }
   return OkStatus();
 }

@@ -264,14 +264,38 @@ StatusOr<std::pair<std::string, std::string>> Client::JobSpec(uint64_t id) {
   return std::make_pair(resp.spec_yaml(), resp.spec_name());
 }
 
-StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string& task) {
+Status Client::ForEachLogPage(uint64_t id, const std::string& task,
+                              const std::function<Status(std::vector<rpc::TaskLog>&)>& on_page) {
   v1::GetLogsRequest req;
   req.set_job_id(id);
   req.set_task(task);
-  v1::GetLogsResponse resp;
-  MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Logs, req, &resp));
+  while (true) {
+    v1::GetLogsResponse resp;
+    MERIDIAN_RETURN_IF_ERROR(Unary(&v1::JobService::Stub::Logs, req, &resp));
+    std::vector<rpc::TaskLog> page;
+    page.reserve(static_cast<size_t>(resp.logs_size()));
+    for (const v1::TaskLog& l : resp.logs()) page.push_back(rpc::FromProto(l));
+    MERIDIAN_RETURN_IF_ERROR(on_page(page));
+    if (!resp.more()) return OkStatus();
+    // Each page starts past the one before: a coordinator that says otherwise would
+    // have the client ask for ever.
+    const rpc::LogCursor from{req.first_task(), req.first_attempt()};
+    const rpc::LogCursor next{resp.next_task(), resp.next_attempt()};
+    if (!(from < next)) {
+      return InternalError(fmt::format("the coordinator's next page of logs ({}, {}) is not past this one's start ({}, {})",
+                                       next.task, next.attempt, from.task, from.attempt));
+    }
+    req.set_first_task(next.task);
+    req.set_first_attempt(next.attempt);
+  }
+}
+
+StatusOr<std::vector<rpc::TaskLog>> Client::Logs(uint64_t id, const std::string& task) {
   std::vector<rpc::TaskLog> out;
-  for (const v1::TaskLog& l : resp.logs()) out.push_back(rpc::FromProto(l));
+  MERIDIAN_RETURN_IF_ERROR(ForEachLogPage(id, task, [&](std::vector<rpc::TaskLog>& page) {
+    out.insert(out.end(), std::make_move_iterator(page.begin()), std::make_move_iterator(page.end()));
+    return OkStatus();
+  }));
   return out;
 }
 

@@ -58,7 +58,13 @@ class Client {
   // The spec job `id` was submitted with, and its file name.
   StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id);
   StatusOr<model::JobSummary> Delete(uint64_t id);
+  // The job's logs (of the task called `task`, when set), every page of them: for a
+  // job of many tasks, use ForEachLogPage instead, which holds one page at a time.
   StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task);
+  // Calls on_page with each page of the job's logs in (task, attempt) order (at most
+  // rpc::kMaxLogPageBytes of tails and one log more); stops early with on_page's error.
+  Status ForEachLogPage(uint64_t id, const std::string& task,
+                        const std::function<Status(std::vector<rpc::TaskLog>&)>& on_page);
   // Calls on_change with the job's summary now and after every change until it ends
   // (or on_change returns false); returns the last summary. When the coordinator
   // cannot be reached (it restarts, say) the watch keeps trying for up to

@@ -905,36 +905,79 @@ StatusOr<std::pair<std::string, std::string>> Coordinator::JobSpec(uint64_t id) 
   return store_->JobSpec(id);
 }
 
-StatusOr<std::vector<rpc::TaskLog>> Coordinator::Logs(uint64_t id, const std::string& task) {
+StatusOr<rpc::LogPage> Coordinator::Logs(uint64_t id, const std::string& task, rpc::LogCursor from) {
   std::optional<uint32_t> index;
   if (!task.empty()) {
     MERIDIAN_ASSIGN_OR_RETURN(index, FindTaskIndex(id, task));
+    if (from.task > *index) return rpc::LogPage{};
+    if (from.task < *index) from = rpc::LogCursor{*index, 0};
   } else if (std::lock_guard lock(mu_); !jobs_.count(id)) {
     return NotFoundError(fmt::format("no job {}", id));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> logs, store_->Logs(id, index));
-  std::lock_guard lock(mu_);
-  // Running attempts' output so far, after their task's earlier attempts.
-  if (auto it = jobs_.find(id); it != jobs_.end()) {
-    const JobRt& job = it->second;
-    const uint32_t first = index.value_or(0);
-    const uint32_t end = index ? std::min<uint32_t>(*index + 1, job.tasks.size()) : job.tasks.size();
-    const size_t stored = logs.size();
-    for (uint32_t i = first; i < end; ++i) {
-      const TaskRt& t = job.tasks[i];
-      if (!t.live || t.live->attempt != t.rec.attempt || !model::IsPlaced(t.rec.status)) continue;
-      logs.push_back(rpc::TaskLog{"", *t.live, true});
-    }
-    // Both parts are in (task, attempt) order: merged, not sorted.
-    std::inplace_merge(logs.begin(), logs.begin() + static_cast<std::ptrdiff_t>(stored), logs.end(),
-                       [](const rpc::TaskLog& a, const rpc::TaskLog& b) {
-                         return std::tie(a.record.task, a.record.attempt) < std::tie(b.record.task, b.record.attempt);
-                       });
+  const uint32_t limit = std::max<uint32_t>(options_.log_page_logs, 1);
+  const int64_t max_bytes = std::max<int64_t>(options_.log_page_bytes, 1);
+  auto tail_bytes = [](const model::TaskLogRecord& r) {
+    return static_cast<int64_t>(r.stdout_tail.size() + r.stderr_tail.size());
+  };
+  MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> stored,
+                            store_->Logs(id, index, from.task, from.attempt, limit, max_bytes));
+  int64_t stored_bytes = 0;
+  for (const rpc::TaskLog& l : stored) stored_bytes += tail_bytes(l.record);
+  // The store stopped at its bounds: what lies past its last log is the next page's.
+  std::optional<rpc::LogCursor> stored_end;
+  if (stored.size() >= limit || stored_bytes >= max_bytes) {
+    stored_end = rpc::LogCursor{stored.back().record.task, stored.back().record.attempt};
   }
-  for (rpc::TaskLog& l : logs) {
+  rpc::LogPage page;
+  std::lock_guard lock(mu_);
+  const JobRt* job = nullptr;
+  if (auto it = jobs_.find(id); it != jobs_.end() && !it->second.tasks.empty()) job = &it->second;
+  // Running attempts' output so far, merged with the stored logs in (task, attempt)
+  // order, within the same bounds: each is copied only once it is taken.
+  const uint32_t live_end = !job ? 0 : index ? std::min<uint32_t>(*index + 1, job->tasks.size()) : job->tasks.size();
+  uint32_t t = from.task;
+  size_t s = 0;
+  int64_t bytes = 0;
+  auto next_live = [&]() -> const model::TaskLogRecord* {
+    for (; t < live_end; ++t) {
+      const TaskRt& r = job->tasks[t];
+      if (!r.live || r.live->attempt != r.rec.attempt || !model::IsPlaced(r.rec.status)) continue;
+      const rpc::LogCursor key{t, r.live->attempt};
+      if (key < from) continue;
+      if (stored_end && *stored_end < key) return nullptr;  // past what the store gave
+      return r.live.get();
+    }
+    return nullptr;
+  };
+  while (page.logs.size() < limit && bytes < max_bytes) {
+    const model::TaskLogRecord* live = next_live();
+    const bool take_stored =
+        s < stored.size() &&
+        (live == nullptr || rpc::LogCursor{stored[s].record.task, stored[s].record.attempt} <=
+                                rpc::LogCursor{live->task, live->attempt});
+    if (take_stored) {
+      // A log stored as its attempt ended while it was read live: the stored one.
+      if (live != nullptr && stored[s].record.task == live->task && stored[s].record.attempt == live->attempt) ++t;
+      bytes += tail_bytes(stored[s].record);
+      page.logs.push_back(std::move(stored[s++]));
+    } else if (live != nullptr) {
+      bytes += tail_bytes(*live);
+      page.logs.push_back(rpc::TaskLog{"", *live, true});
+      ++t;
+    } else {
+      break;
+    }
+  }
+  if (page.logs.size() >= limit || bytes >= max_bytes) {
+    const model::TaskLogRecord& last = page.logs.back().record;
+    page.next = rpc::LogCursor{last.task, last.attempt + 1};
+  } else if (stored_end) {
+    page.next = rpc::LogCursor{stored_end->task, stored_end->attempt + 1};
+  }
+  for (rpc::TaskLog& l : page.logs) {
     if (l.task.empty()) l.task = TaskNameLocked(id, l.record.task);
   }
-  return logs;
+  return page;
 }
 
 StatusOr<model::JobSummary> Coordinator::WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) {

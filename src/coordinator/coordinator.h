@@ -77,6 +77,10 @@ struct CoordinatorOptions {
   int64_t retain_for_us = int64_t{30} * 24 * 3600 * 1'000'000;
   // At most this many ready tasks are offered to one scheduling call, oldest first.
   size_t schedule_window = 1024;
+  // A page of logs (JobService.Logs) holds at most this many, and ends with the one
+  // whose tails reach log_page_bytes (rpc::LogPage).
+  uint32_t log_page_logs = rpc::kMaxLogsPerPage;
+  int64_t log_page_bytes = rpc::kMaxLogPageBytes;
   sched::QueueOrder order = sched::QueueOrder::kFifo;
   uint64_t seed = 1;
   // The ports a gang's rank 0 is told to listen on (MASTER_PORT): one of these, drawn
@@ -136,7 +140,7 @@ class Coordinator final : public rpc::JobApi,
   StatusOr<std::string> JobTenant(uint64_t id) override;
   StatusOr<model::JobSummary> CancelJob(uint64_t id) override;
   StatusOr<model::JobSummary> DeleteJob(uint64_t id) override;
-  StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) override;
+  StatusOr<rpc::LogPage> Logs(uint64_t id, const std::string& task, rpc::LogCursor from) override;
   StatusOr<model::PlanReport> Plan(const std::string& spec_yaml, const std::string& spec_name,
                                    const std::string& tenant, const std::string& order, uint64_t seed) override;
   StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id) override;

@@ -227,6 +227,19 @@ class CoordinatorTest : public ::testing::Test {
     return *v;
   }
 
+  // Every page of the job's logs (of the task called `task`, when set), as a client
+  // reads them: from each page's `next` until there is none.
+  StatusOr<std::vector<rpc::TaskLog>> Logs(uint64_t id, const std::string& task) {
+    std::vector<rpc::TaskLog> out;
+    for (std::optional<rpc::LogCursor> from = rpc::LogCursor{}; from;) {
+      MERIDIAN_ASSIGN_OR_RETURN(rpc::LogPage page, coord_->Logs(id, task, *from));
+      out.insert(out.end(), page.logs.begin(), page.logs.end());
+      if (page.next && !(*from < *page.next)) return InternalError("a page's next is not past its start");
+      from = page.next;
+    }
+    return out;
+  }
+
   TestEnv env_;
   std::unique_ptr<Coordinator> coord_;
 };

@@ -135,7 +135,7 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   EXPECT_EQ(v.tasks[1].history[0].outcome, "failed");
   EXPECT_EQ(v.tasks[1].record.failures, 1);
   // What rank 0 had reported of its stopped attempt is that attempt's log.
-  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(job_, "worker/0");
+  StatusOr<std::vector<rpc::TaskLog>> logs = Logs(job_, "worker/0");
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].record.attempt, 1);

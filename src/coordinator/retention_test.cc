@@ -69,12 +69,12 @@ TEST_F(RetentionTest, AFinishedJobLeavesMemoryAndIsReadBackFromTheStore) {
   EXPECT_EQ(page->tasks[0].name, "b");
   EXPECT_EQ(page->next_task, 2u);
   // Logs by task name, from the store.
-  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(id, "a");
+  StatusOr<std::vector<rpc::TaskLog>> logs = Logs(id, "a");
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].task, "a");
   EXPECT_EQ((*logs)[0].record.stdout_tail, "a says hello\n");
-  EXPECT_EQ(coord_->Logs(id, "zzz").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Logs(id, "zzz").status().code(), StatusCode::kNotFound);
 }
 
 // A running attempt's output, reported piece by piece with each stream's running
@@ -98,7 +98,7 @@ TEST_F(RetentionTest, ARunningAttemptsOutputIsReadAsItComes) {
     return u;
   };
   auto only_log = [&] {
-    StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(r->job_id, "t");
+    StatusOr<std::vector<rpc::TaskLog>> logs = Logs(r->job_id, "t");
     EXPECT_TRUE(logs.ok()) << logs.status().ToString();
     EXPECT_EQ(logs.ok() ? logs->size() : 0, 1u);
     return logs.ok() && logs->size() == 1 ? (*logs)[0] : rpc::TaskLog{};
@@ -174,7 +174,7 @@ TEST_F(RetentionTest, ALostAttemptKeepsTheOutputItReportedAsItsLog) {
   second.stderr_tail.clear();
   second.stderr_bytes = 0;
   Report(n2, {second});
-  StatusOr<std::vector<rpc::TaskLog>> logs = coord_->Logs(r->job_id, "t");
+  StatusOr<std::vector<rpc::TaskLog>> logs = Logs(r->job_id, "t");
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   ASSERT_EQ(logs->size(), 2u);
   const rpc::TaskLog& lost = (*logs)[0];
@@ -195,13 +195,107 @@ TEST_F(RetentionTest, ALostAttemptKeepsTheOutputItReportedAsItsLog) {
   done.stdout_tail = "epoch 1\nepoch 2\nepoch 3\n";
   done.stdout_bytes = 24;
   Report(n2, {done});
-  logs = coord_->Logs(r->job_id, "t");
+  logs = Logs(r->job_id, "t");
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   ASSERT_EQ(logs->size(), 2u);
   EXPECT_EQ((*logs)[0].record.stdout_tail, "epoch 1\nepoch 2\n");
   EXPECT_FALSE((*logs)[1].running);
   EXPECT_EQ((*logs)[1].record.stdout_tail, "epoch 1\nepoch 2\nepoch 3\n");
   EXPECT_EQ((*logs)[1].record.stderr_tail, "");
+}
+
+// A job's logs come a page at a time, within the page's bounds (2 logs, or the one
+// whose tails reach 100 bytes here), the stored logs of ended attempts and the live
+// output of running ones merged in (task, attempt) order: every log once, whatever
+// the bounds cut.
+class LogPageTest : public RetentionTest {
+ protected:
+  // t/0 ended (100 bytes), t/1 runs (100 live), t/2 failed once (10) and runs again
+  // (10 live), t/3 ended (10).
+  void StartFourTasks(uint32_t page_logs, int64_t page_bytes) {
+    Start(std::make_unique<testing::InMemoryStateStore>(), {}, [&](CoordinatorOptions& o) {
+      o.log_page_logs = page_logs;
+      o.log_page_bytes = page_bytes;
+    });
+    model::RegistrationReply n = Register(Node("n1"));
+    auto r = coord_->Submit("name: four\ntasks:\n  - {name: t, command: [x], count: 4, retries: 1}\n", "four.yaml", "");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    job_ = r->job_id;
+    std::vector<model::TaskAssignment> a = Next(n);
+    ASSERT_EQ(a.size(), 4u);
+    auto with = [](model::TaskUpdate u, std::string out) {
+      u.stdout_tail = std::move(out);
+      u.stdout_bytes = static_cast<int64_t>(u.stdout_tail.size());
+      return u;
+    };
+    model::TaskUpdate running;
+    running.kind = model::UpdateKind::kRunning;
+    running.key = a[1].key;
+    Report(n, {with(Done(a[0].key, ""), std::string(100, 'a')), with(running, std::string(100, 'b')),
+               with(Failed(a[2].key, "exit code 1"), std::string(10, 'c')), with(Done(a[3].key, ""), std::string(10, 'e'))});
+    std::vector<model::TaskAssignment> again = Next(n);
+    ASSERT_EQ(again.size(), 1u);
+    running.key = again[0].key;
+    Report(n, {with(running, std::string(10, 'd'))});
+  }
+
+  using Keys = std::vector<std::tuple<uint32_t, int32_t, bool>>;  // task, attempt, running
+  // Each page's logs, from the first page to the last.
+  std::vector<Keys> Pages() {
+    std::vector<Keys> out;
+    for (std::optional<rpc::LogCursor> from = rpc::LogCursor{}; from && out.size() < 20;) {
+      StatusOr<rpc::LogPage> page = coord_->Logs(job_, "", *from);
+      EXPECT_TRUE(page.ok()) << page.status().ToString();
+      if (!page.ok()) break;
+      Keys keys;
+      for (const rpc::TaskLog& l : page->logs) keys.emplace_back(l.record.task, l.record.attempt, l.running);
+      out.push_back(keys);
+      from = page->next;
+    }
+    return out;
+  }
+
+  uint64_t job_ = 0;
+};
+
+TEST_F(LogPageTest, PagesEndAtTheirByteBound) {
+  StartFourTasks(10, 100);
+  EXPECT_EQ(Pages(), (std::vector<Keys>{{{0, 1, false}},
+                                        {{1, 1, true}},
+                                        {{2, 1, false}, {2, 2, true}, {3, 1, false}}}));
+  StatusOr<std::vector<rpc::TaskLog>> all = Logs(job_, "");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 5u);
+  EXPECT_EQ((*all)[1].task, "t/1");
+  EXPECT_EQ((*all)[1].record.stdout_tail, std::string(100, 'b'));
+  EXPECT_EQ((*all)[3].record.stdout_tail, std::string(10, 'd'));
+}
+
+TEST_F(LogPageTest, PagesEndAtTheirCount) {
+  StartFourTasks(2, 1 << 20);
+  EXPECT_EQ(Pages(), (std::vector<Keys>{{{0, 1, false}, {1, 1, true}},
+                                        {{2, 1, false}, {2, 2, true}},
+                                        {{3, 1, false}}}));
+  // One log a page: the store's page bounds which running attempts come with it.
+  StartFourTasks(1, 1 << 20);
+  EXPECT_EQ(Pages(), (std::vector<Keys>{{{0, 1, false}},
+                                        {{1, 1, true}},
+                                        {{2, 1, false}},
+                                        {{2, 2, true}},
+                                        {{3, 1, false}},
+                                        {}}));
+  // One task's, from a cursor before it.
+  StatusOr<rpc::LogPage> page = coord_->Logs(job_, "t/2", rpc::LogCursor{0, 5});
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->logs.size(), 1u);
+  EXPECT_EQ(page->logs[0].record.attempt, 1);
+  ASSERT_TRUE(page->next.has_value());
+  EXPECT_EQ(*page->next, (rpc::LogCursor{2, 2}));
+  page = coord_->Logs(job_, "t/2", *page->next);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->logs.size(), 1u);
+  EXPECT_TRUE(page->logs[0].running);
+  EXPECT_TRUE(coord_->Logs(job_, "t/2", rpc::LogCursor{3, 0})->logs.empty());
 }
 
 // A task's outputs become a dataset when its job succeeds: its name is the job's from
@@ -285,7 +379,7 @@ TEST_F(RetentionTest, DeleteRefusesAnUnfinishedJobAndLetsGoOfAFinishedOnesResult
   ASSERT_TRUE(gone.ok()) << gone.status().ToString();
   EXPECT_EQ(gone->tasks_total, 3);
   EXPECT_EQ(coord_->GetJob(id, 0, 10).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(coord_->Logs(id, "").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Logs(id, "").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->DeleteJob(id).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(coord_->ListJobs(0, {}).size(), 1u);
   // The node is told to drop the reference the job's result held (a's output, read by

@@ -5,6 +5,7 @@
 // Thread-safety: implementations must accept calls from many threads at once.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +48,22 @@ struct SubmitResult {
 };
 
 using TaskLog = model::TaskLog;
+
+// A page of a job's logs (JobService.Logs): its attempts' logs in (task, attempt)
+// order from a cursor on, at most kMaxLogsPerPage of them, ending with the one whose
+// tails reach kMaxLogPageBytes (one log holds at most 2 x 64 KiB). `next`, when set,
+// is where the next page starts; unset, this was the last.
+struct LogCursor {
+  uint32_t task = 0;
+  int32_t attempt = 0;
+  auto operator<=>(const LogCursor&) const = default;
+};
+inline constexpr uint32_t kMaxLogsPerPage = 10'000;
+inline constexpr int64_t kMaxLogPageBytes = 8 << 20;
+struct LogPage {
+  std::vector<TaskLog> logs;
+  std::optional<LogCursor> next;
+};
 
 // A page of a job's tasks: at most this many, and tasks with this many bytes of
 // outputs and reasons, in one answer.
@@ -105,7 +122,9 @@ class JobApi {
   virtual StatusOr<model::JobSummary> DeleteJob(uint64_t id) = 0;
   // The spec job `id` was submitted with, and its file name.
   virtual StatusOr<std::pair<std::string, std::string>> JobSpec(uint64_t id) = 0;
-  virtual StatusOr<std::vector<TaskLog>> Logs(uint64_t id, const std::string& task) = 0;
+  // A page of the job's logs (of the task called `task`, when set) from `from` on:
+  // the stored logs of ended attempts and the output so far of running ones.
+  virtual StatusOr<LogPage> Logs(uint64_t id, const std::string& task, LogCursor from) = 0;
   // Waits until the job's version passes `after_version` or `timeout_us` elapses,
   // and returns its summary then.
   virtual StatusOr<model::JobSummary> WaitJob(uint64_t id, uint64_t after_version, int64_t timeout_us) = 0;

@@ -645,6 +645,7 @@ model::NodeView FromProto(const v1::NodeInfo& in) {
 
 void ToProto(const TaskLog& log, v1::TaskLog* out) {
   out->set_task(log.task);
+  out->set_task_index(log.record.task);
   out->set_attempt(log.record.attempt);
   out->set_node(log.record.node);
   out->set_stdout_tail(log.record.stdout_tail);
@@ -657,6 +658,7 @@ void ToProto(const TaskLog& log, v1::TaskLog* out) {
 TaskLog FromProto(const v1::TaskLog& in) {
   TaskLog log;
   log.task = in.task();
+  log.record.task = in.task_index();
   log.record.attempt = in.attempt();
   log.record.node = in.node();
   log.record.stdout_tail = in.stdout_tail();

@@ -522,9 +522,14 @@ class JobServiceImpl final
   grpc::Status Logs(grpc::ServerContext* ctx, const v1::GetLogsRequest* req, v1::GetLogsResponse* resp) override {
     MERIDIAN_ADMIT(caller, ctx, Need::kView, "JobService.Logs");
     MERIDIAN_CHECK_CALL(ctx, "JobService.Logs", gate_.CheckTenant(caller, api_, req->job_id()));
-    StatusOr<std::vector<TaskLog>> logs = api_.Logs(req->job_id(), req->task());
-    if (!logs.ok()) return ToGrpc(logs.status());
-    for (const TaskLog& l : *logs) ToProto(l, resp->add_logs());
+    StatusOr<LogPage> page = api_.Logs(req->job_id(), req->task(), {req->first_task(), req->first_attempt()});
+    if (!page.ok()) return ToGrpc(page.status());
+    for (const TaskLog& l : page->logs) ToProto(l, resp->add_logs());
+    if (page->next) {
+      resp->set_more(true);
+      resp->set_next_task(page->next->task);
+      resp->set_next_attempt(page->next->attempt);
+    }
     return grpc::Status::OK;
   }
 

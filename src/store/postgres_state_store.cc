@@ -169,12 +169,17 @@ std::vector<std::string> StatementTexts() {
   s[kNames] = "SELECT * FROM object_names ORDER BY name COLLATE \"C\", shard";
   s[kTokens] = "SELECT * FROM tokens ORDER BY id COLLATE \"C\"";
   s[kSpend] = "SELECT * FROM tenant_spend ORDER BY tenant COLLATE \"C\", day";
+  // Up to $4 logs from ($2, $3) on, stopping once the tails of those before reach $5:
+  // as a task page, bounded by the server, and rows past it are never detoasted.
   const char* logs =
-      "SELECT l.job, l.task, l.attempt, l.node, l.stdout, l.stderr, COALESCE(n.name, ''::BYTEA), "
-      "l.stdout_bytes, l.stderr_bytes FROM task_logs l "
-      "LEFT JOIN task_labels n ON n.job = l.job AND n.task = l.task WHERE l.job = $1 {} ORDER BY l.task, l.attempt";
+      "SELECT * FROM (SELECT p.*, COALESCE(SUM(octet_length(p.stdout) + octet_length(p.stderr)) OVER (ORDER BY "
+      "p.task, p.attempt ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS bytes_before FROM (SELECT l.job, "
+      "l.task, l.attempt, l.node, l.stdout, l.stderr, COALESCE(n.name, ''::BYTEA) AS label, l.stdout_bytes, "
+      "l.stderr_bytes FROM task_logs l LEFT JOIN task_labels n ON n.job = l.job AND n.task = l.task "
+      "WHERE l.job = $1 AND (l.task > $2 OR (l.task = $2 AND l.attempt >= $3)) {} ORDER BY l.task, l.attempt "
+      "LIMIT $4) p) q WHERE q.bytes_before < $5 ORDER BY q.task, q.attempt";
   s[kLogsOfJob] = fmt::format(fmt::runtime(logs), "");
-  s[kLogsOfTask] = fmt::format(fmt::runtime(logs), "AND l.task = $2");
+  s[kLogsOfTask] = fmt::format(fmt::runtime(logs), "AND l.task = $6");
   // Up to $3 tasks from $2 on, stopping (after at least one) once the bytes of
   // those before pass $4: bounded by the server, not after the rows arrived.
   s[kTaskPage] =
@@ -600,14 +605,17 @@ StatusOr<LoadedState> PostgresStateStore::Load() {
   return out;
 }
 
-StatusOr<std::vector<model::TaskLog>> PostgresStateStore::Logs(uint64_t job, std::optional<uint32_t> task) {
+StatusOr<std::vector<model::TaskLog>> PostgresStateStore::Logs(uint64_t job, std::optional<uint32_t> task,
+                                                               uint32_t first_task, int32_t first_attempt,
+                                                               uint32_t limit, int64_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::TaskLog> out;
+  if (limit == 0) return out;
   MERIDIAN_RETURN_IF_ERROR(EnsureConnected());
   Params p;
-  p.Int(static_cast<int64_t>(job));
+  p.Int(static_cast<int64_t>(job)).Int(first_task).Int(first_attempt).Int(limit).Int(max_bytes);
   if (task) p.Int(*task);
   MERIDIAN_ASSIGN_OR_RETURN(Result r, Run(task ? kLogsOfTask : kLogsOfJob, p, "read logs"));
-  std::vector<model::TaskLog> out;
   for (int i = 0; i < r.rows(); ++i) {
     out.push_back(model::TaskLog{
         r.Str(i, 6), model::TaskLogRecord{static_cast<uint64_t>(r.Int(i, 0)), static_cast<uint32_t>(r.Int(i, 1)),

@@ -458,26 +458,35 @@ StatusOr<LoadedState> SqliteStateStore::Load() {
   return out;
 }
 
-StatusOr<std::vector<model::TaskLog>> SqliteStateStore::Logs(uint64_t job, std::optional<uint32_t> task) {
+StatusOr<std::vector<model::TaskLog>> SqliteStateStore::Logs(uint64_t job, std::optional<uint32_t> task,
+                                                             uint32_t first_task, int32_t first_attempt,
+                                                             uint32_t limit, int64_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<model::TaskLog> out;
+  if (limit == 0) return out;
   Stmt q;
   MERIDIAN_RETURN_IF_ERROR(
       Query(q,
             fmt::format("SELECT l.job, l.task, l.attempt, l.node, l.stdout, l.stderr, COALESCE(n.name, ''), "
                         "l.stdout_bytes, l.stderr_bytes FROM task_logs l "
                         "LEFT JOIN task_labels n ON n.job = l.job AND n.task = l.task "
-                        "WHERE l.job = ?1 {} ORDER BY l.task, l.attempt",
+                        "WHERE l.job = ?1 AND (l.task > ?3 OR (l.task = ?3 AND l.attempt >= ?4)) {} "
+                        "ORDER BY l.task, l.attempt",
                         task ? "AND l.task = ?2" : ""),
             "read logs"));
   sqlite3_bind_int64(q.st, 1, static_cast<int64_t>(job));
   if (task) sqlite3_bind_int64(q.st, 2, *task);
-  std::vector<model::TaskLog> out;
-  while (sqlite3_step(q.st) == SQLITE_ROW) {
-    out.push_back(model::TaskLog{
+  sqlite3_bind_int64(q.st, 3, first_task);
+  sqlite3_bind_int64(q.st, 4, first_attempt);
+  // Rows are read one at a time: those past the page's bounds are never read.
+  int64_t bytes = 0;
+  while (out.size() < limit && bytes < max_bytes && sqlite3_step(q.st) == SQLITE_ROW) {
+    model::TaskLog& l = out.emplace_back(model::TaskLog{
         Text(q.st, 6), model::TaskLogRecord{static_cast<uint64_t>(sqlite3_column_int64(q.st, 0)),
                                             static_cast<uint32_t>(sqlite3_column_int64(q.st, 1)),
                                             sqlite3_column_int(q.st, 2), Text(q.st, 3), Blob(q.st, 4), Blob(q.st, 5),
                                             sqlite3_column_int64(q.st, 7), sqlite3_column_int64(q.st, 8)}});
+    bytes += static_cast<int64_t>(l.record.stdout_tail.size() + l.record.stderr_tail.size());
   }
   return out;
 }

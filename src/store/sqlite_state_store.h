@@ -40,7 +40,8 @@ class SqliteStateStore final : public StateStore {
   StatusOr<uint64_t> CreateJob(model::JobRecord job, const std::vector<NewTask>& tasks) override;
   Status Apply(const StoreBatch& batch) override;
   StatusOr<LoadedState> Load() override;
-  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override;
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task, uint32_t first_task,
+                                             int32_t first_attempt, uint32_t limit, int64_t max_bytes) override;
   StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
                                                   int64_t max_bytes) override;
   StatusOr<std::optional<uint32_t>> FindTask(uint64_t job, const std::string& name) override;

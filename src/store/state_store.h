@@ -80,8 +80,11 @@ class StateStore {
   virtual Status Apply(const StoreBatch& batch) = 0;
   virtual StatusOr<LoadedState> Load() = 0;
   // Logs of a job's attempts, of one task when `task` is set, with the task's name
-  // (empty for a job stored before names were).
-  virtual StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) = 0;
+  // (empty for a job stored before names were): in (task, attempt) order from
+  // (`first_task`, `first_attempt`) on, at most `limit`, and none after the one with
+  // which their tails (stdout and stderr) reach `max_bytes`.
+  virtual StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task, uint32_t first_task,
+                                                     int32_t first_attempt, uint32_t limit, int64_t max_bytes) = 0;
   // Up to `limit` of the job's tasks from index `first`, with their attempts, in
   // order; it stops early, after at least one, once their outputs pass `max_bytes`.
   virtual StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,

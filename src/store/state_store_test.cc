@@ -95,6 +95,10 @@ class StateStoreSuite : public ::testing::TestWithParam<StoreFactory> {
     store_.reset();
     fs::remove_all(dir_);
   }
+  // Every log of the job (of `task` when set), in one read.
+  StatusOr<std::vector<model::TaskLog>> AllLogs(uint64_t job, std::optional<uint32_t> task) {
+    return store_->Logs(job, task, 0, 0, UINT32_MAX, INT64_MAX);
+  }
   fs::path dir_;
   std::unique_ptr<StateStore> store_;
 };
@@ -178,13 +182,13 @@ TEST_P(StateStoreSuite, ApplyUpdatesEveryKindOfRecord) {
   EXPECT_EQ(page[1].history[0].reason, "exit code 3");
   EXPECT_EQ(page[1].history[1].outcome, "succeeded");
   EXPECT_TRUE(page[0].history.empty());
-  auto logs = store_->Logs(id, 1);
+  auto logs = AllLogs(id, 1);
   ASSERT_TRUE(logs.ok());
   ASSERT_EQ(logs->size(), 1u);
   EXPECT_EQ((*logs)[0].record.stderr_tail, "err");
   EXPECT_EQ((*logs)[0].record.stdout_bytes, 70'000);  // more than its tail: the rest is counted
   EXPECT_EQ((*logs)[0].record.stderr_bytes, 3);
-  EXPECT_TRUE(store_->Logs(id, 0)->empty());
+  EXPECT_TRUE(AllLogs(id, 0)->empty());
   // Names keep their tenant: who may read what they name.
   ASSERT_EQ(s.names.size(), 2u);
   EXPECT_EQ(s.names[0].name, "frames");
@@ -231,9 +235,53 @@ TEST_P(StateStoreSuite, TasksArePagedWithTheirNamesAndAttempts) {
   EXPECT_EQ(store_->TaskPage(id, 0, 5, 1)->size(), 1u);
   EXPECT_EQ(*store_->FindTask(id, "t3"), std::optional<uint32_t>(3));
   EXPECT_EQ(*store_->FindTask(id, "nope"), std::nullopt);
-  std::vector<model::TaskLog> logs = *store_->Logs(id, std::nullopt);
+  std::vector<model::TaskLog> logs = *AllLogs(id, std::nullopt);
   ASSERT_EQ(logs.size(), 1u);
   EXPECT_EQ(logs[0].task, "t3");
+}
+
+TEST_P(StateStoreSuite, LogsArePagedFromACursorWithinTheirBounds) {
+  const uint64_t id = *store_->CreateJob(Job("chatty"), NewTasks(3));
+  StoreBatch batch;
+  // t0's attempts 1 and 2, none of t1, t2's 1 and 3: tails of 100, 200, 300 and 400 bytes.
+  batch.logs.push_back({id, 2, 3, "n", std::string(400, 'd'), ""});
+  batch.logs.push_back({id, 0, 1, "n", std::string(60, 'a'), std::string(40, 'A')});
+  batch.logs.push_back({id, 2, 1, "n", "", std::string(300, 'c')});
+  batch.logs.push_back({id, 0, 2, "n", std::string(200, 'b'), ""});
+  ASSERT_TRUE(store_->Apply(batch).ok());
+  using Keys = std::vector<std::pair<uint32_t, int32_t>>;
+  auto keys = [&](std::optional<uint32_t> task, uint32_t first_task, int32_t first_attempt, uint32_t limit,
+                  int64_t max_bytes) {
+    StatusOr<std::vector<model::TaskLog>> logs = store_->Logs(id, task, first_task, first_attempt, limit, max_bytes);
+    EXPECT_TRUE(logs.ok()) << logs.status().ToString();
+    Keys out;
+    for (const model::TaskLog& l : logs.ok() ? *logs : std::vector<model::TaskLog>{}) {
+      out.emplace_back(l.record.task, l.record.attempt);
+    }
+    return out;
+  };
+  EXPECT_EQ(keys(std::nullopt, 0, 0, 10, 1 << 20), (Keys{{0, 1}, {0, 2}, {2, 1}, {2, 3}}));
+  // From a cursor on.
+  EXPECT_EQ(keys(std::nullopt, 0, 2, 10, 1 << 20), (Keys{{0, 2}, {2, 1}, {2, 3}}));
+  EXPECT_EQ(keys(std::nullopt, 1, 0, 10, 1 << 20), (Keys{{2, 1}, {2, 3}}));
+  EXPECT_EQ(keys(std::nullopt, 2, 2, 10, 1 << 20), (Keys{{2, 3}}));
+  EXPECT_EQ(keys(std::nullopt, 2, 4, 10, 1 << 20), Keys{});
+  // At most `limit`; none after the one whose tails reach max_bytes (at least one).
+  EXPECT_EQ(keys(std::nullopt, 0, 0, 2, 1 << 20), (Keys{{0, 1}, {0, 2}}));
+  EXPECT_EQ(keys(std::nullopt, 0, 0, 10, 300), (Keys{{0, 1}, {0, 2}}));
+  EXPECT_EQ(keys(std::nullopt, 0, 0, 10, 301), (Keys{{0, 1}, {0, 2}, {2, 1}}));
+  EXPECT_EQ(keys(std::nullopt, 0, 0, 10, 1), (Keys{{0, 1}}));
+  EXPECT_EQ(keys(std::nullopt, 2, 1, 1, 1), (Keys{{2, 1}}));
+  // One task's.
+  EXPECT_EQ(keys(2, 0, 0, 10, 1 << 20), (Keys{{2, 1}, {2, 3}}));
+  EXPECT_EQ(keys(2, 2, 2, 10, 1 << 20), (Keys{{2, 3}}));
+  EXPECT_EQ(keys(1, 0, 0, 10, 1 << 20), Keys{});
+  std::vector<model::TaskLog> one = *store_->Logs(id, 0, 0, 0, 1, 1 << 20);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].task, "t0");
+  EXPECT_EQ(one[0].record.node, "n");
+  EXPECT_EQ(one[0].record.stdout_tail, std::string(60, 'a'));
+  EXPECT_EQ(one[0].record.stderr_tail, std::string(40, 'A'));
 }
 
 TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
@@ -249,7 +297,7 @@ TEST_P(StateStoreSuite, ADeletedJobLeavesNothingAndItsIdIsNotGivenAgain) {
   EXPECT_EQ(s.jobs[0].id, a);
   ASSERT_EQ(s.tasks.size(), 1u);
   EXPECT_TRUE(store_->TaskPage(b, 0, 10, 1 << 20)->empty());
-  EXPECT_TRUE(store_->Logs(b, std::nullopt)->empty());
+  EXPECT_TRUE(AllLogs(b, std::nullopt)->empty());
   EXPECT_EQ(*store_->FindTask(b, "t1"), std::nullopt);
   EXPECT_EQ(store_->JobSpec(b).status().message(), "no job " + std::to_string(b));
   // The one left keeps its spec, as submitted.
@@ -334,7 +382,7 @@ TEST_P(StateStoreSuite, WhatUsersWroteComesBackByteForByte) {
   EXPECT_EQ(page[0].record.output, odd + odd);
   ASSERT_EQ(page[0].history.size(), 1u);
   EXPECT_EQ(page[0].history[0].reason, "why" + odd);
-  std::vector<model::TaskLog> logs = *store_->Logs(id, 0);
+  std::vector<model::TaskLog> logs = *AllLogs(id, 0);
   ASSERT_EQ(logs.size(), 1u);
   EXPECT_EQ(logs[0].task, "t" + odd);
   EXPECT_EQ(logs[0].record.stdout_tail, "out" + odd);

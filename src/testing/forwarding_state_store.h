@@ -21,8 +21,9 @@ class ForwardingStateStore : public store::StateStore {
   }
   Status Apply(const store::StoreBatch& batch) override { return inner_.Apply(batch); }
   StatusOr<store::LoadedState> Load() override { return inner_.Load(); }
-  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
-    return inner_.Logs(job, task);
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task, uint32_t first_task,
+                                             int32_t first_attempt, uint32_t limit, int64_t max_bytes) override {
+    return inner_.Logs(job, task, first_task, first_attempt, limit, max_bytes);
   }
   StatusOr<std::vector<model::TaskView>> TaskPage(uint64_t job, uint32_t first, uint32_t limit,
                                                   int64_t max_bytes) override {

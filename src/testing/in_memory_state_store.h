@@ -64,11 +64,17 @@ class InMemoryStateStore final : public store::StateStore {
     out.next_job_id = next_job_;
     return out;
   }
-  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task) override {
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task, uint32_t first_task,
+                                             int32_t first_attempt, uint32_t limit, int64_t max_bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<model::TaskLog> out;
+    int64_t bytes = 0;
     for (const auto& [k, l] : logs_) {
-      if (l.job == job && (!task || l.task == *task)) out.push_back(model::TaskLog{LabelOf(job, l.task).name, l});
+      if (out.size() >= limit || bytes >= max_bytes) break;
+      if (l.job != job || (task && l.task != *task)) continue;
+      if (std::pair(l.task, l.attempt) < std::pair(first_task, first_attempt)) continue;
+      out.push_back(model::TaskLog{LabelOf(job, l.task).name, l});
+      bytes += static_cast<int64_t>(l.stdout_tail.size() + l.stderr_tail.size());
     }
     return out;
   }
