@@ -667,6 +667,23 @@ TEST_F(RuntimeTest, JobLogsFollowPrintsOutputWhileTheTaskRuns) {
     want += "==> " + t.name + " attempt 1 on " + t.record.node + " <==\n" + t.name + " says hi\n";
   }
   EXPECT_EQ(both.out, want);
+  // Bytes that are not UTF-8 in what a task wrote: --json (JSON text is UTF-8) writes
+  // U+FFFD for each, where it aborted before; without --json, the bytes as they are.
+  StatusOr<model::JobView> raw = cluster_->RunJob(R"(name: raw
+tasks:
+  - {name: r, command: [sh, -c, 'printf "caf\303\251 \377 ok\n"']}
+)");
+  ASSERT_TRUE(raw.ok());
+  const std::string raw_id = std::to_string(raw->summary.job.id);
+  CommandResult raw_logs = Meridian({"job", "logs", raw_id, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(raw_logs.exit_code, 0) << raw_logs.err;
+  EXPECT_EQ(nlohmann::json::parse(raw_logs.out)[0]["stdout"], "caf\xC3\xA9 \xEF\xBF\xBD ok\n");
+  CommandResult raw_get = Meridian({"job", "get", raw_id, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(raw_get.exit_code, 0) << raw_get.err;
+  EXPECT_EQ(nlohmann::json::parse(raw_get.out)["task_list"][0]["output"], "caf\xC3\xA9 \xEF\xBF\xBD ok\n");
+  CommandResult raw_plain = Meridian({"job", "logs", raw_id, "--dir", cluster_->dir()});
+  ASSERT_EQ(raw_plain.exit_code, 0) << raw_plain.err;
+  EXPECT_NE(raw_plain.out.find("caf\xC3\xA9 \xFF ok\n"), std::string::npos) << raw_plain.out;
 }
 
 // A job's logs larger than a page (8 MiB): 70 tasks of 64 KiB stdout and 64 KiB

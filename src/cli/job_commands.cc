@@ -110,13 +110,13 @@ Status StreamJobJson(client::Client& c, uint64_t id, std::ostream& out) {
   bool first_task = true;
   MERIDIAN_RETURN_IF_ERROR(c.ForEachTaskPage(id, kTasksPerPage, [&](const model::JobView& page) {
     if (first_page) {
-      std::string head = JobJson(page).dump(2);
+      std::string head = JsonText(JobJson(page));
       head.resize(head.size() - 2);  // the closing "\n}"
       out << head << ",\n  \"task_list\": [";
       first_page = false;
     }
     for (const model::TaskView& t : page.tasks) {
-      std::string task = TaskJson(t).dump(2);
+      std::string task = JsonText(TaskJson(t));
       size_t at = 0;
       while ((at = task.find('\n', at)) != std::string::npos) task.replace(at, 1, "\n    "), at += 5;
       out << (first_task ? "\n    " : ",\n    ") << task;
@@ -469,7 +469,7 @@ Status RunJobs(const JobsOptions& o, std::ostream& out) {
   if (o.json) {
     json j = json::array();
     for (const model::JobSummary& s : jobs) j.push_back(SummaryJson(s));
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   if (jobs.empty()) {
@@ -500,7 +500,7 @@ Status RunJobDelete(const JobOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary s, c->Delete(o.id));
   if (o.json) {
-    out << SummaryJson(s).dump(2) << '\n';
+    out << JsonText(SummaryJson(s)) << '\n';
   } else {
     out << fmt::format("job {} ({}) deleted: {} tasks, their attempts and logs\n", s.job.id, s.job.name,
                        s.tasks_total);
@@ -512,7 +512,7 @@ Status RunJobCancel(const JobOptions& o, std::ostream& out) {
   MERIDIAN_ASSIGN_OR_RETURN(auto c, Connect(o.target));
   MERIDIAN_ASSIGN_OR_RETURN(model::JobSummary s, c->Cancel(o.id));
   if (o.json) {
-    out << SummaryJson(s).dump(2) << '\n';
+    out << JsonText(SummaryJson(s)) << '\n';
   } else {
     out << fmt::format("job {} ({}) cancelled: {}\n", s.job.id, s.job.name, Counts(s));
   }
@@ -602,7 +602,7 @@ Status RunJobLogs(const JobOptions& o, std::ostream& out) {
                      {"stderr_bytes", StreamBytes(l.record.stderr_tail, l.record.stderr_bytes)},
                      {"running", l.running}};
         // As one array's dump(2) would print it, an element at a time.
-        std::string element = j.dump(2);
+        std::string element = JsonText(j);
         for (size_t at = element.find('\n'); at != std::string::npos; at = element.find('\n', at + 1)) {
           element.insert(at + 1, "  ");
         }
@@ -665,7 +665,7 @@ Status RunStatus(const NodesOptions& o, std::ostream& out) {
            {"jobs", by_status},
            {"metrics_url", metrics_url.empty() ? json(nullptr) : json(metrics_url)},
            {"dashboard_url", dashboard_url.empty() ? json(nullptr) : json(dashboard_url)}};
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   std::string device_text;
@@ -717,7 +717,7 @@ Status RunNodes(const NodesOptions& o, std::ostream& out) {
       j.back()["metrics_url"] = n.metrics_url;
       j.back()["host"] = n.host;  // where its tasks listen (a service's replicas)
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   Table t({"node", "site", "state", "devices", "cpu used", "devices used", "tasks", "load", "sent to sites",

@@ -172,7 +172,7 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
   if (o.json) {
     nlohmann::json j = {{"name", d.name}, {"shards", nlohmann::json::array()}};
     for (const model::ObjectLocation& l : d.shards) j["shards"].push_back(LocationJson(l));
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   int64_t total = 0;
@@ -204,7 +204,7 @@ Status RunDataList(const DataListOptions& o, std::ostream& out) {
       for (const model::ObjectLocation& l : d.shards) shards.push_back(LocationJson(l));
       j.push_back({{"name", d.name}, {"shards", shards}});
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   Table t({"DATASET", "SHARD", "OBJECT", "SIZE", "REPLICAS"});
@@ -223,7 +223,7 @@ Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
   client::Client& c = *connected;
   MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, data, o.site, o.name, o.from));
   if (o.json) {
-    out << LocationJson(l).dump(2) << '\n';
+    out << JsonText(LocationJson(l)) << '\n';
     return OkStatus();
   }
   out << fmt::format("{} ({}) -> object {}{} on {}\n", o.file, FormatBytes(l.size), l.id,
@@ -260,7 +260,7 @@ Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
     j["from"] = {{"node", from->node}, {"site", from->site}};
     j["seconds"] = f->seconds;
     j["streams"] = f->streams;
-    note << j.dump(2) << '\n';
+    note << JsonText(j) << '\n';
   } else {
     note << fmt::format("object {} ({}) from {}@{} in {:.3f} s ({:.2f} Gbit/s, {} stream{}){}\n", l.id,
                         FormatBytes(l.size), from->node, from->site, f->seconds, gbps, f->streams,
@@ -277,7 +277,7 @@ Status RunObjectsList(const ObjectsListOptions& o, std::ostream& out) {
   if (o.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const model::ObjectLocation& l : all) j.push_back(LocationJson(l));
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   Table t({"OBJECT", "NAME", "SIZE", "REPLICAS"});

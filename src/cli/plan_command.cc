@@ -61,7 +61,7 @@ void PrintJson(const model::PlanReport& r, std::ostream& out) {
                   {"egress_cost_micro_usd", r.egress_cost_micro_usd}}}};
   if (r.budget_micro_usd) doc["budget_micro_usd"] = *r.budget_micro_usd;
   if (r.deadline_us) doc["deadline_us"] = *r.deadline_us;
-  out << doc.dump(2) << '\n';
+  out << JsonText(doc) << '\n';
 }
 
 void PrintHuman(const model::PlanReport& r, const std::string& against, std::ostream& out) {

@@ -263,7 +263,7 @@ Status RunTokenList(const TokenOptions& o, std::ostream& out) {
       j.push_back({{"id", t.id}, {"user", t.user}, {"tenant", t.tenant}, {"role", model::RoleName(t.role)},
                    {"created_us", t.created_us}, {"expires_us", t.expires_us}, {"revoked", t.revoked}});
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   Table table({"id", "user", "tenant", "role", "created", "expires", "state"});
@@ -315,7 +315,7 @@ Status RunTenantList(const TokenOptions& o, std::ostream& out) {
                    {"tasks_running", t.tasks_running},
                    {"tasks_waiting", t.tasks_waiting}});
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   auto of = [](int64_t used, int64_t quota, bool bytes) {

@@ -273,7 +273,7 @@ Status RunServices(const ServicesOptions& o, std::ostream& out) {
       for (const auto& [region, n] : regions) rs.push_back({{"region", region}, {"replicas", n.first}, {"running", n.second}});
       j.push_back({{"name", name}, {"regions", rs}});
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   if (services.empty()) {
@@ -318,7 +318,7 @@ Status RunServiceGet(const ServiceOptions& o, std::ostream& out) {
       j["command"] = spec.command;
       j["health"] = spec.health_path;
     }
-    out << j.dump(2) << '\n';
+    out << JsonText(j) << '\n';
     return OkStatus();
   }
   const std::string handler =

@@ -34,4 +34,8 @@ void Table::PrintMarkdown(std::ostream& out) const {
   }
 }
 
+std::string JsonText(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace meridian::cli

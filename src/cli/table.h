@@ -1,9 +1,12 @@
-// A plain text table with aligned columns, for the CLI's human output.
+// The CLI's output: a plain text table with aligned columns, for humans, and JSON
+// text, for scripts.
 #pragma once
 
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace meridian::cli {
 
@@ -18,5 +21,10 @@ class Table {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
+
+// `j` as JSON text (`indent` < 0: on one line). What tasks wrote (outputs, logs) may
+// be any bytes, and JSON text is UTF-8: a byte that is not is written as U+FFFD (the
+// bytes as they are: `job logs` without --json, `objects get`).
+std::string JsonText(const nlohmann::json& j, int indent = 2);
 
 }  // namespace meridian::cli
