@@ -352,6 +352,8 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
       {"unknown kernel, run",
        {"run", cluster_->WriteFile("kernel-run.yaml", "name: x\ntasks:\n  - {name: a, kernel: nosuch}\n")},
        "unknown kernel 'nosuch'"},
+      {"not UTF-8", {"submit", cluster_->WriteFile("latin1.yaml", "name: x\n# caf\xe9\ntasks:\n  - {name: a, kernel: noop}\n")},
+       "latin1.yaml:2: byte 14 (0xe9) is not UTF-8; a spec is UTF-8 text"},
       {"unknown job", {"job", "get", "999"}, "no job 999"},
       {"unknown job cancel", {"job", "cancel", "999"}, "no job 999"},
   };
@@ -388,6 +390,23 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
     EXPECT_EQ(JobCount(), before);
   }
+  // An input whose bytes a kernel quotes in its error (one that is not UTF-8): the job
+  // fails saying so, and the node that ran it stays alive. Its report was refused by
+  // the coordinator, and sent again for ever, before (the node then declared dead).
+  const std::string bad_input = cluster_->WriteFile("rows.txt", "logstats lines=1 bad=0\n\xff a b c d e f\n");
+  CommandResult put = Meridian({"objects", "put", bad_input, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  const std::string object = nlohmann::json::parse(put.out)["id"];
+  StatusOr<model::JobView> poisoned = cluster_->RunJob(
+      "name: rows\ntasks:\n  - {name: r, kernel: logstats, inputs: [object://" + object + "]}\n");
+  ASSERT_TRUE(poisoned.ok()) << poisoned.status().ToString();
+  EXPECT_EQ(poisoned->summary.job.status, model::JobStatus::kFailed);
+  EXPECT_EQ(poisoned->summary.job.reason,
+            "task 'r' failed after 1 attempt: kernel logstats: input 0: '\xEF\xBF\xBD a b c d e f' is not a logstats "
+            "row");
+  StatusOr<std::vector<model::NodeView>> nodes = cluster_->client().Nodes();
+  ASSERT_TRUE(nodes.ok());
+  for (const model::NodeView& n : *nodes) EXPECT_TRUE(n.alive) << n.node.name;
   CommandResult dead = Meridian({"jobs", "--coordinator", "127.0.0.1:1", "--dir", cluster_->dir()});
   EXPECT_EQ(dead.exit_code, 3) << "an unreachable coordinator";
   EXPECT_NE(dead.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos) << dead.err;

@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "common/units.h"
 #include "meridian/v1/meridian.grpc.pb.h"
 #include "rpc/convert.h"
@@ -97,6 +99,13 @@ StatusOr<v1::SubmitJobRequest> SubmitRequest(const std::string& spec_yaml, const
                                               FormatBytes(static_cast<int64_t>(spec_yaml.size())),
                                               FormatBytes(rpc::kMaxRequestBytes)));
   }
+  // Protobuf would send it, and the coordinator refuse the message as a whole.
+  if (const size_t bad = FirstNonUtf8(spec_yaml); bad != std::string::npos) {
+    return InvalidArgumentError(fmt::format("{}:{}: byte {} (0x{:02x}) is not UTF-8; a spec is UTF-8 text", spec_name,
+                                            1 + std::count(spec_yaml.begin(), spec_yaml.begin() + bad, '\n'), bad + 1,
+                                            static_cast<uint8_t>(spec_yaml[bad])));
+  }
+  if (!IsUtf8(spec_name)) return InvalidArgumentError("a spec's file name must be UTF-8");
   v1::SubmitJobRequest req;
   req.set_spec_yaml(spec_yaml);
   req.set_spec_name(spec_name);

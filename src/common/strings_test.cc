@@ -27,5 +27,19 @@ TEST(StringsTest, IsUtf8TakesWellFormedTextOnly) {
   }
 }
 
+TEST(StringsTest, ToUtf8ReplacesEachByteThatIsNotUtf8) {
+  EXPECT_EQ(ToUtf8("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(ToUtf8("a\xff" "b"), "a\xef\xbf\xbd" "b");
+  // A sequence cut short (a tail cut inside a character), then text again.
+  EXPECT_EQ(ToUtf8("\xe2\x82" "x"), "\xef\xbf\xbd\xef\xbf\xbd" "x");
+  EXPECT_EQ(ToUtf8("\xc3"), "\xef\xbf\xbd");
+  EXPECT_EQ(ToUtf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(ToUtf8(std::string_view("\0\xfe\xf0\x9f\x98\x80", 6)),
+            std::string_view("\0\xef\xbf\xbd\xf0\x9f\x98\x80", 8));
+  EXPECT_TRUE(IsUtf8(ToUtf8("\xc0\xaf\xf8\x88\x80\x80\x80")));
+  EXPECT_EQ(FirstNonUtf8("ok \xc3\xa9 \xff"), 6u);
+  EXPECT_EQ(FirstNonUtf8("ok"), std::string_view::npos);
+}
+
 }  // namespace
 }  // namespace meridian

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/net.h"
+#include "common/strings.h"
 
 namespace meridian::rpc {
 
@@ -237,7 +238,7 @@ void ToProto(const model::TaskUpdate& update, v1::TaskUpdate* out) {
   ToProto(update.key, out->mutable_key());
   out->set_state(ToProto(update.kind));
   out->set_exit_code(update.exit_code);
-  out->set_reason(update.reason);
+  out->set_reason(ToUtf8(update.reason));
   out->set_output(update.output);
   out->set_stdout_tail(update.stdout_tail);
   out->set_stderr_tail(update.stderr_tail);
@@ -493,7 +494,7 @@ void ToProto(const model::JobSummary& s, v1::JobInfo* out) {
   out->set_name(s.job.name);
   out->set_tenant(s.job.tenant);
   out->set_state(std::string(model::JobStatusName(s.job.status)));
-  out->set_reason(s.job.reason);
+  out->set_reason(ToUtf8(s.job.reason));
   out->set_submitted_us(s.job.submitted_us);
   out->set_finished_us(s.job.finished_us);
   out->set_tasks_total(s.tasks_total);
@@ -535,7 +536,7 @@ void ToProto(const model::JobView& v, v1::JobInfo* out) {
     p->set_site(r.site);
     p->set_device_type(r.device_type);
     p->set_emulated(r.emulated);
-    p->set_reason(r.reason);
+    p->set_reason(ToUtf8(r.reason));
     p->set_output(r.output);
     p->set_output_object(r.output_object);
     p->set_started_us(r.started_us);
@@ -546,7 +547,7 @@ void ToProto(const model::JobView& v, v1::JobInfo* out) {
       h->set_node(a.node);
       h->set_site(a.site);
       h->set_state(a.outcome);
-      h->set_reason(a.reason);
+      h->set_reason(ToUtf8(a.reason));
       h->set_exit_code(a.exit_code);
       h->set_started_us(a.started_us);
       h->set_ended_us(a.ended_us);
@@ -680,7 +681,7 @@ void ToProto(const model::PlanReport& r, v1::PlanJobResponse* out) {
     v1::PlannedTask* p = out->add_tasks();
     p->set_name(t.name);
     p->set_outcome(t.outcome);
-    p->set_reason(t.reason);
+    p->set_reason(ToUtf8(t.reason));
     p->set_site(t.site);
     p->set_node(t.node);
     p->set_device_type(t.device_type);

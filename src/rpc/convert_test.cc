@@ -34,6 +34,24 @@ TEST(ConvertTest, AssignmentRoundTripsEveryField) {
   EXPECT_TRUE(b.gang.name.empty());
 }
 
+// A reason quoting what a task's input held (a kernel's error) may hold any bytes; a
+// protobuf string that is not UTF-8 makes the receiver refuse the whole message (an
+// agent's heartbeat, for ever). It travels with U+FFFD for each such byte.
+TEST(ConvertTest, AReasonThatIsNotUtf8TravelsAsUtf8) {
+  model::TaskUpdate u;
+  u.key = {1, 0, 1};
+  u.kind = model::UpdateKind::kFailed;
+  u.reason = "kernel logstats: input 0: '\xff" "a b' is not a logstats row";
+  u.output = "\xff raw";
+  v1::TaskUpdate p;
+  ToProto(u, &p);
+  v1::TaskUpdate back;
+  ASSERT_TRUE(back.ParseFromString(p.SerializeAsString()));
+  const model::TaskUpdate got = FromProto(back);
+  EXPECT_EQ(got.reason, "kernel logstats: input 0: '\xef\xbf\xbd" "a b' is not a logstats row");
+  EXPECT_EQ(got.output, "\xff raw");  // bytes, as they are
+}
+
 TEST(ConvertTest, AGangMembersViewOfItsGangRoundTrips) {
   model::TaskAssignment a;
   a.key = {7, 5, 1};
