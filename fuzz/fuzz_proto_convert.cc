@@ -1,9 +1,12 @@
 // What arrives over gRPC, decoded by protobuf and turned into model values by
 // src/rpc/convert: registrations, heartbeats, assignments and job views from bytes a
-// peer chose. The first byte picks the message.
+// peer chose. The first byte picks the message. Every input is also a failure reason,
+// which must reach its receiver whatever its bytes.
 #include <cstddef>
 #include <cstdint>
 
+#include "common/status.h"
+#include "common/strings.h"
 #include "meridian/v1/meridian.pb.h"
 #include "model/fleet.h"
 #include "rpc/convert.h"
@@ -16,7 +19,20 @@ bool Parse(const uint8_t* data, size_t size, Proto* out) {
   return out->ParseFromArray(data, static_cast<int>(size));
 }
 
+// A reason made of any bytes (a kernel quoting its input) goes into a message its
+// receiver can parse: a proto3 string that is not UTF-8 makes it refuse the message.
+void CheckAnyReasonTravels(const uint8_t* data, size_t size) {
+  meridian::model::TaskUpdate u;
+  u.reason.assign(reinterpret_cast<const char*>(data), size);
+  v1::TaskUpdate p;
+  rpc::ToProto(u, &p);
+  v1::TaskUpdate back;
+  MERIDIAN_CHECK_MSG(back.ParseFromString(p.SerializeAsString()), "a reason made a TaskUpdate its receiver refuses");
+  if (meridian::IsUtf8(u.reason)) MERIDIAN_CHECK_MSG(back.reason() == u.reason, "a UTF-8 reason changed on its way");
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  CheckAnyReasonTravels(data, size);
   if (size == 0) return 0;
   const uint8_t which = data[0];
   ++data;
