@@ -268,7 +268,9 @@ void Reply::Send(HttpResponse response) {
 HttpResponse JsonError(int status, std::string_view message) {
   HttpResponse r;
   r.status = status;
-  r.body = nlohmann::json{{"error", message}}.dump() + "\n";
+  // The message may quote what a client sent (a path), in any bytes: JSON text is
+  // UTF-8, and a throw here would end the loop thread.
+  r.body = nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return r;
 }
 

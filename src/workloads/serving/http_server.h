@@ -132,7 +132,8 @@ class HttpServer {
   std::thread thread_;
 };
 
-// A JSON error body: {"error": message}.
+// A JSON error body: {"error": message}, each byte of `message` that is not UTF-8
+// written as U+FFFD.
 HttpResponse JsonError(int status, std::string_view message);
 
 }  // namespace meridian::serving

@@ -414,6 +414,14 @@ TEST(ReplicaTest, AnswersOverHttp1AndHttp2AndRefusesWithoutItsToken) {
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(bad->body, "{\"error\":\"instance 0: expected a list of 64 numbers\"}\n");
   EXPECT_EQ(client.Get("/nope")->status, 404);
+  // A path that is not UTF-8, sent as it is: named in the 404 with U+FFFD (JSON text is
+  // UTF-8), where making the answer threw on the server's loop thread before.
+  client.set_url_encode(false);
+  auto odd = client.Get("/n\xffpe");
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->status, 404);
+  EXPECT_EQ(odd->body, "{\"error\":\"no such path '/n\xef\xbf\xbdpe': POST /v1/predict, GET /healthz or /v1/stats\"}\n");
+  EXPECT_EQ(client.Get("/healthz")->status, 200);
 
   // HTTP/2 by prior knowledge (curl, with nghttp2).
   ProcessOptions curl;
