@@ -46,6 +46,22 @@ class RuntimeTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->Up());
   }
 
+  // A channel of gRPC's own to the cluster's coordinator, with `args` (TLS and the
+  // admin token, as the CLI's): for what our client would not send.
+  std::shared_ptr<grpc::Channel> ClusterChannel(const grpc::ChannelArguments& args) {
+    StatusOr<rpc::ChannelSecurity> creds = client::LoadClusterCredentials(cluster_->dir());
+    EXPECT_TRUE(creds.ok()) << creds.status().ToString();
+    if (!creds.ok()) return nullptr;
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = creds->tls.ca_pem;
+    ssl.pem_private_key = creds->tls.key_pem;
+    ssl.pem_cert_chain = creds->tls.cert_pem;
+    return grpc::CreateCustomChannel(
+        cluster_->address(),
+        grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl), grpc::AccessTokenCredentials(creds->token)),
+        args);
+  }
+
   const model::TaskView* Task(const model::JobView& v, const std::string& name) {
     for (const model::TaskView& t : v.tasks) {
       if (t.name == name) return &t;
@@ -370,16 +386,8 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
   {
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(64 << 20);
-    StatusOr<rpc::ChannelSecurity> creds = client::LoadClusterCredentials(cluster_->dir());
-    ASSERT_TRUE(creds.ok()) << creds.status().ToString();
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = creds->tls.ca_pem;
-    ssl.pem_private_key = creds->tls.key_pem;
-    ssl.pem_cert_chain = creds->tls.cert_pem;
-    auto channel = grpc::CreateCustomChannel(
-        cluster_->address(),
-        grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl), grpc::AccessTokenCredentials(creds->token)),
-        args);
+    auto channel = ClusterChannel(args);
+    ASSERT_NE(channel, nullptr);
     v1::SubmitJobRequest req;
     req.set_spec_yaml("name: x\n#" + big + "\n");
     req.set_spec_name("big.yaml");
@@ -734,6 +742,34 @@ TEST_F(RuntimeTest, JobLogsOfManyChattyTasksComeWholeAPageAtATime) {
     EXPECT_EQ(plain.out.substr(at, want.size()), want);
   }
   EXPECT_EQ(headers, 70u);
+}
+
+// A watch of a job that stays quiet for 30 s, by a client that pings every 6 s with
+// no limit on pings between data (as a slow job's watch, or a watch that ends and the
+// next, can make our clients' 10 s keepalive do): the coordinator takes pings 5 s
+// apart. gRPC's default policy took a third ping with no data between as abuse and
+// ended the connection (GOAWAY too_many_pings): CI met a watch failing so under TSan.
+TEST_F(RuntimeTest, TheCoordinatorTakesKeepalivePingsThroughAQuietWatch) {
+  StatusOr<rpc::SubmitResult> r =
+      cluster_->client().Submit("name: quiet\ntasks:\n  - {name: q, command: [sleep, '30']}\n", "quiet.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 6'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  std::shared_ptr<grpc::Channel> channel = ClusterChannel(args);
+  ASSERT_NE(channel, nullptr);
+  v1::WatchJobRequest req;
+  req.set_job_id(r->job_id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(55));
+  auto reader = v1::JobService::NewStub(channel)->Watch(&ctx, req);
+  v1::JobInfo info;
+  std::string last_status;
+  while (reader->Read(&info)) last_status = info.state();
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(last_status, "succeeded");
 }
 
 // A task's outputs become a named dataset when its job succeeds; other jobs map over

@@ -1012,6 +1012,14 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   // No bandwidth probe (a ping after data arrives): thousands of agents' small
   // heartbeats would each cost a ping round trip more.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Our clients ping every 10 s while a call is open (ChannelOptions::keepalive_us), a
+  // watch of a quiet job's included. gRPC's default lets a server take pings with no
+  // data between only 5 minutes apart, and ends the connection on the third sooner one
+  // (GOAWAY too_many_pings): such a watch failed with UNAVAILABLE. Pings 5 s apart are
+  // taken, also between calls (a watch that ends and the next one); a client pinging
+  // faster still gets its GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->admin_service_.get());
