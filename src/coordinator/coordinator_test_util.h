@@ -56,6 +56,19 @@ inline model::TaskUpdate Done(const model::TaskKey& key, const std::string& outp
   return u;
 }
 
+// A running attempt's report of its output since the last: each stream's new bytes,
+// and (the report's totals) as many in all.
+inline model::TaskUpdate Running(const model::TaskKey& key, std::string out, std::string err = "") {
+  model::TaskUpdate u;
+  u.key = key;
+  u.kind = model::UpdateKind::kRunning;
+  u.stdout_bytes = static_cast<int64_t>(out.size());
+  u.stderr_bytes = static_cast<int64_t>(err.size());
+  u.stdout_tail = std::move(out);
+  u.stderr_tail = std::move(err);
+  return u;
+}
+
 inline model::TaskUpdate Failed(const model::TaskKey& key, const std::string& reason) {
   model::TaskUpdate u;
   u.key = key;

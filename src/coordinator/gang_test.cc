@@ -95,12 +95,7 @@ TEST_F(GangTest, AMemberThatFailsRunsTheWholeGangAgainOnAnotherPort) {
   auto first = Placed();
   ASSERT_EQ(first.size(), 2u);
   const int32_t first_port = first[0].second.gang.master_port;
-  model::TaskUpdate progress;
-  progress.key = first[0].second.key;
-  progress.kind = model::UpdateKind::kRunning;
-  progress.stdout_tail = "step 100\n";
-  progress.stdout_bytes = 9;
-  Report(first[0].first, {progress});
+  Report(first[0].first, {Running(first[0].second.key, "step 100\n")});
   // Rank 1 fails; it has a retry: rank 0 is stopped and both run again, together.
   Report(first[1].first, {Failed(first[1].second.key, "exit code 1")});
   std::vector<model::TaskKey> cancels;

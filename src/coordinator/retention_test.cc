@@ -88,12 +88,8 @@ TEST_F(RetentionTest, ARunningAttemptsOutputIsReadAsItComes) {
   std::vector<model::TaskAssignment> a = Next(n);
   ASSERT_EQ(a.size(), 1u);
   auto live = [&](std::string out, int64_t out_total, std::string err, int64_t err_total) {
-    model::TaskUpdate u;
-    u.key = a[0].key;
-    u.kind = model::UpdateKind::kRunning;
-    u.stdout_tail = std::move(out);
+    model::TaskUpdate u = Running(a[0].key, std::move(out), std::move(err));
     u.stdout_bytes = out_total;
-    u.stderr_tail = std::move(err);
     u.stderr_bytes = err_total;
     return u;
   };
@@ -150,14 +146,7 @@ TEST_F(RetentionTest, ALostAttemptKeepsTheOutputItReportedAsItsLog) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::vector<model::TaskAssignment> a = Next(n1);
   ASSERT_EQ(a.size(), 1u);
-  model::TaskUpdate live;
-  live.key = a[0].key;
-  live.kind = model::UpdateKind::kRunning;
-  live.stdout_tail = "epoch 1\nepoch 2\n";
-  live.stdout_bytes = 16;
-  live.stderr_tail = "out of memory?\n";
-  live.stderr_bytes = 15;
-  Report(n1, {live});
+  Report(n1, {Running(a[0].key, "epoch 1\nepoch 2\n", "out of memory?\n")});
   model::RegistrationReply n2 = Register(Node("n2"));
   SilenceAllBut(n2);
   for (int i = 0; i < 200 && coord_->ListNodes()[0].alive; ++i) {
@@ -167,13 +156,7 @@ TEST_F(RetentionTest, ALostAttemptKeepsTheOutputItReportedAsItsLog) {
   std::vector<model::TaskAssignment> again = Next(n2);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].key.attempt, 2u);
-  model::TaskUpdate second = live;
-  second.key = again[0].key;
-  second.stdout_tail = "epoch 1\n";
-  second.stdout_bytes = 8;
-  second.stderr_tail.clear();
-  second.stderr_bytes = 0;
-  Report(n2, {second});
+  Report(n2, {Running(again[0].key, "epoch 1\n")});
   StatusOr<std::vector<rpc::TaskLog>> logs = Logs(r->job_id, "t");
   ASSERT_TRUE(logs.ok()) << logs.status().ToString();
   ASSERT_EQ(logs->size(), 2u);
@@ -228,15 +211,11 @@ class LogPageTest : public RetentionTest {
       u.stdout_bytes = static_cast<int64_t>(u.stdout_tail.size());
       return u;
     };
-    model::TaskUpdate running;
-    running.kind = model::UpdateKind::kRunning;
-    running.key = a[1].key;
-    Report(n, {with(Done(a[0].key, ""), std::string(100, 'a')), with(running, std::string(100, 'b')),
+    Report(n, {with(Done(a[0].key, ""), std::string(100, 'a')), Running(a[1].key, std::string(100, 'b')),
                with(Failed(a[2].key, "exit code 1"), std::string(10, 'c')), with(Done(a[3].key, ""), std::string(10, 'e'))});
     std::vector<model::TaskAssignment> again = Next(n);
     ASSERT_EQ(again.size(), 1u);
-    running.key = again[0].key;
-    Report(n, {with(running, std::string(10, 'd'))});
+    Report(n, {Running(again[0].key, std::string(10, 'd'))});
   }
 
   using Keys = std::vector<std::tuple<uint32_t, int32_t, bool>>;  // task, attempt, running
