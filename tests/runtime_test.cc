@@ -370,6 +370,11 @@ TEST_F(RuntimeTest, BadInputGetsOneClearErrorAndChangesNothing) {
        "unknown kernel 'nosuch'"},
       {"not UTF-8", {"submit", cluster_->WriteFile("latin1.yaml", "name: x\n# caf\xe9\ntasks:\n  - {name: a, kernel: noop}\n")},
        "latin1.yaml:2: byte 14 (0xe9) is not UTF-8; a spec is UTF-8 text"},
+      // yaml-cpp threw on this key, and the coordinator, parsing the spec, ended.
+      {"a stream operator named by a map",
+       {"submit", cluster_->WriteFile("op.yaml", "kind: stream\nname: x\nsite: factory\nsource: {topic: a}\n"
+                                                 "sink: {topic: b}\noperators: [{{window: {size: 1s}}: {}}]\n")},
+       "op.yaml:6:14: operators[0]: expected an operator name (filter, map, window or detect)"},
       {"unknown job", {"job", "get", "999"}, "no job 999"},
       {"unknown job cancel", {"job", "cancel", "999"}, "no job 999"},
   };

@@ -145,7 +145,10 @@ class StreamParser {
       if (!op.IsMap() || op.size() != 1) {
         return r_.Error(op, path, "expected one of filter, map, window or detect, as a map of one key");
       }
-      const std::string name = op.begin()->first.as<std::string>();
+      if (!op.begin()->first.IsScalar()) {
+        return r_.Error(op.begin()->first, path, "expected an operator name (filter, map, window or detect)");
+      }
+      const std::string name = op.begin()->first.Scalar();
       const YAML::Node body = op.begin()->second;
       const std::string bpath = Field(path, name);
       if (!body.IsMap()) return r_.Error(body, bpath, "expected a map");

@@ -447,6 +447,12 @@ TEST(StreamSpecTest, ErrorsNameTheFieldAndWhatWasExpected) {
       {"kind: stream\nname: x\nsource: {topic: a, format: results, value: median}\nsink: {topic: b}\n"
        "operators: [{window: {size: 1s}}]\n",
        "unknown figure 'median'; expected one of mean, min, max, sum, count, stddev, score"},
+      // An operator's name that is itself a map or a list (found by fuzz_stream): the
+      // parser threw, and the process ended.
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{{window: {size: 1s}}: {}}]\n",
+       "s.yaml:5:14: operators[0]: expected an operator name (filter, map, window or detect)"},
+      {"kind: stream\nname: x\nsource: {topic: a}\nsink: {topic: b}\noperators: [{[window]: {size: 1s}}]\n",
+       "operators[0]: expected an operator name"},
   };
   for (const auto& [text, want] : cases) {
     StatusOr<model::StreamSpec> s = spec::ParseStreamSpec(text, "s.yaml");
