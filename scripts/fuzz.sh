@@ -12,7 +12,7 @@ seconds="${1:-600}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(fuzz_job_spec fuzz_fleet_spec fuzz_trace fuzz_gavel fuzz_transfer_wire fuzz_proto_convert fuzz_chain_verify fuzz_delay_line fuzz_stream fuzz_service_spec fuzz_predict_body)
+  targets=(fuzz_job_spec fuzz_fleet_spec fuzz_trace fuzz_gavel fuzz_transfer_wire fuzz_proto_convert fuzz_chain_verify fuzz_kernels fuzz_delay_line fuzz_stream fuzz_service_spec fuzz_predict_body)
 fi
 
 cmake --preset fuzz >/dev/null

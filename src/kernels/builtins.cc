@@ -46,6 +46,21 @@ StatusOr<std::vector<int64_t>> InputInts(const KernelContext& ctx) {
   return out;
 }
 
+// Adds `v` to `total`; false, and `total` unchanged, where the sum is past 64 bits.
+// Counts merged from inputs are the tenant's numbers: they may be anything.
+bool AddTo(int64_t& total, int64_t v) { return !__builtin_add_overflow(total, v, &total); }
+
+Status CountsOverflow(size_t input) {
+  return OutOfRangeError(fmt::format("input {}: the counts merged do not fit in 64 bits", input));
+}
+
+// A count read from a merged input: a whole number, not below zero.
+StatusOr<int64_t> ParseCount(std::string_view tok, const std::string& what) {
+  MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseInt(tok, what));
+  if (c < 0) return InvalidArgumentError(fmt::format("{}: a count is not below 0, got {}", what, c));
+  return c;
+}
+
 std::string Int128String(__int128 v) {
   if (v == 0) return "0";
   bool negative = v < 0;
@@ -120,6 +135,12 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(double lo, ArgDouble(ctx, "min", 0.0));
   MERIDIAN_ASSIGN_OR_RETURN(double hi, ArgDouble(ctx, "max", 1.0));
   if (!(hi > lo)) return InvalidArgumentError("argument 'max' must be above 'min'");
+  // Each bin's edges are lo + width * b: a range past a double's (max - min is
+  // infinite) or bins too narrow for one (a width of 0) would bin every value as NaN.
+  if (!std::isfinite(hi - lo) || !((hi - lo) / static_cast<double>(bins) > 0)) {
+    return InvalidArgumentError(
+        fmt::format("arguments 'min' ({}) and 'max' ({}): {} bins between them are not numbers a double holds", lo, hi, bins));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "generate", 0, 0, kMaxGenerated));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
   std::vector<int64_t> counts(bins, 0);
@@ -139,8 +160,8 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
       }
       size_t pos = first.find(" outside=");
       if (pos != std::string_view::npos) {
-        MERIDIAN_ASSIGN_OR_RETURN(int64_t o, ParseInt(first.substr(pos + 9), fmt::format("input {} outside", k)));
-        outside += o;
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t o, ParseCount(first.substr(pos + 9), fmt::format("input {} outside", k)));
+        if (!AddTo(outside, o)) return CountsOverflow(k);
       }
       std::vector<std::string_view> fields;
       MERIDIAN_RETURN_IF_ERROR(ForEachToken(eol == std::string_view::npos ? "" : in.substr(eol + 1),
@@ -152,8 +173,8 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
         return InvalidArgumentError(fmt::format("input {}: expected {} bins", k, bins));
       }
       for (int64_t b = 0; b < bins; ++b) {
-        MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseInt(fields[b * 3 + 2], fmt::format("input {} bin {}", k, b)));
-        counts[b] += c;
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseCount(fields[b * 3 + 2], fmt::format("input {} bin {}", k, b)));
+        if (!AddTo(counts[b], c)) return CountsOverflow(k);
       }
       continue;
     }
@@ -168,7 +189,9 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
   MERIDIAN_RETURN_IF_ERROR(ops->Histogram(values, static_cast<uint64_t>(seed), n, binning, counts, outside, ctx.stop));
   int64_t total = outside;
-  for (int64_t c : counts) total += c;
+  for (int64_t c : counts) {
+    if (!AddTo(total, c)) return OutOfRangeError("the histogram's count does not fit in 64 bits");
+  }
   std::string out = fmt::format("{} count={} outside={}\n", header, total, outside);
   for (int64_t b = 0; b < bins; ++b) {
     fmt::format_to(std::back_inserter(out), "{} {} {}\n", lo + width * b, lo + width * (b + 1), counts[b]);
@@ -204,8 +227,8 @@ StatusOr<std::string> WordCount(const KernelContext& ctx) {
     }));
     if (fields.size() % 2 != 0) return InvalidArgumentError(fmt::format("input {}: a word count must pair words with counts", k));
     for (size_t f = 0; f < fields.size(); f += 2) {
-      MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseInt(fields[f + 1], fmt::format("input {} count of '{}'", k, fields[f])));
-      counts[std::string(fields[f])] += c;
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseCount(fields[f + 1], fmt::format("input {} count of '{}'", k, fields[f])));
+      if (!AddTo(counts[std::string(fields[f])], c)) return CountsOverflow(k);
     }
   }
   if (auto it = ctx.args.find("text"); it != ctx.args.end()) count_text(it->second);
@@ -261,8 +284,8 @@ StatusOr<std::string> LogStats(const KernelContext& ctx) {
         first = false;
         for (std::string_view f : fields_of(line)) {
           int64_t v = 0;
-          if (f.substr(0, 6) == "lines=" && number(f.substr(6), &v)) lines += v;
-          if (f.substr(0, 4) == "bad=" && number(f.substr(4), &v)) bad += v;
+          if (f.substr(0, 6) == "lines=" && number(f.substr(6), &v) && !AddTo(lines, v)) return CountsOverflow(k);
+          if (f.substr(0, 4) == "bad=" && number(f.substr(4), &v) && !AddTo(bad, v)) return CountsOverflow(k);
         }
         continue;
       }
@@ -276,23 +299,21 @@ StatusOr<std::string> LogStats(const KernelContext& ctx) {
           return InvalidArgumentError(fmt::format("input {}: '{}' is not a logstats row", k, line));
         }
         Stats& s = by_key[{std::string(f[0]), std::string(f[1])}];
-        s.count += add.count;
-        s.latency_sum += add.latency_sum;
-        s.bytes += add.bytes;
+        if (!AddTo(s.count, add.count) || !AddTo(s.latency_sum, add.latency_sum) || !AddTo(s.bytes, add.bytes)) {
+          return CountsOverflow(k);
+        }
         s.latency_max = std::max(s.latency_max, add.latency_max);
         continue;
       }
       // A log line: timestamp service status latency_ms bytes.
-      ++lines;
+      if (!AddTo(lines, 1)) return CountsOverflow(k);
       int64_t ts = 0, latency = 0, bytes = 0;
       if (f.size() != 5 || !number(f[0], &ts) || !number(f[3], &latency) || !number(f[4], &bytes)) {
-        ++bad;
+        if (!AddTo(bad, 1)) return CountsOverflow(k);
         continue;
       }
       Stats& s = by_key[{std::string(f[1]), std::string(f[2])}];
-      s.count++;
-      s.latency_sum += latency;
-      s.bytes += bytes;
+      if (!AddTo(s.count, 1) || !AddTo(s.latency_sum, latency) || !AddTo(s.bytes, bytes)) return CountsOverflow(k);
       s.latency_max = std::max(s.latency_max, latency);
     }
   }

@@ -105,6 +105,51 @@ TEST(KernelsTest, LogStatsSummarisesAndMerges) {
   EXPECT_FALSE(broken("logstats").ok());
 }
 
+// Merged inputs are the tenant's numbers: a count past 64 bits or below 0 is refused,
+// and so is a binning whose edges a double cannot hold. Before, the sums wrapped
+// (undefined behaviour; a merged summary came out negative) and such a binning cast
+// NaN to a bin (fuzz_kernels: UBSan stopped on each).
+TEST(KernelsTest, MergedCountsPast64BitsOrBelowZeroAreRefused) {
+  const std::string big = "9223372036854775000";
+  auto refused = [](const char* kernel, KernelRun& r) {
+    StatusOr<std::string> out = r(kernel);
+    return out.ok() ? "accepted: " + *out : std::string(out.status().message());
+  };
+  KernelRun logs;
+  logs.inputs = {"logstats lines=" + big + " bad=0\n", "logstats lines=" + big + " bad=0\n"};
+  EXPECT_EQ(refused("logstats", logs), "input 1: the counts merged do not fit in 64 bits");
+  KernelRun rows;
+  rows.inputs = {"logstats lines=2 bad=0\napi 200 1 " + big + " 0 9\n", "1700000000 api 200 " + big + " 0\n"};
+  EXPECT_EQ(refused("logstats", rows), "input 1: the counts merged do not fit in 64 bits");
+  KernelRun words;
+  words.inputs = {"wordcount\na " + big + "\n", "wordcount\na " + big + "\n"};
+  EXPECT_EQ(refused("wordcount", words), "input 1: the counts merged do not fit in 64 bits");
+  KernelRun negative;
+  negative.inputs = {"wordcount\na -5\n"};
+  EXPECT_EQ(refused("wordcount", negative), "input 0 count of 'a': a count is not below 0, got -5");
+  KernelRun bins;
+  bins.args = {{"bins", "1"}, {"min", "0"}, {"max", "1"}};
+  bins.inputs = {"histogram bins=1 min=0 max=1 count=1 outside=0\n0 1 " + big + "\n",
+                 "histogram bins=1 min=0 max=1 count=1 outside=" + big + "\n0 1 0\n"};
+  EXPECT_EQ(refused("histogram", bins), "the histogram's count does not fit in 64 bits");
+  bins.inputs = {"histogram bins=1 min=0 max=1 count=1 outside=-1\n0 1 2\n"};
+  EXPECT_EQ(refused("histogram", bins), "input 0 outside: a count is not below 0, got -1");
+  KernelRun wide;
+  wide.args = {{"bins", "2"}, {"min", "-1.7e308"}, {"max", "1.7e308"}};
+  wide.inputs = {"1.5e308"};
+  EXPECT_EQ(refused("histogram", wide),
+            "arguments 'min' (-1.7e+308) and 'max' (1.7e+308): 2 bins between them are not numbers a double holds");
+  KernelRun narrow;
+  narrow.args = {{"bins", "4096"}, {"min", "0"}, {"max", "5e-324"}};
+  narrow.inputs = {"0"};
+  EXPECT_EQ(refused("histogram", narrow),
+            "arguments 'min' (0) and 'max' (5e-324): 4096 bins between them are not numbers a double holds");
+  // Counts that fit still merge.
+  KernelRun fits;
+  fits.inputs = {"wordcount\na 9223372036854775806\n", "a"};
+  EXPECT_EQ(refused("wordcount", fits), "accepted: wordcount\na 9223372036854775807\n");
+}
+
 TEST(KernelsTest, MatMulMatchesANaiveProduct) {
   // The same seeded matrices multiplied the textbook way (i-j-k).
   const int n = 48;
