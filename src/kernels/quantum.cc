@@ -377,6 +377,7 @@ StatusOr<std::string> QaoaEvaluate(const KernelContext& ctx) {
   double expectation = 0, likely_p = -1;
   uint64_t likely = 0;
   for (uint64_t i = 0; i < sim.state.size() / 2; ++i) {
+    if ((i & 0xFFF) == 0 && ctx.stop.load()) return Status(StatusCode::kCancelled, "stopped");
     const double p = Probability(sim.state, i);
     expectation += p * CutSize(g, i);
     if (p > likely_p + kNoise) {
@@ -436,8 +437,12 @@ StatusOr<std::string> QaoaOptimize(const KernelContext& ctx) {
   if (auto graph = ctx.args.find("graph"); graph != ctx.args.end()) {
     // The classical answer beside it, by trying every assignment.
     MERIDIAN_ASSIGN_OR_RETURN(Graph g, ParseGraph(graph->second));
+    // Up to 2^26 cuts of any number of edges: a cancelled task stops here too.
     int32_t max_cut = 0;
-    for (uint64_t a = 0; a < (uint64_t{1} << g.nodes); ++a) max_cut = std::max(max_cut, CutSize(g, a));
+    for (uint64_t a = 0; a < (uint64_t{1} << g.nodes); ++a) {
+      if ((a & 0xFFF) == 0 && ctx.stop.load()) return Status(StatusCode::kCancelled, "stopped");
+      max_cut = std::max(max_cut, CutSize(g, a));
+    }
     out += fmt::format(" max_cut={} edges={}", max_cut, g.edges.size());
   }
   return out + "\n";
