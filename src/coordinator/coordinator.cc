@@ -919,63 +919,73 @@ StatusOr<rpc::LogPage> Coordinator::Logs(uint64_t id, const std::string& task, r
   auto tail_bytes = [](const model::TaskLogRecord& r) {
     return static_cast<int64_t>(r.stdout_tail.size() + r.stderr_tail.size());
   };
+  // Running attempts' output so far first, then the store. An attempt that ends
+  // between the two is in one or the other: its live output is copied here, or it had
+  // ended before and its log, queued for the store under the same lock, is stored
+  // (AwaitStored) before the store is read. Read the other way round, a log could end
+  // after the store was read and before its live output was looked at, and be in
+  // neither. The copies stop at the page's bounds: what lies past the last is the next
+  // page's.
+  std::vector<rpc::TaskLog> live;
+  std::optional<rpc::LogCursor> live_end;
+  uint64_t queued = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && !it->second.tasks.empty()) {
+      const JobRt& job = it->second;
+      const uint32_t end = index ? std::min<uint32_t>(*index + 1, job.tasks.size()) : job.tasks.size();
+      int64_t bytes = 0;
+      for (uint32_t t = from.task; t < end && live.size() < limit && bytes < max_bytes; ++t) {
+        const TaskRt& r = job.tasks[t];
+        if (!r.live || r.live->attempt != r.rec.attempt || !model::IsPlaced(r.rec.status)) continue;
+        if (rpc::LogCursor{t, r.live->attempt} < from) continue;
+        bytes += tail_bytes(*r.live);
+        live.push_back(rpc::TaskLog{TaskName(job, t), *r.live, true});
+      }
+      if (live.size() >= limit || bytes >= max_bytes) {
+        live_end = rpc::LogCursor{live.back().record.task, live.back().record.attempt};
+      }
+    }
+    queued = queued_seq_.load(std::memory_order_acquire);
+  }
+  AwaitStored(queued);
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<rpc::TaskLog> stored,
                             store_->Logs(id, index, from.task, from.attempt, limit, max_bytes));
   int64_t stored_bytes = 0;
   for (const rpc::TaskLog& l : stored) stored_bytes += tail_bytes(l.record);
-  // The store stopped at its bounds: what lies past its last log is the next page's.
   std::optional<rpc::LogCursor> stored_end;
   if (stored.size() >= limit || stored_bytes >= max_bytes) {
     stored_end = rpc::LogCursor{stored.back().record.task, stored.back().record.attempt};
   }
+  // Merged in (task, attempt) order, up to where both are whole; an attempt in both
+  // (it ended meanwhile) comes once, as stored.
+  std::optional<rpc::LogCursor> whole = stored_end;
+  if (live_end && (!whole || *live_end < *whole)) whole = live_end;
+  auto key = [](const rpc::TaskLog& l) { return rpc::LogCursor{l.record.task, l.record.attempt}; };
   rpc::LogPage page;
-  std::lock_guard lock(mu_);
-  const JobRt* job = nullptr;
-  if (auto it = jobs_.find(id); it != jobs_.end() && !it->second.tasks.empty()) job = &it->second;
-  // Running attempts' output so far, merged with the stored logs in (task, attempt)
-  // order, within the same bounds: each is copied only once it is taken.
-  const uint32_t live_end = !job ? 0 : index ? std::min<uint32_t>(*index + 1, job->tasks.size()) : job->tasks.size();
-  uint32_t t = from.task;
-  size_t s = 0;
+  size_t s = 0, l = 0;
   int64_t bytes = 0;
-  auto next_live = [&]() -> const model::TaskLogRecord* {
-    for (; t < live_end; ++t) {
-      const TaskRt& r = job->tasks[t];
-      if (!r.live || r.live->attempt != r.rec.attempt || !model::IsPlaced(r.rec.status)) continue;
-      const rpc::LogCursor key{t, r.live->attempt};
-      if (key < from) continue;
-      if (stored_end && *stored_end < key) return nullptr;  // past what the store gave
-      return r.live.get();
-    }
-    return nullptr;
-  };
   while (page.logs.size() < limit && bytes < max_bytes) {
-    const model::TaskLogRecord* live = next_live();
-    const bool take_stored =
-        s < stored.size() &&
-        (live == nullptr || rpc::LogCursor{stored[s].record.task, stored[s].record.attempt} <=
-                                rpc::LogCursor{live->task, live->attempt});
-    if (take_stored) {
-      // A log stored as its attempt ended while it was read live: the stored one.
-      if (live != nullptr && stored[s].record.task == live->task && stored[s].record.attempt == live->attempt) ++t;
-      bytes += tail_bytes(stored[s].record);
-      page.logs.push_back(std::move(stored[s++]));
-    } else if (live != nullptr) {
-      bytes += tail_bytes(*live);
-      page.logs.push_back(rpc::TaskLog{"", *live, true});
-      ++t;
-    } else {
-      break;
-    }
+    if (l < live.size() && s < stored.size() && key(live[l]) == key(stored[s])) ++l;
+    const bool take_stored = s < stored.size() && (l == live.size() || key(stored[s]) < key(live[l]));
+    rpc::TaskLog* next = take_stored ? &stored[s] : l < live.size() ? &live[l] : nullptr;
+    if (next == nullptr || (whole && *whole < key(*next))) break;
+    bytes += tail_bytes(next->record);
+    page.logs.push_back(std::move(*next));
+    ++(take_stored ? s : l);
   }
   if (page.logs.size() >= limit || bytes >= max_bytes) {
     const model::TaskLogRecord& last = page.logs.back().record;
     page.next = rpc::LogCursor{last.task, last.attempt + 1};
-  } else if (stored_end) {
-    page.next = rpc::LogCursor{stored_end->task, stored_end->attempt + 1};
+  } else if (whole) {
+    page.next = rpc::LogCursor{whole->task, whole->attempt + 1};
   }
-  for (rpc::TaskLog& l : page.logs) {
-    if (l.task.empty()) l.task = TaskNameLocked(id, l.record.task);
+  if (std::any_of(page.logs.begin(), page.logs.end(), [](const rpc::TaskLog& x) { return x.task.empty(); })) {
+    std::lock_guard lock(mu_);
+    for (rpc::TaskLog& x : page.logs) {
+      if (x.task.empty()) x.task = TaskNameLocked(id, x.record.task);
+    }
   }
   return page;
 }

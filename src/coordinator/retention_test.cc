@@ -1,8 +1,11 @@
 // Finished jobs: what stays in memory, what is read back from the store, deleting
 // them by hand and by the retention policy, and across a restart.
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -275,6 +278,61 @@ TEST_F(LogPageTest, PagesEndAtTheirCount) {
   ASSERT_EQ(page->logs.size(), 1u);
   EXPECT_TRUE(page->logs[0].running);
   EXPECT_TRUE(coord_->Logs(job_, "t/2", rpc::LogCursor{3, 0})->logs.empty());
+}
+
+// A store that, once, runs `after_read` as a read of logs returns: the attempt that
+// ends there ends after the store was read, before the coordinator looks at what runs.
+class StoreThatEndsAnAttemptAsItIsRead : public testing::ForwardingStateStore {
+ public:
+  explicit StoreThatEndsAnAttemptAsItIsRead(std::unique_ptr<store::StateStore> inner)
+      : ForwardingStateStore(*inner), owned_(std::move(inner)) {}
+  StatusOr<std::vector<model::TaskLog>> Logs(uint64_t job, std::optional<uint32_t> task, uint32_t first_task,
+                                             int32_t first_attempt, uint32_t limit, int64_t max_bytes) override {
+    StatusOr<std::vector<model::TaskLog>> out =
+        ForwardingStateStore::Logs(job, task, first_task, first_attempt, limit, max_bytes);
+    if (std::function<void()> f = std::exchange(after_read, nullptr)) f();
+    return out;
+  }
+  std::function<void()> after_read;
+
+ private:
+  std::unique_ptr<store::StateStore> owned_;
+};
+
+// An attempt that ends while its job's logs are read is in the page, once: as its
+// output so far, or as its stored log. The store used to be read first and the
+// running attempts looked at after: one ending between the two was in neither (this
+// page came back empty).
+TEST_F(RetentionTest, AnAttemptThatEndsAsItsLogsAreReadIsInThePage) {
+  auto owned = std::make_unique<StoreThatEndsAnAttemptAsItIsRead>(std::make_unique<testing::InMemoryStateStore>());
+  StoreThatEndsAnAttemptAsItIsRead* store = owned.get();
+  Start(std::move(owned));
+  model::RegistrationReply n = Register(Node("n1"));
+  auto r = coord_->Submit("name: one\ntasks:\n  - {name: t, command: [x]}\n", "one.yaml", "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<model::TaskAssignment> a = Next(n);
+  ASSERT_EQ(a.size(), 1u);
+  Report(n, {Running(a[0].key, "half\n")});
+  store->after_read = [&] {
+    model::TaskUpdate done = Done(a[0].key, "");
+    done.stdout_tail = "half\nall\n";
+    done.stdout_bytes = 9;
+    Report(n, {done});
+  };
+  StatusOr<rpc::LogPage> page = coord_->Logs(r->job_id, "", rpc::LogCursor{});
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->logs.size(), 1u) << "the attempt that ended as the logs were read is missing";
+  EXPECT_EQ(page->logs[0].task, "t");
+  EXPECT_TRUE(page->logs[0].running);
+  EXPECT_EQ(page->logs[0].record.stdout_tail, "half\n");
+  EXPECT_FALSE(page->next.has_value());
+  EXPECT_EQ(coord_->WaitJob(r->job_id, 0, 0)->job.status, model::JobStatus::kSucceeded);
+  // Read again: its stored log, whole.
+  page = coord_->Logs(r->job_id, "", rpc::LogCursor{});
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->logs.size(), 1u);
+  EXPECT_FALSE(page->logs[0].running);
+  EXPECT_EQ(page->logs[0].record.stdout_tail, "half\nall\n");
 }
 
 // A task's outputs become a dataset when its job succeeds: its name is the job's from
