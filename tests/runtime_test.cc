@@ -718,6 +718,42 @@ tasks:
   EXPECT_NE(raw_plain.out.find("caf\xC3\xA9 \xFF ok\n"), std::string::npos) << raw_plain.out;
 }
 
+// What a task wrote, and a failure reason that quotes its input, reach a terminal
+// with their control characters written out (`\x1b`, `\u009b`): printed as they were,
+// an escape sequence in a tenant's output would move the cursor, clear the screen or
+// set the clipboard (OSC 52) of whoever ran `job get`, an admin included.
+TEST_F(RuntimeTest, WhatATaskWroteReachesATerminalWithItsControlsWrittenOut) {
+  StatusOr<model::JobView> esc = cluster_->RunJob(R"(name: esc
+tasks:
+  - {name: e, command: [sh, -c, 'printf "\033]52;c;cHduZWQ=\007hi\033[2J\302\233\n"']}
+)");
+  ASSERT_TRUE(esc.ok()) << esc.status().ToString();
+  ASSERT_EQ(esc->summary.job.status, model::JobStatus::kSucceeded) << esc->summary.job.reason;
+  CommandResult get = Meridian({"job", "get", std::to_string(esc->summary.job.id), "--dir", cluster_->dir()});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_NE(get.out.find("\\x1b]52;c;cHduZWQ=\\x07hi\\x1b[2J\\u009b"), std::string::npos) << get.out;
+  EXPECT_EQ(get.out.find_first_of("\x1b\x07"), std::string::npos) << get.out;
+  EXPECT_EQ(get.out.find("\xc2\x9b"), std::string::npos) << get.out;
+  // `job logs` writes the log as the task wrote it, as `kubectl logs` does.
+  CommandResult logs = Meridian({"job", "logs", std::to_string(esc->summary.job.id), "--dir", cluster_->dir()});
+  ASSERT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("\x1b]52;c;cHduZWQ=\x07hi\x1b[2J\xc2\x9b\n"), std::string::npos) << logs.out;
+  // A kernel's reason quotes its input: `run` fails with it on stderr, one line.
+  const std::string rows = cluster_->WriteFile("esc-rows.txt", "logstats lines=1 bad=0\n\x1b[8mhidden a b\n");
+  CommandResult put = Meridian({"objects", "put", rows, "--json", "--dir", cluster_->dir()});
+  ASSERT_EQ(put.exit_code, 0) << put.err;
+  const std::string object = nlohmann::json::parse(put.out)["id"];
+  const std::string spec = cluster_->WriteFile(
+      "esc-rows.yaml", "name: escrows\ntasks:\n  - {name: r, kernel: logstats, inputs: [object://" + object + "]}\n");
+  CommandResult run = Meridian({"run", spec, "--no-progress", "--dir", cluster_->dir()});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("kernel logstats: input 0: '\\x1b[8mhidden a b' is not a logstats row"), std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find('\x1b'), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_EQ(run.out.find('\x1b'), std::string::npos) << run.out;
+}
+
 // A job's logs larger than a page (8 MiB): 70 tasks of 64 KiB stdout and 64 KiB
 // stderr each come whole, in task order, a page at a time.
 TEST_F(RuntimeTest, JobLogsOfManyChattyTasksComeWholeAPageAtATime) {

@@ -48,9 +48,15 @@ std::string Elapsed(const model::JobRecord& j) {
   return FormatDurationUs(std::max<int64_t>(0, end - j.submitted_us));
 }
 
+// Cut where a character starts: a cell escapes what is not UTF-8, and a character
+// cut in two would read as bytes that are not.
 std::string FirstLine(const std::string& s, size_t max) {
   std::string line = s.substr(0, s.find('\n'));
-  if (line.size() > max) line = line.substr(0, max - 3) + "...";
+  if (line.size() > max) {
+    size_t cut = max - 3;
+    while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xc0) == 0x80) --cut;
+    line = line.substr(0, cut) + "...";
+  }
   return line;
 }
 
@@ -205,7 +211,7 @@ class JobPrinter {
   void Print(std::ostream& out) {
     const model::JobSummary& s = head_.summary;
     out << fmt::format("job {} ({}), tenant {}: {}{}\n", s.job.id, s.job.name, s.job.tenant,
-                       model::JobStatusName(s.job.status), s.job.reason.empty() ? "" : " - " + s.job.reason);
+                       model::JobStatusName(s.job.status), s.job.reason.empty() ? "" : " - " + TerminalText(s.job.reason));
     out << fmt::format("tasks: {}\nsubmitted {}, {} {}\n", Counts(s), Ago(s.job.submitted_us),
                        model::IsTerminal(s.job.status) ? "took" : "running for", Elapsed(s.job));
     if (tasks_ == 0) return;
@@ -444,7 +450,7 @@ Status RunRun(const RunJobOptions& o, std::ostream& out, std::ostream& progress)
     }));
     out << fmt::format("\njob {} ({}) {} in {}: {}\n", r.job_id, r.name, model::JobStatusName(last.job.status),
                        Elapsed(head->summary.job), Counts(head->summary));
-    if (!last.job.reason.empty()) out << "reason: " << last.job.reason << '\n';
+    if (!last.job.reason.empty()) out << "reason: " << TerminalText(last.job.reason) << '\n';
     if (!placed.empty()) {
       out << '\n';
       Table t({"site", "device", "tasks"});

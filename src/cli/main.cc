@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "common/logging.h"
 #include "common/units.h"
 #include "version.h"
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
     int code = 0;
     Status s = cli::RunGangRsh(rsh, &code);
     if (s.ok()) return code;
-    std::cerr << "meridian: " << s.message() << '\n';
+    std::cerr << "meridian: " << cli::TerminalText(s.message(), true) << '\n';
     return cli::ExitCode(s);
   }
   CLI::App app{"Meridian: one pool of accelerators over data centres, clouds and edge sites"};
@@ -821,7 +822,7 @@ int main(int argc, char** argv) {
     return cli::kExitBadRequest;
   }
   if (Status s = InitLogging(log_level); !s.ok()) {
-    std::cerr << "meridian: " << s.message() << '\n';
+    std::cerr << "meridian: " << cli::TerminalText(s.message(), true) << '\n';
     return 2;
   }
   Status status;
@@ -971,7 +972,7 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::cout.flush();
-    std::cerr << "meridian: " << status.message() << '\n';
+    std::cerr << "meridian: " << cli::TerminalText(status.message(), true) << '\n';
     return cli::ExitCode(status);
   }
   return 0;
