@@ -529,7 +529,17 @@ class Parser {
     const std::vector<Token>& t;
     const Env& env;
     size_t i = 0;
+    int32_t depth = 0;  // of the parentheses, calls, signs and powers being read
   };
+  // Each nesting is a few frames of this recursive reader: bounded, a parameter of
+  // 16 MiB of '(' cannot run the agent's thread out of stack.
+  static Status Deeper(Expr& e, const Token& at) {
+    if (++e.depth > kMaxQasmExpressionDepth) {
+      return At(at, fmt::format("a parameter nests deeper than {} (parentheses, signs and powers)",
+                                kMaxQasmExpressionDepth));
+    }
+    return OkStatus();
+  }
 
   static StatusOr<double> Evaluate(const std::vector<Token>& tokens, const Env& env) {
     Expr e{tokens, env};
@@ -562,14 +572,16 @@ class Parser {
   static StatusOr<double> Power(Expr& e) {
     MERIDIAN_ASSIGN_OR_RETURN(double v, Unary(e));
     if (!Sym(e, "^")) return v;
-    ++e.i;
+    MERIDIAN_RETURN_IF_ERROR(Deeper(e, e.t[e.i++]));
     MERIDIAN_ASSIGN_OR_RETURN(double r, Power(e));
+    --e.depth;
     return std::pow(v, r);
   }
   static StatusOr<double> Unary(Expr& e) {
     if (Sym(e, "-")) {
-      ++e.i;
+      MERIDIAN_RETURN_IF_ERROR(Deeper(e, e.t[e.i++]));
       MERIDIAN_ASSIGN_OR_RETURN(double v, Unary(e));
+      --e.depth;
       return -v;
     }
     if (Sym(e, "+")) ++e.i;
@@ -585,9 +597,11 @@ class Parser {
       return v;
     }
     if (t.kind == Token::kSymbol && t.text == "(") {
+      MERIDIAN_RETURN_IF_ERROR(Deeper(e, t));
       MERIDIAN_ASSIGN_OR_RETURN(double v, Sum(e));
       if (!Sym(e, ")")) return At(t, "a '(' is not closed");
       ++e.i;
+      --e.depth;
       return v;
     }
     if (t.kind != Token::kIdent) return At(t, fmt::format("unexpected '{}' in a parameter", t.text));
@@ -600,9 +614,11 @@ class Parser {
     auto fn = fns.find(t.text);
     if (fn == fns.end() || !Sym(e, "(")) return At(t, fmt::format("unknown parameter '{}'", t.text));
     ++e.i;
+    MERIDIAN_RETURN_IF_ERROR(Deeper(e, t));
     MERIDIAN_ASSIGN_OR_RETURN(double x, Sum(e));
     if (!Sym(e, ")")) return At(t, fmt::format("'{}(' is not closed", t.text));
     ++e.i;
+    --e.depth;
     return fn->second(x);
   }
 

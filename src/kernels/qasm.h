@@ -28,6 +28,7 @@ namespace meridian::kernels {
 inline constexpr int32_t kMaxQasmQubits = 40;
 inline constexpr int64_t kMaxQasmGates = 10'000'000;  // after expansion
 inline constexpr int32_t kMaxQasmDepth = 64;          // of gate definitions inside each other
+inline constexpr int32_t kMaxQasmExpressionDepth = 256;  // of a parameter's parentheses, signs and powers
 
 struct Circuit {
   int32_t qubits = 0;  // over every qreg, in declaration order

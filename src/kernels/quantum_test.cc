@@ -165,6 +165,28 @@ TEST(QsimCpuTest, BlocksAndThreadsGiveTheBitsOfOneGateAtATime) {
   for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(from_fused[i], plain[i], 1e-13) << i;
 }
 
+// A parameter is read by a recursive reader: its nesting is bounded (256), so a
+// circuit of a million '(' (or signs, or powers) is refused with one error. Before,
+// it ran the thread out of stack: the agent running the task died (SIGSEGV), and the
+// task, placed again, took the next node down.
+TEST(QasmTest, AParameterNestedPastItsBoundIsRefusedNotRecursedInto) {
+  auto nested = [](int n) { return Qasm(1, "rz(" + std::string(n, '(') + "pi" + std::string(n, ')') + ") q[0];"); };
+  StatusOr<Circuit> deepest = ParseQasm(nested(256));
+  ASSERT_TRUE(deepest.ok()) << deepest.status().message();
+  EXPECT_EQ(deepest->gates.size(), 1u);
+  const std::string why = "a parameter nests deeper than 256 (parentheses, signs and powers)";
+  EXPECT_EQ(ParseError(nested(257)), "line 4, column 260: " + why);
+  EXPECT_EQ(ParseError(nested(1'000'000)), "line 4, column 260: " + why);
+  EXPECT_EQ(ParseError(Qasm(1, "rz(" + std::string(1'000'000, '-') + "pi) q[0];")), "line 4, column 260: " + why);
+  std::string powers;
+  for (int i = 0; i < 500'000; ++i) powers += "1^";
+  EXPECT_EQ(ParseError(Qasm(1, "rz(" + powers + "1) q[0];")), "line 4, column 517: " + why);
+  std::string calls;
+  for (int i = 0; i < 300'000; ++i) calls += "sin(";
+  EXPECT_EQ(ParseError(Qasm(1, "rz(" + calls + "1" + std::string(300'000, ')') + ") q[0];")),
+            "line 4, column 1028: " + why);
+}
+
 TEST(QasmTest, BadCircuitsGetOneErrorNamingLineAndColumn) {
   EXPECT_EQ(ParseError("qreg q[1];"), "line 1, column 1: a circuit starts with 'OPENQASM 2.0;'");
   EXPECT_EQ(ParseError("OPENQASM 3.0;"), "line 1, column 10: OpenQASM 3.0 is not read; only 2.0");
