@@ -936,7 +936,9 @@ StatusOr<rpc::LogPage> Coordinator::Logs(uint64_t id, const std::string& task, r
       const JobRt& job = it->second;
       const uint32_t end = index ? std::min<uint32_t>(*index + 1, job.tasks.size()) : job.tasks.size();
       int64_t bytes = 0;
-      for (uint32_t t = from.task; t < end && live.size() < limit && bytes < max_bytes; ++t) {
+      for (auto at = job.live_logs.lower_bound(from.task);
+           at != job.live_logs.end() && *at < end && live.size() < limit && bytes < max_bytes; ++at) {
+        const uint32_t t = *at;
         const TaskRt& r = job.tasks[t];
         if (!r.live || r.live->attempt != r.rec.attempt || !model::IsPlaced(r.rec.status)) continue;
         if (rpc::LogCursor{t, r.live->attempt} < from) continue;

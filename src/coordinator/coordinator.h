@@ -272,6 +272,9 @@ class Coordinator final : public rpc::JobApi,
     // Why queued tasks were not placed in the last pass that offered them (a quota,
     // no room): in memory only, shown by GetJob; a placed task's goes.
     std::map<uint32_t, std::string> waiting;
+    // The tasks whose running attempt's output so far is held (TaskRt::live): a page
+    // of logs looks at these, not at every task.
+    std::set<uint32_t> live_logs;
     // Clients watching it (JobService.Watch), pushed its summary when it changed.
     std::vector<std::shared_ptr<rpc::JobWatchSink>> watchers;
     bool watch_dirty = false;  // listed in watch_dirty_
@@ -483,8 +486,8 @@ class Coordinator final : public rpc::JobApi,
   void RetireFinishedLocked();
   // Finished jobs the retention policy says go now, oldest first.
   std::vector<uint64_t> ExpiredJobsLocked() const;
-  void AddLiveOutput(TaskRt& task, const model::TaskUpdate& u);
-  void EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code,
+  void AddLiveOutput(JobRt& job, TaskRt& task, const model::TaskUpdate& u);
+  void EndAttempt(JobRt& job, TaskRt& task, const std::string& outcome, const std::string& reason, int32_t exit_code,
                   store::StoreBatch& batch);
   // The record of the task's latest attempt, to be stored.
   static model::AttemptRecord LatestAttempt(const TaskRt& task);

@@ -499,7 +499,7 @@ void Coordinator::RunAgainLocked(JobRt& job, TaskRt& task, const std::string& wh
       OutboxLocked(other.node).cancel.push_back({other.rec.job, other.rec.task, other.rec.attempt});
     }
     Release(other);
-    EndAttempt(other, "lost", reason, 0, batch);
+    EndAttempt(job, other, "lost", reason, 0, batch);
     if (!other.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(other));
     LeavePlaced(job, other);
     other.rec.reason = fmt::format("attempt {} stopped: {}", other.rec.attempt, reason);
@@ -529,8 +529,9 @@ void AppendTail(std::string& tail, int64_t& total, std::string_view part, int64_
 
 }  // namespace
 
-void Coordinator::AddLiveOutput(TaskRt& task, const model::TaskUpdate& u) {
+void Coordinator::AddLiveOutput(JobRt& job, TaskRt& task, const model::TaskUpdate& u) {
   if (!task.live || task.live->attempt != task.rec.attempt) {
+    job.live_logs.insert(task.rec.task);
     task.live = std::make_unique<model::TaskLogRecord>();
     task.live->job = task.rec.job;
     task.live->task = task.rec.task;
@@ -541,13 +542,14 @@ void Coordinator::AddLiveOutput(TaskRt& task, const model::TaskUpdate& u) {
   AppendTail(task.live->stderr_tail, task.live->stderr_bytes, u.stderr_tail, u.stderr_bytes);
 }
 
-void Coordinator::EndAttempt(TaskRt& task, const std::string& outcome, const std::string& reason,
+void Coordinator::EndAttempt(JobRt& job, TaskRt& task, const std::string& outcome, const std::string& reason,
                              int32_t exit_code, store::StoreBatch& batch) {
   // Ended without its agent's last report (its node died, its gang ran again, its node
   // came back without it): the output it reported so far is its log. An agent's last
   // report brings the whole log and has taken the live one already (ApplyUpdate).
   if (task.live && task.live->attempt == task.rec.attempt) batch.logs.push_back(std::move(*task.live));
   task.live.reset();
+  job.live_logs.erase(task.rec.task);
   if (task.attempt_outcome.empty()) return;
   ++attempts_ended_[outcome];
   task.attempt_outcome = outcome;
@@ -608,6 +610,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
     for (const model::InputTransfer& t : u.transfers) AddTraffic(job, t.from_site, t.to_site, t.bytes);
     // This report's log replaces what was reported as the attempt ran.
     task.live.reset();
+    job.live_logs.erase(task.rec.task);
     if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) {
       model::TaskLogRecord& log = batch.logs.emplace_back(
           model::TaskLogRecord{u.key.job, u.key.task, u.key.attempt, task.rec.node, u.stdout_tail, u.stderr_tail,
@@ -623,7 +626,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
     // Cancelled or failed with its job while the agent was finishing it.
     if (u.kind != model::UpdateKind::kRunning) {
       Release(task);
-      EndAttempt(task, u.kind == model::UpdateKind::kSucceeded ? "succeeded" : "cancelled", u.reason, u.exit_code,
+      EndAttempt(job, task, u.kind == model::UpdateKind::kSucceeded ? "succeeded" : "cancelled", u.reason, u.exit_code,
                  batch);
       batch.attempts.push_back(LatestAttempt(task));
     }
@@ -631,7 +634,7 @@ void Coordinator::ApplyUpdate(const model::TaskUpdate& u, int32_t node, store::S
   }
   switch (u.kind) {
     case model::UpdateKind::kRunning:
-      if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) AddLiveOutput(task, u);
+      if (!u.stdout_tail.empty() || !u.stderr_tail.empty()) AddLiveOutput(job, task, u);
       if (task.rec.status == TaskStatus::kAssigned) {
         task.rec.status = TaskStatus::kRunning;
         batch.tasks.push_back(task.rec);
@@ -668,7 +671,7 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
   }
   task.rec.reason.clear();
   task.rec.finished_us = WallUs();
-  EndAttempt(task, "succeeded", "", u.exit_code, batch);
+  EndAttempt(job, task, "succeeded", "", u.exit_code, batch);
   batch.tasks.push_back(task.rec);
   batch.attempts.push_back(LatestAttempt(task));
   // A result's output is read from the store (job get, run): memory keeps only those
@@ -691,7 +694,7 @@ void Coordinator::Succeed(JobRt& job, TaskRt& task, const model::TaskUpdate& u, 
 void Coordinator::FailAttempt(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
   Release(task);
   const std::string reason = u.reason.empty() ? fmt::format("exit code {}", u.exit_code) : u.reason;
-  EndAttempt(task, "failed", reason, u.exit_code, batch);
+  EndAttempt(job, task, "failed", reason, u.exit_code, batch);
   batch.attempts.push_back(LatestAttempt(task));
   LeavePlaced(job, task);
   ++task.rec.failures;
@@ -717,7 +720,7 @@ void Coordinator::LoseAttempt(JobRt& job, TaskRt& task, const std::string& reaso
   // Queued again already, with its gang (another member on the same node went first).
   if (task.node < 0 && !model::IsPlaced(task.rec.status) && !model::IsTerminal(task.rec.status)) return;
   Release(task);
-  EndAttempt(task, "lost", reason, 0, batch);
+  EndAttempt(job, task, "lost", reason, 0, batch);
   if (!task.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(task));
   if (!model::IsPlaced(task.rec.status)) return;
   LeavePlaced(job, task);
@@ -741,7 +744,7 @@ void Coordinator::GiveUp(JobRt& job, TaskRt& task, const std::string& reason, st
 
 void Coordinator::LoseInputs(JobRt& job, TaskRt& task, const model::TaskUpdate& u, store::StoreBatch& batch) {
   Release(task);
-  EndAttempt(task, "input lost", u.reason, 0, batch);
+  EndAttempt(job, task, "input lost", u.reason, 0, batch);
   if (!task.attempt_outcome.empty()) batch.attempts.push_back(LatestAttempt(task));
   LeavePlaced(job, task);
   std::set<std::string> lost;
@@ -867,6 +870,7 @@ void Coordinator::RetireFinishedLocked() {
     JobRt& job = it->second;
     freed += job.tasks.size();
     std::vector<TaskRt>().swap(job.tasks);
+    job.live_logs.clear();
     job.job.reset();
     job.fallback_job.reset();
     std::string().swap(job.rec.spec_yaml);
