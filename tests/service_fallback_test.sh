@@ -41,7 +41,7 @@ finish() {
 trap finish EXIT
 guard_cleanup finish
 
-up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s)
+up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 5s)
 "${up[@]}" >"$tmp/up.log" 2>&1 || { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
 base=$(replica_port_base 10)
 sed -e "s/^port: .*/port: $base/" \
@@ -80,7 +80,7 @@ for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; slee
 # eu-west is cut off: both its agents killed.
 killed_at=$(date +%s.%N)
 kill -9 "$(cat "$cluster/pids/agent-eu-0.pid")" "$(cat "$cluster/pids/agent-eu-1.pid")"
-# While it waits (the nodes found dead after 2 s), job get says when it may go elsewhere.
+# While it waits (the nodes found dead after 5 s), job get says when it may go elsewhere.
 said=""
 task_json() {  # the replica's task in `job get --json`, as a Python expression reads it: "t"
   "$bin" job get "$eu_job" "${D[@]}" --json 2>/dev/null | $py -c "import json, sys; t = json.load(sys.stdin)['task_list'][0]; $1"
