@@ -135,9 +135,11 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(double lo, ArgDouble(ctx, "min", 0.0));
   MERIDIAN_ASSIGN_OR_RETURN(double hi, ArgDouble(ctx, "max", 1.0));
   if (!(hi > lo)) return InvalidArgumentError("argument 'max' must be above 'min'");
+  const Binning binning{bins, lo, hi};
+  const double width = binning.width();
   // Each bin's edges are lo + width * b: a range past a double's (max - min is
   // infinite) or bins too narrow for one (a width of 0) would bin every value as NaN.
-  if (!std::isfinite(hi - lo) || !((hi - lo) / static_cast<double>(bins) > 0)) {
+  if (!std::isfinite(width) || !(width > 0)) {
     return InvalidArgumentError(
         fmt::format("arguments 'min' ({}) and 'max' ({}): {} bins between them are not numbers a double holds", lo, hi, bins));
   }
@@ -146,8 +148,6 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   std::vector<int64_t> counts(bins, 0);
   int64_t outside = 0;
   std::vector<double> values;
-  const Binning binning{bins, lo, hi};
-  const double width = binning.width();
   const std::string header = fmt::format("histogram bins={} min={} max={}", bins, lo, hi);
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     std::string_view in = ctx.inputs[k];
