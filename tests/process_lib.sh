@@ -3,8 +3,12 @@
 # process's pid to `pids`; the test's EXIT trap calls stop_started.
 fail=0
 pids=()
-bad() { echo "FAIL $*"; fail=1; }
-ok() { echo "ok   $*"; }
+# Each result says when it came, in seconds since the test began: a test that ran long
+# shows where its time went.
+test_began=${EPOCHREALTIME/./}
+since_began() { local t=$((${EPOCHREALTIME/./} - test_began)); printf "%d.%d s" $((t / 1000000)) $((t / 100000 % 10)); }
+bad() { echo "FAIL [$(since_began)] $*"; fail=1; }
+ok() { echo "ok   [$(since_began)] $*"; }
 # Runs a command (stdout to $tmp/out, stderr to $tmp/err) and checks its exit code and,
 # when it fails, that it said one line holding `stderr_substring`.
 check() {  # name, want_rc, stderr_substring, command...
@@ -13,15 +17,27 @@ check() {  # name, want_rc, stderr_substring, command...
   "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
   if [ "$rc" -ne "$want" ]; then
-    echo "FAIL $name: exit $rc, want $want"; cat "$tmp/err"; fail=1; return
+    bad "$name: exit $rc, want $want"; cat "$tmp/err"; return
   fi
   if [ -n "$needle" ] && ! grep -qF -- "$needle" "$tmp/err"; then
-    echo "FAIL $name: stderr lacks '$needle':"; cat "$tmp/err"; fail=1; return
+    bad "$name: stderr lacks '$needle':"; cat "$tmp/err"; return
   fi
   if [ "$want" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
-    echo "FAIL $name: expected one error line, got:"; cat "$tmp/err"; fail=1; return
+    bad "$name: expected one error line, got:"; cat "$tmp/err"; return
   fi
-  echo "ok   $name"
+  ok "$name"
+}
+# Runs COMMAND until it succeeds, for at most SECONDS of wall time (a count of tries is
+# no bound: under TSan on a loaded machine one `meridian` call took seconds); fails
+# when the time is up.
+wait_for() {  # seconds, command...
+  local until=$((${EPOCHREALTIME/./} + $1 * 1000000))
+  shift
+  while :; do
+    "$@" && return 0
+    ((${EPOCHREALTIME/./} < until)) || return 1
+    sleep 0.1
+  done
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # A base port for a service's replicas (they listen on BASE to BASE+SPAN), at random
@@ -60,7 +76,7 @@ start_listening() {  # log, command...
     fi
     sleep 0.1
   done
-  echo "FAIL: no 'listening on' in $log:"; cat "$log"
+  bad "no 'listening on' in $log:"; cat "$log"
   exit 1
 }
 # Checks that every thread of process PID blocks SIGINT and SIGTERM (bits 2 and 15 of
@@ -128,6 +144,25 @@ _guard_body() {  # shell, function...
     pkill -KILL -f -- "$tmp"
     [ -n "${KEEP:-}" ] || rm -rf "$tmp"
   }
+}
+# ctest's TIMEOUT kills a test with SIGKILL: its EXIT trap never prints what it would
+# (the cluster's logs), and the output ends with the last check that passed, whatever
+# hung after it (service_fallback timed out twice in CI with nothing to show why).
+# `test_budget SECONDS` (SECONDS under the test's TIMEOUT, leaving room for the trap)
+# makes the test fail at that point instead, naming how long it ran, and its EXIT trap
+# prints what it has. The timer's output goes nowhere: ctest waits for every process
+# holding the test's output to end.
+test_budget() {  # seconds
+  local shell=$$
+  (
+    exec </dev/null >/dev/null 2>&1
+    trap 'kill "$timer" 2>/dev/null; exit 0' TERM
+    sleep "$1" &
+    timer=$!
+    wait "$timer" && kill -USR1 "$shell"
+  ) &
+  pids+=($!)
+  trap "bad \"ran past its budget of $1 s (it ends before ctest's timeout kills it, so that what it started and logged is shown)\"; exit 1" USR1
 }
 # Stops the processes in `pids` and removes $tmp, unless KEEP is set (then says where).
 stop_started() {

@@ -40,6 +40,7 @@ finish() {
 }
 trap finish EXIT
 guard_cleanup finish
+test_budget 150  # ctest's TIMEOUT is 180 s
 
 up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 5s)
 "${up[@]}" >"$tmp/up.log" 2>&1 || { bad "meridian up"; cat "$tmp/up.log"; exit 1; }
@@ -53,18 +54,18 @@ ct=$(cat "$tmp/client-token")
 
 check "serve with a fallback" 0 "" "$bin" serve "$tmp/files.yaml" "${D[@]}"
 # Each replica: "REGION/REPLICA:STATE@SITE[+endpoint]", sorted.
+# A call that fails leaves its error in $tmp/replicas.err; the failures say it.
 replicas() {
-  "$bin" service get files "${D[@]}" --json 2>/dev/null | $py -c '
+  "$bin" service get files "${D[@]}" --json 2>"$tmp/replicas.err" | $py -c '
 import json, sys
 print(" ".join(sorted("{}/{}:{}@{}{}".format(r["region"], r["replica"], r["state"], r["site"] or "-",
                                              "+" if r["endpoint"] else "") for r in json.load(sys.stdin)["replicas"])))'
 }
-wait_replicas() {  # WANT (a regular expression, whole) SECONDS
-  for _ in $(seq 1 $(($2 * 10))); do [[ "$(replicas)" =~ ^$1$ ]] && return 0; sleep 0.1; done
-  return 1
-}
+replicas_said() { replicas 2>&1; sed "s/^/; service get: /" "$tmp/replicas.err"; }
+replicas_are() { [[ "$(replicas)" =~ ^$1$ ]]; }  # WANT (a regular expression, whole)
+wait_replicas() { wait_for "$2" replicas_are "$1"; }  # WANT SECONDS
 wait_replicas "eu-west/0:running@eu-west\\+ us-east/1:running@us-east\\+" 60 && ok "a replica serves in each region" ||
-  { bad "replicas: $(replicas)"; exit 1; }
+  { bad "replicas: $(replicas_said)"; exit 1; }
 eu_job=$("$bin" service get files "${D[@]}" --json | $py -c '
 import json, sys
 print(next(r["job"] for r in json.load(sys.stdin)["replicas"] if r["region"] == "eu-west"))')
@@ -74,7 +75,8 @@ start_listening "$tmp/gw-eu.log" "$bin" gateway --service files --region eu-west
 eu=$port
 # What answers at eu-west's gateway: "STATUS REPLICA".
 ask() { curl -s -o /dev/null -m 5 -w "%{http_code} %header{x-meridian-replica}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$eu/"; }
-for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; sleep 0.1; done
+answered_by() { [[ "$(ask)" == "200 "*":$1@eu-west" ]]; }  # PORT
+wait_for 10 answered_by "$base"
 [[ "$(ask)" == "200 "*":$base@eu-west" ]] && ok "eu-west's gateway sends to eu-west's replica" || bad "asked: $(ask)"
 
 # eu-west is cut off: both its agents killed.
@@ -85,20 +87,19 @@ said=""
 task_json() {  # the replica's task in `job get --json`, as a Python expression reads it: "t"
   "$bin" job get "$eu_job" "${D[@]}" --json 2>/dev/null | $py -c "import json, sys; t = json.load(sys.stdin)['task_list'][0]; $1"
 }
-for _ in $(seq 100); do
+waiting_said() {
   task_json 'print(t["state"], t["site"], t["reason"])' >"$tmp/job-get.txt"
   said=$(grep -o "it may run in its fallback regions (us-east) too in [0-9.]* m\?s" "$tmp/job-get.txt" | head -1)
-  [ -n "$said" ] && break
-  grep -q "^running us-east" "$tmp/job-get.txt" && break  # too late
-  sleep 0.05
-done
+  [ -n "$said" ] || grep -q "^running us-east" "$tmp/job-get.txt"  # too late
+}
+wait_for 20 waiting_said
 [ -n "$said" ] && ok "while it waits, job get says: '$said'" ||
   { bad "job get never said when it may run elsewhere; last:"; cat "$tmp/job-get.txt"; }
 # Beside it, eu-west's site gateway has started replica 2 in eu-west, with no fallback:
 # it waits there for room.
 wait_replicas "eu-west/0:running@us-east\\+ (eu-west/2:queued@- )?us-east/1:running@us-east\\+" 30 &&
   ok "eu-west's replica runs in us-east, $($py -c "import time; print(f'{time.time() - $killed_at:.1f}')") s after the kill" ||
-  bad "replicas: $(replicas)"
+  bad "replicas: $(replicas_said)"
 attempts=$(task_json 'print(" ".join("{}:{}@{}".format(a["attempt"], a["outcome"], a["site"]) for a in t["history"]))')
 # Lost with eu-west's nodes, then running in us-east. The two nodes are found dead
 # apart (ASan on CI: 0.2 s): the first loss may have been placed on the other eu-west
@@ -112,7 +113,7 @@ waited=$(sed -n "s/.*job $eu_job (serve\/files\/eu-west\/0): task 'replica' plac
   ok "the coordinator logged the placement in the fallback: it waited $waited s" ||
   { bad "no fallback line with a wait of 3 s in the coordinator's log ('$waited'):"; grep -i fallback "$cluster/logs/coordinator.log"; }
 # eu-west's gateway follows it there: 20 requests, all answered by it.
-for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$base@eu-west" ]] && break; sleep 0.1; done
+wait_for 10 answered_by "$base"
 answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$base@eu-west$")
 [ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by eu-west's replica in us-east" ||
   bad "answers: $answers"
@@ -121,7 +122,7 @@ answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$base@eu-wes
 wait_replicas "eu-west/0:running@us-east\\+ eu-west/2:queued@- us-east/1:running@us-east\\+" 10 &&
   grep -q "gateway: eu-west: replica 0 runs at us-east, in its fallback: started replica job [0-9]* in eu-west to take its place once it has room$" \
     "$cluster/logs/gateway-eu-west.log" && ok "eu-west's site gateway started replica 2 at home, which waits there" ||
-  { bad "no replica waiting at home: $(replicas)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
+  { bad "no replica waiting at home: $(replicas_said)"; grep "eu-west" "$cluster/logs/gateway-eu-west.log"; }
 ( while [ ! -f "$tmp/stop" ]; do ask; echo; done ) >"$tmp/during.txt" &
 asking=$!
 pids+=($asking)  # a test that ends early stops it (it asked on, and ctest waited 180 s for it)
@@ -148,8 +149,8 @@ start_listening "$tmp/gw-home.log" "$bin" gateway --service files --region eu-we
   --probe-interval-ms 100
 wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
   ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up (its port held for the first $held s)" ||
-  bad "replicas after eu-west came back: $(replicas)"
-for _ in $(seq 100); do [[ "$(ask)" == "200 "*":$((base + 2))@eu-west" ]] && break; sleep 0.1; done
+  bad "replicas after eu-west came back: $(replicas_said)"
+wait_for 10 answered_by "$((base + 2))"
 touch "$tmp/stop"
 wait $asking
 total=$(grep -c . "$tmp/during.txt")
