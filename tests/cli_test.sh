@@ -7,7 +7,8 @@ root=$2
 cd "$root"
 fleet=tests/fleets/three-sites.yaml
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# (a cluster a check left stopped is continued and stopped)
+trap '[ -d "$tmp/stopped-cluster/pids" ] && { pkill -CONT -f -- "$tmp/stopped-cluster"; "$bin" down --dir "$tmp/stopped-cluster" >/dev/null; }; rm -rf "$tmp"' EXIT
 . tests/process_lib.sh  # check, fail
 
 check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-histograms.yaml
@@ -92,6 +93,24 @@ complete_words() {  # the completions bash offers after the words given
 [ "$(complete_words meridian str)" = "stream" ] || { echo "FAIL completion of 'str'"; fail=1; }
 [ "$(complete_words meridian run x.yaml --cancel)" = "--cancel-on-interrupt" ] || { echo "FAIL completion of run's flag"; fail=1; }
 check "completion for another shell" 2 "shell: fish not in {bash}" "$bin" completion fish
+# `up` waits 30 s at most for its agents; when its coordinator took the connection but
+# never answered (stopped here), it says so, where it said that no agent had
+# registered ("only 0 of 1 agents registered within 30 s", after 40 s).
+stopped=$tmp/stopped-cluster
+up_stopped=("$bin" up --insecure --fleet tests/fleets/one-node.yaml --dir "$stopped" --gateways none)
+if "${up_stopped[@]}" >"$tmp/up.log" 2>&1; then
+  coordinator=$(cat "$stopped/pids/coordinator.pid")
+  kill -STOP "$coordinator"
+  began=$SECONDS
+  check "up while its coordinator does not answer" 3 \
+    "could not read within 30 s whether the 1 agents registered: cannot reach the coordinator at $(cat "$stopped/coordinator.addr") (" \
+    timeout -s KILL 120 "${up_stopped[@]}"
+  echo "     (it gave up after $((SECONDS - began)) s)"
+  kill -CONT "$coordinator"
+  "$bin" down --dir "$stopped" >/dev/null
+else
+  bad "up --insecure of one node:"; cat "$tmp/up.log"
+fi
 check "down without a cluster" 2 "no local cluster in $tmp/no-cluster" "$bin" down
 check "up refuses a large fleet" 2 "has 1213 nodes; a local cluster runs one agent process per node, at most 64" "$bin" up --fleet tests/fleets/alibaba-gpu-2023.yaml
 check "up with a bad fleet" 2 "no-such-fleet.yaml" "$bin" up --fleet no-such-fleet.yaml

@@ -928,18 +928,30 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
   return urls;
 }
 
-// Waits until `want` nodes are registered and alive (30 s at most).
+// Waits until `want` nodes are registered and alive: 30 s at most, by the clock (a count
+// of tries is no bound: each may wait out its 2 s deadline on a coordinator that is
+// slow to answer). A coordinator that did not answer is said to be the cause, not
+// agents that did not register.
 StatusOr<std::vector<model::NodeView>> WaitForNodes(const std::string& address, const rpc::ChannelSecurity& security,
                                                     size_t want, const fs::path& dir) {
   client::Client client(address, security, 2'000'000);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   size_t alive = 0;
-  for (int i = 0; i < 300; ++i) {
+  Status last = OkStatus();
+  while (true) {
     StatusOr<std::vector<model::NodeView>> nodes = client.Nodes();
+    last = nodes.status();
     if (nodes.ok()) {
       alive = std::count_if(nodes->begin(), nodes->end(), [](const model::NodeView& v) { return v.alive; });
       if (alive >= want) return std::move(*nodes);
     }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!last.ok()) {
+    return UnavailableError(fmt::format("could not read within 30 s whether the {} agents registered: {}; see the logs "
+                                        "in {}",
+                                        want, last.message(), (dir / "logs").string()));
   }
   return UnavailableError(fmt::format("only {} of {} agents registered within 30 s; see the logs in {}", alive, want,
                                       (dir / "logs").string()));
