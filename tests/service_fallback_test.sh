@@ -40,7 +40,7 @@ finish() {
 }
 trap finish EXIT
 guard_cleanup finish
-test_budget 150  # ctest's TIMEOUT is 180 s
+test_budget 270  # ctest's TIMEOUT is 300 s
 
 up=("$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 5s)
 "${up[@]}" >"$tmp/up.log" 2>&1 || { bad "meridian up"; cat "$tmp/up.log"; exit 1; }

@@ -61,6 +61,7 @@ print(*[j["id"] for j in json.load(sys.stdin)])' 2>/dev/null); do
 }
 trap finish EXIT
 guard_cleanup finish
+test_budget 450  # ctest's TIMEOUT is 480 s
 # The replicas a gateway has, as "eu-west:healthy ..." sorted.
 gateway_set() {  # PORT
   curl -s -H "Authorization: Bearer $ct" "http://127.0.0.1:$1/v1/gateway" | $py -c '

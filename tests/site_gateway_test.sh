@@ -37,6 +37,7 @@ finish() {
 }
 trap finish EXIT
 guard_cleanup finish
+test_budget 270  # ctest's TIMEOUT is 300 s
 
 "$bin" up --fleet tests/serving/two-regions.yaml "${D[@]}" --heartbeat-timeout 2s >"$tmp/up.log" 2>&1 ||
   { bad "meridian up"; cat "$tmp/up.log"; exit 1; }

@@ -37,6 +37,7 @@ finish() {
 }
 trap finish EXIT
 guard_cleanup finish
+test_budget 370  # ctest's TIMEOUT is 400 s
 wait_for() {  # FILE TEXT SECONDS
   for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
