@@ -174,12 +174,16 @@ grep -qE "gateway: eu-west: replica 2 serves at home \(site eu-west\), [0-9.]+ s
 # A service's gateway whose coordinator cannot be reached at its start asks again for
 # a while (a daemon's start: under TSan in CI a first connection to a busy coordinator
 # was reset, and the gateway ended at once). Here the coordinator is reached through a
-# forwarder that starts listening 1 s after the gateway.
+# forwarder that starts listening once the gateway has said it asks again.
 late=$(free_port)
 "$bin" gateway --service files --region eu-west --coordinator "127.0.0.1:$late" --token-file "$tmp/client-token" \
   "${D[@]}" >"$tmp/gw-late.log" 2>&1 &
 pids+=($!)
-sleep 1
+# The forwarder starts once the gateway has found nothing there (after a fixed 1 s, a
+# gateway slow to start under ASan on a loaded CI machine made its first call after
+# the forwarder listened, and had nothing to ask again for).
+gateway_log_has() { grep -q "$1" "$tmp/gw-late.log"; }
+wait_for 20 gateway_log_has "asking again for up to 15 s$"
 $py -c '
 import socket, sys, threading
 def pipe(a, b):
@@ -204,7 +208,7 @@ while True:
     threading.Thread(target=pipe, args=(c, u), daemon=True).start()
     threading.Thread(target=pipe, args=(u, c), daemon=True).start()' "$late" "$(cat "$cluster/coordinator.addr")" &
 pids+=($!)
-for _ in $(seq 150); do grep -q "listening on" "$tmp/gw-late.log" && break; sleep 0.1; done
+wait_for 15 gateway_log_has "listening on"
 grep -q "^gateway: --service: cannot reach the coordinator at 127.0.0.1:$late .*; asking again for up to 15 s$" "$tmp/gw-late.log" &&
   grep -q "listening on" "$tmp/gw-late.log" &&
   ok "a service's gateway started before its coordinator could be reached asked again, and serves" ||
