@@ -63,7 +63,7 @@ print(" ".join(sorted("{}/{}:{}@{}{}".format(r["region"], r["replica"], r["state
 }
 replicas_said() { replicas 2>&1; sed "s/^/; service get: /" "$tmp/replicas.err"; }
 replicas_are() { [[ "$(replicas)" =~ ^$1$ ]]; }  # WANT (a regular expression, whole)
-wait_replicas() { wait_for "$2" replicas_are "$1"; }  # WANT SECONDS
+wait_replicas() { wait_until "$2" replicas_are "$1"; }  # WANT SECONDS
 wait_replicas "eu-west/0:running@eu-west\\+ us-east/1:running@us-east\\+" 60 && ok "a replica serves in each region" ||
   { bad "replicas: $(replicas_said)"; exit 1; }
 eu_job=$("$bin" service get files "${D[@]}" --json | $py -c '
@@ -76,7 +76,7 @@ eu=$port
 # What answers at eu-west's gateway: "STATUS REPLICA".
 ask() { curl -s -o /dev/null -m 5 -w "%{http_code} %header{x-meridian-replica}" -H "Authorization: Bearer $ct" "http://127.0.0.1:$eu/"; }
 answered_by() { [[ "$(ask)" == "200 "*":$1@eu-west" ]]; }  # PORT
-wait_for 10 answered_by "$base"
+wait_until 10 answered_by "$base"
 [[ "$(ask)" == "200 "*":$base@eu-west" ]] && ok "eu-west's gateway sends to eu-west's replica" || bad "asked: $(ask)"
 
 # eu-west is cut off: both its agents killed.
@@ -92,7 +92,7 @@ waiting_said() {
   said=$(grep -o "it may run in its fallback regions (us-east) too in [0-9.]* m\?s" "$tmp/job-get.txt" | head -1)
   [ -n "$said" ] || grep -q "^running us-east" "$tmp/job-get.txt"  # too late
 }
-wait_for 20 waiting_said
+wait_until 20 waiting_said
 [ -n "$said" ] && ok "while it waits, job get says: '$said'" ||
   { bad "job get never said when it may run elsewhere; last:"; cat "$tmp/job-get.txt"; }
 # Beside it, eu-west's site gateway has started replica 2 in eu-west, with no fallback:
@@ -113,7 +113,7 @@ waited=$(sed -n "s/.*job $eu_job (serve\/files\/eu-west\/0): task 'replica' plac
   ok "the coordinator logged the placement in the fallback: it waited $waited s" ||
   { bad "no fallback line with a wait of 3 s in the coordinator's log ('$waited'):"; grep -i fallback "$cluster/logs/coordinator.log"; }
 # eu-west's gateway follows it there: 20 requests, all answered by it.
-wait_for 10 answered_by "$base"
+wait_until 10 answered_by "$base"
 answers=$(for _ in $(seq 20); do ask; echo; done | grep -c "^200 .*:$base@eu-west$")
 [ "$answers" = 20 ] && ok "eu-west's gateway: 20 requests, 20 answered by eu-west's replica in us-east" ||
   bad "answers: $answers"
@@ -150,7 +150,7 @@ start_listening "$tmp/gw-home.log" "$bin" gateway --service files --region eu-we
 wait_replicas "eu-west/2:running@eu-west\\+ us-east/1:running@us-east\\+" 60 &&
   ok "eu-west's agents back: replica 2 serves in eu-west and replica 0 left us-east, $($py -c "import time; print(f'{time.time() - $back_at:.1f}')") s after up (its port held for the first $held s)" ||
   bad "replicas after eu-west came back: $(replicas_said)"
-wait_for 10 answered_by "$((base + 2))"
+wait_until 10 answered_by "$((base + 2))"
 touch "$tmp/stop"
 wait $asking
 total=$(grep -c . "$tmp/during.txt")
@@ -183,7 +183,7 @@ pids+=($!)
 # gateway slow to start under ASan on a loaded CI machine made its first call after
 # the forwarder listened, and had nothing to ask again for).
 gateway_log_has() { grep -q "$1" "$tmp/gw-late.log"; }
-wait_for 20 gateway_log_has "asking again for up to 15 s$"
+wait_until 20 gateway_log_has "asking again for up to 15 s$"
 $py -c '
 import socket, sys, threading
 def pipe(a, b):
@@ -208,7 +208,7 @@ while True:
     threading.Thread(target=pipe, args=(c, u), daemon=True).start()
     threading.Thread(target=pipe, args=(u, c), daemon=True).start()' "$late" "$(cat "$cluster/coordinator.addr")" &
 pids+=($!)
-wait_for 15 gateway_log_has "listening on"
+wait_until 15 gateway_log_has "listening on"
 grep -q "^gateway: --service: cannot reach the coordinator at 127.0.0.1:$late .*; asking again for up to 15 s$" "$tmp/gw-late.log" &&
   grep -q "listening on" "$tmp/gw-late.log" &&
   ok "a service's gateway started before its coordinator could be reached asked again, and serves" ||
