@@ -7,8 +7,14 @@ root=$2
 cd "$root"
 fleet=tests/fleets/three-sites.yaml
 tmp=$(mktemp -d)
-# (a cluster a check left stopped is continued and stopped)
-trap '[ -d "$tmp/stopped-cluster/pids" ] && { pkill -CONT -f -- "$tmp/stopped-cluster"; "$bin" down --dir "$tmp/stopped-cluster" >/dev/null; }; rm -rf "$tmp"' EXIT
+# A cluster a check stopped (SIGSTOP) is continued, then stopped for good.
+end_stopped_cluster() {
+  [ -d "$tmp/stopped-cluster/pids" ] || return 0
+  pkill -CONT -f -- "$tmp/stopped-cluster"
+  "$bin" down --dir "$tmp/stopped-cluster" >/dev/null
+  rm -rf "$tmp/stopped-cluster"
+}
+trap 'end_stopped_cluster; rm -rf "$tmp"' EXIT
 . tests/process_lib.sh  # check, fail
 
 check "plan the main job" 0 "" "$bin" plan --fleet $fleet examples/jobs/tile-histograms.yaml
@@ -106,8 +112,7 @@ if "${up_stopped[@]}" >"$tmp/up.log" 2>&1; then
     "could not read within 30 s whether the 1 agents registered: cannot reach the coordinator at $(cat "$stopped/coordinator.addr") (" \
     timeout -s KILL 120 "${up_stopped[@]}"
   echo "     (it gave up after $((SECONDS - began)) s)"
-  kill -CONT "$coordinator"
-  "$bin" down --dir "$stopped" >/dev/null
+  end_stopped_cluster
 else
   bad "up --insecure of one node:"; cat "$tmp/up.log"
 fi
