@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +86,9 @@ inline bool WaitFor(const std::function<bool()>& done, double timeout_s) {
 
 class LocalCluster {
  public:
+  static constexpr size_t kLogTailLines = 15;
+  static constexpr size_t kLogReportLines = 120;
+
   explicit LocalCluster(const std::string& fleet) : fleet_(fleet) {
     char tmpl[] = "/tmp/meridian-test-XXXXXX";  // mkdtemp replaces the Xs
     dir_ = mkdtemp(tmpl);
@@ -94,8 +98,10 @@ class LocalCluster {
   }
   ~LocalCluster() {
     Meridian({"down", "--dir", dir_});
-    // A failed test keeps its cluster's logs and state to read.
+    // A failed test keeps its cluster's logs and state to read, and prints what the
+    // logs end with: CI keeps only the test's output.
     if (::testing::Test::HasFailure()) {
+      PrintLogEnds();
       std::fprintf(stderr, "the cluster's logs and state are kept in %s\n", dir_.c_str());
       return;
     }
@@ -104,6 +110,33 @@ class LocalCluster {
   }
 
   const std::string& dir() const { return dir_; }
+
+  // For each log of the cluster, a sanitizer's report from its first line (a process
+  // that `halt_on_error` ended leaves one), else the log's last lines.
+  void PrintLogEnds() const {
+    std::error_code ec;
+    std::vector<std::filesystem::path> logs;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/logs", ec)) logs.push_back(entry.path());
+    std::sort(logs.begin(), logs.end());
+    for (const std::filesystem::path& log : logs) {
+      std::vector<std::string> lines;
+      std::ifstream in(log);
+      for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+      size_t from = lines.size() > kLogTailLines ? lines.size() - kLogTailLines : 0;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i].find("WARNING: ThreadSanitizer") != std::string::npos ||
+            lines[i].find("ERROR: AddressSanitizer") != std::string::npos ||
+            lines[i].find("ERROR: LeakSanitizer") != std::string::npos) {
+          from = i;
+          break;
+        }
+      }
+      const size_t to = std::min(lines.size(), from + kLogReportLines);
+      std::fprintf(stderr, "--- %s (lines %zu to %zu of %zu)\n", log.filename().c_str(), from + 1, to, lines.size());
+      for (size_t i = from; i < to; ++i) std::fprintf(stderr, "%s\n", lines[i].c_str());
+    }
+  }
+
   // More arguments for `meridian up` (e.g. {"--coordinators", "2"}).
   void AddUpArgs(const std::vector<std::string>& args) { up_args_.insert(up_args_.end(), args.begin(), args.end()); }
   // The coordinator's heartbeat timeout (`up --heartbeat-timeout`), 5s unless set.
