@@ -456,8 +456,10 @@ void Executor::RunKernel(Running_& task) {
     if (!a.checkpoint.id.empty()) inputs.pop_back();  // kernels make no checkpoints
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
-    StatusOr<std::string> out =
-        kernel->run(kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu, KernelMemory(a.allocation)});
+    const int64_t host_memory =
+        a.allocation.memory_bytes > 0 ? a.allocation.memory_bytes : kernels::kDefaultKernelMemoryBytes;
+    StatusOr<std::string> out = kernel->run(
+        kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu, KernelMemory(a.allocation), host_memory});
     if (task.stop.load()) {
       u.kind = model::UpdateKind::kCancelled;
       u.reason = "cancelled while running";

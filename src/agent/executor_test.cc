@@ -144,6 +144,37 @@ TEST_F(ExecutorTest, AKernelHoldsNoMoreThanTheMemoryItsTaskWasGiven) {
                           "resources: {qubits: 10})");
 }
 
+TEST_F(ExecutorTest, AKernelTaskHoldsItsMemoryRequestOrOneGibInTheAgent) {
+  // Kernels run in the agent's process. A task that asks for no memory may hold 1 GiB
+  // there: sorting and writing out 100,000,000 generated values (8 bytes each, and
+  // "999999999\n" at most) is refused before anything is allocated. It once ran,
+  // holding about 3 GiB, and as many at once as the agent has kernel threads.
+  model::TaskAssignment unasked = Task(0, {}, "sort");
+  unasked.args = {{"generate", "100000000"}};
+  // A task that asked for 2 MiB may hold that much: 200,000 values to sort (1.6 MB)
+  // but not also their text (2 MB more).
+  model::TaskAssignment summary = Task(1, {}, "sort");
+  summary.args = {{"generate", "200000"}, {"output", "summary"}, {"seed", "1"}};
+  summary.allocation.memory_bytes = 2 << 20;
+  model::TaskAssignment values = summary;
+  values.key.task = 2;
+  values.args.erase("output");
+  for (const model::TaskAssignment* a : {&unasked, &summary, &values}) ASSERT_TRUE(exec_->Start(*a));
+  model::TaskUpdate refused = Final(unasked.key);
+  EXPECT_EQ(refused.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(refused.reason, "kernel sort: 100000000 values to sort and write out need 1.68 GiB; this task may hold "
+                            "1 GiB (its resources' memory, 1 GiB when it asks for none): ask for it with resources: "
+                            "{memory: 1717MiB}");
+  model::TaskUpdate fits = Final(summary.key);
+  EXPECT_EQ(fits.kind, model::UpdateKind::kSucceeded) << fits.reason;
+  EXPECT_EQ(fits.output.rfind("count=200000 ", 0), 0u) << fits.output;
+  model::TaskUpdate big = Final(values.key);
+  EXPECT_EQ(big.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(big.reason, "kernel sort: 200000 values to sort and write out need 3.43 MiB; this task may hold 2 MiB "
+                        "(its resources' memory, 1 GiB when it asks for none): ask for it with resources: "
+                        "{memory: 4MiB}");
+}
+
 TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {
   model::TaskAssignment a = Task(3, {"sh", "-c", "echo $MERIDIAN_TASK_INDEX $MERIDIAN_ARG_MY_ARG; cat $MERIDIAN_INPUTS/0"});
   a.args = {{"my-arg", "x"}};

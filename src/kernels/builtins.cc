@@ -112,19 +112,36 @@ StatusOr<std::string> Sort(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(int64_t lo, ArgInt(ctx, "min", 0, INT64_MIN / 2, INT64_MAX / 2));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t hi, ArgInt(ctx, "max", 1'000'000'000, INT64_MIN / 2, INT64_MAX / 2));
   if (n > 0 && hi <= lo) return InvalidArgumentError("argument 'max' must be above 'min'");
+  auto it = ctx.args.find("output");
+  const std::string mode = it == ctx.args.end() ? "values" : it->second;
+  if (mode != "values" && mode != "summary") {
+    return InvalidArgumentError(fmt::format("argument 'output': expected values or summary, got '{}'", mode));
+  }
+  // The working set, checked before it is allocated: every value, and the text of
+  // them all (the inputs' exactly, the generated at their widest), reserved at once.
+  int64_t out_bytes = 0;
+  if (mode == "values") {
+    for (int64_t v : values) out_bytes += static_cast<int64_t>(fmt::formatted_size("{}", v)) + 1;
+    if (n > 0) {
+      const int64_t widest = static_cast<int64_t>(std::max(fmt::formatted_size("{}", lo), fmt::formatted_size("{}", hi - 1)));
+      out_bytes += n * (widest + 1);
+    }
+  }
+  const int64_t count = static_cast<int64_t>(values.size()) + n;
+  MERIDIAN_RETURN_IF_ERROR(CheckHostMemory(
+      ctx, count * static_cast<int64_t>(sizeof(int64_t)) + out_bytes,
+      fmt::format("{} values to sort{}", count, mode == "values" ? " and write out" : "")));
+  values.reserve(static_cast<size_t>(count));
   MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
   MERIDIAN_RETURN_IF_ERROR(ops->Sort(values, static_cast<uint64_t>(seed), n, lo, hi, ctx.stop));
-  auto it = ctx.args.find("output");
-  std::string mode = it == ctx.args.end() ? "values" : it->second;
   if (mode == "summary") {
     __int128 sum = 0;
     for (int64_t v : values) sum += v;
     return fmt::format("count={} min={} max={} sum={}", values.size(), values.empty() ? 0 : values.front(),
                        values.empty() ? 0 : values.back(), Int128String(sum));
   }
-  if (mode != "values") return InvalidArgumentError(fmt::format("argument 'output': expected values or summary, got '{}'", mode));
   std::string out;
-  out.reserve(values.size() * 8);
+  out.reserve(static_cast<size_t>(out_bytes));
   for (int64_t v : values) fmt::format_to(std::back_inserter(out), "{}\n", v);
   return out;
 }
@@ -330,6 +347,11 @@ StatusOr<std::string> MatMul(const KernelContext& ctx) {
   MERIDIAN_ASSIGN_OR_RETURN(int64_t n, ArgInt(ctx, "n", 256, 1, kMaxGpuMatMulN));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t seed, ArgInt(ctx, "seed", ctx.index, 0, INT64_MAX));
   MERIDIAN_ASSIGN_OR_RETURN(int64_t repeat, ArgInt(ctx, "repeat", 1, 1, 100'000));
+  // The CPU holds A, B and C in the agent's memory (a GPU, in the device's).
+  if (ctx.gpu < 0 && n <= kMaxCpuMatMulN) {
+    MERIDIAN_RETURN_IF_ERROR(CheckHostMemory(ctx, 3 * n * n * static_cast<int64_t>(sizeof(double)),
+                                             fmt::format("three {} x {} matrices", n, n)));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(const Ops* ops, OpsFor(ctx));
   MERIDIAN_ASSIGN_OR_RETURN(MatMulResult r, ops->MatMul(n, static_cast<uint64_t>(seed), repeat, ctx.stop));
   // Checksums only: the output is the same on every run (the CPU and a GPU agree

@@ -33,7 +33,17 @@ struct KernelContext {
   // share of it), else its own memory request. Kernels whose working set the task
   // chooses (qsim's state vector) refuse more. -1: no bound (a caller in this process).
   int64_t memory_bytes = -1;
+  // What the task may hold in the agent's own memory (kernels run inside the agent):
+  // its memory request, else kDefaultKernelMemoryBytes. Kernels whose working set the
+  // task chooses (sort's generated values, a matmul on the CPU) refuse more before
+  // allocating it. -1: no bound (a caller in this process).
+  int64_t host_memory_bytes = -1;
 };
+
+// What a kernel task that asks for no memory (resources: memory) may hold in its
+// agent's memory: kernels share the agent's process, so a task left unbounded could
+// take the memory of every task beside it, and the agent with them.
+inline constexpr int64_t kDefaultKernelMemoryBytes = int64_t{1} << 30;
 
 using KernelFn = StatusOr<std::string> (*)(const KernelContext&);
 

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "common/units.h"
+
 namespace meridian::kernels {
 
 Status CheckArgs(const KernelContext& ctx, std::string_view kernel, std::initializer_list<std::string_view> known) {
@@ -57,6 +59,15 @@ StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, doub
   auto it = ctx.args.find(std::string(name));
   if (it == ctx.args.end()) return def;
   return ParseDouble(it->second, fmt::format("argument '{}'", name));
+}
+
+Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what) {
+  if (ctx.host_memory_bytes < 0 || need <= ctx.host_memory_bytes) return OkStatus();
+  const int64_t mib = (need + kMiB - 1) / kMiB;
+  return ResourceExhaustedError(fmt::format(
+      "{} need {}; this task may hold {} (its resources' memory, {} when it asks for none): ask for it with "
+      "resources: {{memory: {}MiB}}",
+      what, FormatBytes(need), FormatBytes(ctx.host_memory_bytes), FormatBytes(kDefaultKernelMemoryBytes), mib));
 }
 
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx) {

@@ -21,6 +21,10 @@ StatusOr<double> ParseDouble(std::string_view text, std::string_view what);
 // Argument `name` as an integer in [min, max], or `def` when absent.
 StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_t def, int64_t min, int64_t max);
 StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def);
+// Refuses a working set of `need` bytes, before any of it is allocated, where it is
+// more than the task may hold in its agent's memory (ctx.host_memory_bytes); `what`
+// says what needs it ("sort: 5000000 values").
+Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what);
 // The device the task was given: its GPU when it has one, else the CPU.
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx);
 

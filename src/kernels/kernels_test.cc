@@ -17,12 +17,13 @@ struct KernelRun {
   std::vector<std::string> inputs;
   uint32_t index = 0;
   int32_t gpu = -1;
+  int64_t host_memory_bytes = -1;
   std::atomic<bool> stop{false};
 
   StatusOr<std::string> operator()(std::string_view kernel) {
     const KernelInfo* k = FindKernel(kernel);
     if (k == nullptr) return NotFoundError(std::string(kernel));
-    return k->run(KernelContext{args, inputs, index, stop, gpu});
+    return k->run(KernelContext{args, inputs, index, stop, gpu, -1, host_memory_bytes});
   }
 };
 
@@ -58,6 +59,47 @@ TEST(KernelsTest, SortOrdersValuesAndSummarises) {
   std::string s = *g("sort");
   EXPECT_EQ(s.rfind("count=1000 min=0 max=99", 0), 0u) << s;
   EXPECT_EQ(*g("sort"), s);  // deterministic from the seed
+}
+
+// What a task makes a kernel hold in its agent (host_memory_bytes) is checked before
+// it is allocated: every value to sort and, to write them out, each one's text.
+TEST(KernelsTest, SortAndMatMulHoldNoMoreThanTheirTaskMay) {
+  const std::string why = " (its resources' memory, 1 GiB when it asks for none): ask for it with resources: ";
+  KernelRun r;
+  r.inputs = {"5 -2 9", "0"};  // 4 values of 8 bytes, and "5\n-2\n9\n0\n"
+  r.host_memory_bytes = 41;
+  EXPECT_EQ(*r("sort"), "-2\n0\n5\n9\n");
+  r.host_memory_bytes = 40;
+  EXPECT_EQ(r("sort").status().message(),
+            "4 values to sort and write out need 41 B; this task may hold 40 B" + why + "{memory: 1MiB}");
+  r.host_memory_bytes = 32;  // the summary writes no values out
+  r.args = {{"output", "summary"}};
+  EXPECT_EQ(*r("sort"), "count=4 min=-2 max=9 sum=12");
+  // Generated values are written at the widest their range allows: "-1000\n".
+  KernelRun g;
+  g.args = {{"generate", "10"}, {"min", "-1000"}, {"max", "1000"}};
+  g.host_memory_bytes = 140;
+  StatusOr<std::string> fits = g("sort");
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_EQ(std::count(fits->begin(), fits->end(), '\n'), 10);
+  g.host_memory_bytes = 139;
+  StatusOr<std::string> refused = g("sort");
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "10 values to sort and write out need 140 B; this task may hold 139 B" + why + "{memory: 1MiB}");
+  KernelRun big;
+  big.args = {{"generate", "100000"}};
+  big.host_memory_bytes = 1 << 20;
+  EXPECT_EQ(big("sort").status().message(),
+            "100000 values to sort and write out need 1.72 MiB; this task may hold 1 MiB" + why + "{memory: 2MiB}");
+  // On the CPU a matmul holds its three matrices: 3 * 256 * 256 * 8 bytes.
+  KernelRun m;
+  m.args = {{"n", "256"}};
+  m.host_memory_bytes = 1 << 20;
+  EXPECT_EQ(m("matmul").status().message(),
+            "three 256 x 256 matrices need 1.5 MiB; this task may hold 1 MiB" + why + "{memory: 2MiB}");
+  m.host_memory_bytes = 3 * 256 * 256 * 8;
+  EXPECT_TRUE(m("matmul").ok());
 }
 
 TEST(KernelsTest, HistogramsBinAndMerge) {
