@@ -156,6 +156,15 @@ class PushStream;
 // from the pushing thread, or, while a write is in flight, folded into the next one.
 // Shared by the pusher and the stream's reactor (`Reactor`: its StartWrite and
 // Finish), so it outlives whichever ends first; the reactor is used only until Finish.
+//
+// A write is in flight until gRPC says it is done (WriteDone) and its StartWrite has
+// returned, whichever comes last, and that one goes on with what is pending. StartWrite
+// reads `out_` (it serializes it) on the calling thread; the write's completion may
+// come on another thread, ordered after that read by gRPC's internals only, which
+// ThreadSanitizer does not see: it took the next write's reuse of `out_` for a race
+// with that read (CI's TSan stage, the coordinator ending mid-job). Going on only
+// once StartWrite has returned and said so under the lock orders the reuse after the
+// read where TSan sees it.
 template <typename T, typename Proto, typename Reactor = PushStream<T, Proto>>
 class PushSink final : public StreamSink<T> {
  public:
@@ -187,8 +196,10 @@ class PushSink final : public StreamSink<T> {
   // From the reactor: a write is done (not ok: the reader is gone).
   void WriteDone(bool ok) {
     std::unique_lock<std::mutex> lock(mu_);
-    writing_ = false;
     if (!ok) gone_ = true;
+    write_done_ = true;
+    if (!write_returned_) return;  // its StartWrite goes on once it returns
+    writing_ = false;
     if (!gone_ && pending_) {
       WriteNext(lock);
     } else {
@@ -209,14 +220,24 @@ class PushSink final : public StreamSink<T> {
  private:
   // With the lock held and no write in flight: converts what is pending into the
   // message (under the lock, so the next writer's use of it is ordered after this
-  // one's) and starts writing it outside the lock (its completion may run inline).
+  // one's) and starts writing it outside the lock. Where the write is done by the time
+  // StartWrite returns (its completion may run inline), goes on with the next.
   void WriteNext(std::unique_lock<std::mutex>& lock) {
-    out_.Clear();
-    ToProto(*pending_, &out_);
-    pending_.reset();
-    writing_ = true;
-    lock.unlock();
-    reactor_->StartWrite(&out_);
+    do {
+      out_.Clear();
+      ToProto(*pending_, &out_);
+      pending_.reset();
+      writing_ = true;
+      write_done_ = false;
+      write_returned_ = false;
+      lock.unlock();
+      reactor_->StartWrite(&out_);
+      lock.lock();
+      write_returned_ = true;
+      if (!write_done_) return;  // WriteDone goes on
+      writing_ = false;
+    } while (!gone_ && pending_);
+    FinishIfIdle(lock);
   }
   void FinishIfIdle(std::unique_lock<std::mutex>& lock) {
     if (writing_ || finished_ || !closing_) return;
@@ -229,10 +250,12 @@ class PushSink final : public StreamSink<T> {
   mutable std::mutex mu_;
   Reactor* const reactor_;
   std::optional<T> pending_;
-  bool writing_ = false;   // a write in flight (out_ is its message)
-  bool closing_ = false;   // takes nothing more; finishes once pending_ is written
-  bool gone_ = false;      // the reader is gone: finishes after the write in flight
-  bool finished_ = false;  // Finish called: the reactor may be gone
+  bool writing_ = false;         // a write in flight (out_ is its message)
+  bool write_done_ = false;      // gRPC said the write in flight is done
+  bool write_returned_ = false;  // the StartWrite of the write in flight returned
+  bool closing_ = false;         // takes nothing more; finishes once pending_ is written
+  bool gone_ = false;            // the reader is gone: finishes after the write in flight
+  bool finished_ = false;        // Finish called: the reactor may be gone
   grpc::Status end_status_;
   Proto out_;
 };
