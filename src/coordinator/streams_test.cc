@@ -578,20 +578,34 @@ TEST_F(CoordinatorTest, AWatchOfACancelledJobIsPushedItsEndAndClosed) {
   EXPECT_EQ(watch->pushed().back().job.status, model::JobStatus::kCancelled);
 }
 
+// The coordinator behind a real gRPC server (plaintext, on loopback), and node n1
+// registered through it.
+struct ServedNode {
+  std::unique_ptr<rpc::Server> server;
+  std::unique_ptr<rpc::NodeClient> client;
+  model::RegistrationReply node;
+};
+StatusOr<ServedNode> ServeAndRegister(Coordinator& coord) {
+  rpc::ServerSecurity insecure;
+  insecure.insecure = true;
+  ServedNode out;
+  MERIDIAN_ASSIGN_OR_RETURN(out.server, rpc::Server::Start("127.0.0.1:0", coord, coord, coord, coord, coord, insecure));
+  out.client = std::make_unique<rpc::NodeClient>(fmt::format("127.0.0.1:{}", out.server->port()));
+  MERIDIAN_ASSIGN_OR_RETURN(out.node, out.client->Register(Node("n1"), 5'000'000));
+  return out;
+}
+
 // Over real gRPC on loopback: an agent's session carries its assignments one way and
 // its reports (heartbeats) the other, each acknowledged there once applied; a report
 // of another session ends the session with why; with no session open a heartbeat goes
 // as a call of its own.
 TEST_F(CoordinatorTest, ReportsGoOnTheNodesSessionAndAreAcknowledgedThere) {
   Start();
-  rpc::ServerSecurity insecure;
-  insecure.insecure = true;
-  StatusOr<std::unique_ptr<rpc::Server>> server =
-      rpc::Server::Start("127.0.0.1:0", *coord_, *coord_, *coord_, *coord_, *coord_, insecure);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  rpc::NodeClient client(fmt::format("127.0.0.1:{}", (*server)->port()));
-  StatusOr<model::RegistrationReply> node = client.Register(Node("n1"), 5'000'000);
-  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  StatusOr<ServedNode> served = ServeAndRegister(*coord_);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  std::unique_ptr<rpc::Server>& server = served->server;
+  rpc::NodeClient& client = *served->client;
+  const model::RegistrationReply* node = &served->node;
 
   std::mutex mu;
   std::vector<model::TaskAssignment> assigned;
@@ -669,7 +683,7 @@ TEST_F(CoordinatorTest, ReportsGoOnTheNodesSessionAndAreAcknowledgedThere) {
   client.CancelStream();
   session.join();
   EXPECT_EQ(ended.code(), StatusCode::kCancelled);
-  (*server)->Shutdown();
+  server->Shutdown();
 }
 
 // Pushes that come faster than a session's writes: each is written, or folded into
@@ -679,23 +693,18 @@ TEST_F(CoordinatorTest, ReportsGoOnTheNodesSessionAndAreAcknowledgedThere) {
 // reported as a race with gRPC's reading it, and ended the coordinator mid-job.
 TEST_F(CoordinatorTest, AssignmentsPushedFasterThanTheSessionWritesEachArriveOnce) {
   Start();
-  rpc::ServerSecurity insecure;
-  insecure.insecure = true;
-  StatusOr<std::unique_ptr<rpc::Server>> server =
-      rpc::Server::Start("127.0.0.1:0", *coord_, *coord_, *coord_, *coord_, *coord_, insecure);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  rpc::NodeClient client(fmt::format("127.0.0.1:{}", (*server)->port()));
-  StatusOr<model::RegistrationReply> node = client.Register(Node("n1"), 5'000'000);
-  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  StatusOr<ServedNode> served = ServeAndRegister(*coord_);
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
   std::mutex mu;
   std::vector<model::TaskKey> assigned;
   int batches = 0;
   std::thread session([&] {
-    Status s = client.StreamAssignments(node->node_id, node->session, 60'000'000, [&](model::AssignmentBatch b) {
+    auto take = [&](model::AssignmentBatch b) {
       std::lock_guard<std::mutex> lock(mu);
       ++batches;
       for (const model::TaskAssignment& a : b.assignments) assigned.push_back(a.key);
-    });
+    };
+    Status s = served->client->StreamAssignments(served->node.node_id, served->node.session, 60'000'000, take);
     EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
   });
   auto assigned_count = [&] {
@@ -726,9 +735,9 @@ TEST_F(CoordinatorTest, AssignmentsPushedFasterThanTheSessionWritesEachArriveOnc
   }
   for (std::thread& t : submitters) t.join();
   for (int i = 0; i < 3000 && assigned_count() < kJobs; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  client.CancelStream();
+  served->client->CancelStream();
   session.join();
-  (*server)->Shutdown();
+  served->server->Shutdown();
   std::vector<uint64_t> jobs;
   for (const model::TaskKey& k : assigned) {
     EXPECT_EQ(k.task, 0u);
