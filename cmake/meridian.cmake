@@ -6,6 +6,11 @@ function(meridian_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
+# How long a test binary may take to list its tests, which it does once built. CI
+# builds the TSan binaries at idle priority while the ASan tests keep both cores busy:
+# agent_test's listing took past CMake's default of 5 s and failed the build.
+set(MERIDIAN_TEST_DISCOVERY_TIMEOUT 300)
+
 # meridian_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
 function(meridian_test name)
   if(NOT MERIDIAN_BUILD_TESTS)
@@ -17,5 +22,6 @@ function(meridian_test name)
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     NO_PRETTY_VALUES
+    DISCOVERY_TIMEOUT ${MERIDIAN_TEST_DISCOVERY_TIMEOUT}
     PROPERTIES ENVIRONMENT "MERIDIAN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
