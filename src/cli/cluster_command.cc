@@ -860,10 +860,14 @@ int UrlPort(const fs::path& url_file) {
 // /v1/services/NAME/ to its replicas, that site's region first. Clients present the
 // token in dir/gateways/client.token (made once, 0600); with TLS (not --insecure) the
 // gateway serves HTTPS with a certificate of the cluster's CA. Each keeps its port
-// from one `up` to the next (dir/gateways/SITE.url). Returns the sites' URLs.
+// from one `up` to the next (dir/gateways/SITE.url). Each reads the fleet from
+// `fleet_path` (absolute), as the coordinator does: the cluster's copy of it
+// (dir/fleet.yaml) sits elsewhere, so the files the fleet names by relative paths
+// (throughput tables, node lists) are not found from it. Returns the sites' URLs.
 StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, const spec::FleetSpec& fleet,
-                                                           const std::string& address, const std::string& self,
-                                                           const UpOptions& o, const NetnsLayout* netns, int* started) {
+                                                           const std::string& fleet_path, const std::string& address,
+                                                           const std::string& self, const UpOptions& o,
+                                                           const NetnsLayout* netns, int* started) {
   std::map<std::string, std::string> urls;
   if (o.gateways == "none") return urls;
   const fs::path d = dir / "gateways";
@@ -887,8 +891,7 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
     const fs::path url_file = d / (site.name + ".url");
     MERIDIAN_ASSIGN_OR_RETURN(const int port, SitePort(UrlPort(url_file), host, netns != nullptr, 8443));
     Component gateway{"gateway-" + site.name,
-                      {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet",
-                       (dir / "fleet.yaml").string(), "--listen", fmt::format("{}:{}", host, port), "--token-file",
+                      {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet", fleet_path, "--listen", fmt::format("{}:{}", host, port), "--token-file",
                        token.string(), "--coordinator", address, "--dir", dir.string()},
                       dir / "logs" / ("gateway-" + site.name + ".log")};
     if (o.gateways == "autoscale") gateway.argv.push_back("--autoscale");
@@ -1088,7 +1091,8 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
                             StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout, brokers));
   agents += brokers_started;
   int gateways_started = 0;
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateways, StartGateways(dir, fleet, coord.first, self, o, layout, &gateways_started));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateways, StartGateways(dir, fleet, fs::absolute(fleet_path).string(), coord.first,
+                                                         self, o, layout, &gateways_started));
   agents += gateways_started;
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));
