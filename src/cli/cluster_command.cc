@@ -891,8 +891,9 @@ StatusOr<std::map<std::string, std::string>> StartGateways(const fs::path& dir, 
     const fs::path url_file = d / (site.name + ".url");
     MERIDIAN_ASSIGN_OR_RETURN(const int port, SitePort(UrlPort(url_file), host, netns != nullptr, 8443));
     Component gateway{"gateway-" + site.name,
-                      {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet", fleet_path, "--listen", fmt::format("{}:{}", host, port), "--token-file",
-                       token.string(), "--coordinator", address, "--dir", dir.string()},
+                      {self, "--log-level", "info", "gateway", "--site", site.name, "--fleet", fleet_path, "--listen",
+                       fmt::format("{}:{}", host, port), "--token-file", token.string(), "--coordinator", address,
+                       "--dir", dir.string()},
                       dir / "logs" / ("gateway-" + site.name + ".log")};
     if (o.gateways == "autoscale") gateway.argv.push_back("--autoscale");
     if (!o.insecure) {
@@ -1075,7 +1076,10 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
   if (netns) MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(dir / "netns", o.netns + "\n"));
   const std::string self = SelfExecutable();
   const NetnsLayout* layout = netns ? &*netns : nullptr;
-  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinators(dir, fs::absolute(fleet_path).string(), o, self, layout));
+  // The coordinators and gateways read the fleet from where it is (its relative paths
+  // lead from there), not from the cluster's copy.
+  const std::string fleet_abs = fs::absolute(fleet_path).string();
+  MERIDIAN_ASSIGN_OR_RETURN(auto coord, StartCoordinators(dir, fleet_abs, o, self, layout));
   rpc::ChannelSecurity security;
   if (!o.insecure) {
     MERIDIAN_ASSIGN_OR_RETURN(security, client::LoadClusterCredentials(dir.string()));
@@ -1091,8 +1095,8 @@ Status RunUp(const UpOptions& o, std::ostream& out) {
                             StartAgents(dir, fleet, coord.first, self, o.real_gpus, o.insecure, layout, brokers));
   agents += brokers_started;
   int gateways_started = 0;
-  MERIDIAN_ASSIGN_OR_RETURN(auto gateways, StartGateways(dir, fleet, fs::absolute(fleet_path).string(), coord.first,
-                                                         self, o, layout, &gateways_started));
+  MERIDIAN_ASSIGN_OR_RETURN(auto gateways,
+                            StartGateways(dir, fleet, fleet_abs, coord.first, self, o, layout, &gateways_started));
   agents += gateways_started;
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<model::NodeView> nodes,
                             WaitForNodes(coord.first, security, fleet.fleet.nodes.size(), dir));

@@ -23,7 +23,7 @@ StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_
 StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def);
 // Refuses a working set of `need` bytes, before any of it is allocated, where it is
 // more than the task may hold in its agent's memory (ctx.host_memory_bytes); `what`
-// says what needs it ("sort: 5000000 values").
+// says what needs it ("5000000 values to sort").
 Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what);
 // The device the task was given: its GPU when it has one, else the CPU.
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx);

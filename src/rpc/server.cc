@@ -184,7 +184,7 @@ class PushSink final : public StreamSink<T> {
       pending_ = std::move(item);
     }
     item = T{};
-    if (!writing_) WriteNext(lock);
+    if (!writing()) WriteNext(lock);
     return true;
   }
   void Close(const Status& status) override { End(ToGrpc(status), false); }
@@ -199,7 +199,6 @@ class PushSink final : public StreamSink<T> {
     if (!ok) gone_ = true;
     write_done_ = true;
     if (!write_returned_) return;  // its StartWrite goes on once it returns
-    writing_ = false;
     if (!gone_ && pending_) {
       WriteNext(lock);
     } else {
@@ -227,7 +226,6 @@ class PushSink final : public StreamSink<T> {
       out_.Clear();
       ToProto(*pending_, &out_);
       pending_.reset();
-      writing_ = true;
       write_done_ = false;
       write_returned_ = false;
       lock.unlock();
@@ -235,27 +233,29 @@ class PushSink final : public StreamSink<T> {
       lock.lock();
       write_returned_ = true;
       if (!write_done_) return;  // WriteDone goes on
-      writing_ = false;
     } while (!gone_ && pending_);
     FinishIfIdle(lock);
   }
   void FinishIfIdle(std::unique_lock<std::mutex>& lock) {
-    if (writing_ || finished_ || !closing_) return;
+    if (writing() || finished_ || !closing_) return;
     finished_ = true;
     const grpc::Status status = end_status_;
     lock.unlock();
     reactor_->Finish(status);
   }
 
+  // A write is in flight (out_ is its message) until gRPC has said it is done and its
+  // StartWrite has returned; with no write yet, both hold.
+  bool writing() const { return !write_done_ || !write_returned_; }
+
   mutable std::mutex mu_;
   Reactor* const reactor_;
   std::optional<T> pending_;
-  bool writing_ = false;         // a write in flight (out_ is its message)
-  bool write_done_ = false;      // gRPC said the write in flight is done
-  bool write_returned_ = false;  // the StartWrite of the write in flight returned
-  bool closing_ = false;         // takes nothing more; finishes once pending_ is written
-  bool gone_ = false;            // the reader is gone: finishes after the write in flight
-  bool finished_ = false;        // Finish called: the reactor may be gone
+  bool write_done_ = true;
+  bool write_returned_ = true;
+  bool closing_ = false;   // takes nothing more; finishes once pending_ is written
+  bool gone_ = false;      // the reader is gone: finishes after the write in flight
+  bool finished_ = false;  // Finish called: the reactor may be gone
   grpc::Status end_status_;
   Proto out_;
 };
