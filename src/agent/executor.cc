@@ -22,6 +22,7 @@
 #include "common/units.h"
 #include "agent/gang.h"
 #include "kernels/kernel.h"
+#include "kernels/kernel_args.h"
 #include "model/stream.h"
 
 namespace meridian::agent {
@@ -318,8 +319,19 @@ std::vector<StatusOr<FetchedInput>> Executor::FetchAll(const std::vector<const m
   return got;
 }
 
-bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u) {
+bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u,
+                            int64_t host_memory) {
   const model::TaskAssignment& a = task.assignment;
+  // Refuses inputs of `bytes` (fetched or not) past host_memory.
+  auto too_big = [&](int64_t bytes) {
+    if (host_memory < 0 || bytes <= host_memory) return false;
+    u.kind = model::UpdateKind::kFailed;
+    u.reason = fmt::format(
+        "kernel {}: {}", a.kernel,
+        kernels::HostMemoryError(fmt::format("its inputs need {}", FormatBytes(bytes)), bytes, host_memory).message());
+    inputs.clear();
+    return true;
+  };
   struct Want {
     const model::ObjectLocation* object;
     std::string what;
@@ -346,6 +358,13 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
       if (from != options_.site) inline_bytes[from] += static_cast<int64_t>(a.inputs[i].size());
     }
   }
+  int64_t held = 0;  // the inputs' bytes: those inline, then those fetched
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    if (i >= a.dep_objects.size() || a.dep_objects[i].id.empty()) held += static_cast<int64_t>(a.inputs[i].size());
+  }
+  int64_t recorded = held;
+  for (const Want& w : wants) recorded += std::max<int64_t>(w.object->size, 0);
+  if (too_big(recorded)) return false;
   if (options_.pace_inline && !inline_bytes.empty()) options_.pace_inline(inline_bytes, task.stop);
   if (wants.empty()) return true;
   if (!options_.fetch) {
@@ -357,6 +376,13 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
   for (const Want& w : wants) objects.push_back(w.object);
   std::vector<std::vector<std::string>> damaged(wants.size());
   std::vector<StatusOr<FetchedInput>> got = FetchAll(objects, task.stop, damaged);
+  for (const StatusOr<FetchedInput>& g : got) held += g.ok() ? static_cast<int64_t>(g->data.size()) : 0;
+  if (too_big(held)) {  // larger than recorded: refused before it is copied
+    for (const StatusOr<FetchedInput>& g : got) {
+      if (g.ok()) u.transfers.push_back(g->transfer);
+    }
+    return false;
+  }
   std::string lost_reason, failed_reason;
   for (size_t i = 0; i < wants.size(); ++i) {
     if (got[i].ok()) {
@@ -446,18 +472,20 @@ void Executor::RunKernel(Running_& task) {
   u.key = a.key;
   const kernels::KernelInfo* kernel = kernels::FindKernel(a.kernel);
   std::vector<std::string> inputs;
+  // What the task may hold in the agent (kernels run in its process): its inputs and
+  // the kernel's working set together.
+  const int64_t host_memory =
+      a.allocation.memory_bytes > 0 ? a.allocation.memory_bytes : kernels::kDefaultKernelMemoryBytes;
   if (task.stop.load()) {
     u.kind = model::UpdateKind::kCancelled;
     u.reason = "cancelled before it started";
   } else if (kernel == nullptr) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
-  } else if (GatherInputs(task, inputs, u)) {
+  } else if (GatherInputs(task, inputs, u, host_memory)) {
     if (!a.checkpoint.id.empty()) inputs.pop_back();  // kernels make no checkpoints
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
-    const int64_t host_memory =
-        a.allocation.memory_bytes > 0 ? a.allocation.memory_bytes : kernels::kDefaultKernelMemoryBytes;
     StatusOr<std::string> out = kernel->run(
         kernels::KernelContext{a.args, inputs, a.index, task.stop, gpu, KernelMemory(a.allocation), host_memory});
     if (task.stop.load()) {

@@ -148,7 +148,11 @@ class Executor {
   // those that are objects several at a time. False when the task cannot run, with
   // `u` saying why: cancelled, failed, or cancelled with `lost_inputs` when an input
   // could not be read from any replica. `u.transfers` says what moved either way.
-  bool GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u);
+  // A kernel's inputs are held in the agent's memory: past `host_memory` bytes (-1:
+  // no bound) the task fails, by their recorded sizes before any is fetched and by
+  // what arrived before it is copied.
+  bool GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u,
+                    int64_t host_memory = -1);
   // Each object here: small ones together where fetch_together can, the rest one a
   // call, several at once. damaged[i] gets the holders found bad for objects[i].
   std::vector<StatusOr<FetchedInput>> FetchAll(const std::vector<const model::ObjectLocation*>& objects,

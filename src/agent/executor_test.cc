@@ -175,6 +175,52 @@ TEST_F(ExecutorTest, AKernelTaskHoldsItsMemoryRequestOrOneGibInTheAgent) {
                         "{memory: 4MiB}");
 }
 
+TEST_F(ExecutorTest, AKernelTasksInputsCountAgainstWhatItMayHoldInTheAgent) {
+  // A kernel holds its inputs whole in the agent's memory. Inputs recorded as more
+  // than the task may hold are not fetched; inputs that arrive larger than recorded
+  // are refused before they are copied. They once ran whatever their size.
+  std::mutex m;
+  std::vector<std::string> fetched;
+  Reset(
+      [&](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>*) -> StatusOr<FetchedInput> {
+        {
+          std::lock_guard<std::mutex> lock(m);
+          fetched.push_back(o.id);
+        }
+        auto keep = std::make_shared<std::string>(o.id == "understated" ? std::string((3 << 20) - 1, ' ') + "7" : "1 2 3\n");
+        return FetchedInput{keep, *keep, model::InputTransfer{o.id, "s2", "s1", static_cast<int64_t>(keep->size()), 0}};
+      },
+      nullptr);
+  const int64_t mib = 1 << 20;
+  model::TaskAssignment big = Task(20, {}, "sum");
+  big.allocation.memory_bytes = 2 * mib;
+  big.input_objects = {{"a", "", 3 * mib / 2, {}}, {"b", "part-b", 3 * mib / 2, {}}};
+  model::TaskAssignment understated = Task(21, {}, "sum");
+  understated.allocation.memory_bytes = 2 * mib;
+  understated.input_objects = {{"understated", "", 6, {}}};
+  // No memory asked: 1 GiB, for an object and an input inline alike.
+  model::TaskAssignment fits = Task(22, {}, "sum");
+  fits.input_objects = {{"small", "", 6, {}}};
+  fits.inputs = {"10"};
+  for (const model::TaskAssignment* a : {&big, &understated, &fits}) ASSERT_TRUE(exec_->Start(*a));
+  const std::string why = " (its resources' memory, 1 GiB when it asks for none): ask for it with resources: ";
+  model::TaskUpdate refused = Final(big.key);
+  EXPECT_EQ(refused.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(refused.reason, "kernel sum: its inputs need 3 MiB; this task may hold 2 MiB" + why + "{memory: 3MiB}");
+  EXPECT_TRUE(refused.transfers.empty());
+  model::TaskUpdate larger = Final(understated.key);
+  EXPECT_EQ(larger.kind, model::UpdateKind::kFailed);
+  EXPECT_EQ(larger.reason, "kernel sum: its inputs need 3 MiB; this task may hold 2 MiB" + why + "{memory: 3MiB}");
+  ASSERT_EQ(larger.transfers.size(), 1u);  // it did move
+  EXPECT_EQ(larger.transfers[0].bytes, 3 * mib);
+  model::TaskUpdate ran = Final(fits.key);
+  EXPECT_EQ(ran.kind, model::UpdateKind::kSucceeded) << ran.reason;
+  EXPECT_EQ(ran.output, "16");
+  std::lock_guard<std::mutex> lock(m);
+  std::sort(fetched.begin(), fetched.end());
+  EXPECT_EQ(fetched, (std::vector<std::string>{"small", "understated"}));
+}
+
 TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {
   model::TaskAssignment a = Task(3, {"sh", "-c", "echo $MERIDIAN_TASK_INDEX $MERIDIAN_ARG_MY_ARG; cat $MERIDIAN_INPUTS/0"});
   a.args = {{"my-arg", "x"}};

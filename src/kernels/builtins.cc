@@ -20,6 +20,12 @@ namespace {
 constexpr std::string_view kHistogramHeader = "histogram ";
 constexpr std::string_view kWordCountHeader = "wordcount\n";
 constexpr int64_t kMaxGenerated = 100'000'000;
+// What wordcount counts for each distinct word beside its text: the hash map's node
+// and bucket, and the word's place in the sorted list.
+constexpr int64_t kWordBytes = 128;
+// What logstats counts for each distinct service and status beside their text: the
+// map's node and its counts.
+constexpr int64_t kStatsKeyBytes = 192;
 
 // Calls fn(token) for each whitespace-separated token of `text`.
 template <typename Fn>
@@ -34,8 +40,54 @@ Status ForEachToken(std::string_view text, Fn&& fn) {
   return OkStatus();
 }
 
+// What a kernel's table of distinct keys (words, services) makes its task hold
+// beside its inputs, counted as each new key comes and refused once past what the
+// task may hold.
+class KeyBudget {
+ public:
+  KeyBudget(const KernelContext& ctx, int64_t per_key, std::string_view keys)
+      : ctx_(ctx), inputs_(InputBytes(ctx)), per_key_(per_key), keys_(keys) {}
+  // One more key, holding `text` bytes of text beside per_key.
+  Status Added(int64_t text) {
+    held_ += per_key_ + text;
+    ++count_;
+    if (ctx_.host_memory_bytes < 0 || held_ + inputs_ <= ctx_.host_memory_bytes) return OkStatus();
+    return CheckHostMemory(ctx_, held_, fmt::format("{} {}", count_, keys_));
+  }
+
+ private:
+  const KernelContext& ctx_;
+  const int64_t inputs_;
+  const int64_t per_key_;
+  const std::string_view keys_;
+  int64_t held_ = 0;
+  int64_t count_ = 0;
+};
+
+// How many whitespace-separated tokens `text` has.
+int64_t CountTokens(std::string_view text) {
+  int64_t n = 0;
+  bool in_token = false;
+  for (char c : text) {
+    const bool space = std::isspace(static_cast<unsigned char>(c));
+    if (!space && !in_token) ++n;
+    in_token = !space;
+  }
+  return n;
+}
+
+// Refuses `count` numbers parsed from the inputs (8 bytes each) where the task may
+// not hold them beside the inputs, before any is parsed.
+Status CheckInputValues(const KernelContext& ctx, int64_t count) {
+  return CheckHostMemory(ctx, count * 8, fmt::format("{} input values", count));
+}
+
 StatusOr<std::vector<int64_t>> InputInts(const KernelContext& ctx) {
+  int64_t count = 0;
+  for (const std::string& in : ctx.inputs) count += CountTokens(in);
+  MERIDIAN_RETURN_IF_ERROR(CheckInputValues(ctx, count));
   std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     MERIDIAN_RETURN_IF_ERROR(ForEachToken(ctx.inputs[k], [&](std::string_view tok) -> Status {
       MERIDIAN_ASSIGN_OR_RETURN(int64_t v, ParseInt(tok, fmt::format("input {}", k)));
@@ -166,6 +218,12 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
   int64_t outside = 0;
   std::vector<double> values;
   const std::string header = fmt::format("histogram bins={} min={} max={}", bins, lo, hi);
+  int64_t raw = 0;  // values to parse from inputs that are not partial histograms
+  for (const std::string& in : ctx.inputs) {
+    if (in.compare(0, kHistogramHeader.size(), kHistogramHeader) != 0) raw += CountTokens(in);
+  }
+  MERIDIAN_RETURN_IF_ERROR(CheckInputValues(ctx, raw));
+  values.reserve(static_cast<size_t>(raw));
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     std::string_view in = ctx.inputs[k];
     if (in.substr(0, kHistogramHeader.size()) == kHistogramHeader) {
@@ -180,15 +238,18 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
         MERIDIAN_ASSIGN_OR_RETURN(int64_t o, ParseCount(first.substr(pos + 9), fmt::format("input {} outside", k)));
         if (!AddTo(outside, o)) return CountsOverflow(k);
       }
+      // Three fields a bin; more are refused as they come, not gathered first.
+      const Status wrong_bins = InvalidArgumentError(fmt::format("input {}: expected {} bins", k, bins));
+      const size_t want = static_cast<size_t>(bins) * 3;
       std::vector<std::string_view> fields;
+      fields.reserve(want);
       MERIDIAN_RETURN_IF_ERROR(ForEachToken(eol == std::string_view::npos ? "" : in.substr(eol + 1),
                                             [&](std::string_view tok) -> Status {
+                                              if (fields.size() == want) return wrong_bins;
                                               fields.push_back(tok);
                                               return OkStatus();
                                             }));
-      if (fields.size() != static_cast<size_t>(bins) * 3) {
-        return InvalidArgumentError(fmt::format("input {}: expected {} bins", k, bins));
-      }
+      if (fields.size() != want) return wrong_bins;
       for (int64_t b = 0; b < bins; ++b) {
         MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseCount(fields[b * 3 + 2], fmt::format("input {} bin {}", k, b)));
         if (!AddTo(counts[b], c)) return CountsOverflow(k);
@@ -219,36 +280,51 @@ StatusOr<std::string> Histogram(const KernelContext& ctx) {
 StatusOr<std::string> WordCount(const KernelContext& ctx) {
   MERIDIAN_RETURN_IF_ERROR(CheckArgs(ctx, "wordcount", {"text"}));
   std::unordered_map<std::string, int64_t> counts;
-  auto count_text = [&](std::string_view text) {
+  // Each new word holds kWordBytes and its text three times (the key, its sorted
+  // copy and its line out).
+  KeyBudget budget(ctx, kWordBytes, "distinct words");
+  auto count_of = [&](std::string word) -> StatusOr<int64_t*> {
+    const int64_t size = static_cast<int64_t>(word.size());
+    auto [it, added] = counts.try_emplace(std::move(word), 0);
+    if (added) MERIDIAN_RETURN_IF_ERROR(budget.Added(3 * size));
+    return &it->second;
+  };
+  auto count_text = [&](std::string_view text) -> Status {
     std::string word;
     for (size_t i = 0; i <= text.size(); ++i) {
       unsigned char c = i < text.size() ? static_cast<unsigned char>(text[i]) : ' ';
       if (std::isalnum(c) || c == '_' || c >= 0x80) {
         word.push_back(static_cast<char>(std::tolower(c)));
       } else if (!word.empty()) {
-        ++counts[word];
+        MERIDIAN_ASSIGN_OR_RETURN(int64_t* n, count_of(std::move(word)));
+        ++*n;
         word.clear();
       }
     }
+    return OkStatus();
   };
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     std::string_view in = ctx.inputs[k];
     if (in.substr(0, kWordCountHeader.size()) != kWordCountHeader) {
-      count_text(in);
+      MERIDIAN_RETURN_IF_ERROR(count_text(in));
       continue;
     }
-    std::vector<std::string_view> fields;
+    // A merged count: words and their counts in turn, each pair added as it comes.
+    std::string_view word;
     MERIDIAN_RETURN_IF_ERROR(ForEachToken(in.substr(kWordCountHeader.size()), [&](std::string_view tok) -> Status {
-      fields.push_back(tok);
+      if (word.empty()) {
+        word = tok;
+        return OkStatus();
+      }
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseCount(tok, fmt::format("input {} count of '{}'", k, word)));
+      MERIDIAN_ASSIGN_OR_RETURN(int64_t* n, count_of(std::string(word)));
+      if (!AddTo(*n, c)) return CountsOverflow(k);
+      word = {};
       return OkStatus();
     }));
-    if (fields.size() % 2 != 0) return InvalidArgumentError(fmt::format("input {}: a word count must pair words with counts", k));
-    for (size_t f = 0; f < fields.size(); f += 2) {
-      MERIDIAN_ASSIGN_OR_RETURN(int64_t c, ParseCount(fields[f + 1], fmt::format("input {} count of '{}'", k, fields[f])));
-      if (!AddTo(counts[std::string(fields[f])], c)) return CountsOverflow(k);
-    }
+    if (!word.empty()) return InvalidArgumentError(fmt::format("input {}: a word count must pair words with counts", k));
   }
-  if (auto it = ctx.args.find("text"); it != ctx.args.end()) count_text(it->second);
+  if (auto it = ctx.args.find("text"); it != ctx.args.end()) MERIDIAN_RETURN_IF_ERROR(count_text(it->second));
   std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first < b.first;
@@ -264,6 +340,14 @@ StatusOr<std::string> LogStats(const KernelContext& ctx) {
     int64_t count = 0, latency_sum = 0, latency_max = 0, bytes = 0;
   };
   std::map<std::pair<std::string, std::string>, Stats> by_key;
+  // Each new service and status holds kStatsKeyBytes and their text twice (the key
+  // and its line out).
+  KeyBudget budget(ctx, kStatsKeyBytes, "distinct services and statuses");
+  auto stats_of = [&](std::string_view service, std::string_view status) -> StatusOr<Stats*> {
+    auto [it, added] = by_key.try_emplace({std::string(service), std::string(status)});
+    if (added) MERIDIAN_RETURN_IF_ERROR(budget.Added(2 * static_cast<int64_t>(service.size() + status.size())));
+    return &it->second;
+  };
   int64_t lines = 0, bad = 0;
   auto fields_of = [](std::string_view line) {
     std::vector<std::string_view> f;
@@ -315,7 +399,8 @@ StatusOr<std::string> LogStats(const KernelContext& ctx) {
             !number(f[4], &add.bytes) || !number(f[5], &add.latency_max)) {
           return InvalidArgumentError(fmt::format("input {}: '{}' is not a logstats row", k, line));
         }
-        Stats& s = by_key[{std::string(f[0]), std::string(f[1])}];
+        MERIDIAN_ASSIGN_OR_RETURN(Stats* held, stats_of(f[0], f[1]));
+        Stats& s = *held;
         if (!AddTo(s.count, add.count) || !AddTo(s.latency_sum, add.latency_sum) || !AddTo(s.bytes, add.bytes)) {
           return CountsOverflow(k);
         }
@@ -329,7 +414,8 @@ StatusOr<std::string> LogStats(const KernelContext& ctx) {
         if (!AddTo(bad, 1)) return CountsOverflow(k);
         continue;
       }
-      Stats& s = by_key[{std::string(f[1]), std::string(f[2])}];
+      MERIDIAN_ASSIGN_OR_RETURN(Stats* held, stats_of(f[1], f[2]));
+      Stats& s = *held;
       if (!AddTo(s.count, 1) || !AddTo(s.latency_sum, latency) || !AddTo(s.bytes, bytes)) return CountsOverflow(k);
       s.latency_max = std::max(s.latency_max, latency);
     }

@@ -61,13 +61,27 @@ StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, doub
   return ParseDouble(it->second, fmt::format("argument '{}'", name));
 }
 
+int64_t InputBytes(const KernelContext& ctx) {
+  int64_t total = 0;
+  for (const std::string& in : ctx.inputs) total += static_cast<int64_t>(in.size());
+  return total;
+}
+
 Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what) {
-  if (ctx.host_memory_bytes < 0 || need <= ctx.host_memory_bytes) return OkStatus();
-  const int64_t mib = (need + kMiB - 1) / kMiB;
+  if (ctx.host_memory_bytes < 0) return OkStatus();
+  const int64_t inputs = InputBytes(ctx);
+  if (need + inputs <= ctx.host_memory_bytes) return OkStatus();
+  const std::string beside = inputs > 0 ? fmt::format(" beside its inputs' {}", FormatBytes(inputs)) : "";
+  return HostMemoryError(fmt::format("{} need {}{}", what, FormatBytes(need), beside), need + inputs,
+                         ctx.host_memory_bytes);
+}
+
+Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold) {
+  const int64_t mib = (total + kMiB - 1) / kMiB;
   return ResourceExhaustedError(fmt::format(
-      "{} need {}; this task may hold {} (its resources' memory, {} when it asks for none): ask for it with "
+      "{}; this task may hold {} (its resources' memory, {} when it asks for none): ask for it with "
       "resources: {{memory: {}MiB}}",
-      what, FormatBytes(need), FormatBytes(ctx.host_memory_bytes), FormatBytes(kDefaultKernelMemoryBytes), mib));
+      need, FormatBytes(may_hold), FormatBytes(kDefaultKernelMemoryBytes), mib));
 }
 
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx) {

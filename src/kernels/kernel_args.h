@@ -21,10 +21,15 @@ StatusOr<double> ParseDouble(std::string_view text, std::string_view what);
 // Argument `name` as an integer in [min, max], or `def` when absent.
 StatusOr<int64_t> ArgInt(const KernelContext& ctx, std::string_view name, int64_t def, int64_t min, int64_t max);
 StatusOr<double> ArgDouble(const KernelContext& ctx, std::string_view name, double def);
-// Refuses a working set of `need` bytes, before any of it is allocated, where it is
-// more than the task may hold in its agent's memory (ctx.host_memory_bytes); `what`
-// says what needs it ("5000000 values to sort").
+// The bytes of the task's inputs: the kernel holds them whole while it runs.
+int64_t InputBytes(const KernelContext& ctx);
+// Refuses a working set of `need` bytes, before any of it is allocated, where it and
+// the task's inputs are more than the task may hold in its agent's memory
+// (ctx.host_memory_bytes); `what` says what needs it ("5000000 values to sort").
 Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what);
+// The error for a task that would hold `total` bytes where it may hold `may_hold`,
+// with the memory to ask for; `need` says what needs them ("its inputs need 2 MiB").
+Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold);
 // The device the task was given: its GPU when it has one, else the CPU.
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx);
 

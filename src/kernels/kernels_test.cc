@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "common/env.h"
 #include "kernels/devices.h"
 #include "kernels/generate.h"
@@ -66,13 +68,14 @@ TEST(KernelsTest, SortOrdersValuesAndSummarises) {
 TEST(KernelsTest, SortAndMatMulHoldNoMoreThanTheirTaskMay) {
   const std::string why = " (its resources' memory, 1 GiB when it asks for none): ask for it with resources: ";
   KernelRun r;
-  r.inputs = {"5 -2 9", "0"};  // 4 values of 8 bytes, and "5\n-2\n9\n0\n"
-  r.host_memory_bytes = 41;
+  // 4 values of 8 bytes, and "5\n-2\n9\n0\n", beside the 7 bytes of the inputs.
+  r.inputs = {"5 -2 9", "0"};
+  r.host_memory_bytes = 48;
   EXPECT_EQ(*r("sort"), "-2\n0\n5\n9\n");
-  r.host_memory_bytes = 40;
-  EXPECT_EQ(r("sort").status().message(),
-            "4 values to sort and write out need 41 B; this task may hold 40 B" + why + "{memory: 1MiB}");
-  r.host_memory_bytes = 32;  // the summary writes no values out
+  r.host_memory_bytes = 47;
+  EXPECT_EQ(r("sort").status().message(), "4 values to sort and write out need 41 B beside its inputs' 7 B; this task "
+                                          "may hold 47 B" + why + "{memory: 1MiB}");
+  r.host_memory_bytes = 39;  // the summary writes no values out
   r.args = {{"output", "summary"}};
   EXPECT_EQ(*r("sort"), "count=4 min=-2 max=9 sum=12");
   // Generated values are written at the widest their range allows: "-1000\n".
@@ -100,6 +103,52 @@ TEST(KernelsTest, SortAndMatMulHoldNoMoreThanTheirTaskMay) {
             "three 256 x 256 matrices need 1.5 MiB; this task may hold 1 MiB" + why + "{memory: 2MiB}");
   m.host_memory_bytes = 3 * 256 * 256 * 8;
   EXPECT_TRUE(m("matmul").ok());
+}
+
+// A kernel holds its inputs whole, and what it parses from them beside: both count
+// against the task, checked before the values are parsed, or as each new key comes.
+TEST(KernelsTest, InputsAndWhatTheyParseToCountAgainstTheTask) {
+  const std::string why = " (its resources' memory, 1 GiB when it asks for none): ask for it with resources: ";
+  KernelRun sum;
+  sum.inputs = {"1 2 3", "\n40\n"};  // 9 bytes, 4 values of 8 bytes
+  sum.host_memory_bytes = 41;
+  EXPECT_EQ(*sum("sum"), "46");
+  sum.host_memory_bytes = 40;
+  StatusOr<std::string> refused = sum("sum");
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "4 input values need 32 B beside its inputs' 9 B; this task may hold 40 B" + why + "{memory: 1MiB}");
+  // A histogram's raw values likewise; a partial one's fields are its bins, no more.
+  KernelRun h;
+  h.args = {{"bins", "2"}, {"min", "0"}, {"max", "10"}};
+  h.inputs = {"1 6 9", "histogram bins=2 min=0 max=10 count=1 outside=0\n0 5 1\n5 10 0\n"};
+  const int64_t partial = static_cast<int64_t>(h.inputs[1].size());
+  h.host_memory_bytes = 5 + partial + 24;
+  EXPECT_EQ(*h("histogram"), "histogram bins=2 min=0 max=10 count=4 outside=0\n0 5 2\n5 10 2\n");
+  h.host_memory_bytes = 5 + partial + 23;
+  EXPECT_EQ(h("histogram").status().message(),
+            fmt::format("3 input values need 24 B beside its inputs' {} B; this task may hold {} B", 5 + partial,
+                        28 + partial) + why + "{memory: 1MiB}");
+  h.host_memory_bytes = -1;
+  h.inputs[1] += "10 15 0\n";
+  EXPECT_EQ(h("histogram").status().message(), "input 1: expected 2 bins");
+  // Each distinct word holds 128 bytes and its text three times: "a" and "bb" here.
+  KernelRun w;
+  w.inputs = {"a bb a", "wordcount\nbb 4\n"};  // 6 + 15 bytes
+  w.host_memory_bytes = 21 + 128 + 3 + 128 + 6;
+  EXPECT_EQ(*w("wordcount"), "wordcount\nbb 5\na 2\n");
+  w.host_memory_bytes -= 1;
+  EXPECT_EQ(w("wordcount").status().message(),
+            "2 distinct words need 265 B beside its inputs' 21 B; this task may hold 285 B" + why + "{memory: 1MiB}");
+  // Each distinct service and status holds 192 bytes and their text twice.
+  KernelRun l;
+  l.inputs = {"1 api 200 5 10\n2 api 200 7 10\n3 web 500 1 0\n"};  // 44 bytes
+  l.host_memory_bytes = 44 + 2 * (192 + 12);
+  EXPECT_EQ(*l("logstats"), "logstats lines=3 bad=0\napi 200 2 12 20 7\nweb 500 1 1 0 1\n");
+  l.host_memory_bytes -= 1;
+  EXPECT_EQ(l("logstats").status().message(),
+            "2 distinct services and statuses need 408 B beside its inputs' 44 B; this task may hold 451 B" + why +
+                "{memory: 1MiB}");
 }
 
 TEST(KernelsTest, HistogramsBinAndMerge) {
