@@ -52,7 +52,7 @@ class KeyBudget {
     held_ += per_key_ + text;
     ++count_;
     if (ctx_.host_memory_bytes < 0 || held_ + inputs_ <= ctx_.host_memory_bytes) return OkStatus();
-    return CheckHostMemory(ctx_, held_, fmt::format("{} {}", count_, keys_));
+    return CheckHostMemory(ctx_, held_, fmt::format("{} {}", count_, keys_), /*so_far=*/true);
   }
 
  private:

@@ -67,21 +67,21 @@ int64_t InputBytes(const KernelContext& ctx) {
   return total;
 }
 
-Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what) {
+Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what, bool so_far) {
   if (ctx.host_memory_bytes < 0) return OkStatus();
   const int64_t inputs = InputBytes(ctx);
   if (need + inputs <= ctx.host_memory_bytes) return OkStatus();
   const std::string beside = inputs > 0 ? fmt::format(" beside its inputs' {}", FormatBytes(inputs)) : "";
-  return HostMemoryError(fmt::format("{} need {}{}", what, FormatBytes(need), beside), need + inputs,
-                         ctx.host_memory_bytes);
+  return HostMemoryError(fmt::format("{}{} need {}{}", what, so_far ? " so far" : "", FormatBytes(need), beside),
+                         need + inputs, ctx.host_memory_bytes, so_far);
 }
 
-Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold) {
+Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold, bool so_far) {
   const int64_t mib = (total + kMiB - 1) / kMiB;
-  return ResourceExhaustedError(fmt::format(
-      "{}; this task may hold {} (its resources' memory, {} when it asks for none): ask for it with "
-      "resources: {{memory: {}MiB}}",
-      need, FormatBytes(may_hold), FormatBytes(kDefaultKernelMemoryBytes), mib));
+  const std::string ask = so_far ? fmt::format("ask for more than {}MiB with resources: {{memory: ...}}", mib)
+                                 : fmt::format("ask for it with resources: {{memory: {}MiB}}", mib);
+  return ResourceExhaustedError(fmt::format("{}; this task may hold {} (its resources' memory, {} when it asks for none): {}",
+                                            need, FormatBytes(may_hold), FormatBytes(kDefaultKernelMemoryBytes), ask));
 }
 
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx) {

@@ -26,10 +26,12 @@ int64_t InputBytes(const KernelContext& ctx);
 // Refuses a working set of `need` bytes, before any of it is allocated, where it and
 // the task's inputs are more than the task may hold in its agent's memory
 // (ctx.host_memory_bytes); `what` says what needs it ("5000000 values to sort").
-Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what);
+// `so_far`: what the kernel counted until now, before it has seen all it will need.
+Status CheckHostMemory(const KernelContext& ctx, int64_t need, std::string_view what, bool so_far = false);
 // The error for a task that would hold `total` bytes where it may hold `may_hold`,
 // with the memory to ask for; `need` says what needs them ("its inputs need 2 MiB").
-Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold);
+// `so_far`: `total` is what a kernel counted before it stopped, so it needs more.
+Status HostMemoryError(std::string_view need, int64_t total, int64_t may_hold, bool so_far = false);
 // The device the task was given: its GPU when it has one, else the CPU.
 StatusOr<const Ops*> OpsFor(const KernelContext& ctx);
 
