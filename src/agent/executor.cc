@@ -319,8 +319,7 @@ std::vector<StatusOr<FetchedInput>> Executor::FetchAll(const std::vector<const m
   return got;
 }
 
-bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u,
-                            int64_t host_memory) {
+bool Executor::GatherInputs(Running_& task, const InputSink& sink, model::TaskUpdate& u, int64_t host_memory) {
   const model::TaskAssignment& a = task.assignment;
   // Refuses inputs of `bytes` (fetched or not) past host_memory.
   auto too_big = [&](int64_t bytes) {
@@ -329,8 +328,17 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     u.reason = fmt::format(
         "kernel {}: {}", a.kernel,
         kernels::HostMemoryError(fmt::format("its inputs need {}", FormatBytes(bytes)), bytes, host_memory).message());
-    inputs.clear();
     return true;
+  };
+  // Hands one input to the sink; false, with the task failed saying why, when it
+  // cannot be kept.
+  auto place = [&](size_t slot, std::string_view data) {
+    const Status kept = sink(slot, data);
+    if (kept.ok()) return true;
+    u.kind = model::UpdateKind::kFailed;
+    u.exit_code = 127;
+    u.reason = std::string(kept.message());
+    return false;
   };
   struct Want {
     const model::ObjectLocation* object;
@@ -339,35 +347,32 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
   };
   std::vector<Want> wants;
   std::map<std::string, int64_t> inline_bytes;  // by the site that made them
-  // An earlier attempt's checkpoint comes last (RunCommand takes it off).
-  inputs.assign(a.input_objects.size() + a.inputs.size() + (a.checkpoint.id.empty() ? 0 : 1), std::string());
-  if (!a.checkpoint.id.empty()) wants.push_back({&a.checkpoint, "its checkpoint", inputs.size() - 1});
+  const size_t checkpoint_slot = a.input_objects.size() + a.inputs.size();
+  if (!a.checkpoint.id.empty()) wants.push_back({&a.checkpoint, "its checkpoint", checkpoint_slot});
   for (size_t i = 0; i < a.input_objects.size(); ++i) {
     const model::ObjectLocation& o = a.input_objects[i];
     wants.push_back({&o, fmt::format("input {}", o.name.empty() ? o.id : o.name), i});
   }
+  std::vector<size_t> whole;  // of a.inputs: those whole in the assignment
+  int64_t held = 0;           // the inputs' bytes: those inline, then those fetched
   for (size_t i = 0; i < a.inputs.size(); ++i) {
     const size_t slot = a.input_objects.size() + i;
     if (i < a.dep_objects.size() && !a.dep_objects[i].id.empty()) {
       wants.push_back({&a.dep_objects[i], fmt::format("the output of {}", a.dep_objects[i].name), slot});
       continue;
     }
-    inputs[slot] = a.inputs[i];  // whole in the assignment
+    whole.push_back(i);
+    held += static_cast<int64_t>(a.inputs[i].size());
     if (i < a.dep_objects.size() && !a.dep_objects[i].replicas.empty()) {
       const std::string& from = a.dep_objects[i].replicas.front().site;
       if (from != options_.site) inline_bytes[from] += static_cast<int64_t>(a.inputs[i].size());
     }
   }
-  int64_t held = 0;  // the inputs' bytes: those inline, then those fetched
-  for (size_t i = 0; i < a.inputs.size(); ++i) {
-    if (i >= a.dep_objects.size() || a.dep_objects[i].id.empty()) held += static_cast<int64_t>(a.inputs[i].size());
-  }
   int64_t recorded = held;
   for (const Want& w : wants) recorded += std::max<int64_t>(w.object->size, 0);
   if (too_big(recorded)) return false;
   if (options_.pace_inline && !inline_bytes.empty()) options_.pace_inline(inline_bytes, task.stop);
-  if (wants.empty()) return true;
-  if (!options_.fetch) {
+  if (!wants.empty() && !options_.fetch) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = "this agent cannot fetch input objects";
     return false;
@@ -375,22 +380,17 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
   std::vector<const model::ObjectLocation*> objects;
   for (const Want& w : wants) objects.push_back(w.object);
   std::vector<std::vector<std::string>> damaged(wants.size());
-  std::vector<StatusOr<FetchedInput>> got = FetchAll(objects, task.stop, damaged);
-  for (const StatusOr<FetchedInput>& g : got) held += g.ok() ? static_cast<int64_t>(g->data.size()) : 0;
-  if (too_big(held)) {  // larger than recorded: refused before it is copied
-    for (const StatusOr<FetchedInput>& g : got) {
-      if (g.ok()) u.transfers.push_back(g->transfer);
-    }
-    return false;
+  std::vector<StatusOr<FetchedInput>> got =
+      wants.empty() ? std::vector<StatusOr<FetchedInput>>() : FetchAll(objects, task.stop, damaged);
+  for (const StatusOr<FetchedInput>& g : got) {
+    if (!g.ok()) continue;
+    held += static_cast<int64_t>(g->data.size());
+    u.transfers.push_back(g->transfer);
   }
+  if (too_big(held)) return false;  // larger than recorded: refused before it is kept
   std::string lost_reason, failed_reason;
   for (size_t i = 0; i < wants.size(); ++i) {
-    if (got[i].ok()) {
-      u.transfers.push_back(got[i]->transfer);
-      inputs[wants[i].slot] = std::string(got[i]->data);
-      if (wants[i].object == &a.checkpoint) task.checkpoint_fetched = true;
-      continue;
-    }
+    if (got[i].ok()) continue;
     const Status& s = got[i].status();
     if (wants[i].object == &a.checkpoint && s.code() != StatusCode::kCancelled) {
       // A checkpoint saves work; without it the command starts afresh (or, in a gang,
@@ -411,20 +411,32 @@ bool Executor::GatherInputs(Running_& task, std::vector<std::string>& inputs, mo
     u.kind = model::UpdateKind::kCancelled;
     u.reason = "cancelled before it started";
     u.lost_inputs.clear();
-  } else if (!failed_reason.empty()) {
+    return false;
+  }
+  if (!failed_reason.empty()) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = failed_reason;
     u.lost_inputs.clear();
-  } else if (!lost_reason.empty()) {
+    return false;
+  }
+  if (!lost_reason.empty()) {
     // Not the task's doing: the coordinator finds the input again (another replica,
     // or its producer runs again) and runs this task once it is there.
     u.kind = model::UpdateKind::kCancelled;
     u.reason = fmt::format("input lost: {}", lost_reason);
-  } else {
-    return true;
+    return false;
   }
-  inputs.clear();
-  return false;
+  // All here: each goes to the sink straight from where it arrived (a pinned object
+  // is not copied first).
+  for (size_t i : whole) {
+    if (!place(a.input_objects.size() + i, a.inputs[i])) return false;
+  }
+  for (size_t i = 0; i < wants.size(); ++i) {
+    if (!got[i].ok()) continue;
+    if (!place(wants[i].slot, got[i]->data)) return false;
+    if (wants[i].object == &a.checkpoint) task.checkpoint_fetched = true;
+  }
+  return true;
 }
 
 void Executor::SettleOutput(std::string output, std::string_view what, model::TaskUpdate& u) {
@@ -471,7 +483,12 @@ void Executor::RunKernel(Running_& task) {
   model::TaskUpdate u;
   u.key = a.key;
   const kernels::KernelInfo* kernel = kernels::FindKernel(a.kernel);
-  std::vector<std::string> inputs;
+  // Kernels make no checkpoints: an earlier attempt's (none is expected) is dropped.
+  std::vector<std::string> inputs(a.input_objects.size() + a.inputs.size());
+  auto keep = [&inputs](size_t slot, std::string_view data) {
+    if (slot < inputs.size()) inputs[slot] = std::string(data);
+    return OkStatus();
+  };
   // What the task may hold in the agent (kernels run in its process): its inputs and
   // the kernel's working set together.
   const int64_t host_memory =
@@ -482,8 +499,7 @@ void Executor::RunKernel(Running_& task) {
   } else if (kernel == nullptr) {
     u.kind = model::UpdateKind::kFailed;
     u.reason = fmt::format("this agent has no kernel '{}'", a.kernel);
-  } else if (GatherInputs(task, inputs, u, host_memory)) {
-    if (!a.checkpoint.id.empty()) inputs.pop_back();  // kernels make no checkpoints
+  } else if (GatherInputs(task, keep, u, host_memory)) {
     // A real GPU given to the task runs the kernel's compute; an emulated one does not.
     const int32_t gpu = options_.real_devices && !a.allocation.devices.empty() ? a.allocation.devices.front() : -1;
     StatusOr<std::string> out = kernel->run(
@@ -509,12 +525,24 @@ int TaskUid(int base, const std::string& tenant) {
 
 namespace {
 
+// Writes `data` to a new file of `mode`, all of it: an error names the file and why
+// (a full disk, a file size limit) rather than leaving it cut short.
+Status WriteTaskFile(const std::filesystem::path& path, std::string_view data, mode_t mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return UnavailableError(fmt::format("cannot create {}: {}", path.string(), strerror(errno)));
+  const bool written = WriteAll(fd, data);
+  const int write_errno = errno;
+  const bool closed = close(fd) == 0;
+  if (!written || !closed) {
+    return UnavailableError(fmt::format("cannot write {} to {}: {}", FormatBytes(static_cast<int64_t>(data.size())),
+                                        path.string(), strerror(written ? errno : write_errno)));
+  }
+  return OkStatus();
+}
+
 // Writes `text` to a new file that only its owner may read.
 bool WriteSecretFile(const std::filesystem::path& path, const std::string& text) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return false;
-  const bool written = WriteAll(fd, text);
-  return close(fd) == 0 && written;
+  return WriteTaskFile(path, text, 0600).ok();
 }
 
 // A broker's credentials for a task, its own copies in the task's directory (they
@@ -571,18 +599,22 @@ void Executor::RunCommand(Running_& task) {
   };
   fs::create_directories(dir / "inputs", ec);
   if (!ec) fs::create_directories(dir / "checkpoints", ec);
-  std::vector<std::string> inputs;
-  if (!GatherInputs(task, inputs, u)) {
+  if (ec) {
+    refuse(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+    return;
+  }
+  // Each input straight to its file (an earlier attempt's checkpoint to `checkpoint`),
+  // every byte of it or the task does not start.
+  const size_t input_count = a.input_objects.size() + a.inputs.size();
+  auto write = [&](size_t slot, std::string_view data) {
+    const fs::path path = slot < input_count ? dir / "inputs" / std::to_string(slot) : dir / "checkpoint";
+    return WriteTaskFile(path, data, 0644)
+        .WithPrefix(slot < input_count ? fmt::format("input {}", slot) : std::string("its checkpoint"));
+  };
+  if (!GatherInputs(task, write, u)) {
     fs::remove_all(dir, ec);
     Finish(a.key, std::move(u));
     return;
-  }
-  if (!a.checkpoint.id.empty()) {
-    if (!ec && task.checkpoint_fetched) std::ofstream(dir / "checkpoint", std::ios::binary) << inputs.back();
-    inputs.pop_back();
-  }
-  for (size_t i = 0; i < inputs.size() && !ec; ++i) {
-    std::ofstream(dir / "inputs" / std::to_string(i), std::ios::binary) << inputs[i];
   }
   if (!a.gang.name.empty() && !ec) std::ofstream(dir / "gang-peers", std::ios::binary) << GangPeersText(a.gang);
   const auto mqtt = a.env.find("MERIDIAN_MQTT");
@@ -675,7 +707,7 @@ void Executor::RunCommand(Running_& task) {
   p.env.push_back(fmt::format("MERIDIAN_SITE={}", options_.site));
   p.env.push_back(fmt::format("MERIDIAN_CPU_MILLI={}", a.allocation.cpu_milli));
   p.env.push_back(fmt::format("MERIDIAN_INPUTS={}", (dir / "inputs").string()));
-  p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", inputs.size()));
+  p.env.push_back(fmt::format("MERIDIAN_INPUT_COUNT={}", input_count));
   // Where it may leave a checkpoint (a file `checkpoint`, renamed into place whole),
   // which the agent keeps as an object; and the one an earlier attempt left, if any.
   p.env.push_back(fmt::format("MERIDIAN_CHECKPOINT_DIR={}", (dir / "checkpoints").string()));

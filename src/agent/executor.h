@@ -148,11 +148,14 @@ class Executor {
   // those that are objects several at a time. False when the task cannot run, with
   // `u` saying why: cancelled, failed, or cancelled with `lost_inputs` when an input
   // could not be read from any replica. `u.transfers` says what moved either way.
+  // Once all are here, each goes to `sink` straight from where it arrived: slot i for
+  // the task's input objects then its dependencies' outputs, and an earlier attempt's
+  // checkpoint (when it could be read) after them; a sink's error fails the task.
   // A kernel's inputs are held in the agent's memory: past `host_memory` bytes (-1:
   // no bound) the task fails, by their recorded sizes before any is fetched and by
-  // what arrived before it is copied.
-  bool GatherInputs(Running_& task, std::vector<std::string>& inputs, model::TaskUpdate& u,
-                    int64_t host_memory = -1);
+  // what arrived before it is kept.
+  using InputSink = std::function<Status(size_t slot, std::string_view data)>;
+  bool GatherInputs(Running_& task, const InputSink& sink, model::TaskUpdate& u, int64_t host_memory = -1);
   // Each object here: small ones together where fetch_together can, the rest one a
   // call, several at once. damaged[i] gets the holders found bad for objects[i].
   std::vector<StatusOr<FetchedInput>> FetchAll(const std::vector<const model::ObjectLocation*>& objects,

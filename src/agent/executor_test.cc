@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -219,6 +220,42 @@ TEST_F(ExecutorTest, AKernelTasksInputsCountAgainstWhatItMayHoldInTheAgent) {
   std::lock_guard<std::mutex> lock(m);
   std::sort(fetched.begin(), fetched.end());
   EXPECT_EQ(fetched, (std::vector<std::string>{"small", "understated"}));
+}
+
+TEST_F(ExecutorTest, ACommandDoesNotStartOnAnInputItsFileCouldNotHoldWhole) {
+  // Inputs go to files in the task's directory. A write that fails (a full disk,
+  // here a file size limit of 1 MiB) fails the task naming the input; the command
+  // once ran on the first 1 MiB of its 2 MiB input, none the wiser.
+  Reset(
+      [](const model::ObjectLocation& o, const std::atomic<bool>&, std::vector<std::string>*) -> StatusOr<FetchedInput> {
+        auto keep = std::make_shared<std::string>(2 << 20, 'x');
+        return FetchedInput{keep, *keep, model::InputTransfer{o.id, "s2", "s1", 2 << 20, 0}};
+      },
+      nullptr);
+  model::TaskAssignment a = Task(23, {"sh", "-c", "wc -c < $MERIDIAN_INPUTS/1"});
+  a.inputs = {"small, whole in the assignment"};
+  a.input_objects = {{"big", "", 2 << 20, {}}};
+  model::TaskAssignment fits = Task(24, {"sh", "-c", "wc -c < $MERIDIAN_INPUTS/0"});
+  fits.inputs = {"small, whole in the assignment"};
+  struct rlimit before = {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  struct rlimit limit = before;
+  limit.rlim_cur = 1 << 20;
+  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  ASSERT_TRUE(exec_->Start(a));
+  model::TaskUpdate u = Final(a.key);
+  ASSERT_TRUE(exec_->Start(fits));
+  model::TaskUpdate ran = Final(fits.key);
+  setrlimit(RLIMIT_FSIZE, &before);
+  signal(SIGXFSZ, was);
+  EXPECT_EQ(u.kind, model::UpdateKind::kFailed) << u.output;
+  EXPECT_EQ(u.exit_code, 127);
+  EXPECT_EQ(u.reason, fmt::format("input 0: cannot write 2 MiB to {}/tasks/1-23-1/inputs/0: File too large", dir_.string()));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "tasks" / "1-23-1"));
+  ASSERT_EQ(u.transfers.size(), 1u);  // it did move
+  EXPECT_EQ(ran.kind, model::UpdateKind::kSucceeded) << ran.reason;
+  EXPECT_EQ(ran.output, "30\n");
 }
 
 TEST_F(ExecutorTest, CommandsSeeTheirTaskAndInputsAndReportExitCodes) {
