@@ -549,8 +549,7 @@ bool WriteSecretFile(const std::filesystem::path& path, const std::string& text)
 // become the task's user's with it): STEM.password (0600) and STEM-ca.crt.
 bool WriteBrokerFiles(const std::filesystem::path& dir, const std::string& stem, const SiteBroker& b) {
   if (!WriteSecretFile(dir / (stem + ".password"), b.password + "\n")) return false;
-  if (!b.ca_pem.empty()) std::ofstream(dir / (stem + "-ca.crt"), std::ios::binary) << b.ca_pem;
-  return true;
+  return b.ca_pem.empty() || WriteTaskFile(dir / (stem + "-ca.crt"), b.ca_pem, 0644).ok();
 }
 
 // The variables that name them: PREFIX_URL, PREFIX_USER, PREFIX_PASSWORD_FILE and
@@ -616,7 +615,12 @@ void Executor::RunCommand(Running_& task) {
     Finish(a.key, std::move(u));
     return;
   }
-  if (!a.gang.name.empty() && !ec) std::ofstream(dir / "gang-peers", std::ios::binary) << GangPeersText(a.gang);
+  if (!a.gang.name.empty()) {
+    if (Status written = WriteTaskFile(dir / "gang-peers", GangPeersText(a.gang), 0644); !written.ok()) {
+      refuse(std::string(written.message()));
+      return;
+    }
+  }
   const auto mqtt = a.env.find("MERIDIAN_MQTT");
   const bool wants_broker = mqtt != a.env.end() && mqtt->second == "site";
   if (wants_broker && !ec) {

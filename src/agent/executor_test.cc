@@ -247,8 +247,21 @@ TEST_F(ExecutorTest, ACommandDoesNotStartOnAnInputItsFileCouldNotHoldWhole) {
   model::TaskUpdate u = Final(a.key);
   ASSERT_TRUE(exec_->Start(fits));
   model::TaskUpdate ran = Final(fits.key);
+  // A gang member's list of peers likewise, here past a limit of 16 bytes.
+  model::TaskAssignment member = Task(25, {"sh", "-c", "cat $MERIDIAN_GANG_PEERS"});
+  member.gang.name = "worker";
+  member.gang.rank = 1;
+  member.gang.members = {{"n0", "eu-west", "10.200.1.2"}, {"n1", "factory", "10.200.2.2"}};
+  member.gang.master_addr = "10.200.1.2";
+  member.gang.master_port = 29517;
+  limit.rlim_cur = 16;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  ASSERT_TRUE(exec_->Start(member));
+  model::TaskUpdate peers = Final(member.key);
   setrlimit(RLIMIT_FSIZE, &before);
   signal(SIGXFSZ, was);
+  EXPECT_EQ(peers.kind, model::UpdateKind::kFailed) << peers.output;
+  EXPECT_EQ(peers.reason, fmt::format("cannot write 48 B to {}/tasks/1-25-1/gang-peers: File too large", dir_.string()));
   EXPECT_EQ(u.kind, model::UpdateKind::kFailed) << u.output;
   EXPECT_EQ(u.exit_code, 127);
   EXPECT_EQ(u.reason, fmt::format("input 0: cannot write 2 MiB to {}/tasks/1-23-1/inputs/0: File too large", dir_.string()));
