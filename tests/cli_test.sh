@@ -48,6 +48,14 @@ check "wrong unit" 2 "unit.yaml:5:15: tasks[0].duration: unknown unit 'parsecs'"
 check "bad queue order" 2 "--order: expected fifo, priority or fair" "$bin" plan --fleet $fleet --order lifo examples/jobs/transcode.yaml
 check "plan with no fleet file and no cluster" 3 "no local cluster in $tmp/none (start one with 'meridian up') and no --coordinator HOST:PORT; or plan offline with --fleet FLEET.yaml" env MERIDIAN_HOME="$tmp/none" "$bin" plan examples/jobs/transcode.yaml
 check "plan on a fleet file and a cluster at once" 2 "--fleet excludes --dir" "$bin" plan --fleet $fleet --dir "$tmp" examples/jobs/transcode.yaml
+# A file past what one put carries is refused before any of it is read, or a cluster
+# is asked (sparse: no disk is used). It was once read whole first: 15 GB held after
+# 60 s, or bad_alloc under a memory limit.
+truncate -s 17G "$tmp/huge.bin"
+check "objects put of a file past one put" 2 "$tmp/huge.bin is 17 GiB; one put carries at most 16 GiB: put it as a dataset of smaller shards (meridian data put $tmp/huge.bin --name NAME --shards 2)" env MERIDIAN_HOME="$tmp/none" "$bin" objects put "$tmp/huge.bin"
+check "data put of a shard past one put" 2 "shard 0 (huge.bin) is 17 GiB; one put carries at most 16 GiB: cut the data into smaller shards" env MERIDIAN_HOME="$tmp/none" "$bin" data put "$tmp/huge.bin" --name huge
+rm -f "$tmp/huge.bin"
+check "objects put of a directory" 2 "$tmp: a directory, not a file" env MERIDIAN_HOME="$tmp/none" "$bin" objects put "$tmp"
 check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
 

@@ -131,10 +131,11 @@ TEST(DataPlaneTest, AnObjectOverOneGibMovesBetweenAgentsAtTwoSites) {
   ASSERT_EQ(put.exit_code, 0) << put.err;
   std::filesystem::remove(in);
   // Only the west node has an A100: its agent fetches the shard from east's, checks
-  // every chunk and the id, and hands it to the task.
+  // every chunk and the id, and hands it to the task. A kernel holds its inputs in the
+  // agent: this one asks for the memory (1 GiB, what it gets by default, is too little).
   StatusOr<model::JobView> v = cluster.RunJob(
       "name: pull\ntasks:\n  - name: read\n    kernel: noop\n    map: {over: dataset://big}\n"
-      "    resources: {accelerator: A100}\n");
+      "    resources: {accelerator: A100, memory: 2GiB}\n");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_EQ(v->summary.job.status, model::JobStatus::kSucceeded) << v->summary.job.reason;
   EXPECT_EQ(TaskNamed(*v, "read/0").record.site, "west");

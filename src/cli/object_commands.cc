@@ -16,6 +16,7 @@
 #include "cli/table.h"
 #include "client/client.h"
 #include "client/objects.h"
+#include "common/mapped_file.h"
 #include "common/temp_dir.h"
 #include "common/units.h"
 #include "objects/transfer.h"
@@ -36,17 +37,6 @@ std::string Where(const model::ObjectLocation& l) {
   return out.empty() ? "(lost)" : out;
 }
 
-StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return NotFoundError(fmt::format("{}: no such file", path));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return UnavailableError(fmt::format("{}: cannot open it", path));
-  std::string data(static_cast<size_t>(fs::file_size(path, ec)), '\0');
-  f.read(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!f) return UnavailableError(fmt::format("{}: cannot read it", path));
-  return data;
-}
-
 }  // namespace
 
 namespace {
@@ -55,25 +45,46 @@ using client::FetchedObject;
 using client::FetchObject;
 using client::PutObject;
 
-// A shard to be: its bytes and the site it goes to (empty: the next in turn).
+// One put carries at most objects::kMaxPutBytes: a larger file is refused before any
+// of it is read, with the way to put it.
+Status CheckPutSize(std::string_view what, int64_t size, std::string_view instead) {
+  if (size <= objects::kMaxPutBytes) return OkStatus();
+  return InvalidArgumentError(fmt::format("{} is {}; one put carries at most {}: {}", what, FormatBytes(size),
+                                          FormatBytes(objects::kMaxPutBytes), instead));
+}
+
+// A stretch of a file that goes into a shard.
+struct Piece {
+  std::string path;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// A shard to be: where its bytes are and the site it goes to (empty: the next in
+// turn). Its bytes are read only when it is put, one shard at a time.
 struct ShardPlan {
-  std::string data;
+  std::vector<Piece> pieces;
   std::string site;
   std::string from;  // what it was made of, for the summary
+  int64_t size() const {
+    int64_t n = 0;
+    for (const Piece& p : pieces) n += p.length;
+    return n;
+  }
 };
 
 // Cuts `data` into n pieces of about equal size, each ending at a line end when
-// there is one (records stay whole).
-std::vector<std::string> SplitAtLines(const std::string& data, int n) {
-  std::vector<std::string> out;
+// there is one (records stay whole): each piece's offset and length.
+std::vector<std::pair<int64_t, int64_t>> SplitAtLines(std::string_view data, int n) {
+  std::vector<std::pair<int64_t, int64_t>> out;
   size_t start = 0;
   for (int i = 1; i <= n; ++i) {
     size_t end = i == n ? data.size() : std::max(start, data.size() * static_cast<size_t>(i) / static_cast<size_t>(n));
     if (i < n && end < data.size()) {
       size_t nl = data.find('\n', end);
-      end = nl == std::string::npos ? data.size() : nl + 1;
+      end = nl == std::string_view::npos ? data.size() : nl + 1;
     }
-    out.push_back(data.substr(start, end - start));
+    out.emplace_back(static_cast<int64_t>(start), static_cast<int64_t>(end - start));
     start = end;
   }
   return out;
@@ -97,9 +108,11 @@ StatusOr<std::vector<ShardPlan>> ShardFiles(const std::vector<std::string>& file
   const size_t groups = n > 0 ? static_cast<size_t>(n) : files.size();
   out.resize(std::min(groups, files.size()));
   for (size_t i = 0; i < files.size(); ++i) {
-    MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(files[i]));
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(files[i], ec);
+    if (ec) return UnavailableError(fmt::format("{}: {}", files[i], ec.message()));
     ShardPlan& p = out[i % out.size()];
-    p.data += data;
+    p.pieces.push_back(Piece{files[i], 0, static_cast<int64_t>(size)});
     p.site = site;
     p.from += (p.from.empty() ? "" : " ") + fs::path(files[i]).filename().string();
   }
@@ -127,12 +140,30 @@ StatusOr<std::vector<ShardPlan>> PlanShards(const DataPutOptions& o) {
     MERIDIAN_ASSIGN_OR_RETURN(std::vector<std::string> files, FilesIn(o.path));
     return ShardFiles(files, o.shards, o.site);
   }
-  MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.path));
+  // One file: cut where lines end, found in the mapped file (read, not held).
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(o.path));
   std::vector<ShardPlan> out;
-  for (std::string& piece : SplitAtLines(data, o.shards > 0 ? o.shards : 1)) {
-    out.push_back(ShardPlan{std::move(piece), o.site, fs::path(o.path).filename().string()});
+  for (const auto& [offset, length] : SplitAtLines(file->data(), o.shards > 0 ? o.shards : 1)) {
+    out.push_back(ShardPlan{{Piece{o.path, offset, length}}, o.site, fs::path(o.path).filename().string()});
   }
   return out;
+}
+
+// A shard's bytes: a view of its file where it is one stretch of one, else its
+// files read one after another into `buffer`.
+StatusOr<std::string_view> ShardBytes(const ShardPlan& p, std::unique_ptr<MappedFile>& mapped, std::string& buffer) {
+  buffer.clear();
+  for (const Piece& piece : p.pieces) {
+    MERIDIAN_ASSIGN_OR_RETURN(mapped, MappedFile::Open(piece.path));
+    if (piece.offset + piece.length > mapped->size()) {
+      return UnavailableError(fmt::format("{}: it shrank to {} while it was put", piece.path, FormatBytes(mapped->size())));
+    }
+    const std::string_view bytes = mapped->data().substr(static_cast<size_t>(piece.offset), static_cast<size_t>(piece.length));
+    if (p.pieces.size() == 1) return bytes;
+    buffer.append(bytes);
+  }
+  mapped.reset();
+  return std::string_view(buffer);
 }
 
 }  // namespace
@@ -145,6 +176,11 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
   }
   MERIDIAN_ASSIGN_OR_RETURN(std::vector<ShardPlan> plan, PlanShards(o));
   if (plan.empty()) return InvalidArgumentError(fmt::format("{}: nothing to put (no files)", o.path));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    MERIDIAN_RETURN_IF_ERROR(CheckPutSize(fmt::format("shard {} ({})", i, plan[i].from), plan[i].size(),
+                                          "cut the data into smaller shards (--shards N cuts a file at line ends, "
+                                          "or groups a directory's files)"));
+  }
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
   client::Client& c = *connected;
   // Refuse a taken name before moving any bytes.
@@ -161,9 +197,13 @@ Status RunDataPut(const DataPutOptions& o, std::ostream& out) {
   if (sites.empty()) return UnavailableError("the cluster has no live nodes to hold the shards");
   std::vector<model::HeldObject> shards;
   std::vector<model::ObjectLocation> placed;
+  std::unique_ptr<MappedFile> mapped;
+  std::string buffer;
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string site = !plan[i].site.empty() ? plan[i].site : sites[i % sites.size()];
-    StatusOr<model::ObjectLocation> l = PutObject(c, plan[i].data, site, "", o.from);
+    StatusOr<std::string_view> bytes = ShardBytes(plan[i], mapped, buffer);
+    if (!bytes.ok()) return bytes.status().WithPrefix(fmt::format("shard {} ({})", i, plan[i].from));
+    StatusOr<model::ObjectLocation> l = PutObject(c, *bytes, site, "", o.from);
     if (!l.ok()) return l.status().WithPrefix(fmt::format("shard {} ({})", i, plan[i].from));
     shards.push_back(model::HeldObject{l->id, l->size});
     placed.push_back(*l);
@@ -218,10 +258,14 @@ Status RunDataList(const DataListOptions& o, std::ostream& out) {
 }
 
 Status RunObjectsPut(const ObjectsPutOptions& o, std::ostream& out) {
-  MERIDIAN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(o.file));
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(o.file));
+  MERIDIAN_RETURN_IF_ERROR(CheckPutSize(o.file, file->size(),
+                                        fmt::format("put it as a dataset of smaller shards (meridian data put {} --name "
+                                                    "NAME --shards {})",
+                                                    o.file, (file->size() + objects::kMaxPutBytes - 1) / objects::kMaxPutBytes)));
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> connected, ConnectClient(o.target));
   client::Client& c = *connected;
-  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, data, o.site, o.name, o.from));
+  MERIDIAN_ASSIGN_OR_RETURN(model::ObjectLocation l, PutObject(c, file->data(), o.site, o.name, o.from));
   if (o.json) {
     out << JsonText(LocationJson(l)) << '\n';
     return OkStatus();

@@ -60,6 +60,10 @@
 
 namespace meridian::objects {
 
+// What one put carries at most, by default (TransferServerOptions::max_put_bytes):
+// clients refuse a larger file before reading it.
+inline constexpr int64_t kMaxPutBytes = int64_t{16} << 30;
+
 struct LinkShape {
   int64_t rtt_us = 0;
   int64_t bandwidth_bps = 0;  // 0: unshaped
@@ -94,7 +98,7 @@ struct TransferServerOptions {
   // memory is taken for it.
   int max_connections = 256;
   int64_t idle_timeout_us = 60'000'000;
-  int64_t max_put_bytes = int64_t{16} << 30;
+  int64_t max_put_bytes = kMaxPutBytes;
   int64_t max_put_in_flight_bytes = int64_t{16} << 30;
   // The file of link clocks shared by every agent of the cluster (LinkClocks), so
   // that all senders from one site to another share that link's bandwidth. Empty:
