@@ -171,6 +171,10 @@ Status SimAgents::Agent::Register() {
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(ctx, kCallTimeoutUs);
+  // Through a connection that failed (a coordinator not yet listening, or a connect
+  // that failed under load): gRPC connects again within its backoff, up to the
+  // deadline, where a fail-fast call would end the run at once.
+  ctx.set_wait_for_ready(true);
   grpc::Status s = stub->Register(&ctx, req, &resp);
   if (!s.ok()) return FromGrpc(s).WithPrefix(fmt::format("register {} with {}", name, options->coordinator));
   std::lock_guard<std::mutex> lock(mu);
