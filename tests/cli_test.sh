@@ -56,6 +56,12 @@ check "objects put of a file past one put" 2 "$tmp/huge.bin is 17 GiB; one put c
 check "data put of a shard past one put" 2 "shard 0 (huge.bin) is 17 GiB; one put carries at most 16 GiB: cut the data into smaller shards" env MERIDIAN_HOME="$tmp/none" "$bin" data put "$tmp/huge.bin" --name huge
 rm -f "$tmp/huge.bin"
 check "objects put of a directory" 2 "$tmp: a directory, not a file" env MERIDIAN_HOME="$tmp/none" "$bin" objects put "$tmp"
+# A file that a full disk cuts short (here a file size limit of 512 bytes) is an error
+# naming it: `certs init` once said it made the CA, exit 0, with its ca.crt cut to
+# 512 bytes (a buffered stream's last write, at its close, went unchecked).
+check "certs init on a disk that fills" 3 "/certs-full/ca.crt.tmp: File too large" \
+  bash --posix -c "trap '' XFSZ; ulimit -f 1; exec \"\$0\" certs init --dir \"\$1\"" "$bin" "$tmp/certs-full"
+[ -e "$tmp/certs-full/ca.crt" ] && bad "certs init on a disk that fills left a ca.crt"
 check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/files.h"
 #include "common/logging.h"
 #include "common/parallel.h"
 #include "common/units.h"
@@ -16,19 +17,6 @@
 
 namespace meridian::agent {
 namespace {
-
-Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text << '\n';
-    if (!out) return UnavailableError("cannot write " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return UnavailableError(ec.message());
-  return OkStatus();
-}
 
 // Inputs this small that one holder has are fetched in one batch (one round trip on
 // the link for all); larger ones one by one, several at once.
@@ -378,7 +366,7 @@ Status Agent::RegisterLocked(std::unique_lock<std::mutex>& lock) {
   reports_.Registered(reg);
   node_id_ = reply->node_id;
   session_ = reply->session;
-  if (Status saved = WriteTextFile(SessionFile(), std::to_string(session_)); !saved.ok()) {
+  if (Status saved = WriteFileAtomically(SessionFile(), std::to_string(session_) + "\n"); !saved.ok()) {
     MERIDIAN_LOG_WARN("cannot keep the session in {}: {}", SessionFile(), saved.message());
   }
   if (transfer_) {

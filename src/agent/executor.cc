@@ -19,6 +19,7 @@
 #include "common/net.h"
 #include "common/parallel.h"
 #include "common/subprocess.h"
+#include "common/files.h"
 #include "common/units.h"
 #include "agent/gang.h"
 #include "kernels/kernel.h"
@@ -525,31 +526,16 @@ int TaskUid(int base, const std::string& tenant) {
 
 namespace {
 
-// Writes `data` to a new file of `mode`, all of it: an error names the file and why
-// (a full disk, a file size limit) rather than leaving it cut short.
-Status WriteTaskFile(const std::filesystem::path& path, std::string_view data, mode_t mode) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) return UnavailableError(fmt::format("cannot create {}: {}", path.string(), strerror(errno)));
-  const bool written = WriteAll(fd, data);
-  const int write_errno = errno;
-  const bool closed = close(fd) == 0;
-  if (!written || !closed) {
-    return UnavailableError(fmt::format("cannot write {} to {}: {}", FormatBytes(static_cast<int64_t>(data.size())),
-                                        path.string(), strerror(written ? errno : write_errno)));
-  }
-  return OkStatus();
-}
-
 // Writes `text` to a new file that only its owner may read.
 bool WriteSecretFile(const std::filesystem::path& path, const std::string& text) {
-  return WriteTaskFile(path, text, 0600).ok();
+  return WriteFileWhole(path, text, 0600).ok();
 }
 
 // A broker's credentials for a task, its own copies in the task's directory (they
 // become the task's user's with it): STEM.password (0600) and STEM-ca.crt.
 bool WriteBrokerFiles(const std::filesystem::path& dir, const std::string& stem, const SiteBroker& b) {
   if (!WriteSecretFile(dir / (stem + ".password"), b.password + "\n")) return false;
-  return b.ca_pem.empty() || WriteTaskFile(dir / (stem + "-ca.crt"), b.ca_pem, 0644).ok();
+  return b.ca_pem.empty() || WriteFileWhole(dir / (stem + "-ca.crt"), b.ca_pem, 0644).ok();
 }
 
 // The variables that name them: PREFIX_URL, PREFIX_USER, PREFIX_PASSWORD_FILE and
@@ -607,7 +593,7 @@ void Executor::RunCommand(Running_& task) {
   const size_t input_count = a.input_objects.size() + a.inputs.size();
   auto write = [&](size_t slot, std::string_view data) {
     const fs::path path = slot < input_count ? dir / "inputs" / std::to_string(slot) : dir / "checkpoint";
-    return WriteTaskFile(path, data, 0644)
+    return WriteFileWhole(path, data, 0644)
         .WithPrefix(slot < input_count ? fmt::format("input {}", slot) : std::string("its checkpoint"));
   };
   if (!GatherInputs(task, write, u)) {
@@ -616,7 +602,7 @@ void Executor::RunCommand(Running_& task) {
     return;
   }
   if (!a.gang.name.empty()) {
-    if (Status written = WriteTaskFile(dir / "gang-peers", GangPeersText(a.gang), 0644); !written.ok()) {
+    if (Status written = WriteFileWhole(dir / "gang-peers", GangPeersText(a.gang), 0644); !written.ok()) {
       refuse(std::string(written.message()));
       return;
     }

@@ -74,20 +74,6 @@ int ExitCode(const Status& status) {
   }
 }
 
-Status WriteFileAtomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) return UnavailableError(fmt::format("cannot write {}", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return UnavailableError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
-  return OkStatus();
-}
-
 std::string LogTail(const fs::path& log, size_t lines) {
   std::ifstream in(log);
   std::vector<std::string> all;

@@ -12,6 +12,7 @@
 
 #include "client/connect.h"
 #include "client/objects.h"
+#include "common/files.h"
 #include "common/status.h"
 #include "spec/fleet_spec.h"
 #include "spec/service_spec.h"
@@ -117,8 +118,8 @@ using client::ConnectClient;
 using client::DefaultClusterDir;
 using client::ReadSmallFile;
 using client::ResolveCoordinator;
-// Writes `text` to a temporary file beside `path` and renames it over `path`.
-Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text);
+// Files written whole through a temporary file renamed over them: common/files.h.
+using meridian::WriteFileAtomically;
 // The last `lines` lines of a log, each on a new line, indented.
 std::string LogTail(const std::filesystem::path& log, size_t lines);
 
@@ -509,7 +510,7 @@ struct UpOptions {
 // `meridian up`: starts what of the local cluster in `dir` is not running.
 Status RunUp(const UpOptions& options, std::ostream& out);
 // Writes `text` to `path` through a temporary file; readable by its owner only when
-// `secret` (keys, tokens).
+// `secret` (keys, tokens), from the moment the file is created.
 Status WritePrivateFile(const std::filesystem::path& path, const std::string& text, bool secret);
 // A CA, a coordinator certificate for `coordinator_hosts` and an admin client
 // certificate in `dir`, unless dir/ca.crt exists (what `meridian up` makes).

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <map>
@@ -264,9 +263,7 @@ Status SaveResults(client::Client& c, uint64_t id, const std::string& dir, std::
     std::string file = t.name;
     std::replace(file.begin(), file.end(), '/', '_');
     const std::filesystem::path path = std::filesystem::path(dir) / file;
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) return UnavailableError(fmt::format("{}: cannot write it", path.string()));
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(path, data));
     ++written;
     bytes += static_cast<int64_t>(data.size());
   }

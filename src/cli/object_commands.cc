@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -286,16 +285,12 @@ Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
   if (o.output.empty() || o.output == "-") {
     std::cout.write(pinned.data().data(), static_cast<std::streamsize>(pinned.data().size()));
     std::cout.flush();
-  } else {
-    const std::string tmp = o.output + ".part";
-    {
-      std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-      file.write(pinned.data().data(), static_cast<std::streamsize>(pinned.data().size()));
-      if (!file) return UnavailableError(fmt::format("{}: cannot write it", tmp));
+    if (!std::cout) {
+      return UnavailableError(fmt::format("cannot write {} to standard output",
+                                          FormatBytes(static_cast<int64_t>(pinned.data().size()))));
     }
-    std::error_code ec;
-    fs::rename(tmp, o.output, ec);
-    if (ec) return UnavailableError(fmt::format("{}: {}", o.output, ec.message()));
+  } else {
+    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.output, pinned.data()));
   }
   const double gbps = f->seconds > 0 ? static_cast<double>(f->bytes) * 8 / f->seconds / 1e9 : 0;
   std::ostream& note = (o.output.empty() || o.output == "-") ? std::cerr : out;

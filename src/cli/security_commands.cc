@@ -4,7 +4,6 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -29,18 +28,7 @@ constexpr int64_t kDayUs = int64_t{86'400} * 1'000'000;
 }  // namespace
 
 Status WritePrivateFile(const fs::path& path, const std::string& text, bool secret) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) return UnavailableError(fmt::format("cannot write {}", tmp.string()));
-  }
-  if (secret && chmod(tmp.c_str(), 0600) != 0) return UnavailableError(fmt::format("cannot chmod {}", tmp.string()));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return UnavailableError(fmt::format("cannot write {}: {}", path.string(), ec.message()));
-  return OkStatus();
+  return WriteFileAtomically(path, text, secret ? 0600 : 0644);
 }
 
 namespace {
