@@ -67,12 +67,10 @@ class KeyBudget {
 // How many whitespace-separated tokens `text` has.
 int64_t CountTokens(std::string_view text) {
   int64_t n = 0;
-  bool in_token = false;
-  for (char c : text) {
-    const bool space = std::isspace(static_cast<unsigned char>(c));
-    if (!space && !in_token) ++n;
-    in_token = !space;
-  }
+  ForEachToken(text, [&n](std::string_view) {
+    ++n;
+    return OkStatus();
+  }).IgnoreError();
   return n;
 }
 
