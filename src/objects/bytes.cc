@@ -1,10 +1,18 @@
 #include "objects/bytes.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
 
 namespace meridian::objects {
 namespace {
@@ -38,6 +46,68 @@ std::shared_ptr<Bytes> Bytes::Copy(std::string_view data) {
   return b;
 }
 
-Bytes::~Bytes() { std::free(data_); }
+namespace {
+
+// A new file in `dir` without a name, open for reading and writing; -1 with errno set.
+int OpenNamelessFile(const std::string& dir) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  // A file system without O_TMPFILE: a named file, unlinked at once.
+  std::string path = dir + "/arriving-XXXXXX";
+  fd = mkostemp(path.data(), O_CLOEXEC);
+  if (fd >= 0) unlink(path.c_str());
+  return fd;
+}
+
+// Maps `size` bytes of `fd` and closes it (the mapping keeps the file).
+StatusOr<char*> MapAndClose(int fd, size_t size, int prot, const std::string& what) {
+  void* p = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    return ResourceExhaustedError(
+        fmt::format("cannot map {} of {}: {}", FormatBytes(static_cast<int64_t>(size)), what, std::strerror(err)));
+  }
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Bytes>> Bytes::AllocateInFile(size_t size, const std::string& dir) {
+  if (size == 0) return Allocate(0);  // nothing to map
+  const std::string what = fmt::format("a file in {}", dir);
+  const int fd = OpenNamelessFile(dir);
+  if (fd < 0) return ResourceExhaustedError(fmt::format("cannot make {}: {}", what, std::strerror(errno)));
+  const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (err != 0) {
+    close(fd);
+    const std::string why = fmt::format("cannot claim {} for {}: {}", FormatBytes(static_cast<int64_t>(size)), what,
+                                        std::strerror(err));
+    return err == EOPNOTSUPP ? UnimplementedError(why) : ResourceExhaustedError(why);
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(char* p, MapAndClose(fd, size, PROT_READ | PROT_WRITE, what));
+  return std::shared_ptr<Bytes>(new Bytes(p, size, true));
+}
+
+StatusOr<std::shared_ptr<Bytes>> Bytes::MapFile(const std::string& path, size_t size) {
+  if (size == 0) return Allocate(0);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFoundError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(size)) {
+    close(fd);
+    return DataLossError(fmt::format("{} holds fewer than the {} expected", path, FormatBytes(static_cast<int64_t>(size))));
+  }
+  MERIDIAN_ASSIGN_OR_RETURN(char* p, MapAndClose(fd, size, PROT_READ, path));
+  return std::shared_ptr<Bytes>(new Bytes(p, size, true));
+}
+
+Bytes::~Bytes() {
+  if (mapped_) {
+    munmap(data_, size_);
+  } else {
+    std::free(data_);
+  }
+}
 
 }  // namespace meridian::objects

@@ -1,13 +1,19 @@
 // An object's bytes: one allocation, never zero-filled first (a transfer writes every
 // byte of it), on transparent huge pages when large, so that filling 1 GiB costs 512
-// page faults rather than 262,144.
+// page faults rather than 262,144. Or, for an object larger than its store keeps in
+// memory, a file mapped into memory: the kernel keeps what it can of it in its page
+// cache and the disk holds the rest, so that such an object never takes its size of
+// the process's own memory.
 //
 // Thread-safety: immutable once shared as const.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
+
+#include "common/status.h"
 
 namespace meridian::objects {
 
@@ -20,6 +26,14 @@ class Bytes {
   // memory cannot be had, never an exception.
   static std::shared_ptr<Bytes> TryAllocate(size_t size) noexcept;
   static std::shared_ptr<Bytes> Copy(std::string_view data);
+  // `size` writable bytes in a new file of `dir` that has no name (it is gone with the
+  // last reference, or a crash). Its blocks are claimed at once, so that a disk without
+  // room is this error (kResourceExhausted, naming `dir`) and never a fault while the
+  // bytes are written. kUnimplemented where the file system cannot claim blocks ahead.
+  static StatusOr<std::shared_ptr<Bytes>> AllocateInFile(size_t size, const std::string& dir);
+  // The first `size` bytes of the file at `path`, read-only: it must not change while
+  // mapped (a spill file, which nothing writes once it is whole).
+  static StatusOr<std::shared_ptr<Bytes>> MapFile(const std::string& path, size_t size);
   ~Bytes();
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
@@ -28,11 +42,14 @@ class Bytes {
   const char* data() const { return data_; }
   size_t size() const { return size_; }
   std::string_view view() const { return {data_, size_}; }
+  // Mapped from a file (AllocateInFile, MapFile) rather than held in the heap.
+  bool in_file() const { return mapped_; }
 
  private:
-  Bytes(char* data, size_t size) : data_(data), size_(size) {}
+  Bytes(char* data, size_t size, bool mapped = false) : data_(data), size_(size), mapped_(mapped) {}
   char* data_;
   size_t size_;
+  bool mapped_;
 };
 
 }  // namespace meridian::objects

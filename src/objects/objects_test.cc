@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -8,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "common/net.h"
 #include "common/temp_dir.h"
@@ -135,6 +140,56 @@ TEST(ObjectStoreTest, ADamagedSpillFileIsCaughtOnReadBackAndTheCopyDropped) {
   EXPECT_FALSE(store->Contains(a));
   EXPECT_EQ(removed, 1000);
   EXPECT_FALSE(fs::exists(path));
+}
+
+// The names in a store's spill directory: one a spilled object, by its id.
+std::vector<std::string> SpillFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& f : fs::directory_iterator(dir)) names.push_back(f.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ObjectStoreTest, AnObjectOverTheCapacityIsReadBackMappedNotIntoMemory) {
+  ScratchDir dir;
+  auto store = OpenStore(dir.path, int64_t{1} << 20);
+  const std::string big = Pattern(size_t{3} << 20, 21);
+  ObjectId a = *store->Put(big);  // over the capacity: spilled at once
+  ObjectId small = *store->Put(Pattern(1000, 22));
+  EXPECT_EQ(SpillFiles(dir.path), std::vector<std::string>{a.Hex()});
+  {
+    StatusOr<Pinned> p = store->Pin(a);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_TRUE(p->data() == big);
+    // Mapped from its spill file: the memory holds the small object only, where a
+    // read back took all 3 MiB of it.
+    StoreStats st = store->stats();
+    EXPECT_EQ(st.memory_bytes, 1000);
+    EXPECT_EQ(st.spilled_bytes, int64_t{3} << 20);
+    EXPECT_EQ(st.restores, 1);
+  }
+  EXPECT_TRUE(store->Pin(a)->data() == big);  // mapped still: no second read back
+  EXPECT_EQ(store->stats().restores, 1);
+  // A flipped bit on disk is caught through the mapping too, and the copy dropped.
+  ObjectId b = *store->Put(Pattern(size_t{3} << 20, 23));
+  {
+    std::fstream f((fs::path(dir.path) / b.Hex()).string(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((int64_t{2} << 20) + 5);
+    f.put('\x7f');
+  }
+  StatusOr<Pinned> damaged = store->Pin(b);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("is damaged (chunk 2 fails its checksum)"), std::string::npos)
+      << damaged.status().message();
+  EXPECT_FALSE(store->Contains(b));
+  store->Release(a);
+  store->Release(small);
+  StoreStats st = store->stats();
+  EXPECT_EQ(st.objects, 0);
+  EXPECT_EQ(st.memory_bytes, 0);
+  EXPECT_EQ(st.spilled_bytes, 0);
+  EXPECT_TRUE(SpillFiles(dir.path).empty());
 }
 
 // Two stores at two sites, a server in front of the first.
@@ -529,6 +584,58 @@ TEST(TransferTest, PushStoresAnObjectOnTheServer) {
   }
   EXPECT_EQ(added, int64_t{3} << 20);
   EXPECT_EQ(store->stats().objects, 2);
+}
+
+TEST(TransferTest, AnObjectOverTheCapacityArrivesIntoAFileNotIntoMemory) {
+  ScratchDir dir_a, dir_b;
+  auto a = OpenStore(dir_a.path, int64_t{1} << 20), b = OpenStore(dir_b.path, int64_t{1} << 20);
+  auto server = std::move(*TransferServer::Start(*a, TransferServerOptions{}));
+  const std::string big = Pattern(size_t{3} << 20, 31);
+  // A put of it: the server takes it into a file of its spill directory, never into
+  // its memory (where it once allocated all of it, whatever its capacity).
+  StatusOr<ObjectId> id = Push(server->address(), big);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(a->stats().memory_bytes, 0);
+  EXPECT_EQ(a->stats().spilled_bytes, int64_t{3} << 20);
+  EXPECT_EQ(a->stats().spills, 0);  // nothing to write out: it is in its file already
+  EXPECT_TRUE(SpillFiles(dir_a.path).empty());  // a file without a name, gone with it
+  // A fetch of it likewise, in 3 streams (one a chunk) into one file.
+  StatusOr<FetchStats> f = Fetch(server->address(), *id, *b, FetchOptions{"", 3});
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->streams, 3);
+  {
+    StatusOr<Pinned> got = b->Pin(*id);
+    ASSERT_TRUE(got.ok());
+    EXPECT_TRUE(got->data() == big);
+    StoreStats st = b->stats();
+    EXPECT_EQ(st.memory_bytes, 0);
+    EXPECT_EQ(st.spilled_bytes, int64_t{3} << 20);
+    EXPECT_EQ(st.spills + st.restores, 0);
+  }
+  // One that fits the capacity is held in memory as before.
+  ObjectId fits = *a->Put(Pattern(size_t{1} << 20, 32));
+  ASSERT_TRUE(Fetch(server->address(), fits, *b).ok());
+  EXPECT_EQ(b->stats().memory_bytes, int64_t{1} << 20);
+  b->Release(*id);
+  EXPECT_EQ(b->stats().spilled_bytes, 0);
+  // A disk without room for it (here a file size limit of 1 MiB) is one clear error,
+  // and nothing is kept.
+  ObjectId other = *a->Put(Pattern(size_t{3} << 20, 33));
+  struct rlimit before = {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  struct rlimit limit = before;
+  limit.rlim_cur = 1 << 20;
+  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);  // the claim fails with EFBIG instead
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  StatusOr<FetchStats> full = Fetch(server->address(), other, *b);
+  setrlimit(RLIMIT_FSIZE, &before);
+  signal(SIGXFSZ, was);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.status().message(), fmt::format("object {}: cannot claim 3 MiB for a file in {}: File too large",
+                                                 other.Hex(), dir_b.path));
+  EXPECT_FALSE(b->Contains(other));
+  EXPECT_EQ(b->stats().objects, 1);
 }
 
 // TLS contexts of one cluster CA (and a stranger's), for the transfer plane.

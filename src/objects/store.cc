@@ -41,6 +41,17 @@ ObjectStore::~ObjectStore() {
 
 std::string ObjectStore::PathOf(const ObjectId& id) const { return (fs::path(options_.spill_dir) / id.Hex()).string(); }
 
+StatusOr<std::shared_ptr<Bytes>> ObjectStore::Allocate(size_t size) const {
+  if (static_cast<int64_t>(size) > options_.memory_bytes) {
+    StatusOr<std::shared_ptr<Bytes>> in_file = Bytes::AllocateInFile(size, options_.spill_dir);
+    // A file system that cannot claim blocks ahead would fault on a full disk: memory.
+    if (in_file.ok() || in_file.status().code() != StatusCode::kUnimplemented) return in_file;
+  }
+  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
+  if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for {}", FormatBytes(static_cast<int64_t>(size))));
+  return buffer;
+}
+
 StatusOr<ObjectId> ObjectStore::Put(std::string_view data) {
   std::vector<uint64_t> checksums = ChunkChecksums(data);
   ObjectId id = ObjectId::FromChunks(static_cast<int64_t>(data.size()), checksums);
@@ -75,7 +86,7 @@ Status ObjectStore::Insert(const ObjectId& id, std::shared_ptr<const Bytes> data
     e.data = std::move(data);
     e.checksums = std::make_shared<const std::vector<uint64_t>>(std::move(checksums));
     stats_.objects++;
-    stats_.memory_bytes += e.size;
+    (InMemory(e) ? stats_.memory_bytes : stats_.spilled_bytes) += e.size;
     TouchLocked(id, e);
     SpillLocked();
   }
@@ -86,7 +97,7 @@ Status ObjectStore::Insert(const ObjectId& id, std::shared_ptr<const Bytes> data
 void ObjectStore::TouchLocked(const ObjectId& id, Entry& e) {
   if (e.in_lru) lru_.erase(e.lru);
   e.in_lru = false;
-  if (e.data && e.pins == 0) {
+  if (InMemory(e) && e.pins == 0) {
     e.lru = lru_.insert(lru_.end(), id);
     e.in_lru = true;
   }
@@ -122,11 +133,7 @@ int64_t ObjectStore::DeleteLocked(std::map<ObjectId, Entry>::iterator it) {
   Entry& e = it->second;
   const int64_t size = e.size;
   if (e.in_lru) lru_.erase(e.lru);
-  if (e.data) {
-    stats_.memory_bytes -= e.size;
-  } else {
-    stats_.spilled_bytes -= e.size;
-  }
+  (InMemory(e) ? stats_.memory_bytes : stats_.spilled_bytes) -= e.size;
   if (e.on_disk) {
     std::error_code ec;
     fs::remove(PathOf(it->first), ec);
@@ -167,6 +174,42 @@ StatusOr<int64_t> ObjectStore::Size(const ObjectId& id) const {
   return it->second.size;
 }
 
+StatusOr<std::shared_ptr<const Bytes>> ObjectStore::ReadBack(const ObjectId& id, int64_t size,
+                                                             const std::vector<uint64_t>& sums) const {
+  const std::string path = PathOf(id);
+  std::shared_ptr<const Bytes> data;
+  if (size > options_.memory_bytes) {
+    StatusOr<std::shared_ptr<Bytes>> mapped = Bytes::MapFile(path, static_cast<size_t>(size));
+    if (!mapped.ok()) {
+      return DataLossError(fmt::format("object {}: its spill file {} cannot be read: {}", id.Hex(), path,
+                                       mapped.status().message()));
+    }
+    data = std::move(*mapped);
+  } else {
+    std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(static_cast<size_t>(size));
+    if (!buffer) {
+      return ResourceExhaustedError(
+          fmt::format("object {}: no memory here to read back its {}", id.Hex(), FormatBytes(size)));
+    }
+    std::ifstream f(path, std::ios::binary);
+    f.read(buffer->data(), size);
+    if (!f) return DataLossError(fmt::format("object {}: its spill file {} cannot be read", id.Hex(), path));
+    data = std::move(buffer);
+  }
+  // A disk can flip bits: every chunk read back is checked against the checksum it had
+  // when it arrived, so a damaged file never reaches a task.
+  for (int64_t c = 0; c < static_cast<int64_t>(sums.size()); ++c) {
+    const int64_t at = c * kChunkBytes;
+    const std::string_view chunk(data->data() + at, static_cast<size_t>(std::min(kChunkBytes, size - at)));
+    if (ChunkChecksum(chunk) != sums[static_cast<size_t>(c)]) {
+      return DataLossError(fmt::format(
+          "object {}: its spill file {} is damaged (chunk {} fails its checksum); the copy here is dropped", id.Hex(),
+          path, c));
+    }
+  }
+  return data;
+}
+
 StatusOr<Pinned> ObjectStore::Pin(const ObjectId& id) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = objects_.find(id);
@@ -178,41 +221,27 @@ StatusOr<Pinned> ObjectStore::Pin(const ObjectId& id) {
     const int64_t size = e.size;
     std::shared_ptr<const std::vector<uint64_t>> sums = e.checksums;
     lock.unlock();
-    std::shared_ptr<Bytes> data = Bytes::Allocate(static_cast<size_t>(size));
-    std::ifstream f(PathOf(id), std::ios::binary);
-    f.read(data->data(), size);
-    const bool ok = static_cast<bool>(f);
-    // A disk can flip bits: every chunk read back is checked against the checksum it
-    // had when it arrived, so a damaged file never reaches a task.
-    int64_t bad_chunk = -1;
-    for (int64_t c = 0; ok && c < static_cast<int64_t>(sums->size()); ++c) {
-      const int64_t at = c * kChunkBytes;
-      const std::string_view chunk(data->data() + at, static_cast<size_t>(std::min(kChunkBytes, size - at)));
-      if (ChunkChecksum(chunk) != (*sums)[static_cast<size_t>(c)]) {
-        bad_chunk = c;
-        break;
-      }
-    }
+    StatusOr<std::shared_ptr<const Bytes>> data = ReadBack(id, size, *sums);
     lock.lock();
     it = objects_.find(id);
     Entry& again = it->second;
-    if (!ok || bad_chunk >= 0) {
-      const std::string why =
-          !ok ? fmt::format("object {}: its spill file {} cannot be read", id.Hex(), PathOf(id))
-              : fmt::format("object {}: its spill file {} is damaged (chunk {} fails its checksum); the copy here is dropped",
-                            id.Hex(), PathOf(id), bad_chunk);
+    if (!data.ok()) {
       int64_t deleted = -1;
-      // This replica is gone: drop it, so that the cluster hears it is lost and reads
-      // another replica or makes it again.
-      if (--again.pins == 0 && !again.data) deleted = DeleteLocked(it);
+      // A copy that cannot be read is gone: drop it, so that the cluster hears it is
+      // lost and reads another replica or makes it again. One that found no memory
+      // stays on disk for a later try.
+      const bool lost = data.status().code() == StatusCode::kDataLoss && !again.data;
+      if (--again.pins == 0 && (lost || again.refs == 0)) deleted = DeleteLocked(it);
       lock.unlock();
       if (deleted >= 0) Notify(id, deleted, false);
-      return DataLossError(why);
+      return data.status();
     }
     if (!again.data) {
-      again.data = std::move(data);
-      stats_.memory_bytes += again.size;
-      stats_.spilled_bytes -= again.size;
+      again.data = std::move(*data);
+      if (InMemory(again)) {
+        stats_.memory_bytes += again.size;
+        stats_.spilled_bytes -= again.size;
+      }
       stats_.restores++;
     }
     TouchLocked(id, again);

@@ -1,5 +1,8 @@
 // An agent's object store: immutable objects under their content ids, held in memory
-// up to a capacity and spilled to files beyond it, least recently used first.
+// up to a capacity and spilled to files beyond it, least recently used first. An
+// object larger than the whole capacity never enters memory: it arrives into a file
+// (Allocate) and is read back by mapping its spill file, so the process holds none of
+// it (the kernel's page cache holds what it can, and gives it up under pressure).
 //
 // Lifetime: each Put adds a reference; Release drops one. An object with no
 // references and no pins is deleted, from memory and disk. A pin (Pin, Pinned) keeps
@@ -34,7 +37,7 @@ struct StoreOptions {
 struct StoreStats {
   int64_t objects = 0;
   int64_t memory_bytes = 0;   // held in memory now
-  int64_t spilled_bytes = 0;  // held only on disk now
+  int64_t spilled_bytes = 0;  // held only on disk now (or in a file mapped, for one over the capacity)
   int64_t spills = 0;         // objects written out, ever
   int64_t restores = 0;       // objects read back, ever
 };
@@ -68,6 +71,11 @@ class ObjectStore {
   static StatusOr<std::unique_ptr<ObjectStore>> Open(StoreOptions options);
   ~ObjectStore();
 
+  // A buffer for an object of `size` bytes that is arriving (a fetch, a put), to fill
+  // and hand to PutVerified: in memory when it fits the capacity, else in a file of
+  // the spill directory (mapped). kResourceExhausted, storing nothing, when neither the
+  // memory nor the disk has room.
+  StatusOr<std::shared_ptr<Bytes>> Allocate(size_t size) const;
   // Stores `data` (once, however often it is put) and adds a reference.
   StatusOr<ObjectId> Put(std::string_view data);
   // The same for bytes that arrived under `id`: refused, with nothing stored, unless
@@ -115,6 +123,13 @@ class ObjectStore {
     if (listener_) listener_(id, size, added);
   }
   void TouchLocked(const ObjectId& id, Entry& e);
+  // Whether the entry's bytes count against the memory capacity: in the heap, not in a
+  // mapped file.
+  static bool InMemory(const Entry& e) { return e.data && !e.data->in_file(); }
+  // Reads a spilled object's file back (mapped, when it is over the capacity) and
+  // checks every chunk against its checksum; outside the lock.
+  StatusOr<std::shared_ptr<const Bytes>> ReadBack(const ObjectId& id, int64_t size,
+                                                  const std::vector<uint64_t>& sums) const;
 
   const StoreOptions options_;
   Listener listener_;

@@ -433,10 +433,10 @@ Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t
       s->put_bytes_in_flight_ -= n;
     }
   } release{this, static_cast<int64_t>(size)};
-  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
-  if (!buffer) {
+  StatusOr<std::shared_ptr<Bytes>> buffer = store_.Allocate(size);
+  if (!buffer.ok()) {
     stream.WriteAll(&resp, sizeof(resp)).IgnoreError();
-    return ResourceExhaustedError(fmt::format("no memory for a put of {} bytes", size));
+    return buffer.status().WithPrefix(fmt::format("a put of {} bytes", size));
   }
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
@@ -462,12 +462,12 @@ Status TransferServer::ServePut(ByteStream& stream, const ObjectId& id, uint64_t
       return chunk.status().WithPrefix("a put");
     }
     const ChunkHeader& h = *chunk;
-    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact(buffer->data() + at, want));
-    sums[at / kChunkBytes] = ChunkChecksum(std::string_view(buffer->data() + at, want));
+    MERIDIAN_RETURN_IF_ERROR(stream.ReadExact((*buffer)->data() + at, want));
+    sums[at / kChunkBytes] = ChunkChecksum(std::string_view((*buffer)->data() + at, want));
     damaged = damaged || sums[at / kChunkBytes] != h.checksum;
   }
   Status stored = damaged ? DataLossError("a chunk failed its checksum")
-                          : store_.PutVerified(id, std::move(buffer), std::move(sums));
+                          : store_.PutVerified(id, std::move(*buffer), std::move(sums));
   resp.status = stored.ok() ? kOk : kDamaged;
   resp.size = size;
   MERIDIAN_RETURN_IF_ERROR(stream.WriteAll(&resp, sizeof(resp)));
@@ -611,8 +611,9 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   if (size > kMaxObjectBytes) {
     return DataLossError(fmt::format("{} announces object {} as {} bytes, over the 64 GiB limit", address, id.Hex(), size));
   }
-  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
-  if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for object {} ({} bytes)", id.Hex(), size));
+  StatusOr<std::shared_ptr<Bytes>> allocated = store.Allocate(size);
+  if (!allocated.ok()) return allocated.status().WithPrefix(fmt::format("object {}", id.Hex()));
+  std::shared_ptr<Bytes> buffer = std::move(*allocated);
   const int64_t chunks = ChunkCount(static_cast<int64_t>(size));
   std::vector<uint64_t> sums(static_cast<size_t>(chunks));
   int streams = o.streams > 0 ? o.streams : (static_cast<int64_t>(size) >= kMultiStreamBytes ? 4 : 1);
@@ -655,8 +656,9 @@ namespace {
 // any other error means the stream is out of step and the batch ends.
 Status ReadBatchObject(ByteStream& stream, const ObjectId& id, uint64_t size, ObjectStore& store, bool* in_step) {
   *in_step = false;
-  std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
-  if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for object {} ({} bytes)", id.Hex(), size));
+  StatusOr<std::shared_ptr<Bytes>> allocated = store.Allocate(size);
+  if (!allocated.ok()) return allocated.status().WithPrefix(fmt::format("object {}", id.Hex()));
+  std::shared_ptr<Bytes> buffer = std::move(*allocated);
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
   for (uint64_t at = 0; at < size; at += kChunkBytes) {
