@@ -62,6 +62,19 @@ check "objects put of a directory" 2 "$tmp: a directory, not a file" env MERIDIA
 check "certs init on a disk that fills" 3 "/certs-full/ca.crt.tmp: File too large" \
   bash --posix -c "trap '' XFSZ; ulimit -f 1; exec \"\$0\" certs init --dir \"\$1\"" "$bin" "$tmp/certs-full"
 [ -e "$tmp/certs-full/ca.crt" ] && bad "certs init on a disk that fills left a ca.crt"
+# `certs rotate --ca` writes a new CA and everything it signs together: once, a disk that
+# filled at the CA's bundle left certificates of a new CA whose key was never written
+# beside the old CA, so the coordinator's certificate was signed by no CA anyone had.
+"$bin" certs init --dir "$tmp/certs-rot" >/dev/null && "$bin" certs issue coordinator --dir "$tmp/certs-rot" >/dev/null \
+  || bad "certs init and issue for the rotation"
+before=$(cd "$tmp/certs-rot" && sha256sum -- * | sha256sum)
+# 1 KiB: room for each certificate, not for the bundle of two CAs.
+check "certs rotate --ca on a disk that fills" 3 "/certs-rot/ca.crt.tmp: File too large" \
+  bash --posix -c "trap '' XFSZ; ulimit -f 2; exec \"\$0\" certs rotate --ca --dir \"\$1\"" "$bin" "$tmp/certs-rot"
+[ "$(cd "$tmp/certs-rot" && sha256sum -- * | sha256sum)" = "$before" ] || bad "certs rotate --ca on a disk that fills changed files"
+ls "$tmp/certs-rot" | grep -q '\.tmp$' && bad "certs rotate --ca on a disk that fills left temporary files"
+check "certs rotate --ca" 0 "" "$bin" certs rotate --ca --dir "$tmp/certs-rot"
+grep -q "a new CA, with the previous one still trusted" "$tmp/out" || bad "certs rotate --ca said: $(cat "$tmp/out")"
 check "bench sched runs" 0 "" "$bin" bench sched --nodes 200 --tasks 500 --json
 grep -q '"placements_per_second"' "$tmp/out" || { echo "FAIL bench output"; fail=1; }
 

@@ -254,9 +254,10 @@ StatusOr<security::TlsCredentials> NodeCredentials(const AgentCommandOptions& o,
   MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair request, security::MakeRequest("node:" + node));
   MERIDIAN_ASSIGN_OR_RETURN(auto joined,
                             rpc::JoinCluster(o.coordinator, ca_pem, token, node, request.cert_pem, 10'000'000));
-  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "node.key", request.key_pem, true));
-  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "node.crt", joined.first, false));
-  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "ca.crt", joined.second, false));
+  // All or none: never a new key beside an old certificate, or a CA that did not sign it.
+  MERIDIAN_RETURN_IF_ERROR(WriteFilesTogether({{dir / "node.key", request.key_pem, 0600},
+                                               {dir / "node.crt", joined.first, 0644},
+                                               {dir / "ca.crt", joined.second, 0644}}));
   MERIDIAN_LOG_INFO("joined the cluster at {}: certificate of node:{} in {}", o.coordinator, node, dir.string());
   return security::LoadCredentials(dir.string(), "node");
 }

@@ -13,6 +13,7 @@
 #include "cli/table.h"
 #include "client/client.h"
 #include "common/env.h"
+#include "common/files.h"
 #include "common/units.h"
 #include "model/auth.h"
 #include "model/fleet.h"
@@ -48,9 +49,18 @@ StatusOr<security::KeyPair> ReadPair(const fs::path& dir, const std::string& nam
   return kp;
 }
 
+// A key and its certificate, as files NAME.key (its owner's alone) and NAME.crt.
+void AddPair(std::vector<FileToWrite>& files, const fs::path& dir, const std::string& name,
+             const security::KeyPair& kp) {
+  files.push_back({dir / (name + ".key"), kp.key_pem, 0600});
+  files.push_back({dir / (name + ".crt"), kp.cert_pem, 0644});
+}
+
+// Both or neither: never a new key beside an old certificate.
 Status WritePair(const fs::path& dir, const std::string& name, const security::KeyPair& kp) {
-  MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / (name + ".key"), kp.key_pem, true));
-  return WritePrivateFile(dir / (name + ".crt"), kp.cert_pem, false);
+  std::vector<FileToWrite> files;
+  AddPair(files, dir, name, kp);
+  return WriteFilesTogether(files);
 }
 
 // The CA's certificate alone (ca.crt may be a bundle: the current CA first).
@@ -175,7 +185,11 @@ Status RunCertsRotate(const CertsOptions& o, std::ostream& out) {
     // The old CA stays trusted beside the new one until every node has rejoined.
     bundle = ca.cert_pem + ReadCa(dir)->cert_pem;
   }
-  int reissued = 0;
+  // Everything new is made first and written together, the CA last: a failure (a full
+  // disk) leaves the directory as it was, never certificates of a CA whose key was not
+  // kept, nor a new key beside the old certificate.
+  std::vector<std::pair<std::string, security::KeyPair>> pairs;  // by file stem
+  std::vector<std::string> lines;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const fs::path p = entry.path();
     if (p.extension() != ".crt" || p.stem() == "ca") continue;
@@ -187,15 +201,19 @@ Status RunCertsRotate(const CertsOptions& o, std::ostream& out) {
     MERIDIAN_ASSIGN_OR_RETURN(int64_t ttl, Ttl("", 365 * kDayUs));
     MERIDIAN_ASSIGN_OR_RETURN(security::KeyPair kp,
                               security::Issue(ca, {info->common_name, info->hosts, ttl, coordinator}));
-    MERIDIAN_RETURN_IF_ERROR(WritePair(dir, p.stem().string(), kp));
-    out << fmt::format("  {}: new key and certificate for '{}'\n", p.filename().string(), info->common_name);
-    ++reissued;
+    pairs.emplace_back(p.stem().string(), std::move(kp));
+    lines.push_back(fmt::format("  {}: new key and certificate for '{}'\n", p.filename().string(), info->common_name));
   }
+  std::vector<FileToWrite> files;
+  for (const auto& [stem, kp] : pairs) AddPair(files, dir, stem, kp);
   if (o.ca) {
-    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "ca.key", ca.key_pem, true));
-    MERIDIAN_RETURN_IF_ERROR(WritePrivateFile(dir / "ca.crt", bundle, false));
-    out << "  ca.crt: a new CA, with the previous one still trusted beside it\n";
+    files.push_back({dir / "ca.key", ca.key_pem, 0600});
+    files.push_back({dir / "ca.crt", bundle, 0644});
+    lines.push_back("  ca.crt: a new CA, with the previous one still trusted beside it\n");
   }
+  MERIDIAN_RETURN_IF_ERROR(WriteFilesTogether(files));
+  for (const std::string& line : lines) out << line;
+  const size_t reissued = pairs.size();
   out << fmt::format("rotated {} certificate{} in {}; restart the coordinator to serve the new ones{}\n", reissued,
                      reissued == 1 ? "" : "s", dir.string(),
                      o.ca ? "; nodes rejoin (with a join token) to get certificates of the new CA" : "");

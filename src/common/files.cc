@@ -30,16 +30,33 @@ Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, 
 }
 
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view data, mode_t mode) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  if (Status s = WriteFileWhole(tmp, data, mode); !s.ok()) {
-    unlink(tmp.c_str());
-    return s;
+  return WriteFilesTogether({{path, data, mode}});
+}
+
+Status WriteFilesTogether(const std::vector<FileToWrite>& files) {
+  std::vector<std::filesystem::path> written;
+  auto remove_written = [&] {
+    for (const std::filesystem::path& tmp : written) unlink(tmp.c_str());
+  };
+  for (const FileToWrite& f : files) {
+    std::filesystem::path tmp = f.path;
+    tmp += ".tmp";
+    if (Status s = WriteFileWhole(tmp, f.data, f.mode); !s.ok()) {
+      unlink(tmp.c_str());
+      remove_written();
+      return s;
+    }
+    written.push_back(std::move(tmp));
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return UnavailableError(fmt::format("cannot write {}: {}", path.string(), std::strerror(err)));
+  // A rename within a directory takes no room: past the writes, nothing fails for a
+  // full disk.
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (rename(written[i].c_str(), files[i].path.c_str()) != 0) {
+      const int err = errno;
+      written.erase(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(i));
+      remove_written();
+      return UnavailableError(fmt::format("cannot write {}: {}", files[i].path.string(), std::strerror(err)));
+    }
   }
   return OkStatus();
 }

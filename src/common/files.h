@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -21,5 +22,18 @@ Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, 
 // `mode` from its creation: 0600 for a secret is never readable by others, not even
 // for a moment.
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view data, mode_t mode = 0644);
+
+struct FileToWrite {
+  std::filesystem::path path;
+  std::string_view data;
+  mode_t mode = 0644;
+};
+
+// Files that belong together (a key and its certificate; a new CA and every
+// certificate it signed): each is written whole to PATH.tmp first, and only once all
+// are are they renamed over their paths, in order. A write that fails removes every
+// temporary file and leaves every old file as it was: never some files new and some
+// old.
+Status WriteFilesTogether(const std::vector<FileToWrite>& files);
 
 }  // namespace meridian

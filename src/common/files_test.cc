@@ -70,5 +70,36 @@ TEST(FilesTest, AWriteCutShortIsAnErrorAndLeavesTheOldFile) {
   EXPECT_EQ(large.message(), "cannot write 1 MiB to " + path.string() + ".large: File too large");
 }
 
+// Files that belong together are all new or all old: a write that fails past the first
+// file (here the third, at a file size limit) leaves every one as it was, with no
+// temporary file behind.
+TEST(FilesTest, FilesWrittenTogetherAreAllNewOrAllOld) {
+  std::unique_ptr<TempDir> dir = *TempDir::Make("meridian-files-test");
+  const std::filesystem::path d(dir->path());
+  ASSERT_TRUE(WriteFilesTogether({{d / "node.key", "old key", 0600}, {d / "node.crt", "old crt"}, {d / "ca.crt", "old ca"}})
+                  .ok());
+  struct rlimit before = {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  struct rlimit limit = before;
+  limit.rlim_cur = 64;
+  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const Status failed = WriteFilesTogether(
+      {{d / "node.key", "new key", 0600}, {d / "node.crt", "new crt"}, {d / "ca.crt", std::string(100, 'c')}});
+  setrlimit(RLIMIT_FSIZE, &before);
+  signal(SIGXFSZ, was);
+  EXPECT_EQ(failed.message(), "cannot write 100 B to " + (d / "ca.crt").string() + ".tmp: File too large");
+  EXPECT_EQ(Read(d / "node.key"), "old key");
+  EXPECT_EQ(Read(d / "node.crt"), "old crt");
+  EXPECT_EQ(Read(d / "ca.crt"), "old ca");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d)) ++entries;
+  EXPECT_EQ(entries, 3);  // no .tmp left
+  ASSERT_TRUE(WriteFilesTogether({{d / "node.key", "new key", 0600}, {d / "node.crt", "new crt"}}).ok());
+  EXPECT_EQ(Read(d / "node.key"), "new key");
+  EXPECT_EQ(ModeOf(d / "node.key"), 0600u);
+  EXPECT_EQ(Read(d / "node.crt"), "new crt");
+}
+
 }  // namespace
 }  // namespace meridian
