@@ -39,7 +39,31 @@ wait_until() {  # seconds, command...
     sleep 0.1
   done
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port nothing listens on, for a process to listen on later: drawn below this host's
+# range for outgoing connections (as replica_port_base's), where no other test's
+# connect() can take it meanwhile; a port the kernel hands out (bind to 0) is in that
+# range, free at the moment it is printed and maybe not a second later.
+free_port() {
+  local low=32768 high
+  read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null
+  python3 -c '
+import random, socket, sys
+low = int(sys.argv[1])
+for _ in range(1000):
+    port = random.randrange(20000, max(low, 21000))
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    sys.exit("no free port below %d" % low)
+' "$low"
+}
 # A base port for a service's replicas (they listen on BASE to BASE+SPAN), at random
 # below this host's range of ports for outgoing connections: a connection from one of
 # those, once closed, holds its port for up to 60 s (TIME_WAIT) and a replica on it
