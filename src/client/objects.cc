@@ -1,5 +1,7 @@
 #include "client/objects.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace meridian::client {
@@ -28,8 +30,11 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(Client& c, const std::strin
     if (!site.empty() && r.site == site) out->from = r;
   }
   MERIDIAN_ASSIGN_OR_RETURN(out->dir, TempDir::Make("meridian-get"));
-  MERIDIAN_ASSIGN_OR_RETURN(out->store,
-                            objects::ObjectStore::Open(objects::StoreOptions{out->location.size + 1, out->dir->path()}));
+  // Up to 256 MiB in this process's memory; a larger object arrives into a file of the
+  // temporary directory (mapped), so that one larger than the machine's memory can be got.
+  constexpr int64_t kInMemoryBytes = int64_t{256} << 20;
+  MERIDIAN_ASSIGN_OR_RETURN(out->store, objects::ObjectStore::Open(objects::StoreOptions{
+                                            std::min(out->location.size + 1, kInMemoryBytes), out->dir->path()}));
   objects::FetchOptions fo{site};
   MERIDIAN_ASSIGN_OR_RETURN(fo.tls, c.TransferTls());
   fo.ticket = out->location.ticket;
