@@ -13,7 +13,9 @@
 namespace meridian {
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO's open would wait for a writer, maybe forever, before it could
+  // be told apart from a file (a regular file's reads do not heed the flag).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError(fmt::format("{}: no such file", path));
     return UnavailableError(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));

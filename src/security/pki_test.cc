@@ -1,7 +1,12 @@
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "common/temp_dir.h"
 #include "security/pki.h"
 #include "security/tls.h"
 
@@ -101,6 +106,31 @@ struct OneServer {
     if (thread.joinable()) thread.join();
   }
 };
+
+// What a TLS directory holds is bounded before it is read: a link to /dev/zero was once
+// read without end, and a file over 1 MiB whole before it was refused.
+TEST(TlsTest, CredentialsAreRefusedBeforeReadingWhatCannotBeAFileOfThem) {
+  std::unique_ptr<TempDir> dir = *TempDir::Make("meridian-tls-test");
+  const std::filesystem::path d(dir->path());
+  KeyPair ca = Ca();
+  TlsCredentials node = Creds(ca, "node:a");
+  std::ofstream(d / "node.crt") << node.cert_pem;
+  std::ofstream(d / "node.key") << node.key_pem;
+  ASSERT_EQ(symlink("/dev/zero", (d / "ca.crt").c_str()), 0);
+  StatusOr<TlsCredentials> zero = LoadCredentials(d.string(), "node");
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(zero.status().message(), (d / "ca.crt").string() + ": not a regular file");
+  std::filesystem::remove(d / "ca.crt");
+  std::ofstream(d / "ca.crt") << std::string((1 << 20) + 1, 'x');
+  EXPECT_EQ(LoadCredentials(d.string(), "node").status().message(), (d / "ca.crt").string() + " is over 1 MiB");
+  std::ofstream(d / "ca.crt", std::ios::trunc) << ca.cert_pem;
+  StatusOr<TlsCredentials> loaded = LoadCredentials(d.string(), "node");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->ca_pem, ca.cert_pem);
+  EXPECT_EQ(loaded->key_pem, node.key_pem);
+  std::filesystem::remove(d / "node.key");
+  EXPECT_EQ(LoadCredentials(d.string(), "node").status().message(), "cannot read " + (d / "node.key").string());
+}
 
 TEST(TlsTest, BothEndsProveACertificateOfTheClusterCa) {
   KeyPair ca = Ca();

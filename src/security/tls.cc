@@ -8,11 +8,10 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
+#include "common/mapped_file.h"
 #include "common/subprocess.h"
 #include "security/pki.h"
 
@@ -28,14 +27,16 @@ std::string SslError() {
   return buf;
 }
 
+// A PEM file of at most 1 MiB, judged by its size before any of it is read: once it was
+// read whole first, so a link to /dev/zero in a TLS directory grew without end.
 StatusOr<std::string> ReadPem(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(fmt::format("cannot read {}", path.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  if (text.size() > (1 << 20)) return InvalidArgumentError(fmt::format("{} is over 1 MiB", path.string()));
-  return text;
+  StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path.string());
+  if (!file.ok()) {
+    if (file.status().code() == StatusCode::kNotFound) return NotFoundError(fmt::format("cannot read {}", path.string()));
+    return file.status();
+  }
+  if ((*file)->size() > (1 << 20)) return InvalidArgumentError(fmt::format("{} is over 1 MiB", path.string()));
+  return std::string((*file)->data());
 }
 
 std::string PeerName(SSL* ssl) {
