@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "common/subprocess.h"
+#include "testing/file_size_limit.h"
 
 namespace meridian::agent {
 namespace {
@@ -237,12 +237,8 @@ TEST_F(ExecutorTest, ACommandDoesNotStartOnAnInputItsFileCouldNotHoldWhole) {
   a.input_objects = {{"big", "", 2 << 20, {}}};
   model::TaskAssignment fits = Task(24, {"sh", "-c", "wc -c < $MERIDIAN_INPUTS/0"});
   fits.inputs = {"small, whole in the assignment"};
-  struct rlimit before = {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
-  struct rlimit limit = before;
-  limit.rlim_cur = 1 << 20;
-  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  auto limit = std::make_unique<testing::FileSizeLimit>(1 << 20);
+  ASSERT_TRUE(limit->ok());
   ASSERT_TRUE(exec_->Start(a));
   model::TaskUpdate u = Final(a.key);
   ASSERT_TRUE(exec_->Start(fits));
@@ -254,12 +250,11 @@ TEST_F(ExecutorTest, ACommandDoesNotStartOnAnInputItsFileCouldNotHoldWhole) {
   member.gang.members = {{"n0", "eu-west", "10.200.1.2"}, {"n1", "factory", "10.200.2.2"}};
   member.gang.master_addr = "10.200.1.2";
   member.gang.master_port = 29517;
-  limit.rlim_cur = 16;
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  limit->Set(16);
+  ASSERT_TRUE(limit->ok());
   ASSERT_TRUE(exec_->Start(member));
   model::TaskUpdate peers = Final(member.key);
-  setrlimit(RLIMIT_FSIZE, &before);
-  signal(SIGXFSZ, was);
+  limit.reset();
   EXPECT_EQ(peers.kind, model::UpdateKind::kFailed) << peers.output;
   EXPECT_EQ(peers.reason, fmt::format("cannot write 48 B to {}/tasks/1-25-1/gang-peers: File too large", dir_.string()));
   EXPECT_EQ(u.kind, model::UpdateKind::kFailed) << u.output;

@@ -1,17 +1,17 @@
 #include "common/files.h"
 
-#include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "common/temp_dir.h"
+#include "testing/file_size_limit.h"
 
 namespace meridian {
 namespace {
@@ -53,16 +53,13 @@ TEST(FilesTest, AWriteCutShortIsAnErrorAndLeavesTheOldFile) {
   std::unique_ptr<TempDir> dir = *TempDir::Make("meridian-files-test");
   const std::filesystem::path path = std::filesystem::path(dir->path()) / "token";
   ASSERT_TRUE(WriteFileAtomically(path, "old\n").ok());
-  struct rlimit before = {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
-  struct rlimit limit = before;
-  limit.rlim_cur = 64;
-  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
-  const Status small = WriteFileAtomically(path, std::string(100, 's'));
-  const Status large = WriteFileWhole(path.string() + ".large", std::string(1 << 20, 'l'));
-  setrlimit(RLIMIT_FSIZE, &before);
-  signal(SIGXFSZ, was);
+  Status small, large;
+  {
+    testing::FileSizeLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    small = WriteFileAtomically(path, std::string(100, 's'));
+    large = WriteFileWhole(path.string() + ".large", std::string(1 << 20, 'l'));
+  }
   EXPECT_EQ(small.code(), StatusCode::kUnavailable);
   EXPECT_EQ(small.message(), "cannot write 100 B to " + path.string() + ".tmp: File too large");
   EXPECT_EQ(Read(path), "old\n");
@@ -78,16 +75,13 @@ TEST(FilesTest, FilesWrittenTogetherAreAllNewOrAllOld) {
   const std::filesystem::path d(dir->path());
   ASSERT_TRUE(WriteFilesTogether({{d / "node.key", "old key", 0600}, {d / "node.crt", "old crt"}, {d / "ca.crt", "old ca"}})
                   .ok());
-  struct rlimit before = {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
-  struct rlimit limit = before;
-  limit.rlim_cur = 64;
-  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
-  const Status failed = WriteFilesTogether(
-      {{d / "node.key", "new key", 0600}, {d / "node.crt", "new crt"}, {d / "ca.crt", std::string(100, 'c')}});
-  setrlimit(RLIMIT_FSIZE, &before);
-  signal(SIGXFSZ, was);
+  Status failed;
+  {
+    testing::FileSizeLimit limit(64);
+    ASSERT_TRUE(limit.ok());
+    failed = WriteFilesTogether(
+        {{d / "node.key", "new key", 0600}, {d / "node.crt", "new crt"}, {d / "ca.crt", std::string(100, 'c')}});
+  }
   EXPECT_EQ(failed.message(), "cannot write 100 B to " + (d / "ca.crt").string() + ".tmp: File too large");
   EXPECT_EQ(Read(d / "node.key"), "old key");
   EXPECT_EQ(Read(d / "node.crt"), "old crt");
@@ -99,6 +93,37 @@ TEST(FilesTest, FilesWrittenTogetherAreAllNewOrAllOld) {
   EXPECT_EQ(Read(d / "node.key"), "new key");
   EXPECT_EQ(ModeOf(d / "node.key"), 0600u);
   EXPECT_EQ(Read(d / "node.crt"), "new crt");
+}
+
+// A file the user names is written as cp writes it: a FIFO (or a device: /dev/null,
+// /dev/stdout) where it is, a link's file through the link. They were once replaced by a
+// regular file renamed over them: `objects get ID -o /dev/null`, run as root, put a
+// file where /dev/null was. (A FIFO stands for the devices here: a test that got this
+// wrong must not take /dev/null from the machine it runs on.)
+TEST(FilesTest, AnOutputFileIsWrittenWhereItsPathPointsNeverReplaced) {
+  std::unique_ptr<TempDir> dir = *TempDir::Make("meridian-files-test");
+  const std::filesystem::path d(dir->path());
+  const std::filesystem::path fifo = d / "fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = Read(fifo); });
+  const Status to_fifo = WriteOutputFile(fifo, "through the pipe");
+  reader.join();
+  EXPECT_TRUE(to_fifo.ok()) << to_fifo.ToString();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  // A link: the file it names gets the bytes, keeping its mode; the link stays a link.
+  const std::filesystem::path target = d / "target", link = d / "link";
+  ASSERT_TRUE(WriteFileWhole(target, "old", 0600).ok());
+  std::filesystem::create_symlink(target, link);
+  ASSERT_TRUE(WriteOutputFile(link, "new").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(Read(target), "new");
+  EXPECT_EQ(ModeOf(target), 0600u);
+  // A new file, and a directory refused.
+  ASSERT_TRUE(WriteOutputFile(d / "fresh", "fresh").ok());
+  EXPECT_EQ(Read(d / "fresh"), "fresh");
+  EXPECT_EQ(WriteOutputFile(d, "x").message(), d.string() + ": a directory, not a file");
 }
 
 }  // namespace

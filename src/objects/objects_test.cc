@@ -1,7 +1,4 @@
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-
-#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +16,7 @@
 #include "objects/store.h"
 #include "security/pki.h"
 #include "security/ticket.h"
+#include "testing/file_size_limit.h"
 #include "common/env.h"
 #include "objects/transfer.h"
 
@@ -621,15 +619,10 @@ TEST(TransferTest, AnObjectOverTheCapacityArrivesIntoAFileNotIntoMemory) {
   // A disk without room for it (here a file size limit of 1 MiB) is one clear error,
   // and nothing is kept.
   ObjectId other = *a->Put(Pattern(size_t{3} << 20, 33));
-  struct rlimit before = {};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
-  struct rlimit limit = before;
-  limit.rlim_cur = 1 << 20;
-  const sighandler_t was = signal(SIGXFSZ, SIG_IGN);  // the claim fails with EFBIG instead
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  auto limit = std::make_unique<testing::FileSizeLimit>(1 << 20);
+  ASSERT_TRUE(limit->ok());
   StatusOr<FetchStats> full = Fetch(server->address(), other, *b);
-  setrlimit(RLIMIT_FSIZE, &before);
-  signal(SIGXFSZ, was);
+  limit.reset();
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(full.status().message(), fmt::format("object {}: cannot claim 3 MiB for a file in {}: File too large",
