@@ -263,7 +263,7 @@ Status SaveResults(client::Client& c, uint64_t id, const std::string& dir, std::
     std::string file = t.name;
     std::replace(file.begin(), file.end(), '/', '_');
     const std::filesystem::path path = std::filesystem::path(dir) / file;
-    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(path, data));
+    MERIDIAN_RETURN_IF_ERROR(WriteOutputFile(path, data));
     ++written;
     bytes += static_cast<int64_t>(data.size());
   }

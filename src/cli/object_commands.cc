@@ -290,7 +290,7 @@ Status RunObjectsGet(const ObjectsGetOptions& o, std::ostream& out) {
                                           FormatBytes(static_cast<int64_t>(pinned.data().size()))));
     }
   } else {
-    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(o.output, pinned.data()));
+    MERIDIAN_RETURN_IF_ERROR(WriteOutputFile(o.output, pinned.data()));
   }
   const double gbps = f->seconds > 0 ? static_cast<double>(f->bytes) * 8 / f->seconds / 1e9 : 0;
   std::ostream& note = (o.output.empty() || o.output == "-") ? std::cerr : out;

@@ -150,8 +150,8 @@ Status RunGangTrain(const GangTrainOptions& options, std::ostream& out) {
   if (!result.ok()) return result.status();
   if (!options.save_model.empty() && m.rank == 0) {
     // The trained model, for meridian replica --model (docs/serving.md).
-    MERIDIAN_RETURN_IF_ERROR(WriteFileAtomically(options.save_model,
-                                                 training::EncodeCheckpoint(trainer.Current(), t.hidden)));
+    MERIDIAN_RETURN_IF_ERROR(
+        WriteOutputFile(options.save_model, training::EncodeCheckpoint(trainer.Current(), t.hidden)));
   }
   nlohmann::json j;
   j["rank"] = m.rank;

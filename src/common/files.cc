@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,11 +15,10 @@
 
 namespace meridian {
 
-Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, mode_t mode) {
-  // O_TRUNC keeps an existing file's mode: it is removed first, so `mode` holds.
-  unlink(path.c_str());
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) return UnavailableError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+namespace {
+
+// Writes `data` to `fd` and closes it, every write and the close checked.
+Status WriteAndClose(int fd, const std::filesystem::path& path, std::string_view data) {
   const bool written = WriteAll(fd, data);
   const int write_errno = errno;
   const bool closed = close(fd) == 0;
@@ -27,6 +27,31 @@ Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, 
                                         path.string(), std::strerror(written ? errno : write_errno)));
   }
   return OkStatus();
+}
+
+}  // namespace
+
+Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, mode_t mode) {
+  // O_TRUNC keeps an existing file's mode: it is removed first, so `mode` holds.
+  unlink(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return UnavailableError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  return WriteAndClose(fd, path, data);
+}
+
+Status WriteOutputFile(const std::filesystem::path& path, std::string_view data) {
+  struct stat st = {};
+  if (stat(path.c_str(), &st) != 0) return WriteFileAtomically(path, data);  // nothing there yet
+  if (S_ISDIR(st.st_mode)) return InvalidArgumentError(fmt::format("{}: a directory, not a file", path.string()));
+  if (!S_ISREG(st.st_mode)) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return UnavailableError(fmt::format("cannot open {}: {}", path.string(), std::strerror(errno)));
+    return WriteAndClose(fd, path, data);
+  }
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::is_symlink(path, ec) ? std::filesystem::canonical(path, ec) : path;
+  if (ec) return UnavailableError(fmt::format("cannot follow {}: {}", path.string(), ec.message()));
+  return WriteFileAtomically(target, data, st.st_mode & 07777);
 }
 
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view data, mode_t mode) {

@@ -23,6 +23,13 @@ Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, 
 // for a moment.
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view data, mode_t mode = 0644);
 
+// Where a user names a file to write (`meridian objects get ID -o PATH`): what PATH
+// names is written, as cp would write it. A device, a FIFO or a terminal (/dev/null,
+// /dev/stdout, a pipe) is written where it is, never replaced by a file; a link is
+// followed, and the file it names replaced whole, keeping that file's mode. A
+// directory is refused (kInvalidArgument).
+Status WriteOutputFile(const std::filesystem::path& path, std::string_view data);
+
 struct FileToWrite {
   std::filesystem::path path;
   std::string_view data;
