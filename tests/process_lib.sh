@@ -110,19 +110,32 @@ start_listening() {  # log, command...
 # did not block them ends the process at once with the default action (exit 143)
 # instead. Prints the threads that neither block nor wait; fails when there are any,
 # or no thread at all.
+# The mask and the wait are read one after the other, and a thread that waits with a
+# timeout in a loop (a gateway's main thread, between its ticks) may wake in between: its
+# mask read while it waited (the waited signals unblocked) beside a wchan read after. So
+# a thread is judged on up to 20 readings 10 ms apart, and passes on the first that
+# shows it blocking or waiting; one that does neither never shows either.
 termination_signals_blocked() {  # pid
-  local task mask unblocked="" n=0 waiting=0
+  local task mask unblocked="" n=0 waiting=0 try state
   for task in /proc/"$1"/task/*; do
     mask=$(awk '/^SigBlk:/ {print $2}' "$task/status" 2>/dev/null)
     [ -n "$mask" ] || continue  # ended meanwhile
     n=$((n + 1))
-    if (((16#$mask & 0x4002) != 0x4002)); then
+    state=unblocked
+    for try in $(seq 20); do
       if [[ "$(cat "$task/wchan" 2>/dev/null)" == do_sigtimedwait* ]]; then
-        waiting=$((waiting + 1))
-      else
-        unblocked+="$(awk '/^Name:/ {print $2}' "$task/status")(SigBlk=$mask) "
+        state=waiting
+        break
       fi
-    fi
+      mask=$(awk '/^SigBlk:/ {print $2}' "$task/status" 2>/dev/null)
+      [ -n "$mask" ] || { state=gone; break; }
+      (((16#$mask & 0x4002) == 0x4002)) && { state=blocked; break; }
+      sleep 0.01
+    done
+    case $state in
+      waiting) waiting=$((waiting + 1)) ;;
+      unblocked) unblocked+="$(awk '/^Name:/ {print $2}' "$task/status")(SigBlk=$mask) " ;;
+    esac
   done
   [ "$n" -gt 0 ] || { echo "no threads of pid $1"; return 1; }
   [ -z "$unblocked" ] || { echo "$unblocked"; return 1; }
