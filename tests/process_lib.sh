@@ -118,9 +118,6 @@ start_listening() {  # log, command...
 termination_signals_blocked() {  # pid
   local task mask unblocked="" n=0 waiting=0 try state
   for task in /proc/"$1"/task/*; do
-    mask=$(awk '/^SigBlk:/ {print $2}' "$task/status" 2>/dev/null)
-    [ -n "$mask" ] || continue  # ended meanwhile
-    n=$((n + 1))
     state=unblocked
     for try in $(seq 20); do
       if [[ "$(cat "$task/wchan" 2>/dev/null)" == do_sigtimedwait* ]]; then
@@ -132,6 +129,8 @@ termination_signals_blocked() {  # pid
       (((16#$mask & 0x4002) == 0x4002)) && { state=blocked; break; }
       sleep 0.01
     done
+    [ "$state" = gone ] && continue  # ended meanwhile
+    n=$((n + 1))
     case $state in
       waiting) waiting=$((waiting + 1)) ;;
       unblocked) unblocked+="$(awk '/^Name:/ {print $2}' "$task/status")(SigBlk=$mask) " ;;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/mapped_file.h"
 #include "common/units.h"
 
 namespace meridian::objects {
@@ -59,50 +59,49 @@ int OpenNamelessFile(const std::string& dir) {
   return fd;
 }
 
-// Maps `size` bytes of `fd` and closes it (the mapping keeps the file).
-StatusOr<char*> MapAndClose(int fd, size_t size, int prot, const std::string& what) {
-  void* p = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-  const int err = errno;
-  close(fd);
-  if (p == MAP_FAILED) {
-    return ResourceExhaustedError(
-        fmt::format("cannot map {} of {}: {}", FormatBytes(static_cast<int64_t>(size)), what, std::strerror(err)));
-  }
-  return static_cast<char*>(p);
-}
-
 }  // namespace
+
+bool Bytes::FilesCanBeClaimedIn(const std::string& dir) {
+  const int fd = OpenNamelessFile(dir);
+  if (fd < 0) return false;
+  const bool claimed = posix_fallocate(fd, 0, 1) == 0;
+  close(fd);
+  return claimed;
+}
 
 StatusOr<std::shared_ptr<Bytes>> Bytes::AllocateInFile(size_t size, const std::string& dir) {
   if (size == 0) return Allocate(0);  // nothing to map
   const std::string what = fmt::format("a file in {}", dir);
   const int fd = OpenNamelessFile(dir);
   if (fd < 0) return ResourceExhaustedError(fmt::format("cannot make {}: {}", what, std::strerror(errno)));
-  const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (err != 0) {
+  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(size)); err != 0) {
     close(fd);
-    const std::string why = fmt::format("cannot claim {} for {}: {}", FormatBytes(static_cast<int64_t>(size)), what,
-                                        std::strerror(err));
-    return err == EOPNOTSUPP ? UnimplementedError(why) : ResourceExhaustedError(why);
+    return ResourceExhaustedError(fmt::format("cannot claim {} for {}: {}", FormatBytes(static_cast<int64_t>(size)),
+                                              what, std::strerror(err)));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(char* p, MapAndClose(fd, size, PROT_READ | PROT_WRITE, what));
-  return std::shared_ptr<Bytes>(new Bytes(p, size, true));
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) {
+    return ResourceExhaustedError(
+        fmt::format("cannot map {} of {}: {}", FormatBytes(static_cast<int64_t>(size)), what, std::strerror(err)));
+  }
+  return std::shared_ptr<Bytes>(new Bytes(static_cast<char*>(p), size, true));
 }
 
 StatusOr<std::shared_ptr<Bytes>> Bytes::MapFile(const std::string& path, size_t size) {
-  if (size == 0) return Allocate(0);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFoundError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  struct stat st{};
-  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(size)) {
-    close(fd);
+  MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  if (file->size() < static_cast<int64_t>(size)) {
     return DataLossError(fmt::format("{} holds fewer than the {} expected", path, FormatBytes(static_cast<int64_t>(size))));
   }
-  MERIDIAN_ASSIGN_OR_RETURN(char* p, MapAndClose(fd, size, PROT_READ, path));
-  return std::shared_ptr<Bytes>(new Bytes(p, size, true));
+  char* p = const_cast<char*>(file->data().data());
+  std::shared_ptr<Bytes> b(new Bytes(p, size, true));
+  b->file_ = std::move(file);
+  return b;
 }
 
 Bytes::~Bytes() {
+  if (file_) return;  // MappedFile unmaps it
   if (mapped_) {
     munmap(data_, size_);
   } else {

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/mapped_file.h"
 #include "common/status.h"
 
 namespace meridian::objects {
@@ -29,10 +30,13 @@ class Bytes {
   // `size` writable bytes in a new file of `dir` that has no name (it is gone with the
   // last reference, or a crash). Its blocks are claimed at once, so that a disk without
   // room is this error (kResourceExhausted, naming `dir`) and never a fault while the
-  // bytes are written. kUnimplemented where the file system cannot claim blocks ahead.
+  // bytes are written: only for a `dir` where FilesCanBeClaimedIn.
   static StatusOr<std::shared_ptr<Bytes>> AllocateInFile(size_t size, const std::string& dir);
-  // The first `size` bytes of the file at `path`, read-only: it must not change while
-  // mapped (a spill file, which nothing writes once it is whole).
+  // Whether files of `dir` can have their blocks claimed ahead (posix_fallocate): what
+  // AllocateInFile needs to be safe on a full disk.
+  static bool FilesCanBeClaimedIn(const std::string& dir);
+  // The first `size` bytes of the regular file at `path`, read-only (MappedFile): it
+  // must not change while mapped (a spill file, which nothing writes once it is whole).
   static StatusOr<std::shared_ptr<Bytes>> MapFile(const std::string& path, size_t size);
   ~Bytes();
   Bytes(const Bytes&) = delete;
@@ -50,6 +54,7 @@ class Bytes {
   char* data_;
   size_t size_;
   bool mapped_;
+  std::unique_ptr<MappedFile> file_;  // MapFile's; it unmaps
 };
 
 }  // namespace meridian::objects

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "common/units.h"
 
 namespace meridian::objects {
@@ -28,7 +29,13 @@ StatusOr<std::unique_ptr<ObjectStore>> ObjectStore::Open(StoreOptions options) {
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", options.spill_dir, ec.message()));
   // Spill files of an earlier run belong to objects nobody references any more.
   for (const auto& f : fs::directory_iterator(options.spill_dir, ec)) fs::remove(f.path(), ec);
-  return std::unique_ptr<ObjectStore>(new ObjectStore(std::move(options)));
+  std::unique_ptr<ObjectStore> store(new ObjectStore(std::move(options)));
+  store->files_claimed_ahead_ = Bytes::FilesCanBeClaimedIn(store->options_.spill_dir);
+  if (!store->files_claimed_ahead_) {
+    MERIDIAN_LOG_WARN("{} cannot claim a file's blocks ahead: objects over the store's memory are held in memory",
+                      store->options_.spill_dir);
+  }
+  return store;
 }
 
 ObjectStore::~ObjectStore() {
@@ -42,10 +49,8 @@ ObjectStore::~ObjectStore() {
 std::string ObjectStore::PathOf(const ObjectId& id) const { return (fs::path(options_.spill_dir) / id.Hex()).string(); }
 
 StatusOr<std::shared_ptr<Bytes>> ObjectStore::Allocate(size_t size) const {
-  if (static_cast<int64_t>(size) > options_.memory_bytes) {
-    StatusOr<std::shared_ptr<Bytes>> in_file = Bytes::AllocateInFile(size, options_.spill_dir);
-    // A file system that cannot claim blocks ahead would fault on a full disk: memory.
-    if (in_file.ok() || in_file.status().code() != StatusCode::kUnimplemented) return in_file;
+  if (static_cast<int64_t>(size) > options_.memory_bytes && files_claimed_ahead_) {
+    return Bytes::AllocateInFile(size, options_.spill_dir);
   }
   std::shared_ptr<Bytes> buffer = Bytes::TryAllocate(size);
   if (!buffer) return ResourceExhaustedError(fmt::format("no memory here for {}", FormatBytes(static_cast<int64_t>(size))));

@@ -2,7 +2,8 @@
 // up to a capacity and spilled to files beyond it, least recently used first. An
 // object larger than the whole capacity never enters memory: it arrives into a file
 // (Allocate) and is read back by mapping its spill file, so the process holds none of
-// it (the kernel's page cache holds what it can, and gives it up under pressure).
+// it (the kernel's page cache holds what it can, and gives it up under pressure). A spill
+// directory whose files cannot have their blocks claimed ahead keeps them in memory.
 //
 // Lifetime: each Put adds a reference; Release drops one. An object with no
 // references and no pins is deleted, from memory and disk. A pin (Pin, Pinned) keeps
@@ -73,7 +74,7 @@ class ObjectStore {
 
   // A buffer for an object of `size` bytes that is arriving (a fetch, a put), to fill
   // and hand to PutVerified: in memory when it fits the capacity, else in a file of
-  // the spill directory (mapped). kResourceExhausted, storing nothing, when neither the
+  // the spill directory (mapped) where that directory allows. kResourceExhausted, storing nothing, when neither the
   // memory nor the disk has room.
   StatusOr<std::shared_ptr<Bytes>> Allocate(size_t size) const;
   // Stores `data` (once, however often it is put) and adds a reference.
@@ -132,6 +133,10 @@ class ObjectStore {
                                                   const std::vector<uint64_t>& sums) const;
 
   const StoreOptions options_;
+  // Whether the spill directory's files can have their blocks claimed ahead: a mapped
+  // file that cannot would fault, not fail, on a full disk, so without it objects over
+  // the capacity are held in memory. Set by Open.
+  bool files_claimed_ahead_ = false;
   Listener listener_;
   mutable std::mutex mu_;
   std::map<ObjectId, Entry> objects_;  // guarded by mu_

@@ -593,6 +593,13 @@ RangeResult FetchRange(const std::string& host, int port, const ObjectId& id, co
   return r;
 }
 
+// A buffer in `store` for object `id` of `size` bytes as announced; why not, naming it.
+StatusOr<std::shared_ptr<Bytes>> AllocateFor(ObjectStore& store, const ObjectId& id, uint64_t size) {
+  StatusOr<std::shared_ptr<Bytes>> buffer = store.Allocate(size);
+  if (!buffer.ok()) return buffer.status().WithPrefix(fmt::format("object {}", id.Hex()));
+  return buffer;
+}
+
 }  // namespace
 
 StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, ObjectStore& store, const FetchOptions& o) {
@@ -611,9 +618,7 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   if (size > kMaxObjectBytes) {
     return DataLossError(fmt::format("{} announces object {} as {} bytes, over the 64 GiB limit", address, id.Hex(), size));
   }
-  StatusOr<std::shared_ptr<Bytes>> allocated = store.Allocate(size);
-  if (!allocated.ok()) return allocated.status().WithPrefix(fmt::format("object {}", id.Hex()));
-  std::shared_ptr<Bytes> buffer = std::move(*allocated);
+  MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<Bytes> buffer, AllocateFor(store, id, size));
   const int64_t chunks = ChunkCount(static_cast<int64_t>(size));
   std::vector<uint64_t> sums(static_cast<size_t>(chunks));
   int streams = o.streams > 0 ? o.streams : (static_cast<int64_t>(size) >= kMultiStreamBytes ? 4 : 1);
@@ -656,9 +661,7 @@ namespace {
 // any other error means the stream is out of step and the batch ends.
 Status ReadBatchObject(ByteStream& stream, const ObjectId& id, uint64_t size, ObjectStore& store, bool* in_step) {
   *in_step = false;
-  StatusOr<std::shared_ptr<Bytes>> allocated = store.Allocate(size);
-  if (!allocated.ok()) return allocated.status().WithPrefix(fmt::format("object {}", id.Hex()));
-  std::shared_ptr<Bytes> buffer = std::move(*allocated);
+  MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<Bytes> buffer, AllocateFor(store, id, size));
   std::vector<uint64_t> sums(static_cast<size_t>(ChunkCount(static_cast<int64_t>(size))));
   bool damaged = false;
   for (uint64_t at = 0; at < size; at += kChunkBytes) {
