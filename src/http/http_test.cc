@@ -1,7 +1,13 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +118,127 @@ TEST(HttpServerTest, ClientsFirstRequestsAtOnceAreAllAnswered) {
   }
   for (std::thread& t : clients) t.join();
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(bodies[i], "200 job " + std::to_string(i) + "\n");
+}
+
+// A TCP connection to 127.0.0.1:port from `source` (any address of 127/8), or -1.
+int Connect(int port, const char* source = "127.0.0.1") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// What the server sent before it closed `fd`, or "(open)" if it has not closed it
+// within `wait_ms` (an answer is read whole: its end is the server's close).
+std::string ReadUntilClosed(int fd, int wait_ms) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return got + "(open)";
+    char buf[4096];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// The slow-client attack ("slowloris"): connections that send a request a byte at a
+// time, or open and send nothing, must not keep the server from others. Before the
+// server ran on an event loop, each such connection held one of its 2 threads for as
+// long as it kept sending: two were enough to leave /metrics unanswered.
+TEST(HttpServerTest, SlowAndSilentClientsHoldOnlyTheirOwnConnections) {
+  ServerOptions o;
+  o.request_timeout_s = 1;
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(o, EchoRoutes());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int port = (*s)->port();
+  constexpr int kSlow = 8;
+  std::vector<int> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(Connect(port));
+    ASSERT_GE(slow.back(), 0);
+  }
+  const int silent = Connect(port);
+  ASSERT_GE(silent, 0);
+  // Each slow client sends a request's line, then a header a byte every 100 ms.
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    const std::string start = "GET /metrics HTTP/1.1\r\nHost: a\r\n";
+    for (int fd : slow) send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+    for (int i = 0; i < 30 && !stop.load(); ++i) {
+      for (int fd : slow) send(fd, "x", 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all are under way
+  {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(5, 0);
+    c.set_read_timeout(5, 0);
+    httplib::Result r = c.Get("/metrics", {{"Authorization", "Bearer t"}});
+    ASSERT_TRUE(r) << "a request was not answered while slow clients sent theirs: " << httplib::to_string(r.error());
+    EXPECT_EQ(r->body, "cert= token=t\n");
+  }
+  // A request that has not arrived whole within request_timeout_s of its first byte
+  // ends its connection, unanswered; the silent one is closed the same way.
+  for (int fd : slow) EXPECT_EQ(ReadUntilClosed(fd, 2'500), "");
+  EXPECT_EQ(ReadUntilClosed(silent, 2'500), "");
+  stop.store(true);
+  trickle.join();
+  for (int fd : slow) close(fd);
+  close(silent);
+}
+
+// At most kMaxConnectionsPerPeer connections from one address: past that, one is
+// closed as it is accepted, and clients at other addresses are still served.
+TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start({}, EchoRoutes());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int port = (*s)->port();
+  std::vector<int> held;
+  for (size_t i = 0; i < kMaxConnectionsPerPeer; ++i) {
+    held.push_back(Connect(port));
+    ASSERT_GE(held.back(), 0);
+  }
+  const std::string request = "GET /api/jobs/7 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+  const int one_more = Connect(port);
+  ASSERT_GE(one_more, 0);
+  send(one_more, request.data(), request.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(ReadUntilClosed(one_more, 5'000), "");
+  close(one_more);
+  const int elsewhere = Connect(port, "127.0.0.2");
+  ASSERT_GE(elsewhere, 0);
+  send(elsewhere, request.data(), request.size(), MSG_NOSIGNAL);
+  const std::string answer = ReadUntilClosed(elsewhere, 5'000);
+  close(elsewhere);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+  EXPECT_TRUE(answer.ends_with("\r\n\r\njob 7\n")) << answer;
+  // One held connection goes; its place is free again.
+  close(held.back());
+  held.pop_back();
+  std::string again;
+  for (int i = 0; i < 50 && !again.ends_with("job 7\n"); ++i) {  // once the server has seen it close
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    again = ReadUntilClosed(fd, 5'000);
+    close(fd);
+  }
+  EXPECT_TRUE(again.ends_with("job 7\n")) << again;
+  for (int fd : held) close(fd);
 }
 
 TEST(HttpServerTest, ABadListenAddressIsNamed) {

@@ -1,47 +1,50 @@
 #include "http/server.h"
 
-#include <openssl/ssl.h>
-
 #include <charconv>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
+#include <regex>
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include "common/logging.h"
 #include "http/metrics.h"
 
 namespace meridian::http {
-namespace {
 
-// httplib's pool with a bound: a connection waits in the queue for a thread, and once
-// kMaxQueuedConnections wait, the accepting thread waits too (so the kernel's
-// backlog, not memory, holds a flood of connections).
-class BoundedPool final : public httplib::TaskQueue {
+// The threads handlers run on, with a bounded queue: a request past the bound is
+// answered 503 at once rather than kept.
+class Server::Workers {
  public:
-  explicit BoundedPool(int threads) {
+  explicit Workers(int threads) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
   }
-  ~BoundedPool() override = default;
-
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    room_.wait(lock, [&] { return jobs_.size() < kMaxQueuedConnections || stopping_; });
-    jobs_.push_back(std::move(fn));
-    work_.notify_one();
-  }
-
-  void shutdown() override {
+  // Drops what waits (each waiting request's Reply, dropped, answers 500 or, once the
+  // loop has ended, nothing) and joins the threads after their current handler.
+  ~Workers() {
+    std::deque<std::function<void()>> dropped;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard lock(mu_);
       stopping_ = true;
+      dropped.swap(jobs_);
     }
     work_.notify_all();
-    room_.notify_all();
     for (std::thread& t : threads_) t.join();
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  // False when kMaxQueuedRequests already wait (`fn` is then not kept).
+  bool Submit(std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || jobs_.size() >= kMaxQueuedRequests) return false;
+      jobs_.push_back(std::move(fn));
+    }
+    work_.notify_one();
+    return true;
   }
 
  private:
@@ -49,12 +52,11 @@ class BoundedPool final : public httplib::TaskQueue {
     for (;;) {
       std::function<void()> fn;
       {
-        std::unique_lock<std::mutex> lock(mu_);
+        std::unique_lock lock(mu_);
         work_.wait(lock, [&] { return !jobs_.empty() || stopping_; });
-        if (jobs_.empty()) return;
+        if (stopping_) return;
         fn = std::move(jobs_.front());
         jobs_.pop_front();
-        room_.notify_one();
       }
       fn();
     }
@@ -62,37 +64,29 @@ class BoundedPool final : public httplib::TaskQueue {
 
   std::mutex mu_;
   std::condition_variable work_;
-  std::condition_variable room_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
+  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                   // GUARDED_BY(mu_)
   std::vector<std::thread> threads_;
 };
 
-std::string_view StatusText(int status) {
-  switch (status) {
-    case 400: return "bad request";
-    case 404: return "no such page";
-    case 405: return "method not allowed (GET only)";
-    case 413: return "request body too large";
-    case 414: return "request line too long";
-    default: return status >= 500 ? "internal error" : "refused";
-  }
+namespace {
+
+HttpResponse ToWire(Response r) {
+  HttpResponse out;
+  out.status = r.status;
+  out.body = std::move(r.body);
+  out.content_type = std::move(r.content_type);
+  out.headers = std::move(r.headers);
+  return out;
 }
 
-Request Translate(const httplib::Request& in) {
-  Request r;
-  r.method = in.method;
-  r.path = in.path;
-  for (const auto& m : in.matches) r.matches.push_back(m.str());
-  const std::string auth = in.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
-    r.bearer_token = auth.substr(kBearer.size());
+// Which route takes `path`, its captures in `match`; null for none.
+const Route* FindRoute(const std::vector<Route>& routes, const std::vector<std::regex>& patterns,
+                       const std::string& path, std::smatch& match) {
+  for (size_t i = 0; i < routes.size(); ++i) {
+    if (std::regex_match(path, match, patterns[i])) return &routes[i];
   }
-  r.peer_certificate = security::VerifiedPeerName(const_cast<SSL*>(in.ssl));
-  r.peer = fmt::format("{}:{}", in.remote_addr, in.remote_port);
-  r.host = in.get_header_value("Host");
-  return r;
+  return nullptr;
 }
 
 }  // namespace
@@ -140,80 +134,104 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
   if (port < 0 || port > 65535) {
     return InvalidArgumentError(fmt::format("HTTP listen address '{}': the port must be 0 to 65535", options.listen));
   }
-  if (options.tls.enabled()) {
-    Status configured;
-    const security::TlsCredentials tls = options.tls;
-    s->server_ = std::make_unique<httplib::SSLServer>([&configured, &tls](SSL_CTX& ctx) {
-      configured = security::ConfigureHttpsServer(&ctx, tls);
-      return configured.ok();
-    });
-    if (!configured.ok()) return configured.WithPrefix("HTTPS");
-    s->tls_ = true;
-  } else {
-    s->server_ = std::make_unique<httplib::Server>();
-  }
-  httplib::Server& srv = *s->server_;
-  const int threads = std::max(1, options.threads);
-  srv.new_task_queue = [threads] { return new BoundedPool(threads); };
-  srv.set_payload_max_length(kMaxBodyBytes);
-  srv.set_read_timeout(options.read_timeout_s, 0);
-  srv.set_write_timeout(options.read_timeout_s, 0);
-  srv.set_keep_alive_timeout(1);
-  srv.set_keep_alive_max_count(100);
-  for (Route& route : routes) {
-    srv.Get(route.pattern, [handler = std::move(route.handler)](const httplib::Request& in, httplib::Response& out) {
-      Response r = handler(Translate(in));
-      out.status = r.status;
-      for (auto& [k, v] : r.headers) out.set_header(k, v);
-      out.set_content(std::move(r.body), r.content_type.c_str());
-    });
-  }
-  srv.set_error_handler([](const httplib::Request&, httplib::Response& out) {
-    if (out.body.empty()) {
-      out.set_content(fmt::format("{}\n", StatusText(out.status)), "text/plain; charset=utf-8");
-    }
-  });
-  srv.set_exception_handler([](const httplib::Request& in, httplib::Response& out, std::exception_ptr e) {
-    std::string what = "unknown";
+  if (options.threads < 1) return InvalidArgumentError("HTTP: threads must be positive");
+  if (options.request_timeout_s < 1) return InvalidArgumentError("HTTP: request_timeout_s must be positive");
+  std::vector<std::regex> patterns;
+  for (const Route& route : routes) {
     try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      what = ex.what();
-    } catch (...) {
+      patterns.emplace_back(route.pattern);
+    } catch (const std::regex_error& e) {
+      return InvalidArgumentError(fmt::format("HTTP route '{}': {}", route.pattern, e.what()));
     }
-    MERIDIAN_LOG_ERROR("HTTP {} {}: {}", in.method, in.path, what);
-    out.status = 500;
-    out.set_content("internal error\n", "text/plain; charset=utf-8");
-  });
+  }
+  if (!options.static_dir.empty() && !std::filesystem::is_directory(options.static_dir)) {
+    return InvalidArgumentError(fmt::format("cannot serve files from {}: no such directory", options.static_dir));
+  }
+  s->tls_ = options.tls.enabled();
+  s->routes_ = std::move(routes);
+  s->workers_ = std::make_unique<Workers>(options.threads);
+
+  LoopServer::Options lo;
+  lo.host = s->host_;
+  lo.port = port;
+  lo.max_body_bytes = static_cast<int64_t>(kMaxBodyBytes);
+  lo.cluster_tls = options.tls;
+  lo.describe_peers = true;
+  lo.request_timeout_ms = options.request_timeout_s * 1000;
+  lo.max_connections = kMaxConnections;
+  lo.max_connections_per_peer = kMaxConnectionsPerPeer;
+  lo.name = "meridian";
+  auto shared_patterns = std::make_shared<const std::vector<std::regex>>(std::move(patterns));
   if (!options.static_dir.empty()) {
+    lo.static_dir = options.static_dir;
     // The page may load only its own scripts and talk only to this server.
-    httplib::Headers headers{{"Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"},
-                             {"X-Content-Type-Options", "nosniff"},
-                             {"Referrer-Policy", "no-referrer"},
-                             {"Cache-Control", "no-cache"}};
-    if (!srv.set_mount_point("/", options.static_dir, headers)) {
-      return InvalidArgumentError(fmt::format("cannot serve files from {}: no such directory", options.static_dir));
+    lo.file_headers = {{"content-security-policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"},
+                       {"x-content-type-options", "nosniff"},
+                       {"referrer-policy", "no-referrer"},
+                       {"cache-control", "no-cache"}};
+    // What no route takes is a file's (h2o's file handler: GET and HEAD, no listings).
+    lo.routes = [server = s.get(), shared_patterns](std::string_view, std::string_view path) {
+      if (path.size() > kMaxPathBytes) return true;
+      std::smatch match;
+      const std::string p(path);
+      return FindRoute(server->routes_, *shared_patterns, p, match) != nullptr;
+    };
+  }
+  Server* server = s.get();
+  auto started = LoopServer::Start(std::move(lo), [server, shared_patterns](const HttpRequest& in,
+                                                                            std::unique_ptr<Reply> reply) {
+    if (in.normalized_path.size() > kMaxPathBytes) {
+      reply->Send(ToWire(TextResponse(414, fmt::format("the path is over {} bytes", kMaxPathBytes))));
+      return;
     }
+    if (in.method != "GET") {
+      reply->Send(ToWire(TextResponse(405, "method not allowed (GET only)")));
+      return;
+    }
+    Request r;
+    r.method = std::string(in.method);
+    r.path = std::string(in.normalized_path);
+    std::smatch match;
+    const Route* route = FindRoute(server->routes_, *shared_patterns, r.path, match);
+    if (route == nullptr) {
+      reply->Send(ToWire(TextResponse(404, "no such page")));
+      return;
+    }
+    for (const auto& m : match) r.matches.push_back(m.str());
+    constexpr std::string_view kBearer = "Bearer ";
+    if (in.authorization.size() > kBearer.size() && in.authorization.starts_with(kBearer)) {
+      r.bearer_token = std::string(in.authorization.substr(kBearer.size()));
+    }
+    r.peer_certificate = in.peer_certificate;
+    r.peer = in.peer;
+    r.host = std::string(in.authority);
+    auto shared_reply = std::make_shared<std::unique_ptr<Reply>>(std::move(reply));
+    const bool queued = server->workers_->Submit([route, r = std::move(r), shared_reply] {
+      Response out;
+      try {
+        out = route->handler(r);
+      } catch (const std::exception& e) {
+        MERIDIAN_LOG_ERROR("HTTP {} {}: {}", r.method, r.path, e.what());
+        out = TextResponse(500, "internal error");
+      }
+      (*shared_reply)->Send(ToWire(std::move(out)));
+    });
+    if (!queued) {
+      Response busy = TextResponse(503, fmt::format("busy: {} requests already wait for this server", kMaxQueuedRequests));
+      busy.headers.emplace_back("retry-after", "1");
+      (*shared_reply)->Send(ToWire(std::move(busy)));
+    }
+  });
+  if (!started.ok()) {
+    if (started.status().code() == StatusCode::kInvalidArgument) return started.status().WithPrefix("HTTPS");
+    return UnavailableError(fmt::format("HTTP: cannot listen on {} ({})", options.listen, started.status().message()));
   }
-  if (port == 0) {
-    port = srv.bind_to_any_port(s->host_);
-    if (port <= 0) return UnavailableError(fmt::format("HTTP: cannot listen on {}", options.listen));
-  } else if (!srv.bind_to_port(s->host_, port)) {
-    return UnavailableError(fmt::format("HTTP: cannot listen on {} (in use?)", options.listen));
-  }
-  s->port_ = port;
-  s->thread_ = std::thread([&srv] { srv.listen_after_bind(); });
-  // Running before it is handed out: a stop() that came before the loop started
-  // would be missed, and Shutdown would wait on it for ever.
-  for (int i = 0; i < 5000 && !srv.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!srv.is_running()) {
-    srv.stop();
-    s->thread_.join();
-    return UnavailableError(fmt::format("HTTP: the listener on {} did not start", options.listen));
-  }
+  s->loop_ = std::move(*started);
+  s->port_ = s->loop_->port();
   return s;
 }
 
+Server::Server() = default;
 Server::~Server() { Shutdown(); }
 
 std::string Server::address() const {
@@ -225,10 +243,12 @@ std::string Server::address() const {
 std::string Server::url() const { return fmt::format("{}://{}", tls_ ? "https" : "http", address()); }
 
 void Server::Shutdown() {
-  if (server_ == nullptr) return;
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
-  server_.reset();
+  if (loop_ == nullptr) return;
+  // The loop first (no new request reaches a worker), then the workers (a reply sent
+  // now is dropped), then the loop's memory, which their replies point into.
+  loop_->Stop();
+  workers_.reset();
+  loop_.reset();
 }
 
 }  // namespace meridian::http

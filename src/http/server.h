@@ -1,6 +1,7 @@
 // A small HTTP(S) server for what is read over HTTP rather than gRPC: Prometheus's
 // /metrics on the coordinator and every agent, and the coordinator's dashboard.
-// Built on cpp-httplib (Debian's libcpp-httplib-dev).
+// Connections are served by loop_server.h's event loop (h2o); the handlers, which may
+// take locks or call other nodes, run on `threads` threads of their own.
 //
 // Security (docs/security.md): with TLS credentials every connection is HTTPS with
 // this process's certificate; a client certificate of the cluster's CA may be shown
@@ -8,10 +9,13 @@
 // handler decides who may read it, from the request's verified certificate name or
 // its bearer token. Without credentials it serves plain HTTP (an insecure cluster).
 //
-// Bounds: a request's line and headers are at most 8 KiB each, its body at most
-// kMaxBodyBytes; a connection idle or slow past the read timeout is closed; at most
-// `threads` requests are served at once and at most kMaxQueuedConnections wait for
-// a thread (past that, accepting waits: the kernel's backlog holds the rest).
+// Bounds: a request's line and headers are at most 8 KiB, its path at most
+// kMaxPathBytes (414), its body at most kMaxBodyBytes (413); a request must arrive
+// whole within request_timeout_s of its first byte, or its connection is closed; at
+// most kMaxConnections connections are open, kMaxConnectionsPerPeer from one address;
+// at most `threads` requests are handled at once and kMaxQueuedRequests wait for a
+// thread (past that: 503). A client that sends slowly, or not at all, holds only its
+// own connection: no thread waits on it.
 //
 // Thread-safety: handlers run on the server's threads, several at once. Shutdown may
 // be called from any thread, once.
@@ -25,16 +29,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "http/loop_server.h"
 #include "security/tls.h"
 
-namespace httplib {
-class Server;
-}
 
 namespace meridian::http {
 
 inline constexpr size_t kMaxBodyBytes = 64 << 10;
-inline constexpr size_t kMaxQueuedConnections = 64;
+inline constexpr size_t kMaxPathBytes = 2048;
+inline constexpr size_t kMaxQueuedRequests = 64;
+inline constexpr size_t kMaxConnections = 512;
+inline constexpr size_t kMaxConnectionsPerPeer = 64;
 
 struct Request {
   std::string method;
@@ -73,7 +78,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   security::TlsCredentials tls;        // empty: plain HTTP
   int threads = 2;
-  int read_timeout_s = 5;
+  int request_timeout_s = 10;
   // Files served as they are under "/" (a built web front end); paths that would
   // leave the directory are refused. Empty: none. Routes take precedence.
   std::string static_dir;
@@ -94,12 +99,14 @@ class Server {
   void Shutdown();
 
  private:
-  Server() = default;
+  class Workers;
+  Server();
   std::string host_;
   int port_ = 0;
   bool tls_ = false;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::vector<Route> routes_;
+  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<LoopServer> loop_;
 };
 
 }  // namespace meridian::http

@@ -153,7 +153,7 @@ int64_t ReportedInflight(const std::string& body) {
 // One client request on its way through the replicas.
 struct Forward {
   Route* route = nullptr;
-  std::unique_ptr<Reply> reply;
+  std::unique_ptr<http::Reply> reply;
   std::string body;
   std::string path;
   std::string method;
@@ -193,14 +193,14 @@ struct Route {
   // (`healthy`: taking requests before their first probe answers).
   void Init(h2o_loop_t* on, SSL_CTX* ssl, bool healthy);
   // A client's request for the service, its path as the replicas see it.
-  void Handle(const HttpRequest& req, std::string_view path, std::unique_ptr<Reply> reply);
+  void Handle(const http::HttpRequest& req, std::string_view path, std::unique_ptr<http::Reply> reply);
   void Dispatch(Forward* f);
   // A removed replica of `e` taken up again (its pool, connections and figures), when
   // one can be: see the definition. False: Add one.
   bool Revive(const ReplicaEndpoint& e);
   // `u`'s health probe request, with the route's current replicas' token.
   void SetProbeRequest(Upstream& u) const;
-  void Finish(Forward* f, HttpResponse response);
+  void Finish(Forward* f, http::HttpResponse response);
   void Failed(Forward* f, std::string error, bool broken);
   void Completed(Forward* f);
   // Whether `f`, having reached a replica, may be sent to another (GatewayOptions::resend_unsafe).
@@ -449,14 +449,14 @@ StatusOr<SSL_CTX*> ReplicaClientTls(const ReplicaTls& tls) {
 
 }  // namespace
 
-void Route::Handle(const HttpRequest& req, std::string_view path, std::unique_ptr<Reply> reply) {
+void Route::Handle(const http::HttpRequest& req, std::string_view path, std::unique_ptr<http::Reply> reply) {
   // The method and path go into the request line sent upstream: printable ASCII only
   // (HTTP/2 carries them as header values, which h2o does not restrict so).
   auto printable = [](std::string_view v) {
     return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c > 0x20 && c < 0x7f; });
   };
   if (!printable(req.method) || !printable(path) || path.size() > 2048) {
-    reply->Send(JsonError(400, "the method or path is not printable ASCII of at most 2048 bytes"));
+    reply->Send(http::JsonError(400, "the method or path is not printable ASCII of at most 2048 bytes"));
     return;
   }
   // The content type goes upstream as a header line too (spaces allowed: "; charset").
@@ -464,7 +464,7 @@ void Route::Handle(const HttpRequest& req, std::string_view path, std::unique_pt
                                std::all_of(req.content_type.begin(), req.content_type.end(),
                                            [](char c) { return c >= 0x20 && c < 0x7f; });
   if (!content_type_ok) {
-    reply->Send(JsonError(400, "the Content-Type is not printable ASCII of at most 256 bytes"));
+    reply->Send(http::JsonError(400, "the Content-Type is not printable ASCII of at most 256 bytes"));
     return;
   }
   ++requests;
@@ -502,7 +502,7 @@ void Route::Dispatch(Forward* f) {
   if (best == nullptr) {
     if (healthy_untried > 0) {
       ++shed;
-      HttpResponse busy = JsonError(
+      http::HttpResponse busy = http::JsonError(
           503, fmt::format("all {} healthy replicas are saturated ({} requests in flight each); retry later",
                            healthy_untried, options.max_inflight));
       busy.retry_after_s = 1;
@@ -513,7 +513,7 @@ void Route::Dispatch(Forward* f) {
     int live = 0;
     for (const auto& u : upstreams) live += u->removed ? 0 : 1;
     if (f->tried.empty()) {
-      HttpResponse none = JsonError(503, fmt::format("no healthy replica: {} known, none answering its health probe",
+      http::HttpResponse none = http::JsonError(503, fmt::format("no healthy replica: {} known, none answering its health probe",
                                                      live));
       none.retry_after_s = 1;
       Finish(f, std::move(none));
@@ -522,7 +522,7 @@ void Route::Dispatch(Forward* f) {
       for (const Upstream* u : f->tried) {
         names += fmt::format("{}{}:{}", names.empty() ? "" : ", ", u->endpoint.host, u->endpoint.port);
       }
-      Finish(f, JsonError(502, fmt::format("replicas {} failed; the last: {}", names, f->last_error)));
+      Finish(f, http::JsonError(502, fmt::format("replicas {} failed; the last: {}", names, f->last_error)));
     }
     return;
   }
@@ -551,13 +551,13 @@ void Route::Failed(Forward* f, std::string error, bool broken) {
   f->last_error = fmt::format("{}:{}: {}", u->endpoint.host, u->endpoint.port, error);
   if (f->reached && !MayResend(*f)) {
     ++failed;
-    Finish(f, JsonError(502, fmt::format("{}; the request had reached it and is not sent again ({} may act twice)",
+    Finish(f, http::JsonError(502, fmt::format("{}; the request had reached it and is not sent again ({} may act twice)",
                                          f->last_error, f->method)));
     return;
   }
   if (static_cast<int32_t>(f->tried.size()) >= options.max_attempts) {
     ++failed;
-    Finish(f, JsonError(502, fmt::format("{} replicas tried; the last failed: {}", f->tried.size(), f->last_error)));
+    Finish(f, http::JsonError(502, fmt::format("{} replicas tried; the last failed: {}", f->tried.size(), f->last_error)));
     return;
   }
   Dispatch(f);
@@ -579,7 +579,7 @@ void Route::Completed(Forward* f) {
   --u->inflight;
   ++u->served;
   Smooth(u->service_us, MicrosSince(f->sent));
-  HttpResponse r;
+  http::HttpResponse r;
   r.status = f->status;
   r.body = std::move(f->response);
   if (!f->content_type.empty()) r.content_type = f->content_type;
@@ -587,7 +587,7 @@ void Route::Completed(Forward* f) {
   Finish(f, std::move(r));
 }
 
-void Route::Finish(Forward* f, HttpResponse response) {
+void Route::Finish(Forward* f, http::HttpResponse response) {
   f->reply->Send(std::move(response));
   forwards.erase(f);
   delete f;
@@ -596,7 +596,7 @@ void Route::Finish(Forward* f, HttpResponse response) {
 void Route::Shutdown(std::string_view why) {
   for (Forward* f : forwards) {
     if (f->client != nullptr) h2o_http1client_cancel(f->client);
-    f->reply->Send(JsonError(503, std::string(why)));
+    f->reply->Send(http::JsonError(503, std::string(why)));
     delete f;
   }
   forwards.clear();
@@ -697,28 +697,28 @@ constexpr std::string_view kServicesPrefix = "/v1/services/";
 
 // Whether a tenant's token reaches a service of `tenant` (`service` names it): its
 // tenant's or an admin's; otherwise why not, as the client is told.
-Admission JudgeTenantToken(const TokenAnswer& a, const std::string& tenant, const std::string& service) {
+http::Admission JudgeTenantToken(const TokenAnswer& a, const std::string& tenant, const std::string& service) {
   if (a.ok()) {
-    if (a->admin || a->tenant == tenant) return Admission::Admit();
-    return Admission::Refuse(JsonError(
+    if (a->admin || a->tenant == tenant) return http::Admission::Admit();
+    return http::Admission::Refuse(http::JsonError(
         401, fmt::format("user {} of tenant {} may not call {}: it is another tenant's", a->user, a->tenant, service)));
   }
   switch (a.status().code()) {
     case StatusCode::kResourceExhausted: {
-      HttpResponse r = JsonError(429, fmt::format("the bearer token is not known to this gateway yet, and {}; retry later",
+      http::HttpResponse r = http::JsonError(429, fmt::format("the bearer token is not known to this gateway yet, and {}; retry later",
                                                   a.status().message()));
       r.retry_after_s = 1;
-      return Admission::Refuse(std::move(r));
+      return http::Admission::Refuse(std::move(r));
     }
     case StatusCode::kUnauthenticated:
     case StatusCode::kPermissionDenied:
-      return Admission::Refuse(
-          JsonError(401, fmt::format("{} does not take this bearer token: {}", service, a.status().message())));
+      return http::Admission::Refuse(
+          http::JsonError(401, fmt::format("{} does not take this bearer token: {}", service, a.status().message())));
     default: {
-      HttpResponse r = JsonError(
+      http::HttpResponse r = http::JsonError(
           503, fmt::format("the bearer token cannot be checked with the coordinator now ({}); retry later", a.status().message()));
       r.retry_after_s = 1;
-      return Admission::Refuse(std::move(r));
+      return http::Admission::Refuse(std::move(r));
     }
   }
 }
@@ -735,7 +735,7 @@ std::optional<std::string_view> ServiceOfPath(std::string_view path) {
 
 struct Gateway::Impl {
   GatewayOptions options;
-  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<http::LoopServer> server;
   h2o_loop_t* loop = nullptr;
   // On the loop thread: the one service's, named "", or one per service (by_service).
   std::map<std::string, std::unique_ptr<Route>, std::less<>> routes;
@@ -744,7 +744,7 @@ struct Gateway::Impl {
   // gone, its thread joined, before the server it answers through.
   std::unique_ptr<TenantTokens> tenants;
 
-  void Handle(const HttpRequest& req, std::unique_ptr<Reply> reply);
+  void Handle(const http::HttpRequest& req, std::unique_ptr<http::Reply> reply);
   void Shutdown() {
     for (auto& [name, r] : routes) r->Shutdown("the gateway is stopping");
   }
@@ -762,10 +762,10 @@ struct Gateway::Impl {
   }
 };
 
-void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
+void Gateway::Impl::Handle(const http::HttpRequest& req, std::unique_ptr<http::Reply> reply) {
   if (req.path == "/healthz") {
     if (draining) {
-      reply->Send(JsonError(503, "draining: the replica is stopping"));
+      reply->Send(http::JsonError(503, "draining: the replica is stopping"));
       return;
     }
     // As a model's replica does: the requests in flight through it (a command's
@@ -779,16 +779,16 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
       }
     }
     if (options.front && !any) {
-      reply->Send(JsonError(503, "the replica's command does not answer its health probe yet"));
+      reply->Send(http::JsonError(503, "the replica's command does not answer its health probe yet"));
       return;
     }
-    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight)});
+    reply->Send(http::HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight)});
     return;
   }
   if (!options.by_service) {
     Route& only = *routes.begin()->second;
     if (req.path == "/v1/gateway") {
-      reply->Send(HttpResponse{200, GatewayViewJson(only.View())});
+      reply->Send(http::HttpResponse{200, GatewayViewJson(only.View())});
     } else {
       only.Handle(req, req.path, std::move(reply));
     }
@@ -805,13 +805,13 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
         services.push_back(name);
       }
     }
-    reply->Send(HttpResponse{200, nlohmann::json{{"region", options.region}, {"services", services}}.dump() + "\n"});
+    reply->Send(http::HttpResponse{200, nlohmann::json{{"region", options.region}, {"services", services}}.dump() + "\n"});
     return;
   }
   // /v1/services/NAME[/PATH][?QUERY]: NAME's replicas get /PATH[?QUERY] ("/" for none).
   const std::optional<std::string_view> named = ServiceOfPath(req.path);
   if (!named) {
-    reply->Send(JsonError(404, "no such path here: a service's requests go to /v1/services/NAME/PATH (GET "
+    reply->Send(http::JsonError(404, "no such path here: a service's requests go to /v1/services/NAME/PATH (GET "
                                "/v1/services lists the services)"));
     return;
   }
@@ -820,7 +820,7 @@ void Gateway::Impl::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply)
   if (path.empty() || path.front() == '?') path.insert(0, "/");
   auto it = routes.find(name);
   if (it == routes.end()) {
-    reply->Send(JsonError(404, ValidServiceRouteName(name)
+    reply->Send(http::JsonError(404, ValidServiceRouteName(name)
                                    ? fmt::format("no service '{}' at this gateway (GET /v1/services lists those it "
                                                  "routes; meridian services, those that run)",
                                                  name)
@@ -845,7 +845,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   if (!g->options.by_service && g->options.replica_tls.enabled()) {
     MERIDIAN_ASSIGN_OR_RETURN(replica_ssl, ReplicaClientTls(g->options.replica_tls));
   }
-  HttpServer::Options http;
+  http::LoopServer::Options http;
   http.host = g->options.host;
   http.port = g->options.port;
   http.token = g->options.token;
@@ -857,33 +857,33 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Start(GatewayOptions options) {
   // A service's clients' token reaches that service's requests, nothing else (a
   // gateway of one service: all but its own view).
   // With identify_tokens, its tenant's own API tokens (and an admin's) too.
-  http.also_accept = [g](std::string_view path, std::string_view token, Decide decide) {
+  http.also_accept = [g](std::string_view path, std::string_view token, http::Decide decide) {
     std::optional<std::string_view> name;
     if (g->options.by_service) {
       name = ServiceOfPath(path);
     } else if (path != "/v1/gateway") {
       name = "";
     }
-    if (!name) return Admission::Refuse();
+    if (!name) return http::Admission::Refuse();
     auto it = g->routes.find(*name);
-    if (it == g->routes.end()) return Admission::Refuse();
+    if (it == g->routes.end()) return http::Admission::Refuse();
     const GatewayOptions& route = it->second->options;
     if (!route.service_token.empty() && security::ConstantTimeEquals(token, route.service_token)) {
-      return Admission::Admit();
+      return http::Admission::Admit();
     }
     // Not an API token's shape: the service's own token mistyped, or a guess.
-    if (g->tenants == nullptr || route.tenant.empty() || !model::SplitApiToken(token)) return Admission::Refuse();
+    if (g->tenants == nullptr || route.tenant.empty() || !model::SplitApiToken(token)) return http::Admission::Refuse();
     std::string service = name->empty() ? "this service" : fmt::format("service {}", *name);
     auto judge = [tenant = route.tenant, service = std::move(service)](const TokenAnswer& a) {
       return JudgeTenantToken(a, tenant, service);
     };
     std::optional<TokenAnswer> known =
         g->tenants->Find(token, [judge, decide = std::move(decide)](const TokenAnswer& a) { decide(judge(a)); });
-    return known ? judge(*known) : Admission::Later();
+    return known ? judge(*known) : http::Admission::Later();
   };
   http.name = "meridian-gateway";
   http.on_stop = [g] { g->Shutdown(); };
-  auto server = HttpServer::Start(http, [g](const HttpRequest& req, std::unique_ptr<Reply> r) {
+  auto server = http::LoopServer::Start(http, [g](const http::HttpRequest& req, std::unique_ptr<http::Reply> r) {
     g->Handle(req, std::move(r));
   });
   if (!server.ok()) {

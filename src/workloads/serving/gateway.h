@@ -1,4 +1,4 @@
-// A region's gateway: clients call it (HTTP/1.1 or HTTP/2, http_server.h) and it
+// A region's gateway: clients call it (HTTP/1.1 or HTTP/2, http/loop_server.h) and it
 // forwards each request to one of the service's replicas over kept-alive HTTP/1.1
 // connections, from its own event loop (no thread hand-over on the way).
 //
@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "workloads/serving/http_server.h"
+#include "http/loop_server.h"
 #include "workloads/serving/tenant_tokens.h"
 
 namespace meridian::serving {
@@ -108,7 +108,7 @@ struct GatewayOptions {
   TenantTokens::Identify identify_tokens;
   TenantTokens::Options token_answers;
   std::string replica_token;  // what the gateway presents to replicas
-  std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http_server.h)
+  std::string tls_cert_file, tls_key_file;  // HTTPS for clients when given (http/loop_server.h)
   std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
   ReplicaTls replica_tls;
   std::vector<ReplicaEndpoint> replicas;

@@ -64,7 +64,7 @@ Replica::Replica(MlpModel model, const ReplicaOptions& options) : model_(std::mo
 StatusOr<std::unique_ptr<Replica>> Replica::Start(MlpModel model, ReplicaOptions options) {
   MERIDIAN_RETURN_IF_ERROR(CheckBatchOptions(options.batch));
   std::unique_ptr<Replica> r(new Replica(std::move(model), options));
-  HttpServer::Options http;
+  http::LoopServer::Options http;
   http.host = options.host;
   http.port = options.port;
   http.token = options.token;
@@ -76,7 +76,7 @@ StatusOr<std::unique_ptr<Replica>> Replica::Start(MlpModel model, ReplicaOptions
   http.max_body_bytes = int64_t{1} << 20;
   http.name = "meridian-replica";
   Replica* self = r.get();
-  MERIDIAN_ASSIGN_OR_RETURN(r->server_, HttpServer::Start(http, [self](const HttpRequest& req, std::unique_ptr<Reply> reply) {
+  MERIDIAN_ASSIGN_OR_RETURN(r->server_, http::LoopServer::Start(http, [self](const http::HttpRequest& req, std::unique_ptr<http::Reply> reply) {
     self->Handle(req, std::move(reply));
   }));
   return r;
@@ -88,18 +88,18 @@ Replica::~Replica() {
   batcher_.reset();
 }
 
-void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
+void Replica::Handle(const http::HttpRequest& req, std::unique_ptr<http::Reply> reply) {
   if (req.path == "/healthz") {
     if (draining_) {
-      reply->Send(JsonError(503, "draining: the replica is stopping"));
+      reply->Send(http::JsonError(503, "draining: the replica is stopping"));
       return;
     }
-    reply->Send(HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight_->load())});
+    reply->Send(http::HttpResponse{200, fmt::format("{{\"status\":\"ok\",\"inflight\":{}}}\n", inflight_->load())});
     return;
   }
   if (req.path == "/v1/stats") {
     const BatcherStats s = batcher_->stats();
-    reply->Send(HttpResponse{200, nlohmann::json{{"requests", s.requests},
+    reply->Send(http::HttpResponse{200, nlohmann::json{{"requests", s.requests},
                                                  {"images", s.images},
                                                  {"batches", s.batches},
                                                  {"refused", s.refused},
@@ -111,29 +111,29 @@ void Replica::Handle(const HttpRequest& req, std::unique_ptr<Reply> reply) {
     return;
   }
   if (req.path != "/v1/predict") {
-    reply->Send(JsonError(404, fmt::format("no such path '{}': POST /v1/predict, GET /healthz or /v1/stats", req.path)));
+    reply->Send(http::JsonError(404, fmt::format("no such path '{}': POST /v1/predict, GET /healthz or /v1/stats", req.path)));
     return;
   }
   if (req.method != "POST") {
-    reply->Send(JsonError(405, "/v1/predict takes POST"));
+    reply->Send(http::JsonError(405, "/v1/predict takes POST"));
     return;
   }
   auto images = ParsePredictBody(req.body, model_.inputs());
   if (!images.ok()) {
-    reply->Send(JsonError(400, images.status().message()));
+    reply->Send(http::JsonError(400, images.status().message()));
     return;
   }
   const int32_t classes = model_.classes();
-  auto shared = std::make_shared<std::unique_ptr<Reply>>(std::move(reply));
+  auto shared = std::make_shared<std::unique_ptr<http::Reply>>(std::move(reply));
   inflight_->fetch_add(1);
   const Status queued =
       batcher_->Submit(std::move(*images), [shared, classes, inflight = inflight_](std::vector<float> logits) {
         inflight->fetch_sub(1);
-        (*shared)->Send(HttpResponse{200, PredictAnswer(logits, classes)});
+        (*shared)->Send(http::HttpResponse{200, PredictAnswer(logits, classes)});
       });
   if (!queued.ok()) {
     inflight_->fetch_sub(1);
-    HttpResponse busy = JsonError(503, queued.message());
+    http::HttpResponse busy = http::JsonError(503, queued.message());
     busy.retry_after_s = 1;
     (*shared)->Send(std::move(busy));
   }

@@ -1,4 +1,4 @@
-// A model replica: the digits MLP behind HTTP (http_server.h), its requests batched
+// A model replica: the digits MLP behind HTTP (http/loop_server.h), its requests batched
 // (batcher.h).
 //
 //   POST /v1/predict  {"instances": [[64 pixels in 0..1], ...]}   (1..256 images)
@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 #include "workloads/serving/batcher.h"
-#include "workloads/serving/http_server.h"
+#include "http/loop_server.h"
 #include "workloads/serving/model.h"
 
 namespace meridian::serving {
@@ -27,7 +27,7 @@ struct ReplicaOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string token;  // the bearer token callers (the gateway) must present
-  std::string tls_cert_file, tls_key_file;  // HTTPS when given (http_server.h)
+  std::string tls_cert_file, tls_key_file;  // HTTPS when given (http/loop_server.h)
   std::string tls_cert_pem, tls_key_pem;    // the same as PEM text
   BatchOptions batch;
 };
@@ -48,14 +48,14 @@ class Replica {
 
  private:
   Replica(MlpModel model, const ReplicaOptions& options);
-  void Handle(const HttpRequest& request, std::unique_ptr<Reply> reply);
+  void Handle(const http::HttpRequest& request, std::unique_ptr<http::Reply> reply);
 
   MlpModel model_;
   // Predict requests taken and not answered yet, from every caller: /healthz says it,
   // so that each region's gateway sees the load all gateways put on the replica.
   std::shared_ptr<std::atomic<int64_t>> inflight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::unique_ptr<Batcher> batcher_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<http::LoopServer> server_;
   std::atomic<bool> draining_{false};
 };
 

@@ -1,7 +1,16 @@
-// The HTTP front of a model replica and of the gateway: HTTP/1.1 and HTTP/2 (over TLS
-// by ALPN, or cleartext by prior knowledge or Upgrade: h2c) on one port, served by h2o's event loop (Debian's
-// libh2o-evloop) on one thread. Every request's body is bounded before it is read
-// (413 past max_body_bytes) and, when a token is set, a request without
+// Meridian's HTTP server: HTTP/1.1 and HTTP/2 (over TLS by ALPN, or cleartext by
+// prior knowledge or Upgrade: h2c) on one port, served by h2o's event loop (Debian's
+// libh2o-evloop) on one thread. A model replica and the gateway answer on it; so do
+// the coordinator's and agents' /metrics and the dashboard (server.h, which runs its
+// handlers on threads of its own).
+//
+// Bounds, each checked before what it bounds is read or kept: a request's line and
+// headers at most 8 KiB (h2o's), its body at most max_body_bytes (413); a request
+// must arrive whole within request_timeout_ms of its first byte, and a TLS handshake
+// end within the same, or the connection is closed; at most max_connections are open
+// at once, and at most max_connections_per_peer from one address (a connection past
+// either is closed as it is accepted). A client that sends slowly holds only its own
+// connection: no thread waits on it. When a token is set, a request without
 // "Authorization: Bearer TOKEN" is answered 401 before any handler sees it.
 //
 // A handler runs on the loop thread and answers through its Reply, at once or later
@@ -23,10 +32,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "security/tls.h"
 
 struct st_h2o_evloop_t;
 
-namespace meridian::serving {
+namespace meridian::http {
 
 struct HttpRequest {
   std::string_view method;
@@ -34,6 +44,12 @@ struct HttpRequest {
   std::string_view body;
   std::string_view content_type;  // its Content-Type header (empty: none)
   int version = 0x101;  // 0x100, 0x101 or 0x200 (HTTP/2)
+  std::string_view normalized_path;  // without its query, dot segments resolved
+  std::string_view authority;        // the Host header (HTTP/1) or :authority (HTTP/2)
+  std::string_view authorization;    // the Authorization header, empty when none
+  // With Options::describe_peers only (empty otherwise):
+  std::string peer;              // the client's address:port
+  std::string peer_certificate;  // the common name of its verified certificate, if shown
 };
 
 struct HttpResponse {
@@ -44,11 +60,12 @@ struct HttpResponse {
   int retry_after_s = 0;
   // The gateway's X-Meridian-Replica header: which replica answered (empty: none).
   std::string replica = {};
+  std::vector<std::pair<std::string, std::string>> headers = {};  // any others
 };
 
-class HttpServer;
+class LoopServer;
 
-// What HttpServer::Options::also_accept says of a request.
+// What LoopServer::Options::also_accept says of a request.
 struct Admission {
   enum class Kind { kAdmit, kRefuse, kLater };
   Kind kind = Kind::kRefuse;
@@ -75,7 +92,7 @@ class Reply {
   std::shared_ptr<Impl> impl_;
 };
 
-class HttpServer {
+class LoopServer {
  public:
   using Handler = std::function<void(const HttpRequest&, std::unique_ptr<Reply>)>;
 
@@ -92,6 +109,20 @@ class HttpServer {
     // used when the files are not given.
     std::string tls_cert_pem;
     std::string tls_key_pem;
+    // Or HTTPS with the cluster's credentials (security::ConfigureHttpsServer): a
+    // client certificate of its CA may be shown, and is then verified; its name
+    // reaches the handler when describe_peers is set.
+    security::TlsCredentials cluster_tls;
+    bool describe_peers = false;
+    int request_timeout_ms = 10'000;
+    size_t max_connections = 4096;
+    size_t max_connections_per_peer = 0;  // 0: no bound of its own
+    // Files served as they are for what `routes` declines (a built web front end),
+    // with `file_headers` added to every answer; paths that would leave the directory
+    // are refused. Empty: none, and `routes` is not asked.
+    std::string static_dir;
+    std::vector<std::pair<std::string, std::string>> file_headers;
+    std::function<bool(std::string_view method, std::string_view normalized_path)> routes;
     // Paths answered without the token (a load balancer's health check).
     std::vector<std::string> public_paths;
     // Other tokens, each for some paths: when set and the request's bearer token is not
@@ -108,10 +139,10 @@ class HttpServer {
   };
 
   // Listens, then serves on its own thread until Stop or destruction.
-  static StatusOr<std::unique_ptr<HttpServer>> Start(Options options, Handler handler);
-  ~HttpServer();
-  HttpServer(const HttpServer&) = delete;
-  HttpServer& operator=(const HttpServer&) = delete;
+  static StatusOr<std::unique_ptr<LoopServer>> Start(Options options, Handler handler);
+  ~LoopServer();
+  LoopServer(const LoopServer&) = delete;
+  LoopServer& operator=(const LoopServer&) = delete;
 
   int port() const { return port_; }
   // The loop, for clients that run on it (the gateway's upstream connections).
@@ -126,7 +157,7 @@ class HttpServer {
   struct State;
 
  private:
-  explicit HttpServer(std::unique_ptr<State> state);
+  explicit LoopServer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
   int port_ = 0;
   std::thread thread_;
@@ -136,4 +167,4 @@ class HttpServer {
 // written as U+FFFD.
 HttpResponse JsonError(int status, std::string_view message);
 
-}  // namespace meridian::serving
+}  // namespace meridian::http

@@ -1,15 +1,17 @@
-#include "workloads/serving/http_server.h"
+#include "http/loop_server.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/socket.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
-#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,7 +24,7 @@
 #include "security/pki.h"
 #include "security/tls.h"
 
-namespace meridian::serving {
+namespace meridian::http {
 
 namespace {
 
@@ -37,9 +39,11 @@ const char* Reason(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 502: return "Bad Gateway";
@@ -49,9 +53,17 @@ const char* Reason(int status) {
   }
 }
 
+// An accepted connection, until h2o closes it (its close callback frees this).
+struct OpenSocket {
+  LoopServer::State* state;
+  h2o_socket_t* sock;  // a key only, once closed
+  std::string peer;    // its address, without the port
+  std::string peer_certificate;  // a verified client certificate's name, once shaken hands
+};
+
 }  // namespace
 
-struct HttpServer::State {
+struct LoopServer::State {
   Options options;
   Handler handler;
   h2o_globalconf_t config{};
@@ -66,12 +78,18 @@ struct HttpServer::State {
   std::mutex post_mu;  // a post and the loop's end do not cross
   bool stopped = false;  // GUARDED_BY(post_mu): nothing more is posted
   std::thread::id loop_thread;
-  std::set<h2o_socket_t*> open;  // accepted connections, loop thread only
+  std::map<h2o_socket_t*, OpenSocket*> open;  // accepted connections, loop thread only
+  std::map<std::string, size_t> open_by_peer;  // loop thread only
   SSL_CTX* ssl = nullptr;
+  int port = 0;
+  uint64_t refused = 0;  // connections closed at accept for a bound, loop thread only
+  // The headers added to files' answers (h2o keeps pointers into these).
+  std::vector<h2o_iovec_t> file_header_names;
+  std::vector<h2o_headers_command_t> file_header_commands;
 };
 
 struct Reply::Impl {
-  HttpServer::State* server = nullptr;
+  LoopServer::State* server = nullptr;
   h2o_req_t* req = nullptr;  // null once the request is gone (its pool disposed)
   bool sent = false;         // loop thread only, as is req
 
@@ -93,6 +111,14 @@ struct Reply::Impl {
       const h2o_iovec_t v = h2o_strdup(&req->pool, r.replica.data(), r.replica.size());
       h2o_add_header_by_str(&req->pool, &req->res.headers, kName, sizeof(kName) - 1, 0, nullptr, v.base, v.len);
     }
+    for (const auto& [name, value] : r.headers) {
+      // HTTP/2 allows lower-case names only (an upper-case one is a protocol error).
+      const h2o_iovec_t n = h2o_strdup(&req->pool, name.data(), name.size());
+      h2o_strtolower(n.base, n.len);
+      const h2o_iovec_t v = h2o_strdup(&req->pool, value.data(), value.size());
+      h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, nullptr, v.base, v.len);
+    }
+    req->res.content_length = r.body.size();
     h2o_send_inline(req, r.body.data(), r.body.size());
   }
 };
@@ -112,10 +138,10 @@ void DisposeAnchor(void* p) {
 
 struct HandlerSlot {
   h2o_handler_t super;  // first: h2o hands us this pointer
-  HttpServer::State* state;
+  LoopServer::State* state;
 };
 
-bool Post(HttpServer::State* s, std::function<void()> fn) {
+bool Post(LoopServer::State* s, std::function<void()> fn) {
   std::lock_guard lock(s->post_mu);
   if (s->stopped) return false;
   auto* task = new LoopTask{};
@@ -133,8 +159,28 @@ void OnMessages(h2o_multithread_receiver_t*, h2o_linklist_t* messages) {
   }
 }
 
+// "address:port" of a socket address; empty when it is neither IPv4 nor IPv6.
+std::string NumericAddress(const sockaddr* sa, socklen_t len, bool with_port) {
+  char host[NI_MAXHOST] = "";
+  char port[NI_MAXSERV] = "";
+  if (len == 0 || getnameinfo(sa, len, host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  if (!with_port) return host;
+  return sa->sa_family == AF_INET6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+}
+
+// Who sent `req`: its address and the name its certificate proved, if it showed one.
+void Describe(LoopServer::State* s, h2o_req_t* req, HttpRequest& out) {
+  sockaddr_storage sa{};
+  const socklen_t len = req->conn->callbacks->get_peername(req->conn, reinterpret_cast<sockaddr*>(&sa));
+  out.peer = NumericAddress(reinterpret_cast<sockaddr*>(&sa), len, true);
+  h2o_socket_t* sock = req->conn->callbacks->get_socket == nullptr ? nullptr : req->conn->callbacks->get_socket(req->conn);
+  if (auto it = s->open.find(sock); it != s->open.end()) out.peer_certificate = it->second->peer_certificate;
+}
+
 // Hands an admitted request to the handler (on the loop thread).
-void Dispatch(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl) {
+void Dispatch(LoopServer::State* s, const std::shared_ptr<Reply::Impl>& impl) {
   h2o_req_t* req = impl->req;
   HttpRequest request;
   request.method = std::string_view(req->method.base, req->method.len);
@@ -144,11 +190,17 @@ void Dispatch(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl) {
     request.content_type = std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
   }
   request.version = req->version;
+  request.normalized_path = std::string_view(req->path_normalized.base, req->path_normalized.len);
+  request.authority = std::string_view(req->authority.base, req->authority.len);
+  if (const ssize_t at = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1); at >= 0) {
+    request.authorization = std::string_view(req->headers.entries[at].value.base, req->headers.entries[at].value.len);
+  }
+  if (s->options.describe_peers) Describe(s, req, request);
   s->handler(request, std::unique_ptr<Reply>(new Reply(impl)));
 }
 
 // Carries out also_accept's verdict (on the loop thread).
-void Admit(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl, const Admission& verdict, bool had_token) {
+void Admit(LoopServer::State* s, const std::shared_ptr<Reply::Impl>& impl, const Admission& verdict, bool had_token) {
   if (impl->req == nullptr) return;  // its client went while it waited
   if (verdict.kind == Admission::Kind::kAdmit) {
     Dispatch(s, impl);
@@ -161,7 +213,11 @@ void Admit(HttpServer::State* s, const std::shared_ptr<Reply::Impl>& impl, const
 }
 
 int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
-  HttpServer::State* s = reinterpret_cast<HandlerSlot*>(self)->state;
+  LoopServer::State* s = reinterpret_cast<HandlerSlot*>(self)->state;
+  if (s->options.routes && !s->options.routes(std::string_view(req->method.base, req->method.len),
+                                              std::string_view(req->path_normalized.base, req->path_normalized.len))) {
+    return -1;  // the files' handler's
+  }
   auto impl = std::make_shared<Reply::Impl>();
   impl->server = s;
   impl->req = req;
@@ -191,35 +247,66 @@ int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   return 0;
 }
 
-// What a connection's close callback needs (h2o calls it after freeing the socket).
-struct OpenSocket {
-  HttpServer::State* state;
-  h2o_socket_t* sock;  // a key only, once closed
-};
-
+// A connection's close callback (h2o calls it after freeing the socket).
 void OnSocketClose(void* data) {
   std::unique_ptr<OpenSocket> open(static_cast<OpenSocket*>(data));
-  open->state->open.erase(open->sock);
+  LoopServer::State* s = open->state;
+  s->open.erase(open->sock);
+  if (auto it = s->open_by_peer.find(open->peer); it != s->open_by_peer.end() && --it->second == 0) {
+    s->open_by_peer.erase(it);
+  }
 }
 
 void OnAccept(h2o_socket_t* listener, const char* err) {
   if (err != nullptr) return;
-  auto* s = static_cast<HttpServer::State*>(listener->data);
+  auto* s = static_cast<LoopServer::State*>(listener->data);
   h2o_socket_t* sock = h2o_evloop_socket_accept(listener);
   if (sock == nullptr) return;
-  s->open.insert(sock);
+  sockaddr_storage sa{};
+  const socklen_t len = h2o_socket_getpeername(sock, reinterpret_cast<sockaddr*>(&sa));
+  std::string peer = NumericAddress(reinterpret_cast<sockaddr*>(&sa), len, false);
+  const size_t from_peer = s->open_by_peer.contains(peer) ? s->open_by_peer[peer] : 0;
+  const size_t per_peer = s->options.max_connections_per_peer;
+  if (s->open.size() >= s->options.max_connections || (per_peer > 0 && from_peer >= per_peer)) {
+    // Closed before a byte is read: a flood of connections costs this server no more
+    // than its bound, and those it holds keep being served.
+    // Logged at the first refusal and every 1000th: a flood does not fill the log.
+    if (s->refused++ % 1000 == 0) {
+      MERIDIAN_LOG_WARN("http server on port {}: refused a connection from {} ({} refused so far): {} open, {} from it; "
+                        "the bounds are {}, and {} from one address",
+                        s->port, peer, s->refused, s->open.size(), from_peer, s->options.max_connections, per_peer);
+    }
+    h2o_socket_close(sock);
+    return;
+  }
+  auto* open = new OpenSocket{s, sock, peer, ""};
+  s->open.emplace(sock, open);
+  ++s->open_by_peer[peer];
   sock->on_close.cb = OnSocketClose;
-  sock->on_close.data = new OpenSocket{s, sock};
+  sock->on_close.data = open;
   h2o_accept(&s->accept, sock);
 }
 
+// OpenSSL's report that a handshake is done: the name of the client's verified
+// certificate, if it showed one, is kept with its connection. h2o's sockets speak TLS
+// through a BIO whose data is the socket; that pointer is used only when it is one of
+// this server's open connections.
+void OnTlsInfo(const SSL* ssl, int where, int /*ret*/) {
+  if ((where & SSL_CB_HANDSHAKE_DONE) == 0) return;
+  auto* s = static_cast<LoopServer::State*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  BIO* bio = SSL_get_rbio(ssl);
+  if (s == nullptr || bio == nullptr) return;
+  auto it = s->open.find(static_cast<h2o_socket_t*>(BIO_get_data(bio)));
+  if (it != s->open.end()) it->second->peer_certificate = security::VerifiedPeerName(const_cast<SSL*>(ssl));
+}
+
 // Runs the loop until every accepted connection has closed or `ms` have passed.
-void DrainFor(HttpServer::State* s, int ms) {
+void DrainFor(LoopServer::State* s, int ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   while (!s->open.empty() && std::chrono::steady_clock::now() < deadline) h2o_evloop_run(s->loop, 10);
 }
 
-StatusOr<SSL_CTX*> ServerTls(const HttpServer::Options& o) {
+StatusOr<SSL_CTX*> ServerTls(const LoopServer::Options& o) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) return InternalError("cannot make a TLS context");
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -229,9 +316,13 @@ StatusOr<SSL_CTX*> ServerTls(const HttpServer::Options& o) {
     if (e != 0) ERR_error_string_n(e, reason, sizeof(reason));
     ERR_clear_error();
     SSL_CTX_free(ctx);
-    return InvalidArgumentError(fmt::format("{}: {}", what, reason));
+    return InvalidArgumentError(e == 0 ? what : fmt::format("{}: {}", what, reason));
   };
-  if (o.tls_cert_file.empty()) {
+  if (o.cluster_tls.enabled()) {
+    Status configured = security::ConfigureHttpsServer(ctx, o.cluster_tls);
+    if (!configured.ok()) return fail(std::string(configured.message()));
+    SSL_CTX_set_info_callback(ctx, OnTlsInfo);
+  } else if (o.tls_cert_file.empty()) {
     Status used = security::UseCertificate(ctx, o.tls_cert_pem, o.tls_key_pem);
     if (!used.ok()) return fail(std::string(used.message()));
   } else {
@@ -274,9 +365,9 @@ HttpResponse JsonError(int status, std::string_view message) {
   return r;
 }
 
-HttpServer::HttpServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+LoopServer::LoopServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler handler) {
+StatusOr<std::unique_ptr<LoopServer>> LoopServer::Start(Options options, Handler handler) {
   if (options.max_body_bytes < 1) return InvalidArgumentError("max_body_bytes must be positive");
   // h2o writes to its sockets with writev(): a client that closes while its answer is
   // written would otherwise kill the whole process with SIGPIPE (seen: `bench serve`,
@@ -291,24 +382,44 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
       options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return InvalidArgumentError("TLS needs both a certificate and its key (--tls-cert and --tls-key)");
   }
+  if (options.max_connections < 1) return InvalidArgumentError("max_connections must be positive");
+  if (options.request_timeout_ms < 1) return InvalidArgumentError("request_timeout_ms must be positive");
   SSL_CTX* ssl = nullptr;
-  if (!options.tls_cert_file.empty() || !options.tls_cert_pem.empty()) {
+  if (!options.tls_cert_file.empty() || !options.tls_cert_pem.empty() || options.cluster_tls.enabled()) {
     MERIDIAN_ASSIGN_OR_RETURN(ssl, ServerTls(options));
   }
   auto state = std::make_unique<State>();
   State* s = state.get();
   s->ssl = ssl;
+  s->port = port;
+  if (ssl != nullptr) SSL_CTX_set_app_data(ssl, s);
   s->options = std::move(options);
   s->handler = std::move(handler);
   if (!s->options.token.empty()) s->bearer = "Bearer " + s->options.token;
   h2o_config_init(&s->config);
   s->config.server_name = h2o_iovec_init(s->options.name.data(), s->options.name.size());
   s->config.max_request_entity_size = static_cast<size_t>(s->options.max_body_bytes);
+  const auto timeout_ms = static_cast<uint64_t>(s->options.request_timeout_ms);
+  s->config.handshake_timeout = timeout_ms;
+  s->config.http1.req_timeout = timeout_ms;
+  s->config.http2.idle_timeout = timeout_ms;
   h2o_hostconf_t* host = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
   h2o_pathconf_t* path = h2o_config_register_path(host, "/", 0);
   auto* slot = reinterpret_cast<HandlerSlot*>(h2o_create_handler(path, sizeof(HandlerSlot)));
   slot->super.on_req = OnRequest;
   slot->state = s;
+  if (!s->options.static_dir.empty()) {
+    // reserve: h2o keeps pointers to the names.
+    s->file_header_names.reserve(s->options.file_headers.size());
+    for (const auto& [name, value] : s->options.file_headers) {
+      s->file_header_names.push_back(h2o_iovec_init(name.data(), name.size()));
+      s->file_header_commands.push_back(
+          {H2O_HEADERS_CMD_SET, &s->file_header_names.back(), h2o_iovec_init(value.data(), value.size())});
+    }
+    s->file_header_commands.push_back({H2O_HEADERS_CMD_NULL, nullptr, {}});
+    h2o_file_register(path, s->options.static_dir.c_str(), nullptr, nullptr, 0);
+    if (s->options.file_headers.size() > 0) h2o_headers_register(path, s->file_header_commands.data());
+  }
   s->loop = h2o_evloop_create();
   h2o_context_init(&s->context, s->loop, &s->config);
   s->accept.ctx = &s->context;
@@ -320,7 +431,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
   s->listener->data = s;
   h2o_socket_read_start(s->listener, OnAccept);
 
-  std::unique_ptr<HttpServer> server(new HttpServer(std::move(state)));
+  std::unique_ptr<LoopServer> server(new LoopServer(std::move(state)));
   server->port_ = port;
   std::mutex started_mu;
   std::condition_variable started_cv;
@@ -342,7 +453,7 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
     h2o_socket_close(s->listener);
     h2o_context_request_shutdown(&s->context);
     DrainFor(s, 50);
-    for (h2o_socket_t* sock : s->open) shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+    for (const auto& [sock, open] : s->open) shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
     DrainFor(s, 1000);
     if (s->options.on_stop) s->options.on_stop();
     std::lock_guard lock(s->post_mu);
@@ -353,9 +464,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options, Handler
   return server;
 }
 
-st_h2o_evloop_t* HttpServer::loop() const { return state_->loop; }
+st_h2o_evloop_t* LoopServer::loop() const { return state_->loop; }
 
-bool HttpServer::RunOnLoopAndWait(const std::function<void()>& fn) {
+bool LoopServer::RunOnLoopAndWait(const std::function<void()>& fn) {
   // A mutex and a condition rather than std::promise, whose wait ThreadSanitizer
   // cannot follow.
   struct Done {
@@ -377,11 +488,11 @@ bool HttpServer::RunOnLoopAndWait(const std::function<void()>& fn) {
   return true;
 }
 
-bool HttpServer::RunOnLoop(std::function<void()> fn) {
+bool LoopServer::RunOnLoop(std::function<void()> fn) {
   return Post(state_.get(), std::move(fn));
 }
 
-void HttpServer::Stop() {
+void LoopServer::Stop() {
   if (!thread_.joinable()) return;
   State* s = state_.get();
   Post(s, [s] { s->stopping.store(true); });
@@ -408,6 +519,6 @@ void HttpServer::Stop() {
   if (s->ssl != nullptr) SSL_CTX_free(s->ssl);
 }
 
-HttpServer::~HttpServer() { Stop(); }
+LoopServer::~LoopServer() { Stop(); }
 
-}  // namespace meridian::serving
+}  // namespace meridian::http
