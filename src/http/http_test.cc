@@ -1,8 +1,5 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include "http/metrics.h"
 #include "http/server.h"
 #include "security/pki.h"
+#include "testing/raw_sockets.h"
 
 namespace meridian::http {
 namespace {
@@ -120,40 +118,6 @@ TEST(HttpServerTest, ClientsFirstRequestsAtOnceAreAllAnswered) {
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(bodies[i], "200 job " + std::to_string(i) + "\n");
 }
 
-// A TCP connection to 127.0.0.1:port from `source` (any address of 127/8), or -1.
-int Connect(int port, const char* source = "127.0.0.1") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// What the server sent before it closed `fd`, or "(open)" if it has not closed it
-// within `wait_ms` (an answer is read whole: its end is the server's close).
-std::string ReadUntilClosed(int fd, int wait_ms) {
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return got + "(open)";
-    char buf[4096];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<size_t>(n));
-  }
-}
-
 // The slow-client attack ("slowloris"): connections that send a request a byte at a
 // time, or open and send nothing, must not keep the server from others. Before the
 // server ran on an event loop, each such connection held one of its 2 threads for as
@@ -167,10 +131,10 @@ TEST(HttpServerTest, SlowAndSilentClientsHoldOnlyTheirOwnConnections) {
   constexpr int kSlow = 8;
   std::vector<int> slow;
   for (int i = 0; i < kSlow; ++i) {
-    slow.push_back(Connect(port));
+    slow.push_back(testing::ConnectFrom(port));
     ASSERT_GE(slow.back(), 0);
   }
-  const int silent = Connect(port);
+  const int silent = testing::ConnectFrom(port);
   ASSERT_GE(silent, 0);
   // Each slow client sends a request's line, then a header a byte every 100 ms.
   std::atomic<bool> stop{false};
@@ -193,8 +157,8 @@ TEST(HttpServerTest, SlowAndSilentClientsHoldOnlyTheirOwnConnections) {
   }
   // A request that has not arrived whole within request_timeout_s of its first byte
   // ends its connection, unanswered; the silent one is closed the same way.
-  for (int fd : slow) EXPECT_EQ(ReadUntilClosed(fd, 2'500), "");
-  EXPECT_EQ(ReadUntilClosed(silent, 2'500), "");
+  for (int fd : slow) EXPECT_EQ(testing::ReadUntilClosed(fd, 2'500), "");
+  EXPECT_EQ(testing::ReadUntilClosed(silent, 2'500), "");
   stop.store(true);
   trickle.join();
   for (int fd : slow) close(fd);
@@ -209,19 +173,19 @@ TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
   const int port = (*s)->port();
   std::vector<int> held;
   for (size_t i = 0; i < kMaxConnectionsPerPeer; ++i) {
-    held.push_back(Connect(port));
+    held.push_back(testing::ConnectFrom(port));
     ASSERT_GE(held.back(), 0);
   }
   const std::string request = "GET /api/jobs/7 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
-  const int one_more = Connect(port);
+  const int one_more = testing::ConnectFrom(port);
   ASSERT_GE(one_more, 0);
   send(one_more, request.data(), request.size(), MSG_NOSIGNAL);
-  EXPECT_EQ(ReadUntilClosed(one_more, 5'000), "");
+  EXPECT_EQ(testing::ReadUntilClosed(one_more, 5'000), "");
   close(one_more);
-  const int elsewhere = Connect(port, "127.0.0.2");
+  const int elsewhere = testing::ConnectFrom(port, "127.0.0.2");
   ASSERT_GE(elsewhere, 0);
   send(elsewhere, request.data(), request.size(), MSG_NOSIGNAL);
-  const std::string answer = ReadUntilClosed(elsewhere, 5'000);
+  const std::string answer = testing::ReadUntilClosed(elsewhere, 5'000);
   close(elsewhere);
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
   EXPECT_TRUE(answer.ends_with("\r\n\r\njob 7\n")) << answer;
@@ -231,10 +195,10 @@ TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
   std::string again;
   for (int i = 0; i < 50 && !again.ends_with("job 7\n"); ++i) {  // once the server has seen it close
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int fd = Connect(port);
+    const int fd = testing::ConnectFrom(port);
     ASSERT_GE(fd, 0);
     send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    again = ReadUntilClosed(fd, 5'000);
+    again = testing::ReadUntilClosed(fd, 5'000);
     close(fd);
   }
   EXPECT_TRUE(again.ends_with("job 7\n")) << again;

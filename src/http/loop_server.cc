@@ -214,7 +214,7 @@ void Admit(LoopServer::State* s, const std::shared_ptr<Reply::Impl>& impl, const
 
 int OnRequest(h2o_handler_t* self, h2o_req_t* req) {
   LoopServer::State* s = reinterpret_cast<HandlerSlot*>(self)->state;
-  if (s->options.routes && !s->options.routes(std::string_view(req->method.base, req->method.len),
+  if (!s->options.static_dir.empty() && s->options.routes && !s->options.routes(std::string_view(req->method.base, req->method.len),
                                               std::string_view(req->path_normalized.base, req->path_normalized.len))) {
     return -1;  // the files' handler's
   }
