@@ -234,6 +234,7 @@ StatusOr<FetchedInput> Agent::FetchInput(const model::ObjectLocation& object, co
       fo.cancel = &stop;
       fo.tls = transfer_tls_;
       fo.ticket = object.ticket;
+      fo.expected_size = object.size;
       StatusOr<objects::FetchStats> f = objects::Fetch(from->transfer_address, id, *objects_, fo);
       if (f.ok()) {
         t.from_site = from->site;

@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<FetchedObject>> FetchObject(Client& c, const std::strin
   objects::FetchOptions fo{site};
   MERIDIAN_ASSIGN_OR_RETURN(fo.tls, c.TransferTls());
   fo.ticket = out->location.ticket;
+  fo.expected_size = out->location.size;
   StatusOr<objects::FetchStats> f = objects::Fetch(out->from.transfer_address, id, *out->store, fo);
   if (!f.ok()) return f.status().WithPrefix(fmt::format("fetching {} from node {}", out->location.id, out->from.node));
   out->stats = *f;

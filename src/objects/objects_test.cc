@@ -17,6 +17,7 @@
 #include "security/pki.h"
 #include "security/ticket.h"
 #include "testing/file_size_limit.h"
+#include "testing/raw_sockets.h"
 #include "common/env.h"
 #include "objects/transfer.h"
 
@@ -480,6 +481,44 @@ TEST(TransferTest, MissingObjectsAndDeadPeersGetOneClearError) {
   EXPECT_EQ(p.b->stats().objects, 0);
 }
 
+// A replica that lies about an object's size: it announces 16 GiB for an object the
+// cluster's directory holds as 3 KiB, then sends nothing. Before the directory's size
+// was checked, the fetching node claimed 16 GiB of its disk for it (a file's blocks,
+// the object being over the store's memory) and held them until the fetch failed.
+TEST(TransferTest, ASizeOtherThanTheDirectorysIsRefusedBeforeAnythingIsClaimed) {
+  StatusOr<std::unique_ptr<TcpListener>> listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().message();
+  static constexpr uint64_t kAnnounced = uint64_t{16} << 30;
+  std::thread liar([l = listener->get()] {
+    StatusOr<std::unique_ptr<TcpStream>> s = l->Accept();
+    if (!s.ok()) return;
+    char request[48];  // a stat, with no site
+    if (!(*s)->ReadExact(request, sizeof(request)).ok()) return;
+    char response[16] = {};
+    const uint32_t magic = 0x5444524D;
+    std::memcpy(response, &magic, 4);
+    std::memcpy(response + 8, &kAnnounced, 8);
+    if (!(*s)->WriteAll(response, sizeof(response)).ok()) return;
+    char byte;
+    (void)(*s)->ReadExact(&byte, 1);  // until the client goes
+  });
+  ScratchDir dir;
+  auto b = OpenStore(dir.path, int64_t{1} << 20);
+  const std::string address = fmt::format("127.0.0.1:{}", (*listener)->port());
+  const ObjectId id = ObjectId::Of(std::string(3 << 10, 'x'));
+  FetchOptions o{"", 1, 1, 5'000'000};
+  o.expected_size = 3 << 10;
+  StatusOr<FetchStats> f = Fetch(address, id, *b, o);
+  EXPECT_EQ(f.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(f.status().message(),
+            fmt::format("{} announces object {} as 17179869184 bytes; the cluster's directory holds it as 3072", address,
+                        id.Hex()));
+  EXPECT_EQ(b->stats().objects, 0);
+  EXPECT_EQ(b->stats().memory_bytes, 0);
+  EXPECT_EQ(b->stats().spilled_bytes, 0);
+  liar.join();
+}
+
 TEST(TransferTest, TheLinkShapesTheTransferAndIsCounted) {
   // 80 Mbit/s with a 40 ms round trip: 4 MiB cannot arrive in less than
   // 40 ms + 4 MiB * 8 / 80 Mbit/s = 459 ms, however fast the machine.
@@ -766,6 +805,60 @@ TEST(TransferTlsTest, PeersWithoutACertificateOfTheClusterCaReadNothing) {
   EXPECT_EQ(put.status().code(), StatusCode::kUnauthenticated) << put.status().message();
   EXPECT_EQ(a->stats().objects, objects_before);
   EXPECT_TRUE(WaitForRefused(*server, 3));
+}
+
+// Before a peer has proved a certificate, it holds a connection (and a thread) of the
+// server's 256: a peer that sent a handshake's bytes one at a time, within the 60 s
+// idle timeout each, held one for hours, and 256 of them stopped the transfer plane.
+// Now a handshake must end within handshake_timeout_us, and one address has at most
+// max_handshakes_per_peer under way.
+TEST(TransferTlsTest, PeersWithoutACertificateCannotHoldTheServersConnections) {
+  Pki pki;
+  ScratchDir dir_a, dir_b;
+  std::unique_ptr<ObjectStore> a = OpenStore(dir_a.path), b = OpenStore(dir_b.path);
+  TransferServerOptions so{"127.0.0.1", 0, "us-east"};
+  so.tls = pki.Context("node:a");
+  so.handshake_timeout_us = 1'000'000;
+  so.max_handshakes_per_peer = 4;
+  std::unique_ptr<TransferServer> server = *TransferServer::Start(*a, so);
+  const int port = std::stoi(server->address().substr(server->address().rfind(':') + 1));
+  // Four connections from 127.0.0.2 send a TLS record's first bytes, one every 100 ms.
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(testing::ConnectFrom(port, "127.0.0.2"));
+    ASSERT_GE(slow.back(), 0);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (int i = 0; i < 30 && !stop.load(); ++i) {
+      const char byte = i == 0 ? '\x16' : '\x03';
+      for (int fd : slow) send(fd, &byte, 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  // A fifth from the same address is closed as it is accepted, before any byte of it
+  // is read.
+  const int fifth = testing::ConnectFrom(port, "127.0.0.2");
+  ASSERT_GE(fifth, 0);
+  EXPECT_EQ(testing::ReadUntilClosed(fifth, 5'000), "");
+  close(fifth);
+  // A node is served meanwhile.
+  const ObjectId id = *a->Put(Pattern(5000, 3));
+  FetchOptions fo{"eu-west", 0, 1, 5'000'000};
+  fo.tls = pki.Context("node:b");
+  const std::string key = *security::NewTicketKey();
+  server->SetTicketKey(key);
+  fo.ticket = MakeTicket(key, security::TicketKind::kRead, {id.Hex()});
+  StatusOr<FetchStats> f = Fetch(server->address(), id, *b, fo);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  // The four are closed at their handshake's deadline, while they still send.
+  for (int fd : slow) {
+    EXPECT_FALSE(testing::ReadUntilClosed(fd, 3'000).ends_with(testing::kStillOpen));
+  }
+  stop.store(true);
+  trickle.join();
+  for (int fd : slow) close(fd);
+  EXPECT_TRUE(WaitForRefused(*server, 5));
 }
 
 TEST(TransferTlsTest, PlainTcpIsRefusedOffLoopbackUnlessAllowed) {

@@ -181,11 +181,26 @@ void TransferServer::AcceptLoop() {
                         (*accepted)->peer());
       continue;  // the stream closes as it goes out of scope
     }
+    std::string host;
+    if (options_.tls) {
+      // The peer's address without its port ("[::1]:5000": the brackets go too).
+      const std::string peer = (*accepted)->peer();
+      host = peer.substr(0, peer.rfind(':'));
+      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      int& handshaking = handshaking_[host];
+      if (handshaking >= std::max(1, options_.max_handshakes_per_peer)) {
+        ++refused_;
+        MERIDIAN_LOG_WARN("transfer server: {} connections from {} in their TLS handshake; closing one more", handshaking,
+                          host);
+        continue;
+      }
+      ++handshaking;
+    }
     (*accepted)->SetTimeout(options_.idle_timeout_us).IgnoreError();
     TcpStream* raw = accepted->release();
-    connections_.emplace(raw, std::thread([this, raw] {
+    connections_.emplace(raw, std::thread([this, raw, host] {
                            std::unique_ptr<TcpStream> owned(raw);
-                           Serve(*owned);
+                           Serve(*owned, host);
                            std::lock_guard<std::mutex> lock(mu_);
                            auto it = connections_.find(raw);
                            if (it != connections_.end()) {
@@ -206,14 +221,17 @@ int64_t TransferServer::refused() const {
   return refused_;
 }
 
-void TransferServer::Serve(TcpStream& tcp) {
+void TransferServer::Serve(TcpStream& tcp, const std::string& host) {
   std::unique_ptr<ByteStream> secured;
   if (options_.tls) {
-    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Accept(tcp);
+    StatusOr<std::unique_ptr<ByteStream>> s = options_.tls->Accept(tcp, options_.handshake_timeout_us);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = handshaking_.find(host); it != handshaking_.end() && --it->second <= 0) handshaking_.erase(it);
+      if (!s.ok()) ++refused_;
+    }
     if (!s.ok()) {
       MERIDIAN_LOG_WARN("transfer server: refused {}: {}", tcp.peer(), s.status().message());
-      std::lock_guard<std::mutex> lock(mu_);
-      ++refused_;
       return;
     }
     secured = std::move(*s);
@@ -617,6 +635,10 @@ StatusOr<FetchStats> Fetch(const std::string& address, const ObjectId& id, Objec
   MERIDIAN_ASSIGN_OR_RETURN(uint64_t size, ReadResponse(*first, id));
   if (size > kMaxObjectBytes) {
     return DataLossError(fmt::format("{} announces object {} as {} bytes, over the 64 GiB limit", address, id.Hex(), size));
+  }
+  if (o.expected_size > 0 && size != static_cast<uint64_t>(o.expected_size)) {
+    return DataLossError(fmt::format("{} announces object {} as {} bytes; the cluster's directory holds it as {}", address,
+                                     id.Hex(), size, o.expected_size));
   }
   MERIDIAN_ASSIGN_OR_RETURN(std::shared_ptr<Bytes> buffer, AllocateFor(store, id, size));
   const int64_t chunks = ChunkCount(static_cast<int64_t>(size));

@@ -98,6 +98,13 @@ struct TransferServerOptions {
   // memory is taken for it.
   int max_connections = 256;
   int64_t idle_timeout_us = 60'000'000;
+  // With TLS: a handshake not ended within handshake_timeout_us is given up (a peer
+  // that sends a byte now and then would never meet the idle timeout), and at most
+  // max_handshakes_per_peer connections from one address are in their handshake at
+  // once; one past that is closed as it is accepted. So a peer without the cluster's
+  // certificates cannot take the server's connections from its nodes.
+  int64_t handshake_timeout_us = 10'000'000;
+  int max_handshakes_per_peer = 32;
   int64_t max_put_bytes = kMaxPutBytes;
   int64_t max_put_in_flight_bytes = int64_t{16} << 30;
   // The file of link clocks shared by every agent of the cluster (LinkClocks), so
@@ -145,7 +152,8 @@ class TransferServer {
     std::string put_tenant;  // a put ticket's, until the put it allows
     int64_t put_max_bytes = -1;  // -1: no put allowed
   };
-  void Serve(TcpStream& tcp);
+  // `host`: the peer's address, by which its handshakes are counted.
+  void Serve(TcpStream& tcp, const std::string& host);
   Status ServeTicket(ByteStream& stream, uint64_t length, Grants& grants);
   // Answers kDenied, counts and logs the refusal; the connection then closes.
   Status Deny(ByteStream& stream, const std::string& why);
@@ -168,6 +176,7 @@ class TransferServer {
   int64_t bytes_sent_ = 0;                                    // guarded by mu_
   int64_t put_bytes_in_flight_ = 0;                           // guarded by mu_
   int64_t refused_ = 0;                                       // guarded by mu_
+  std::map<std::string, int> handshaking_;                    // by peer address, guarded by mu_
   std::string ticket_key_;                                    // guarded by mu_
   Random jitter_random_;                                      // guarded by mu_
 };
@@ -188,6 +197,12 @@ struct FetchOptions {
   // A read ticket from the coordinator naming the object(s), shown first on every
   // connection: what a server with TLS requires (security/ticket.h).
   std::string ticket = {};
+  // The object's size as the cluster's directory holds it (model::ObjectLocation);
+  // 0: not known. A server announcing another size is kDataLoss before anything is
+  // allocated: a lying or damaged replica cannot make this node claim memory or
+  // disk (up to kMaxObjectBytes) for bytes it will never send. Fetch only (a batch's
+  // objects are bounded by kMaxBatchObjectBytes).
+  int64_t expected_size = 0;
 };
 
 struct FetchStats {

@@ -1,11 +1,15 @@
 #include "security/tls.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cerrno>
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 
@@ -220,13 +224,51 @@ TlsContext::~TlsContext() {
 
 namespace {
 
+// SSL_accept (or SSL_connect) on `fd`'s blocking socket, ended within timeout_us:
+// the socket is non-blocking meanwhile, each wait for the peer a poll() bounded by
+// what is left. 1 when done; else SSL's result, and `timed_out` when the time ran out.
+int HandshakeWithin(SSL* ssl, int fd, bool server, int64_t timeout_us, bool* timed_out) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(timeout_us);
+  int r = 0;
+  for (;;) {
+    r = server ? SSL_accept(ssl) : SSL_connect(ssl);
+    if (r == 1) break;
+    const int e = SSL_get_error(ssl, r);
+    if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) break;
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    pollfd p{fd, static_cast<short>(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+    int ready = 0;
+    if (left > 0) {
+      do {
+        ready = poll(&p, 1, static_cast<int>(left));
+      } while (ready < 0 && errno == EINTR);
+    }
+    if (ready <= 0) {
+      *timed_out = true;
+      break;
+    }
+  }
+  fcntl(fd, F_SETFL, flags);
+  return r;
+}
+
 StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, TcpStream& tcp, std::unique_ptr<TcpStream> owned,
-                                                bool server) {
+                                                bool server, int64_t timeout_us = 0) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return InternalError("TLS: " + SslError());
   SSL_set_fd(ssl, tcp.fd());
   auto stream = std::make_unique<TlsStreamImpl>(tcp, std::move(owned), ssl);
-  int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
+  bool timed_out = false;
+  int r = timeout_us > 0 ? HandshakeWithin(ssl, tcp.fd(), server, timeout_us, &timed_out)
+                         : (server ? SSL_accept(ssl) : SSL_connect(ssl));
+  if (timed_out) {
+    ERR_clear_error();
+    return DeadlineExceededError(fmt::format("TLS handshake with {} did not end within {} ms", stream->peer(),
+                                             timeout_us / 1000));
+  }
   if (r != 1) {
     long verify = SSL_get_verify_result(ssl);
     std::string why = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : SslError();
@@ -239,8 +281,8 @@ StatusOr<std::unique_ptr<ByteStream>> Handshake(SSL_CTX* ctx, TcpStream& tcp, st
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(TcpStream& tcp) const {
-  return Handshake(server_, tcp, nullptr, true);
+StatusOr<std::unique_ptr<ByteStream>> TlsContext::Accept(TcpStream& tcp, int64_t timeout_us) const {
+  return Handshake(server_, tcp, nullptr, true, timeout_us);
 }
 
 StatusOr<std::unique_ptr<ByteStream>> TlsContext::Connect(std::unique_ptr<TcpStream> tcp,

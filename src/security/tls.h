@@ -54,8 +54,11 @@ class TlsContext {
 
   // The server's side of a handshake on an accepted connection, which must outlive
   // the stream returned: the peer must prove a certificate of the cluster's CA.
-  // Fails with kUnauthenticated when it does not.
-  StatusOr<std::unique_ptr<ByteStream>> Accept(TcpStream& tcp) const;
+  // Fails with kUnauthenticated when it does not, kDeadlineExceeded when the
+  // handshake has not ended within timeout_us of its start (0: no bound but the
+  // connection's per-read timeout, which a peer sending a byte now and then never
+  // meets).
+  StatusOr<std::unique_ptr<ByteStream>> Accept(TcpStream& tcp, int64_t timeout_us = 0) const;
   // The client's side. The server must prove `identity` ("coordinator",
   // "node:gpu-1"); empty: any node of the cluster ("node:..."), as on the transfer
   // plane. Fails with kUnauthenticated when it does not.
