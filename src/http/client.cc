@@ -1,6 +1,13 @@
 #include "http/client.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -22,6 +29,51 @@ bool HeaderIs(std::string_view line, std::string_view name, std::string_view* va
   *value = v;
   return true;
 }
+
+// Breaks a connection (shutdown(2) on its socket) if it is still in use at a deadline:
+// a per-read timeout alone lets a server that sends a byte now and then hold its
+// reader for as long as it likes. It holds a duplicate of the socket, so it never
+// acts on a descriptor that has been closed and reused.
+class Deadline {
+ public:
+  Deadline(int fd, int64_t timeout_us) : fd_(dup(fd)) {
+    if (fd_ < 0) return;
+    const auto at = std::chrono::steady_clock::now() + std::chrono::microseconds(timeout_us);
+    thread_ = std::thread([this, at] {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_until(lock, at, [&] { return done_; })) {
+        fired_ = true;
+        shutdown(fd_, SHUT_RDWR);
+      }
+    });
+  }
+  ~Deadline() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        done_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+  bool fired() {
+    std::lock_guard lock(mu_);
+    return fired_;
+  }
+
+ private:
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;   // GUARDED_BY(mu_)
+  bool fired_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -104,15 +156,24 @@ StatusOr<Response> GetUrl(const std::string& url, const security::TlsContext* tl
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<TcpStream> tcp, TcpStream::Connect(host, port, timeout_us));
   MERIDIAN_RETURN_IF_ERROR(tcp->SetTimeout(timeout_us));
-  std::unique_ptr<ByteStream> stream;
-  if (tls != nullptr) {
-    StatusOr<std::unique_ptr<ByteStream>> connected = tls->Connect(std::move(tcp), identity);
-    if (!connected.ok()) return connected.status().WithPrefix(url);
-    stream = std::move(*connected);
-  } else {
-    stream = std::move(tcp);
+  // The handshake, the request and the whole answer within timeout_us.
+  Deadline deadline(tcp->fd(), timeout_us);
+  StatusOr<Response> got = [&]() -> StatusOr<Response> {
+    std::unique_ptr<ByteStream> stream;
+    if (tls != nullptr) {
+      StatusOr<std::unique_ptr<ByteStream>> connected = tls->Connect(std::move(tcp), identity);
+      if (!connected.ok()) return connected.status().WithPrefix(url);
+      stream = std::move(*connected);
+    } else {
+      stream = std::move(tcp);
+    }
+    return Get(*stream, hostport, path, max_body);
+  }();
+  if (!got.ok() && deadline.fired()) {
+    return DeadlineExceededError(
+        fmt::format("{}: no whole answer within {} ms ({})", url, timeout_us / 1000, got.status().message()));
   }
-  return Get(*stream, hostport, path, max_body);
+  return got;
 }
 
 }  // namespace meridian::http

@@ -24,7 +24,9 @@ inline constexpr size_t kMaxHeaderBytes = 16 << 10;
 StatusOr<Response> Get(ByteStream& stream, const std::string& host, const std::string& path, size_t max_body);
 
 // GETs `url` ("https://HOST:PORT/PATH", or "http://..."; without a path,
-// `default_path`) on a connection of its own, each step within `timeout_us`. An https
+// `default_path`) on a connection of its own: connecting within `timeout_us`, then the
+// handshake, the request and the whole answer within `timeout_us` more (a server
+// that sends its answer a byte at a time is cut off: kDeadlineExceeded). An https
 // URL needs `tls`, and the server must prove the certificate of `identity`
 // ("coordinator", "node:NAME": certificates name identities, not hosts); an http one
 // takes none. Errors: kInvalidArgument (a malformed URL, or TLS that does not match its

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "common/net.h"
+#include "http/client.h"
 #include "http/metrics.h"
 #include "http/server.h"
 #include "security/pki.h"
@@ -203,6 +205,32 @@ TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
   }
   EXPECT_TRUE(again.ends_with("job 7\n")) << again;
   for (int fd : held) close(fd);
+}
+
+// The coordinator reads an agent's /metrics for a scraper on one of its HTTP threads.
+// An agent that sent its answer a byte at a time, each within the per-read timeout,
+// held that thread for as long as it liked: two such reads and the coordinator's
+// /metrics went unanswered. The whole answer now has timeout_us.
+TEST(HttpClientTest, AServerThatAnswersAByteAtATimeIsCutOffAtTheDeadline) {
+  StatusOr<std::unique_ptr<TcpListener>> listener = TcpListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().message();
+  std::atomic<bool> stop{false};
+  std::thread slow([l = listener->get(), &stop] {
+    StatusOr<std::unique_ptr<TcpStream>> s = l->Accept();
+    if (!s.ok()) return;
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+    for (char c : answer) {  // 45 bytes, 100 ms apart: 4.5 s
+      if (stop.load() || !(*s)->WriteAll(&c, 1).ok()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  const std::string url = "http://127.0.0.1:" + std::to_string((*listener)->port());
+  StatusOr<Response> got = GetUrl(url, nullptr, "", "/metrics", 1 << 20, 1'000'000);
+  stop.store(true);
+  slow.join();
+  ASSERT_FALSE(got.ok()) << "read whole: " << got->body;
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().message();
+  EXPECT_TRUE(got.status().message().starts_with(url + ": no whole answer within 1000 ms (")) << got.status().message();
 }
 
 TEST(HttpServerTest, ABadListenAddressIsNamed) {
