@@ -41,7 +41,16 @@ Status WriteFileWhole(const std::filesystem::path& path, std::string_view data, 
 
 Status WriteOutputFile(const std::filesystem::path& path, std::string_view data) {
   struct stat st = {};
-  if (stat(path.c_str(), &st) != 0) return WriteFileAtomically(path, data);  // nothing there yet
+  if (stat(path.c_str(), &st) != 0) {
+    struct stat link = {};
+    if (errno == ENOENT && lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      std::error_code ec;
+      const std::filesystem::path to = std::filesystem::read_symlink(path, ec);
+      return InvalidArgumentError(fmt::format("{}: a link to {}, which does not exist; not written through it",
+                                              path.string(), to.string()));
+    }
+    return WriteFileAtomically(path, data);  // nothing there yet
+  }
   if (S_ISDIR(st.st_mode)) return InvalidArgumentError(fmt::format("{}: a directory, not a file", path.string()));
   if (!S_ISREG(st.st_mode)) {
     const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);

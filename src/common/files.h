@@ -27,7 +27,8 @@ Status WriteFileAtomically(const std::filesystem::path& path, std::string_view d
 // names is written, as cp would write it. A device, a FIFO or a terminal (/dev/null,
 // /dev/stdout, a pipe) is written where it is, never replaced by a file; a link is
 // followed, and the file it names replaced whole, keeping that file's mode. A
-// directory is refused (kInvalidArgument).
+// directory is refused (kInvalidArgument), and so is a link to nothing, as cp refuses
+// to write through one: whoever can make links where outputs go would choose the file.
 Status WriteOutputFile(const std::filesystem::path& path, std::string_view data);
 
 struct FileToWrite {

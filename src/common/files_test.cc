@@ -120,6 +120,13 @@ TEST(FilesTest, AnOutputFileIsWrittenWhereItsPathPointsNeverReplaced) {
   EXPECT_TRUE(std::filesystem::is_symlink(link));
   EXPECT_EQ(Read(target), "new");
   EXPECT_EQ(ModeOf(target), 0600u);
+  // A link to nothing is refused and left as it is (before, it was replaced by a file).
+  const std::filesystem::path dangling = d / "dangling";
+  std::filesystem::create_symlink(d / "nowhere", dangling);
+  EXPECT_EQ(WriteOutputFile(dangling, "x").message(),
+            dangling.string() + ": a link to " + (d / "nowhere").string() + ", which does not exist; not written through it");
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
+  EXPECT_FALSE(std::filesystem::exists(d / "nowhere"));
   // A new file, and a directory refused.
   ASSERT_TRUE(WriteOutputFile(d / "fresh", "fresh").ok());
   EXPECT_EQ(Read(d / "fresh"), "fresh");
