@@ -38,8 +38,11 @@ namespace meridian::http {
 inline constexpr size_t kMaxBodyBytes = 64 << 10;
 inline constexpr size_t kMaxPathBytes = 2048;
 inline constexpr size_t kMaxQueuedRequests = 64;
-inline constexpr size_t kMaxConnections = 512;
-inline constexpr size_t kMaxConnectionsPerPeer = 64;
+// A scraper reading every agent through the coordinator (/sd/nodes) holds a
+// connection per target for up to request_timeout_s after each scrape: 256 from one
+// address leaves room for about 750 agents scraped every 15 s.
+inline constexpr size_t kMaxConnections = 1024;
+inline constexpr size_t kMaxConnectionsPerPeer = 256;
 
 struct Request {
   std::string method;
@@ -78,7 +81,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   security::TlsCredentials tls;        // empty: plain HTTP
   int threads = 2;
-  int request_timeout_s = 10;
+  int request_timeout_s = 5;  // also how long a kept-alive connection may idle
   // Files served as they are under "/" (a built web front end); paths that would
   // leave the directory are refused. Empty: none. Routes take precedence.
   std::string static_dir;
