@@ -57,7 +57,8 @@ const char* Reason(int status) {
 struct OpenSocket {
   LoopServer::State* state;
   h2o_socket_t* sock;  // a key only, once closed
-  std::string peer;    // its address, without the port
+  std::string address;  // the peer's address:port
+  std::string peer;     // its address without the port, by which connections are counted
   std::string peer_certificate;  // a verified client certificate's name, once shaken hands
 };
 
@@ -159,24 +160,28 @@ void OnMessages(h2o_multithread_receiver_t*, h2o_linklist_t* messages) {
   }
 }
 
-// "address:port" of a socket address; empty when it is neither IPv4 nor IPv6.
-std::string NumericAddress(const sockaddr* sa, socklen_t len, bool with_port) {
+// "address:port" ("[address]:port" for IPv6) of an accepted socket's peer; empty when
+// it is neither IPv4 nor IPv6.
+std::string PeerAddress(h2o_socket_t* sock) {
+  sockaddr_storage storage{};
+  auto* sa = reinterpret_cast<sockaddr*>(&storage);
+  const socklen_t len = h2o_socket_getpeername(sock, sa);
   char host[NI_MAXHOST] = "";
   char port[NI_MAXSERV] = "";
   if (len == 0 || getnameinfo(sa, len, host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "";
   }
-  if (!with_port) return host;
   return sa->sa_family == AF_INET6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
 }
 
-// Who sent `req`: its address and the name its certificate proved, if it showed one.
+// Who sent `req`: its address and the name its certificate proved, if it showed one,
+// both as kept with its connection when it was accepted.
 void Describe(LoopServer::State* s, h2o_req_t* req, HttpRequest& out) {
-  sockaddr_storage sa{};
-  const socklen_t len = req->conn->callbacks->get_peername(req->conn, reinterpret_cast<sockaddr*>(&sa));
-  out.peer = NumericAddress(reinterpret_cast<sockaddr*>(&sa), len, true);
   h2o_socket_t* sock = req->conn->callbacks->get_socket == nullptr ? nullptr : req->conn->callbacks->get_socket(req->conn);
-  if (auto it = s->open.find(sock); it != s->open.end()) out.peer_certificate = it->second->peer_certificate;
+  if (auto it = s->open.find(sock); it != s->open.end()) {
+    out.peer = it->second->address;
+    out.peer_certificate = it->second->peer_certificate;
+  }
 }
 
 // Hands an admitted request to the handler (on the loop thread).
@@ -262,9 +267,8 @@ void OnAccept(h2o_socket_t* listener, const char* err) {
   auto* s = static_cast<LoopServer::State*>(listener->data);
   h2o_socket_t* sock = h2o_evloop_socket_accept(listener);
   if (sock == nullptr) return;
-  sockaddr_storage sa{};
-  const socklen_t len = h2o_socket_getpeername(sock, reinterpret_cast<sockaddr*>(&sa));
-  std::string peer = NumericAddress(reinterpret_cast<sockaddr*>(&sa), len, false);
+  std::string address = PeerAddress(sock);
+  std::string peer = HostOfAddress(address);
   const size_t from_peer = s->open_by_peer.contains(peer) ? s->open_by_peer[peer] : 0;
   const size_t per_peer = s->options.max_connections_per_peer;
   if (s->open.size() >= s->options.max_connections || (per_peer > 0 && from_peer >= per_peer)) {
@@ -279,7 +283,7 @@ void OnAccept(h2o_socket_t* listener, const char* err) {
     h2o_socket_close(sock);
     return;
   }
-  auto* open = new OpenSocket{s, sock, peer, ""};
+  auto* open = new OpenSocket{s, sock, std::move(address), peer, ""};
   s->open.emplace(sock, open);
   ++s->open_by_peer[peer];
   sock->on_close.cb = OnSocketClose;

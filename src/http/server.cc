@@ -80,15 +80,6 @@ HttpResponse ToWire(Response r) {
   return out;
 }
 
-// Which route takes `path`, its captures in `match`; null for none.
-const Route* FindRoute(const std::vector<Route>& routes, const std::vector<std::regex>& patterns,
-                       const std::string& path, std::smatch& match) {
-  for (size_t i = 0; i < routes.size(); ++i) {
-    if (std::regex_match(path, match, patterns[i])) return &routes[i];
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 Response TextResponse(int status, std::string text) {
@@ -136,10 +127,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
   }
   if (options.threads < 1) return InvalidArgumentError("HTTP: threads must be positive");
   if (options.request_timeout_s < 1) return InvalidArgumentError("HTTP: request_timeout_s must be positive");
-  std::vector<std::regex> patterns;
   for (const Route& route : routes) {
     try {
-      patterns.emplace_back(route.pattern);
+      s->patterns_.emplace_back(route.pattern);
     } catch (const std::regex_error& e) {
       return InvalidArgumentError(fmt::format("HTTP route '{}': {}", route.pattern, e.what()));
     }
@@ -161,7 +151,6 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
   lo.max_connections = kMaxConnections;
   lo.max_connections_per_peer = kMaxConnectionsPerPeer;
   lo.name = "meridian";
-  auto shared_patterns = std::make_shared<const std::vector<std::regex>>(std::move(patterns));
   if (!options.static_dir.empty()) {
     lo.static_dir = options.static_dir;
     // The page may load only its own scripts and talk only to this server.
@@ -170,16 +159,14 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
                        {"referrer-policy", "no-referrer"},
                        {"cache-control", "no-cache"}};
     // What no route takes is a file's (h2o's file handler: GET and HEAD, no listings).
-    lo.routes = [server = s.get(), shared_patterns](std::string_view, std::string_view path) {
+    lo.routes = [server = s.get()](std::string_view, std::string_view path) {
       if (path.size() > kMaxPathBytes) return true;
       std::smatch match;
-      const std::string p(path);
-      return FindRoute(server->routes_, *shared_patterns, p, match) != nullptr;
+      return server->FindRoute(std::string(path), match) != nullptr;
     };
   }
   Server* server = s.get();
-  auto started = LoopServer::Start(std::move(lo), [server, shared_patterns](const HttpRequest& in,
-                                                                            std::unique_ptr<Reply> reply) {
+  auto started = LoopServer::Start(std::move(lo), [server](const HttpRequest& in, std::unique_ptr<Reply> reply) {
     if (in.normalized_path.size() > kMaxPathBytes) {
       reply->Send(ToWire(TextResponse(414, fmt::format("the path is over {} bytes", kMaxPathBytes))));
       return;
@@ -192,7 +179,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
     r.method = std::string(in.method);
     r.path = std::string(in.normalized_path);
     std::smatch match;
-    const Route* route = FindRoute(server->routes_, *shared_patterns, r.path, match);
+    const Route* route = server->FindRoute(r.path, match);
     if (route == nullptr) {
       reply->Send(ToWire(TextResponse(404, "no such page")));
       return;
@@ -232,6 +219,13 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
 }
 
 Server::Server() = default;
+
+const Route* Server::FindRoute(const std::string& path, std::smatch& match) const {
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    if (std::regex_match(path, match, patterns_[i])) return &routes_[i];
+  }
+  return nullptr;
+}
 Server::~Server() { Shutdown(); }
 
 std::string Server::address() const {

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -104,10 +105,14 @@ class Server {
  private:
   class Workers;
   Server();
+  // Which route takes `path` (the first whose pattern matches it whole), its captures
+  // in `match`; null for none.
+  const Route* FindRoute(const std::string& path, std::smatch& match) const;
   std::string host_;
   int port_ = 0;
   bool tls_ = false;
   std::vector<Route> routes_;
+  std::vector<std::regex> patterns_;  // routes_[i]'s pattern, compiled
   std::unique_ptr<Workers> workers_;
   std::unique_ptr<LoopServer> loop_;
 };

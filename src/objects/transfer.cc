@@ -183,10 +183,7 @@ void TransferServer::AcceptLoop() {
     }
     std::string host;
     if (options_.tls) {
-      // The peer's address without its port ("[::1]:5000": the brackets go too).
-      const std::string peer = (*accepted)->peer();
-      host = peer.substr(0, peer.rfind(':'));
-      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      host = HostOfAddress((*accepted)->peer());
       int& handshaking = handshaking_[host];
       if (handshaking >= std::max(1, options_.max_handshakes_per_peer)) {
         ++refused_;
