@@ -3,6 +3,7 @@
 // summaries pushed to watchers, streams closed when a session ends, heartbeats that
 // grow rarer as the fleet grows, and a closed connection noticed without them.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "coordinator/coordinator_test_util.h"
 #include "rpc/node_client.h"
 #include "rpc/server.h"
+#include "testing/raw_sockets.h"
 #include "testing/in_memory_state_store.h"
 
 namespace meridian::coordinator {
@@ -593,6 +595,78 @@ StatusOr<ServedNode> ServeAndRegister(Coordinator& coord) {
   out.client = std::make_unique<rpc::NodeClient>(fmt::format("127.0.0.1:{}", out.server->port()));
   MERIDIAN_ASSIGN_OR_RETURN(out.node, out.client->Register(Node("n1"), 5'000'000));
   return out;
+}
+
+// The HTTP/2 frame types in what a server sent (its frames, read one after another).
+std::vector<int> FrameTypes(const std::string& bytes) {
+  std::vector<int> types;
+  for (size_t at = 0; at + 9 <= bytes.size();) {
+    const auto byte = [&](size_t i) { return static_cast<size_t>(static_cast<unsigned char>(bytes[at + i])); };
+    types.push_back(static_cast<int>(byte(3)));
+    at += 9 + (byte(0) << 16 | byte(1) << 8 | byte(2));
+  }
+  return types;
+}
+
+// Connections that prove nothing are not kept: one that has not ended its handshake
+// (here HTTP/2's preface and first SETTINGS; with TLS, that first) within the
+// handshake timeout is closed, whether sent a byte at a time or nothing; one that
+// ended it but opens no call is sent GOAWAY and closed after the idle timeout. A
+// client is served meanwhile, and its channel, whose connection idled, opens a new
+// one for its next call.
+TEST_F(CoordinatorTest, ConnectionsThatProveNothingAreNotKept) {
+  Start();
+  rpc::ServerSecurity security;
+  security.insecure = true;
+  security.handshake_timeout_ms = 1'000;
+  security.idle_timeout_ms = 3'000;
+  StatusOr<std::unique_ptr<rpc::Server>> server =
+      rpc::Server::Start("127.0.0.1:0", *coord_, *coord_, *coord_, *coord_, *coord_, security);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const int port = (*server)->port();
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\0\0\0\4\0\0\0\0\0", 9);
+  const auto closed = [](const std::string& got) {
+    return got.size() < sizeof(testing::kStillOpen) - 1 ||
+           got.compare(got.size() - (sizeof(testing::kStillOpen) - 1), std::string::npos, testing::kStillOpen) != 0;
+  };
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(testing::ConnectFrom(port));
+    ASSERT_GE(slow.back(), 0);
+  }
+  const int silent = testing::ConnectFrom(port);
+  const int idle = testing::ConnectFrom(port);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(idle, 0);
+  ASSERT_EQ(send(idle, preface.data(), preface.size(), MSG_NOSIGNAL), static_cast<ssize_t>(preface.size()));
+  // The slow ones send the preface a byte every 100 ms: 3.3 s in all.
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t i = 0; i < preface.size() && !stop.load(); ++i) {
+      for (int fd : slow) send(fd, &preface[i], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  rpc::NodeClient client(fmt::format("127.0.0.1:{}", port));
+  StatusOr<model::RegistrationReply> first = client.Register(Node("n1"), 5'000'000);
+  ASSERT_TRUE(first.ok()) << "a client was not served beside connections that prove nothing: "
+                          << first.status().ToString();
+  for (int fd : slow) EXPECT_TRUE(closed(testing::ReadUntilClosed(fd, 3'000))) << "a slow handshake was kept";
+  EXPECT_TRUE(closed(testing::ReadUntilClosed(silent, 3'000))) << "a silent connection was kept";
+  stop.store(true);
+  trickle.join();
+  // The one that ended its handshake outlives the handshake timeout, then idles out.
+  const std::string idled = testing::ReadUntilClosed(idle, 6'000);
+  EXPECT_TRUE(closed(idled)) << "an idle connection was kept";
+  const std::vector<int> frames = FrameTypes(idled);
+  EXPECT_EQ(std::count(frames.begin(), frames.end(), 7), 1) << "not one GOAWAY before the close: " << ::testing::PrintToString(frames);
+  // The client's connection idled out too; its next call goes on a new one.
+  StatusOr<model::RegistrationReply> second = client.Register(Node("n2"), 5'000'000);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(second->node_id, first->node_id);
+  for (int fd : slow) close(fd);
+  close(silent);
+  close(idle);
 }
 
 // Over real gRPC on loopback: an agent's session carries its assignments one way and

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -1043,6 +1045,11 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, JobA
   // faster still gets its GOAWAY.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Connections that prove nothing are not kept (ServerSecurity).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<int64_t>(security.handshake_timeout_ms, 1, INT32_MAX)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::clamp<int64_t>(security.idle_timeout_ms, 1, INT32_MAX)));
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->node_service_.get());
   builder.RegisterService(s->admin_service_.get());

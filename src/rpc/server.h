@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,13 @@ struct ServerSecurity {
   // No TLS, nobody authenticated, every call allowed: a trusted machine only. Without
   // TLS credentials the server starts only when this is set.
   bool insecure = false;
+  // What a connection may hold before it proves anything, since gRPC (1.51) has no
+  // bound on how many are open: its handshake (TLS, then HTTP/2's first SETTINGS) must
+  // end within handshake_timeout_ms of the accept (gRPC's own default is 120 s), and
+  // one with no call open for idle_timeout_ms is sent GOAWAY and closed (gRPC's default
+  // keeps it for ever). A client's channel opens a new connection for its next call.
+  int64_t handshake_timeout_ms = 10'000;
+  int64_t idle_timeout_ms = 300'000;
 };
 
 class Server {
