@@ -131,8 +131,14 @@ check "completion for another shell" 2 "shell: fish not in {bash}" "$bin" comple
 # registered ("only 0 of 1 agents registered within 30 s", after 40 s).
 stopped=$tmp/stopped-cluster
 up_stopped=("$bin" up --insecure --fleet tests/fleets/one-node.yaml --dir "$stopped" --gateways none)
-if "${up_stopped[@]}" >"$tmp/up.log" 2>&1; then
+# Started under a soft limit of 256 open files, the coordinator and the agent raise
+# theirs to the hard limit (a descriptor per connection: 256 were soon spent).
+if (ulimit -Sn 256 && exec "${up_stopped[@]}") >"$tmp/up.log" 2>&1; then
   coordinator=$(cat "$stopped/pids/coordinator.pid")
+  for component in coordinator agent-solo; do
+    files=$(awk '/^Max open files/ {print $4 " " $5}' "/proc/$(cat "$stopped/pids/$component.pid")/limits")
+    [ "$files" = "$(ulimit -Hn) $(ulimit -Hn)" ] || { echo "FAIL $component's open files under a soft limit of 256: $files"; fail=1; }
+  done
   kill -STOP "$coordinator"
   began=$SECONDS
   check "up while its coordinator does not answer" 3 \

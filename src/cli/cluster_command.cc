@@ -157,6 +157,7 @@ Status RunCoordinator(const CoordinatorCommandOptions& o) {
   fs::create_directories(o.state_dir, ec);
   if (ec) return UnavailableError(fmt::format("cannot create {}: {}", o.state_dir, ec.message()));
   BlockTerminationSignals();  // before any thread starts, so all inherit it
+  RaiseOpenFileLimit();  // a descriptor per connection
   MERIDIAN_ASSIGN_OR_RETURN(std::unique_ptr<store::StateStore> store,
                             store::OpenStateStore(o.state, o.state_dir, store_options));
   // On PostgreSQL, several coordinators may share the store: this one leads only while
@@ -277,6 +278,7 @@ Status RunAgent(const AgentCommandOptions& given) {
   // one delivered to a thread that left it unblocked ended the agent at once (exit 143)
   // instead of stopping it.
   BlockTerminationSignals();
+  RaiseOpenFileLimit();  // a descriptor per connection
   spec::NodeConfig config;
   AgentCommandOptions o = given;
   if (given.slurm) {

@@ -956,6 +956,7 @@ Status RunReplicaCommand(const ReplicaCommandOptions& o, std::ostream& out) {
   // are only taken where this command waits for them (a thread that left them unblocked
   // ended the process at once, without draining): a device's runtime starts threads of its own.
   BlockTerminationSignals();
+  RaiseOpenFileLimit();  // a descriptor per connection
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   std::string token;
   if (!o.token_env.empty()) {
@@ -1024,6 +1025,7 @@ Status RunGatewayCommand(const GatewayCommandOptions& o, std::ostream& out) {
   // are only taken where this command waits for them (a thread that left them unblocked
   // ended the process at once, without draining): the coordinator's client starts gRPC's.
   BlockTerminationSignals();
+  RaiseOpenFileLimit();  // a descriptor per connection
   MERIDIAN_ASSIGN_OR_RETURN(auto address, SplitListenAddress(o.listen, "--listen"));
   sv::GatewayOptions options;
   options.host = address.first;

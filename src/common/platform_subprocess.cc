@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "common/cgroup.h"
+#include "common/logging.h"
 #include "common/subprocess.h"
 
 extern char** environ;
@@ -401,6 +402,35 @@ void BlockTerminationSignals() {
 }
 
 void IgnoreBrokenPipes() { signal(SIGPIPE, SIG_IGN); }
+
+OpenFileLimit RaiseOpenFileLimit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return {};
+  OpenFileLimit out{rl.rlim_cur, rl.rlim_cur};
+  rlim_t target = rl.rlim_max;
+  if (target == RLIM_INFINITY) {
+    // Linux refuses a limit past fs.nr_open.
+    uint64_t nr_open = 0;
+    std::ifstream in("/proc/sys/fs/nr_open");
+    target = (in >> nr_open) && nr_open > 0 ? static_cast<rlim_t>(nr_open) : rlim_t{1} << 20;
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < target) {
+    rl.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      out.now = target;
+      MERIDIAN_LOG_INFO("open files: soft limit raised from {} to {}", out.before, out.now);
+    } else {
+      MERIDIAN_LOG_WARN("open files: soft limit stays {} (raising it to {}: {})", out.before, target, std::strerror(errno));
+    }
+  }
+  return out;
+}
+
+uint64_t CurrentOpenFileLimit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 0;
+  return rl.rlim_cur;
+}
 
 int WaitForTerminationSignal() {
   sigset_t set;

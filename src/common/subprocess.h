@@ -161,4 +161,17 @@ void RaiseTerminationSignal();
 // Process-wide and idempotent; child processes get the default back.
 void IgnoreBrokenPipes();
 
+// This process's soft limit on open files: what it had, and what it has now.
+struct OpenFileLimit {
+  uint64_t before = 0;
+  uint64_t now = 0;
+};
+// Raises the soft limit on open files to the hard one (or, where that is unlimited, to
+// the kernel's most, fs.nr_open): a server holds a descriptor per connection, and a
+// soft limit of 1024 (common, for programs that still use select()) is soon spent.
+// Child processes inherit it. Zeros when the limit cannot be read.
+OpenFileLimit RaiseOpenFileLimit();
+// The soft limit on open files now; 0 when it cannot be read, or is unlimited.
+uint64_t CurrentOpenFileLimit();
+
 }  // namespace meridian

@@ -1,6 +1,7 @@
 // RunProcess's output while the child runs (on_output): each byte told once, in
 // order, with the totals; what a slow reader missed is counted, never silently cut.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -106,6 +107,35 @@ std::map<std::string, std::string> StatusFields(const std::string& text) {
 // The agent and coordinator block SIGINT and SIGTERM in every thread (they wait for
 // them) and ignore SIGPIPE: a task's program once started with both blocked, so its
 // own SIGTERM handling never ran. It starts with none blocked and SIGPIPE default.
+// A server raises its soft limit on open files to the hard one; what it starts
+// inherits that.
+TEST(SubprocessTest, TheOpenFileLimitIsRaisedToTheHardOneAndInherited) {
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  ASSERT_NE(before.rlim_max, RLIM_INFINITY);
+  ASSERT_GT(before.rlim_max, rlim_t{64});
+  rlimit low = before;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  EXPECT_EQ(CurrentOpenFileLimit(), 64u);
+  const OpenFileLimit raised = RaiseOpenFileLimit();
+  EXPECT_EQ(raised.before, 64u);
+  EXPECT_EQ(raised.now, before.rlim_max);
+  EXPECT_EQ(CurrentOpenFileLimit(), before.rlim_max);
+  ProcessOptions o;
+  o.argv = {"sh", "-c", "ulimit -Sn"};
+  o.env = CurrentEnvironment();
+  std::atomic<bool> stop{false};
+  StatusOr<ProcessResult> r = RunProcess(o, stop);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stdout_head, std::to_string(before.rlim_max) + "\n");
+  // Raised already: nothing changes.
+  const OpenFileLimit again = RaiseOpenFileLimit();
+  EXPECT_EQ(again.before, before.rlim_max);
+  EXPECT_EQ(again.now, before.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+}
+
 TEST(SubprocessTest, AChildStartsWithNoSignalBlockedAndSigpipeDefault) {
   sigset_t before;
   pthread_sigmask(SIG_SETMASK, nullptr, &before);

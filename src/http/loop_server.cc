@@ -398,6 +398,16 @@ StatusOr<std::unique_ptr<LoopServer>> LoopServer::Start(Options options, Handler
   s->port = port;
   if (ssl != nullptr) SSL_CTX_set_app_data(ssl, s);
   s->options = std::move(options);
+  // The process's descriptors serve its other listeners and files too: this one takes
+  // at most a quarter of them (of a soft limit of 1024, 256).
+  if (const uint64_t files = CurrentOpenFileLimit(); files > 0) {
+    const size_t most = std::max<size_t>(static_cast<size_t>(files / 4), 1);
+    if (s->options.max_connections > most) {
+      MERIDIAN_LOG_INFO("HTTP on port {}: at most {} connections, not {}: a quarter of the process's {} open files",
+                        port, most, s->options.max_connections, files);
+      s->options.max_connections = most;
+    }
+  }
   s->handler = std::move(handler);
   if (!s->options.token.empty()) s->bearer = "Bearer " + s->options.token;
   h2o_config_init(&s->config);
