@@ -100,6 +100,20 @@ TEST(HttpServerTest, PlainServesRoutesAndRefusesWhatItDoesNotKnow) {
   r = c.Post("/metrics", std::string(kMaxBodyBytes + 1, 'x'), "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
+  r = c.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->body, "method not allowed (GET and HEAD only)\n");
+  // HEAD is answered as GET is, without the body (a probe of /healthz may ask so).
+  const int fd = testing::ConnectFrom((*s)->port());
+  ASSERT_GE(fd, 0);
+  const std::string head = "HEAD /api/jobs/42 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string answer = testing::ReadUntilClosed(fd, 5'000);
+  close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+  EXPECT_NE(answer.find("\r\nContent-Length: 7\r\n"), std::string::npos) << answer;
+  EXPECT_TRUE(answer.ends_with("\r\n\r\n")) << answer;
 }
 
 // Each of a fresh server's threads takes its first request at once (ctest runs this

@@ -91,7 +91,7 @@ Response TextResponse(int status, std::string text) {
 }
 
 Response Refused(const Request& r, int status, const std::string& why, bool bearer) {
-  MERIDIAN_LOG_WARN("audit: refused GET {} from {} ({}): {}", r.path, r.peer,
+  MERIDIAN_LOG_WARN("audit: refused {} {} from {} ({}): {}", r.method, r.path, r.peer,
                     r.peer_certificate.empty() ? "no certificate" : "certificate " + r.peer_certificate, why);
   Response out = TextResponse(status, why);
   if (bearer && status == 401) out.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"meridian\"");
@@ -171,8 +171,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, std::vect
       reply->Send(ToWire(TextResponse(414, fmt::format("the path is over {} bytes", kMaxPathBytes))));
       return;
     }
-    if (in.method != "GET") {
-      reply->Send(ToWire(TextResponse(405, "method not allowed (GET only)")));
+    // HEAD is a GET whose answer's body is left out (h2o leaves it out).
+    if (in.method != "GET" && in.method != "HEAD") {
+      reply->Send(ToWire(TextResponse(405, "method not allowed (GET and HEAD only)")));
       return;
     }
     Request r;

@@ -74,7 +74,7 @@ Response MetricsResponse(std::string body);
 using Handler = std::function<Response(const Request&)>;
 
 struct Route {
-  std::string pattern;  // a regular expression the whole path must match (GET only)
+  std::string pattern;  // a regular expression the whole path must match (GET and HEAD)
   Handler handler;
 };
 
