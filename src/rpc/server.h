@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,11 @@ namespace meridian::rpc {
 class Gate;
 class StreamRegistry;
 class Workers;
+
+// The most streams one user (a token's) may have open at once: watches of jobs
+// (JobService.Watch) and submissions watched (SubmitAndWatch) together. One past it is
+// refused, RESOURCE_EXHAUSTED. An insecure coordinator has no bound.
+inline constexpr size_t kMaxStreamsPerUser = 256;
 
 struct ServerSecurity {
   security::TlsCredentials tls;  // the coordinator's certificate and the CA bundle
