@@ -2,7 +2,10 @@
 // four agents over loopback, with the CA, certificates and tokens it makes): each is
 // refused with a clear error and changes nothing in the coordinator's SQLite store,
 // compared table by table before and after.
+#include <fcntl.h>
+#include <openssl/ssl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -11,12 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "local_cluster.h"
-#include "objects/transfer.h"
 #include "meridian/v1/meridian.grpc.pb.h"
+#include "objects/transfer.h"
 #include "rpc/convert.h"
 #include "rpc/node_client.h"
 #include "rpc/server.h"
 #include "security/pki.h"
+#include "testing/http2_flood.h"
+#include "testing/raw_sockets.h"
 
 namespace meridian::testing {
 namespace {
@@ -394,6 +399,105 @@ TEST_F(SecurityTest, ACertificateOfAnotherCaGetsNoConnection) {
   EXPECT_EQ(nodes.status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(nodes.status().message(), "the call carries no client certificate of the cluster's CA");
   EXPECT_EQ(Store(), before);
+}
+
+// A TLS connection to `address` offering HTTP/2 (ALPN "h2") and no client
+// certificate, non-blocking once open, as a testing::Http2Io.
+class BareTlsConnection {
+ public:
+  explicit BareTlsConnection(const std::string& address) {
+    const int port = std::stoi(address.substr(address.rfind(':') + 1));
+    fd_ = testing::ConnectFrom(port);
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    if (fd_ < 0 || ctx_ == nullptr) return;
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_NONE, nullptr);
+    static const unsigned char kAlpn[] = {2, 'h', '2'};
+    SSL_CTX_set_alpn_protos(ctx_, kAlpn, sizeof(kAlpn));
+    SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    ssl_ = SSL_new(ctx_);
+    SSL_set_fd(ssl_, fd_);
+    open_ = SSL_connect(ssl_) == 1;
+    fcntl(fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~BareTlsConnection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
+    if (fd_ >= 0) close(fd_);
+  }
+  bool open() const { return open_; }
+  testing::Http2Io Io() {
+    return {[this](char* data, size_t size) { return Done(SSL_read(ssl_, data, static_cast<int>(size))); },
+            [this](const char* data, size_t size) { return Done(SSL_write(ssl_, data, static_cast<int>(size))); }};
+  }
+
+ private:
+  long Done(int n) {
+    if (n > 0) return n;
+    const int e = SSL_get_error(ssl_, n);
+    if (e == SSL_ERROR_ZERO_RETURN) return 0;
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EIO;
+    return -1;
+  }
+  int fd_ = -1;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  bool open_ = false;
+};
+
+// A call without a client certificate is refused as its headers arrive, before its
+// message is read: only NodeService.Join goes on, and only with a join token in its
+// headers. gRPC reads a call's message whole (up to 16 MiB) before any handler runs:
+// 40 calls announcing 16 MB each, on 2 connections with no certificate, took the
+// coordinator from 36 MB to 687 MB. Now each is answered and reset having sent no
+// more than HTTP/2's first window (64 KiB).
+TEST_F(SecurityTest, CallsWithoutACertificateAreRefusedBeforeTheirMessageIsRead) {
+  constexpr int kConnections = 2;
+  constexpr int kStreams = 20;
+  for (const std::string path : {"/meridian.v1.AdminService/ListTokens", "/meridian.v1.NodeService/Join"}) {
+    std::vector<std::unique_ptr<BareTlsConnection>> connections;
+    std::vector<testing::Http2MessageFlood> floods;
+    for (int i = 0; i < kConnections; ++i) {
+      connections.push_back(std::make_unique<BareTlsConnection>(cluster_->address()));
+      ASSERT_TRUE(connections.back()->open());
+      floods.emplace_back(connections.back()->Io(), path, kStreams, 16'000'000);
+    }
+    int resets = 0, answers = 0;
+    int64_t sent = 0;
+    for (int i = 0; i < 2'000 && resets < kConnections * kStreams && sent < (int64_t{64} << 20); ++i) {
+      resets = answers = 0;
+      sent = 0;
+      for (testing::Http2MessageFlood& f : floods) {
+        f.Pump();
+        resets += f.resets_received();
+        answers += f.headers_received();
+        sent += f.body_bytes_sent();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(resets, kConnections * kStreams) << path;
+    EXPECT_EQ(answers, kConnections * kStreams) << path;
+    EXPECT_LE(sent, int64_t{kConnections} * kStreams * 65'535) << path << ": the server took that much of messages";
+    for (const testing::Http2MessageFlood& f : floods) EXPECT_FALSE(f.closed()) << path;
+  }
+  EXPECT_NE(ReadFile(cluster_->dir() + "/logs/coordinator.log")
+                .find("audit: refused /meridian.v1.AdminService/ListTokens before its message, with no client "
+                      "certificate: the call carries no client certificate of the cluster's CA (1 such calls so far)"),
+            std::string::npos);
+  // A join with a join token in its headers is read and decided by the coordinator
+  // (here: no such node in the fleet); one with another token is refused before.
+  StatusOr<rpc::NewToken> join = As(admin_.token).CreateToken("ops", "default", model::Role::kAgent, 3'600'000'000);
+  ASSERT_TRUE(join.ok()) << join.status().ToString();
+  auto decided = rpc::JoinCluster(cluster_->address(), admin_.tls.ca_pem, join->secret, "intruder", "csr", 5'000'000);
+  EXPECT_EQ(decided.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(decided.status().message().find("node 'intruder' is not in the fleet; only its nodes may join"),
+            std::string::npos)
+      << decided.status().ToString();
+  auto viewer = As(admin_.token).CreateToken("vic", "default", model::Role::kViewer, 0);
+  ASSERT_TRUE(viewer.ok());
+  auto refused = rpc::JoinCluster(cluster_->address(), admin_.tls.ca_pem, viewer->secret, "intruder", "csr", 5'000'000);
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("a join needs a join token (role agent)"), std::string::npos)
+      << refused.status().ToString();
 }
 
 TEST_F(SecurityTest, ANodesCertificateSpeaksForThatNodeOnly) {

@@ -27,6 +27,12 @@ StatusOr<std::pair<std::string, std::string>> JoinCluster(const std::string& add
   v1::JoinResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(ctx, timeout_us);
+  // Also in the call's headers: the coordinator reads the message of a call without a
+  // client certificate only once they show a join token.
+  if (!std::all_of(token.begin(), token.end(), [](char c) { return c > ' ' && c < 127; })) {
+    return InvalidArgumentError("the join token holds characters no token has (spaces, controls or non-ASCII)");
+  }
+  ctx.AddMetadata("authorization", "Bearer " + token);
   grpc::Status s = v1::NodeService::NewStub(channel)->Join(&ctx, req, &resp);
   if (!s.ok()) return FromGrpc(s).WithPrefix("join the cluster at " + address);
   return std::make_pair(resp.cert_pem(), resp.ca_pem());
