@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -33,6 +32,8 @@ enum class Need {
   kAdmin,   // an admin's token
 };
 
+constexpr char kNoCertificate[] = "the call carries no client certificate of the cluster's CA";
+
 }  // namespace
 
 // The first look at a call on a TLS connection, when its headers have arrived and
@@ -55,7 +56,7 @@ class CallHeaderGate final : public grpc::AuthMetadataProcessor {
     if (!context->FindPropertyValues("x509_common_name").empty()) return grpc::Status::OK;
     const std::string_view path = Find(metadata, ":path");
     if (path != kJoinPath) {
-      return Refuse(path, UnauthenticatedError("the call carries no client certificate of the cluster's CA"));
+      return Refuse(path, UnauthenticatedError(kNoCertificate));
     }
     constexpr std::string_view kBearer = "Bearer ";
     const std::string_view auth = Find(metadata, "authorization");
@@ -139,7 +140,7 @@ class Gate {
     std::vector<grpc::string_ref> cn = auth ? auth->FindPropertyValues("x509_common_name") : std::vector<grpc::string_ref>{};
     if (need == Need::kJoin) return model::Caller{};
     if (cn.empty()) {
-      return UnauthenticatedError("the call carries no client certificate of the cluster's CA");
+      return UnauthenticatedError(kNoCertificate);
     }
     const std::string name(cn.front().data(), cn.front().size());
     if (name.rfind("node:", 0) == 0) {
