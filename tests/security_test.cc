@@ -94,6 +94,8 @@ class SecurityTest : public ::testing::Test {
 };
 
 constexpr const char* kJob = "name: j\ntasks:\n  - {name: a, kernel: sum}\n";
+// A job that runs for a minute on one core.
+constexpr const char* kLongJob = "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], resources: {cpu: 1}}\n";
 
 TEST_F(SecurityTest, NoTokenARevokedOneOrAViewersSubmitsNothing) {
   client::Client admin = As(admin_.token);
@@ -157,8 +159,7 @@ TEST_F(SecurityTest, TenantsSeeAndChangeOnlyTheirOwnJobs) {
   StatusOr<rpc::NewToken> alice = admin.CreateToken("alice", "team-a", model::Role::kSubmitter, 0);
   StatusOr<rpc::NewToken> bob = admin.CreateToken("bob", "team-b", model::Role::kSubmitter, 0);
   ASSERT_TRUE(alice.ok() && bob.ok());
-  StatusOr<rpc::SubmitResult> job = As(alice->secret).Submit(
-      "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], resources: {cpu: 1}}\n", "long.yaml");
+  StatusOr<rpc::SubmitResult> job = As(alice->secret).Submit(kLongJob, "long.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(As(alice->secret).GetJob(job->job_id, false)->summary.job.tenant, "team-a");
   // Running (its agent's report stored), so that nothing but the attempts below can change the store.
@@ -297,8 +298,7 @@ TEST_F(SecurityTest, AUsersOpenWatchesAreBounded) {
   StatusOr<rpc::NewToken> sam = admin.CreateToken("sam", "team-w", model::Role::kSubmitter, 0);
   StatusOr<rpc::NewToken> val = admin.CreateToken("val", "team-w", model::Role::kViewer, 0);
   ASSERT_TRUE(sam.ok() && val.ok());
-  StatusOr<rpc::SubmitResult> job = As(sam->secret).Submit(
-      "name: long\ntasks:\n  - {name: wait, command: [sleep, '60'], resources: {cpu: 1}}\n", "long.yaml");
+  StatusOr<rpc::SubmitResult> job = As(sam->secret).Submit(kLongJob, "long.yaml");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   struct Open {
     std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();

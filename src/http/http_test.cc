@@ -188,6 +188,21 @@ TEST(HttpServerTest, SlowAndSilentClientsHoldOnlyTheirOwnConnections) {
   close(silent);
 }
 
+// The answer to `request` (for /api/jobs/7) from `source`, asked again every 100 ms
+// for 5 s at most until it is served: once the server has seen a held connection close.
+std::string AnswerOnceAPlaceIsFree(int port, const char* source, const std::string& request) {
+  std::string answer;
+  for (int i = 0; i < 50 && !answer.ends_with("job 7\n"); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int fd = testing::ConnectFrom(port, source);
+    if (fd < 0) return "no connection";
+    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    answer = testing::ReadUntilClosed(fd, 5'000);
+    close(fd);
+  }
+  return answer;
+}
+
 // At most kMaxConnectionsPerPeer connections from one address: past that, one is
 // closed as it is accepted, and clients at other addresses are still served.
 TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
@@ -215,15 +230,7 @@ TEST(HttpServerTest, ConnectionsFromOneAddressAreBounded) {
   // One held connection goes; its place is free again.
   close(held.back());
   held.pop_back();
-  std::string again;
-  for (int i = 0; i < 50 && !again.ends_with("job 7\n"); ++i) {  // once the server has seen it close
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int fd = testing::ConnectFrom(port);
-    ASSERT_GE(fd, 0);
-    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    again = testing::ReadUntilClosed(fd, 5'000);
-    close(fd);
-  }
+  const std::string again = AnswerOnceAPlaceIsFree(port, "127.0.0.1", request);
   EXPECT_TRUE(again.ends_with("job 7\n")) << again;
   for (int fd : held) close(fd);
 }
@@ -254,15 +261,7 @@ TEST(HttpServerTest, ConnectionsAreBoundedByTheProcesssOpenFiles) {
   close(elsewhere);
   close(held.back());
   held.pop_back();
-  std::string again;
-  for (int i = 0; i < 50 && !again.ends_with("job 7\n"); ++i) {  // once the server has seen it close
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int fd = testing::ConnectFrom(port, "127.0.0.2");
-    ASSERT_GE(fd, 0);
-    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    again = testing::ReadUntilClosed(fd, 5'000);
-    close(fd);
-  }
+  const std::string again = AnswerOnceAPlaceIsFree(port, "127.0.0.2", request);
   EXPECT_TRUE(again.ends_with("job 7\n")) << again;
   for (int fd : held) close(fd);
 }
