@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -144,7 +145,21 @@ struct ChildSetup {
   char* const* envp;
   int stdout_fd, stderr_fd, exec_error_fd, cgroup_procs;
   pid_t parent;
+  rlimit open_files;  // rlim_cur 0: as ours
 };
+
+// The soft limit on open files this process had before RaiseOpenFileLimit raised it,
+// for what it starts; 0 when it was not raised.
+std::atomic<uint64_t> g_children_open_files{0};
+
+// What a child's limit on open files is set to (ChildSetup::open_files).
+rlimit ChildrenOpenFiles() {
+  rlimit rl{0, 0};
+  const uint64_t soft = g_children_open_files.load();
+  if (soft == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0) return rlimit{0, 0};
+  rl.rlim_cur = std::min(static_cast<rlim_t>(soft), rl.rlim_max);
+  return rl;
+}
 
 // The child tells its parent why it could not run the program, and exits.
 [[noreturn]] void ChildFails(const ChildSetup& c, int error) {
@@ -176,6 +191,7 @@ struct ChildSetup {
     ssize_t moved = write(c.cgroup_procs, "0", 1);  // if it cannot move, its process group still holds it
     (void)moved;
   }
+  if (c.open_files.rlim_cur > 0) setrlimit(RLIMIT_NOFILE, &c.open_files);
   for (const auto& [resource, limit] : c.options.rlimits) {
     rlimit rl{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
     setrlimit(resource, &rl);
@@ -261,7 +277,8 @@ StatusOr<ProcessResult> RunProcess(const ProcessOptions& options, const std::ato
     sigfillset(&all_signals);
     pthread_sigmask(SIG_SETMASK, &all_signals, &caller_mask);
     const ChildSetup setup{options,     program.c_str(), argv.data(),  envp.data(),
-                           out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid()};
+                           out_pipe[1], err_pipe[1],     exec_pipe[1], cgroup_procs, getpid(),
+                           ChildrenOpenFiles()};
     const pid_t forked = VforkChild(setup);
     const int vfork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
@@ -418,6 +435,8 @@ OpenFileLimit RaiseOpenFileLimit() {
     rl.rlim_cur = target;
     if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
       out.now = target;
+      uint64_t unset = 0;
+      g_children_open_files.compare_exchange_strong(unset, out.before);
       MERIDIAN_LOG_INFO("open files: soft limit raised from {} to {}", out.before, out.now);
     } else {
       MERIDIAN_LOG_WARN("open files: soft limit stays {} (raising it to {}: {})", out.before, target, std::strerror(errno));

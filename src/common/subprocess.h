@@ -169,7 +169,9 @@ struct OpenFileLimit {
 // Raises the soft limit on open files to the hard one (or, where that is unlimited, to
 // the kernel's most, fs.nr_open): a server holds a descriptor per connection, and a
 // soft limit of 1024 (common, for programs that still use select()) is soon spent.
-// Child processes inherit it. Zeros when the limit cannot be read.
+// Processes RunProcess starts afterwards get the soft limit this one had before (a
+// program using select() breaks past 1024); they may raise theirs as this did. Zeros
+// when the limit cannot be read.
 OpenFileLimit RaiseOpenFileLimit();
 // The soft limit on open files now; 0 when it cannot be read, or is unlimited.
 uint64_t CurrentOpenFileLimit();

@@ -2,6 +2,7 @@
 // order, with the totals; what a slow reader missed is counted, never silently cut.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -107,33 +108,46 @@ std::map<std::string, std::string> StatusFields(const std::string& text) {
 // The agent and coordinator block SIGINT and SIGTERM in every thread (they wait for
 // them) and ignore SIGPIPE: a task's program once started with both blocked, so its
 // own SIGTERM handling never ran. It starts with none blocked and SIGPIPE default.
-// A server raises its soft limit on open files to the hard one; what it starts
-// inherits that.
-TEST(SubprocessTest, TheOpenFileLimitIsRaisedToTheHardOneAndInherited) {
+// A server raises its soft limit on open files to the hard one; what it starts gets
+// the limit it had before (a program using select() breaks past 1024), as before the
+// raise. In a process of its own: the limit it had is remembered for good.
+TEST(SubprocessTest, TheOpenFileLimitIsRaisedForThisProcessNotWhatItStarts) {
   rlimit before{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
   ASSERT_NE(before.rlim_max, RLIM_INFINITY);
   ASSERT_GT(before.rlim_max, rlim_t{64});
-  rlimit low = before;
-  low.rlim_cur = 64;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  EXPECT_EQ(CurrentOpenFileLimit(), 64u);
-  const OpenFileLimit raised = RaiseOpenFileLimit();
-  EXPECT_EQ(raised.before, 64u);
-  EXPECT_EQ(raised.now, before.rlim_max);
-  EXPECT_EQ(CurrentOpenFileLimit(), before.rlim_max);
-  ProcessOptions o;
-  o.argv = {"sh", "-c", "ulimit -Sn"};
-  o.env = CurrentEnvironment();
-  std::atomic<bool> stop{false};
-  StatusOr<ProcessResult> r = RunProcess(o, stop);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->stdout_head, std::to_string(before.rlim_max) + "\n");
-  // Raised already: nothing changes.
-  const OpenFileLimit again = RaiseOpenFileLimit();
-  EXPECT_EQ(again.before, before.rlim_max);
-  EXPECT_EQ(again.now, before.rlim_max);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(report[0]);
+    rlimit low = before;
+    low.rlim_cur = 64;
+    std::string seen = setrlimit(RLIMIT_NOFILE, &low) == 0 ? "" : "setrlimit failed; ";
+    seen += std::to_string(CurrentOpenFileLimit()) + " ";
+    const OpenFileLimit raised = RaiseOpenFileLimit();
+    seen += std::to_string(raised.before) + " " + std::to_string(raised.now) + " " +
+            std::to_string(CurrentOpenFileLimit()) + " | ";
+    ProcessOptions o;
+    o.argv = {"sh", "-c", "echo $(ulimit -Sn) $(ulimit -Hn)"};
+    o.env = CurrentEnvironment();
+    std::atomic<bool> stop{false};
+    StatusOr<ProcessResult> r = RunProcess(o, stop);
+    seen += r.ok() ? r->stdout_head : r.status().ToString();
+    const ssize_t wrote = write(report[1], seen.data(), seen.size());
+    _exit(wrote == static_cast<ssize_t>(seen.size()) ? 0 : 1);
+  }
+  close(report[1]);
+  std::string seen;
+  char buf[256];
+  for (ssize_t n; (n = read(report[0], buf, sizeof(buf))) > 0;) seen.append(buf, static_cast<size_t>(n));
+  close(report[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string hard = std::to_string(before.rlim_max);
+  EXPECT_EQ(seen, "64 64 " + hard + " " + hard + " | 64 " + hard + "\n");
 }
 
 TEST(SubprocessTest, AChildStartsWithNoSignalBlockedAndSigpipeDefault) {
